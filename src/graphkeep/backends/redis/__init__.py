@@ -1,0 +1,240 @@
+"""Redis checkpoint savers: :class:`RedisSaver` (sync) and :class:`AsyncRedisSaver` (asyncio).
+
+Plain Redis >= 7 with no modules, single node or Redis Cluster. Construct from
+an existing redis-py client (``Redis``, ``RedisCluster`` or their asyncio twins)
+or with ``from_url`` as a context manager::
+
+    with RedisSaver.from_url("redis://localhost:6379/0") as saver:
+        graph = builder.compile(checkpointer=saver)
+
+URLs: ``redis://``, ``rediss://``, ``unix://`` for one server and
+``redis+cluster://host:port`` (``rediss+cluster://`` with TLS) for a cluster seed.
+The key layout and scripts are in :mod:`.store` and :mod:`.scripts`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+from graphkeep.backends.redis.scripts import SCRIPTS
+from graphkeep.backends.redis.store import Delete, RedisStore, Scan, Script
+from graphkeep.errors import ConfigurationError, StorageUnavailable
+from graphkeep.shared.keys import mask_url
+from graphkeep.shared.saver import AsyncSaver, SyncSaver, ttl_seconds
+
+try:
+    import redis
+    import redis.asyncio as aredis
+    from redis.exceptions import (
+        BusyLoadingError,
+        RedisClusterException,
+        ClusterDownError,
+        ConnectionError as RedisConnectionError,
+        TimeoutError as RedisTimeoutError,
+    )
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "the Redis backend needs redis-py: pip install 'graphkeep[redis]'"
+    ) from exc
+
+__all__ = ["AsyncRedisSaver", "RedisSaver", "RedisStore"]
+
+#: errors worth a retry: every store call is idempotent (upserts, insert-if-absent)
+TRANSIENT = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, ClusterDownError)
+RETRY_DELAYS = (0.05, 0.2, 0.5)
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+SINGLE_SCHEMES = ("redis", "rediss", "unix")
+
+
+def _describe(client: Any) -> str:
+    try:
+        kwargs = client.connection_pool.connection_kwargs
+        if "path" in kwargs:
+            return f"unix://{kwargs['path']}"
+        return f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
+    except AttributeError:
+        nodes = getattr(client, "startup_nodes", None) or []
+        if nodes:
+            node = nodes[0]
+            return f"redis+cluster://{node.host}:{node.port}"
+        return type(client).__name__
+
+
+def _check_client(client: Any) -> None:
+    kwargs: dict[str, Any] = {}
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        kwargs = pool.connection_kwargs
+    elif hasattr(client, "get_connection_kwargs"):
+        kwargs = client.get_connection_kwargs()
+    if kwargs.get("decode_responses"):
+        raise ConfigurationError(
+            "graphkeep stores binary values: create the Redis client with"
+            " decode_responses=False (the default)"
+        )
+
+
+def _unavailable(where: str, exc: BaseException) -> StorageUnavailable:
+    return StorageUnavailable(
+        f"Redis at {where} is unavailable ({type(exc).__name__}: {exc});"
+        " is the server running and reachable? (locally: ./dev services up)"
+    )
+
+
+class _SyncExecutor:
+    def __init__(self, client: Any, where: str) -> None:
+        self.client = client
+        self.where = where
+        self.scripts = {name: client.register_script(src) for name, src in SCRIPTS.items()}
+
+    def __call__(self, request: Any) -> Any:
+        for delay in (*RETRY_DELAYS, None):
+            try:
+                return self._once(request)
+            except TRANSIENT as exc:
+                if delay is None:
+                    raise _unavailable(self.where, exc) from exc
+                time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def _once(self, request: Any) -> Any:
+        if isinstance(request, Script):
+            if request.name == "__load__":
+                for script in self.scripts.values():
+                    self.client.script_load(script.script)
+                return None
+            return self.scripts[request.name](keys=request.keys, args=request.args)
+        if isinstance(request, Delete):
+            return self.client.delete(*request.keys)
+        if isinstance(request, Scan):
+            return list(self.client.scan_iter(match=request.pattern, count=1000))
+        raise TypeError(f"unknown Redis request {request!r}")
+
+
+class _AsyncExecutor:
+    def __init__(self, client: Any, where: str) -> None:
+        self.client = client
+        self.where = where
+        self.scripts = {name: client.register_script(src) for name, src in SCRIPTS.items()}
+
+    async def __call__(self, request: Any) -> Any:
+        for delay in (*RETRY_DELAYS, None):
+            try:
+                return await self._once(request)
+            except TRANSIENT as exc:
+                if delay is None:
+                    raise _unavailable(self.where, exc) from exc
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    async def _once(self, request: Any) -> Any:
+        if isinstance(request, Script):
+            if request.name == "__load__":
+                for script in self.scripts.values():
+                    await self.client.script_load(script.script)
+                return None
+            return await self.scripts[request.name](keys=request.keys, args=request.args)
+        if isinstance(request, Delete):
+            return await self.client.delete(*request.keys)
+        if isinstance(request, Scan):
+            return [k async for k in self.client.scan_iter(match=request.pattern, count=1000)]
+        raise TypeError(f"unknown Redis request {request!r}")
+
+
+def _store(options: dict[str, Any]) -> tuple[RedisStore, dict[str, Any]]:
+    store = RedisStore(
+        key_prefix=options.pop("key_prefix", "graphkeep"),
+        ttl=ttl_seconds(options.pop("ttl", None)),
+        refresh_ttl_on_read=bool(options.pop("refresh_ttl_on_read", False)),
+    )
+    return store, options
+
+
+class RedisSaver(SyncSaver):
+    """Sync saver on a ``redis.Redis`` or ``redis.cluster.RedisCluster`` client.
+
+    Options: ``serde``, ``ttl`` (seconds or timedelta, sliding per thread),
+    ``refresh_ttl_on_read``, ``key_prefix`` (default ``"graphkeep"``),
+    ``max_id_bytes`` (default 1024).
+    """
+
+    def __init__(self, client: Any, **options: Any) -> None:
+        _check_client(client)
+        store, rest = _store(dict(options))
+        self.client = client
+        super().__init__(store, _SyncExecutor(client, _describe(client)), **rest)
+
+    @classmethod
+    @contextmanager
+    def from_url(cls, url: str, *, setup: bool = True, **options: Any) -> Iterator[RedisSaver]:
+        client = sync_client(url)
+        try:
+            saver = cls(client, **options)
+            saver._execute.where = mask_url(url)  # type: ignore[attr-defined]
+            if setup:
+                saver.setup()
+            yield saver
+        finally:
+            client.close()
+
+
+class AsyncRedisSaver(AsyncSaver):
+    """Asyncio saver on a ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster`` client."""
+
+    def __init__(self, client: Any, **options: Any) -> None:
+        _check_client(client)
+        store, rest = _store(dict(options))
+        self.client = client
+        super().__init__(store, _AsyncExecutor(client, _describe(client)), **rest)
+
+    @classmethod
+    @asynccontextmanager
+    async def from_url(
+        cls, url: str, *, setup: bool = True, **options: Any
+    ) -> AsyncIterator[AsyncRedisSaver]:
+        client = async_client(url)
+        try:
+            saver = cls(client, **options)
+            saver._aexecute.where = mask_url(url)  # type: ignore[attr-defined]
+            if setup:
+                await saver.asetup()
+            yield saver
+        finally:
+            await client.aclose()
+
+
+def _split(url: str) -> tuple[str, str]:
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise ConfigurationError(f"not a Redis URL: {mask_url(url)}")
+    return scheme.lower(), rest
+
+
+def sync_client(url: str) -> Any:
+    scheme, rest = _split(url)
+    try:
+        if scheme in CLUSTER_SCHEMES:
+            return redis.RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}")
+        if scheme in SINGLE_SCHEMES:
+            return redis.Redis.from_url(url)
+    except (*TRANSIENT, RedisClusterException) as exc:
+        raise _unavailable(mask_url(url), exc) from exc
+    except ValueError as exc:
+        raise ConfigurationError(f"bad Redis URL {mask_url(url)}: {exc}") from exc
+    raise ConfigurationError(f"not a Redis URL: {mask_url(url)}")
+
+
+def async_client(url: str) -> Any:
+    scheme, rest = _split(url)
+    try:
+        if scheme in CLUSTER_SCHEMES:
+            return aredis.RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}")
+        if scheme in SINGLE_SCHEMES:
+            return aredis.Redis.from_url(url)
+    except ValueError as exc:
+        raise ConfigurationError(f"bad Redis URL {mask_url(url)}: {exc}") from exc
+    raise ConfigurationError(f"not a Redis URL: {mask_url(url)}")

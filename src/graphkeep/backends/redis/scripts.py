@@ -1,0 +1,315 @@
+"""Server-side Lua for the Redis backend: one script call = one network round trip.
+
+Every key of a thread shares the hash tag ``{<thread>}``, so each script
+touches a single slot and runs unchanged on Redis Cluster. The seven keys of a
+thread are always passed in this order (see ``store.thread_keys``)::
+
+    KEYS[1] h   HASH  "ns\\0id"            -> head (msgpack, strings only:
+                                              parent, versions, present, needs, run_id)
+    KEYS[2] p   HASH  "ns\\0id"            -> payload (checkpoint and metadata bytes)
+    KEYS[3] x   ZSET  "ns\\0id"            lex index: latest / before within a namespace
+    KEYS[4] a   ZSET  "id\\0ns"            lex index: newest first across namespaces
+    KEYS[5] w   HASH  "ns\\0id\\0task\\0idx" -> write
+    KEYS[6] wi  ZSET  "ns\\0id\\0task\\0idx" lex index of a checkpoint's writes
+    KEYS[7] b   HASH  "ns\\0channel\\0version" -> channel value (stored once per version)
+
+Names never contain NUL (checked before any call), so "\\0" separators are
+unambiguous. TTL is a sliding window on the whole thread: every write (and,
+when asked, every read) re-arms PEXPIRE on all seven keys in the same script.
+"""
+
+from __future__ import annotations
+
+PRELUDE = r"""
+local function refresh(ttl)
+  if ttl > 0 then
+    for i = 1, 7 do redis.call('PEXPIRE', KEYS[i], ttl) end
+  end
+end
+
+local function batched(cmd, key, list)
+  local out = {}
+  for i = 1, #list, 500 do
+    local part = {}
+    for j = i, math.min(i + 499, #list) do part[#part + 1] = list[j] end
+    local got = redis.call(cmd, key, unpack(part))
+    if type(got) == 'table' then
+      for _, v in ipairs(got) do out[#out + 1] = v end
+    end
+  end
+  return out
+end
+
+local function hmget(key, fields)
+  if #fields == 0 then return {} end
+  local out = {}
+  for i = 1, #fields, 500 do
+    local part = {}
+    for j = i, math.min(i + 499, #fields) do part[#part + 1] = fields[j] end
+    local got = redis.call('HMGET', key, unpack(part))
+    for k = 1, #part do out[#out + 1] = got[k] end
+  end
+  return out
+end
+
+local function latest(ns)
+  local m = redis.call('ZREVRANGEBYLEX', KEYS[3], '(' .. ns .. '\1', '[' .. ns .. '\0', 'LIMIT', 0, 1)
+  if #m == 0 then return nil end
+  return string.sub(m[1], #ns + 2)
+end
+
+local function writes_of(f)
+  local wf = redis.call('ZRANGEBYLEX', KEYS[6], '[' .. f .. '\0', '(' .. f .. '\1')
+  return wf, hmget(KEYS[5], wf)
+end
+
+-- One checkpoint with its values and pending writes, or false.
+local function item(ns, id)
+  local f = ns .. '\0' .. id
+  local head = redis.call('HGET', KEYS[1], f)
+  if not head then return false end
+  local h = cmsgpack.unpack(head)
+  local chans, fields = {}, {}
+  for _, ch in ipairs(h[3]) do
+    local v = h[2][ch]
+    if v then
+      chans[#chans + 1] = ch
+      fields[#fields + 1] = ns .. '\0' .. ch .. '\0' .. v
+    end
+  end
+  local wf, ws = writes_of(f)
+  return {ns, id, head, redis.call('HGET', KEYS[2], f), chans, hmget(KEYS[7], fields), wf, ws}
+end
+"""
+
+PUT = r"""
+-- ARGV: ns, id, head, payload, ttl_ms, nblobs, (field, value) * nblobs
+local ns, id = ARGV[1], ARGV[2]
+local n = tonumber(ARGV[6])
+for i = 0, n - 1 do
+  redis.call('HSET', KEYS[7], ARGV[7 + 2 * i], ARGV[8 + 2 * i])
+end
+local f = ns .. '\0' .. id
+redis.call('HSET', KEYS[1], f, ARGV[3])
+redis.call('HSET', KEYS[2], f, ARGV[4])
+redis.call('ZADD', KEYS[3], 0, f)
+redis.call('ZADD', KEYS[4], 0, id .. '\0' .. ns)
+refresh(tonumber(ARGV[5]))
+return 1
+"""
+
+PUT_WRITES = r"""
+-- ARGV: ns, id, ttl_ms, n, (task_id, idx, special, value) * n
+local base = ARGV[1] .. '\0' .. ARGV[2] .. '\0'
+local n = tonumber(ARGV[4])
+for i = 0, n - 1 do
+  local field = base .. ARGV[5 + 4 * i] .. '\0' .. ARGV[6 + 4 * i]
+  if ARGV[7 + 4 * i] == '1' then
+    redis.call('HSET', KEYS[5], field, ARGV[8 + 4 * i])
+  else
+    redis.call('HSETNX', KEYS[5], field, ARGV[8 + 4 * i])
+  end
+  redis.call('ZADD', KEYS[6], 0, field)
+end
+refresh(tonumber(ARGV[3]))
+return 1
+"""
+
+GET = r"""
+-- ARGV: ns, id ('' = latest), refresh_ttl_ms
+local ns, id = ARGV[1], ARGV[2]
+if id == '' then
+  id = latest(ns)
+  if not id then return false end
+end
+local found = item(ns, id)
+if found then refresh(tonumber(ARGV[3])) end
+return found
+"""
+
+LIST = r"""
+-- ARGV: mode ('ns' | 'all' | 'id'), ns, checkpoint_id, upper ('' = none; exclusive),
+--       count, refresh_ttl_ms
+-- Returns {next_upper or '', item, item, ...}, newest first.
+local mode, ns, cid, upper, count = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local members
+if mode == 'ns' then
+  local max = '(' .. ns .. '\1'
+  if upper ~= '' then max = '(' .. ns .. '\0' .. upper end
+  members = redis.call('ZREVRANGEBYLEX', KEYS[3], max, '[' .. ns .. '\0', 'LIMIT', 0, count)
+elseif mode == 'id' then
+  local max = '(' .. cid .. '\1'
+  if upper ~= '' then max = '(' .. upper end
+  members = redis.call('ZREVRANGEBYLEX', KEYS[4], max, '[' .. cid .. '\0', 'LIMIT', 0, count)
+else
+  local max = '+'
+  if upper ~= '' then max = '(' .. upper end
+  members = redis.call('ZREVRANGEBYLEX', KEYS[4], max, '-', 'LIMIT', 0, count)
+end
+local out = {''}
+for _, m in ipairs(members) do
+  local m_ns, m_id
+  if mode == 'ns' then
+    m_ns = ns
+    m_id = string.sub(m, #ns + 2)
+  else
+    local cut = string.find(m, '\0', 1, true)
+    m_id = string.sub(m, 1, cut - 1)
+    m_ns = string.sub(m, cut + 1)
+  end
+  local found = item(m_ns, m_id)
+  if found then out[#out + 1] = found end
+end
+if #members == count then
+  if mode == 'ns' then out[1] = string.sub(members[#members], #ns + 2) else out[1] = members[#members] end
+end
+if #out > 1 then refresh(tonumber(ARGV[6])) end
+return out
+"""
+
+FETCH = r"""
+-- ARGV: n, (ns, id) * n  -> items (false where missing)
+local out = {}
+for i = 0, tonumber(ARGV[1]) - 1 do
+  out[#out + 1] = item(ARGV[2 + 2 * i], ARGV[3 + 2 * i])
+end
+return out
+"""
+
+CHAIN = r"""
+-- ARGV: ns, id ('' = latest), refresh_ttl_ms, channels...
+-- Walks parent links from the target's parent until every channel has a stored
+-- value (or the root); returns {target_id, {parent_id, head, wfields, writes,
+-- seed_channels, seed_blobs}...}.
+local ns, id = ARGV[1], ARGV[2]
+if id == '' then
+  id = latest(ns)
+  if not id then return {false, {}} end
+end
+local head = redis.call('HGET', KEYS[1], ns .. '\0' .. id)
+if not head then return {false, {}} end
+local remaining, left = {}, 0
+for i = 4, #ARGV do
+  if not remaining[ARGV[i]] then left = left + 1 end
+  remaining[ARGV[i]] = true
+end
+local out = {}
+local parent = cmsgpack.unpack(head)[1]
+local seen = {}
+while parent ~= '' and left > 0 and not seen[parent] do
+  seen[parent] = true
+  local f = ns .. '\0' .. parent
+  local hd = redis.call('HGET', KEYS[1], f)
+  if not hd then break end
+  local h = cmsgpack.unpack(hd)
+  local wf, ws = writes_of(f)
+  local chans, fields = {}, {}
+  for _, ch in ipairs(h[3]) do
+    if remaining[ch] and h[2][ch] then
+      remaining[ch] = nil
+      left = left - 1
+      chans[#chans + 1] = ch
+      fields[#fields + 1] = ns .. '\0' .. ch .. '\0' .. h[2][ch]
+    end
+  end
+  out[#out + 1] = {parent, hd, wf, ws, chans, hmget(KEYS[7], fields)}
+  parent = h[1]
+end
+refresh(tonumber(ARGV[3]))
+return {id, out}
+"""
+
+DELETE = r"""
+-- ARGV: ncp, (ns, id) * ncp, blob fields...
+local n = tonumber(ARGV[1])
+for i = 0, n - 1 do
+  local ns, id = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
+  local f = ns .. '\0' .. id
+  redis.call('HDEL', KEYS[1], f)
+  redis.call('HDEL', KEYS[2], f)
+  redis.call('ZREM', KEYS[3], f)
+  redis.call('ZREM', KEYS[4], id .. '\0' .. ns)
+  local wf = redis.call('ZRANGEBYLEX', KEYS[6], '[' .. f .. '\0', '(' .. f .. '\1')
+  if #wf > 0 then
+    batched('HDEL', KEYS[5], wf)
+    redis.call('ZREMRANGEBYLEX', KEYS[6], '[' .. f .. '\0', '(' .. f .. '\1')
+  end
+end
+local blobs = {}
+for i = 2 + 2 * n, #ARGV do blobs[#blobs + 1] = ARGV[i] end
+if #blobs > 0 then batched('HDEL', KEYS[7], blobs) end
+return 1
+"""
+
+INVENTORY = r"""
+-- Heads of every checkpoint, every write key and every blob key of the thread.
+return {redis.call('HGETALL', KEYS[1]), redis.call('ZRANGE', KEYS[6], 0, -1),
+        redis.call('HKEYS', KEYS[7])}
+"""
+
+EXPORT = r"""
+return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2]),
+        redis.call('HGETALL', KEYS[5]), redis.call('HGETALL', KEYS[7])}
+"""
+
+IMPORT = r"""
+-- ARGV: ttl_ms, nblobs, ncp, nwrites, then blob (field, value)*, checkpoint
+--       (field, head, payload)*, write (field, value)*. Blobs go first.
+local ttl, nb, nc, nw = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local i = 5
+for _ = 1, nb do
+  redis.call('HSET', KEYS[7], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+for _ = 1, nw do
+  redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
+  redis.call('ZADD', KEYS[6], 0, ARGV[i])
+  i = i + 2
+end
+for _ = 1, nc do
+  local f = ARGV[i]
+  local cut = string.find(f, '\0', 1, true)
+  redis.call('HSET', KEYS[1], f, ARGV[i + 1])
+  redis.call('HSET', KEYS[2], f, ARGV[i + 2])
+  redis.call('ZADD', KEYS[3], 0, f)
+  redis.call('ZADD', KEYS[4], 0, string.sub(f, cut + 1) .. '\0' .. string.sub(f, 1, cut - 1))
+  i = i + 3
+end
+refresh(ttl)
+return 1
+"""
+
+FIND_RUNS = r"""
+-- ARGV: run ids. Returns the fields ("ns\0id") of checkpoints made by those runs.
+local wanted = {}
+for i = 1, #ARGV do wanted[ARGV[i]] = true end
+local out = {}
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local h = cmsgpack.unpack(all[i + 1])
+  if h[5] ~= '' and wanted[h[5]] then out[#out + 1] = all[i] end
+end
+return out
+"""
+
+ALL_IDS = r"""
+return redis.call('ZRANGE', KEYS[4], 0, -1)
+"""
+
+SCRIPTS: dict[str, str] = {
+    name: PRELUDE + body
+    for name, body in {
+        "put": PUT,
+        "put_writes": PUT_WRITES,
+        "get": GET,
+        "list": LIST,
+        "fetch": FETCH,
+        "chain": CHAIN,
+        "delete": DELETE,
+        "inventory": INVENTORY,
+        "export": EXPORT,
+        "import": IMPORT,
+        "find_runs": FIND_RUNS,
+        "all_ids": ALL_IDS,
+    }.items()
+}

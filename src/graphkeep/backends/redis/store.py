@@ -1,0 +1,393 @@
+"""The Redis mapping of the storage port (plain Redis >= 7: hashes, sorted sets, Lua).
+
+A thread is seven keys sharing one hash tag (layout in :mod:`.scripts`); every
+port call is one script call, i.e. one round trip, except the cross-thread
+admin paths (``list(None)``, ``delete_for_runs``) which SCAN for threads first
+and are documented as costly. Nothing global is touched on the write path.
+
+Requests yielded here are plain data (:class:`Script`, :class:`Scan`); the
+executors in :mod:`graphkeep.backends.redis` run them on a sync or asyncio
+client.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from graphkeep.errors import ConfigurationError
+from graphkeep.shared import serde as codec
+from graphkeep.shared.port import Op
+from graphkeep.shared.records import (
+    BlobRecord,
+    Chain,
+    CheckpointRecord,
+    Inventory,
+    ListQuery,
+    Loaded,
+    Summary,
+    ThreadDump,
+    Typed,
+    WriteRecord,
+)
+
+FORMAT = "1"  # bump when the key layout changes; old keys stay readable by old code
+SEP = b"\x00"
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    name: str
+    keys: list[str]
+    args: list[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """Every key matching ``pattern`` (on every primary of a cluster)."""
+
+    pattern: str
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    keys: list[str]
+
+
+def encode_thread(thread_id: str) -> str:
+    """Percent-escape the characters that would end or confuse the ``{hash tag}``."""
+    return thread_id.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+
+
+def decode_thread(text: str) -> str:
+    return text.replace("%7D", "}").replace("%7B", "{").replace("%25", "%")
+
+
+def check_prefix(prefix: str) -> str:
+    if not isinstance(prefix, str) or not prefix:
+        raise ConfigurationError("key_prefix must be a non-empty string")
+    if any(c in prefix for c in "{}\x00"):
+        raise ConfigurationError(
+            f"key_prefix {prefix!r} must not contain '{{', '}}' or NUL (they define"
+            " Redis Cluster hash tags)"
+        )
+    return prefix
+
+
+class RedisStore:
+    """Storage port on Redis. ``ttl`` in seconds slides on every write of a thread."""
+
+    def __init__(
+        self,
+        *,
+        key_prefix: str = "graphkeep",
+        ttl: float | None = None,
+        refresh_ttl_on_read: bool = False,
+    ) -> None:
+        self.prefix = check_prefix(key_prefix)
+        self.ttl_ms = int(ttl * 1000) if ttl else 0
+        self.read_ttl_ms = self.ttl_ms if refresh_ttl_on_read else 0
+
+    # -- keys ----------------------------------------------------------------------
+
+    def thread_keys(self, thread_id: str) -> list[str]:
+        base = f"{self.prefix}:{FORMAT}:{{{encode_thread(thread_id)}}}"
+        return [f"{base}:{suffix}" for suffix in ("h", "p", "x", "a", "w", "wi", "b")]
+
+    def _thread_pattern(self) -> str:
+        escaped = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix)
+        return f"{escaped}:{FORMAT}:{{*}}:h"
+
+    def _thread_of(self, key: bytes | str) -> str:
+        text = key.decode() if isinstance(key, bytes) else key
+        start = len(self.prefix) + len(FORMAT) + 3
+        return decode_thread(text[start:-3])
+
+    # -- port ----------------------------------------------------------------------
+
+    def setup(self) -> Op[None]:
+        yield Script("__load__", [], [])
+
+    def put_checkpoint(self, record: CheckpointRecord, blobs: list[BlobRecord]) -> Op[None]:
+        args: list[Any] = [
+            record.ns,
+            record.checkpoint_id,
+            _pack_head(record),
+            codec.packb(
+                [
+                    record.checkpoint.tag,
+                    record.checkpoint.data,
+                    record.metadata.tag,
+                    record.metadata.data,
+                ]
+            ),
+            self.ttl_ms,
+            len(blobs),
+        ]
+        for blob in blobs:
+            args += [_field(record.ns, blob.channel, blob.version), codec.pack_typed(blob.value)]
+        yield Script("put", self.thread_keys(record.thread_id), args)
+
+    def put_writes(
+        self, thread_id: str, ns: str, checkpoint_id: str, writes: list[WriteRecord]
+    ) -> Op[None]:
+        args: list[Any] = [ns, checkpoint_id, self.ttl_ms, len(writes)]
+        for w in writes:
+            args += [
+                w.task_id,
+                str(w.idx),
+                "1" if w.special else "0",
+                codec.packb([w.channel, w.task_path, w.value.tag, w.value.data]),
+            ]
+        yield Script("put_writes", self.thread_keys(thread_id), args)
+
+    def load(self, thread_id: str, ns: str, checkpoint_id: str | None) -> Op[Loaded | None]:
+        raw = yield Script(
+            "get", self.thread_keys(thread_id), [ns, checkpoint_id or "", self.read_ttl_ms]
+        )
+        return _loaded(thread_id, raw) if raw else None
+
+    def list_page(
+        self, query: ListQuery, cursor: Any, page_size: int
+    ) -> Op[tuple[list[Loaded], Any]]:
+        if query.thread_id is None:
+            return (yield from self._list_all_threads(query, cursor, page_size))
+        if query.ns is not None:
+            mode = "ns"
+            upper = cursor if cursor is not None else (query.before or "")
+            if query.checkpoint_id is not None:
+                # one exact checkpoint: fetch it and stop
+                if query.before and query.checkpoint_id >= query.before:
+                    return [], None
+                loaded = yield from self.load(query.thread_id, query.ns, query.checkpoint_id)
+                return ([loaded] if loaded else []), None
+        else:
+            mode = "id" if query.checkpoint_id is not None else "all"
+            upper = cursor if cursor is not None else (query.before or "")
+        raw = yield Script(
+            "list",
+            self.thread_keys(query.thread_id),
+            [mode, query.ns or "", query.checkpoint_id or "", upper, page_size, self.read_ttl_ms],
+        )
+        next_upper = raw[0]
+        items = [_loaded(query.thread_id, it) for it in raw[1:]]
+        return items, (next_upper.decode() if next_upper else None)
+
+    def _list_all_threads(
+        self, query: ListQuery, cursor: Any, page_size: int
+    ) -> Op[tuple[list[Loaded], Any]]:
+        # Costly by nature: SCAN for threads, read every id, then fetch pages by id.
+        if cursor is None:
+            entries: list[tuple[str, str, str]] = []
+            for thread_id in (yield from self._threads()):
+                members = yield Script("all_ids", self.thread_keys(thread_id), [])
+                for member in members:
+                    cid, _, ns = member.partition(SEP)
+                    entries.append((cid.decode(), thread_id, ns.decode()))
+            entries.sort(reverse=True)
+            if query.before is not None:
+                entries = [e for e in entries if e[0] < query.before]
+            if query.checkpoint_id is not None:
+                entries = [e for e in entries if e[0] == query.checkpoint_id]
+            cursor = (entries, 0)
+        entries, pos = cursor
+        page = entries[pos : pos + page_size]
+        items: list[Loaded] = []
+        by_thread: dict[str, list[tuple[str, str]]] = {}
+        for cid, thread_id, ns in page:
+            by_thread.setdefault(thread_id, []).append((ns, cid))
+        fetched: dict[tuple[str, str, str], Loaded] = {}
+        for thread_id, wanted in by_thread.items():
+            args: list[Any] = [len(wanted)]
+            for ns, cid in wanted:
+                args += [ns, cid]
+            raw = yield Script("fetch", self.thread_keys(thread_id), args)
+            for it in raw:
+                if it:
+                    loaded = _loaded(thread_id, it)
+                    rec = loaded.record
+                    fetched[(rec.checkpoint_id, thread_id, rec.ns)] = loaded
+        items = [fetched[e] for e in page if e in fetched]
+        pos += len(page)
+        return items, ((entries, pos) if pos < len(entries) else None)
+
+    def chain(
+        self, thread_id: str, ns: str, checkpoint_id: str | None, channels: list[str]
+    ) -> Op[Chain]:
+        raw = yield Script(
+            "chain",
+            self.thread_keys(thread_id),
+            [ns, checkpoint_id or "", self.read_ttl_ms, *channels],
+        )
+        target, steps = raw
+        ancestors: list[Summary] = []
+        writes: dict[str, list[WriteRecord]] = {}
+        blobs: dict[tuple[str, str], Typed] = {}
+        for parent, head, wfields, wvalues, chans, seed_blobs in steps:
+            summary = _summary(ns, parent.decode(), head)
+            ancestors.append(summary)
+            writes[summary.checkpoint_id] = _writes(wfields, wvalues)
+            for ch, blob in zip(chans, seed_blobs):
+                if blob:
+                    channel = ch.decode()
+                    blobs[(channel, summary.versions[channel])] = codec.unpack_typed(blob)
+        return Chain(target.decode() if target else None, ancestors, writes, blobs)
+
+    def delete_thread(self, thread_id: str) -> Op[None]:
+        yield Delete(self.thread_keys(thread_id))
+
+    def inventory(self, thread_id: str) -> Op[Inventory]:
+        heads, wmembers, bkeys = yield Script("inventory", self.thread_keys(thread_id), [])
+        checkpoints = []
+        for i in range(0, len(heads), 2):
+            ns, _, cid = heads[i].partition(SEP)
+            checkpoints.append(_summary(ns.decode(), cid.decode(), heads[i + 1]))
+        write_keys = set()
+        for member in wmembers:
+            ns, cid, _rest = member.split(SEP, 2)
+            write_keys.add((ns.decode(), cid.decode()))
+        blob_keys = set()
+        for key in bkeys:
+            ns, ch, version = key.split(SEP, 2)
+            blob_keys.add((ns.decode(), ch.decode(), version.decode()))
+        return Inventory(checkpoints, write_keys, blob_keys)
+
+    def delete_records(
+        self,
+        thread_id: str,
+        checkpoints: list[tuple[str, str]],
+        blobs: list[tuple[str, str, str]],
+    ) -> Op[None]:
+        args: list[Any] = [len(checkpoints)]
+        for ns, cid in checkpoints:
+            args += [ns, cid]
+        args += [_field(ns, ch, version) for ns, ch, version in blobs]
+        yield Script("delete", self.thread_keys(thread_id), args)
+
+    def find_runs(self, run_ids: list[str]) -> Op[dict[str, list[tuple[str, str]]]]:
+        found: dict[str, list[tuple[str, str]]] = {}
+        for thread_id in (yield from self._threads()):
+            fields = yield Script("find_runs", self.thread_keys(thread_id), list(run_ids))
+            for field in fields:
+                ns, _, cid = field.partition(SEP)
+                found.setdefault(thread_id, []).append((ns.decode(), cid.decode()))
+        return found
+
+    def export_thread(self, thread_id: str) -> Op[ThreadDump]:
+        heads, payloads, writes, blobs = yield Script("export", self.thread_keys(thread_id), [])
+        payload_of = {payloads[i]: payloads[i + 1] for i in range(0, len(payloads), 2)}
+        dump = ThreadDump([], [], [])
+        for i in range(0, len(heads), 2):
+            field = heads[i]
+            ns, _, cid = field.partition(SEP)
+            payload = payload_of.get(field)
+            if payload is None:
+                continue
+            dump.checkpoints.append(_record(thread_id, ns.decode(), cid.decode(), heads[i + 1], payload))
+        for i in range(0, len(writes), 2):
+            ns, cid, _rest = writes[i].split(SEP, 2)
+            (write,) = _writes([writes[i]], [writes[i + 1]])
+            dump.writes.append((ns.decode(), cid.decode(), write))
+        for i in range(0, len(blobs), 2):
+            ns, ch, version = blobs[i].split(SEP, 2)
+            value = codec.unpack_typed(blobs[i + 1])
+            dump.blobs.append((ns.decode(), BlobRecord(ch.decode(), version.decode(), value)))
+        return dump
+
+    def import_thread(self, thread_id: str, dump: ThreadDump) -> Op[None]:
+        blob_args: list[Any] = []
+        for ns, blob in dump.blobs:
+            blob_args += [_field(ns, blob.channel, blob.version), codec.pack_typed(blob.value)]
+        write_args: list[Any] = []
+        for ns, cid, w in dump.writes:
+            write_args += [
+                _field(ns, cid, w.task_id, str(w.idx)),
+                codec.packb([w.channel, w.task_path, w.value.tag, w.value.data]),
+            ]
+        cp_args: list[Any] = []
+        for rec in dump.checkpoints:
+            cp_args += [
+                _field(rec.ns, rec.checkpoint_id),
+                _pack_head(rec),
+                codec.packb(
+                    [rec.checkpoint.tag, rec.checkpoint.data, rec.metadata.tag, rec.metadata.data]
+                ),
+            ]
+        args = [
+            self.ttl_ms,
+            len(dump.blobs),
+            len(dump.checkpoints),
+            len(dump.writes),
+            *blob_args,
+            *write_args,
+            *cp_args,
+        ]
+        yield Script("import", self.thread_keys(thread_id), args)
+
+    def list_threads(self, cursor: Any, page_size: int) -> Op[tuple[list[str], Any]]:
+        threads = yield from self._threads()
+        return threads, None
+
+    def _threads(self) -> Op[list[str]]:
+        keys = yield Scan(self._thread_pattern())
+        return sorted({self._thread_of(k) for k in keys})
+
+
+def _field(*parts: str) -> bytes:
+    return SEP.join(p.encode() for p in parts)
+
+
+def _pack_head(record: CheckpointRecord) -> bytes:
+    # strings only: the Lua side decodes heads with cmsgpack, which has no bin type
+    return codec.packb(
+        [
+            record.parent_id or "",
+            record.versions,
+            record.present,
+            record.needs_history,
+            record.run_id or "",
+        ]
+    )
+
+
+def _summary(ns: str, checkpoint_id: str, head: bytes) -> Summary:
+    parent, versions, present, needs, run_id = codec.unpackb(head)
+    return Summary(ns, checkpoint_id, parent or None, versions, present, needs, run_id or None)
+
+
+def _record(thread_id: str, ns: str, checkpoint_id: str, head: bytes, payload: bytes) -> CheckpointRecord:
+    parent, versions, present, needs, run_id = codec.unpackb(head)
+    ctag, cdata, mtag, mdata = codec.unpackb(payload)
+    return CheckpointRecord(
+        thread_id=thread_id,
+        ns=ns,
+        checkpoint_id=checkpoint_id,
+        parent_id=parent or None,
+        versions=versions,
+        present=present,
+        needs_history=needs,
+        run_id=run_id or None,
+        checkpoint=Typed(ctag, cdata),
+        metadata=Typed(mtag, mdata),
+    )
+
+
+def _writes(fields: list[bytes], values: list[bytes | None]) -> list[WriteRecord]:
+    out = []
+    for field, value in zip(fields, values):
+        if value is None:
+            continue
+        _ns, _cid, task_id, idx = field.split(SEP, 3)
+        channel, task_path, tag, data = codec.unpackb(value)
+        out.append(WriteRecord(task_id.decode(), int(idx), channel, task_path, Typed(tag, data)))
+    return out
+
+
+def _loaded(thread_id: str, raw: list[Any]) -> Loaded:
+    ns, cid, head, payload, chans, blobs, wfields, wvalues = raw
+    record = _record(thread_id, ns.decode(), cid.decode(), head, payload)
+    values = {
+        ch.decode(): codec.unpack_typed(blob) for ch, blob in zip(chans, blobs) if blob is not None
+    }
+    return Loaded(record, values, _writes(wfields, wvalues))

@@ -1,0 +1,61 @@
+"""Every error graphkeep raises on purpose derives from :class:`GraphkeepError`.
+
+Messages say what was wrong and what to do about it. Errors about the caller's
+input are raised before anything is written to the store.
+"""
+
+from __future__ import annotations
+
+
+class GraphkeepError(Exception):
+    """Base class of all graphkeep errors."""
+
+
+class ConfigurationError(GraphkeepError, ValueError):
+    """A URL, option or constructor argument is not usable."""
+
+
+class InvalidInput(GraphkeepError, ValueError):
+    """An argument of a saver call cannot be stored (raised before any write)."""
+
+
+class InvalidThreadId(InvalidInput):
+    """A thread id is missing, of the wrong type, too long or contains NUL."""
+
+
+class InvalidNamespace(InvalidInput):
+    """A checkpoint namespace or id cannot be stored."""
+
+
+class InvalidFilter(InvalidInput):
+    """A metadata filter for ``list`` cannot be evaluated safely."""
+
+
+class SerializationError(GraphkeepError, TypeError):
+    """A value in graph state (or a write) cannot be serialized."""
+
+
+class PayloadTooLarge(GraphkeepError):
+    """A value is larger than the store accepts and chunking is disabled."""
+
+
+class StorageUnavailable(GraphkeepError, ConnectionError):
+    """The store cannot be reached (refused, timed out, restarting)."""
+
+
+class LockNotAcquired(GraphkeepError):
+    """A per-thread lease is held by someone else."""
+
+
+__all__ = [
+    "ConfigurationError",
+    "GraphkeepError",
+    "InvalidFilter",
+    "InvalidInput",
+    "InvalidNamespace",
+    "InvalidThreadId",
+    "LockNotAcquired",
+    "PayloadTooLarge",
+    "SerializationError",
+    "StorageUnavailable",
+]

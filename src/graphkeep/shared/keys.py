@@ -1,0 +1,124 @@
+"""Identifiers: validation of thread ids and namespaces, version strings, URL masking.
+
+Thread ids are normalised to ``str`` (``7`` and ``"7"`` are the same thread) and
+checked before any I/O, so a bad id never reaches a driver.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from graphkeep.errors import InvalidNamespace, InvalidThreadId
+
+DEFAULT_MAX_ID_BYTES = 1024
+
+
+def normalize_thread_id(value: Any, *, max_bytes: int = DEFAULT_MAX_ID_BYTES) -> str:
+    """Return the canonical ``str`` form of a thread id, or raise :class:`InvalidThreadId`."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise InvalidThreadId(
+            f"thread_id must be a non-empty str or an int, got {type(value).__name__}"
+            f" ({_short(value)}); pass config={{'configurable': {{'thread_id': ...}}}}"
+        )
+    text = str(value)
+    if not text:
+        raise InvalidThreadId("thread_id must not be empty")
+    _check_text(text, "thread_id", max_bytes, InvalidThreadId)
+    return text
+
+
+def normalize_namespace(value: Any, *, max_bytes: int = DEFAULT_MAX_ID_BYTES) -> str:
+    """Return a checkpoint namespace (``""`` is the root graph)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InvalidNamespace(
+            f"checkpoint_ns must be a str, got {type(value).__name__} ({_short(value)})"
+        )
+    _check_text(value, "checkpoint_ns", max_bytes, InvalidNamespace)
+    return value
+
+
+def normalize_checkpoint_id(value: Any, *, max_bytes: int = DEFAULT_MAX_ID_BYTES) -> str | None:
+    """Return a checkpoint id, or ``None`` when absent (a falsy id means "latest")."""
+    if not value:
+        return None
+    if not isinstance(value, str):
+        raise InvalidNamespace(
+            f"checkpoint_id must be a str, got {type(value).__name__} ({_short(value)})"
+        )
+    _check_text(value, "checkpoint_id", max_bytes, InvalidNamespace)
+    return value
+
+
+def check_name(value: Any, what: str, *, max_bytes: int = DEFAULT_MAX_ID_BYTES) -> str:
+    """Check a task id, task path or channel name that becomes part of a storage key."""
+    if not isinstance(value, str):
+        raise InvalidNamespace(f"{what} must be a str, got {type(value).__name__}")
+    _check_text(value, what, max_bytes, InvalidNamespace)
+    return value
+
+
+def _check_text(text: str, what: str, max_bytes: int, error: type[Exception]) -> None:
+    if "\x00" in text:
+        raise error(f"{what} must not contain NUL characters: {_short(text)}")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise error(f"{what} is not valid unicode (lone surrogate): {_short(text)}") from exc
+    if size > max_bytes:
+        raise error(
+            f"{what} is {size} bytes long; the limit is {max_bytes} bytes"
+            " (raise it with the max_id_bytes option)"
+        )
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def next_version(current: str | int | float | None) -> str:
+    """Next channel version: zero-padded integer part plus a random fraction.
+
+    String order equals numeric order, and the random part keeps versions of
+    two forks of one checkpoint distinct, so (channel, version) blob keys never
+    collide across branches.
+    """
+    if current is None:
+        number = 0
+    elif isinstance(current, (int, float)):
+        number = int(current)
+    else:
+        number = int(current.split(".", 1)[0])
+    return f"{number + 1:032}.{random.random():016}"
+
+
+def version_key(version: Any) -> str:
+    """The storage form of a channel version (``1`` and ``"1"`` are one key)."""
+    return str(version)
+
+
+_USERINFO = re.compile(r"^(?P<user>[^:@]*)(:(?P<password>[^@]*))?@")
+
+
+def mask_url(url: str) -> str:
+    """Return ``url`` with any password (and secret query values) replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable url>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, host = netloc.rpartition("@")
+        user, sep, _password = userinfo.partition(":")
+        netloc = f"{user}{':***' if sep else ''}@{host}"
+    query = re.sub(
+        r"(?i)((?:password|secret|token|aws_secret_access_key|aws_session_token)=)[^&]*",
+        r"\1***",
+        parts.query,
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

@@ -1,0 +1,170 @@
+"""The storage port a backend implements, and the loop that runs it sync or async.
+
+Every port method is a generator: it *yields* requests in the store's own terms
+(a Redis script call, a MongoDB command, a DynamoDB API call) and receives each
+request's result back, finally *returning* its answer. The store never performs
+I/O itself; an executor does. One generator therefore serves the sync and the
+async saver alike — the same logic, two tiny executors:
+
+    result = drive(store.load(...), executor.execute)            # sync
+    result = await adrive(store.load(...), executor.aexecute)    # async
+
+The saver's contract logic in :mod:`graphkeep.shared.saver` is written the same
+way (``yield from store.…``), so sync and async share one source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from graphkeep.shared.records import (
+    BlobRecord,
+    Chain,
+    CheckpointRecord,
+    Inventory,
+    ListQuery,
+    Loaded,
+    ThreadDump,
+    WriteRecord,
+)
+
+T = TypeVar("T")
+#: A unit of store logic: yields requests, receives their results, returns T.
+Op = Generator[Any, Any, T]
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """Yielded by streaming ops (``list``): a value for the caller, not a request."""
+
+    value: Any
+
+
+class Store(Protocol):
+    """What a backend maps onto its store. Thread ids and names arrive validated.
+
+    Semantics every implementation must keep (see storage-contract.md):
+    - ``put_checkpoint`` stores ``blobs`` and then the record so that no reader
+      ever sees the record without its blobs; upsert on (thread, ns, id).
+    - ``put_writes``: regular writes (idx >= 0) are insert-if-absent per
+      (thread, ns, checkpoint_id, task_id, idx); special writes replace.
+    - ``load`` returns the exact checkpoint, or the max id in (thread, ns).
+    - ``list_page`` returns newest-first pages; it may pre-filter on metadata.
+    - TTL: every write refreshes the expiry of all the thread needs.
+    """
+
+    def setup(self) -> Op[None]: ...
+
+    def put_checkpoint(self, record: CheckpointRecord, blobs: list[BlobRecord]) -> Op[None]: ...
+
+    def put_writes(
+        self, thread_id: str, ns: str, checkpoint_id: str, writes: list[WriteRecord]
+    ) -> Op[None]: ...
+
+    def load(self, thread_id: str, ns: str, checkpoint_id: str | None) -> Op[Loaded | None]: ...
+
+    def list_page(
+        self, query: ListQuery, cursor: Any, page_size: int
+    ) -> Op[tuple[list[Loaded], Any]]: ...
+
+    def chain(
+        self, thread_id: str, ns: str, checkpoint_id: str | None, channels: list[str]
+    ) -> Op[Chain]: ...
+
+    def delete_thread(self, thread_id: str) -> Op[None]: ...
+
+    def inventory(self, thread_id: str) -> Op[Inventory]: ...
+
+    def delete_records(
+        self,
+        thread_id: str,
+        checkpoints: list[tuple[str, str]],
+        blobs: list[tuple[str, str, str]],
+    ) -> Op[None]: ...
+
+    def find_runs(self, run_ids: list[str]) -> Op[dict[str, list[tuple[str, str]]]]: ...
+
+    def export_thread(self, thread_id: str) -> Op[ThreadDump]: ...
+
+    def import_thread(self, thread_id: str, dump: ThreadDump) -> Op[None]: ...
+
+    def list_threads(self, cursor: Any, page_size: int) -> Op[tuple[list[str], Any]]: ...
+
+
+def drive(op: Op[T], execute: Callable[[Any], Any]) -> T:
+    """Run ``op`` to completion, executing each request synchronously."""
+    try:
+        request = next(op)
+        while True:
+            try:
+                result = execute(request)
+            except BaseException as exc:  # the op may handle store errors
+                request = op.throw(exc)
+            else:
+                request = op.send(result)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def adrive(op: Op[T], execute: Callable[[Any], Awaitable[Any]]) -> T:
+    """Run ``op`` to completion, awaiting each request."""
+    try:
+        request = next(op)
+        while True:
+            try:
+                result = await execute(request)
+            except BaseException as exc:
+                request = op.throw(exc)
+            else:
+                request = op.send(result)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+def drive_iter(op: Op[None], execute: Callable[[Any], Any]) -> Iterator[Any]:
+    """Run a streaming op; ``Emit`` values are handed to the caller as they come."""
+    request = next(op, None)
+    while request is not None:
+        if isinstance(request, Emit):
+            yield request.value
+            request = next(op, None)
+            continue
+        try:
+            result = execute(request)
+        except BaseException as exc:
+            request = _throw(op, exc)
+        else:
+            request = _send(op, result)
+
+
+async def adrive_iter(
+    op: Op[None], execute: Callable[[Any], Awaitable[Any]]
+) -> AsyncIterator[Any]:
+    request = next(op, None)
+    while request is not None:
+        if isinstance(request, Emit):
+            yield request.value
+            request = next(op, None)
+            continue
+        try:
+            result = await execute(request)
+        except BaseException as exc:
+            request = _throw(op, exc)
+        else:
+            request = _send(op, result)
+
+
+def _send(op: Op[None], value: Any) -> Any:
+    try:
+        return op.send(value)
+    except StopIteration:
+        return None
+
+
+def _throw(op: Op[None], exc: BaseException) -> Any:
+    try:
+        return op.throw(exc)
+    except StopIteration:
+        return None

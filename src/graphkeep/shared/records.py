@@ -1,0 +1,139 @@
+"""The three record kinds every store keeps, as plain data.
+
+A backend maps these onto its native primitives; it never looks inside a
+``Typed`` payload. ``CheckpointRecord`` keeps, next to the serialized
+checkpoint, the small plain fields a store needs to serve reads and ancestor
+walks without deserializing anything: the version of every channel, which
+channels have a stored value, and which DeltaChannels rebuild their value from
+ancestor writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Typed:
+    """A value as ``serde.dumps_typed`` returned it: a type tag and raw bytes."""
+
+    tag: str
+    data: bytes
+
+
+@dataclass(slots=True)
+class CheckpointRecord:
+    thread_id: str
+    ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    #: channel -> version key, for every channel in ``channel_versions``
+    versions: dict[str, str]
+    #: channels whose value is stored as a blob at ``versions[channel]``
+    present: list[str]
+    #: DeltaChannels whose value at this checkpoint lives in ancestor writes
+    needs_history: list[str]
+    run_id: str | None
+    #: the checkpoint dict without ``channel_values``
+    checkpoint: Typed
+    metadata: Typed
+    #: a plain JSON-compatible copy of the metadata, for server-side filters
+    metadata_doc: dict[str, Any] = field(default_factory=dict)
+
+    def renamed(self, thread_id: str) -> CheckpointRecord:
+        return replace(self, thread_id=thread_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """What an ancestor walk or a prune needs of a checkpoint (no payload)."""
+
+    ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    versions: dict[str, str]
+    present: list[str]
+    needs_history: list[str]
+    run_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WriteRecord:
+    task_id: str
+    idx: int
+    channel: str
+    task_path: str
+    value: Typed
+
+    @property
+    def special(self) -> bool:
+        """Special writes (error, interrupt, resume, scheduled) replace; others insert once."""
+        return self.idx < 0
+
+
+@dataclass(frozen=True, slots=True)
+class BlobRecord:
+    channel: str
+    version: str
+    value: Typed
+
+
+@dataclass(slots=True)
+class Loaded:
+    """One checkpoint as read back: the record, its channel values and pending writes."""
+
+    record: CheckpointRecord
+    blobs: dict[str, Typed]
+    writes: list[WriteRecord]
+
+
+@dataclass(slots=True)
+class Chain:
+    """What a store returns for an ancestor walk.
+
+    ``ancestors`` starts at the target's parent and goes rootward; it must reach
+    at least the nearest ancestor storing a value for each requested channel
+    (more is harmless). ``writes`` maps ancestor ids to their writes and
+    ``blobs`` maps (channel, version) to seed values.
+    """
+
+    target_id: str | None
+    ancestors: list[Summary]
+    writes: dict[str, list[WriteRecord]]
+    blobs: dict[tuple[str, str], Typed]
+
+
+@dataclass(slots=True)
+class Inventory:
+    """Everything a thread holds, without payloads (for prune and GC)."""
+
+    checkpoints: list[Summary]
+    #: (ns, checkpoint_id) of every checkpoint that has writes, even without a checkpoint
+    write_keys: set[tuple[str, str]]
+    #: (ns, channel, version) of every stored blob
+    blob_keys: set[tuple[str, str, str]]
+
+
+@dataclass(slots=True)
+class ThreadDump:
+    """A whole thread, for copy and migration."""
+
+    checkpoints: list[CheckpointRecord]
+    writes: list[tuple[str, str, WriteRecord]]
+    blobs: list[tuple[str, BlobRecord]]
+
+    def __bool__(self) -> bool:
+        return bool(self.checkpoints or self.writes or self.blobs)
+
+
+@dataclass(frozen=True, slots=True)
+class ListQuery:
+    """A ``list`` call as the store sees it (filter is re-checked by the saver)."""
+
+    thread_id: str | None
+    ns: str | None
+    checkpoint_id: str | None
+    before: str | None
+    filter: dict[str, Any]
+    limit: int | None

@@ -1,0 +1,656 @@
+"""The checkpoint saver: the whole LangGraph contract, written once for every store.
+
+Each public method is a thin shell over a generator (``_put``, ``_get_tuple``…)
+that validates input, builds records, asks the store through the port and
+turns the answer into LangGraph objects. :class:`SyncSaver` drives those
+generators with a blocking executor, :class:`AsyncSaver` with an awaiting one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+
+from graphkeep.errors import ConfigurationError, InvalidInput
+from graphkeep.shared import serde as codec
+from graphkeep.shared.keys import (
+    DEFAULT_MAX_ID_BYTES,
+    check_name,
+    next_version,
+    normalize_checkpoint_id,
+    normalize_namespace,
+    normalize_thread_id,
+    version_key,
+)
+from graphkeep.shared.port import Emit, Op, Store, adrive, adrive_iter, drive, drive_iter
+from graphkeep.shared.records import (
+    BlobRecord,
+    CheckpointRecord,
+    Inventory,
+    ListQuery,
+    Loaded,
+    Summary,
+    WriteRecord,
+)
+
+LIST_PAGE_SIZE = 100
+PRUNE_STRATEGIES = ("keep_latest", "delete")
+
+
+def ttl_seconds(ttl: float | int | timedelta | None) -> float | None:
+    """Normalise the ``ttl`` option (seconds or timedelta; None = keep forever)."""
+    if ttl is None:
+        return None
+    if isinstance(ttl, timedelta):
+        seconds = ttl.total_seconds()
+    elif isinstance(ttl, (int, float)) and not isinstance(ttl, bool):
+        seconds = float(ttl)
+    else:
+        raise ConfigurationError(f"ttl must be seconds or a timedelta, got {ttl!r}")
+    if seconds <= 0:
+        raise ConfigurationError(f"ttl must be positive, got {ttl!r}")
+    return seconds
+
+
+class BaseSaver(BaseCheckpointSaver[str]):
+    """Contract logic over a :class:`~graphkeep.shared.port.Store`."""
+
+    store: Store
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        serde: Any = None,
+        max_id_bytes: int = DEFAULT_MAX_ID_BYTES,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.store = store
+        self.max_id_bytes = max_id_bytes
+
+    # -- identifiers ---------------------------------------------------------------
+
+    def _address(self, config: RunnableConfig | None) -> tuple[str, str, str | None]:
+        conf = _configurable(config)
+        thread_id = normalize_thread_id(conf.get("thread_id"), max_bytes=self.max_id_bytes)
+        ns = normalize_namespace(conf.get("checkpoint_ns"), max_bytes=self.max_id_bytes)
+        checkpoint_id = normalize_checkpoint_id(
+            conf.get("checkpoint_id"), max_bytes=self.max_id_bytes
+        )
+        return thread_id, ns, checkpoint_id
+
+    def _thread(self, thread_id: Any) -> str:
+        return normalize_thread_id(thread_id, max_bytes=self.max_id_bytes)
+
+    def get_next_version(self, current: str | None, channel: None = None) -> str:
+        return next_version(current)
+
+    # -- put -----------------------------------------------------------------------
+
+    def _put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Op[RunnableConfig]:
+        thread_id, ns, parent_id = self._address(config)
+        checkpoint_id = normalize_checkpoint_id(checkpoint.get("id"), max_bytes=self.max_id_bytes)
+        if checkpoint_id is None:
+            raise InvalidInput("checkpoint['id'] must be a non-empty string")
+        values: dict[str, Any] = dict(checkpoint.get("channel_values") or {})
+        versions = {
+            check_name(ch, "channel name"): version_key(v)
+            for ch, v in (checkpoint.get("channel_versions") or {}).items()
+        }
+        blobs = [
+            BlobRecord(ch, version_key(v), codec.dump(self.serde, values[ch], f"channel {ch!r}"))
+            for ch, v in new_versions.items()
+            if ch in values
+        ]
+        present = [ch for ch in values if ch in versions]
+        merged = get_checkpoint_metadata(config, metadata)
+        counters = merged.get("counters_since_delta_snapshot") or {}
+        needs = [ch for ch in counters if ch in versions and ch not in values]
+        body = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        run_id = merged.get("run_id")
+        record = CheckpointRecord(
+            thread_id=thread_id,
+            ns=ns,
+            checkpoint_id=checkpoint_id,
+            parent_id=parent_id,
+            versions=versions,
+            present=present,
+            needs_history=needs,
+            run_id=str(run_id) if run_id is not None else None,
+            checkpoint=codec.dump(self.serde, body, "the checkpoint"),
+            metadata=codec.dump(self.serde, merged, "checkpoint metadata"),
+            metadata_doc=codec.plain(merged),
+        )
+        yield from self.store.put_checkpoint(record, blobs)
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
+            }
+        }
+
+    # -- put_writes ----------------------------------------------------------------
+
+    def _put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Op[None]:
+        thread_id, ns, checkpoint_id = self._address(config)
+        if checkpoint_id is None:
+            raise InvalidInput("put_writes needs config['configurable']['checkpoint_id']")
+        check_name(task_id, "task_id", max_bytes=self.max_id_bytes)
+        check_name(task_path or "", "task_path", max_bytes=64 * 1024)
+        records = [
+            WriteRecord(
+                task_id=task_id,
+                idx=WRITES_IDX_MAP.get(channel, idx),
+                channel=check_name(channel, "channel name"),
+                task_path=task_path or "",
+                value=codec.dump(self.serde, value, f"write to channel {channel!r}"),
+            )
+            for idx, (channel, value) in enumerate(writes)
+        ]
+        if records:
+            yield from self.store.put_writes(thread_id, ns, checkpoint_id, records)
+
+    # -- reads ---------------------------------------------------------------------
+
+    def _get_tuple(self, config: RunnableConfig) -> Op[CheckpointTuple | None]:
+        thread_id, ns, checkpoint_id = self._address(config)
+        loaded = yield from self.store.load(thread_id, ns, checkpoint_id)
+        return None if loaded is None else self._tuple(loaded)
+
+    def _tuple(self, loaded: Loaded, metadata: Any = None) -> CheckpointTuple:
+        record = loaded.record
+        checkpoint = codec.load(self.serde, record.checkpoint)
+        checkpoint["channel_values"] = {
+            ch: codec.load(self.serde, blob)
+            for ch, blob in loaded.blobs.items()
+            if ch in record.versions and blob.tag != codec.EMPTY_TAG
+        }
+        if metadata is None:
+            metadata = codec.load(self.serde, record.metadata)
+        parent_config: RunnableConfig | None = None
+        if record.parent_id:
+            parent_config = _config(record.thread_id, record.ns, record.parent_id)
+        return CheckpointTuple(
+            config=_config(record.thread_id, record.ns, record.checkpoint_id),
+            checkpoint=checkpoint,
+            metadata=metadata,
+            parent_config=parent_config,
+            pending_writes=[
+                (w.task_id, w.channel, codec.load(self.serde, w.value))
+                for w in sort_writes(loaded.writes)
+            ],
+        )
+
+    def _list(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> Op[None]:
+        checked = codec.check_filter(filter)
+        if config is not None:
+            conf = _configurable(config)
+            thread_id: str | None = self._thread(conf.get("thread_id"))
+            raw_ns = conf.get("checkpoint_ns")
+            ns = None if raw_ns is None else normalize_namespace(raw_ns)
+            checkpoint_id = normalize_checkpoint_id(conf.get("checkpoint_id"))
+        else:
+            thread_id, ns, checkpoint_id = None, None, None
+        before_id = normalize_checkpoint_id(_configurable(before).get("checkpoint_id"))
+        if limit is not None and limit <= 0:
+            return
+        query = ListQuery(thread_id, ns, checkpoint_id, before_id, checked, limit)
+        page_size = LIST_PAGE_SIZE if checked or limit is None else min(limit, LIST_PAGE_SIZE)
+        remaining = limit
+        cursor: Any = None
+        while True:
+            items, cursor = yield from self.store.list_page(query, cursor, page_size)
+            for item in items:
+                metadata = codec.load(self.serde, item.record.metadata)
+                if checked and not codec.matches(metadata, checked):
+                    continue
+                yield Emit(self._tuple(item, metadata))
+                if remaining is not None:
+                    remaining -= 1
+                    if remaining <= 0:
+                        return
+            if cursor is None:
+                return
+
+    def _delta_history(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> Op[Mapping[str, DeltaChannelHistory]]:
+        if not channels:
+            return {}
+        thread_id, ns, checkpoint_id = self._address(config)
+        wanted = list(dict.fromkeys(channels))
+        chain = yield from self.store.chain(thread_id, ns, checkpoint_id, wanted)
+        collected: dict[str, list[WriteRecord]] = {ch: [] for ch in wanted}
+        seeds: dict[str, Any] = {}
+        remaining = set(wanted)
+        for ancestor in chain.ancestors:
+            if not remaining:
+                break
+            for write in reversed(sort_writes(chain.writes.get(ancestor.checkpoint_id, []))):
+                if write.channel in remaining:
+                    collected[write.channel].append(write)
+            for ch in [c for c in ancestor.present if c in remaining]:
+                blob = chain.blobs.get((ch, ancestor.versions.get(ch, "")))
+                if blob is not None and blob.tag != codec.EMPTY_TAG:
+                    seeds[ch] = codec.load(self.serde, blob)
+                    remaining.discard(ch)
+        result: dict[str, DeltaChannelHistory] = {}
+        for ch in channels:
+            entry: DeltaChannelHistory = {
+                "writes": [
+                    (w.task_id, w.channel, codec.load(self.serde, w.value))
+                    for w in reversed(collected[ch])
+                ]
+            }
+            if ch in seeds:
+                entry["seed"] = seeds[ch]
+            result[ch] = entry
+        return result
+
+    # -- deletion, copy, prune -----------------------------------------------------
+
+    def _delete_thread(self, thread_id: Any) -> Op[None]:
+        yield from self.store.delete_thread(self._thread(thread_id))
+
+    def _delete_for_runs(self, run_ids: Sequence[str]) -> Op[None]:
+        if isinstance(run_ids, str):
+            raise TypeError("run_ids must be a sequence of run ids, not a single str")
+        wanted = [str(r) for r in run_ids if r is not None and str(r)]
+        if not wanted:
+            return
+        found = yield from self.store.find_runs(wanted)
+        for thread_id, doomed in found.items():
+            inventory = yield from self.store.inventory(thread_id)
+            yield from self._delete_keeping(thread_id, inventory, set(doomed))
+
+    def _copy_thread(self, source_thread_id: Any, target_thread_id: Any) -> Op[None]:
+        source = self._thread(source_thread_id)
+        target = self._thread(target_thread_id)
+        if source == target:
+            return
+        dump = yield from self.store.export_thread(source)
+        if dump:
+            yield from self.store.import_thread(target, dump)
+
+    def _prune(self, thread_ids: Sequence[str], strategy: str) -> Op[None]:
+        if isinstance(thread_ids, str):
+            raise TypeError("thread_ids must be a sequence of thread ids, not a single str")
+        if strategy not in PRUNE_STRATEGIES:
+            raise ValueError(f"unknown prune strategy {strategy!r}; use one of {PRUNE_STRATEGIES}")
+        threads = list(dict.fromkeys(self._thread(t) for t in thread_ids))
+        for thread_id in threads:
+            if strategy == "delete":
+                yield from self.store.delete_thread(thread_id)
+                continue
+            inventory = yield from self.store.inventory(thread_id)
+            keep = keep_latest(inventory.checkpoints)
+            doomed = {(s.ns, s.checkpoint_id) for s in inventory.checkpoints} - keep
+            doomed |= inventory.write_keys - keep
+            yield from self._delete_keeping(thread_id, inventory, doomed)
+
+    def _delete_keeping(
+        self,
+        thread_id: str,
+        inventory: Inventory,
+        doomed: set[tuple[str, str]],
+    ) -> Op[None]:
+        """Delete ``doomed`` checkpoints (with their writes) and blobs nothing else uses."""
+        survivors = [s for s in inventory.checkpoints if (s.ns, s.checkpoint_id) not in doomed]
+        referenced = {(s.ns, ch, s.versions[ch]) for s in survivors for ch in s.present}
+        garbage = sorted(inventory.blob_keys - referenced)
+        if doomed or garbage:
+            yield from self.store.delete_records(thread_id, sorted(doomed), garbage)
+
+
+def sort_writes(writes: list[WriteRecord]) -> list[WriteRecord]:
+    return sorted(writes, key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
+
+
+def keep_latest(checkpoints: list[Summary]) -> set[tuple[str, str]]:
+    """Per namespace, the head plus every ancestor its DeltaChannels still need.
+
+    A head whose DeltaChannel value lives in ancestor writes keeps its parent
+    chain back to the nearest checkpoint storing a value for that channel (or
+    to the root when none does), so pruning never silently empties a channel.
+    """
+    by_ns: dict[str, dict[str, Summary]] = {}
+    for summary in checkpoints:
+        by_ns.setdefault(summary.ns, {})[summary.checkpoint_id] = summary
+    keep: set[tuple[str, str]] = set()
+    for ns, by_id in by_ns.items():
+        head = by_id[max(by_id)]
+        keep.add((ns, head.checkpoint_id))
+        for ancestor in walk(by_id, head.parent_id, set(head.needs_history) - set(head.present)):
+            keep.add((ns, ancestor.checkpoint_id))
+    return keep
+
+
+def walk(
+    lookup: Mapping[str, Summary] | Callable[[str], Summary | None],
+    parent_id: str | None,
+    channels: set[str],
+) -> list[Summary]:
+    """Ancestors from ``parent_id`` rootward until each channel has a stored value."""
+    get = lookup.get if isinstance(lookup, Mapping) else lookup
+    remaining = set(channels)
+    visited: list[Summary] = []
+    seen: set[str] = set()
+    while parent_id and remaining and parent_id not in seen:
+        seen.add(parent_id)
+        ancestor = get(parent_id)
+        if ancestor is None:
+            break
+        visited.append(ancestor)
+        remaining.difference_update(ancestor.present)
+        parent_id = ancestor.parent_id
+    return visited
+
+
+def _configurable(config: RunnableConfig | Mapping[str, Any] | None) -> Mapping[str, Any]:
+    if not config:
+        return {}
+    conf = config.get("configurable")
+    return conf if isinstance(conf, Mapping) else {}
+
+
+def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+class SyncSaver(BaseSaver):
+    """A saver on a blocking client. Async methods run the sync ones in a worker thread."""
+
+    def __init__(self, store: Store, execute: Callable[[Any], Any], **kwargs: Any) -> None:
+        super().__init__(store, **kwargs)
+        self._execute = execute
+
+    def _run(self, op: Op[Any]) -> Any:
+        return drive(op, self._execute)
+
+    def setup(self) -> None:
+        self._run(self.store.setup())
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._run(self._get_tuple(config))  # type: ignore[no-any-return]
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        return drive_iter(self._list(config, filter, before, limit), self._execute)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._run(self._put(config, checkpoint, metadata, new_versions))  # type: ignore[no-any-return]
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._run(self._put_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._run(self._delete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._run(self._delete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._run(self._copy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._run(self._prune(thread_ids, strategy))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return self._run(self._delta_history(config, channels))  # type: ignore[no-any-return]
+
+    # Async callers of a sync saver get the same logic off the event loop.
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        items = await asyncio.to_thread(
+            lambda: list(self.list(config, filter=filter, before=before, limit=limit))
+        )
+        for item in items:
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return await asyncio.to_thread(
+            lambda: self.get_delta_channel_history(config=config, channels=channels)
+        )
+
+
+class AsyncSaver(BaseSaver):
+    """A saver on an asyncio client. Sync methods hop onto the saver's event loop."""
+
+    def __init__(
+        self, store: Store, aexecute: Callable[[Any], Any], **kwargs: Any
+    ) -> None:
+        super().__init__(store, **kwargs)
+        self._aexecute = aexecute
+        try:
+            self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self.loop = None
+
+    async def _arun(self, op: Op[Any]) -> Any:
+        return await adrive(op, self._aexecute)
+
+    async def asetup(self) -> None:
+        await self._arun(self.store.setup())
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._arun(self._get_tuple(config))  # type: ignore[no-any-return]
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        async for item in adrive_iter(self._list(config, filter, before, limit), self._aexecute):
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await self._arun(self._put(config, checkpoint, metadata, new_versions))  # type: ignore[no-any-return]
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self._arun(self._put_writes(config, writes, task_id, task_path))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._arun(self._delete_thread(thread_id))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._arun(self._delete_for_runs(run_ids))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._arun(self._copy_thread(source_thread_id, target_thread_id))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._arun(self._prune(thread_ids, strategy))
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return await self._arun(self._delta_history(config, channels))  # type: ignore[no-any-return]
+
+    # Sync callers (e.g. graph.invoke from another thread) run on the saver's loop.
+    def _sync(self, op: Op[Any]) -> Any:
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            raise RuntimeError(
+                "this async saver has no running event loop; use the async methods"
+                " (ainvoke, aget_state) or a sync saver from graphkeep.connect()"
+            )
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            raise asyncio.InvalidStateError(
+                "synchronous calls on an async saver from its own event loop would"
+                " deadlock; use the async methods (ainvoke, aget_state, ...)"
+            )
+        return asyncio.run_coroutine_threadsafe(self._arun(op), loop).result()
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._sync(self._get_tuple(config))  # type: ignore[no-any-return]
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        async def collect() -> list[CheckpointTuple]:
+            return [t async for t in self.alist(config, filter=filter, before=before, limit=limit)]
+
+        loop = self.loop
+        if loop is None:
+            raise RuntimeError("this async saver has no running event loop")
+        yield from asyncio.run_coroutine_threadsafe(collect(), loop).result()
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._sync(self._put(config, checkpoint, metadata, new_versions))  # type: ignore[no-any-return]
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._sync(self._put_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._sync(self._delete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._sync(self._delete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._sync(self._copy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._sync(self._prune(thread_ids, strategy))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return self._sync(self._delta_history(config, channels))  # type: ignore[no-any-return]

@@ -1,0 +1,107 @@
+"""Serialization: typed dumps/loads with clear errors, byte packing and chunking.
+
+Values are persisted exactly as ``serde.dumps_typed`` returns them (tag and raw
+bytes, no base64, no JSON re-encoding), so any LangGraph serializer works,
+``EncryptedSerializer`` included. Stores that need single byte strings use
+:func:`pack_typed`; stores with a per-item size limit use :func:`split`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import ormsgpack
+
+from graphkeep.errors import InvalidFilter, SerializationError
+from graphkeep.shared.records import Typed
+
+#: tag of a channel that is versioned but has no value (written by other savers)
+EMPTY_TAG = "empty"
+
+
+def dump(serde: Any, value: Any, what: str) -> Typed:
+    """Serialize ``value``; failures name what was being stored."""
+    try:
+        tag, data = serde.dumps_typed(value)
+    except Exception as exc:
+        raise SerializationError(
+            f"cannot serialize {what} ({type(value).__name__}): {exc}. Use JSON-like data,"
+            " pydantic models or dataclasses, or configure a serializer that supports this type"
+        ) from exc
+    return Typed(tag, bytes(data))
+
+
+def load(serde: Any, value: Typed) -> Any:
+    return serde.loads_typed((value.tag, value.data))
+
+
+def pack_typed(value: Typed) -> bytes:
+    return ormsgpack.packb((value.tag, value.data))
+
+
+def unpack_typed(data: bytes) -> Typed:
+    tag, raw = ormsgpack.unpackb(data)
+    return Typed(tag, raw)
+
+
+def packb(value: Any) -> bytes:
+    return ormsgpack.packb(value)
+
+
+def unpackb(data: bytes) -> Any:
+    return ormsgpack.unpackb(data)
+
+
+def split(data: bytes, chunk_size: int) -> list[bytes]:
+    """Split ``data`` into ``ceil(len/chunk_size)`` chunks (at least one)."""
+    count = max(1, math.ceil(len(data) / chunk_size))
+    return [data[i * chunk_size : (i + 1) * chunk_size] for i in range(count)]
+
+
+def join(chunks: Iterable[bytes]) -> bytes:
+    return b"".join(chunks)
+
+
+def plain(value: Any) -> Any:
+    """A JSON/BSON-compatible copy of metadata (for queries; not the source of truth)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return str(value)
+
+
+def check_filter(filter: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Validate a ``list(filter=...)`` mapping; keys are top-level metadata keys."""
+    if not filter:
+        return {}
+    if not isinstance(filter, Mapping):
+        raise InvalidFilter(f"filter must be a mapping, got {type(filter).__name__}")
+    checked: dict[str, Any] = {}
+    for key, value in filter.items():
+        if not isinstance(key, str) or not key:
+            raise InvalidFilter(f"filter keys must be non-empty strings, got {key!r}")
+        if key.startswith("$"):
+            raise InvalidFilter(
+                f"filter key {key!r} starts with '$': operators are not supported,"
+                " filters compare top-level metadata keys for equality"
+            )
+        if "\x00" in key:
+            raise InvalidFilter("filter keys must not contain NUL characters")
+        checked[key] = plain(value)
+    return checked
+
+
+def matches(metadata: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:
+    """Top-level equality (deep for nested values); a missing key matches ``None``."""
+    return all(_equal(plain(metadata.get(k)), v) for k, v in filter.items())
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b if isinstance(a, bool) and isinstance(b, bool) else False
+    return bool(a == b)
