@@ -1,12 +1,12 @@
 """graphkeep: production LangGraph checkpoint savers for Redis, MongoDB and DynamoDB.
 
-    import graphkeep
+import graphkeep
 
-    with graphkeep.connect("redis://localhost:6379/0", ttl=86400) as saver:
-        graph = builder.compile(checkpointer=saver)
+with graphkeep.connect("redis://localhost:6379/0", ttl=86400) as saver:
+    graph = builder.compile(checkpointer=saver)
 
-    async with graphkeep.aconnect("redis+cluster://10.0.0.5:7000") as saver:
-        graph = builder.compile(checkpointer=saver)
+async with graphkeep.aconnect("redis+cluster://10.0.0.5:7000") as saver:
+    graph = builder.compile(checkpointer=saver)
 """
 
 from __future__ import annotations

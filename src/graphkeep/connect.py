@@ -39,7 +39,9 @@ def _resolve(url: str, options: dict[str, Any], which: int) -> Any:
     scheme = url.split("://", 1)[0].lower()
     if scheme not in BACKENDS:
         known = ", ".join(f"{s}://" for s in sorted(BACKENDS))
-        raise ConfigurationError(f"unsupported URL scheme {scheme!r} in {mask_url(url)}; use {known}")
+        raise ConfigurationError(
+            f"unsupported URL scheme {scheme!r} in {mask_url(url)}; use {known}"
+        )
     entry = BACKENDS[scheme]
     allowed = COMMON_OPTIONS | BACKEND_OPTIONS.get(entry[0], frozenset())
     unknown = sorted(set(options) - allowed)

@@ -139,9 +139,7 @@ def drive_iter(op: Op[None], execute: Callable[[Any], Any]) -> Iterator[Any]:
             request = _send(op, result)
 
 
-async def adrive_iter(
-    op: Op[None], execute: Callable[[Any], Awaitable[Any]]
-) -> AsyncIterator[Any]:
+async def adrive_iter(op: Op[None], execute: Callable[[Any], Awaitable[Any]]) -> AsyncIterator[Any]:
     request = next(op, None)
     while request is not None:
         if isinstance(request, Emit):

@@ -517,9 +517,7 @@ class SyncSaver(BaseSaver):
 class AsyncSaver(BaseSaver):
     """A saver on an asyncio client. Sync methods hop onto the saver's event loop."""
 
-    def __init__(
-        self, store: Store, aexecute: Callable[[Any], Any], **kwargs: Any
-    ) -> None:
+    def __init__(self, store: Store, aexecute: Callable[[Any], Any], **kwargs: Any) -> None:
         super().__init__(store, **kwargs)
         self._aexecute = aexecute
         try:

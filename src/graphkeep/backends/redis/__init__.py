@@ -31,15 +31,17 @@ try:
     import redis.asyncio as aredis
     from redis.exceptions import (
         BusyLoadingError,
-        RedisClusterException,
         ClusterDownError,
+        RedisClusterException,
+    )
+    from redis.exceptions import (
         ConnectionError as RedisConnectionError,
+    )
+    from redis.exceptions import (
         TimeoutError as RedisTimeoutError,
     )
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "the Redis backend needs redis-py: pip install 'graphkeep[redis]'"
-    ) from exc
+    raise ImportError("the Redis backend needs redis-py: pip install 'graphkeep[redis]'") from exc
 
 __all__ = ["AsyncRedisSaver", "RedisSaver", "RedisStore"]
 

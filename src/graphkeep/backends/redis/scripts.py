@@ -53,7 +53,8 @@ local function hmget(key, fields)
 end
 
 local function latest(ns)
-  local m = redis.call('ZREVRANGEBYLEX', KEYS[3], '(' .. ns .. '\1', '[' .. ns .. '\0', 'LIMIT', 0, 1)
+  local m = redis.call('ZREVRANGEBYLEX', KEYS[3], '(' .. ns .. '\1', '[' .. ns .. '\0',
+                       'LIMIT', 0, 1)
   if #m == 0 then return nil end
   return string.sub(m[1], #ns + 2)
 end
@@ -161,7 +162,11 @@ for _, m in ipairs(members) do
   if found then out[#out + 1] = found end
 end
 if #members == count then
-  if mode == 'ns' then out[1] = string.sub(members[#members], #ns + 2) else out[1] = members[#members] end
+  if mode == 'ns' then
+    out[1] = string.sub(members[#members], #ns + 2)
+  else
+    out[1] = members[#members]
+  end
 end
 if #out > 1 then refresh(tonumber(ARGV[6])) end
 return out

@@ -228,7 +228,7 @@ class RedisStore:
             summary = _summary(ns, parent.decode(), head)
             ancestors.append(summary)
             writes[summary.checkpoint_id] = _writes(wfields, wvalues)
-            for ch, blob in zip(chans, seed_blobs):
+            for ch, blob in zip(chans, seed_blobs, strict=True):
                 if blob:
                     channel = ch.decode()
                     blobs[(channel, summary.versions[channel])] = codec.unpack_typed(blob)
@@ -284,7 +284,9 @@ class RedisStore:
             payload = payload_of.get(field)
             if payload is None:
                 continue
-            dump.checkpoints.append(_record(thread_id, ns.decode(), cid.decode(), heads[i + 1], payload))
+            dump.checkpoints.append(
+                _record(thread_id, ns.decode(), cid.decode(), heads[i + 1], payload)
+            )
         for i in range(0, len(writes), 2):
             ns, cid, _rest = writes[i].split(SEP, 2)
             (write,) = _writes([writes[i]], [writes[i + 1]])
@@ -356,7 +358,9 @@ def _summary(ns: str, checkpoint_id: str, head: bytes) -> Summary:
     return Summary(ns, checkpoint_id, parent or None, versions, present, needs, run_id or None)
 
 
-def _record(thread_id: str, ns: str, checkpoint_id: str, head: bytes, payload: bytes) -> CheckpointRecord:
+def _record(
+    thread_id: str, ns: str, checkpoint_id: str, head: bytes, payload: bytes
+) -> CheckpointRecord:
     parent, versions, present, needs, run_id = codec.unpackb(head)
     ctag, cdata, mtag, mdata = codec.unpackb(payload)
     return CheckpointRecord(
@@ -375,7 +379,7 @@ def _record(thread_id: str, ns: str, checkpoint_id: str, head: bytes, payload: b
 
 def _writes(fields: list[bytes], values: list[bytes | None]) -> list[WriteRecord]:
     out = []
-    for field, value in zip(fields, values):
+    for field, value in zip(fields, values, strict=True):
         if value is None:
             continue
         _ns, _cid, task_id, idx = field.split(SEP, 3)
@@ -388,6 +392,8 @@ def _loaded(thread_id: str, raw: list[Any]) -> Loaded:
     ns, cid, head, payload, chans, blobs, wfields, wvalues = raw
     record = _record(thread_id, ns.decode(), cid.decode(), head, payload)
     values = {
-        ch.decode(): codec.unpack_typed(blob) for ch, blob in zip(chans, blobs) if blob is not None
+        ch.decode(): codec.unpack_typed(blob)
+        for ch, blob in zip(chans, blobs, strict=True)
+        if blob is not None
     }
     return Loaded(record, values, _writes(wfields, wvalues))
