@@ -1,0 +1,30 @@
+"""Shared fixtures: real servers only (started by ``./dev services up``).
+
+URLs come from REDIS_URL, REDIS_CLUSTER_URL, MONGODB_URI and DYNAMODB_ENDPOINT_URL
+with the local defaults of ``./dev``. A server that does not answer fails the
+test with a hint; nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:16379/0")
+REDIS_CLUSTER_URL = os.environ.get("REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:17001")
+
+
+def unique_prefix(tag: str = "t") -> str:
+    return f"gk-{tag}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def prefix() -> str:
+    return unique_prefix()
+
+
+@pytest.fixture
+def thread_id() -> str:
+    return f"thread-{uuid.uuid4().hex[:8]}"
