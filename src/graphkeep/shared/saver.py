@@ -335,6 +335,124 @@ class BaseSaver(BaseCheckpointSaver[str]):
         if doomed or garbage:
             yield from self.store.delete_records(thread_id, sorted(doomed), garbage)
 
+    # -- the public API: every method is one contract op, run sync or async ---------
+
+    def _call(self, op: Op[Any]) -> Any:
+        raise NotImplementedError
+
+    async def _acall(self, op: Op[Any]) -> Any:
+        raise NotImplementedError
+
+    def _iterate(self, op: Op[None]) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def _aiterate(self, op: Op[None]) -> AsyncIterator[Any]:
+        raise NotImplementedError
+
+    def setup(self) -> None:
+        """Create the store's schema (idempotent); a no-op where there is none."""
+        self._call(self.store.setup())
+
+    async def asetup(self) -> None:
+        await self._acall(self.store.setup())
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._call(self._get_tuple(config))  # type: ignore[no-any-return]
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._acall(self._get_tuple(config))  # type: ignore[no-any-return]
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        return self._iterate(self._list(config, filter, before, limit))
+
+    def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        return self._aiterate(self._list(config, filter, before, limit))
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._call(self._put(config, checkpoint, metadata, new_versions))  # type: ignore[no-any-return]
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        op = self._put(config, checkpoint, metadata, new_versions)
+        return await self._acall(op)  # type: ignore[no-any-return]
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._call(self._put_writes(config, writes, task_id, task_path))
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self._acall(self._put_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._call(self._delete_thread(thread_id))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._acall(self._delete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._call(self._delete_for_runs(run_ids))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._acall(self._delete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._call(self._copy_thread(source_thread_id, target_thread_id))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._acall(self._copy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._call(self._prune(thread_ids, strategy))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._acall(self._prune(thread_ids, strategy))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return self._call(self._delta_history(config, channels))  # type: ignore[no-any-return]
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return await self._acall(self._delta_history(config, channels))  # type: ignore[no-any-return]
+
 
 def sort_writes(writes: list[WriteRecord]) -> list[WriteRecord]:
     return sorted(writes, key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
@@ -398,124 +516,33 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
 
 
 class SyncSaver(BaseSaver):
-    """A saver on a blocking client. Async methods run the sync ones in a worker thread."""
+    """A saver on a blocking client; async callers run it in a worker thread."""
 
     def __init__(self, store: Store, execute: Callable[[Any], Any], **kwargs: Any) -> None:
         super().__init__(store, **kwargs)
         self._execute = execute
 
-    def _run(self, op: Op[Any]) -> Any:
+    def _call(self, op: Op[Any]) -> Any:
         return drive(op, self._execute)
 
-    def setup(self) -> None:
-        self._run(self.store.setup())
+    async def _acall(self, op: Op[Any]) -> Any:
+        return await asyncio.to_thread(drive, op, self._execute)
 
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._run(self._get_tuple(config))  # type: ignore[no-any-return]
+    def _iterate(self, op: Op[None]) -> Iterator[Any]:
+        return drive_iter(op, self._execute)
 
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        return drive_iter(self._list(config, filter, before, limit), self._execute)
-
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return self._run(self._put(config, checkpoint, metadata, new_versions))  # type: ignore[no-any-return]
-
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        self._run(self._put_writes(config, writes, task_id, task_path))
-
-    def delete_thread(self, thread_id: str) -> None:
-        self._run(self._delete_thread(thread_id))
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self._run(self._delete_for_runs(run_ids))
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self._run(self._copy_thread(source_thread_id, target_thread_id))
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        self._run(self._prune(thread_ids, strategy))
-
-    def get_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        return self._run(self._delta_history(config, channels))  # type: ignore[no-any-return]
-
-    # Async callers of a sync saver get the same logic off the event loop.
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await asyncio.to_thread(self.get_tuple, config)
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        items = await asyncio.to_thread(
-            lambda: list(self.list(config, filter=filter, before=before, limit=limit))
-        )
-        for item in items:
+    async def _aiterate(self, op: Op[None]) -> AsyncIterator[Any]:
+        for item in await asyncio.to_thread(lambda: list(drive_iter(op, self._execute))):
             yield item
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        await asyncio.to_thread(self.delete_thread, thread_id)
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await asyncio.to_thread(self.delete_for_runs, run_ids)
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
-
-    async def aget_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        return await asyncio.to_thread(
-            lambda: self.get_delta_channel_history(config=config, channels=channels)
-        )
 
 
 class AsyncSaver(BaseSaver):
-    """A saver on an asyncio client. Sync methods hop onto the saver's event loop."""
+    """A saver on an asyncio client; sync callers hop onto the saver's event loop.
+
+    Sync methods must be called from another thread than the loop's (LangGraph's
+    sync ``invoke`` on a worker thread, say); on the loop itself they would
+    deadlock, so they raise :class:`asyncio.InvalidStateError` instead.
+    """
 
     def __init__(self, store: Store, aexecute: Callable[[Any], Any], **kwargs: Any) -> None:
         super().__init__(store, **kwargs)
@@ -525,65 +552,25 @@ class AsyncSaver(BaseSaver):
         except RuntimeError:
             self.loop = None
 
-    async def _arun(self, op: Op[Any]) -> Any:
+    async def _acall(self, op: Op[Any]) -> Any:
         return await adrive(op, self._aexecute)
 
-    async def asetup(self) -> None:
-        await self._arun(self.store.setup())
+    def _aiterate(self, op: Op[None]) -> AsyncIterator[Any]:
+        return adrive_iter(op, self._aexecute)
 
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self._arun(self._get_tuple(config))  # type: ignore[no-any-return]
+    def _call(self, op: Op[Any]) -> Any:
+        return self._on_loop(self._acall(op))
 
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        async for item in adrive_iter(self._list(config, filter, before, limit), self._aexecute):
-            yield item
+    def _iterate(self, op: Op[None]) -> Iterator[Any]:
+        async def collect() -> list[Any]:
+            return [item async for item in adrive_iter(op, self._aexecute)]
 
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return await self._arun(self._put(config, checkpoint, metadata, new_versions))  # type: ignore[no-any-return]
+        yield from self._on_loop(collect())
 
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        await self._arun(self._put_writes(config, writes, task_id, task_path))
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        await self._arun(self._delete_thread(thread_id))
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await self._arun(self._delete_for_runs(run_ids))
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await self._arun(self._copy_thread(source_thread_id, target_thread_id))
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await self._arun(self._prune(thread_ids, strategy))
-
-    async def aget_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        return await self._arun(self._delta_history(config, channels))  # type: ignore[no-any-return]
-
-    # Sync callers (e.g. graph.invoke from another thread) run on the saver's loop.
-    def _sync(self, op: Op[Any]) -> Any:
+    def _on_loop(self, coro: Any) -> Any:
         loop = self.loop
         if loop is None or loop.is_closed():
+            coro.close()
             raise RuntimeError(
                 "this async saver has no running event loop; use the async methods"
                 " (ainvoke, aget_state) or a sync saver from graphkeep.connect()"
@@ -593,62 +580,9 @@ class AsyncSaver(BaseSaver):
         except RuntimeError:
             running = None
         if running is loop:
+            coro.close()
             raise asyncio.InvalidStateError(
                 "synchronous calls on an async saver from its own event loop would"
                 " deadlock; use the async methods (ainvoke, aget_state, ...)"
             )
-        return asyncio.run_coroutine_threadsafe(self._arun(op), loop).result()
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._sync(self._get_tuple(config))  # type: ignore[no-any-return]
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        async def collect() -> list[CheckpointTuple]:
-            return [t async for t in self.alist(config, filter=filter, before=before, limit=limit)]
-
-        loop = self.loop
-        if loop is None:
-            raise RuntimeError("this async saver has no running event loop")
-        yield from asyncio.run_coroutine_threadsafe(collect(), loop).result()
-
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return self._sync(self._put(config, checkpoint, metadata, new_versions))  # type: ignore[no-any-return]
-
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        self._sync(self._put_writes(config, writes, task_id, task_path))
-
-    def delete_thread(self, thread_id: str) -> None:
-        self._sync(self._delete_thread(thread_id))
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self._sync(self._delete_for_runs(run_ids))
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self._sync(self._copy_thread(source_thread_id, target_thread_id))
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        self._sync(self._prune(thread_ids, strategy))
-
-    def get_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        return self._sync(self._delta_history(config, channels))  # type: ignore[no-any-return]
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
