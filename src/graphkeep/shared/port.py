@@ -15,6 +15,8 @@ way (``yield from store.…``), so sync and async share one source.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -33,6 +35,13 @@ from graphkeep.shared.records import (
 T = TypeVar("T")
 #: A unit of store logic: yields requests, receives their results, returns T.
 Op = Generator[Any, Any, T]
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Yielded by ops that wait (lock polling): ``time.sleep`` or ``asyncio.sleep``."""
+
+    seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +101,18 @@ class Store(Protocol):
 
     def list_threads(self, cursor: Any, page_size: int) -> Op[tuple[list[str], Any]]: ...
 
+    def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
+        """Take the thread's lease if free (or expired); True when taken."""
+        ...
+
+    def release_lock(self, thread_id: str, token: str) -> Op[bool]:
+        """Free the lease only if ``token`` still holds it; True when released."""
+        ...
+
+    def extend_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
+        """Push the lease's expiry out if ``token`` still holds it."""
+        ...
+
 
 def drive(op: Op[T], execute: Callable[[Any], Any]) -> T:
     """Run ``op`` to completion, executing each request synchronously."""
@@ -99,7 +120,11 @@ def drive(op: Op[T], execute: Callable[[Any], Any]) -> T:
         request = next(op)
         while True:
             try:
-                result = execute(request)
+                if isinstance(request, Sleep):
+                    time.sleep(request.seconds)
+                    result = None
+                else:
+                    result = execute(request)
             except BaseException as exc:  # the op may handle store errors
                 request = op.throw(exc)
             else:
@@ -114,7 +139,11 @@ async def adrive(op: Op[T], execute: Callable[[Any], Awaitable[Any]]) -> T:
         request = next(op)
         while True:
             try:
-                result = await execute(request)
+                if isinstance(request, Sleep):
+                    await asyncio.sleep(request.seconds)
+                    result = None
+                else:
+                    result = await execute(request)
             except BaseException as exc:
                 request = op.throw(exc)
             else:

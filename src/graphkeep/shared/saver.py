@@ -37,6 +37,7 @@ from graphkeep.shared.keys import (
     normalize_thread_id,
     version_key,
 )
+from graphkeep.shared.lock import ThreadLock
 from graphkeep.shared.port import Emit, Op, Store, adrive, adrive_iter, drive, drive_iter
 from graphkeep.shared.records import (
     BlobRecord,
@@ -99,6 +100,17 @@ class BaseSaver(BaseCheckpointSaver[str]):
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:
         return next_version(current)
+
+    def lock(
+        self,
+        thread_id: Any,
+        *,
+        ttl: float = 30.0,
+        blocking: bool = True,
+        timeout: float | None = None,
+    ) -> ThreadLock:
+        """A lease on ``thread_id`` (``with`` / ``async with``); see :mod:`.lock`."""
+        return ThreadLock(self, thread_id, ttl=ttl, blocking=blocking, timeout=timeout)
 
     # -- put -----------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from graphkeep.backends.redis.scripts import SCRIPTS
-from graphkeep.backends.redis.store import Delete, RedisStore, Scan, Script
+from graphkeep.backends.redis.store import Command, Delete, RedisStore, Scan, Script
 from graphkeep.errors import ConfigurationError, StorageUnavailable
 from graphkeep.shared.keys import mask_url
 from graphkeep.shared.saver import AsyncSaver, SyncSaver, ttl_seconds
@@ -112,6 +112,8 @@ class _SyncExecutor:
             return self.scripts[request.name](keys=request.keys, args=request.args)
         if isinstance(request, Delete):
             return self.client.delete(*request.keys)
+        if isinstance(request, Command):
+            return self.client.execute_command(*request.args)
         if isinstance(request, Scan):
             return list(self.client.scan_iter(match=request.pattern, count=1000))
         raise TypeError(f"unknown Redis request {request!r}")
@@ -142,6 +144,8 @@ class _AsyncExecutor:
             return await self.scripts[request.name](keys=request.keys, args=request.args)
         if isinstance(request, Delete):
             return await self.client.delete(*request.keys)
+        if isinstance(request, Command):
+            return await self.client.execute_command(*request.args)
         if isinstance(request, Scan):
             return [k async for k in self.client.scan_iter(match=request.pattern, count=1000)]
         raise TypeError(f"unknown Redis request {request!r}")

@@ -301,6 +301,18 @@ ALL_IDS = r"""
 return redis.call('ZRANGE', KEYS[4], 0, -1)
 """
 
+UNLOCK = r"""
+-- KEYS[1] lock key; ARGV: token. Only the holder's token releases the lease.
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+EXTEND_LOCK = r"""
+-- KEYS[1] lock key; ARGV: token, ttl_ms
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+
 SCRIPTS: dict[str, str] = {
     name: PRELUDE + body
     for name, body in {
@@ -316,5 +328,7 @@ SCRIPTS: dict[str, str] = {
         "import": IMPORT,
         "find_runs": FIND_RUNS,
         "all_ids": ALL_IDS,
+        "unlock": UNLOCK,
+        "extend_lock": EXTEND_LOCK,
     }.items()
 }

@@ -55,6 +55,11 @@ class Delete:
     keys: list[str]
 
 
+@dataclass(frozen=True, slots=True)
+class Command:
+    args: tuple[Any, ...]
+
+
 def encode_thread(thread_id: str) -> str:
     """Percent-escape the characters that would end or confuse the ``{hash tag}``."""
     return thread_id.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
@@ -330,6 +335,23 @@ class RedisStore:
     def list_threads(self, cursor: Any, page_size: int) -> Op[tuple[list[str], Any]]:
         threads = yield from self._threads()
         return threads, None
+
+    def lock_key(self, thread_id: str) -> str:
+        # same hash tag as the thread, but not one of its seven data keys: a
+        # delete_thread or TTL refresh leaves a held lease alone
+        return f"{self.prefix}:{FORMAT}:{{{encode_thread(thread_id)}}}:lock"
+
+    def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
+        taken = yield Command(("SET", self.lock_key(thread_id), token, "NX", "PX", ttl_ms))
+        return bool(taken)
+
+    def release_lock(self, thread_id: str, token: str) -> Op[bool]:
+        released = yield Script("unlock", [self.lock_key(thread_id)], [token])
+        return bool(released)
+
+    def extend_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
+        extended = yield Script("extend_lock", [self.lock_key(thread_id)], [token, ttl_ms])
+        return bool(extended)
 
     def _threads(self) -> Op[list[str]]:
         keys = yield Scan(self._thread_pattern())

@@ -1,0 +1,127 @@
+"""A per-thread lease lock, so two runs of one thread cannot interleave.
+
+LangGraph does not serialise runs of the same thread: two workers that invoke
+one thread at once both read the same head and write forks of it. Wrap the run
+in the thread's lease::
+
+    with saver.lock(thread_id, ttl=60):
+        graph.invoke(inputs, config)
+
+    async with saver.lock(thread_id, ttl=60):
+        await graph.ainvoke(inputs, config)
+
+The lease expires by itself after ``ttl`` seconds (a crashed holder never
+blocks the thread for longer) and is released only by the token that took it.
+A holder whose run may outlast ``ttl`` calls :meth:`ThreadLock.extend`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from graphkeep.errors import ConfigurationError, LockNotAcquired
+from graphkeep.shared.port import Op, Sleep
+
+if TYPE_CHECKING:
+    from graphkeep.shared.saver import BaseSaver
+
+MAX_POLL_SECONDS = 1.0
+
+
+class ThreadLock:
+    """A lease on one thread; a sync and an async context manager."""
+
+    def __init__(
+        self,
+        saver: BaseSaver,
+        thread_id: Any,
+        *,
+        ttl: float = 30.0,
+        blocking: bool = True,
+        timeout: float | None = None,
+        poll: float = 0.05,
+    ) -> None:
+        if ttl <= 0:
+            raise ConfigurationError(f"lock ttl must be positive, got {ttl!r}")
+        self.saver = saver
+        self.thread_id = saver._thread(thread_id)
+        self.ttl_ms = max(1, int(ttl * 1000))
+        self.blocking = blocking
+        self.timeout = timeout
+        self.poll = poll
+        self.token = uuid.uuid4().hex
+        self.held = False
+
+    def _acquire(self) -> Op[bool]:
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        delay = self.poll
+        store = self.saver.store
+        while not (yield from store.acquire_lock(self.thread_id, self.token, self.ttl_ms)):
+            now = time.monotonic()
+            if not self.blocking or (deadline is not None and now >= deadline):
+                raise LockNotAcquired(
+                    f"thread {self.thread_id!r} is locked by another run"
+                    + ("" if not self.blocking else f" (waited {self.timeout}s)")
+                )
+            wait = delay if deadline is None else min(delay, max(0.0, deadline - now))
+            yield Sleep(wait)
+            delay = min(delay * 2, MAX_POLL_SECONDS)
+        self.held = True
+        return True
+
+    def _release(self) -> Op[bool]:
+        released = yield from self.saver.store.release_lock(self.thread_id, self.token)
+        self.held = False
+        return bool(released)
+
+    def _extend(self, ttl: float | None) -> Op[bool]:
+        ttl_ms = self.ttl_ms if ttl is None else max(1, int(ttl * 1000))
+        extended = yield from self.saver.store.extend_lock(self.thread_id, self.token, ttl_ms)
+        return bool(extended)
+
+    def acquire(self) -> bool:
+        return bool(self.saver._call(self._acquire()))
+
+    def release(self) -> bool:
+        """Release if still ours; False when the lease had expired (or was taken over)."""
+        return bool(self.saver._call(self._release()))
+
+    def extend(self, ttl: float | None = None) -> bool:
+        """Renew the lease; False when it was lost in the meantime."""
+        return bool(self.saver._call(self._extend(ttl)))
+
+    async def aacquire(self) -> bool:
+        return bool(await self.saver._acall(self._acquire()))
+
+    async def arelease(self) -> bool:
+        return bool(await self.saver._acall(self._release()))
+
+    async def aextend(self, ttl: float | None = None) -> bool:
+        return bool(await self.saver._acall(self._extend(ttl)))
+
+    def __enter__(self) -> ThreadLock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    async def __aenter__(self) -> ThreadLock:
+        await self.aacquire()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.arelease()

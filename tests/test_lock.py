@@ -1,0 +1,110 @@
+"""The per-thread lease lock (``saver.lock``) on every backend set-up."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import graphkeep
+from graphkeep.errors import LockNotAcquired
+
+from .conftest import REDIS_CLUSTER_URL, REDIS_URL, unique_prefix
+
+LOCK_URLS = [
+    pytest.param(REDIS_URL, id="redis", marks=pytest.mark.redis),
+    pytest.param(REDIS_CLUSTER_URL, id="redis-cluster", marks=pytest.mark.redis),
+]
+
+
+@pytest.fixture(params=LOCK_URLS)
+def saver(request: Any) -> Any:
+    with graphkeep.connect(request.param, key_prefix=unique_prefix("lock")) as s:
+        yield s
+
+
+def test_two_runs_of_one_thread_under_the_lock_are_serialised(saver: Any, thread_id: str) -> None:
+    inside = 0
+    peak = 0
+    guard = threading.Lock()
+
+    def run() -> None:
+        nonlocal inside, peak
+        with saver.lock(thread_id, ttl=10, timeout=10):
+            with guard:
+                inside += 1
+                peak = max(peak, inside)
+            time.sleep(0.15)
+            with guard:
+                inside -= 1
+
+    workers = [threading.Thread(target=run) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert peak == 1
+
+
+def test_locks_of_different_threads_do_not_block_each_other(saver: Any, thread_id: str) -> None:
+    with saver.lock(thread_id, ttl=5):
+        with saver.lock(thread_id + "-other", ttl=5, blocking=False):
+            pass
+
+
+def test_a_held_lease_refuses_a_non_blocking_second_holder(saver: Any, thread_id: str) -> None:
+    with saver.lock(thread_id, ttl=5):
+        with pytest.raises(LockNotAcquired):
+            saver.lock(thread_id, blocking=False).acquire()
+        with pytest.raises(LockNotAcquired):
+            saver.lock(thread_id, timeout=0.2).acquire()
+
+
+def test_a_crashed_holders_lease_expires(saver: Any, thread_id: str) -> None:
+    crashed = saver.lock(thread_id, ttl=0.4)
+    crashed.acquire()  # never released, as if the process died
+    started = time.monotonic()
+    with saver.lock(thread_id, ttl=5, timeout=5):
+        waited = time.monotonic() - started
+    assert waited < 5
+
+
+def test_releasing_someone_elses_lease_is_impossible(saver: Any, thread_id: str) -> None:
+    first = saver.lock(thread_id, ttl=0.3)
+    first.acquire()
+    time.sleep(0.5)  # first's lease expired
+    second = saver.lock(thread_id, ttl=10)
+    second.acquire()
+    assert first.release() is False
+    assert first.extend() is False
+    with pytest.raises(LockNotAcquired):
+        saver.lock(thread_id, blocking=False).acquire()
+    assert second.extend(20) is True
+    assert second.release() is True
+    saver.lock(thread_id, blocking=False).acquire()
+
+
+@pytest.mark.parametrize("url", LOCK_URLS)
+async def test_async_lock_serialises_coroutines(url: str, thread_id: str) -> None:
+    async with graphkeep.aconnect(url, key_prefix=unique_prefix("alock")) as saver:
+        inside = 0
+        peak = 0
+
+        async def run() -> None:
+            nonlocal inside, peak
+            async with saver.lock(thread_id, ttl=10, timeout=10):
+                inside += 1
+                peak = max(peak, inside)
+                await asyncio.sleep(0.05)
+                inside -= 1
+
+        await asyncio.gather(*(run() for _ in range(5)))
+        assert peak == 1
+        held = saver.lock(thread_id, ttl=5)
+        await held.aacquire()
+        with pytest.raises(LockNotAcquired):
+            await saver.lock(thread_id, blocking=False).aacquire()
+        assert await held.arelease() is True
