@@ -1,0 +1,62 @@
+"""`python -m conformance [--backend NAME ...]`: the conformance matrix of graphkeep's set-ups.
+
+Exit code 0 when every selected set-up passes every official capability and spec case, else 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from conformance.runner import SetupReport, render_matrix, render_problems, run_setup
+from conformance.setups import all_setups, enabled_names, selected
+from conformance.spec import GROUPS
+
+
+def _parser() -> argparse.ArgumentParser:
+    known = ", ".join(s.name for s in all_setups())
+    parser = argparse.ArgumentParser(prog="python -m conformance", description=__doc__)
+    parser.add_argument(
+        "--backend",
+        action="append",
+        metavar="NAME",
+        help=f"set-up to run (repeatable; known: {known}); default: GRAPHKEEP_SETUPS or "
+        f"{','.join(enabled_names())}",
+    )
+    parser.add_argument(
+        "--group", action="append", choices=GROUPS, help="spec group to run (repeatable)"
+    )
+    parser.add_argument("--no-official", action="store_true", help="skip the official suite")
+    parser.add_argument("-v", "--verbose", action="store_true", help="full tracebacks")
+    return parser
+
+
+def _progress(message: str) -> None:
+    print(f"  .. {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        setups = selected(args.backend)
+    except KeyError as exc:
+        print(exc.args[0], file=sys.stderr)
+        return 2
+    reports: list[SetupReport] = []
+    for setup in setups:
+        print(f"== {setup.name} ({setup.url})", file=sys.stderr, flush=True)
+        progress = _progress if args.verbose else None
+        reports.append(
+            run_setup(
+                setup, groups=args.group, with_official=not args.no_official, progress=progress
+            )
+        )
+    print(render_matrix(reports))
+    problems = render_problems(reports, verbose=args.verbose)
+    if problems:
+        print("\n" + problems)
+    return 0 if reports and all(r.ok for r in reports) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
