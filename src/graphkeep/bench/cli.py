@@ -1,0 +1,157 @@
+"""Command line of ``python -m graphkeep.bench`` (``./dev bench``).
+
+    python -m graphkeep.bench [--suite redis|mongodb|dynamodb|all] [--turns N | --quick]
+
+The default suite is ``redis`` (a minute or so); ``all`` runs every suite. In a
+suite every contender runs every workload on the same server, in rounds with a
+rotating order; the report goes to stdout and to ``<out>/<suite>.md``, the chart
+to ``<out>/<suite>.png``. A suite whose graphkeep backend has not landed yet
+prints ``skipped: backend not available yet`` (exit status 0); a suite asked for
+by name that cannot reach its server fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from langgraph.checkpoint.memory import InMemorySaver
+
+from graphkeep.bench import report
+from graphkeep.bench.probes import Probe
+from graphkeep.bench.suites import SUITES, BenchError, Options, Suite, load
+from graphkeep.bench.workloads import WORKLOADS, Opened, Result, combine, measure
+
+QUICK_TURNS = 10
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m graphkeep.bench",
+        description="graphkeep vs other LangGraph checkpoint savers on the same store",
+    )
+    parser.add_argument(
+        "--suite",
+        choices=[*SUITES, "all"],
+        default="redis",
+        help="default redis; all = every suite (mongodb on FerretDB takes ~15 minutes)",
+    )
+    parser.add_argument("--turns", type=int, default=None, help="turns per workload (50)")
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK_TURNS} turns, 1 round")
+    parser.add_argument(
+        "--history-runs", type=int, default=None, help="history reads per round (3)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="runs per saver and workload, pooled (default: the suite's, 3 for redis)",
+    )
+    parser.add_argument("--out", type=Path, default=Path("bench-results"))
+    parser.add_argument("--no-chart", action="store_true", help="skip the PNG")
+    parser.add_argument(
+        "--redis-db", type=int, default=Options.redis_db,
+        help="first of the two scratch databases of the redis suite (default 14, 15)",
+    )  # fmt: skip
+    parser.add_argument("--force-flush", action="store_true", help=argparse.SUPPRESS)
+    return parser
+
+
+def warm_up() -> None:
+    """A few untimed turns of each workload, so the first contender pays no first-use costs."""
+    for work in WORKLOADS:
+        measure(
+            Opened(InMemorySaver(), Probe(counts_requests=False)),
+            work,
+            suite="warm-up",
+            saver_name="warm-up",
+            turns=3,
+            history_runs=1,
+        )
+
+
+def run_suite(suite: Suite, options: Options, out: Path, chart: bool) -> list[Result]:
+    contenders = suite.contenders(options)
+    warm_up()
+    samples: dict[tuple[str, str], list[Result]] = {}
+    for round_ in range(options.rounds):
+        # rotate the order so no saver always runs first (or right after another's flush)
+        shift = round_ % max(len(contenders), 1)
+        order = contenders[shift:] + contenders[:shift]
+        for work in WORKLOADS:
+            for contender in order:
+                started = time.perf_counter()
+                label = f"round {round_ + 1}/{options.rounds}: {contender.name} on {work.name}"
+                print(f"  {suite.name} {label} ...", end="", flush=True)
+                result = contender.run(work, options, suite.name)
+                samples.setdefault((contender.name, work.name), []).append(result)
+                print(f" {time.perf_counter() - started:.1f} s", flush=True)
+    results = [
+        combine(samples[(contender.name, work.name)])
+        for work in WORKLOADS
+        for contender in contenders
+    ]
+    ctx = report.Context(
+        suite_title=suite.title,
+        where=suite.where(options),
+        turns=options.turns,
+        history_runs=options.history_runs,
+        rounds=options.rounds,
+        stored_label=suite.stored_label,
+        request_label=suite.request_label,
+        baseline=suite.baseline,
+        rival=suite.rival,
+        notes=suite.notes,
+        workloads=WORKLOADS,
+    )
+    text = report.markdown(ctx, results, suite.targets(results))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{suite.name}.md").write_text(text)
+    print()
+    print(text)
+    print(f"written: {out / f'{suite.name}.md'}")
+    if chart:
+        report.chart(ctx, results, out / f"{suite.name}.png")
+        print(f"written: {out / f'{suite.name}.png'}")
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    turns = args.turns or (QUICK_TURNS if args.quick else 50)
+    history_runs = args.history_runs or (2 if args.quick else 3)
+    if min(turns, history_runs, args.rounds or 1) < 1:
+        print("error: --turns, --history-runs and --rounds must be positive", file=sys.stderr)
+        return 2
+    options = Options(
+        turns=turns,
+        history_runs=history_runs,
+        rounds=args.rounds or 1,
+        redis_db=args.redis_db,
+        force_flush=args.force_flush,
+    )
+    names = list(SUITES) if args.suite == "all" else [args.suite]
+    failed = False
+    ran = 0
+    for name in names:
+        suite = load(name)
+        skip = suite.unavailable()
+        if skip is not None:
+            print(f"skipped: {name}: {skip.reason}")
+            failed |= not skip.expected and args.suite != "all"
+            continue
+        rounds = args.rounds or (1 if args.quick else suite.default_rounds)
+        print(f"suite {name}: {turns} turns per workload, {rounds} round(s)")
+        try:
+            run_suite(suite, replace(options, rounds=rounds), args.out, chart=not args.no_chart)
+            ran += 1
+        except BenchError as exc:
+            print(f"error: {name}: {exc}", file=sys.stderr)
+            failed = True
+    if not ran and not failed:
+        print("nothing ran (start the servers: ./dev services up)")
+    return 1 if failed else 0

@@ -1,0 +1,217 @@
+"""Counting what a saver costs: network round trips at the client, calls per saver method.
+
+A :class:`Probe` is shared by a store client (which reports every round trip with
+:meth:`Probe.request`) and by the saver (whose public methods :meth:`Probe.trace`
+wraps), so each round trip is attributed to the saver call that made it. Calls
+made by the saver on itself (the base ``get_delta_channel_history`` calls
+``get_tuple`` once per ancestor) count towards the outer call: the table says what
+the LangGraph runtime asked for and what it cost.
+
+For redis-py, :func:`count_round_trips` gives a client connections that
+report one request per ``send_packed_command``: a single command, a pipeline
+(every command is packed and sent at once) or a script call each count once,
+which is one network round trip. Connection handshakes (HELLO, CLIENT SETINFO,
+SELECT) are not counted: they happen once per pooled connection, not per call.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+#: the saver methods the runtime calls (storage-contract.md section 10)
+TRACED_METHODS = ("get_tuple", "list", "put", "put_writes", "get_delta_channel_history")
+OUTSIDE = "(no saver call)"
+
+
+@dataclass
+class Tally:
+    """Calls, requests and seconds spent per saver method over one phase of a run.
+
+    Seconds are wall time inside the outer saver calls, summed over threads: the
+    runtime overlaps background ``put``/``put_writes`` with node execution, so this
+    is the saver's cost, not its share of the turn's latency.
+    """
+
+    calls: dict[str, int] = field(default_factory=dict)
+    requests: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total_requests(self) -> int:
+        return sum(self.requests.values())
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(self.seconds.values())
+
+    def to_json(self) -> dict[str, dict[str, Any]]:
+        return {
+            "calls": dict(self.calls),
+            "requests": dict(self.requests),
+            "seconds": dict(self.seconds),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, dict[str, Any]]) -> Tally:
+        return cls(
+            dict(data.get("calls", {})),
+            dict(data.get("requests", {})),
+            dict(data.get("seconds", {})),
+        )
+
+
+class Probe:
+    """Thread-safe counters of saver calls and the client round trips they make."""
+
+    def __init__(self, counts_requests: bool = True) -> None:
+        self.counts_requests = counts_requests
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._calls: Counter[str] = Counter()
+        self._requests: Counter[str] = Counter()
+        self._seconds: dict[str, float] = {}
+        self._total = 0
+
+    # -- the client side -------------------------------------------------------------
+
+    def request(self, n: int = 1) -> None:
+        """Record ``n`` round trips made by the current thread."""
+        method = getattr(self._local, "method", None) or OUTSIDE
+        with self._lock:
+            self._total += n
+            self._requests[method] += n
+
+    @property
+    def total(self) -> int:
+        with self._lock:
+            return self._total
+
+    # -- the saver side ----------------------------------------------------------------
+
+    @contextmanager
+    def _inside(self, method: str, *, call: bool = True) -> Iterator[None]:
+        """Mark the current thread as running ``method`` and time it, unless nested.
+
+        ``call``: this is a new call (not the next item of a ``list`` iterator).
+        """
+        if getattr(self._local, "method", None) is not None:
+            yield
+            return
+        self._local.method = method
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed = time.perf_counter() - started
+            self._local.method = None
+            with self._lock:
+                self._seconds[method] = self._seconds.get(method, 0.0) + elapsed
+                if call:
+                    self._calls[method] += 1
+
+    def trace(self, saver: Any) -> Any:
+        """Wrap the saver's public methods on the instance (the runtime calls them there)."""
+        for name in TRACED_METHODS:
+            original = getattr(saver, name, None)
+            if original is None:
+                continue
+            wrapper = (
+                self._wrap_iterator(name, original)
+                if name == "list"
+                else self._wrap(name, original)
+            )
+            setattr(saver, name, wrapper)
+        return saver
+
+    def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def traced(*args: Any, **kwargs: Any) -> Any:
+            with self._inside(name):
+                return original(*args, **kwargs)
+
+        return traced
+
+    def _wrap_iterator(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def traced(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            with self._inside(name):
+                iterator = iter(original(*args, **kwargs))
+            return self._drain(name, iterator)
+
+        return traced
+
+    def _drain(self, name: str, iterator: Iterator[Any]) -> Iterator[Any]:
+        while True:
+            with self._inside(name, call=False):
+                try:
+                    item = next(iterator)
+                except StopIteration:
+                    return
+            yield item
+
+    # -- phases ------------------------------------------------------------------------
+
+    def take(self) -> Tally:
+        """Return the counts since the last ``take`` and start counting afresh."""
+        with self._lock:
+            tally = Tally(
+                dict(self._calls),
+                dict(self._requests) if self.counts_requests else {},
+                dict(self._seconds),
+            )
+            self._calls.clear()
+            self._requests.clear()
+            self._seconds.clear()
+            return tally
+
+
+# --------------------------------------------------------------------------- redis-py
+
+
+def count_round_trips(client: Any, probe: Probe) -> Any:
+    """Make a ``redis.Redis`` client report each round trip to ``probe``; return the client.
+
+    The client gets a fresh pool with the same settings whose connections count;
+    the old pool's connections are closed. Scripts registered on the client keep
+    working (they call the client, not a connection).
+    """
+    old = client.connection_pool
+    pool = type(old)(
+        connection_class=_counting_connection_class(old.connection_class, probe),
+        max_connections=old.max_connections,
+        **old.connection_kwargs,
+    )
+    client.connection_pool = pool
+    old.disconnect()
+    return client
+
+
+def _counting_connection_class(base: type[Any], probe: Probe) -> type[Any]:
+    class CountingConnection(base):  # type: ignore[misc]
+        _graphkeep_handshake = 0
+
+        def on_connect_check_health(self, *args: Any, **kwargs: Any) -> Any:
+            self._graphkeep_handshake += 1
+            try:
+                return super().on_connect_check_health(*args, **kwargs)
+            finally:
+                self._graphkeep_handshake -= 1
+
+        def on_connect(self, *args: Any, **kwargs: Any) -> Any:
+            self._graphkeep_handshake += 1
+            try:
+                return super().on_connect(*args, **kwargs)
+            finally:
+                self._graphkeep_handshake -= 1
+
+        def send_packed_command(self, command: Any, check_health: bool = True) -> Any:
+            if not self._graphkeep_handshake:
+                probe.request()
+            return super().send_packed_command(command, check_health)
+
+    CountingConnection.__name__ = f"Counting{base.__name__}"
+    return CountingConnection

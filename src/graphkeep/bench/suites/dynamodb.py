@@ -1,0 +1,242 @@
+"""DynamoDB suite: graphkeep vs ``langgraph-checkpoint-aws``'s ``DynamoDBSaver``.
+
+Both savers run on the endpoint of ``DYNAMODB_ENDPOINT_URL`` (default: the local
+moto server of ``./dev services up``), each in its own table
+(``graphkeep_bench_graphkeep``, ``graphkeep_bench_dynamodbsaver``) that is deleted
+and created again before each run. Requests = HTTP requests, counted with
+botocore's ``before-send`` event on the saver's client (a retry counts again);
+stored = the DynamoDB item size (attribute names plus values, AWS's rules) summed
+over a scan of the table after the run; moto does not report ``TableSizeBytes``.
+
+``langgraph-checkpoint-aws`` wants the newest boto3, so its saver runs in a
+virtualenv of its own, ``.bench-venvs/aws`` (``GRAPHKEEP_BENCH_VENVS`` moves it),
+made on first use with the same langgraph version as ours, through
+:class:`graphkeep.bench.worker.InSubprocess`; :func:`open_rival` is the factory it
+calls there. On a loopback endpoint without AWS credentials in the environment
+the suite sets the dummy ones moto accepts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from langgraph.checkpoint.memory import InMemorySaver
+
+from graphkeep.bench.probes import Probe
+from graphkeep.bench.suites import (
+    Contender,
+    InProcess,
+    Options,
+    Skip,
+    Suite,
+    not_yet,
+)
+from graphkeep.bench.workloads import Opened, Result, Workload
+
+KEY_PREFIX = "bench"
+TABLES = {
+    "graphkeep": "graphkeep_bench_graphkeep",
+    "DynamoDBSaver": "graphkeep_bench_dynamodbsaver",
+}
+AWS_REQUIREMENTS = ("langgraph-checkpoint-aws",)
+
+
+def endpoint_url() -> str:
+    return os.environ.get("DYNAMODB_ENDPOINT_URL", "http://127.0.0.1:15000")
+
+
+def region() -> str:
+    return os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
+
+
+def table_url(table: str) -> str:
+    return f"dynamodb://{table}?region={region()}&endpoint_url={endpoint_url()}"
+
+
+def local_credentials() -> None:
+    """Dummy credentials for a loopback endpoint (moto) when none are configured."""
+    host = urlsplit(endpoint_url()).hostname or ""
+    configured = os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_PROFILE")
+    if host in ("127.0.0.1", "localhost", "::1") and not configured:
+        os.environ["AWS_ACCESS_KEY_ID"] = "test"
+        os.environ["AWS_SECRET_ACCESS_KEY"] = "test"
+
+
+def _client() -> Any:
+    import boto3
+
+    local_credentials()
+    return boto3.client("dynamodb", endpoint_url=endpoint_url(), region_name=region())
+
+
+def count_requests(client: Any, probe: Probe) -> None:
+    """Report every HTTP request the boto3 client sends (retries included) to ``probe``."""
+
+    def sent(**_: Any) -> None:
+        probe.request()
+
+    client.meta.events.register("before-send.dynamodb", sent)
+
+
+def drop_table(client: Any, table: str) -> None:
+    if table in client.list_tables().get("TableNames", []):
+        client.delete_table(TableName=table)
+        client.get_waiter("table_not_exists").wait(TableName=table)
+
+
+def _value_size(value: dict[str, Any]) -> int:
+    ((kind, raw),) = value.items()
+    if kind == "S":
+        return len(str(raw).encode())
+    if kind == "B":
+        return len(raw)
+    if kind == "N":
+        return (len(str(raw).lstrip("-").replace(".", "")) + 1) // 2 + 1
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "SS":
+        return sum(len(str(s).encode()) for s in raw)
+    if kind == "BS":
+        return sum(len(b) for b in raw)
+    if kind == "NS":
+        return sum(_value_size({"N": n}) for n in raw)
+    if kind == "L":
+        return 3 + sum(1 + _value_size(v) for v in raw)
+    if kind == "M":
+        return 3 + sum(1 + len(k.encode()) + _value_size(v) for k, v in raw.items())
+    return 0
+
+
+def item_size(item: dict[str, Any]) -> int:
+    """An item's size by DynamoDB's rules (attribute names count too)."""
+    return sum(len(name.encode()) + _value_size(value) for name, value in item.items())
+
+
+def stored_bytes(table: str) -> int:
+    client = _client()
+    total = 0
+    for page in client.get_paginator("scan").paginate(TableName=table):
+        total += sum(item_size(item) for item in page.get("Items", []))
+    return total
+
+
+def unavailable() -> Skip | None:
+    if skip := not_yet("dynamodb"):
+        return skip
+    try:
+        _client().list_tables(Limit=1)
+    except Exception as exc:  # noqa: BLE001 - any failure means "cannot run", with the reason
+        return Skip(f"no DynamoDB answers at {endpoint_url()} ({type(exc).__name__}: {exc})")
+    return None
+
+
+@contextmanager
+def open_rival(work: Workload) -> Iterator[Opened]:
+    """Factory run inside ``.bench-venvs/aws``: langgraph-checkpoint-aws on a fresh table."""
+    from langgraph_checkpoint_aws import DynamoDBSaver
+
+    table = TABLES["DynamoDBSaver"]
+    admin = _client()
+    drop_table(admin, table)
+    admin.create_table(
+        TableName=table,
+        KeySchema=[
+            {"AttributeName": "PK", "KeyType": "HASH"},
+            {"AttributeName": "SK", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "PK", "AttributeType": "S"},
+            {"AttributeName": "SK", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    admin.get_waiter("table_exists").wait(TableName=table)
+    saver = DynamoDBSaver(table_name=table, region_name=region(), endpoint_url=endpoint_url())
+    probe = Probe()
+    count_requests(saver.client, probe)
+    yield Opened(saver, probe, lambda: stored_bytes(table))
+
+
+def venv_dir() -> Path:
+    return Path(os.environ.get("GRAPHKEEP_BENCH_VENVS", ".bench-venvs")) / "aws"
+
+
+def contenders(options: Options) -> list[Contender]:
+    import graphkeep
+    from graphkeep.bench.worker import InSubprocess, ensure_venv
+
+    local_credentials()
+
+    @contextmanager
+    def open_memory(work: Workload) -> Iterator[Opened]:
+        yield Opened(InMemorySaver(), Probe(counts_requests=False))
+
+    @contextmanager
+    def open_graphkeep(work: Workload) -> Iterator[Opened]:
+        table = TABLES["graphkeep"]
+        drop_table(_client(), table)
+        probe = Probe()
+        with graphkeep.connect(table_url(table), key_prefix=KEY_PREFIX) as saver:
+            count_requests(saver.client, probe)
+            yield Opened(saver, probe, lambda: stored_bytes(table))
+
+    where = venv_dir()
+    if not where.exists():
+        print(f"  creating {where} for langgraph-checkpoint-aws (once; about a minute)")
+    pins = [f"{dist}=={metadata.version(dist)}" for dist in ("langgraph", "langgraph-checkpoint")]
+    python = ensure_venv(where, [*AWS_REQUIREMENTS, *pins])
+    passed = {k: v for k, v in os.environ.items() if k.startswith(("AWS_", "DYNAMODB_"))}
+    rival = InSubprocess(
+        "DynamoDBSaver", str(python), "graphkeep.bench.suites.dynamodb:open_rival", passed
+    )
+    return [
+        InProcess("graphkeep", open_graphkeep),
+        rival,
+        InProcess("InMemorySaver", open_memory),
+    ]
+
+
+def where(options: Options) -> str:
+    tables = ", ".join(f"{saver} in table {table}" for saver, table in TABLES.items())
+    return f"DynamoDB at {endpoint_url()} (region {region()}); {tables}"
+
+
+def targets(results: list[Result]) -> list[tuple[str, bool]]:
+    by = {(r.saver, r.workload): r for r in results}
+    out: list[tuple[str, bool]] = []
+    for name in ("W50", "W50-delta"):
+        ours, theirs = by.get(("graphkeep", name)), by.get(("DynamoDBSaver", name))
+        if ours and theirs:
+            out.append(
+                (
+                    f"{name}: graphkeep faster per turn than DynamoDBSaver:"
+                    f" {ours.ms_per_turn:.2f} vs {theirs.ms_per_turn:.2f} ms (median)",
+                    ours.ms_per_turn < theirs.ms_per_turn,
+                )
+            )
+    return out
+
+
+SUITE = Suite(
+    name="dynamodb",
+    title="DynamoDB",
+    stored_label="DynamoDB item bytes (names + values) summed over a scan of the saver's table",
+    request_label="HTTP requests (botocore before-send events, retries included)",
+    unavailable=unavailable,
+    contenders=contenders,
+    baseline="graphkeep",
+    rival="DynamoDBSaver",
+    where=where,
+    targets=targets,
+    default_rounds=1,
+    notes=[
+        "DynamoDBSaver = langgraph-checkpoint-aws (sync), run in .bench-venvs/aws with the"
+        " same langgraph; InMemorySaver = langgraph's reference saver, no store (n/a)",
+    ],
+)

@@ -1,0 +1,202 @@
+"""MongoDB suite: graphkeep vs ``langgraph-checkpoint-mongodb``'s ``MongoDBSaver``.
+
+Both savers run on the server of ``MONGODB_URI`` (default: the local FerretDB of
+``./dev services up``), each in its own database (``graphkeep_bench_graphkeep``,
+``graphkeep_bench_mongodbsaver``) that is dropped before each run; a database
+holding collections the bench did not create is never dropped unless
+``--force-flush`` is given. Requests = commands seen by a
+``pymongo.monitoring.CommandListener`` on the saver's client (one command = one
+round trip: a ``getMore`` counts, connection handshakes do not); stored = the
+database's ``dbStats`` ``dataSize + indexSize`` after the run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from langgraph.checkpoint.memory import InMemorySaver
+
+from graphkeep.bench.probes import Probe
+from graphkeep.bench.suites import (
+    BenchError,
+    Contender,
+    InProcess,
+    Options,
+    Skip,
+    Suite,
+    not_yet,
+)
+from graphkeep.bench.workloads import Opened, Result, Workload
+from graphkeep.shared.keys import mask_url
+
+MARKER = "graphkeep_bench_scratch"
+KEY_PREFIX = "bench"
+DATABASES = {
+    "graphkeep": "graphkeep_bench_graphkeep",
+    "MongoDBSaver": "graphkeep_bench_mongodbsaver",
+}
+#: commands that are connection or session housekeeping, not saver work
+HOUSEKEEPING = frozenset(
+    {"hello", "ismaster", "saslstart", "saslcontinue", "ping", "endsessions", "buildinfo"}
+)
+
+
+def mongodb_url() -> str:
+    return os.environ.get("MONGODB_URI", "mongodb://127.0.0.1:27117")
+
+
+def _client(probe: Probe | None = None) -> Any:
+    import pymongo
+    from pymongo import monitoring
+
+    listeners: list[Any] = []
+    if probe is not None:
+        count = probe.request
+
+        class Commands(monitoring.CommandListener):
+            def started(self, event: monitoring.CommandStartedEvent) -> None:
+                if event.command_name.lower() not in HOUSEKEEPING:
+                    count()
+
+            def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+                pass
+
+            def failed(self, event: monitoring.CommandFailedEvent) -> None:
+                pass
+
+        listeners.append(Commands())
+    return pymongo.MongoClient(
+        mongodb_url(), serverSelectionTimeoutMS=3000, event_listeners=listeners
+    )
+
+
+def unavailable() -> Skip | None:
+    url = mongodb_url()
+    if skip := not_yet(url.split("://", 1)[0].lower()):
+        return skip
+    try:
+        import langgraph.checkpoint.mongodb  # noqa: F401
+    except ImportError:
+        return Skip(
+            "langgraph-checkpoint-mongodb is missing (pip install langgraph-checkpoint-mongodb)"
+        )
+    try:
+        client = _client()
+        try:
+            client.admin.command("ping")
+        finally:
+            client.close()
+    except Exception as exc:  # noqa: BLE001 - any failure means "cannot run", with the reason
+        return Skip(f"no MongoDB answers at {mask_url(url)} ({type(exc).__name__}: {exc})")
+    return None
+
+
+def scratch_database(client: Any, name: str, force: bool) -> None:
+    """Drop database ``name`` (only if it is the bench's own) and mark it as the bench's."""
+    if name in client.list_database_names():
+        collections = client[name].list_collection_names()
+        if collections and MARKER not in collections and not force:
+            raise BenchError(
+                f"database {name} on {mask_url(mongodb_url())} holds collections the bench"
+                " did not create; drop it yourself or pass --force-flush"
+            )
+        client.drop_database(name)
+    client[name][MARKER].insert_one({"note": "scratch database of python -m graphkeep.bench"})
+
+
+def stored_bytes(name: str) -> int:
+    """``dataSize + indexSize`` of the database, without the marker collection."""
+    client = _client()
+    try:
+        db = client[name]
+        stats = db.command("dbStats")
+        marker = db.command("collStats", MARKER)
+        total = int(stats.get("dataSize", 0)) + int(stats.get("indexSize", 0))
+        return total - int(marker.get("size", 0)) - int(marker.get("totalIndexSize", 0))
+    finally:
+        client.close()
+
+
+def contenders(options: Options) -> list[Contender]:
+    @contextmanager
+    def open_memory(work: Workload) -> Iterator[Opened]:
+        yield Opened(InMemorySaver(), Probe(counts_requests=False))
+
+    @contextmanager
+    def open_graphkeep(work: Workload) -> Iterator[Opened]:
+        from graphkeep.backends.mongodb import MongoDBSaver
+
+        name = DATABASES["graphkeep"]
+        probe = Probe()
+        client = _client(probe)
+        try:
+            scratch_database(client, name, options.force_flush)
+            saver = MongoDBSaver(client, db_name=name, key_prefix=KEY_PREFIX)
+            saver.setup()
+            yield Opened(saver, probe, lambda: stored_bytes(name))
+        finally:
+            client.close()
+
+    @contextmanager
+    def open_rival(work: Workload) -> Iterator[Opened]:
+        from langgraph.checkpoint.mongodb import MongoDBSaver as LangGraphMongoDBSaver
+
+        name = DATABASES["MongoDBSaver"]
+        probe = Probe()
+        client = _client(probe)
+        try:
+            scratch_database(client, name, options.force_flush)
+            saver = LangGraphMongoDBSaver(client, db_name=name)
+            yield Opened(saver, probe, lambda: stored_bytes(name))
+        finally:
+            client.close()
+
+    return [
+        InProcess("graphkeep", open_graphkeep),
+        InProcess("MongoDBSaver", open_rival),
+        InProcess("InMemorySaver", open_memory),
+    ]
+
+
+def where(options: Options) -> str:
+    dbs = ", ".join(f"{saver} in {db}" for saver, db in DATABASES.items())
+    return f"MongoDB at {mask_url(mongodb_url())}; {dbs}"
+
+
+def targets(results: list[Result]) -> list[tuple[str, bool]]:
+    by = {(r.saver, r.workload): r for r in results}
+    out: list[tuple[str, bool]] = []
+    for name in ("W50", "W50-delta"):
+        ours, theirs = by.get(("graphkeep", name)), by.get(("MongoDBSaver", name))
+        if ours and theirs:
+            out.append(
+                (
+                    f"{name}: graphkeep faster per turn than MongoDBSaver:"
+                    f" {ours.ms_per_turn:.2f} vs {theirs.ms_per_turn:.2f} ms (median)",
+                    ours.ms_per_turn < theirs.ms_per_turn,
+                )
+            )
+    return out
+
+
+SUITE = Suite(
+    name="mongodb",
+    title="MongoDB",
+    stored_label="dbStats dataSize + indexSize of the saver's database",
+    request_label="commands seen by pymongo command monitoring (one per round trip)",
+    unavailable=unavailable,
+    contenders=contenders,
+    baseline="graphkeep",
+    rival="MongoDBSaver",
+    where=where,
+    targets=targets,
+    # FerretDB answers in tens of ms per command: one round of 50 turns is ~15 minutes
+    default_rounds=1,
+    notes=[
+        "MongoDBSaver = langgraph-checkpoint-mongodb (sync);"
+        " InMemorySaver = langgraph's reference saver, no store (n/a)",
+    ],
+)

@@ -1,0 +1,120 @@
+"""One measurement in a child process, for savers that need their own virtualenv.
+
+Some rival savers pin dependencies that clash with ours (``langgraph-checkpoint-aws``
+wants a newer boto3), so a suite can run them as :class:`InSubprocess`: the child
+is another interpreter with this checkout on ``PYTHONPATH``, runs
+:func:`graphkeep.bench.workloads.measure` there and prints the result as one JSON
+line::
+
+    python -m graphkeep.bench.worker --factory pkg.module:open_saver --workload W50 \\
+        --turns 50 --history-runs 5 --suite dynamodb --saver DynamoDBSaver
+
+``--factory`` names a function ``(Workload) -> ContextManager[Opened]`` importable
+in the child. :func:`ensure_venv` makes such a virtualenv on demand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import subprocess
+import sys
+import venv
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langgraph.checkpoint.memory import InMemorySaver
+
+from graphkeep.bench.probes import Probe
+from graphkeep.bench.workloads import Opened, Result, Workload, measure, workload
+
+RESULT_MARK = "GRAPHKEEP-BENCH-RESULT "
+SRC_DIR = Path(__file__).resolve().parents[2]  # .../src, holding the graphkeep package
+
+
+@contextmanager
+def in_memory(work: Workload) -> Iterator[Opened]:
+    """A factory for checking the subprocess path itself."""
+    yield Opened(InMemorySaver(), Probe(counts_requests=False))
+
+
+def ensure_venv(path: Path, requirements: Sequence[str]) -> Path:
+    """A virtualenv at ``path`` with ``requirements`` installed; return its python."""
+    python = path / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    stamp = path / ".graphkeep-bench-requirements"
+    wanted = "\n".join(sorted(requirements))
+    if python.exists() and stamp.exists() and stamp.read_text() == wanted:
+        return python
+    if not python.exists():
+        venv.EnvBuilder(with_pip=True).create(path)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", *requirements],
+        check=True,
+    )
+    stamp.write_text(wanted)
+    return python
+
+
+@dataclass
+class InSubprocess:
+    """A contender measured by :mod:`graphkeep.bench.worker` under another interpreter."""
+
+    name: str
+    python: str
+    factory: str
+    env: dict[str, str] = field(default_factory=dict)
+    timeout: float = 1800.0
+
+    def run(self, work: Workload, options: Any, suite: str) -> Result:
+        command = [
+            self.python, "-m", "graphkeep.bench.worker",
+            "--factory", self.factory, "--workload", work.name,
+            "--turns", str(options.turns), "--history-runs", str(options.history_runs),
+            "--suite", suite, "--saver", self.name,
+        ]  # fmt: skip
+        path = os.pathsep.join(p for p in (str(SRC_DIR), os.environ.get("PYTHONPATH")) if p)
+        env = {**os.environ, **self.env, "PYTHONPATH": path}
+        done = subprocess.run(
+            command, env=env, capture_output=True, text=True, timeout=self.timeout
+        )
+        for line in reversed(done.stdout.splitlines()):
+            if line.startswith(RESULT_MARK):
+                return Result.from_json(json.loads(line[len(RESULT_MARK) :]))
+        tail = "\n".join((done.stderr or done.stdout).splitlines()[-20:])
+        raise RuntimeError(f"{self.name} worker failed (exit {done.returncode}):\n{tail}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m graphkeep.bench.worker")
+    parser.add_argument("--factory", required=True, help="module:function")
+    parser.add_argument("--workload", required=True)
+    parser.add_argument("--turns", type=int, required=True)
+    parser.add_argument("--history-runs", type=int, default=5)
+    parser.add_argument("--suite", required=True)
+    parser.add_argument("--saver", required=True)
+    args = parser.parse_args(argv)
+
+    module_name, _, function = args.factory.partition(":")
+    factory = getattr(importlib.import_module(module_name), function)
+    work = workload(args.workload)
+    opened_cm: AbstractContextManager[Opened] = factory(work)
+    with opened_cm as opened:
+        result = measure(
+            opened,
+            work,
+            suite=args.suite,
+            saver_name=args.saver,
+            turns=args.turns,
+            history_runs=args.history_runs,
+        )
+    print(RESULT_MARK + json.dumps(result.to_json()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,285 @@
+"""The measured apps and the measuring loop, independent of any store.
+
+W50: a 2-node StateGraph on ``messages`` (``add_messages``); node ``assistant``
+appends an AI message of about 200 characters with a tool call, node ``tool``
+appends the tool's answer; one thread, one human message per turn, 50 turns.
+Each turn makes four checkpoints (input, after START, after each node), so 50
+turns leave 200 of them for the history read.
+
+W50-delta: the same graph with ``messages`` in a ``DeltaChannel`` (batch messages
+reducer, ``snapshot_frequency=10``): checkpoints store only every 10th value and
+the runtime rebuilds the others from the writes of their ancestors.
+"""
+
+from __future__ import annotations
+
+import importlib
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Annotated, Any, TypedDict, cast
+
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.channels import DeltaChannel
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.graph.state import CompiledStateGraph
+
+from graphkeep.bench.probes import Probe, Tally
+
+HISTORY_LIMIT = 200
+CHECKPOINTS_PER_TURN = 4
+MESSAGES_PER_TURN = 3
+FILLER = (
+    "Checked the order history, the carrier's tracking feed and the warehouse notes;"
+    " everything is consistent, so here is the summary you asked for, with the next"
+    " step spelled out for the customer. "
+)
+
+
+def _batch_add_messages(state: Any, writes: Sequence[Any]) -> Any:
+    """A batch messages reducer built from ``add_messages`` (one write after the other)."""
+    value: Any = list(state or [])
+    for write in writes:
+        value = add_messages(value, write)
+    return value
+
+
+def messages_batch_reducer() -> Callable[[Any, Sequence[Any]], Any]:
+    """LangGraph's (private) messages delta reducer, else :func:`_batch_add_messages`."""
+    found = getattr(
+        importlib.import_module("langgraph.graph.message"), "_messages_delta_reducer", None
+    )
+    return (
+        cast(Callable[[Any, Sequence[Any]], Any], found) if callable(found) else _batch_add_messages
+    )
+
+
+class ChatState(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+# module level: LangGraph resolves the (string) annotation below in this module's globals
+DELTA_REDUCER = messages_batch_reducer()
+DELTA_MESSAGES: DeltaChannel[list[AnyMessage]] = DeltaChannel(DELTA_REDUCER, snapshot_frequency=10)
+DELTA_REDUCER_NAME = (
+    "langgraph's _messages_delta_reducer"
+    if DELTA_REDUCER is not _batch_add_messages
+    else "add_messages applied write by write"
+)
+
+
+class DeltaChatState(TypedDict):
+    messages: Annotated[list[AnyMessage], DELTA_MESSAGES]
+
+
+def _turn_number(state: Any) -> int:
+    return sum(1 for m in state["messages"] if isinstance(m, HumanMessage))
+
+
+def assistant(state: Any) -> dict[str, list[AnyMessage]]:
+    n = _turn_number(state)
+    text = f"Turn {n}: {FILLER}"[:200]
+    call = {"name": "lookup_order", "args": {"order": f"#{1000 + n}"}, "id": f"call-{n}"}
+    return {"messages": [AIMessage(text, tool_calls=[call])]}
+
+
+def tool(state: Any) -> dict[str, list[AnyMessage]]:
+    n = _turn_number(state)
+    answer = f'{{"order": "#{1000 + n}", "status": "shipped", "eta_days": {n % 5 + 1}}}'
+    return {"messages": [ToolMessage(answer, tool_call_id=f"call-{n}", name="lookup_order")]}
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    description: str
+    state: type[Any]
+
+    def build(
+        self, checkpointer: BaseCheckpointSaver[Any]
+    ) -> CompiledStateGraph[Any, Any, Any, Any]:
+        builder = StateGraph(self.state)
+        builder.add_node("assistant", assistant)
+        builder.add_node("tool", tool)
+        builder.add_edge(START, "assistant")
+        builder.add_edge("assistant", "tool")
+        return builder.compile(checkpointer=checkpointer)
+
+
+WORKLOADS: tuple[Workload, ...] = (
+    Workload("W50", "2 nodes, messages with add_messages", ChatState),
+    Workload(
+        "W50-delta",
+        f"same, messages in a DeltaChannel({DELTA_REDUCER_NAME}, snapshot_frequency=10)",
+        DeltaChatState,
+    ),
+)
+
+
+def workload(name: str) -> Workload:
+    for item in WORKLOADS:
+        if item.name == name:
+            return item
+    raise KeyError(f"unknown workload {name!r}; known: {', '.join(w.name for w in WORKLOADS)}")
+
+
+@dataclass
+class Result:
+    """One saver on one workload. ``None`` means not applicable (no requests, no store)."""
+
+    suite: str
+    saver: str
+    workload: str
+    turns: int
+    ms_per_turn: float
+    requests_per_turn: float | None
+    stored_bytes: int | None
+    history_entries: int
+    history_ms: float
+    history_requests: int | None
+    turn_tally: Tally = field(default_factory=Tally)
+    history_tally: Tally = field(default_factory=Tally)
+    #: raw samples behind the medians (pooled when rounds are combined)
+    turn_samples_ms: list[float] = field(default_factory=list)
+    history_samples_ms: list[float] = field(default_factory=list)
+    rounds: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["turn_tally"] = self.turn_tally.to_json()
+        data["history_tally"] = self.history_tally.to_json()
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Result:
+        values = dict(data)
+        values["turn_tally"] = Tally.from_json(values.get("turn_tally", {}))
+        values["history_tally"] = Tally.from_json(values.get("history_tally", {}))
+        return cls(**values)
+
+
+@dataclass
+class Opened:
+    """A saver ready for one measured run, with its probe and its storage gauge."""
+
+    saver: BaseCheckpointSaver[Any]
+    probe: Probe
+    stored_bytes: Callable[[], int] | None = None
+
+
+def measure(
+    opened: Opened,
+    work: Workload,
+    *,
+    suite: str,
+    saver_name: str,
+    turns: int,
+    history_runs: int,
+) -> Result:
+    """Run ``turns`` turns of ``work`` on one fresh thread, then read its history."""
+    probe = opened.probe
+    app = work.build(probe.trace(opened.saver))
+    config: RunnableConfig = {"configurable": {"thread_id": f"bench-{uuid.uuid4().hex[:12]}"}}
+    probe.take()
+
+    durations: list[float] = []
+    requests_before = probe.total
+    for turn in range(1, turns + 1):
+        message = HumanMessage(f"Where is my order #{1000 + turn}? (turn {turn})")
+        started = time.perf_counter()
+        app.invoke({"messages": [message]}, config)
+        durations.append(time.perf_counter() - started)
+    turn_requests = probe.total - requests_before
+    turn_tally = probe.take()
+
+    state = app.get_state(config)
+    expected = MESSAGES_PER_TURN * turns
+    if len(state.values["messages"]) != expected:
+        raise AssertionError(
+            f"{saver_name} on {work.name}: {len(state.values['messages'])} messages after"
+            f" {turns} turns, expected {expected}"
+        )
+    stored = opened.stored_bytes() if opened.stored_bytes else None
+    probe.take()
+
+    history_times: list[float] = []
+    history_requests: int | None = None
+    history_tally = Tally()
+    entries = 0
+    for run in range(max(history_runs, 1)):
+        before = probe.total
+        started = time.perf_counter()
+        snapshots = list(app.get_state_history(config, limit=HISTORY_LIMIT))
+        history_times.append(time.perf_counter() - started)
+        if run == 0:
+            history_requests = probe.total - before
+            history_tally = probe.take()
+            entries = len(snapshots)
+            _check_history(saver_name, work, snapshots, turns)
+
+    counted = probe.counts_requests
+    return Result(
+        suite=suite,
+        saver=saver_name,
+        workload=work.name,
+        turns=turns,
+        ms_per_turn=statistics.median(durations) * 1000,
+        requests_per_turn=turn_requests / turns if counted else None,
+        stored_bytes=stored,
+        history_entries=entries,
+        history_ms=statistics.median(history_times) * 1000,
+        history_requests=history_requests if counted else None,
+        turn_tally=turn_tally,
+        history_tally=history_tally,
+        turn_samples_ms=[d * 1000 for d in durations],
+        history_samples_ms=[d * 1000 for d in history_times],
+    )
+
+
+def combine(rounds: list[Result]) -> Result:
+    """One result from several rounds of the same saver and workload: pooled medians.
+
+    Counts are deterministic per round (a DeltaChannel run can differ by a request
+    or two), so requests are averaged and the tallies are the first round's.
+    """
+    first = rounds[0]
+    if len(rounds) == 1:
+        return first
+    turn_samples = [x for r in rounds for x in r.turn_samples_ms]
+    history_samples = [x for r in rounds for x in r.history_samples_ms]
+    per_turn = [r.requests_per_turn for r in rounds if r.requests_per_turn is not None]
+    stored = [r.stored_bytes for r in rounds if r.stored_bytes is not None]
+    return Result(
+        suite=first.suite,
+        saver=first.saver,
+        workload=first.workload,
+        turns=first.turns,
+        ms_per_turn=statistics.median(turn_samples),
+        requests_per_turn=statistics.fmean(per_turn) if per_turn else None,
+        stored_bytes=int(statistics.median(stored)) if stored else None,
+        history_entries=first.history_entries,
+        history_ms=statistics.median(history_samples),
+        history_requests=first.history_requests,
+        turn_tally=first.turn_tally,
+        history_tally=first.history_tally,
+        turn_samples_ms=turn_samples,
+        history_samples_ms=history_samples,
+        rounds=len(rounds),
+    )
+
+
+def _check_history(saver: str, work: Workload, snapshots: list[Any], turns: int) -> None:
+    """The history must be complete and rebuilt correctly, or the timings mean nothing."""
+    expected = min(HISTORY_LIMIT, CHECKPOINTS_PER_TURN * turns)
+    if len(snapshots) != expected:
+        raise AssertionError(
+            f"{saver} on {work.name}: {len(snapshots)} history entries, expected {expected}"
+        )
+    counts = [len(s.values.get("messages", [])) for s in snapshots]
+    if counts != sorted(counts, reverse=True) or counts[0] != MESSAGES_PER_TURN * turns:
+        raise AssertionError(f"{saver} on {work.name}: history message counts are wrong: {counts}")
