@@ -1,0 +1,189 @@
+"""Item attributes, typed values and the 400 KB guard (compression and chunk items).
+
+Only the low-level client's typed attribute values are used (``{"S": ..}``, ``{"B": ..}``,
+``{"N": ..}``): nothing goes through boto3's ``TypeDeserializer``, so no number ever becomes a
+``Decimal``. Versions, steps and write indexes live in the serialized payloads or in the
+sort key and come back with their original Python types.
+
+Attributes (short names: DynamoDB bills attribute names as item bytes)::
+
+    pk, sk   keys (see :mod:`.keys`)
+    h        checkpoint head summary: msgpack [parent, versions, present, needs, run_id]
+    v        payload bytes, when it fits in the item
+    nk, dg   chunk count and digest when the payload lives in chunk items (``sz``: bytes)
+    z        "zlib" when the payload is compressed
+    rk       "<prefix>#1#<run_id>": key of the ``run_id`` GSI (delete_for_runs)
+    exp      epoch seconds: DynamoDB's TTL attribute (only with ``ttl``)
+    vis      epoch seconds a checkpoint head stays visible (only with ``ttl``)
+    rw       raw names (msgpack) when a key component had to be shortened
+    tok, until  the thread's lease (sort key ``l#``): holder token, expiry in epoch ms
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphkeep.backends.dynamodb import keys
+from graphkeep.errors import GraphkeepError
+from graphkeep.shared import serde as codec
+
+PK, SK = "pk", "sk"
+HEAD, VALUE, NCHUNKS, DIGEST, SIZE, CODEC = "h", "v", "nk", "dg", "sz", "z"
+RUN, EXP, VIS, RAW = "rk", "exp", "vis", "rw"
+LOCK_TOKEN, LOCK_UNTIL = "tok", "until"
+RUN_INDEX = "run_id"
+
+#: DynamoDB's item size limit
+MAX_ITEM_BYTES = 400 * 1024
+#: an item whose estimated size passes this moves its payload to chunk items
+INLINE_LIMIT = 380_000
+CHUNK_BYTES = 350_000
+#: payloads from this size on are compressed (when compression is on and it pays)
+COMPRESS_MIN_BYTES = 4096
+DEFAULT_COMPRESS_LEVEL = 6
+
+
+def S(value: str) -> dict[str, Any]:
+    return {"S": value}
+
+
+def B(value: bytes) -> dict[str, Any]:
+    return {"B": value}
+
+
+def N(value: int) -> dict[str, Any]:
+    return {"N": str(int(value))}
+
+
+def s(item: dict[str, Any], name: str) -> str:
+    return str(item[name]["S"])
+
+
+def b(item: dict[str, Any], name: str) -> bytes:
+    return bytes(item[name]["B"])
+
+
+def n(item: dict[str, Any], name: str) -> int | None:
+    value = item.get(name)
+    return None if value is None else int(value["N"])
+
+
+def key(pk: str, sk: str) -> dict[str, Any]:
+    return {PK: S(pk), SK: S(sk)}
+
+
+def size_of(item: dict[str, Any]) -> int:
+    """DynamoDB's item size: attribute names plus values (numbers estimated generously)."""
+    total = 0
+    for name, value in item.items():
+        total += len(name)
+        if "S" in value:
+            total += len(value["S"].encode("utf-8"))
+        elif "B" in value:
+            total += len(value["B"])
+        else:
+            total += 21
+    return total
+
+
+@dataclass(slots=True)
+class Encoded:
+    """An owner item plus the chunk items its payload was split into (if any)."""
+
+    item: dict[str, Any]
+    chunks: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def chunk_sks(self) -> tuple[str, ...]:
+        return tuple(s(c, SK) for c in self.chunks)
+
+
+def attach_payload(
+    item: dict[str, Any],
+    payload: bytes,
+    *,
+    level: int | None,
+    compressible: bool = True,
+) -> Encoded:
+    """Put ``payload`` into ``item`` (``v``), compressed and/or split into chunk items as needed.
+
+    Chunk keys embed a digest of the stored bytes, so re-sending the same payload rewrites
+    the same chunk items and a different payload never overwrites live ones.
+    """
+    data = payload
+    if level is not None and compressible and len(payload) >= COMPRESS_MIN_BYTES:
+        packed = zlib.compress(payload, level)
+        if len(packed) <= len(payload) * 0.9:
+            data = packed
+            item[CODEC] = S("zlib")
+    if size_of(item) + len(VALUE) + len(data) <= INLINE_LIMIT:
+        item[VALUE] = B(data)
+        return Encoded(item)
+    digest = hashlib.blake2b(data, digest_size=8).hexdigest()
+    pieces = codec.split(data, CHUNK_BYTES)
+    item[NCHUNKS] = N(len(pieces))
+    item[DIGEST] = S(digest)
+    item[SIZE] = N(len(data))
+    pk, owner = s(item, PK), s(item, SK)
+    chunks = []
+    for i, piece in enumerate(pieces):
+        chunk = {PK: S(pk), SK: S(keys.chunk_sk(owner, digest, i)), VALUE: B(piece)}
+        if EXP in item:
+            chunk[EXP] = item[EXP]
+        chunks.append(chunk)
+    return Encoded(item, chunks)
+
+
+def chunk_sks(item: dict[str, Any]) -> tuple[str, ...]:
+    """Sort keys of the chunk items an owner item's payload lives in (empty when inline)."""
+    count = n(item, NCHUNKS)
+    if not count or VALUE in item:
+        return ()
+    owner, digest = s(item, SK), s(item, DIGEST)
+    return tuple(keys.chunk_sk(owner, digest, i) for i in range(count))
+
+
+def read_payload(item: dict[str, Any], chunks: dict[str, dict[str, Any]]) -> bytes:
+    """The payload of an owner item; ``chunks`` maps chunk sort keys to chunk items."""
+    if VALUE in item:
+        data = b(item, VALUE)
+    else:
+        parts = []
+        for sk in chunk_sks(item):
+            chunk = chunks.get(sk)
+            if chunk is None:
+                raise GraphkeepError(
+                    f"chunk {sk!r} of item {s(item, SK)!r} (partition {s(item, PK)!r}) is"
+                    " missing: the value cannot be re-assembled. The item was damaged outside"
+                    " graphkeep (or by an expired TTL); delete the thread or restore a backup"
+                )
+            parts.append(b(chunk, VALUE))
+        data = codec.join(parts)
+        expected = n(item, SIZE)
+        digest = hashlib.blake2b(data, digest_size=8).hexdigest()
+        if (expected is not None and len(data) != expected) or digest != item[DIGEST]["S"]:
+            raise GraphkeepError(
+                f"chunks of item {s(item, SK)!r} do not match their digest; the value is damaged"
+            )
+    if CODEC in item:
+        codec_name = s(item, CODEC)
+        if codec_name != "zlib":
+            raise GraphkeepError(f"unknown payload codec {codec_name!r}: upgrade graphkeep")
+        data = zlib.decompress(data)
+    return data
+
+
+def hidden(item: dict[str, Any], now: float) -> bool:
+    """Past its expiry (DynamoDB deletes expired items lazily, up to days later)."""
+    exp = n(item, EXP)
+    return exp is not None and exp < now
+
+
+def head_hidden(item: dict[str, Any], now: float) -> bool:
+    vis = n(item, VIS)
+    if vis is not None:
+        return vis < now
+    return hidden(item, now)
