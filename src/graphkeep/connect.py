@@ -21,6 +21,7 @@ BACKENDS: dict[str, tuple[str, str, str, str]] = {
     "unix": ("graphkeep.backends.redis", "RedisSaver", "AsyncRedisSaver", "redis"),
     "redis+cluster": ("graphkeep.backends.redis", "RedisSaver", "AsyncRedisSaver", "redis"),
     "rediss+cluster": ("graphkeep.backends.redis", "RedisSaver", "AsyncRedisSaver", "redis"),
+    "dynamodb": ("graphkeep.backends.dynamodb", "DynamoDBSaver", "AsyncDynamoDBSaver", "dynamodb"),
 }
 
 #: options every backend accepts
@@ -28,7 +29,11 @@ COMMON_OPTIONS = frozenset(
     {"serde", "ttl", "refresh_ttl_on_read", "key_prefix", "setup", "max_id_bytes"}
 )
 #: extra options a backend accepts, by module
-BACKEND_OPTIONS: dict[str, frozenset[str]] = {}
+BACKEND_OPTIONS: dict[str, frozenset[str]] = {
+    "graphkeep.backends.dynamodb": frozenset(
+        {"compress", "run_index", "session", "profile_name", "botocore_config"}
+    ),
+}
 
 
 def _resolve(url: str, options: dict[str, Any], which: int) -> Any:
