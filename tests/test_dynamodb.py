@@ -1,0 +1,951 @@
+"""DynamoDB backend on a real DynamoDB endpoint (moto_server over HTTP by default).
+
+The endpoint comes from DYNAMODB_ENDPOINT_URL (default http://127.0.0.1:15000, started by
+``./dev services up``); this module creates its own table and deletes it at the end. Only
+the retry loops are unit-tested without a server (they are pure logic, fed fake responses).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import socket
+import string
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, TypedDict
+from urllib.parse import urlsplit
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+
+import graphkeep
+from graphkeep.backends.dynamodb import AsyncDynamoDBSaver, DynamoDBSaver, parse_url
+from graphkeep.backends.dynamodb import keys as dkeys
+from graphkeep.backends.dynamodb.requests import (
+    MAX_STALLS,
+    Call,
+    batch_get,
+    batch_write,
+    transact,
+)
+from graphkeep.errors import ConfigurationError, StorageUnavailable
+from graphkeep.shared.port import Sleep
+
+from .conftest import unique_prefix
+
+pytestmark = pytest.mark.dynamodb
+
+ENDPOINT = os.environ.get("DYNAMODB_ENDPOINT_URL", "http://127.0.0.1:15000")
+REGION = "us-east-1"
+for _name, _value in (
+    ("AWS_ACCESS_KEY_ID", "test"),
+    ("AWS_SECRET_ACCESS_KEY", "test"),
+    ("AWS_DEFAULT_REGION", REGION),
+):
+    os.environ.setdefault(_name, _value)
+
+
+def _reachable(url: str) -> bool:
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def table() -> Iterator[str]:
+    """A fresh table per test (moto copies a whole table on every transaction: keep it small)."""
+    if not _reachable(ENDPOINT):
+        pytest.fail(
+            f"no DynamoDB endpoint answers at {ENDPOINT}; run ./dev services up"
+            " (or point DYNAMODB_ENDPOINT_URL at one)"
+        )
+    name = f"gk_test_{uuid.uuid4().hex[:10]}"
+    with DynamoDBSaver.from_table(name, REGION, ENDPOINT) as saver:  # creates it
+        assert saver.client.describe_table(TableName=name)["Table"]["TableStatus"] == "ACTIVE"
+        yield name
+        saver.client.delete_table(TableName=name)
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Any]:
+    made = boto3.client("dynamodb", region_name=REGION, endpoint_url=ENDPOINT)
+    yield made
+    made.close()
+
+
+def _url(table: str) -> str:
+    return f"dynamodb://{table}?region={REGION}&endpoint_url={ENDPOINT}"
+
+
+class Calls:
+    """API calls counted with botocore's event hooks (one entry per request sent)."""
+
+    def __init__(self, client: Any) -> None:
+        self.names: list[str] = []
+        client.meta.events.register("before-call.dynamodb.*", self._seen)
+
+    def _seen(self, model: Any, **_: Any) -> None:
+        self.names.append(model.name)
+
+    @contextmanager
+    def count(self) -> Iterator[list[str]]:
+        start = len(self.names)
+        made: list[str] = []
+        yield made
+        made += self.names[start:]
+
+
+@pytest.fixture
+def counted(table: str) -> Iterator[tuple[DynamoDBSaver, Calls]]:
+    made = boto3.client("dynamodb", region_name=REGION, endpoint_url=ENDPOINT)
+    calls = Calls(made)
+    yield DynamoDBSaver(made, table, key_prefix=unique_prefix("ddb")), calls
+    made.close()
+
+
+@pytest.fixture
+def saver(table: str, client: Any) -> DynamoDBSaver:
+    return DynamoDBSaver(client, table, key_prefix=unique_prefix("ddb"))
+
+
+def _config(thread: str, ns: str = "", checkpoint_id: str | None = None) -> Any:
+    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns}
+    if checkpoint_id:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
+
+
+def _put(
+    saver: Any,
+    thread: str,
+    values: dict[str, Any],
+    versions: dict[str, Any],
+    *,
+    parent: Any = None,
+    new: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+    ns: str = "",
+) -> Any:
+    cp = empty_checkpoint()
+    cp["channel_values"] = values
+    cp["channel_versions"] = versions
+    config = parent or _config(thread, ns)
+    meta = metadata if metadata is not None else {"source": "loop", "step": 0}
+    return saver.put(config, cp, meta, new if new is not None else versions)
+
+
+def _items(client: Any, table: str, pk_starts: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
+    while True:
+        page = client.scan(**kwargs)
+        items += [i for i in page["Items"] if i["pk"]["S"].startswith(pk_starts)]
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def _thread_items(saver: Any, client: Any, table: str, thread: str) -> list[dict[str, Any]]:
+    pk, _ = saver.store.thread_key(thread)
+    items: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {
+        "TableName": table,
+        "KeyConditionExpression": "pk = :p",
+        "ExpressionAttributeValues": {":p": {"S": pk}},
+        "ConsistentRead": True,
+    }
+    while True:
+        page = client.query(**kwargs)
+        items += page["Items"]
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def _noise(size: int, seed: int = 0) -> str:
+    """Text that compresses poorly (random letters), ``size`` characters."""
+    rng = random.Random(seed)
+    return "".join(rng.choices(string.ascii_letters + string.digits, k=size))
+
+
+# --------------------------------------------------------------------------- conformance
+
+
+async def test_official_conformance_suite_passes_all_eight_capabilities(table: str) -> None:
+    @checkpointer_test(name="graphkeep-dynamodb")
+    async def factory() -> Any:
+        async with graphkeep.aconnect(_url(table), key_prefix=unique_prefix("conf")) as saver:
+            yield saver
+
+    report = await validate(factory)
+    summary = {
+        name: (r.passed, r.tests_passed, r.tests_failed, [f for f in r.failures][:2])
+        for name, r in report.results.items()
+    }
+    assert len(report.results) == 8, summary
+    assert all(r.detected and r.passed and not r.tests_failed for r in report.results.values()), (
+        summary
+    )
+
+
+def test_sync_connect_round_trips_writes_list_and_delete(table: str) -> None:
+    with graphkeep.connect(_url(table), key_prefix=unique_prefix("sync")) as saver:
+        assert isinstance(saver, DynamoDBSaver)
+        v1 = saver.get_next_version(None, None)
+        first = _put(saver, "t", {"a": "x", "n": 1}, {"a": v1, "n": v1})
+        saver.put_writes(first, [("a", "w"), ("__interrupt__", "stop")], "task-1", "~p")
+        v2 = saver.get_next_version(v1, None)
+        second = _put(
+            saver, "t", {"a": "y", "n": 1}, {"a": v2, "n": v1}, parent=first, new={"a": v2}
+        )
+        latest = saver.get_tuple(_config("t"))
+        assert latest is not None
+        assert (
+            latest.config["configurable"]["checkpoint_id"]
+            == second["configurable"]["checkpoint_id"]
+        )
+        assert latest.checkpoint["channel_values"] == {"a": "y", "n": 1}
+        assert latest.parent_config == first
+        old = saver.get_tuple(first)
+        assert old is not None
+        assert old.pending_writes == [("task-1", "__interrupt__", "stop"), ("task-1", "a", "w")]
+        assert [t.config for t in saver.list(_config("t"))] == [second, first]
+        assert len(list(saver.list(None))) == 2
+        saver.delete_thread("t")
+        assert saver.get_tuple(_config("t")) is None
+        assert list(saver.list(None)) == []
+
+
+async def test_async_saver_from_table_round_trips_and_serves_sync_calls(table: str) -> None:
+    async with AsyncDynamoDBSaver.from_table(
+        table, REGION, ENDPOINT, key_prefix=unique_prefix("async"), setup=False
+    ) as saver:
+        cp = empty_checkpoint()
+        cp["channel_values"] = {"a": [1, 2]}
+        cp["channel_versions"] = {"a": 1}
+        calls = Calls(saver.client)
+        with calls.count() as made:
+            stored = await saver.aput(_config("t"), cp, {"source": "input", "step": -1}, {"a": 1})
+            await saver.aput_writes(stored, [("a", 3)], "task", "")
+            await saver.aget_tuple(_config("t"))
+        assert made == ["TransactWriteItems", "PutItem", "Query", "BatchGetItem"], made
+        found = await saver.aget_tuple(_config("t"))
+        assert found is not None and found.checkpoint["channel_values"] == {"a": [1, 2]}
+        assert [t.config async for t in saver.alist(None)] == [stored]
+        # sync methods from another thread hop onto the saver's loop
+        other = await asyncio.to_thread(saver.get_tuple, _config("t"))
+        assert other is not None and other.pending_writes == [("task", "a", 3)]
+        with pytest.raises(asyncio.InvalidStateError):
+            saver.get_tuple(_config("t"))
+
+
+# --------------------------------------------------------------------------- API calls
+
+
+def _ops(names: list[str]) -> Counter[str]:
+    return Counter(names)
+
+
+def test_api_calls_per_operation(counted: tuple[DynamoDBSaver, Calls]) -> None:
+    saver, calls = counted
+    v1 = saver.get_next_version(None, None)
+    with calls.count() as made:
+        first = _put(
+            saver, "t", {"a": "x" * 5000, "b": [1, 2], "c": 3}, {"a": v1, "b": v1, "c": v1}
+        )
+    assert made == ["TransactWriteItems"], made
+
+    with calls.count() as made:  # only the head changes: one PutItem
+        second = _put(
+            saver,
+            "t",
+            {"a": "x" * 5000, "b": [1, 2], "c": 3},
+            {"a": v1, "b": v1, "c": v1},
+            parent=first,
+            new={},
+        )
+    assert made == ["PutItem"], made
+    with calls.count() as made:
+        saver.put_writes(second, [("a", i) for i in range(3)], "task-1", "p")
+    assert made == ["TransactWriteItems"], made
+    with calls.count() as made:  # the newest checkpoint with up to 15 writes: two calls
+        latest = saver.get_tuple(_config("t"))
+    assert made == ["Query", "BatchGetItem"], made
+    assert latest is not None and len(latest.pending_writes) == 3
+    with calls.count() as made:
+        saver.put_writes(second, [("b", i) for i in range(60)], "task-2", "p")
+    assert len(made) <= 3 and set(made) == {"TransactWriteItems"}, made  # 1 per 25 or better
+    with calls.count() as made:
+        saver.put_writes(second, [("__error__", "boom")], "task-3", "p")
+    assert made == ["PutItem"], made
+    with calls.count() as made:  # by id: one Query whatever the number of writes
+        exact = saver.get_tuple(second)
+    assert made == ["Query", "BatchGetItem"], made
+    assert exact is not None and len(exact.pending_writes) == 64
+    with calls.count() as made:  # newest with 64 writes: the second Query reads only them
+        latest = saver.get_tuple(_config("t"))
+    assert made == ["Query", "Query", "BatchGetItem"], made
+    assert latest is not None and len(latest.pending_writes) == 64
+    with calls.count() as made:
+        exact = saver.get_tuple(first)
+    assert made == ["Query", "BatchGetItem"], made
+    assert exact is not None and exact.checkpoint["channel_values"]["b"] == [1, 2]
+    with calls.count() as made:
+        assert len(list(saver.list(_config("t")))) == 2
+    assert _ops(made) == Counter({"Query": 1, "BatchGetItem": 1}), made
+
+
+def _delta_chain(saver: Any, thread: str, length: int) -> Any:
+    """A DeltaChannel-like chain: a seed value at the root, one write per ancestor."""
+    version = 1
+    root = _put(
+        saver, thread, {"d": ["seed"]}, {"d": version}, metadata={"source": "loop", "step": 0}
+    )
+    saver.put_writes(root, [("d", "w0")], "task", "")
+    parent = root
+    for step in range(1, length + 1):
+        version += 1
+        parent = _put(
+            saver,
+            thread,
+            {},
+            {"d": version},
+            parent=parent,
+            new={"d": version},
+            metadata={
+                "source": "loop",
+                "step": step,
+                "counters_since_delta_snapshot": {"d": [step, step]},
+            },
+        )
+        saver.put_writes(parent, [("d", f"w{step}")], "task", "")
+    return parent
+
+
+@pytest.mark.parametrize("ancestors", [100, 150])
+def test_delta_history_costs_two_calls_per_hundred_ancestors(
+    counted: tuple[DynamoDBSaver, Calls], ancestors: int
+) -> None:
+    saver, calls = counted
+    head = _delta_chain(saver, "delta", ancestors)
+    with calls.count() as made:
+        history = saver.get_delta_channel_history(config=head, channels=["d"])
+    assert len(made) <= 2 * -(-ancestors // 100), made
+    assert history["d"]["seed"] == ["seed"]
+    # the walk starts at the parent: the head's own write is excluded
+    assert [w[2] for w in history["d"]["writes"]] == [f"w{i}" for i in range(ancestors)]
+
+
+# --------------------------------------------------------------------------- paging
+
+
+def test_more_than_one_megabyte_of_history_is_paged_everywhere(
+    counted: tuple[DynamoDBSaver, Calls],
+) -> None:
+    saver, calls = counted
+    thread, count = "big", 220
+    parent = None
+    ids = []
+    for i in range(count):  # ~30 KB per checkpoint, incompressible: > 6 MB per thread
+        version = i + 1
+        stored = _put(
+            saver,
+            thread,
+            {"v": os.urandom(10_000)},
+            {"v": version},
+            parent=parent,
+            metadata={"source": "loop", "step": i, "pad": _noise(10_000, i)},
+        )
+        saver.put_writes(stored, [("v", _noise(10_000, -i))], "task", "")
+        ids.append(stored["configurable"]["checkpoint_id"])
+        parent = stored
+    with calls.count() as made:
+        listed = list(saver.list(_config(thread)))
+    assert [t.config["configurable"]["checkpoint_id"] for t in listed] == ids[::-1]
+    assert all(len(t.pending_writes) == 1 for t in listed)
+    assert made.count("Query") > 3, made  # 1 MB pages followed through LastEvaluatedKey
+    assert len(list(saver.list({"configurable": {"thread_id": thread}}))) == count  # no ns
+    assert len(list(saver.list(None))) == count  # Scan
+    before = list(saver.list(_config(thread), before=_config(thread, "", ids[150]), limit=120))
+    assert [t.config["configurable"]["checkpoint_id"] for t in before] == ids[:150][::-1][:120]
+    saver.copy_thread(thread, "copy")
+    assert len(list(saver.list(_config("copy")))) == count
+    saver.prune(["copy"])
+    assert len(list(saver.list(_config("copy")))) == 1
+    saver.delete_thread(thread)
+    assert saver.get_tuple(_config(thread)) is None
+    assert list(saver.list(_config(thread))) == []
+
+
+# --------------------------------------------------------------------------- retry loops
+
+
+def _run(op: Any, responses: list[Any]) -> tuple[Any, list[Any]]:
+    """Drive a sans-IO op by hand: each Call gets the next canned response (or exception)."""
+    sent: list[Any] = []
+    try:
+        request = next(op)
+        while True:
+            sent.append(request)
+            if isinstance(request, Sleep):
+                request = op.send(None)
+                continue
+            answer = responses.pop(0)
+            request = op.throw(answer) if isinstance(answer, BaseException) else op.send(answer)
+    except StopIteration as stop:
+        return stop.value, sent
+
+
+def _put_req(i: int) -> dict[str, Any]:
+    return {"PutRequest": {"Item": {"pk": {"S": "p"}, "sk": {"S": f"s{i}"}}}}
+
+
+def test_batch_write_resends_unprocessed_items_with_backoff() -> None:
+    requests = [_put_req(i) for i in range(30)]
+    responses = [
+        {"UnprocessedItems": {"t": requests[20:25]}},  # progress: re-sent at once
+        {"UnprocessedItems": {"t": requests[20:25]}},  # no progress: back off
+        {"UnprocessedItems": {}},
+        {"UnprocessedItems": {"t": requests[25:]}},  # second group: no progress
+        {},
+    ]
+    _, sent = _run(batch_write("t", requests), responses)
+    calls = [r for r in sent if isinstance(r, Call)]
+    sleeps = [r for r in sent if isinstance(r, Sleep)]
+    assert [len(c.params["RequestItems"]["t"]) for c in calls] == [25, 5, 5, 5, 5]
+    assert calls[1].params["RequestItems"]["t"] == requests[20:25]
+    assert calls[4].params["RequestItems"]["t"] == requests[25:]
+    assert len(sleeps) == 2 and all(0 < s.seconds <= 5 for s in sleeps)
+    assert sent.index(sleeps[0]) == 2  # no sleep after a response that made progress
+
+
+def test_batch_write_gives_up_after_repeated_throttling() -> None:
+    requests = [_put_req(i) for i in range(3)]
+    stuck = {"UnprocessedItems": {"t": requests}}
+    with pytest.raises(StorageUnavailable, match="unprocessed"):
+        _run(batch_write("t", requests), [stuck] * (MAX_STALLS + 1))
+
+
+def test_batch_get_resends_unprocessed_keys_and_collects_everything() -> None:
+    keys = [{"pk": {"S": "p"}, "sk": {"S": f"s{i}"}} for i in range(150)]
+    responses = [
+        {"Responses": {"t": keys[:60]}, "UnprocessedKeys": {"t": {"Keys": keys[60:100]}}},
+        {"Responses": {"t": []}, "UnprocessedKeys": {"t": {"Keys": keys[60:100]}}},
+        {"Responses": {"t": keys[60:100]}},
+        {"Responses": {"t": keys[100:]}},
+    ]
+    found, sent = _run(batch_get("t", keys), responses)
+    calls = [r for r in sent if isinstance(r, Call)]
+    assert found == keys
+    assert [len(c.params["RequestItems"]["t"]["Keys"]) for c in calls] == [100, 40, 40, 50]
+    assert all(c.params["RequestItems"]["t"]["ConsistentRead"] for c in calls)
+    assert sum(isinstance(r, Sleep) for r in sent) == 1
+
+
+def _cancelled(codes: list[str], item: Any = None) -> ClientError:
+    reasons = [
+        {"Code": c, **({"Item": item} if c == "ConditionalCheckFailed" else {})} for c in codes
+    ]
+    return ClientError(
+        {
+            "Error": {"Code": "TransactionCanceledException", "Message": "cancelled"},
+            "CancellationReasons": reasons,
+        },
+        "TransactWriteItems",
+    )
+
+
+def test_transact_drops_groups_whose_condition_failed_and_retries_conflicts() -> None:
+    actions = [{"Put": {"TableName": "t", "Item": {"sk": {"S": str(i)}}}} for i in range(4)]
+    owners = [0, 0, 1, 2]  # a chunk + its write, then two writes
+    old = {"sk": {"S": "2"}}
+    responses = [
+        _cancelled(["None", "None", "ConditionalCheckFailed", "None"], old),
+        _cancelled(["None", "TransactionConflict", "None"]),
+        {},
+    ]
+    failed, sent = _run(transact(actions, owners), responses)
+    calls = [r for r in sent if isinstance(r, Call)]
+    assert failed == {1: old}
+    assert [len(c.params["TransactItems"]) for c in calls] == [4, 3, 3]
+    assert calls[1].params["TransactItems"] == [actions[0], actions[1], actions[3]]
+    assert sum(isinstance(r, Sleep) for r in sent) == 1  # backoff only for the conflict
+
+
+def test_transact_of_one_action_is_a_plain_conditional_put() -> None:
+    action = {"Put": {"TableName": "t", "Item": {}, "ConditionExpression": "x"}}
+    error = ClientError(
+        {"Error": {"Code": "ConditionalCheckFailedException"}, "Item": {"a": 1}}, "PutItem"
+    )
+    failed, sent = _run(transact([action], [7]), [error])
+    assert [c.operation for c in sent] == ["put_item"] and failed == {7: {"a": 1}}
+
+
+# --------------------------------------------------------------------------- 400 KB guard
+
+
+@pytest.mark.parametrize("size", [500_000, 5_000_000, 20_000_000])
+def test_values_over_the_item_limit_are_chunked_and_reassembled(
+    saver: DynamoDBSaver, client: Any, table: str, size: int
+) -> None:
+    value = os.urandom(size)  # incompressible: really stored as chunks
+    thread = f"chunk-{size}"
+    stored = _put(saver, thread, {"big": value, "small": 1}, {"big": 1, "small": 1})
+    saver.put_writes(stored, [("big", value), ("__interrupt__", value[:600_000])], "task", "")
+    found = saver.get_tuple(_config(thread))
+    assert found is not None
+    assert found.checkpoint["channel_values"]["big"] == value
+    assert found.pending_writes == [
+        ("task", "__interrupt__", value[:600_000]),
+        ("task", "big", value),
+    ]
+    items = _thread_items(saver, client, table, thread)
+    chunks = [i for i in items if i["sk"]["S"].startswith("k#")]
+    assert len(chunks) >= 2 * (size // 350_000)
+    assert max(len(i["v"]["B"]) for i in items if "v" in i) <= 350_000
+    history = list(saver.list(_config(thread)))
+    assert history[0].checkpoint["channel_values"]["big"] == value
+    saver.copy_thread(thread, thread + "-copy")
+    copied = saver.get_tuple(_config(thread + "-copy"))
+    assert copied is not None and copied.checkpoint["channel_values"]["big"] == value
+    saver.delete_thread(thread)
+    saver.delete_thread(thread + "-copy")
+    assert _thread_items(saver, client, table, thread) == []
+
+
+def test_large_compressible_values_are_compressed_before_chunking(
+    saver: DynamoDBSaver, client: Any, table: str
+) -> None:
+    text = ("the quick brown fox jumps over the lazy dog; " * 50_000)[:2_000_000]
+    _put(saver, "zip", {"text": text}, {"text": 1})
+    items = _thread_items(saver, client, table, "zip")
+    blob = next(i for i in items if i["sk"]["S"].startswith("b#"))
+    assert blob.get("z") == {"S": "zlib"} and "v" in blob  # 2 MB of text fits one item
+    found = saver.get_tuple(_config("zip"))
+    assert found is not None and found.checkpoint["channel_values"]["text"] == text
+    plain = DynamoDBSaver(client, table, key_prefix=saver.store.key_prefix, compress=False)
+    _put(plain, "raw", {"text": text}, {"text": 1})
+    raw_items = _thread_items(plain, client, table, "raw")
+    assert sum(i["sk"]["S"].startswith("k#") for i in raw_items) == 6
+    assert plain.get_tuple(_config("raw")).checkpoint["channel_values"]["text"] == text  # type: ignore[union-attr]
+
+
+class Chat(TypedDict):
+    messages: Annotated[list[Any], add_messages]
+
+
+def test_a_chat_growing_past_400_kb_over_thirty_turns(
+    saver: DynamoDBSaver, client: Any, table: str
+) -> None:
+    def reply(state: Chat) -> dict[str, Any]:
+        turn = len(state["messages"])
+        return {"messages": [AIMessage(_noise(20_000, turn), id=f"ai-{turn}")]}
+
+    builder = StateGraph(Chat)
+    builder.add_node("reply", reply)
+    builder.add_edge(START, "reply")
+    builder.add_edge("reply", END)
+    graph = builder.compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "chat"}}
+    for turn in range(30):
+        graph.invoke({"messages": [HumanMessage(_noise(20_000, -turn), id=f"h-{turn}")]}, config)
+    state = graph.get_state(config)
+    messages = state.values["messages"]
+    assert len(messages) == 60
+    assert messages[-1].content == _noise(20_000, 59) and messages[0].content == _noise(20_000, 0)
+    assert sum(len(m.content) for m in messages) == 1_200_000
+    items = _thread_items(saver, client, table, "chat")
+    assert any(i["sk"]["S"].startswith("k#") for i in items), "the messages blob was not chunked"
+    history = list(graph.get_state_history(config))
+    assert len(history) == 90 and len(history[0].values["messages"]) == 60
+
+
+def test_writes_without_their_checkpoint_do_not_hide_the_newest_one(
+    counted: tuple[DynamoDBSaver, Calls],
+) -> None:
+    saver, calls = counted
+    stored = _put(saver, "t", {"a": 1}, {"a": 1})
+    saver.put_writes(stored, [("a", "mine")], "task", "")
+    # writes for a newer checkpoint whose put has not landed (more than one Query page)
+    pending = _config("t", "", "1ffffffff-not-yet-put")
+    saver.put_writes(pending, [(f"c{i}", i) for i in range(40)], "task", "")
+    with calls.count() as made:
+        found = saver.get_tuple(_config("t"))
+    assert found is not None and found.config == stored
+    assert found.pending_writes == [("task", "a", "mine")]
+    assert made.count("Query") <= 3, made
+
+
+def test_checkpoint_payloads_over_the_limit_are_chunked_too(
+    saver: DynamoDBSaver, client: Any, table: str
+) -> None:
+    meta = {"source": "loop", "step": 0, "notes": _noise(700_000, 3)}
+    stored = _put(saver, "meta", {"a": 1}, {"a": 1}, metadata=meta)
+    found = saver.get_tuple(_config("meta"))
+    assert found is not None and found.metadata["notes"] == meta["notes"]
+    items = _thread_items(saver, client, table, "meta")
+    assert any(i["sk"]["S"].startswith("k#c#") for i in items)
+    assert [t.metadata["notes"] for t in saver.list(None)] == [meta["notes"]]
+    saver.copy_thread("meta", "meta2")
+    copied = saver.get_tuple(_config("meta2"))
+    assert (
+        copied is not None
+        and copied.config["configurable"]["checkpoint_id"]
+        == (stored["configurable"]["checkpoint_id"])
+    )
+
+
+def test_puts_and_writes_beyond_one_transaction(counted: tuple[DynamoDBSaver, Calls]) -> None:
+    saver, calls = counted
+    values = {f"ch{i}": i for i in range(130)}
+    with calls.count() as made:  # 131 items: values first, the head last
+        stored = _put(saver, "wide", values, {ch: 1 for ch in values})
+    assert made[-1] == "PutItem" and "TransactWriteItems" not in made, made
+    assert made.count("BatchWriteItem") == 6, made
+    with calls.count() as made:
+        saver.put_writes(stored, [(f"ch{i}", i) for i in range(130)], "task", "")
+    assert made == ["TransactWriteItems", "TransactWriteItems"], made
+    found = saver.get_tuple(_config("wide"))
+    assert found is not None
+    assert found.checkpoint["channel_values"] == values
+    assert [w[2] for w in found.pending_writes] == list(range(130))
+
+
+# --------------------------------------------------------------------------- types
+
+
+def test_versions_steps_and_indexes_come_back_with_their_python_types(
+    saver: DynamoDBSaver, client: Any, table: str
+) -> None:
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"a": 1.5, "b": {"n": 10**18}}
+    cp["channel_versions"] = {"a": 7, "b": "00000000000000000000000000000003.0.5"}
+    cp["versions_seen"] = {"node": {"a": 6}}
+    meta: Any = {"source": "loop", "step": 12, "score": 0.25, "big": 10**18, "flag": True}
+    stored = saver.put(_config("types"), cp, meta, {"a": 7, "b": cp["channel_versions"]["b"]})
+    saver.put_writes(stored, [(f"c{i}", i) for i in range(12)], "task", "")
+    found = saver.get_tuple(_config("types"))
+    assert found is not None
+    versions = found.checkpoint["channel_versions"]
+    assert versions == {"a": 7, "b": "00000000000000000000000000000003.0.5"}
+    assert (
+        type(versions["a"]) is int and type(found.checkpoint["versions_seen"]["node"]["a"]) is int
+    )
+    assert found.metadata == meta
+    assert type(found.metadata["step"]) is int and type(found.metadata["score"]) is float
+    assert found.checkpoint["channel_values"] == {"a": 1.5, "b": {"n": 10**18}}
+    # more than ten writes of a task come back ordered by idx as a number (2 < 10)
+    assert [w[1] for w in found.pending_writes] == [f"c{i}" for i in range(12)]
+    assert [type(w[2]) for w in found.pending_writes] == [int] * 12
+    for item in _thread_items(saver, client, table, "types"):
+        for value in item.values():
+            assert set(value) <= {"S", "B", "N"}
+
+
+def test_regular_writes_insert_once_and_special_writes_replace(saver: DynamoDBSaver) -> None:
+    stored = _put(saver, "w", {"a": 1}, {"a": 1})
+    saver.put_writes(stored, [("a", "first"), ("__error__", "e1")], "task", "")
+    saver.put_writes(stored, [("a", "second"), ("__error__", "e2")], "task", "")
+    big1, big2 = os.urandom(3_000_000), os.urandom(3_000_000)  # chunks written ahead
+    saver.put_writes(stored, [("a", "x"), ("b", big1)], "task2", "")
+    saver.put_writes(stored, [("a", "y"), ("b", big2)], "task2", "")
+    found = saver.get_tuple(stored)
+    assert found is not None
+    assert found.pending_writes == [
+        ("task", "__error__", "e2"),
+        ("task", "a", "first"),
+        ("task2", "a", "x"),
+        ("task2", "b", big1),
+    ]
+    items = _thread_items(saver, saver.client, saver.table_name, "w")
+    chunk_bytes = sum(len(i["v"]["B"]) for i in items if i["sk"]["S"].startswith("k#"))
+    assert chunk_bytes < 3_100_000, "chunks of the rejected re-send were left behind"
+
+
+# --------------------------------------------------------------------------- TTL
+
+
+def _at(saver: DynamoDBSaver, offset: float) -> DynamoDBSaver:
+    """The same saver seen from ``offset`` seconds in the future (real server, shifted clock)."""
+    shifted = DynamoDBSaver(
+        saver.client, saver.table_name, key_prefix=saver.store.key_prefix, ttl=60
+    )
+    shifted.store.clock = lambda: time.time() + offset  # type: ignore[attr-defined]
+    return shifted
+
+
+def test_ttl_attribute_on_every_item_and_expired_items_hidden(client: Any, table: str) -> None:
+    assert client.describe_time_to_live(TableName=table)["TimeToLiveDescription"] == {
+        "TimeToLiveStatus": "ENABLED",
+        "AttributeName": "exp",
+    }
+    saver = DynamoDBSaver(client, table, key_prefix=unique_prefix("ttl"), ttl=60)
+    now = time.time()
+    stored = _put(saver, "t", {"a": "x", "big": os.urandom(500_000)}, {"a": 1, "big": 1})
+    saver.put_writes(stored, [("a", "w")], "task", "")
+    items = _thread_items(saver, client, table, "t")
+    assert len(items) >= 6  # head, two blobs, a write, chunks
+    for item in items:
+        assert "N" in item["exp"]
+        assert now + 90 <= int(item["exp"]["N"]) <= time.time() + 92  # ttl + slack
+    head = next(i for i in items if i["sk"]["S"].startswith("c#") and "h" in i)
+    assert now + 60 <= int(head["vis"]["N"]) <= time.time() + 62
+    assert _at(saver, 50).get_tuple(_config("t")) is not None
+    later = _at(saver, 61)  # past the head's expiry, before DynamoDB deletes anything
+    assert later.get_tuple(_config("t")) is None
+    assert later.get_tuple(stored) is None
+    assert list(later.list(_config("t"))) == [] and list(later.list(None)) == []
+    assert len(_thread_items(saver, client, table, "t")) == len(items)
+
+
+def test_put_refreshes_what_the_new_checkpoint_needs(client: Any, table: str) -> None:
+    saver = DynamoDBSaver(client, table, key_prefix=unique_prefix("ttl"), ttl=60)
+    calls = Calls(client)
+    first = _put(saver, "t", {"a": "keep", "b": os.urandom(400_000)}, {"a": 1, "b": 1})
+
+    def exps() -> dict[str, int]:
+        found = _thread_items(saver, client, table, "t")
+        return {i["sk"]["S"]: int(i["exp"]["N"]) for i in found}
+
+    before = exps()
+    soon = _at(saver, 5)
+    soon.store.known = saver.store.known  # type: ignore[attr-defined]
+    with calls.count() as made:  # nothing is due for a refresh yet: one call
+        second = _put(soon, "t", {"a": "keep", "b": b""}, {"a": 1, "b": 1}, parent=first, new={})
+    assert made == ["PutItem"]
+    late = _at(saver, 40)  # a fresh process: it looks the unchanged values up first
+    with calls.count() as made:
+        third = _put(late, "t", {"a": "keep", "b": b""}, {"a": 1, "b": 1}, parent=second, new={})
+    assert made == ["BatchGetItem", "TransactWriteItems"], made
+    after = exps()
+    blob_keys = [k for k in before if k.startswith("b#") or k.startswith("k#b#")]
+    assert len(blob_keys) >= 3
+    assert all(after[k] >= before[k] + 39 for k in blob_keys)  # values and their chunks
+    assert after[first_head(first)] == before[first_head(first)]  # old history is not kept
+    assert _at(saver, 95).get_tuple(_config("t")) is not None  # alive 60 s after the last put
+    found = _at(saver, 95).get_tuple(third)
+    assert found is not None and found.checkpoint["channel_values"]["a"] == "keep"
+
+
+def first_head(config: Any) -> str:
+    conf = config["configurable"]
+    return dkeys.head_sk(dkeys.part(conf["checkpoint_ns"])[0], dkeys.part(conf["checkpoint_id"])[0])
+
+
+def test_delta_ancestors_stay_alive_as_long_as_their_head(client: Any, table: str) -> None:
+    saver = DynamoDBSaver(client, table, key_prefix=unique_prefix("ttl"), ttl=60)
+    head = _delta_chain(saver, "d", 5)
+    later = _at(saver, 45)
+    later.store.known = saver.store.known  # type: ignore[attr-defined]
+    newest = _put(
+        later,
+        "d",
+        {},
+        {"d": 7},
+        parent=head,
+        new={"d": 7},
+        metadata={"source": "loop", "step": 6, "counters_since_delta_snapshot": {"d": [6, 6]}},
+    )
+    view = _at(saver, 100)  # the first checkpoints were written 100 s ago
+    history = view.get_delta_channel_history(config=newest, channels=["d"])
+    assert history["d"]["seed"] == ["seed"]
+    assert [w[2] for w in history["d"]["writes"]] == [f"w{i}" for i in range(6)]
+
+
+def test_refresh_ttl_on_read_keeps_a_read_only_thread_alive(client: Any, table: str) -> None:
+    prefix = unique_prefix("ttl")
+    saver = DynamoDBSaver(client, table, key_prefix=prefix, ttl=60)
+    _put(saver, "t", {"a": "x"}, {"a": 1})
+    reader = DynamoDBSaver(client, table, key_prefix=prefix, ttl=60, refresh_ttl_on_read=True)
+    reader.store.clock = lambda: time.time() + 45  # type: ignore[attr-defined]
+    assert reader.get_tuple(_config("t")) is not None
+    assert _at(saver, 100).get_tuple(_config("t")) is not None
+    assert _at(saver, 100).get_tuple(_config("t")).checkpoint["channel_values"] == {"a": "x"}  # type: ignore[union-attr]
+
+
+# --------------------------------------------------------------------------- keys
+
+
+def test_key_encoding_keeps_order_and_never_contains_the_separator() -> None:
+    rng = random.Random(7)
+    alphabet = '#$!"% :|{}abcAB\u00e9\u65e5\U0001f680\x01\x1f-_.'
+    words = {"".join(rng.choices(alphabet, k=rng.randint(0, 6))) for _ in range(3000)}
+    for word in words:
+        encoded, short = dkeys.part(word)
+        assert "#" not in encoded and not short and dkeys.decode(encoded) == word
+    ordered = sorted(words)
+    assert sorted(words, key=lambda w: dkeys.head_sk("", dkeys.part(w)[0])) == ordered
+    # a checkpoint and all its writes sort together, below the next id
+    for a, b in zip(ordered, ordered[1:], strict=False):
+        wa = dkeys.write_sk("", dkeys.part(a)[0], "t", 3)
+        hb = dkeys.head_sk("", dkeys.part(b)[0])
+        assert wa < hb
+        assert dkeys.before_bound("", dkeys.part(b)[0]) > wa
+    assert dkeys.write_sk("", "x", "t", -4) < dkeys.write_sk("", "x", "t", -1)
+    assert dkeys.write_sk("", "x", "t", 2) < dkeys.write_sk("", "x", "t", 10)
+
+
+def test_very_long_ids_are_shortened_but_round_trip(saver: DynamoDBSaver) -> None:
+    thread = " " * 1024  # escapes to 2 KB: the partition key keeps a digest
+    ns = "n#" * 300
+    stored = _put(saver, thread, {"c" * 300: 1}, {"c" * 300: "v" * 300}, ns=ns)
+    saver.put_writes(stored, [("c" * 300, 2)], "t" * 400, "")
+    found = saver.get_tuple(_config(thread, ns))
+    assert found is not None
+    assert found.config == stored
+    assert found.pending_writes == [("t" * 400, "c" * 300, 2)]
+    assert {t.config["configurable"]["thread_id"] for t in saver.list(None)} == {thread}
+    saver.delete_thread(thread)
+    assert list(saver.list(None)) == []
+
+
+# --------------------------------------------------------------------------- runs, locks
+
+
+def test_delete_for_runs_queries_the_run_index(counted: tuple[DynamoDBSaver, Calls]) -> None:
+    saver, calls = counted
+    a = _put(
+        saver, "t1", {"x": 1}, {"x": 1}, metadata={"source": "loop", "step": 0, "run_id": "r1"}
+    )
+    _put(
+        saver,
+        "t1",
+        {"x": 2},
+        {"x": 2},
+        parent=a,
+        metadata={"source": "loop", "step": 1, "run_id": "r2"},
+    )
+    _put(saver, "t2", {"x": 1}, {"x": 1}, metadata={"source": "loop", "step": 0, "run_id": "r1"})
+    with calls.count() as made:
+        saver.delete_for_runs(["r1"])
+    assert "Scan" not in made and made.count("Query") >= 1, made
+    assert [t.metadata["run_id"] for t in saver.list(None)] == ["r2"]
+
+
+def test_delete_for_runs_without_the_index_scans(client: Any) -> None:
+    name = f"gk_test_noindex_{uuid.uuid4().hex[:8]}"
+    with DynamoDBSaver.from_table(
+        name, REGION, ENDPOINT, key_prefix=unique_prefix("ni"), run_index=False
+    ) as saver:
+        try:
+            _put(
+                saver,
+                "t",
+                {"x": 1},
+                {"x": 1},
+                metadata={"source": "loop", "step": 0, "run_id": "r1"},
+            )
+            saver.delete_for_runs(["r1"])
+            assert list(saver.list(None)) == []
+        finally:
+            saver.client.delete_table(TableName=name)
+
+
+def test_thread_lease_is_exclusive_and_survives_delete_thread(saver: DynamoDBSaver) -> None:
+    with saver.lock("t", ttl=5) as held:
+        with pytest.raises(graphkeep.errors.LockNotAcquired):
+            saver.lock("t", blocking=False).acquire()
+        saver.delete_thread("t")
+        with pytest.raises(graphkeep.errors.LockNotAcquired):
+            saver.lock("t", blocking=False).acquire()
+        assert held.extend(5)
+    assert saver.lock("t", blocking=False).acquire()
+
+
+# --------------------------------------------------------------------------- setup, errors
+
+
+def test_setup_is_idempotent_and_the_definition_is_exported(table: str, client: Any) -> None:
+    with DynamoDBSaver.from_table(table, REGION, ENDPOINT) as saver:
+        saver.setup()
+    definition = DynamoDBSaver.table_definition(table)
+    described = client.describe_table(TableName=table)["Table"]
+    assert described["KeySchema"] == definition["KeySchema"]
+    assert described["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+    assert [i["IndexName"] for i in described["GlobalSecondaryIndexes"]] == ["run_id"]
+    resource = DynamoDBSaver.table_definition("x", format="cloudformation")
+    assert resource["Type"] == "AWS::DynamoDB::Table"
+    assert resource["Properties"]["TimeToLiveSpecification"] == {
+        "AttributeName": "exp",
+        "Enabled": True,
+    }
+
+
+def test_a_table_with_another_key_schema_is_refused(client: Any) -> None:
+    name = f"gk_test_foreign_{uuid.uuid4().hex[:8]}"
+    client.create_table(
+        TableName=name,
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    try:
+        with pytest.raises(ConfigurationError, match="key schema"):
+            with DynamoDBSaver.from_table(name, REGION, ENDPOINT):
+                pass
+    finally:
+        client.delete_table(TableName=name)
+
+
+def test_unreachable_endpoint_raises_storage_unavailable_with_masked_url() -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://user:secret@127.0.0.1:{port}"
+    with pytest.raises(StorageUnavailable) as raised:
+        with DynamoDBSaver.from_table("t", REGION, url):
+            pass
+    assert "secret" not in str(raised.value) and "./dev services up" in str(raised.value)
+
+
+def test_urls_and_options_are_validated() -> None:
+    assert parse_url("dynamodb://tbl?region=eu-west-1&endpoint_url=http://h:1") == (
+        "tbl",
+        {"region_name": "eu-west-1", "endpoint_url": "http://h:1"},
+    )
+    with pytest.raises(ConfigurationError):
+        parse_url("dynamodb://tbl?color=red")
+    with pytest.raises(ConfigurationError):
+        parse_url("dynamodb:///")
+    with pytest.raises(ConfigurationError, match="unknown option"):
+        with graphkeep.connect("dynamodb://tbl?region=us-east-1", bogus=1):
+            pass
+    with pytest.raises(ConfigurationError):
+        DynamoDBSaver(None, "tbl", compress=42)
+
+
+def test_sync_saver_is_safe_across_threads(saver: DynamoDBSaver) -> None:
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            parent = None
+            for step in range(5):
+                parent = _put(saver, f"w{n}", {"s": step}, {"s": step + 1}, parent=parent)
+                saver.put_writes(parent, [("s", step)], f"task{n}", "")
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert all(len(list(saver.list(_config(f"w{n}")))) == 5 for n in range(8))
