@@ -1,0 +1,328 @@
+"""The ``graphkeep`` argument parser, dispatch and error handling."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from graphkeep import __version__
+from graphkeep.cli.console import (
+    EXIT_ERROR,
+    EXIT_USAGE,
+    CliError,
+    mask,
+    parse_duration,
+    parse_size,
+)
+from graphkeep.cli.decode import EncryptedValueError
+from graphkeep.errors import ConfigurationError, GraphkeepError, InvalidInput, StorageUnavailable
+
+Command = Callable[[argparse.Namespace, TextIO, TextIO], int]
+
+DESCRIPTION = """\
+Inspect, dump, prune, copy and size the checkpoints LangGraph apps keep in
+graphkeep stores (the URLs of graphkeep.connect) and in LangGraph's own savers
+(sqlite:///path, postgresql://... when langgraph-checkpoint-sqlite / -postgres
+are installed)."""
+
+EPILOG = """\
+URLs:
+  redis://[:password@]host:6379/0   redis+cluster://host:7000   rediss://...
+  mongodb://host:27017/db           dynamodb://TABLE?region=us-east-1[&endpoint_url=...]
+  sqlite:///relative.db  sqlite:////absolute/path.db  postgresql://user:pw@host/db
+  (graphkeep schemes: whatever graphkeep.connect.BACKENDS registers)
+
+exit codes:
+  0 ok   1 error (store unreachable, copy not verified, ...)   2 usage (bad flags, bad URL)
+  3 a stats threshold was crossed   4 not found (thread, checkpoint, SQLite file)
+
+Encrypted values are decoded when LANGGRAPH_AES_KEY is set. Passwords in URLs are
+masked in every message. Progress bars go to stderr, only when it is a terminal.
+Run `graphkeep COMMAND --help` for examples."""
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from exc
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("common options")
+    group.add_argument(
+        "--key-prefix",
+        metavar="PREFIX",
+        help="graphkeep key prefix of the store (the key_prefix option of graphkeep.connect)",
+    )
+    group.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
+    group.add_argument(
+        "--no-progress", dest="progress", action="store_false", help="never draw progress bars"
+    )
+    group.add_argument(
+        "--traceback", action="store_true", help="show the Python traceback of an error"
+    )
+    return common
+
+
+def _add(
+    subparsers: Any,
+    name: str,
+    command: Command,
+    summary: str,
+    examples: str,
+    common: argparse.ArgumentParser,
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name,
+        help=summary,
+        description=textwrap.fill(summary, 79),
+        epilog="examples:\n" + examples,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[common],
+    )
+    parser.set_defaults(func=command)
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from graphkeep.cli.copy import cmd_copy
+    from graphkeep.cli.inspection import cmd_dump, cmd_history, cmd_threads
+    from graphkeep.cli.maintain import cmd_prune, cmd_setup, cmd_stats
+
+    parser = argparse.ArgumentParser(
+        prog="graphkeep",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"graphkeep {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    common = _common()
+
+    p = _add(
+        sub,
+        "threads",
+        cmd_threads,
+        "list threads with checkpoint count, namespaces, size and last checkpoint time",
+        "  graphkeep threads redis://localhost:6379/0\n"
+        "  graphkeep threads redis://localhost:6379/0 --limit 50 --json\n"
+        "  graphkeep threads 'dynamodb://app?region=eu-west-1' --quick\n"
+        "  graphkeep threads sqlite:///checkpoints.db\n",
+        common,
+    )
+    p.add_argument("url", metavar="URL")
+    p.add_argument("--limit", type=_positive, help="show at most N threads")
+    p.add_argument(
+        "--page-size", type=_positive, default=500, help="threads per store page (default 500)"
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="read only the store's index: no sizes or write counts, much faster on big stores",
+    )
+
+    p = _add(
+        sub,
+        "history",
+        cmd_history,
+        "a thread's checkpoints, newest first: id, step, source, parent, pending writes,"
+        " channels changed",
+        "  graphkeep history redis://localhost:6379/0 support-42\n"
+        "  graphkeep history redis://localhost:6379/0 support-42 --limit 5 --json\n"
+        "  graphkeep history redis://localhost:6379/0 support-42 --all-ns\n",
+        common,
+    )
+    p.add_argument("url", metavar="URL")
+    p.add_argument("thread", metavar="THREAD")
+    ns = p.add_mutually_exclusive_group()
+    ns.add_argument("--ns", default="", help='checkpoint namespace (default: root "")')
+    ns.add_argument("--all-ns", action="store_true", help="every namespace (subgraphs too)")
+    p.add_argument("--limit", type=_positive, help="newest N checkpoints only")
+
+    p = _add(
+        sub,
+        "dump",
+        cmd_dump,
+        "read-only recovery export of channels as plain JSON: the stored seed value and"
+        " every write since, oldest first",
+        "  graphkeep dump redis://localhost:6379/0 --thread-id support-42 --channel messages\n"
+        "  graphkeep dump mongodb://db/app --thread-id t1 --channel messages --channel todo \\\n"
+        "      --checkpoint-id 1f0c... --output t1.json\n"
+        "\n"
+        "Recover a DeltaChannel value: start from `seed` (null when delta_kind is no_seed)\n"
+        "and apply the channel's reducer to the `value` of each entry of `writes` in order.\n"
+        "Without --channel every state channel of the checkpoint is dumped.\n",
+        common,
+    )
+    p.add_argument("url", metavar="URL")
+    p.add_argument("--thread-id", required=True, metavar="THREAD")
+    p.add_argument(
+        "--channel", action="append", metavar="CHANNEL", help="channel to dump (repeatable)"
+    )
+    p.add_argument("--checkpoint-id", metavar="ID", help="checkpoint to dump (default: latest)")
+    p.add_argument("--checkpoint-ns", default="", metavar="NS", help='namespace (default "")')
+    p.add_argument("--output", "-o", metavar="FILE", help="write the JSON here (default: -)")
+    p.add_argument("--compact", action="store_true", help="one-line JSON")
+
+    p = _add(
+        sub,
+        "prune",
+        cmd_prune,
+        "remove old checkpoints (keeping what DeltaChannels need) or whole threads",
+        "  graphkeep prune redis://localhost:6379/0 --keep-latest --thread t1 t2 --dry-run\n"
+        "  graphkeep prune redis://localhost:6379/0 --keep-latest --older-than 30d\n"
+        "  graphkeep prune redis://localhost:6379/0 --delete --older-than 90d --json\n"
+        "\n"
+        "--keep-latest keeps each namespace's newest checkpoint plus the ancestors its\n"
+        "DeltaChannels still replay from (the saver's own prune rule); --delete removes\n"
+        "threads entirely. --older-than selects threads whose newest checkpoint is older.\n",
+        common,
+    )
+    p.add_argument("url", metavar="URL")
+    strategy = p.add_mutually_exclusive_group(required=True)
+    strategy.add_argument("--keep-latest", action="store_true", help="keep the newest state")
+    strategy.add_argument("--delete", action="store_true", help="delete the threads entirely")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--thread", nargs="+", metavar="THREAD", help="these threads")
+    which.add_argument(
+        "--older-than", type=_duration, metavar="AGE", help="threads idle this long (30d, 12h)"
+    )
+    p.add_argument("--dry-run", action="store_true", help="print the plan, remove nothing")
+    p.add_argument("--verbose", "-v", action="store_true", help="list every checkpoint removed")
+
+    p = _add(
+        sub,
+        "copy",
+        cmd_copy,
+        "copy threads between any two savers with the same checkpoint ids, metadata,"
+        " writes and DeltaChannel chains",
+        "  graphkeep copy sqlite:///app.db redis://localhost:6379/0 --all\n"
+        "  graphkeep copy redis://old:6379/0 'dynamodb://app?region=eu-west-1' --thread t1 t2\n"
+        "  graphkeep copy redis://localhost:6379/0 redis://localhost:6379/0 --thread t1 \\\n"
+        "      --rename-to t1-backup\n"
+        "\n"
+        "Idempotent and resumable: checkpoints already on the destination are skipped, so\n"
+        "re-run the same command after an interruption. Every thread is verified at the\n"
+        "end (checkpoints and writes); exit code 1 when one is not.\n",
+        common,
+    )
+    p.add_argument("src", metavar="SRC_URL")
+    p.add_argument("dst", metavar="DST_URL")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--thread", nargs="+", metavar="THREAD", help="these threads")
+    which.add_argument("--all", action="store_true", help="every thread of the source")
+    p.add_argument("--rename-to", metavar="THREAD", help="new id for the (single) thread")
+    p.add_argument("--src-key-prefix", metavar="PREFIX", help="key prefix of the source")
+    p.add_argument("--dst-key-prefix", metavar="PREFIX", help="key prefix of the destination")
+    p.add_argument(
+        "--no-verify", dest="verify", action="store_false", help="skip the final verification"
+    )
+
+    p = _add(
+        sub,
+        "stats",
+        cmd_stats,
+        "storage growth report; exit code 3 when a threshold is crossed (for cron)",
+        "  graphkeep stats redis://localhost:6379/0\n"
+        "  graphkeep stats redis://localhost:6379/0 --top 20 --json\n"
+        "  graphkeep stats mongodb://db/app --max-checkpoints-per-thread 500 \\\n"
+        "      --max-bytes-per-thread 10MB || alert 'checkpoints grow'\n",
+        common,
+    )
+    p.add_argument("url", metavar="URL")
+    p.add_argument("--top", type=_positive, default=10, help="largest N threads (default 10)")
+    p.add_argument("--max-checkpoints-per-thread", type=_positive, metavar="N")
+    p.add_argument(
+        "--max-bytes-per-thread", type=_size, metavar="SIZE", help="e.g. 500KB, 10MB, 1GiB"
+    )
+
+    p = _add(
+        sub,
+        "setup",
+        cmd_setup,
+        "create the store's schema, or print it for teams that own their migrations",
+        "  graphkeep setup 'dynamodb://app?region=eu-west-1'\n"
+        "  graphkeep setup mongodb://db/app --print > indexes.json\n"
+        "  graphkeep setup redis://localhost:6379/0 --print\n",
+        common,
+    )
+    p.add_argument("url", metavar="URL")
+    p.add_argument("--print", action="store_true", help="print the schema instead of creating it")
+    return parser
+
+
+def run(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(argv) if argv is not None else None)
+    except SystemExit as exc:  # --help, --version, usage errors
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        code: int = args.func(args, out, err)
+        return code
+    except KeyboardInterrupt:
+        err.write("graphkeep: interrupted (copy and prune are safe to re-run)\n")
+        return 130
+    except BrokenPipeError:
+        return 0
+    except BaseException as exc:
+        if isinstance(exc, SystemExit):
+            raise
+        code = exit_code(exc)
+        if args.traceback:
+            err.write(mask("".join(traceback.format_exception(exc))))
+        err.write(f"graphkeep: error: {describe(exc)}\n")
+        if code == EXIT_ERROR and not isinstance(exc, (CliError, GraphkeepError)):
+            if not args.traceback:
+                err.write("graphkeep: (run again with --traceback for details)\n")
+        return code
+
+
+def exit_code(exc: BaseException) -> int:
+    if isinstance(exc, CliError):
+        return exc.code
+    if isinstance(exc, (ConfigurationError, InvalidInput)):
+        return EXIT_USAGE
+    return EXIT_ERROR
+
+
+def describe(exc: BaseException) -> str:
+    """One line, credentials masked; driver errors keep their type name."""
+    if isinstance(exc, (CliError, GraphkeepError, EncryptedValueError)):
+        text = str(exc)
+    elif isinstance(exc, (ConnectionError, TimeoutError, OSError)) and not isinstance(
+        exc, StorageUnavailable
+    ):
+        text = f"{type(exc).__name__}: {exc} (is the server running and reachable?)"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    line = " ".join(text.split())
+    return mask(line if len(line) <= 2000 else line[:2000] + "...")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``graphkeep`` console script; returns the exit code."""
+    return run(argv, sys.stdout, sys.stderr)

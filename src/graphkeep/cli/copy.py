@@ -1,0 +1,494 @@
+"""``graphkeep copy``: move threads between any two savers, with the same ids.
+
+graphkeep -> graphkeep goes through the port: ``export_thread`` on the source,
+``import_thread`` of what the destination lacks (blobs, then writes, then
+checkpoints oldest first, in bounded batches), so values travel as stored
+bytes, encrypted or not. Any other pair (LangGraph's SQLite / Postgres savers
+on either side) goes through the public saver API: oldest checkpoint first,
+its writes (``put_writes`` per task) and then the checkpoint (``put`` with its
+parent's config, ``new_versions`` = channels whose version changed since the
+parent), with values loaded by :class:`~graphkeep.cli.decode.LosslessSerde` so
+that classes this machine lacks are copied byte for byte.
+
+Both paths are idempotent (upserts, insert-if-absent writes) and resumable:
+checkpoints already on the destination are skipped. At the end every thread is
+verified: each source checkpoint exists on the destination with at least as
+many writes (a destination that has moved on may hold more); missing writes are
+sent again once before the copy is declared failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any, TextIO
+
+from langgraph.checkpoint.base import WRITES_IDX_MAP
+
+from graphkeep.cli.console import (
+    EXIT_ERROR,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    CliError,
+    Progress,
+    UsageError,
+    print_json,
+)
+from graphkeep.cli.decode import LosslessSerde
+from graphkeep.cli.endpoints import (
+    POSTGRES_SCHEMES,
+    SQLITE_SCHEMES,
+    CheckpointItem,
+    Endpoint,
+    Native,
+    WriteItem,
+    export,
+    foreign_items,
+    iter_threads,
+    native_items,
+    open_endpoint,
+    scheme_of,
+    thread_config,
+)
+from graphkeep.shared import serde as codec
+from graphkeep.shared.records import (
+    BlobRecord,
+    CheckpointRecord,
+    ThreadDump,
+    WriteRecord,
+)
+
+BATCH_BYTES = 4 * 1024 * 1024
+BATCH_ITEMS = 500
+
+
+@dataclass
+class ThreadCopy:
+    source_thread_id: str
+    target_thread_id: str
+    checkpoints: int = 0
+    checkpoints_copied: int = 0
+    checkpoints_skipped: int = 0
+    writes: int = 0
+    blobs: int | None = None
+    verified: bool | None = None
+    problems: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "thread_id": self.source_thread_id,
+            "target_thread_id": self.target_thread_id,
+            "checkpoints": self.checkpoints,
+            "checkpoints_copied": self.checkpoints_copied,
+            "checkpoints_already_present": self.checkpoints_skipped,
+            "writes": self.writes,
+            "blobs": self.blobs,
+            "verified": self.verified,
+            "problems": self.problems,
+        }
+
+
+def _prefixes(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    src = args.src_key_prefix if args.src_key_prefix is not None else args.key_prefix
+    dst = args.dst_key_prefix if args.dst_key_prefix is not None else args.key_prefix
+    return src, dst
+
+
+def _is_foreign_url(url: str) -> bool:
+    return scheme_of(url) in SQLITE_SCHEMES or scheme_of(url) in POSTGRES_SCHEMES
+
+
+def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.rename_to is not None and (args.all or len(args.thread or []) != 1):
+        raise UsageError("--rename-to needs exactly one --thread")
+    src_prefix, dst_prefix = _prefixes(args)
+    if args.key_prefix is not None and args.src_key_prefix is None and _is_foreign_url(args.src):
+        src_prefix = None  # --key-prefix means the graphkeep side
+    if args.key_prefix is not None and args.dst_key_prefix is None and _is_foreign_url(args.dst):
+        dst_prefix = None
+    same_store = args.src.rstrip("/") == args.dst.rstrip("/") and src_prefix == dst_prefix
+    if same_store and args.rename_to is None:
+        raise UsageError(
+            "source and destination are the same store: use --rename-to (one thread)"
+            " or a different --dst-key-prefix"
+        )
+    both_native = not _is_foreign_url(args.src) and not _is_foreign_url(args.dst)
+    serde = LosslessSerde(strict=not both_native)
+    results: list[ThreadCopy] = []
+    missing: list[str] = []
+    with (
+        open_endpoint(args.src, key_prefix=src_prefix, serde=serde) as src,
+        open_endpoint(
+            args.dst, key_prefix=dst_prefix, serde=serde, setup=True, must_exist=False
+        ) as dst,
+    ):
+        threads = list(dict.fromkeys(args.thread)) if args.thread else list(iter_threads(src))
+        with Progress("copy", len(threads), stream=err, enabled=args.progress) as progress:
+            for thread_id in threads:
+                target = args.rename_to or thread_id
+                progress.advance(0, detail=thread_id)
+                if isinstance(src, Native) and isinstance(dst, Native):
+                    result = _copy_native(src, dst, thread_id, target, args, err)
+                else:
+                    result = _copy_generic(src, dst, thread_id, target, args, err)
+                progress.advance(1, detail=thread_id)
+                if result is None:
+                    missing.append(thread_id)
+                else:
+                    results.append(result)
+        src_label, dst_label = src.label, dst.label
+    failed = [r for r in results if r.problems]
+    if args.json:
+        print_json(
+            {
+                "source": src_label,
+                "destination": dst_label,
+                "threads": [r.as_json() for r in results],
+                "not_found": missing,
+                "ok": not failed and not missing,
+            },
+            out,
+        )
+    else:
+        for r in results:
+            name = r.source_thread_id
+            if r.target_thread_id != r.source_thread_id:
+                name += f" -> {r.target_thread_id}"
+            blobs = "" if r.blobs is None else f", {r.blobs} blob(s)"
+            state = {True: "verified", False: "VERIFY FAILED", None: "not verified"}[r.verified]
+            out.write(
+                f"{name}: {r.checkpoints_copied} checkpoint(s) copied,"
+                f" {r.checkpoints_skipped} already present, {r.writes} write(s){blobs}; {state}\n"
+            )
+            for problem in r.problems:
+                out.write(f"  ! {problem}\n")
+        for thread_id in missing:
+            err.write(f"graphkeep: thread {thread_id!r} not found at {src_label}\n")
+        if not results and not missing:
+            out.write(f"no threads at {src_label}\n")
+    if failed:
+        return EXIT_ERROR
+    return EXIT_NOT_FOUND if missing else EXIT_OK
+
+
+# -- graphkeep -> graphkeep: the port's export/import ----------------------------------
+
+
+def _copy_native(
+    src: Native,
+    dst: Native,
+    thread_id: str,
+    target: str,
+    args: argparse.Namespace,
+    err: TextIO,
+) -> ThreadCopy | None:
+    dump = export(src, thread_id)
+    if not dump:
+        return None
+    result = ThreadCopy(thread_id, target, checkpoints=len(dump.checkpoints))
+    result.writes, result.blobs = len(dump.writes), len(dump.blobs)
+    inventory = dst.call(dst.saver.store.inventory(target))
+    present = {(s.ns, s.checkpoint_id) for s in inventory.checkpoints}
+    checkpoints = [
+        _for_target(src, rec, target)
+        for rec in sorted(dump.checkpoints, key=lambda r: (r.checkpoint_id, r.ns))
+        if (rec.ns, rec.checkpoint_id) not in present
+    ]
+    result.checkpoints_copied = len(checkpoints)
+    result.checkpoints_skipped = len(dump.checkpoints) - len(checkpoints)
+    copied = {(r.ns, r.checkpoint_id) for r in checkpoints}
+    writes = [
+        w for w in dump.writes if (w[0], w[1]) in copied or (w[0], w[1]) not in inventory.write_keys
+    ]
+    blobs = [b for b in dump.blobs if (b[0], b[1].channel, b[1].version) not in inventory.blob_keys]
+    _import(dst, target, blobs, writes, checkpoints, args, err)
+    if args.verify:
+        _verify_native(src, dst, dump, target, result, args, err)
+    return result
+
+
+def _for_target(src: Native, record: CheckpointRecord, target: str) -> CheckpointRecord:
+    renamed = record.renamed(target)
+    if not renamed.metadata_doc:  # some stores do not return it; others filter on it
+        try:
+            metadata = codec.load(src.saver.serde, record.metadata)
+        except Exception:  # encrypted without the key: the destination re-derives nothing
+            return renamed
+        if isinstance(metadata, dict):
+            renamed = replace(renamed, metadata_doc=codec.plain(metadata))
+    return renamed
+
+
+def _import(
+    dst: Native,
+    target: str,
+    blobs: list[tuple[str, BlobRecord]],
+    writes: list[tuple[str, str, WriteRecord]],
+    checkpoints: list[CheckpointRecord],
+    args: argparse.Namespace,
+    err: TextIO,
+) -> None:
+    # Order matters for readers and for resuming: values first, checkpoints last
+    # (oldest first), so a checkpoint is never visible before what it needs.
+    batches = list(_batches(blobs, writes, checkpoints))
+    if not batches:
+        return
+    total = sum(size for _, size in batches)
+    with Progress(f"  {target}", total, stream=err, enabled=args.progress, unit="B") as progress:
+        for batch, size in batches:
+            dst.call(dst.saver.store.import_thread(target, batch))
+            progress.advance(size)
+
+
+def _batches(
+    blobs: list[tuple[str, BlobRecord]],
+    writes: list[tuple[str, str, WriteRecord]],
+    checkpoints: list[CheckpointRecord],
+) -> Iterator[tuple[ThreadDump, int]]:
+    current = ThreadDump([], [], [])
+    size = count = 0
+
+    def full() -> bool:
+        return size >= BATCH_BYTES or count >= BATCH_ITEMS
+
+    for blob in blobs:
+        current.blobs.append(blob)
+        size, count = size + len(blob[1].value.data) + 64, count + 1
+        if full():
+            yield current, size
+            current, size, count = ThreadDump([], [], []), 0, 0
+    for write in writes:
+        current.writes.append(write)
+        size, count = size + len(write[2].value.data) + 64, count + 1
+        if full():
+            yield current, size
+            current, size, count = ThreadDump([], [], []), 0, 0
+    if current:
+        yield current, size
+        current, size, count = ThreadDump([], [], []), 0, 0
+    for record in checkpoints:
+        current.checkpoints.append(record)
+        size = size + len(record.checkpoint.data) + len(record.metadata.data) + 128
+        count += 1
+        if full():
+            yield current, size
+            current, size, count = ThreadDump([], [], []), 0, 0
+    if current:
+        yield current, size
+
+
+def _write_counts(writes: list[tuple[str, str, WriteRecord]]) -> dict[tuple[str, str], int]:
+    counts: dict[tuple[str, str], int] = {}
+    for ns, checkpoint_id, _ in writes:
+        counts[(ns, checkpoint_id)] = counts.get((ns, checkpoint_id), 0) + 1
+    return counts
+
+
+def _verify_native(
+    src: Native,
+    dst: Native,
+    dump: ThreadDump,
+    target: str,
+    result: ThreadCopy,
+    args: argparse.Namespace,
+    err: TextIO,
+) -> None:
+    want = _write_counts(dump.writes)
+    for attempt in range(2):
+        copied = export(dst, target)
+        have_cp = {(r.ns, r.checkpoint_id) for r in copied.checkpoints}
+        have_blobs = {(ns, b.channel, b.version) for ns, b in copied.blobs}
+        have = _write_counts(copied.writes)
+        problems = _compare(
+            {(r.ns, r.checkpoint_id) for r in dump.checkpoints}, have_cp, want, have
+        )
+        lost_blobs = sum(1 for ns, b in dump.blobs if (ns, b.channel, b.version) not in have_blobs)
+        if lost_blobs:
+            problems.append(f"{lost_blobs} blob(s) missing on the destination")
+        short_writes = any(p.startswith("writes") for p in problems)
+        if not problems or attempt == 1 or not short_writes:
+            result.problems = problems
+            result.verified = not problems
+            return
+        # a source checkpoint gained writes since (or a write batch was lost): send all again
+        _import(dst, target, [], list(dump.writes), [], args, err)
+
+
+def _compare(
+    source_ids: set[tuple[str, str]],
+    target_ids: set[tuple[str, str]],
+    want: dict[tuple[str, str], int],
+    have: dict[tuple[str, str], int],
+) -> list[str]:
+    problems = []
+    lost = source_ids - target_ids
+    if lost:
+        problems.append(
+            f"{len(lost)} of {len(source_ids)} checkpoint(s) missing on the destination"
+        )
+    short = {key: n for key, n in want.items() if have.get(key, 0) < n}
+    if short:
+        missing = sum(n - have.get(key, 0) for key, n in short.items())
+        problems.append(
+            f"writes: {missing} write(s) of {len(short)} checkpoint(s) missing on the destination"
+        )
+    return problems
+
+
+# -- any other pair: the saver API -----------------------------------------------------
+
+
+def _source_items(src: Endpoint, thread_id: str) -> list[CheckpointItem]:
+    if isinstance(src, Native):
+        return native_items(src, thread_id)
+    return foreign_items(src, thread_id)
+
+
+def _oldest_first(items: list[CheckpointItem]) -> list[CheckpointItem]:
+    """By id, but a parent always before its children (ids need not be time-ordered)."""
+    by_key = {(i.ns, i.checkpoint_id): i for i in items}
+    ordered: list[CheckpointItem] = []
+    done: set[tuple[str, str]] = set()
+    for item in sorted(items, key=lambda i: (i.checkpoint_id, i.ns)):
+        stack = []
+        key: tuple[str, str] | None = (item.ns, item.checkpoint_id)
+        while key is not None and key in by_key and key not in done and key not in stack:
+            stack.append(key)
+            parent = by_key[key].parent_id
+            key = (key[0], parent) if parent else None
+        for k in reversed(stack):
+            done.add(k)
+            ordered.append(by_key[k])
+    return ordered
+
+
+def _present(dst: Endpoint, target: str) -> set[tuple[str, str]]:
+    """The destination's checkpoints of ``target`` (without reading their values)."""
+    if isinstance(dst, Native):
+        inventory = dst.call(dst.saver.store.inventory(target))
+        return {(s.ns, s.checkpoint_id) for s in inventory.checkpoints}
+    return set(_existing(dst, target))
+
+
+def _existing(dst: Endpoint, target: str) -> dict[tuple[str, str], int]:
+    """(ns, checkpoint_id) -> number of writes, of everything the destination holds."""
+    if isinstance(dst, Native):
+        dump = export(dst, target)
+        counts = _write_counts(dump.writes)
+        return {
+            (r.ns, r.checkpoint_id): counts.get((r.ns, r.checkpoint_id), 0)
+            for r in dump.checkpoints
+        }
+    return {
+        (
+            str(t.config["configurable"].get("checkpoint_ns", "")),
+            str(t.config["configurable"]["checkpoint_id"]),
+        ): len(t.pending_writes or [])
+        for t in dst.saver.list(thread_config(target))
+    }
+
+
+def _copy_generic(
+    src: Endpoint,
+    dst: Endpoint,
+    thread_id: str,
+    target: str,
+    args: argparse.Namespace,
+    err: TextIO,
+) -> ThreadCopy | None:
+    items = _oldest_first(_source_items(src, thread_id))
+    if not items:
+        return None
+    for item in items:
+        if not isinstance(item.checkpoint, dict):
+            raise CliError(
+                f"checkpoint {item.checkpoint_id} of thread {thread_id!r} cannot be read"
+                " (encrypted? set LANGGRAPH_AES_KEY)"
+            )
+    result = ThreadCopy(thread_id, target, checkpoints=len(items))
+    result.writes = sum(len(i.writes) for i in items)
+    present = _present(dst, target)
+    by_key = {(i.ns, i.checkpoint_id): i for i in items}
+    with Progress(f"  {target}", len(items), stream=err, enabled=args.progress) as progress:
+        for item in items:
+            progress.advance()
+            if (item.ns, item.checkpoint_id) in present:
+                result.checkpoints_skipped += 1
+                continue
+            _put_writes(dst, target, item)
+            parent = by_key.get((item.ns, item.parent_id)) if item.parent_id else None
+            _put(dst, target, item, parent)
+            result.checkpoints_copied += 1
+    if args.verify:
+        want = {(i.ns, i.checkpoint_id): len(i.writes) for i in items}
+        for attempt in range(2):
+            have = _existing(dst, target)
+            problems = _compare(set(want), set(have), want, have)
+            if not problems or attempt == 1 or not any(p.startswith("writes") for p in problems):
+                result.problems = problems
+                result.verified = not problems
+                break
+            for item in items:
+                _put_writes(dst, target, item)
+    return result
+
+
+def _put(dst: Endpoint, target: str, item: CheckpointItem, parent: CheckpointItem | None) -> None:
+    versions = item.versions
+    parent_versions = parent.versions if parent is not None else {}
+    new_versions = {ch: v for ch, v in versions.items() if parent_versions.get(ch) != v}
+    config = {
+        "configurable": {
+            "thread_id": target,
+            "checkpoint_ns": item.ns,
+            "checkpoint_id": item.parent_id,
+        }
+    }
+    metadata = item.metadata if isinstance(item.metadata, dict) else {}
+    dst.saver.put(config, item.checkpoint, metadata, new_versions)  # type: ignore[arg-type]
+
+
+def _put_writes(dst: Endpoint, target: str, item: CheckpointItem) -> None:
+    if not item.writes:
+        return
+    config = {
+        "configurable": {
+            "thread_id": target,
+            "checkpoint_ns": item.ns,
+            "checkpoint_id": item.checkpoint_id,
+        }
+    }
+    groups: dict[tuple[str, str], list[WriteItem]] = {}
+    for write in item.writes:
+        groups.setdefault((write.task_id, write.task_path), []).append(write)
+    for (task_id, task_path), writes in groups.items():
+        for batch in task_batches(writes):
+            dst.saver.put_writes(config, batch, task_id, task_path)  # type: ignore[arg-type]
+
+
+def task_batches(writes: list[WriteItem]) -> list[list[tuple[str, Any]]]:
+    """``put_writes`` batches that give each write its original ``idx`` where known.
+
+    ``put_writes`` numbers regular writes by list position and special ones by
+    channel, so a task's writes ``{resume: -4, a: 1, b: 2}`` go in one batch as
+    ``[resume, a, b]``. When the original positions cannot be rebuilt (or are
+    unknown), special and regular writes go in two batches, in order.
+    """
+    special = [w for w in writes if w.channel in WRITES_IDX_MAP]
+    regular = [w for w in writes if w.channel not in WRITES_IDX_MAP]
+    known = [w.idx for w in regular if w.idx is not None]
+    if regular and len(known) == len(regular):
+        slots = {w.idx: w for w in regular if w.idx is not None}
+        size = max(known) + 1
+        if len(slots) == len(regular) and size - len(regular) <= len(special):
+            fillers = iter(special)
+            batch = [slots[i] if i in slots else next(fillers) for i in range(size)]
+            batch += list(fillers)
+            return [[(w.channel, w.value) for w in batch]]
+    batches = []
+    if special:
+        batches.append([(w.channel, w.value) for w in special])
+    if regular:
+        batches.append([(w.channel, w.value) for w in regular])
+    return batches
