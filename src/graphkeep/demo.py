@@ -52,6 +52,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, StateSnapshot, interrupt
 
 import graphkeep
+from graphkeep.cli import show_thread
 from graphkeep.shared.keys import mask_url
 
 KEY_PREFIX = "graphkeep-demo"
@@ -626,6 +627,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if hint := backend.inspect_hint(url, demo.thread_id):
             say(f"inspect   : {hint}")
         say(f"({backend.name}: {elapsed:.1f} s)")
+        say()
+        say("What the graphkeep command shows of this thread:")
+        sys.stdout.flush()
+        code = show_thread(
+            url, demo.thread_id, key_prefix=KEY_PREFIX, channels=["messages"], limit=5
+        )
+        if code != 0:
+            say(f"[FAIL] graphkeep history/dump exited with {code}", 2)
+            failed = True
     say()
     say("demo FAILED" if failed else "demo passed: every fact above was checked")
     return 1 if failed else 0

@@ -43,7 +43,13 @@ def show_thread(
     try:
         with open_endpoint(url, key_prefix=key_prefix, serde=inspection_serde()) as endpoint:
             write_thread_report(
-                endpoint, thread_id, stream, ns=checkpoint_ns, channels=channels, limit=limit
+                endpoint,
+                thread_id,
+                stream,
+                ns=checkpoint_ns,
+                channels=channels,
+                limit=limit,
+                key_prefix=key_prefix,
             )
     except Exception as exc:
         stream.write(f"graphkeep: error: {describe(exc)}\n")

@@ -11,6 +11,7 @@ on any machine, with or without the app's code.
 from __future__ import annotations
 
 import argparse
+import shlex
 from collections.abc import Sequence
 from typing import Any, TextIO
 
@@ -563,13 +564,16 @@ def write_thread_report(
     ns: str = "",
     channels: Sequence[str] | None = None,
     limit: int | None = 10,
+    key_prefix: str | None = None,
 ) -> None:
     """``graphkeep history`` then ``graphkeep dump`` of one thread, as a transcript."""
     rows = history_rows(endpoint, thread_id, ns, limit)
-    out.write(f"$ graphkeep history {endpoint.label} {thread_id}")
+    prefix = f" --key-prefix {shlex.quote(key_prefix)}" if key_prefix else ""
+    target = f"{shlex.quote(endpoint.label)}{prefix}"
+    out.write(f"$ graphkeep history {target} {shlex.quote(thread_id)}")
     out.write(f" --limit {limit}\n" if limit else "\n")
     write_history(rows, out)
     document = dump_thread(endpoint, thread_id, channels, ns=ns)
     flags = "".join(f" --channel {ch}" for ch in document["channels"])
-    out.write(f"$ graphkeep dump {endpoint.label} --thread-id {thread_id}{flags}\n")
+    out.write(f"$ graphkeep dump {target} --thread-id {shlex.quote(thread_id)}{flags}\n")
     print_json(document, out)
