@@ -1,0 +1,485 @@
+"""MongoDB checkpoint savers: :class:`MongoDBSaver` (sync) and :class:`AsyncMongoDBSaver`.
+
+Both run on PyMongo (``pymongo>=4.13.2``): the sync saver on ``pymongo.MongoClient``,
+the async one natively on ``pymongo.AsyncMongoClient`` (no motor, no thread hops).
+Construct from an existing client or with ``from_url`` as a context manager::
+
+    with MongoDBSaver.from_url("mongodb://localhost:27017/mydb") as saver:
+        graph = builder.compile(checkpointer=saver)
+
+    async with AsyncMongoDBSaver.from_url("mongodb+srv://user:pw@cluster0.example.net/") as saver:
+        ...
+
+    saver = MongoDBSaver(MongoClient(...), db_name="graphkeep", ttl=86400)
+    saver.setup()
+
+The database comes from the URL path (default ``graphkeep``); query-string options go
+to the client. Sync and async share one source: the store (:mod:`.store`) yields
+:class:`~.store.Command` requests that two small executors below run.
+
+Collections (``P`` = ``key_prefix``, default ``graphkeep``)
+-----------------------------------------------------------
+``P_checkpoints``, one document per checkpoint::
+
+    {thread_id, ns, checkpoint_id, parent_id, format: 1,
+     versions: [{c: channel, v: version}, ...],   # a list: channel names may hold "." or "$"
+     present: [channel, ...], needs_history: [channel, ...],
+     run_id,                                       # top level, indexed: delete_for_runs
+     checkpoint: Binary, checkpoint_type, metadata: Binary, metadata_type,   # exact bytes
+     metadata_doc: {...}, metadata_opaque: [key, ...],   # queryable copy (see below)
+     delta: [{c, id, v}, ...],                    # DeltaChannel bookkeeping for the TTL
+     chunked: true,                               # payload moved to chunk documents
+     expires_at: Date}
+
+``P_payloads``, channel values (blobs), pending writes and chunks, told apart by ``kind``::
+
+    {thread_id, ns, kind: "blob" | "write" | "checkpoint", ref, sub, part,
+     type, data: Binary, count, gen, expires_at, ...descriptive fields}
+
+- blob: ``ref`` = ``"<len(channel)>:<channel>:<version>"``; also ``channel``, ``version``.
+  Stored once per (thread, ns, channel, version), only for channels in ``new_versions``.
+- write: ``ref`` = checkpoint id, ``sub`` = ``"<len(task_id)>:<task_id>:<idx>"``; also
+  ``task_id``, ``idx``, ``channel``, ``task_path``. Regular writes are insert-if-absent
+  (``$setOnInsert`` upserts), special writes (idx < 0) replace; one ``bulk_write``.
+- checkpoint: the packed checkpoint + metadata of a checkpoint too large to inline.
+
+Writes and blobs share one collection so that ``get_tuple`` is two commands (the
+checkpoint, then one ``find`` for its writes *and* blobs): FerretDB 1.24, our test
+server, has no ``$lookup``/``$unionWith``, and real MongoDB does not need them.
+
+``P_locks`` holds the per-thread leases of ``saver.lock()`` (``_id`` = thread id, a
+token and ``expires_at``), apart from the thread's data.
+
+Indexes (``MongoDBSaver.schema()`` returns them as dicts; ``setup()`` creates them
+idempotently, comparing key *and* options; ``setup=False`` skips it)::
+
+    P_checkpoints  gk_thread_ns_checkpoint  {thread_id, ns, checkpoint_id}  unique
+                   gk_run_id                {run_id}
+                   gk_expires_at            {expires_at}  expireAfterSeconds: 0 (TTL)
+    P_payloads     gk_thread_ns_kind_ref    {thread_id, ns, kind, ref, sub, part}  unique
+                   gk_expires_at            {expires_at}  expireAfterSeconds: 0 (TTL)
+    P_locks        gk_expires_at            {expires_at}  expireAfterSeconds: 0 (TTL)
+
+Sharding: shard ``P_checkpoints`` and ``P_payloads`` on ``{thread_id: 1}``. Every
+unique index leads with ``thread_id``, so MongoDB can enforce it on this ranged shard
+key, every filter carries ``thread_id`` and every operation of a thread targets one
+shard. A hashed ``{thread_id: "hashed"}`` key spreads hot threads more evenly, but
+MongoDB cannot enforce compound unique indexes there: create the ``schema()`` indexes
+without ``unique`` yourself and pass ``setup=False``. Writes remain idempotent upserts
+on the full key; only concurrent duplicate inserts are no longer rejected.
+
+The 16 MB guard: our own chunk documents, not GridFS
+---------------------------------------------------
+Any payload (blob, write, or checkpoint + metadata) over ``chunk_size`` (8 MiB) is
+split into a *head* document (``part: ""``, first chunk, ``count``, ``gen`` = digest of
+the whole payload) and tail documents (``part: "<gen>:<n>"``) in the same payloads
+collection, under the same ``ref``. So the queries that fetch a checkpoint's writes and
+blobs fetch their chunks too (no extra round trip), deleting by ``ref`` deletes every
+chunk, and the TTL refresh of a ``ref`` covers every chunk. A reader assembles only the
+head's generation, so a retried or overwritten payload never mixes chunks; an incomplete
+payload reads as not yet written. GridFS would need two more collections, a second
+query per file and its own deletion and expiry, and knows nothing of threads.
+Documents stay far below 16 MiB: identity fields are bounded (1 KiB ids, 64 KiB task
+paths), the queryable metadata copy is capped at 1 MiB.
+
+Metadata filters
+----------------
+``metadata_doc`` is a plain BSON copy of the metadata, so ``list(filter=...)`` runs on the
+server for any top-level key, as ``{"metadata_doc.<key>": {"$eq": value}}`` (values are
+always wrapped in ``$eq``, never operators). Keys containing "." or "$" are left out of
+the copy and never pushed down; values a document cannot hold portably (ints beyond
+int64, NaN/inf, arrays nested directly in arrays, keys with "."/"$" inside) are listed
+in ``metadata_opaque`` so the server still selects those checkpoints. The saver
+re-checks every filter in Python, and the serialized ``metadata`` is the source of truth.
+
+TTL
+---
+``ttl`` sets an absolute ``expires_at`` on every document written; a TTL index with
+``expireAfterSeconds: 0`` lets MongoDB delete it. The window slides per thread without
+touching the whole thread: each ``put`` writes fresh expiries on its documents and, in
+the same two commands, extends what the new checkpoint needs: the blobs of unchanged
+channels and, for DeltaChannels rebuilt from history, the ancestors (checkpoints,
+writes, chunks) from the nearest stored value up to the parent plus that seed value.
+Where that history starts is kept in each checkpoint's ``delta`` field and in a small
+in-process cache, so ``put`` reads its parent only after a restart (one extra find).
+``put_writes`` stamps its writes. Old history a live head does not need expires on
+schedule. Documents past ``expires_at`` are hidden from every read even before the TTL
+monitor (which runs about once a minute) deletes them. Servers without TTL indexes
+(FerretDB 1.x) get a plain index instead and a warning; call ``purge_expired()``
+periodically there. ``refresh_ttl_on_read`` extends what each read returns (two more
+commands per read).
+
+Errors: a lost server raises :class:`graphkeep.errors.StorageUnavailable` naming the URL
+(password masked). Every request is idempotent, so quick connection drops and upsert
+races on a unique key are retried with backoff; after the driver itself waited for a
+server, the error is raised at once. ``from_url`` sets ``serverSelectionTimeoutMS`` to
+10 s unless the URL sets it (PyMongo's default is 30 s).
+
+Wire-compatible servers: everything used here exists on MongoDB and on FerretDB 1.24;
+the code avoids ``$lookup``, pipeline updates, ``collMod``, partial and hashed indexes
+and never stores nested arrays, NaN or dotted keys. Where FerretDB differs, the code
+adapts without changing behaviour on MongoDB: no TTL indexes (see TTL), and reply
+batches not capped at 16 MiB (a reply over the 48 MB wire limit is re-read in small
+batches). FerretDB 1.x answers every query but ``_id`` equality by scanning the
+collection, so it gets slow as a collection grows; MongoDB uses the indexes above.
+
+Round trips: ``put`` 2 commands (blobs + refreshes, then the checkpoint), ``put_writes``
+1, ``get_tuple`` 2, a ``list`` page 2 (writes and blobs of the whole page in one
+``find``), ``get_delta_channel_history`` 2 for up to 1,000 ancestors. Multi-document
+transactions are never used: blobs and chunks are written before the checkpoint and
+deleted after it, so a reader never sees a checkpoint whose values are missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import unquote, urlsplit
+
+from graphkeep.backends.mongodb.documents import index_specs
+from graphkeep.backends.mongodb.store import Command, MongoStore
+from graphkeep.errors import ConfigurationError, StorageUnavailable
+from graphkeep.shared.keys import mask_url
+from graphkeep.shared.saver import AsyncSaver, SyncSaver, ttl_seconds
+
+try:
+    import pymongo
+    from pymongo.asynchronous.command_cursor import AsyncCommandCursor
+    from pymongo.asynchronous.cursor import AsyncCursor
+    from pymongo.command_cursor import CommandCursor
+    from pymongo.cursor import Cursor
+    from pymongo.driver_info import DriverInfo
+    from pymongo.errors import (
+        AutoReconnect,
+        BulkWriteError,
+        ConnectionFailure,
+        DuplicateKeyError,
+        InvalidURI,
+        ProtocolError,
+        ServerSelectionTimeoutError,
+    )
+    from pymongo.errors import ConfigurationError as PyMongoConfigurationError
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "the MongoDB backend needs PyMongo >= 4.13.2: pip install 'graphkeep[mongodb]'"
+    ) from exc
+
+__all__ = ["AsyncMongoDBSaver", "Command", "MongoDBSaver", "MongoStore", "index_specs"]
+
+DEFAULT_DB = "graphkeep"
+RETRY_DELAYS = (0.05, 0.2, 0.5)
+#: a dropped connection is retried only when the failed attempt was this quick: after a
+#: longer wait the driver has already looked for a server (and retried reads/writes itself)
+QUICK_FAILURE_S = 1.0
+#: from_url's serverSelectionTimeoutMS unless the URL sets one (PyMongo's default is 30 s):
+#: a call fails within ~10 s when the server is gone, and PyMongo's own retry still covers
+#: a replica-set election (typically under 12 s)
+SERVER_SELECTION_TIMEOUT_MS = 10_000
+#: documents per reply batch that always fit a 48 MB message (see _smaller_batches)
+SAFE_BATCH = 4
+SCHEMES = ("mongodb", "mongodb+srv")
+_BAD_DB_CHARS = set('/\\. "$*<>:|?\x00')
+
+
+def _driver_info() -> DriverInfo:
+    import graphkeep
+
+    return cast(DriverInfo, DriverInfo("graphkeep", str(graphkeep.__version__)))
+
+
+def database_from_url(url: str) -> str:
+    """The database named by the URL path, or ``graphkeep``."""
+    try:
+        path = urlsplit(url).path
+    except ValueError as exc:
+        raise ConfigurationError(f"bad MongoDB URL {mask_url(url)}: {exc}") from exc
+    return check_db_name(unquote(path.lstrip("/")) or DEFAULT_DB)
+
+
+def check_db_name(name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise ConfigurationError("db_name must be a non-empty string")
+    if _BAD_DB_CHARS & set(name) or len(name.encode("utf-8")) > 63:
+        raise ConfigurationError(
+            f"{name!r} is not a valid MongoDB database name (at most 63 bytes, none of"
+            ' / \\ . " $ * < > : | ? or spaces)'
+        )
+    return name
+
+
+def _describe(client: Any) -> str:
+    try:
+        hosts = ",".join(f"{h}:{p}" for h, p in client.topology_description.server_descriptions())
+    except Exception:  # noqa: BLE001 - a description is best effort
+        hosts = ""
+    return f"mongodb://{hosts}" if hosts else type(client).__name__
+
+
+def _unavailable(where: str, exc: BaseException) -> StorageUnavailable:
+    return StorageUnavailable(
+        f"MongoDB at {where} is unavailable ({type(exc).__name__}: {exc}); is the server"
+        " running and reachable? (locally: ./dev services up)"
+    )
+
+
+def _retryable(exc: BaseException, request: Command, took: float) -> bool:
+    """Worth another attempt: a dropped connection, or an upsert race on a unique key.
+
+    Every request is idempotent (upserts, insert-if-absent, deletes by key), so
+    re-sending it is safe.
+    """
+    if isinstance(exc, ServerSelectionTimeoutError):
+        return False  # the driver already waited serverSelectionTimeoutMS
+    if isinstance(exc, AutoReconnect):
+        return took < QUICK_FAILURE_S
+    if not request.retry_conflicts:
+        return False
+    if isinstance(exc, DuplicateKeyError):
+        return True
+    if isinstance(exc, BulkWriteError):
+        errors = exc.details.get("writeErrors") or []
+        return bool(errors) and all(e.get("code") == 11000 for e in errors)
+    return False
+
+
+def _call(db: Any, request: Any) -> Any:
+    if not isinstance(request, Command):
+        raise TypeError(f"unknown MongoDB request {request!r}")
+    target = db if request.collection is None else db[request.collection]
+    return getattr(target, request.method)(*request.args, **request.kwargs)
+
+
+def _smaller_batches(request: Command, exc: ProtocolError) -> Command | None:
+    """The same find with small batches, after a reply too large for the wire.
+
+    MongoDB caps a reply batch at 16 MiB, but some wire-compatible servers
+    (FerretDB 1.x) do not and answer a large ``batch_size`` with one reply over
+    the 48 MB message limit, which the driver refuses. Documents are at most
+    ``chunk_size`` (8 MiB) plus bounded identity fields, so a few per batch fit.
+    """
+    if request.method != "find" or "max message size" not in str(exc):
+        return None
+    return replace(request, kwargs={**request.kwargs, "batch_size": SAFE_BATCH})
+
+
+class _SyncExecutor:
+    def __init__(self, db: Any, where: str) -> None:
+        self.db = db
+        self.where = where
+
+    def __call__(self, request: Any) -> Any:
+        for delay in (*RETRY_DELAYS, None):
+            started = time.monotonic()
+            try:
+                try:
+                    return self._once(request)
+                except ProtocolError as exc:
+                    smaller = _smaller_batches(request, exc)
+                    if smaller is None:
+                        raise
+                    return self._once(smaller)
+            except ConnectionFailure as exc:
+                if delay is None or not _retryable(exc, request, time.monotonic() - started):
+                    raise _unavailable(self.where, exc) from exc
+            except (DuplicateKeyError, BulkWriteError) as exc:
+                if delay is None or not _retryable(exc, request, 0.0):
+                    raise
+            time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def _once(self, request: Any) -> Any:
+        result = _call(self.db, request)
+        if isinstance(result, (Cursor, CommandCursor)):
+            return list(result)
+        return result
+
+
+class _AsyncExecutor:
+    def __init__(self, db: Any, where: str) -> None:
+        self.db = db
+        self.where = where
+
+    async def __call__(self, request: Any) -> Any:
+        for delay in (*RETRY_DELAYS, None):
+            started = time.monotonic()
+            try:
+                try:
+                    return await self._once(request)
+                except ProtocolError as exc:
+                    smaller = _smaller_batches(request, exc)
+                    if smaller is None:
+                        raise
+                    return await self._once(smaller)
+            except ConnectionFailure as exc:
+                if delay is None or not _retryable(exc, request, time.monotonic() - started):
+                    raise _unavailable(self.where, exc) from exc
+            except (DuplicateKeyError, BulkWriteError) as exc:
+                if delay is None or not _retryable(exc, request, 0.0):
+                    raise
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    async def _once(self, request: Any) -> Any:
+        result = _call(self.db, request)
+        if asyncio.iscoroutine(result):
+            result = await result
+        if isinstance(result, (AsyncCursor, AsyncCommandCursor)):
+            return await result.to_list(None)
+        return result
+
+
+def _store(options: dict[str, Any]) -> tuple[MongoStore, dict[str, Any]]:
+    store = MongoStore(
+        key_prefix=options.pop("key_prefix", "graphkeep"),
+        ttl=ttl_seconds(options.pop("ttl", None)),
+        refresh_ttl_on_read=bool(options.pop("refresh_ttl_on_read", False)),
+        **({"chunk_size": options.pop("chunk_size")} if "chunk_size" in options else {}),
+    )
+    return store, options
+
+
+class _Schema:
+    """``Saver.schema()`` -> the index specs; on an instance, for its own ``key_prefix``."""
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Callable[..., list[dict[str, Any]]]:
+        if obj is None:
+
+            def for_prefix(key_prefix: str = "graphkeep") -> list[dict[str, Any]]:
+                return index_specs(key_prefix)
+
+            return for_prefix
+        store: MongoStore = obj.store
+
+        def for_saver() -> list[dict[str, Any]]:
+            return store.schema()
+
+        return for_saver
+
+
+class _MongoSaverMixin:
+    """What both MongoDB savers add to the shared contract."""
+
+    #: ``MongoDBSaver.schema(key_prefix="graphkeep")`` or ``saver.schema()``: index specs
+    schema = _Schema()
+    store: Any
+
+    if TYPE_CHECKING:  # provided by SyncSaver / AsyncSaver
+
+        def _call(self, op: Any) -> Any: ...
+
+        async def _acall(self, op: Any) -> Any: ...
+
+    def purge_expired(self) -> int:
+        """Delete expired documents now (servers without TTL indexes); returns the count."""
+        return int(self._call(cast(MongoStore, self.store).purge_expired()))
+
+    async def apurge_expired(self) -> int:
+        return int(await self._acall(cast(MongoStore, self.store).purge_expired()))
+
+
+class MongoDBSaver(_MongoSaverMixin, SyncSaver):
+    """Sync saver on a ``pymongo.MongoClient``.
+
+    Options: ``db_name`` (default ``"graphkeep"``), ``serde``, ``ttl`` (seconds or
+    timedelta, sliding per thread), ``refresh_ttl_on_read``, ``key_prefix`` (default
+    ``"graphkeep"``: collections ``<prefix>_checkpoints`` and ``<prefix>_payloads``),
+    ``chunk_size`` (default 8 MiB), ``max_id_bytes`` (default 1024).
+    """
+
+    def __init__(self, client: Any, db_name: str = DEFAULT_DB, **options: Any) -> None:
+        if not isinstance(client, pymongo.MongoClient):
+            raise ConfigurationError(
+                f"MongoDBSaver needs a pymongo.MongoClient, got {type(client).__name__};"
+                " use AsyncMongoDBSaver with pymongo.AsyncMongoClient (motor is not supported)"
+            )
+        store, rest = _store(dict(options))
+        self.client = client
+        self.db = client[check_db_name(db_name)]
+        super().__init__(store, _SyncExecutor(self.db, _describe(client)), **rest)
+
+    @classmethod
+    @contextmanager
+    def from_url(
+        cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
+    ) -> Iterator[MongoDBSaver]:
+        name = check_db_name(db_name) if db_name is not None else database_from_url(url)
+        client = sync_client(url)
+        try:
+            saver = cls(client, db_name=name, **options)
+            saver._execute.where = mask_url(url)  # type: ignore[attr-defined]
+            if setup:
+                saver.setup()
+            yield saver
+        finally:
+            client.close()
+
+
+class AsyncMongoDBSaver(_MongoSaverMixin, AsyncSaver):
+    """Asyncio saver on PyMongo's native ``pymongo.AsyncMongoClient`` (same options)."""
+
+    def __init__(self, client: Any, db_name: str = DEFAULT_DB, **options: Any) -> None:
+        if not isinstance(client, pymongo.AsyncMongoClient):
+            raise ConfigurationError(
+                f"AsyncMongoDBSaver needs a pymongo.AsyncMongoClient, got"
+                f" {type(client).__name__}; use MongoDBSaver with pymongo.MongoClient"
+                " (motor is not supported)"
+            )
+        store, rest = _store(dict(options))
+        self.client = client
+        self.db = client[check_db_name(db_name)]
+        super().__init__(store, _AsyncExecutor(self.db, _describe(client)), **rest)
+
+    @classmethod
+    @asynccontextmanager
+    async def from_url(
+        cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
+    ) -> AsyncIterator[AsyncMongoDBSaver]:
+        name = check_db_name(db_name) if db_name is not None else database_from_url(url)
+        client = async_client(url)
+        try:
+            saver = cls(client, db_name=name, **options)
+            saver._aexecute.where = mask_url(url)  # type: ignore[attr-defined]
+            if setup:
+                await saver.asetup()
+            yield saver
+        finally:
+            await client.close()
+
+
+def _check_scheme(url: str) -> None:
+    if not isinstance(url, str) or url.split("://", 1)[0].lower() not in SCHEMES:
+        raise ConfigurationError(
+            f"not a MongoDB URL (mongodb:// or mongodb+srv://): {mask_url(str(url))}"
+        )
+
+
+def _client_options(url: str) -> dict[str, Any]:
+    options: dict[str, Any] = {"driver": _driver_info()}
+    query = urlsplit(url).query.lower()
+    if "serverselectiontimeoutms=" not in query:
+        options["serverSelectionTimeoutMS"] = SERVER_SELECTION_TIMEOUT_MS
+    return options
+
+
+def sync_client(url: str) -> Any:
+    _check_scheme(url)
+    try:
+        return pymongo.MongoClient(url, **_client_options(url))
+    except (InvalidURI, PyMongoConfigurationError, ValueError, TypeError) as exc:
+        raise ConfigurationError(f"bad MongoDB URL {mask_url(url)}: {exc}") from exc
+    except ConnectionFailure as exc:
+        raise _unavailable(mask_url(url), exc) from exc
+
+
+def async_client(url: str) -> Any:
+    _check_scheme(url)
+    try:
+        return pymongo.AsyncMongoClient(url, **_client_options(url))
+    except (InvalidURI, PyMongoConfigurationError, ValueError, TypeError) as exc:
+        raise ConfigurationError(f"bad MongoDB URL {mask_url(url)}: {exc}") from exc
+    except ConnectionFailure as exc:
+        raise _unavailable(mask_url(url), exc) from exc

@@ -1,0 +1,403 @@
+"""Pure document and query builders for the MongoDB backend (no I/O, no client).
+
+Everything that decides what a document or a filter looks like lives here so it
+can be unit-tested without a server: identity encodings, payload chunking and
+re-assembly, the queryable metadata copy, the server-side filter pushdown and
+the index specs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import bson
+
+from graphkeep.errors import ConfigurationError
+
+#: bump when the document layout changes; readers keep accepting older formats
+FORMAT = 1
+
+KIND_BLOB = "blob"
+KIND_WRITE = "write"
+KIND_CHECKPOINT = "checkpoint"
+
+#: payload bytes kept inline in one document; larger payloads are chunked. 8 MiB
+#: leaves half of the 16 MiB BSON limit for the identity fields, which are
+#: bounded (ids 1 KiB, task_path 64 KiB), and keeps an update statement, which
+#: may be at most 16 MiB + 16 KiB on the wire, far from the limit.
+CHUNK_SIZE = 8 * 1024 * 1024
+#: budget of the queryable metadata copy; keys beyond it are only filtered in Python
+METADATA_DOC_BUDGET = 1024 * 1024
+#: hard BSON limit of one document
+BSON_LIMIT = 16 * 1024 * 1024
+#: nesting depth accepted in the queryable metadata copy
+MAX_DEPTH = 32
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+
+class Opaque:
+    """Marks a metadata value that the queryable copy could not hold (see export)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<opaque>"
+
+
+OPAQUE = Opaque()
+
+
+# -- collection names ------------------------------------------------------------------
+
+
+def check_prefix(prefix: Any) -> str:
+    """``key_prefix`` becomes the start of collection names: keep it a safe name."""
+    if not isinstance(prefix, str) or not prefix:
+        raise ConfigurationError("key_prefix must be a non-empty string")
+    if "$" in prefix or "\x00" in prefix or prefix.startswith("system."):
+        raise ConfigurationError(
+            f"key_prefix {prefix!r} cannot name a MongoDB collection: it must not contain"
+            " '$' or NUL nor start with 'system.'"
+        )
+    if len(prefix.encode("utf-8")) > 100:
+        raise ConfigurationError(f"key_prefix {prefix!r} is too long (max 100 bytes)")
+    return prefix
+
+
+# -- identities ------------------------------------------------------------------------
+
+
+def blob_ref(channel: str, version: str) -> str:
+    """``ref`` of a blob: length-prefixed so no (channel, version) pair collides."""
+    return f"{len(channel)}:{channel}:{version}"
+
+
+def write_sub(task_id: str, idx: int) -> str:
+    """``sub`` of a write: length-prefixed task id and the write index."""
+    return f"{len(task_id)}:{task_id}:{idx}"
+
+
+def identity(thread_id: str, ns: str, kind: str, ref: str, sub: str = "") -> dict[str, Any]:
+    for value in (thread_id, ns, ref, sub):
+        # values only, never operators: every caller passes validated strings
+        if not isinstance(value, str):
+            raise TypeError(f"identity fields must be str, got {type(value).__name__}")
+    return {"thread_id": thread_id, "ns": ns, "kind": kind, "ref": ref, "sub": sub}
+
+
+# -- payload chunking ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PayloadDoc:
+    """One document to upsert into the payloads collection."""
+
+    filter: dict[str, Any]
+    doc: dict[str, Any]
+    #: True for the head document (part ""), which decides overwrite vs insert-once
+    head: bool
+
+
+def payload_docs(
+    ident: Mapping[str, Any],
+    fields: Mapping[str, Any],
+    tag: str,
+    data: bytes,
+    chunk_size: int,
+) -> list[PayloadDoc]:
+    """The head document (and tail chunks, tails first) holding one payload.
+
+    The head carries ``count`` and, when chunked, ``gen`` (a digest of the whole
+    payload); tails are keyed by ``part = "<gen>:<n>"``. A reader assembles only
+    the tails of the head's generation, so an overwrite or a retry that writes
+    different bytes can never mix chunks of two payloads.
+    """
+    base = {**ident, **fields}
+    if len(data) <= chunk_size:
+        head = {**base, "part": "", "type": tag, "count": 1, "data": data}
+        return [PayloadDoc({**ident, "part": ""}, head, True)]
+    pieces = [data[i : i + chunk_size] for i in range(0, len(data), chunk_size)]
+    gen = hashlib.blake2b(data, digest_size=12).hexdigest()
+    docs = []
+    for n in range(1, len(pieces)):
+        part = f"{gen}:{n}"
+        docs.append(
+            PayloadDoc({**ident, "part": part}, {**base, "part": part, "data": pieces[n]}, False)
+        )
+    head = {**base, "part": "", "type": tag, "count": len(pieces), "gen": gen, "data": pieces[0]}
+    docs.append(PayloadDoc({**ident, "part": ""}, head, True))
+    return docs
+
+
+def group_key(doc: Mapping[str, Any]) -> tuple[str, str, str, str, str]:
+    return (doc["thread_id"], doc["ns"], doc["kind"], doc["ref"], doc.get("sub", ""))
+
+
+def group_payloads(
+    docs: Iterable[Mapping[str, Any]],
+) -> dict[tuple[str, str, str, str, str], list[Mapping[str, Any]]]:
+    groups: dict[tuple[str, str, str, str, str], list[Mapping[str, Any]]] = {}
+    for doc in docs:
+        groups.setdefault(group_key(doc), []).append(doc)
+    return groups
+
+
+def assemble(docs: list[Mapping[str, Any]]) -> tuple[Mapping[str, Any], bytes] | None:
+    """(head, payload bytes), or None while the payload is incomplete."""
+    head = next((d for d in docs if d.get("part", "") == ""), None)
+    if head is None:
+        return None
+    count = int(head.get("count", 1))
+    data = bytes(head.get("data", b""))
+    if count <= 1:
+        return head, data
+    gen = head.get("gen")
+    parts = {d.get("part"): d.get("data") for d in docs}
+    pieces = [data]
+    for n in range(1, count):
+        piece = parts.get(f"{gen}:{n}")
+        if piece is None:
+            return None
+        pieces.append(bytes(piece))
+    return head, b"".join(pieces)
+
+
+# -- metadata --------------------------------------------------------------------------
+
+
+def safe_key(key: Any, *, top: bool = False) -> bool:
+    """A key that is a legal field name on MongoDB *and* wire-compatible servers."""
+    if not isinstance(key, str) or "\x00" in key or "." in key:
+        return False
+    if top and (not key or "$" in key):  # top-level keys become query paths
+        return False
+    return not key.startswith("$") and _utf8(key)
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def storable(value: Any, depth: int = 0, in_array: bool = False) -> bool:
+    """Can ``value`` go into a document on MongoDB and on FerretDB alike?
+
+    Conservative on purpose: ints beyond int64, NaN/inf, lone surrogates, keys
+    with '.' or a leading '$' and arrays directly inside arrays are rejected
+    (the last three are rejected by some wire-compatible servers).
+    """
+    if depth > MAX_DEPTH:
+        return False
+    if value is None or isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return INT64_MIN <= value <= INT64_MAX
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, str):
+        return _utf8(value)
+    if isinstance(value, Mapping):
+        return all(safe_key(k) and storable(v, depth + 1) for k, v in value.items())
+    if isinstance(value, list):
+        if in_array:
+            return False
+        return all(storable(v, depth + 1, in_array=True) for v in value)
+    return False
+
+
+def metadata_fields(metadata: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The queryable copy of the metadata and the keys it could not hold.
+
+    Keys that are not safe field names are left out (filters on them are never
+    pushed down); values a document cannot hold, and values past the size
+    budget, are listed as *opaque* so a pushed-down filter still selects the
+    checkpoint and the saver decides in Python.
+    """
+    doc: dict[str, Any] = {}
+    opaque: list[str] = []
+    used = 0
+    for key, value in metadata.items():
+        if not safe_key(key, top=True):
+            continue
+        if not storable(value):
+            opaque.append(key)
+            continue
+        size = len(bson.encode({"v": value}))
+        if used + size > METADATA_DOC_BUDGET:
+            opaque.append(key)
+            continue
+        doc[key] = value
+        used += size
+    return doc, opaque
+
+
+def pushable(value: Any) -> bool:
+    """Filter values compared on the server: scalars only (nested ones in Python)."""
+    if value is None or isinstance(value, bool):
+        return True
+    if isinstance(value, str):
+        return _utf8(value)
+    if isinstance(value, int):
+        return INT64_MIN <= value <= INT64_MAX
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return False
+
+
+def metadata_filter(filter: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Server-side clauses for a validated ``list(filter=...)``: a superset of the matches.
+
+    User keys become field *paths* only when they are safe names (no '.', no
+    '$'), and values are always wrapped in ``$eq`` so they can never act as
+    operators. Everything else is left to the saver's Python re-check.
+    """
+    clauses: list[dict[str, Any]] = []
+    for key, value in filter.items():
+        if not safe_key(key, top=True) or not pushable(value):
+            continue
+        clauses.append(
+            {
+                "$or": [
+                    {f"metadata_doc.{key}": {"$eq": value}},
+                    {"metadata_opaque": {"$eq": key}},
+                ]
+            }
+        )
+    return clauses
+
+
+# -- filters ---------------------------------------------------------------------------
+
+
+def live(now: datetime) -> dict[str, Any]:
+    """Documents not past their expiry (TTL monitors delete lazily, or not at all)."""
+    return {"expires_at": {"$not": {"$lte": now}}}
+
+
+def conjunction(clauses: list[dict[str, Any]]) -> dict[str, Any]:
+    """AND of filters: merged into one document where no key repeats, else ``$and``."""
+    merged: dict[str, Any] = {}
+    rest: list[dict[str, Any]] = []
+    for clause in clauses:
+        if not clause:
+            continue
+        if any(key in merged for key in clause):
+            rest.append(clause)
+        else:
+            merged.update(clause)
+    return {"$and": [merged, *rest]} if rest else merged
+
+
+def disjunction(clauses: list[dict[str, Any]]) -> dict[str, Any] | None:
+    if not clauses:
+        return None
+    if len(clauses) == 1:
+        return clauses[0]
+    return {"$or": clauses}
+
+
+def keyset_after(keys: list[str], last: tuple[str, ...]) -> dict[str, Any]:
+    """Rows strictly after ``last`` in DESC order on ``keys`` (keyset pagination)."""
+    clauses: list[dict[str, Any]] = []
+    for i, key in enumerate(keys):
+        clause: dict[str, Any] = {keys[j]: {"$eq": last[j]} for j in range(i)}
+        clause[key] = {"$lt": last[i]}
+        clauses.append(clause)
+    return disjunction(clauses) or {}
+
+
+def in_batches(values: list[str], size: int = 10_000) -> list[list[str]]:
+    return [values[i : i + size] for i in range(0, len(values), size)] if values else []
+
+
+# -- schema ----------------------------------------------------------------------------
+
+
+def collection_names(prefix: str) -> tuple[str, str, str]:
+    """(checkpoints, payloads, locks) collection names for ``prefix``."""
+    return f"{prefix}_checkpoints", f"{prefix}_payloads", f"{prefix}_locks"
+
+
+def index_specs(prefix: str = "graphkeep") -> list[dict[str, Any]]:
+    """Every index ``setup()`` creates, as plain dicts (print them, or create them yourself).
+
+    ``expires_at`` carries a TTL index (``expireAfterSeconds: 0``: the field holds the
+    absolute expiry). On a server without TTL indexes ``setup()`` creates the plain
+    ``gk_expires_at_plain`` index instead and expired documents are hidden from reads
+    until ``purge_expired()`` removes them.
+    """
+    checkpoints, payloads, locks = collection_names(check_prefix(prefix))
+    return [
+        {
+            "collection": checkpoints,
+            "name": "gk_thread_ns_checkpoint",
+            "key": [["thread_id", 1], ["ns", 1], ["checkpoint_id", 1]],
+            "unique": True,
+        },
+        {
+            "collection": checkpoints,
+            "name": "gk_run_id",
+            "key": [["run_id", 1]],
+        },
+        {
+            "collection": checkpoints,
+            "name": "gk_expires_at",
+            "key": [["expires_at", 1]],
+            "expireAfterSeconds": 0,
+        },
+        {
+            "collection": payloads,
+            "name": "gk_thread_ns_kind_ref",
+            "key": [["thread_id", 1], ["ns", 1], ["kind", 1], ["ref", 1], ["sub", 1], ["part", 1]],
+            "unique": True,
+        },
+        {
+            "collection": payloads,
+            "name": "gk_expires_at",
+            "key": [["expires_at", 1]],
+            "expireAfterSeconds": 0,
+        },
+        {
+            "collection": locks,
+            "name": "gk_expires_at",
+            "key": [["expires_at", 1]],
+            "expireAfterSeconds": 0,
+        },
+    ]
+
+
+#: index options compared by ``setup()`` (absent = default)
+INDEX_OPTIONS = ("unique", "sparse", "expireAfterSeconds", "partialFilterExpression")
+
+
+def index_signature(spec: Mapping[str, Any]) -> tuple[Any, ...]:
+    """(key, options) of an index spec or of a ``listIndexes`` entry, for comparison."""
+    key = spec.get("key", [])
+    items = key.items() if isinstance(key, Mapping) else key
+    fields = tuple((str(k), _direction(v)) for k, v in items)
+    options = tuple((name, _option(name, spec.get(name))) for name in INDEX_OPTIONS)
+    return fields, options
+
+
+def _direction(value: Any) -> Any:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return int(value)
+    return value
+
+
+def _option(name: str, value: Any) -> Any:
+    if name in ("unique", "sparse"):
+        return bool(value)
+    if name == "expireAfterSeconds":
+        return None if value is None else int(value)
+    return value

@@ -1,0 +1,1033 @@
+"""The MongoDB mapping of the storage port (two collections, plain CRUD commands).
+
+Requests yielded here are :class:`Command` values (a collection method and its
+arguments); the executors in :mod:`graphkeep.backends.mongodb` run them on a
+``MongoClient`` or an ``AsyncMongoClient``. The layout is described in the
+package docstring; the pure document builders are in :mod:`.documents`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import bson
+from pymongo import DeleteMany, IndexModel, ReplaceOne, UpdateMany, UpdateOne
+from pymongo.errors import DuplicateKeyError, OperationFailure
+
+from graphkeep.backends.mongodb.documents import (
+    BSON_LIMIT,
+    CHUNK_SIZE,
+    FORMAT,
+    INDEX_OPTIONS,
+    KIND_BLOB,
+    KIND_CHECKPOINT,
+    KIND_WRITE,
+    OPAQUE,
+    assemble,
+    blob_ref,
+    check_prefix,
+    collection_names,
+    conjunction,
+    disjunction,
+    group_payloads,
+    identity,
+    in_batches,
+    index_signature,
+    index_specs,
+    keyset_after,
+    live,
+    metadata_fields,
+    metadata_filter,
+    payload_docs,
+    write_sub,
+)
+from graphkeep.errors import ConfigurationError, PayloadTooLarge
+from graphkeep.shared import serde as codec
+from graphkeep.shared.port import Op
+from graphkeep.shared.records import (
+    BlobRecord,
+    Chain,
+    CheckpointRecord,
+    Inventory,
+    ListQuery,
+    Loaded,
+    Summary,
+    ThreadDump,
+    Typed,
+    WriteRecord,
+)
+
+log = logging.getLogger("graphkeep.mongodb")
+
+#: checkpoint summaries fetched per query by ancestor walks
+CHAIN_PAGE = 1000
+#: first-batch size of unbounded finds (the server still caps a batch at 16 MiB)
+FIND_BATCH = 100_000
+#: tag of a chunked checkpoint payload (msgpack of checkpoint and metadata typed pairs)
+CHECKPOINT_PAYLOAD_TAG = "graphkeep.checkpoint+metadata"
+#: headroom kept under the BSON limit for a checkpoint document
+DOC_HEADROOM = 64 * 1024
+
+SUMMARY_FIELDS: dict[str, Any] = {
+    "_id": 0,
+    "thread_id": 1,
+    "ns": 1,
+    "checkpoint_id": 1,
+    "parent_id": 1,
+    "versions": 1,
+    "present": 1,
+    "needs_history": 1,
+    "run_id": 1,
+    "delta": 1,
+}
+NO_ID: dict[str, Any] = {"_id": 0}
+WRITE_KINDS = [KIND_WRITE, KIND_CHECKPOINT]
+
+#: DeltaChannel bookkeeping: channel -> (oldest checkpoint id needed, seed version or None)
+DeltaMap = dict[str, tuple[str, str | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One driver call: ``db[collection].<method>(*args, **kwargs)`` (``db`` when None).
+
+    Cursors (``find``, ``aggregate``, ``list_indexes``) are materialised by the
+    executor; every other method returns the driver's result object.
+    """
+
+    collection: str | None
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    #: re-send on a duplicate-key error (an upsert race); False where a conflict is an answer
+    retry_conflicts: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """A checkpoint's summary plus where its DeltaChannels' history starts."""
+
+    summary: Summary
+    delta: DeltaMap
+
+
+@dataclass(slots=True)
+class Refresh:
+    """Documents of one (thread, ns) whose expiry a write or read extends."""
+
+    thread_id: str
+    ns: str
+    ids: set[str] = field(default_factory=set)
+    ranges: list[tuple[str, str]] = field(default_factory=list)
+    blobs: set[str] = field(default_factory=set)
+
+
+class HeadCache:
+    """Recently written or read checkpoint heads (bounded LRU, thread-safe).
+
+    Lets ``put`` find its parent's DeltaChannel bookkeeping without a read in
+    the usual case (the parent was put or loaded by this process); on a miss
+    the parent document is read. Only consulted when a TTL is configured.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._items: OrderedDict[tuple[str, str, str], Head] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str, str]) -> Head | None:
+        with self._lock:
+            head = self._items.get(key)
+            if head is not None:
+                self._items.move_to_end(key)
+            return head
+
+    def put(self, key: tuple[str, str, str], head: Head) -> None:
+        with self._lock:
+            self._items[key] = head
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def drop_thread(self, thread_id: str) -> None:
+        with self._lock:
+            for key in [k for k in self._items if k[0] == thread_id]:
+                del self._items[key]
+
+
+class _Summaries:
+    """Summaries fetched so far by an ancestor walk, and which id ranges are complete."""
+
+    def __init__(self) -> None:
+        self.heads: dict[str, Head] = {}
+        self.covered: list[tuple[str, str]] = []
+
+    def add_page(self, upper: str, docs: list[Mapping[str, Any]], full: bool) -> None:
+        for doc in docs:
+            head = head_of(doc)
+            self.heads[head.summary.checkpoint_id] = head
+        low = docs[-1]["checkpoint_id"] if (full and docs) else ""
+        self.covered.append((low, upper))
+
+    def get(self, checkpoint_id: str) -> Head | None:
+        return self.heads.get(checkpoint_id)
+
+    def covers(self, checkpoint_id: str) -> bool:
+        return any(low <= checkpoint_id <= high for low, high in self.covered)
+
+
+def head_of(doc: Mapping[str, Any]) -> Head:
+    versions = {e["c"]: e["v"] for e in doc.get("versions") or []}
+    summary = Summary(
+        ns=doc["ns"],
+        checkpoint_id=doc["checkpoint_id"],
+        parent_id=doc.get("parent_id") or None,
+        versions=versions,
+        present=list(doc.get("present") or []),
+        needs_history=list(doc.get("needs_history") or []),
+        run_id=doc.get("run_id"),
+    )
+    delta: DeltaMap = {e["c"]: (e["id"], e.get("v")) for e in doc.get("delta") or []}
+    return Head(summary, delta)
+
+
+def _model(spec: Mapping[str, Any]) -> IndexModel:
+    options = {name: spec[name] for name in INDEX_OPTIONS if name in spec}
+    return IndexModel([(k, v) for k, v in spec["key"]], name=spec["name"], **options)
+
+
+def _ttl_unsupported(exc: OperationFailure) -> bool:
+    return exc.code in (115, 238) or "expireAfterSeconds" in str(exc)
+
+
+class MongoStore:
+    """Storage port on MongoDB. ``ttl`` (seconds) slides per thread on every write."""
+
+    def __init__(
+        self,
+        *,
+        key_prefix: str = "graphkeep",
+        ttl: float | None = None,
+        refresh_ttl_on_read: bool = False,
+        chunk_size: int = CHUNK_SIZE,
+    ) -> None:
+        self.prefix = check_prefix(key_prefix)
+        self.checkpoints, self.payloads, self.locks = collection_names(self.prefix)
+        self.ttl = timedelta(seconds=ttl) if ttl else None
+        self.refresh_on_read = bool(refresh_ttl_on_read and ttl)
+        if not isinstance(chunk_size, int) or not 1024 <= chunk_size <= CHUNK_SIZE:
+            raise ConfigurationError(
+                f"chunk_size must be an int between 1 KiB and {CHUNK_SIZE // 1024 // 1024} MiB"
+            )
+        self.chunk_size = chunk_size
+        self.heads = HeadCache()
+        #: whether the server keeps TTL indexes (None until setup() ran)
+        self.ttl_index: bool | None = None
+
+    # -- helpers -------------------------------------------------------------------
+
+    @staticmethod
+    def _now() -> datetime:
+        return datetime.now(timezone.utc)
+
+    def _expiry(self, now: datetime) -> datetime | None:
+        return now + self.ttl if self.ttl else None
+
+    def schema(self) -> list[dict[str, Any]]:
+        return index_specs(self.prefix)
+
+    @staticmethod
+    def _find(
+        collection: str,
+        filter: Mapping[str, Any],
+        *,
+        projection: Mapping[str, Any] | None = None,
+        sort: list[tuple[str, int]] | None = None,
+        limit: int = 0,
+    ) -> Command:
+        kwargs: dict[str, Any] = {
+            "projection": dict(projection or NO_ID),
+            "batch_size": limit or FIND_BATCH,
+        }
+        if sort:
+            kwargs["sort"] = sort
+        if limit:
+            kwargs["limit"] = limit
+        return Command(collection, "find", (dict(filter),), kwargs)
+
+    def _payload_ops(
+        self,
+        ident: Mapping[str, Any],
+        fields: Mapping[str, Any],
+        value: Typed,
+        expires_at: datetime | None,
+        *,
+        overwrite: bool,
+    ) -> list[Any]:
+        """Upserts for one payload: overwrite replaces, otherwise insert-if-absent."""
+        ops: list[Any] = []
+        for part in payload_docs(ident, fields, value.tag, value.data, self.chunk_size):
+            doc = dict(part.doc)
+            if expires_at is not None:
+                doc["expires_at"] = expires_at
+            if part.head and overwrite:
+                ops.append(ReplaceOne(part.filter, doc, upsert=True))
+                continue
+            update: dict[str, Any] = {
+                "$setOnInsert": {
+                    k: v for k, v in doc.items() if k not in part.filter and k != "expires_at"
+                }
+            }
+            if expires_at is not None:
+                update["$set"] = {"expires_at": expires_at}
+            ops.append(UpdateOne(part.filter, update, upsert=True))
+        return ops
+
+    def _checkpoint_doc(
+        self, record: CheckpointRecord, expires_at: datetime | None, delta: DeltaMap
+    ) -> tuple[dict[str, Any], bytes | None]:
+        """The checkpoint document, and the payload to chunk when it is too big to inline."""
+        metadata_doc, opaque = metadata_fields(record.metadata_doc)
+        doc: dict[str, Any] = {
+            "thread_id": record.thread_id,
+            "ns": record.ns,
+            "checkpoint_id": record.checkpoint_id,
+            "parent_id": record.parent_id,
+            "format": FORMAT,
+            "versions": [{"c": ch, "v": v} for ch, v in record.versions.items()],
+            "present": list(record.present),
+            "needs_history": list(record.needs_history),
+            "metadata_doc": metadata_doc,
+        }
+        if opaque:
+            doc["metadata_opaque"] = opaque
+        if record.run_id is not None:
+            doc["run_id"] = record.run_id
+        if delta:
+            doc["delta"] = [{"c": ch, "id": cid, "v": v} for ch, (cid, v) in delta.items()]
+        if expires_at is not None:
+            doc["expires_at"] = expires_at
+        payload = len(record.checkpoint.data) + len(record.metadata.data)
+        inline = payload <= self.chunk_size
+        budget = BSON_LIMIT - DOC_HEADROOM - (payload if inline else 0)
+        size = len(bson.encode(doc))
+        if size > budget:
+            # only the queryable metadata copy can be large: keep it out of the document
+            opaque = list(metadata_doc) + opaque
+            doc["metadata_doc"], doc["metadata_opaque"] = {}, opaque
+            size = len(bson.encode(doc))
+            if size > budget:
+                raise PayloadTooLarge(
+                    f"checkpoint {record.checkpoint_id!r} of thread {record.thread_id!r}"
+                    f" lists {len(record.versions)} channels: its document would be {size}"
+                    " bytes without payload, over what MongoDB can store; use fewer or"
+                    " shorter channel names"
+                )
+        if inline:
+            doc["checkpoint"] = record.checkpoint.data
+            doc["checkpoint_type"] = record.checkpoint.tag
+            doc["metadata"] = record.metadata.data
+            doc["metadata_type"] = record.metadata.tag
+            return doc, None
+        doc["chunked"] = True
+        packed = codec.packb(
+            [
+                record.checkpoint.tag,
+                record.checkpoint.data,
+                record.metadata.tag,
+                record.metadata.data,
+            ]
+        )
+        return doc, packed
+
+    def _refresh_ops(
+        self, refreshes: Iterable[Refresh], expires_at: datetime
+    ) -> tuple[list[Any], list[Any]]:
+        """(payload ops, checkpoint ops) extending the expiry of what ``refreshes`` name."""
+        payload_ops: list[Any] = []
+        checkpoint_ops: list[Any] = []
+        update = {"$set": {"expires_at": expires_at}}
+        for r in refreshes:
+            base = {"thread_id": r.thread_id, "ns": r.ns}
+            for batch in in_batches(sorted(r.ids)):
+                checkpoint_ops.append(UpdateMany({**base, "checkpoint_id": {"$in": batch}}, update))
+                payload_ops.append(
+                    UpdateMany(
+                        {**base, "kind": {"$in": WRITE_KINDS}, "ref": {"$in": batch}}, update
+                    )
+                )
+            for low, high in r.ranges:
+                checkpoint_ops.append(
+                    UpdateMany({**base, "checkpoint_id": {"$gte": low, "$lte": high}}, update)
+                )
+                payload_ops.append(
+                    UpdateMany(
+                        {**base, "kind": {"$in": WRITE_KINDS}, "ref": {"$gte": low, "$lte": high}},
+                        update,
+                    )
+                )
+            for batch in in_batches(sorted(r.blobs)):
+                payload_ops.append(
+                    UpdateMany({**base, "kind": KIND_BLOB, "ref": {"$in": batch}}, update)
+                )
+        return payload_ops, checkpoint_ops
+
+    @staticmethod
+    def _delta_refresh(refresh: Refresh, delta: DeltaMap, upper: str) -> None:
+        if not delta:
+            return
+        refresh.ranges.append((min(cid for cid, _ in delta.values()), upper))
+        refresh.blobs.update(blob_ref(ch, v) for ch, (_, v) in delta.items() if v is not None)
+
+    def _apply_refresh(self, refreshes: list[Refresh]) -> Op[None]:
+        expires_at = self._expiry(self._now())
+        if expires_at is None or not refreshes:
+            return
+        payload_ops, checkpoint_ops = self._refresh_ops(refreshes, expires_at)
+        # payloads first: a checkpoint never outlives what it needs
+        if payload_ops:
+            yield Command(self.payloads, "bulk_write", (payload_ops,), {"ordered": False})
+        if checkpoint_ops:
+            yield Command(self.checkpoints, "bulk_write", (checkpoint_ops,), {"ordered": False})
+
+    def _refresh_loaded(
+        self, items: list[Loaded], heads: dict[tuple[str, str, str], Head]
+    ) -> Op[None]:
+        groups: dict[tuple[str, str], Refresh] = {}
+        for item in items:
+            rec = item.record
+            refresh = groups.setdefault((rec.thread_id, rec.ns), Refresh(rec.thread_id, rec.ns))
+            refresh.ids.add(rec.checkpoint_id)
+            refresh.blobs.update(
+                blob_ref(ch, rec.versions[ch]) for ch in rec.present if ch in rec.versions
+            )
+            head = heads.get((rec.thread_id, rec.ns, rec.checkpoint_id))
+            if head is not None:
+                self._delta_refresh(refresh, head.delta, rec.checkpoint_id)
+        yield from self._apply_refresh(list(groups.values()))
+
+    # -- port: schema --------------------------------------------------------------
+
+    def setup(self) -> Op[None]:
+        """Create the indexes of :func:`index_specs` unless equal ones exist (key and options)."""
+        specs = index_specs(self.prefix)
+        ttl_ok = True
+        for collection in (self.checkpoints, self.payloads, self.locks):
+            wanted = [s for s in specs if s["collection"] == collection]
+            existing: list[Mapping[str, Any]] = yield Command(collection, "list_indexes")
+            by_name = {ix["name"]: ix for ix in existing}
+            signatures = {index_signature(ix) for ix in existing}
+            missing = []
+            for spec in wanted:
+                have = by_name.get(spec["name"])
+                if have is not None:
+                    if index_signature(have) != index_signature(spec):
+                        raise ConfigurationError(
+                            f"index {spec['name']!r} on collection {collection!r} exists with"
+                            f" other keys or options ({dict(have)}); expected {spec}. Drop it,"
+                            " or pass setup=False and manage the indexes yourself"
+                            " (MongoDBSaver.schema() lists them)"
+                        )
+                    continue
+                if index_signature(spec) not in signatures:
+                    missing.append(spec)
+            plain = [s for s in missing if "expireAfterSeconds" not in s]
+            if plain:
+                yield Command(collection, "create_indexes", ([_model(s) for s in plain],))
+            for spec in [s for s in missing if "expireAfterSeconds" in s]:
+                try:
+                    yield Command(collection, "create_indexes", ([_model(spec)],))
+                except OperationFailure as exc:
+                    if not _ttl_unsupported(exc):
+                        raise
+                    ttl_ok = False
+                    fallback = {k: v for k, v in spec.items() if k != "expireAfterSeconds"}
+                    fallback["name"] = f"{spec['name']}_plain"
+                    if fallback["name"] not in by_name:
+                        yield Command(collection, "create_indexes", ([_model(fallback)],))
+        self.ttl_index = ttl_ok
+        if not ttl_ok:
+            (log.warning if self.ttl else log.info)(
+                "this MongoDB-compatible server has no TTL indexes: expired checkpoints are"
+                " hidden from reads but stay stored until purge_expired() removes them"
+            )
+
+    # -- port: writes --------------------------------------------------------------
+
+    def put_checkpoint(self, record: CheckpointRecord, blobs: list[BlobRecord]) -> Op[None]:
+        now = self._now()
+        expires_at = self._expiry(now)
+        t, ns, cid = record.thread_id, record.ns, record.checkpoint_id
+        payload_ops: list[Any] = []
+        for blob in blobs:
+            payload_ops += self._payload_ops(
+                identity(t, ns, KIND_BLOB, blob_ref(blob.channel, blob.version)),
+                {"channel": blob.channel, "version": blob.version},
+                blob.value,
+                expires_at,
+                overwrite=True,
+            )
+        checkpoint_ops: list[Any] = []
+        delta: DeltaMap = {}
+        if expires_at is not None:
+            delta = yield from self._delta_for(record, now)
+            written = {b.channel for b in blobs}
+            refresh = Refresh(t, ns)
+            refresh.blobs.update(
+                blob_ref(ch, record.versions[ch])
+                for ch in record.present
+                if ch not in written and ch in record.versions
+            )
+            if record.parent_id:
+                self._delta_refresh(refresh, delta, record.parent_id)
+            payload_ops_r, checkpoint_ops = self._refresh_ops([refresh], expires_at)
+            payload_ops += payload_ops_r
+        doc, chunked = self._checkpoint_doc(record, expires_at, delta)
+        if chunked is not None:
+            payload_ops += self._payload_ops(
+                identity(t, ns, KIND_CHECKPOINT, cid),
+                {},
+                Typed(CHECKPOINT_PAYLOAD_TAG, chunked),
+                expires_at,
+                overwrite=True,
+            )
+        # values first, the checkpoint last: a reader never sees it without its blobs
+        if payload_ops:
+            yield Command(self.payloads, "bulk_write", (payload_ops,), {"ordered": False})
+        checkpoint_ops.append(
+            ReplaceOne({"thread_id": t, "ns": ns, "checkpoint_id": cid}, doc, upsert=True)
+        )
+        yield Command(self.checkpoints, "bulk_write", (checkpoint_ops,), {"ordered": False})
+        if expires_at is not None:
+            summary = Summary(
+                ns,
+                cid,
+                record.parent_id,
+                dict(record.versions),
+                list(record.present),
+                list(record.needs_history),
+                record.run_id,
+            )
+            self.heads.put((t, ns, cid), Head(summary, delta))
+
+    def _delta_for(self, record: CheckpointRecord, now: datetime) -> Op[DeltaMap]:
+        """Where the history of each DeltaChannel the new checkpoint rebuilds starts."""
+        needed = [ch for ch in record.needs_history if ch not in record.present]
+        if not needed or not record.parent_id:
+            return {}
+        t, ns = record.thread_id, record.ns
+        parent = self.heads.get((t, ns, record.parent_id))
+        if parent is None:
+            docs = yield self._find(
+                self.checkpoints,
+                {"thread_id": t, "ns": ns, "checkpoint_id": record.parent_id},
+                projection=SUMMARY_FIELDS,
+                limit=1,
+            )
+            if not docs:
+                return {}  # parent gone: nothing left to keep alive
+            parent = head_of(docs[0])
+            self.heads.put((t, ns, record.parent_id), parent)
+        p = parent.summary
+        delta: DeltaMap = {}
+        unknown = []
+        for ch in needed:
+            if ch in p.present and ch in p.versions:
+                delta[ch] = (p.checkpoint_id, p.versions[ch])
+            elif ch in parent.delta:
+                delta[ch] = parent.delta[ch]
+            elif ch not in p.versions or not p.parent_id:
+                delta[ch] = (p.checkpoint_id, None)
+            else:
+                unknown.append(ch)
+        if unknown:  # the parent was written without bookkeeping: walk its ancestors once
+            summaries = _Summaries()
+            ancestors, seeds = yield from self._walk(t, ns, p.parent_id, unknown, summaries, now)
+            floor = ancestors[-1].checkpoint_id if ancestors else p.checkpoint_id
+            for ch in unknown:
+                delta[ch] = seeds.get(ch, (floor, None))
+        return delta
+
+    def put_writes(
+        self, thread_id: str, ns: str, checkpoint_id: str, writes: list[WriteRecord]
+    ) -> Op[None]:
+        expires_at = self._expiry(self._now())
+        ops: list[Any] = []
+        for w in writes:
+            ops += self._payload_ops(
+                identity(thread_id, ns, KIND_WRITE, checkpoint_id, write_sub(w.task_id, w.idx)),
+                {
+                    "task_id": w.task_id,
+                    "idx": w.idx,
+                    "channel": w.channel,
+                    "task_path": w.task_path,
+                },
+                w.value,
+                expires_at,
+                overwrite=w.special,
+            )
+        yield Command(self.payloads, "bulk_write", (ops,), {"ordered": False})
+
+    # -- port: reads ---------------------------------------------------------------
+
+    def load(self, thread_id: str, ns: str, checkpoint_id: str | None) -> Op[Loaded | None]:
+        now = self._now()
+        match: dict[str, Any] = {"thread_id": thread_id, "ns": ns}
+        if checkpoint_id is not None:
+            match["checkpoint_id"] = checkpoint_id
+        docs = yield self._find(
+            self.checkpoints,
+            conjunction([match, live(now)]),
+            sort=[("checkpoint_id", -1)],
+            limit=1,
+        )
+        if not docs:
+            return None
+        items = yield from self._attach(docs, now)
+        return items[0] if items else None
+
+    def _attach(self, docs: list[Mapping[str, Any]], now: datetime) -> Op[list[Loaded]]:
+        """Checkpoint documents -> Loaded, with writes and blobs of all of them in ONE find."""
+        wanted: dict[tuple[str, str], tuple[set[str], set[str]]] = {}
+        for doc in docs:
+            ids, refs = wanted.setdefault((doc["thread_id"], doc["ns"]), (set(), set()))
+            ids.add(doc["checkpoint_id"])
+            versions = {e["c"]: e["v"] for e in doc.get("versions") or []}
+            refs.update(
+                blob_ref(ch, versions[ch]) for ch in doc.get("present") or [] if ch in versions
+            )
+        clauses: list[dict[str, Any]] = []
+        for (t, ns), (ids, refs) in wanted.items():
+            clauses.append(
+                {
+                    "thread_id": t,
+                    "ns": ns,
+                    "kind": {"$in": WRITE_KINDS},
+                    "ref": {"$in": sorted(ids)},
+                }
+            )
+            if refs:
+                clauses.append(
+                    {"thread_id": t, "ns": ns, "kind": KIND_BLOB, "ref": {"$in": sorted(refs)}}
+                )
+        found = yield self._find(
+            self.payloads, conjunction([disjunction(clauses) or {}, live(now)])
+        )
+        writes: dict[tuple[str, str, str], list[WriteRecord]] = {}
+        blobs: dict[tuple[str, str, str], Typed] = {}
+        chunks: dict[tuple[str, str, str], bytes] = {}
+        for (t, ns, kind, ref, _sub), group in group_payloads(found).items():
+            assembled = assemble(group)
+            if assembled is None:
+                continue  # a payload still being written (or overwritten): not visible yet
+            head, data = assembled
+            if kind == KIND_WRITE:
+                writes.setdefault((t, ns, ref), []).append(_write(head, data))
+            elif kind == KIND_BLOB:
+                blobs[(t, ns, ref)] = Typed(head["type"], data)
+            elif kind == KIND_CHECKPOINT:
+                chunks[(t, ns, ref)] = data
+        items: list[Loaded] = []
+        heads: dict[tuple[str, str, str], Head] = {}
+        for doc in docs:
+            key = (doc["thread_id"], doc["ns"], doc["checkpoint_id"])
+            record = _record(doc, chunks.get(key))
+            if record is None:
+                continue
+            values = {}
+            for ch in record.present:
+                version = record.versions.get(ch)
+                blob = blobs.get((key[0], key[1], blob_ref(ch, version))) if version else None
+                if blob is not None:
+                    values[ch] = blob
+            items.append(Loaded(record, values, writes.get(key, [])))
+            if self.ttl:
+                heads[key] = head_of(doc)
+                self.heads.put(key, heads[key])
+        if self.refresh_on_read and items:
+            yield from self._refresh_loaded(items, heads)
+        return items
+
+    def list_page(
+        self, query: ListQuery, cursor: Any, page_size: int
+    ) -> Op[tuple[list[Loaded], Any]]:
+        now = self._now()
+        keys = ["checkpoint_id"]
+        match: dict[str, Any] = {}
+        if query.thread_id is None:
+            keys.append("thread_id")
+        else:
+            match["thread_id"] = query.thread_id
+        if query.ns is None:
+            keys.append("ns")
+        else:
+            match["ns"] = query.ns
+        if query.checkpoint_id is not None:
+            match["checkpoint_id"] = query.checkpoint_id
+        clauses = [match, live(now), *metadata_filter(query.filter)]
+        if query.before is not None:
+            clauses.append({"checkpoint_id": {"$lt": query.before}})
+        if cursor is not None:
+            clauses.append(keyset_after(keys, cursor))
+        docs = yield self._find(
+            self.checkpoints,
+            conjunction(clauses),
+            sort=[(k, -1) for k in keys],
+            limit=page_size,
+        )
+        if not docs:
+            return [], None
+        items = yield from self._attach(docs, now)
+        next_cursor = tuple(docs[-1][k] for k in keys) if len(docs) == page_size else None
+        return items, next_cursor
+
+    def chain(
+        self, thread_id: str, ns: str, checkpoint_id: str | None, channels: list[str]
+    ) -> Op[Chain]:
+        now = self._now()
+        match: dict[str, Any] = {"thread_id": thread_id, "ns": ns}
+        if checkpoint_id is not None:
+            match["checkpoint_id"] = {"$lte": checkpoint_id}
+        docs = yield self._find(
+            self.checkpoints,
+            conjunction([match, live(now)]),
+            projection=SUMMARY_FIELDS,
+            sort=[("checkpoint_id", -1)],
+            limit=CHAIN_PAGE + 1,
+        )
+        if not docs or (checkpoint_id is not None and docs[0]["checkpoint_id"] != checkpoint_id):
+            return Chain(None, [], {}, {})
+        target = head_of(docs[0])
+        target_id = target.summary.checkpoint_id
+        summaries = _Summaries()
+        summaries.add_page(target_id, docs, full=len(docs) == CHAIN_PAGE + 1)
+        ancestors, seeds = yield from self._walk(
+            thread_id, ns, target.summary.parent_id, channels, summaries, now
+        )
+        if not ancestors:
+            return Chain(target_id, [], {}, {})
+        seed_refs = sorted({blob_ref(ch, v) for ch, (_, v) in seeds.items() if v is not None})
+        clauses: list[dict[str, Any]] = [
+            {
+                "thread_id": thread_id,
+                "ns": ns,
+                "kind": KIND_WRITE,
+                "ref": {"$in": [a.checkpoint_id for a in ancestors]},
+                "channel": {"$in": list(dict.fromkeys(channels))},
+            }
+        ]
+        if seed_refs:
+            clauses.append(
+                {"thread_id": thread_id, "ns": ns, "kind": KIND_BLOB, "ref": {"$in": seed_refs}}
+            )
+        found = yield self._find(
+            self.payloads, conjunction([disjunction(clauses) or {}, live(now)])
+        )
+        writes: dict[str, list[WriteRecord]] = {}
+        blobs: dict[tuple[str, str], Typed] = {}
+        for (_t, _ns, kind, ref, _sub), group in group_payloads(found).items():
+            assembled = assemble(group)
+            if assembled is None:
+                continue
+            head, data = assembled
+            if kind == KIND_WRITE:
+                writes.setdefault(ref, []).append(_write(head, data))
+            elif kind == KIND_BLOB:
+                blobs[(head["channel"], head["version"])] = Typed(head["type"], data)
+        if self.refresh_on_read:
+            refresh = Refresh(thread_id, ns, ranges=[(ancestors[-1].checkpoint_id, target_id)])
+            refresh.blobs.update(seed_refs)
+            yield from self._apply_refresh([refresh])
+        return Chain(target_id, ancestors, writes, blobs)
+
+    def _walk(
+        self,
+        thread_id: str,
+        ns: str,
+        start: str | None,
+        channels: Iterable[str],
+        summaries: _Summaries,
+        now: datetime,
+    ) -> Op[tuple[list[Summary], dict[str, tuple[str, str | None]]]]:
+        """Ancestors from ``start`` (inclusive) rootward until each channel has a stored value.
+
+        Returns them with channel -> (seed checkpoint id, seed version). Summaries are
+        read in pages of CHAIN_PAGE (ids <= the missing one, newest first), so a chain
+        of up to CHAIN_PAGE ancestors costs at most one more query.
+        """
+        remaining = set(channels)
+        ancestors: list[Summary] = []
+        seeds: dict[str, tuple[str, str | None]] = {}
+        seen: set[str] = set()
+        cid = start
+        while cid and remaining and cid not in seen:
+            seen.add(cid)
+            head = summaries.get(cid)
+            if head is None:
+                if summaries.covers(cid):
+                    break
+                docs = yield self._find(
+                    self.checkpoints,
+                    conjunction(
+                        [
+                            {"thread_id": thread_id, "ns": ns, "checkpoint_id": {"$lte": cid}},
+                            live(now),
+                        ]
+                    ),
+                    projection=SUMMARY_FIELDS,
+                    sort=[("checkpoint_id", -1)],
+                    limit=CHAIN_PAGE,
+                )
+                summaries.add_page(cid, docs, full=len(docs) == CHAIN_PAGE)
+                head = summaries.get(cid)
+                if head is None:
+                    break
+            s = head.summary
+            ancestors.append(s)
+            for ch in s.present:
+                if ch in remaining and ch in s.versions:
+                    seeds[ch] = (s.checkpoint_id, s.versions[ch])
+                    remaining.discard(ch)
+            cid = s.parent_id
+        return ancestors, seeds
+
+    # -- port: deletion, copy, admin -----------------------------------------------
+
+    def delete_thread(self, thread_id: str) -> Op[None]:
+        self.heads.drop_thread(thread_id)
+        # checkpoints first: a reader never finds a checkpoint whose values are gone
+        yield Command(self.checkpoints, "delete_many", ({"thread_id": thread_id},))
+        yield Command(self.payloads, "delete_many", ({"thread_id": thread_id},))
+
+    def inventory(self, thread_id: str) -> Op[Inventory]:
+        docs = yield self._find(
+            self.checkpoints, {"thread_id": thread_id}, projection=SUMMARY_FIELDS
+        )
+        found = yield self._find(
+            self.payloads,
+            {"thread_id": thread_id},
+            projection={"_id": 0, "ns": 1, "kind": 1, "ref": 1, "channel": 1, "version": 1},
+        )
+        write_keys: set[tuple[str, str]] = set()
+        blob_keys: set[tuple[str, str, str]] = set()
+        for doc in found:
+            if doc["kind"] in WRITE_KINDS:
+                write_keys.add((doc["ns"], doc["ref"]))
+            elif doc["kind"] == KIND_BLOB:
+                blob_keys.add((doc["ns"], doc["channel"], doc["version"]))
+        return Inventory([head_of(d).summary for d in docs], write_keys, blob_keys)
+
+    def delete_records(
+        self,
+        thread_id: str,
+        checkpoints: list[tuple[str, str]],
+        blobs: list[tuple[str, str, str]],
+    ) -> Op[None]:
+        ids_by_ns: dict[str, list[str]] = {}
+        for ns, cid in checkpoints:
+            ids_by_ns.setdefault(ns, []).append(cid)
+        refs_by_ns: dict[str, list[str]] = {}
+        for ns, ch, version in blobs:
+            refs_by_ns.setdefault(ns, []).append(blob_ref(ch, version))
+        checkpoint_ops: list[Any] = []
+        payload_ops: list[Any] = []
+        for ns, ids in ids_by_ns.items():
+            base = {"thread_id": thread_id, "ns": ns}
+            for batch in in_batches(ids):
+                checkpoint_ops.append(DeleteMany({**base, "checkpoint_id": {"$in": batch}}))
+                # writes and chunked payloads of those checkpoints, every chunk included
+                payload_ops.append(
+                    DeleteMany({**base, "kind": {"$in": WRITE_KINDS}, "ref": {"$in": batch}})
+                )
+        for ns, refs in refs_by_ns.items():
+            for batch in in_batches(refs):
+                payload_ops.append(
+                    DeleteMany(
+                        {"thread_id": thread_id, "ns": ns, "kind": KIND_BLOB, "ref": {"$in": batch}}
+                    )
+                )
+        if checkpoint_ops:
+            yield Command(self.checkpoints, "bulk_write", (checkpoint_ops,), {"ordered": False})
+        if payload_ops:
+            yield Command(self.payloads, "bulk_write", (payload_ops,), {"ordered": False})
+
+    def find_runs(self, run_ids: list[str]) -> Op[dict[str, list[tuple[str, str]]]]:
+        found: dict[str, list[tuple[str, str]]] = {}
+        for batch in in_batches([str(r) for r in run_ids]):
+            docs = yield self._find(
+                self.checkpoints,
+                {"run_id": {"$in": batch}},
+                projection={"_id": 0, "thread_id": 1, "ns": 1, "checkpoint_id": 1},
+            )
+            for doc in docs:
+                found.setdefault(doc["thread_id"], []).append((doc["ns"], doc["checkpoint_id"]))
+        return found
+
+    def export_thread(self, thread_id: str) -> Op[ThreadDump]:
+        docs = yield self._find(self.checkpoints, {"thread_id": thread_id})
+        found = yield self._find(self.payloads, {"thread_id": thread_id})
+        dump = ThreadDump([], [], [])
+        chunks: dict[tuple[str, str], bytes] = {}
+        for (_t, ns, kind, ref, _sub), group in group_payloads(found).items():
+            assembled = assemble(group)
+            if assembled is None:
+                continue
+            head, data = assembled
+            if kind == KIND_WRITE:
+                dump.writes.append((ns, ref, _write(head, data)))
+            elif kind == KIND_BLOB:
+                value = Typed(head["type"], data)
+                dump.blobs.append((ns, BlobRecord(head["channel"], head["version"], value)))
+            elif kind == KIND_CHECKPOINT:
+                chunks[(ns, ref)] = data
+        for doc in docs:
+            record = _record(doc, chunks.get((doc["ns"], doc["checkpoint_id"])))
+            if record is not None:
+                dump.checkpoints.append(record)
+        return dump
+
+    def import_thread(self, thread_id: str, dump: ThreadDump) -> Op[None]:
+        expires_at = self._expiry(self._now())
+        payload_ops: list[Any] = []
+        for ns, blob in dump.blobs:
+            payload_ops += self._payload_ops(
+                identity(thread_id, ns, KIND_BLOB, blob_ref(blob.channel, blob.version)),
+                {"channel": blob.channel, "version": blob.version},
+                blob.value,
+                expires_at,
+                overwrite=True,
+            )
+        for ns, cid, w in dump.writes:
+            payload_ops += self._payload_ops(
+                identity(thread_id, ns, KIND_WRITE, cid, write_sub(w.task_id, w.idx)),
+                {
+                    "task_id": w.task_id,
+                    "idx": w.idx,
+                    "channel": w.channel,
+                    "task_path": w.task_path,
+                },
+                w.value,
+                expires_at,
+                overwrite=True,
+            )
+        checkpoint_ops: list[Any] = []
+        for source in dump.checkpoints:
+            record = source.renamed(thread_id)
+            doc, chunked = self._checkpoint_doc(record, expires_at, {})
+            if chunked is not None:
+                payload_ops += self._payload_ops(
+                    identity(thread_id, record.ns, KIND_CHECKPOINT, record.checkpoint_id),
+                    {},
+                    Typed(CHECKPOINT_PAYLOAD_TAG, chunked),
+                    expires_at,
+                    overwrite=True,
+                )
+            key = {"thread_id": thread_id, "ns": record.ns, "checkpoint_id": record.checkpoint_id}
+            checkpoint_ops.append(ReplaceOne(key, doc, upsert=True))
+        if payload_ops:
+            yield Command(self.payloads, "bulk_write", (payload_ops,), {"ordered": False})
+        if checkpoint_ops:
+            yield Command(self.checkpoints, "bulk_write", (checkpoint_ops,), {"ordered": False})
+
+    def list_threads(self, cursor: Any, page_size: int) -> Op[tuple[list[str], Any]]:
+        match = {"thread_id": {"$gt": cursor}} if cursor is not None else {}
+        pipeline = [
+            {"$match": match},
+            {"$group": {"_id": "$thread_id"}},
+            {"$sort": {"_id": 1}},
+            {"$limit": page_size},
+        ]
+        docs = yield Command(self.checkpoints, "aggregate", (pipeline,), {"batchSize": page_size})
+        threads = [d["_id"] for d in docs]
+        return threads, (threads[-1] if len(threads) == page_size else None)
+
+    # -- port: per-thread lease ----------------------------------------------------
+    # One document per held thread in ``<prefix>_locks`` (``_id`` = thread id), apart
+    # from the thread's data so delete_thread or a TTL refresh never touches a lease.
+    # Expiry uses the client's clock (no server-side clock in plain update documents
+    # on every wire-compatible server): keep worker clocks in sync well within ``ttl``.
+
+    def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
+        now = self._now()
+        try:
+            yield Command(
+                self.locks,
+                "update_one",
+                (
+                    {"_id": thread_id, "expires_at": {"$lte": now}},
+                    {"$set": {"token": token, "expires_at": now + timedelta(milliseconds=ttl_ms)}},
+                ),
+                {"upsert": True},
+                retry_conflicts=False,
+            )
+        except DuplicateKeyError:
+            return False  # a live lease exists: the upsert's insert collided with it
+        return True
+
+    def release_lock(self, thread_id: str, token: str) -> Op[bool]:
+        result = yield Command(self.locks, "delete_one", ({"_id": thread_id, "token": token},))
+        return bool(result.deleted_count)
+
+    def extend_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
+        now = self._now()
+        result = yield Command(
+            self.locks,
+            "update_one",
+            (
+                {"_id": thread_id, "token": token, "expires_at": {"$gt": now}},
+                {"$set": {"expires_at": now + timedelta(milliseconds=ttl_ms)}},
+            ),
+        )
+        return bool(result.matched_count)
+
+    def purge_expired(self) -> Op[int]:
+        """Delete expired documents now (for servers without a TTL monitor)."""
+        expired = {"expires_at": {"$lte": self._now()}}
+        deleted = 0
+        # checkpoints first: a reader never finds a checkpoint whose values are gone
+        for collection in (self.checkpoints, self.payloads, self.locks):
+            result = yield Command(collection, "delete_many", (expired,))
+            deleted += int(result.deleted_count)
+        return deleted
+
+
+def _write(head: Mapping[str, Any], data: bytes) -> WriteRecord:
+    return WriteRecord(
+        task_id=head["task_id"],
+        idx=int(head["idx"]),
+        channel=head["channel"],
+        task_path=head.get("task_path", ""),
+        value=Typed(head["type"], data),
+    )
+
+
+def _record(doc: Mapping[str, Any], chunked: bytes | None) -> CheckpointRecord | None:
+    if doc.get("chunked"):
+        if chunked is None:
+            return None  # payload not (fully) written: treat as absent
+        ctag, cdata, mtag, mdata = codec.unpackb(chunked)
+    else:
+        ctag, cdata = doc["checkpoint_type"], doc["checkpoint"]
+        mtag, mdata = doc["metadata_type"], doc["metadata"]
+    metadata_doc: dict[str, Any] = dict(doc.get("metadata_doc") or {})
+    for key in doc.get("metadata_opaque") or []:
+        metadata_doc[key] = OPAQUE  # re-marked opaque if this record is stored again
+    return CheckpointRecord(
+        thread_id=doc["thread_id"],
+        ns=doc["ns"],
+        checkpoint_id=doc["checkpoint_id"],
+        parent_id=doc.get("parent_id") or None,
+        versions={e["c"]: e["v"] for e in doc.get("versions") or []},
+        present=list(doc.get("present") or []),
+        needs_history=list(doc.get("needs_history") or []),
+        run_id=doc.get("run_id"),
+        checkpoint=Typed(ctag, bytes(cdata)),
+        metadata=Typed(mtag, bytes(mdata)),
+        metadata_doc=metadata_doc,
+    )
