@@ -22,6 +22,8 @@ BACKENDS: dict[str, tuple[str, str, str, str]] = {
     "redis+cluster": ("graphkeep.backends.redis", "RedisSaver", "AsyncRedisSaver", "redis"),
     "rediss+cluster": ("graphkeep.backends.redis", "RedisSaver", "AsyncRedisSaver", "redis"),
     "dynamodb": ("graphkeep.backends.dynamodb", "DynamoDBSaver", "AsyncDynamoDBSaver", "dynamodb"),
+    "mongodb": ("graphkeep.backends.mongodb", "MongoDBSaver", "AsyncMongoDBSaver", "mongodb"),
+    "mongodb+srv": ("graphkeep.backends.mongodb", "MongoDBSaver", "AsyncMongoDBSaver", "mongodb"),
 }
 
 #: options every backend accepts
@@ -33,6 +35,7 @@ BACKEND_OPTIONS: dict[str, frozenset[str]] = {
     "graphkeep.backends.dynamodb": frozenset(
         {"compress", "run_index", "session", "profile_name", "botocore_config"}
     ),
+    "graphkeep.backends.mongodb": frozenset({"db_name", "chunk_size"}),
 }
 
 
