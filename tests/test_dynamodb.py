@@ -69,7 +69,12 @@ def _reachable(url: str) -> bool:
 
 @pytest.fixture
 def table() -> Iterator[str]:
-    """A fresh table per test (moto copies a whole table on every transaction: keep it small)."""
+    """A fresh table per test, deleted afterwards.
+
+    moto (5.2.5) deep-copies the whole table on every TransactWriteItems and keeps the copy
+    (``Table.instances_tracked``), so transactions get slower and the server's memory grows
+    with the table's size: small tables keep both in check.
+    """
     if not _reachable(ENDPOINT):
         pytest.fail(
             f"no DynamoDB endpoint answers at {ENDPOINT}; run ./dev services up"
