@@ -45,8 +45,8 @@ def all_setups() -> list[Setup]:
     ]
 
 
-# Enable a backend here once it lands (one-line change), e.g. add "mongodb".
-DEFAULT_ENABLED: tuple[str, ...] = ("redis", "redis-cluster")
+# Every backend set-up runs by default; GRAPHKEEP_SETUPS narrows it.
+DEFAULT_ENABLED: tuple[str, ...] = ("redis", "redis-cluster", "mongodb", "dynamodb")
 
 
 def enabled_names() -> list[str]:
