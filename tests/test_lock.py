@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,17 +13,24 @@ import pytest
 import graphkeep
 from graphkeep.errors import LockNotAcquired
 
-from .conftest import REDIS_CLUSTER_URL, REDIS_URL, unique_prefix
+from .conftest import unique_prefix
+from .scenarios.backends import SETUPS, Store, reachable
 
-LOCK_URLS = [
-    pytest.param(REDIS_URL, id="redis", marks=pytest.mark.redis),
-    pytest.param(REDIS_CLUSTER_URL, id="redis-cluster", marks=pytest.mark.redis),
-]
+# every backend set-up: Redis ones always, MongoDB and DynamoDB once registered in BACKENDS
+LOCK_URLS = [b.param() for b in SETUPS]
 
 
 @pytest.fixture(params=LOCK_URLS)
-def saver(request: Any) -> Any:
-    with graphkeep.connect(request.param, key_prefix=unique_prefix("lock")) as s:
+def lock_store(request: Any) -> Iterator[Store]:
+    """A fresh key prefix on one set-up, purged afterwards."""
+    store = Store(reachable(request.param), unique_prefix("lock"))
+    yield store
+    store.purge()
+
+
+@pytest.fixture
+def saver(lock_store: Store) -> Any:
+    with graphkeep.connect(lock_store.backend.url, key_prefix=lock_store.prefix) as s:
         yield s
 
 
@@ -87,9 +95,9 @@ def test_releasing_someone_elses_lease_is_impossible(saver: Any, thread_id: str)
     saver.lock(thread_id, blocking=False).acquire()
 
 
-@pytest.mark.parametrize("url", LOCK_URLS)
-async def test_async_lock_serialises_coroutines(url: str, thread_id: str) -> None:
-    async with graphkeep.aconnect(url, key_prefix=unique_prefix("alock")) as saver:
+async def test_async_lock_serialises_coroutines(lock_store: Store, thread_id: str) -> None:
+    url, prefix = lock_store.backend.url, lock_store.prefix
+    async with graphkeep.aconnect(url, key_prefix=prefix) as saver:
         inside = 0
         peak = 0
 
