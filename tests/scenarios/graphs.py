@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 from uuid import UUID
 
-from langgraph.channels import DeltaChannel
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 from pydantic import BaseModel
+
+from conformance.spec.delta_prune_copy import DeltaState
 
 
 class RunLog:
@@ -197,19 +198,9 @@ def hang_if(flag: Path, started: Path) -> Callable[[], None]:
 # -- DeltaChannel ----------------------------------------------------------------------------
 
 
-def concat(state: list[str] | None, batches: Sequence[list[str]]) -> list[str]:
-    """Batch reducer for the DeltaChannel: deterministic and batching-invariant."""
-    result = list(state or [])
-    for batch in batches:
-        result.extend(batch)
-    return result
-
-
-class DeltaState(TypedDict):
-    items: Annotated[list[str], DeltaChannel(concat, snapshot_frequency=4)]
-
-
 def delta_graph() -> StateGraph[Any]:
+    """START -> reply -> END on the matrix's DeltaState (a list, snapshot_frequency=4)."""
+
     def reply(state: DeltaState) -> dict[str, list[str]]:
         return {"items": [f"r{len(state['items'])}"]}
 
