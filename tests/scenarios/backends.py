@@ -369,9 +369,9 @@ def thread_config(thread_id: Any, **configurable: Any) -> RunnableConfig:
 class Graph:
     """A graph compiled on an Api's saver, run through that Api's mode (invoke or ainvoke...)."""
 
-    def __init__(self, api: Api, builder: StateGraph[Any], **compile_options: Any) -> None:
+    def __init__(self, api: Api, builder: StateGraph[Any]) -> None:
         self.api = api
-        self.compiled = builder.compile(checkpointer=api.saver, **compile_options)
+        self.compiled = builder.compile(checkpointer=api.saver)
 
     def _run(self, sync: Callable[[], T], coro: Callable[[], Awaitable[T]]) -> T:
         if isinstance(self.api, AsyncApi):
@@ -398,12 +398,10 @@ class Graph:
             lambda: list(self.compiled.get_state_history(config, limit=limit)), collect
         )
 
-    def update(
-        self, config: RunnableConfig, values: Any, as_node: str | None = None
-    ) -> RunnableConfig:
+    def update(self, config: RunnableConfig, values: Any) -> RunnableConfig:
         return self._run(
-            lambda: self.compiled.update_state(config, values, as_node=as_node),
-            lambda: self.compiled.aupdate_state(config, values, as_node=as_node),
+            lambda: self.compiled.update_state(config, values),
+            lambda: self.compiled.aupdate_state(config, values),
         )
 
 
