@@ -1352,9 +1352,12 @@ class DynamoDBStore:
                 {
                     "TableName": self.table,
                     "Item": item,
-                    "ConditionExpression": "attribute_not_exists(#sk) OR #u < :now",
-                    "ExpressionAttributeNames": {"#sk": SK, "#u": LOCK_UNTIL},
-                    "ExpressionAttributeValues": {":now": N(now_ms)},
+                    # free, expired, or already ours (a retry after a lost reply)
+                    "ConditionExpression": (
+                        "attribute_not_exists(#sk) OR #u < :now OR #t = :token"
+                    ),
+                    "ExpressionAttributeNames": {"#sk": SK, "#u": LOCK_UNTIL, "#t": LOCK_TOKEN},
+                    "ExpressionAttributeValues": {":now": N(now_ms), ":token": S(token)},
                 },
             )
         except ClientError as exc:

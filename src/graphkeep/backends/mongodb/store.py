@@ -960,7 +960,11 @@ class MongoStore:
                 self.locks,
                 "update_one",
                 (
-                    {"_id": thread_id, "expires_at": {"$lte": now}},
+                    # free, expired, or already ours (a retry after a lost reply)
+                    {
+                        "_id": thread_id,
+                        "$or": [{"expires_at": {"$lte": now}}, {"token": {"$eq": token}}],
+                    },
                     {"$set": {"token": token, "expires_at": now + timedelta(milliseconds=ttl_ms)}},
                 ),
                 {"upsert": True},

@@ -301,6 +301,19 @@ ALL_IDS = r"""
 return redis.call('ZRANGE', KEYS[4], 0, -1)
 """
 
+LOCK = r"""
+-- KEYS[1] lock key; ARGV: token, ttl_ms. Taking a lease we already hold succeeds
+-- (and re-arms it), so a retry after a lost reply does not lock ourselves out.
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if holder then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
 UNLOCK = r"""
 -- KEYS[1] lock key; ARGV: token. Only the holder's token releases the lease.
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -328,6 +341,7 @@ SCRIPTS: dict[str, str] = {
         "import": IMPORT,
         "find_runs": FIND_RUNS,
         "all_ids": ALL_IDS,
+        "lock": LOCK,
         "unlock": UNLOCK,
         "extend_lock": EXTEND_LOCK,
     }.items()

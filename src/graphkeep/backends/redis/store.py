@@ -342,7 +342,7 @@ class RedisStore:
         return f"{self.prefix}:{FORMAT}:{{{encode_thread(thread_id)}}}:lock"
 
     def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
-        taken = yield Command(("SET", self.lock_key(thread_id), token, "NX", "PX", ttl_ms))
+        taken = yield Script("lock", [self.lock_key(thread_id)], [token, ttl_ms])
         return bool(taken)
 
     def release_lock(self, thread_id: str, token: str) -> Op[bool]:
