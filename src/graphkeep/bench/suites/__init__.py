@@ -101,6 +101,23 @@ class Suite:
     notes: list[str] = field(default_factory=list)
 
 
+def faster_per_turn(results: list[Result], rival: str) -> list[tuple[str, bool]]:
+    """The "graphkeep faster per turn than ``rival``" target, for each workload run."""
+    by = {(r.saver, r.workload): r for r in results}
+    out: list[tuple[str, bool]] = []
+    for name in ("W50", "W50-delta"):
+        ours, theirs = by.get(("graphkeep", name)), by.get((rival, name))
+        if ours and theirs:
+            out.append(
+                (
+                    f"{name}: graphkeep faster per turn than {rival}:"
+                    f" {ours.ms_per_turn:.2f} vs {theirs.ms_per_turn:.2f} ms (median)",
+                    ours.ms_per_turn < theirs.ms_per_turn,
+                )
+            )
+    return out
+
+
 def load(name: str) -> Suite:
     if name not in SUITES:
         raise BenchError(f"unknown suite {name!r}; known: {', '.join(SUITES)}")

@@ -35,6 +35,7 @@ from graphkeep.bench.suites import (
     Options,
     Skip,
     Suite,
+    faster_per_turn,
     not_yet,
 )
 from graphkeep.bench.workloads import Opened, Result, Workload
@@ -208,19 +209,7 @@ def where(options: Options) -> str:
 
 
 def targets(results: list[Result]) -> list[tuple[str, bool]]:
-    by = {(r.saver, r.workload): r for r in results}
-    out: list[tuple[str, bool]] = []
-    for name in ("W50", "W50-delta"):
-        ours, theirs = by.get(("graphkeep", name)), by.get(("DynamoDBSaver", name))
-        if ours and theirs:
-            out.append(
-                (
-                    f"{name}: graphkeep faster per turn than DynamoDBSaver:"
-                    f" {ours.ms_per_turn:.2f} vs {theirs.ms_per_turn:.2f} ms (median)",
-                    ours.ms_per_turn < theirs.ms_per_turn,
-                )
-            )
-    return out
+    return faster_per_turn(results, "DynamoDBSaver")
 
 
 SUITE = Suite(

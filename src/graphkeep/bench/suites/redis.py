@@ -28,6 +28,7 @@ from graphkeep.bench.suites import (
     Options,
     Skip,
     Suite,
+    faster_per_turn,
     not_yet,
 )
 from graphkeep.bench.workloads import Opened, Result, Workload
@@ -158,16 +159,7 @@ def targets(results: list[Result]) -> list[tuple[str, bool]]:
                 plain.requests_per_turn <= 8,
             )
         )
-    for name in ("W50", "W50-delta"):
-        ours, theirs = by.get(("graphkeep", name)), by.get(("plainredis", name))
-        if ours and theirs:
-            out.append(
-                (
-                    f"{name}: graphkeep faster per turn than plainredis:"
-                    f" {ours.ms_per_turn:.2f} vs {theirs.ms_per_turn:.2f} ms (median)",
-                    ours.ms_per_turn < theirs.ms_per_turn,
-                )
-            )
+    out += faster_per_turn(results, "plainredis")
     if plain and delta and plain.requests_per_turn is not None:
         assert delta.requests_per_turn is not None
         loads = delta.turn_tally.calls.get("get_tuple", 0) / delta.turns
