@@ -489,19 +489,14 @@ def keep_latest(checkpoints: list[Summary]) -> set[tuple[str, str]]:
     return keep
 
 
-def walk(
-    lookup: Mapping[str, Summary] | Callable[[str], Summary | None],
-    parent_id: str | None,
-    channels: set[str],
-) -> list[Summary]:
+def walk(lookup: Mapping[str, Summary], parent_id: str | None, channels: set[str]) -> list[Summary]:
     """Ancestors from ``parent_id`` rootward until each channel has a stored value."""
-    get = lookup.get if isinstance(lookup, Mapping) else lookup
     remaining = set(channels)
     visited: list[Summary] = []
     seen: set[str] = set()
     while parent_id and remaining and parent_id not in seen:
         seen.add(parent_id)
-        ancestor = get(parent_id)
+        ancestor = lookup.get(parent_id)
         if ancestor is None:
             break
         visited.append(ancestor)
