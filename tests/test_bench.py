@@ -5,16 +5,19 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
+from langgraph.checkpoint.memory import InMemorySaver
 
 import graphkeep
-from graphkeep.bench import cli
+from graphkeep.bench import cli, report
 from graphkeep.bench.probes import Probe, count_round_trips
 from graphkeep.bench.suites import Options
 from graphkeep.bench.worker import InSubprocess
-from graphkeep.bench.workloads import workload
+from graphkeep.bench.workloads import Opened, large_text, measure_large, workload
 from graphkeep.connect import BACKENDS
 
 from .conftest import REDIS_URL
@@ -116,3 +119,47 @@ def test_a_suite_whose_backend_has_not_landed_is_skipped_not_failed(
     assert cli.main(["--suite", scheme, "--out", str(tmp_path)]) == 0
     assert f"skipped: {scheme}: backend not available yet" in capsys.readouterr().out
     assert not list(tmp_path.iterdir())
+
+
+def test_the_large_message_check_runs_in_another_interpreter() -> None:
+    contender = InSubprocess("in-subprocess", sys.executable, "graphkeep.bench.worker:in_memory")
+    result = contender.run_large(50_000, "test")
+    assert (result.saver, result.size_bytes, result.ok) == ("in-subprocess", 50_000, True)
+    assert result.outcome == "stored and read back"
+    assert result.ms_large_turn is not None and result.requests_per_turn is None
+
+
+class RefusesLargeCheckpoints(InMemorySaver):
+    """Stands for a saver on a store with an item limit and no guard."""
+
+    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        if len(repr(checkpoint["channel_values"])) > 10_000:
+            raise ValueError("Item size has exceeded the maximum allowed size")
+        return super().put(config, checkpoint, metadata, new_versions)
+
+
+def test_the_large_message_check_reports_a_failing_saver_in_the_table() -> None:
+    opened = Opened(RefusesLargeCheckpoints(), Probe(counts_requests=False))
+    failed = measure_large(opened, suite="test", saver_name="refuses", size=20_000)
+    assert not failed.ok
+    assert failed.outcome.startswith("turn 1: ValueError: Item size has exceeded"), failed.outcome
+
+    fine = measure_large(
+        Opened(InMemorySaver(), Probe(counts_requests=False)),
+        suite="test",
+        saver_name="graphkeep",
+        size=20_000,
+    )
+    assert fine.ok, fine.outcome
+    table = "\n".join(report.large_table([fine, failed]))
+    assert "| refuses | FAILED, turn 1: ValueError: Item size has exceeded" in table
+    assert "| graphkeep | ok: stored and read back |" in table
+    assert report.large_targets([fine, failed], "graphkeep") == [
+        ("graphkeep stores one 20 KB message and reads it back", True)
+    ]
+
+
+def test_large_text_is_deterministic_text_of_the_size_asked() -> None:
+    text = large_text(500_000)
+    assert len(text.encode()) == 500_000 and text == large_text(500_000)
+    assert 2 < len(text) / len(zlib.compress(text.encode())) < 8  # compressible, like prose

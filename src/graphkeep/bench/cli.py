@@ -24,7 +24,14 @@ from langgraph.checkpoint.memory import InMemorySaver
 from graphkeep.bench import report
 from graphkeep.bench.probes import Probe
 from graphkeep.bench.suites import SUITES, BenchError, Options, Suite, load
-from graphkeep.bench.workloads import WORKLOADS, Opened, Result, combine, measure
+from graphkeep.bench.workloads import (
+    WORKLOADS,
+    LargeResult,
+    Opened,
+    Result,
+    combine,
+    measure,
+)
 
 QUICK_TURNS = 10
 
@@ -95,6 +102,13 @@ def run_suite(suite: Suite, options: Options, out: Path, chart: bool) -> list[Re
         for work in WORKLOADS
         for contender in contenders
     ]
+    large: list[LargeResult] = []
+    if suite.large_message:
+        for contender in contenders:
+            started = time.perf_counter()
+            print(f"  {suite.name}: {contender.name} on one large message ...", end="", flush=True)
+            large.append(contender.run_large(suite.large_message, suite.name))
+            print(f" {time.perf_counter() - started:.1f} s", flush=True)
     ctx = report.Context(
         suite_title=suite.title,
         where=suite.where(options),
@@ -108,7 +122,8 @@ def run_suite(suite: Suite, options: Options, out: Path, chart: bool) -> list[Re
         notes=suite.notes,
         workloads=WORKLOADS,
     )
-    text = report.markdown(ctx, results, suite.targets(results))
+    targets = suite.targets(results) + report.large_targets(large, suite.baseline)
+    text = report.markdown(ctx, results, targets, large)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{suite.name}.md").write_text(text)
     print()

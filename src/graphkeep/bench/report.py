@@ -9,7 +9,7 @@ from importlib import metadata
 from pathlib import Path
 
 from graphkeep.bench.probes import OUTSIDE, TRACED_METHODS, Tally
-from graphkeep.bench.workloads import HISTORY_LIMIT, Result, Workload
+from graphkeep.bench.workloads import HISTORY_LIMIT, LargeResult, Result, Workload
 
 NA = "n/a"
 
@@ -54,7 +54,12 @@ def _ratio(theirs: float | int | None, ours: float | int | None) -> str:
     return f"{theirs / ours:.2f}x"
 
 
-def markdown(ctx: Context, results: Sequence[Result], targets: Sequence[tuple[str, bool]]) -> str:
+def markdown(
+    ctx: Context,
+    results: Sequence[Result],
+    targets: Sequence[tuple[str, bool]],
+    large: Sequence[LargeResult] = (),
+) -> str:
     lines = [
         f"## graphkeep bench: {ctx.suite_title}",
         "",
@@ -99,11 +104,45 @@ def markdown(ctx: Context, results: Sequence[Result], targets: Sequence[tuple[st
                 f" history ms {_ratio(theirs.history_ms, ours.history_ms)},"
                 f" history requests {_ratio(theirs.history_requests, ours.history_requests)}"
             )
+    lines += large_table(large)
     if targets:
         lines += ["", "Targets:", ""]
         lines += [f"- [{'met' if met else 'MISSED'}] {text}" for text, met in targets]
     lines += ["", *where_requests_go(results)]
     return "\n".join(lines) + "\n"
+
+
+def large_table(large: Sequence[LargeResult]) -> list[str]:
+    if not large:
+        return []
+    first = large[0]
+    lines = [
+        "",
+        f"### One large message ({first.size_bytes / 1000:,.0f} KB)",
+        "",
+        f"The W50 graph on a fresh thread: turn 1 sends one human message of"
+        f" {first.size_bytes:,} bytes of text, then {first.turns - 1} ordinary turns; the"
+        " state is read back and compared.",
+        "",
+        "| saver | outcome | ms of the large turn | requests/turn | stored KiB |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for r in large:
+        outcome = r.outcome.replace("|", "\\|")
+        lines.append(
+            f"| {r.saver} | {'ok: ' if r.ok else 'FAILED, '}{outcome}"
+            f" | {_num(r.ms_large_turn, 1)} | {_num(r.requests_per_turn, 2)}"
+            f" | {_kib(r.stored_bytes)} |"
+        )
+    return lines
+
+
+def large_targets(large: Sequence[LargeResult], baseline: str) -> list[tuple[str, bool]]:
+    return [
+        (f"{r.saver} stores one {r.size_bytes / 1000:,.0f} KB message and reads it back", r.ok)
+        for r in large
+        if r.saver == baseline
+    ]
 
 
 def _cell(tally: Tally, method: str, per: int, counted: bool) -> str:

@@ -9,6 +9,8 @@ line::
     python -m graphkeep.bench.worker --factory pkg.module:open_saver --workload W50 \\
         --turns 50 --history-runs 5 --suite dynamodb --saver DynamoDBSaver
 
+``--large BYTES`` runs :func:`graphkeep.bench.workloads.measure_large` instead.
+
 ``--factory`` names a function ``(Workload) -> ContextManager[Opened]`` importable
 in the child. :func:`ensure_venv` makes such a virtualenv on demand.
 """
@@ -31,7 +33,16 @@ from typing import Any
 from langgraph.checkpoint.memory import InMemorySaver
 
 from graphkeep.bench.probes import Probe
-from graphkeep.bench.workloads import Opened, Result, Workload, measure, workload
+from graphkeep.bench.workloads import (
+    WORKLOADS,
+    LargeResult,
+    Opened,
+    Result,
+    Workload,
+    measure,
+    measure_large,
+    workload,
+)
 
 RESULT_MARK = "GRAPHKEEP-BENCH-RESULT "
 SRC_DIR = Path(__file__).resolve().parents[2]  # .../src, holding the graphkeep package
@@ -71,11 +82,17 @@ class InSubprocess:
     timeout: float = 1800.0
 
     def run(self, work: Workload, options: Any, suite: str) -> Result:
+        args = ["--workload", work.name, "--turns", str(options.turns)]
+        args += ["--history-runs", str(options.history_runs), "--suite", suite]
+        return Result.from_json(self._child(*args))
+
+    def run_large(self, size: int, suite: str) -> LargeResult:
+        return LargeResult.from_json(self._child("--large", str(size), "--suite", suite))
+
+    def _child(self, *args: str) -> Any:
         command = [
             self.python, "-m", "graphkeep.bench.worker",
-            "--factory", self.factory, "--workload", work.name,
-            "--turns", str(options.turns), "--history-runs", str(options.history_runs),
-            "--suite", suite, "--saver", self.name,
+            "--factory", self.factory, "--saver", self.name, *args,
         ]  # fmt: skip
         path = os.pathsep.join(p for p in (str(SRC_DIR), os.environ.get("PYTHONPATH")) if p)
         env = {**os.environ, **self.env, "PYTHONPATH": path}
@@ -84,7 +101,7 @@ class InSubprocess:
         )
         for line in reversed(done.stdout.splitlines()):
             if line.startswith(RESULT_MARK):
-                return Result.from_json(json.loads(line[len(RESULT_MARK) :]))
+                return json.loads(line[len(RESULT_MARK) :])
         tail = "\n".join((done.stderr or done.stdout).splitlines()[-20:])
         raise RuntimeError(f"{self.name} worker failed (exit {done.returncode}):\n{tail}")
 
@@ -92,8 +109,9 @@ class InSubprocess:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m graphkeep.bench.worker")
     parser.add_argument("--factory", required=True, help="module:function")
-    parser.add_argument("--workload", required=True)
-    parser.add_argument("--turns", type=int, required=True)
+    parser.add_argument("--workload", default=WORKLOADS[0].name)
+    parser.add_argument("--turns", type=int, default=50)
+    parser.add_argument("--large", type=int, default=None, help="bytes of the large message")
     parser.add_argument("--history-runs", type=int, default=5)
     parser.add_argument("--suite", required=True)
     parser.add_argument("--saver", required=True)
@@ -103,15 +121,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     factory = getattr(importlib.import_module(module_name), function)
     work = workload(args.workload)
     opened_cm: AbstractContextManager[Opened] = factory(work)
+    result: Result | LargeResult
     with opened_cm as opened:
-        result = measure(
-            opened,
-            work,
-            suite=args.suite,
-            saver_name=args.saver,
-            turns=args.turns,
-            history_runs=args.history_runs,
-        )
+        if args.large is not None:
+            result = measure_large(opened, suite=args.suite, saver_name=args.saver, size=args.large)
+        else:
+            result = measure(
+                opened,
+                work,
+                suite=args.suite,
+                saver_name=args.saver,
+                turns=args.turns,
+                history_runs=args.history_runs,
+            )
     print(RESULT_MARK + json.dumps(result.to_json()), flush=True)
     return 0
 

@@ -9,11 +9,16 @@ turns leave 200 of them for the history read.
 W50-delta: the same graph with ``messages`` in a ``DeltaChannel`` (batch messages
 reducer, ``snapshot_frequency=10``): checkpoints store only every 10th value and
 the runtime rebuilds the others from the writes of their ancestors.
+
+Large message (:func:`measure_large`, for suites whose store has an item limit):
+the W50 graph on a fresh thread whose first human message is one big text (a
+pasted document), then two ordinary turns; the state must read back exactly.
 """
 
 from __future__ import annotations
 
 import importlib
+import random
 import statistics
 import time
 import uuid
@@ -283,3 +288,92 @@ def _check_history(saver: str, work: Workload, snapshots: list[Any], turns: int)
     counts = [len(s.values.get("messages", [])) for s in snapshots]
     if counts != sorted(counts, reverse=True) or counts[0] != MESSAGES_PER_TURN * turns:
         raise AssertionError(f"{saver} on {work.name}: history message counts are wrong: {counts}")
+
+
+@dataclass
+class LargeResult:
+    """One saver given one large message: did it store and read it back, and at what cost."""
+
+    suite: str
+    saver: str
+    size_bytes: int
+    turns: int
+    ok: bool
+    #: "stored and read back", or where and how it failed
+    outcome: str
+    #: wall time of the turn that sent the large message
+    ms_large_turn: float | None = None
+    requests_per_turn: float | None = None
+    stored_bytes: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LargeResult:
+        return cls(**data)
+
+
+def large_text(size: int, seed: int = 0) -> str:
+    """``size`` bytes of ASCII prose-like text: words drawn at random, about as compressible
+    as a real document (zlib gets it to roughly a third)."""
+    rng = random.Random(seed)
+    words = FILLER.replace(",", "").replace(";", "").replace(".", "").split()
+    words += [f"{rng.getrandbits(40):x}" for _ in range(200)]
+    out: list[str] = []
+    length = 0
+    while length < size:
+        word = rng.choice(words)
+        out.append(word)
+        length += len(word) + 1
+    return " ".join(out)[:size]
+
+
+def measure_large(
+    opened: Opened, *, suite: str, saver_name: str, size: int, turns: int = 3
+) -> LargeResult:
+    """Turn 1 sends ``size`` bytes as one human message, then ``turns - 1`` ordinary turns."""
+    probe = opened.probe
+    app = WORKLOADS[0].build(probe.trace(opened.saver))
+    config: RunnableConfig = {"configurable": {"thread_id": f"bench-big-{uuid.uuid4().hex[:12]}"}}
+    big = large_text(size)
+    probe.take()
+    before = probe.total
+    durations: list[float] = []
+
+    def failed(where: str, exc: BaseException) -> LargeResult:
+        text = " ".join(str(exc).split())
+        return LargeResult(
+            suite, saver_name, size, turns, False, f"{where}: {type(exc).__name__}: {text[:160]}"
+        )
+
+    for turn in range(1, turns + 1):
+        content = big if turn == 1 else f"Where is my order #{1000 + turn}? (turn {turn})"
+        started = time.perf_counter()
+        try:
+            app.invoke({"messages": [HumanMessage(content)]}, config)
+        except Exception as exc:  # noqa: BLE001 - the outcome is what the table reports
+            return failed(f"turn {turn}", exc)
+        durations.append(time.perf_counter() - started)
+    requests = probe.total - before
+    try:
+        messages = app.get_state(config).values["messages"]
+    except Exception as exc:  # noqa: BLE001
+        return failed("read back", exc)
+    if len(messages) != MESSAGES_PER_TURN * turns or messages[0].content != big:
+        return LargeResult(
+            suite, saver_name, size, turns, False,
+            f"read back wrong: {len(messages)} messages, first of"
+            f" {len(str(messages[0].content)) if messages else 0} characters",
+        )  # fmt: skip
+    return LargeResult(
+        suite,
+        saver_name,
+        size,
+        turns,
+        True,
+        "stored and read back",
+        ms_large_turn=durations[0] * 1000,
+        requests_per_turn=requests / turns if probe.counts_requests else None,
+        stored_bytes=opened.stored_bytes() if opened.stored_bytes else None,
+    )

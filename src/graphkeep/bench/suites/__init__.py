@@ -16,7 +16,15 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from graphkeep.bench.workloads import Opened, Result, Workload, measure
+from graphkeep.bench.workloads import (
+    WORKLOADS,
+    LargeResult,
+    Opened,
+    Result,
+    Workload,
+    measure,
+    measure_large,
+)
 
 #: suite name -> module defining ``SUITE`` (imported only when that suite runs)
 SUITES: dict[str, str] = {
@@ -58,6 +66,8 @@ class Contender(Protocol):
 
     def run(self, work: Workload, options: Options, suite: str) -> Result: ...
 
+    def run_large(self, size: int, suite: str) -> LargeResult: ...
+
 
 @dataclass
 class InProcess:
@@ -76,6 +86,10 @@ class InProcess:
                 turns=options.turns,
                 history_runs=options.history_runs,
             )
+
+    def run_large(self, size: int, suite: str) -> LargeResult:
+        with self.open(WORKLOADS[0]) as opened:
+            return measure_large(opened, suite=suite, saver_name=self.name, size=size)
 
 
 @dataclass(frozen=True)
@@ -98,6 +112,8 @@ class Suite:
     where: Callable[[Options], str] = lambda options: ""
     #: the issue's targets as (statement, met) pairs, judged on this suite's results
     targets: Callable[[list[Result]], list[tuple[str, bool]]] = lambda results: []
+    #: bytes of the one large message each contender is also given (``None``: not run)
+    large_message: int | None = None
     notes: list[str] = field(default_factory=list)
 
 

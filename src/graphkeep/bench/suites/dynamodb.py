@@ -43,8 +43,13 @@ from graphkeep.bench.workloads import Opened, Result, Workload
 KEY_PREFIX = "bench"
 TABLES = {
     "graphkeep": "graphkeep_bench_graphkeep",
+    "graphkeep-nozlib": "graphkeep_bench_graphkeep_nozlib",
     "DynamoDBSaver": "graphkeep_bench_dynamodbsaver",
 }
+#: the large-message check: over DynamoDB's 400 KB item limit
+LARGE_MESSAGE = 500_000
+#: issue 4's budget of API calls per W50 turn
+MAX_CALLS_PER_TURN = 5
 AWS_REQUIREMENTS = ("langgraph-checkpoint-aws",)
 
 
@@ -178,14 +183,18 @@ def contenders(options: Options) -> list[Contender]:
     def open_memory(work: Workload) -> Iterator[Opened]:
         yield Opened(InMemorySaver(), Probe(counts_requests=False))
 
-    @contextmanager
-    def open_graphkeep(work: Workload) -> Iterator[Opened]:
-        table = TABLES["graphkeep"]
-        drop_table(_client(), table)
-        probe = Probe()
-        with graphkeep.connect(table_url(table), key_prefix=KEY_PREFIX) as saver:
-            count_requests(saver.client, probe)
-            yield Opened(saver, probe, lambda: stored_bytes(table))
+    def opener(name: str, compress: bool) -> Any:
+        @contextmanager
+        def open_graphkeep(work: Workload) -> Iterator[Opened]:
+            table = TABLES[name]
+            drop_table(_client(), table)
+            probe = Probe()
+            url = table_url(table)
+            with graphkeep.connect(url, key_prefix=KEY_PREFIX, compress=compress) as saver:
+                count_requests(saver.client, probe)
+                yield Opened(saver, probe, lambda: stored_bytes(table))
+
+        return open_graphkeep
 
     where = venv_dir()
     if not where.exists():
@@ -197,7 +206,8 @@ def contenders(options: Options) -> list[Contender]:
         "DynamoDBSaver", str(python), "graphkeep.bench.suites.dynamodb:open_rival", passed
     )
     return [
-        InProcess("graphkeep", open_graphkeep),
+        InProcess("graphkeep", opener("graphkeep", compress=True)),
+        InProcess("graphkeep-nozlib", opener("graphkeep-nozlib", compress=False)),
         rival,
         InProcess("InMemorySaver", open_memory),
     ]
@@ -209,7 +219,18 @@ def where(options: Options) -> str:
 
 
 def targets(results: list[Result]) -> list[tuple[str, bool]]:
-    return faster_per_turn(results, "DynamoDBSaver")
+    """Issue 4's budget of calls per W50 turn, and faster per turn than the rival."""
+    out: list[tuple[str, bool]] = []
+    for r in results:
+        if r.saver == "graphkeep" and r.workload == "W50" and r.requests_per_turn is not None:
+            out.append(
+                (
+                    f"W50: graphkeep at most {MAX_CALLS_PER_TURN} API calls per turn"
+                    f" (issue 4): {r.requests_per_turn:.2f}",
+                    r.requests_per_turn <= MAX_CALLS_PER_TURN,
+                )
+            )
+    return out + faster_per_turn(results, "DynamoDBSaver")
 
 
 SUITE = Suite(
@@ -224,8 +245,17 @@ SUITE = Suite(
     where=where,
     targets=targets,
     default_rounds=1,
+    large_message=LARGE_MESSAGE,
     notes=[
+        "graphkeep = the default (zlib level 6 on payloads from 4 KiB);"
+        " graphkeep-nozlib = the same with compress=False",
         "DynamoDBSaver = langgraph-checkpoint-aws (sync), run in .bench-venvs/aws with the"
         " same langgraph; InMemorySaver = langgraph's reference saver, no store (n/a)",
+        "ms on moto are not DynamoDB's: moto deep-copies the whole table once per item of"
+        " every TransactWriteItems (to roll back), so graphkeep's one-request transactional"
+        " put and put_writes slow down as the table grows (a 3-item transaction on a"
+        " 1,000-item table: ~68 ms vs ~6 ms for PutItem or BatchWriteItem); DynamoDB's"
+        " transaction latency does not depend on table size. Requests and stored bytes"
+        " carry over to DynamoDB; ms/turn do not",
     ],
 )
