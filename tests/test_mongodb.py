@@ -271,6 +271,36 @@ def test_round_trips_per_call(saver: MongoDBSaver, thread_id: str) -> None:
     assert everything == ["find", "find"]
 
 
+def _upsert_filters(commands: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+    return [u["q"] for name, body in commands if name == "update" for u in body["updates"]]
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_upserts_name_their_document_by_id_and_the_shard_key_when_sharded(
+    client: Any, prefix: str, thread_id: str, sharded: bool
+) -> None:
+    saver = MongoDBSaver(client, db_name=TEST_DB, key_prefix=prefix, sharded=sharded)
+    saver.setup()
+    t = Thread(saver, thread_id)
+    start = len(RECORDER.commands)
+    t.put({"messages": ["a"], "count": 1})
+    saver.put_writes(t.config, [("messages", "b"), (ERROR, "boom")], "task-1")
+    filters = _upsert_filters(RECORDER.commands[start:])
+    assert len(filters) == 5  # 2 blobs, the checkpoint, 2 writes
+    expected = {"_id", "thread_id"} if sharded else {"_id"}
+    assert all(set(f) == expected and isinstance(f["_id"], str) for f in filters), filters
+    if sharded:
+        assert {f["thread_id"] for f in filters} == {thread_id}
+    # the _id is the document's identity: the same record is one document, found again
+    ids = [f["_id"] for f in filters]
+    assert len(set(ids)) == len(ids)
+    docs = _docs(client, prefix, thread_id)
+    assert sum(len(found) for found in docs.values()) == 5
+    got = saver.get_tuple(_config(thread_id))
+    assert got is not None and got.checkpoint["channel_values"] == {"messages": ["a"], "count": 1}
+    assert {(w[1], w[2]) for w in got.pending_writes} == {("messages", "b"), (ERROR, "boom")}
+
+
 def _delta_thread(saver: Any, thread_id: str, ancestors: int) -> tuple[Any, list[str]]:
     """A DeltaChannel-style chain: a seed value at the root, then ``ancestors`` checkpoints
     whose "d" value lives only in ancestor writes."""

@@ -35,7 +35,7 @@ BACKEND_OPTIONS: dict[str, frozenset[str]] = {
     "graphkeep.backends.dynamodb": frozenset(
         {"compress", "run_index", "session", "profile_name", "botocore_config"}
     ),
-    "graphkeep.backends.mongodb": frozenset({"db_name", "chunk_size"}),
+    "graphkeep.backends.mongodb": frozenset({"db_name", "chunk_size", "sharded"}),
 }
 
 

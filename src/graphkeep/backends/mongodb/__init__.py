@@ -60,13 +60,23 @@ idempotently, comparing key *and* options; ``setup=False`` skips it)::
                    gk_expires_at            {expires_at}  expireAfterSeconds: 0 (TTL)
     P_locks        gk_expires_at            {expires_at}  expireAfterSeconds: 0 (TTL)
 
-Sharding: shard ``P_checkpoints`` and ``P_payloads`` on ``{thread_id: 1}``. Every
-unique index leads with ``thread_id``, so MongoDB can enforce it on this ranged shard
-key, every filter carries ``thread_id`` and every operation of a thread targets one
-shard. A hashed ``{thread_id: "hashed"}`` key spreads hot threads more evenly, but
-MongoDB cannot enforce compound unique indexes there: create the ``schema()`` indexes
-without ``unique`` yourself and pass ``setup=False``. Writes remain idempotent upserts
-on the full key; only concurrent duplicate inserts are no longer rejected.
+Every document has a deterministic ``_id`` built from its identity (length-prefixed,
+collision-free): ``c``, thread, ns, checkpoint id for a checkpoint; ``p``, thread, ns,
+kind, ref, sub, part for a payload. Every upsert names its document by ``_id``, the
+primary key that every MongoDB-compatible server looks up through an index (FerretDB's
+SQLite handler pushes down no other filter, so upserts on the compound key would scan
+the collection there). Queries use the compound indexes above.
+
+Sharding: shard ``P_checkpoints`` and ``P_payloads`` on ``{thread_id: 1}`` and pass
+``sharded=True`` (``graphkeep.connect(url, sharded=True)``): MongoDB requires an upsert
+on a sharded collection to name the full shard key, so the upserts then filter on
+``{_id, thread_id}``. Every unique index leads with ``thread_id``, so MongoDB can
+enforce it on this ranged shard key, every query carries ``thread_id`` and every
+operation of a thread targets one shard. A hashed ``{thread_id: "hashed"}`` key spreads
+hot threads more evenly, but MongoDB cannot enforce compound unique indexes there:
+create the ``schema()`` indexes without ``unique`` yourself and pass ``setup=False``.
+Nothing is lost: the ``_id`` encodes the thread, so all copies of one record would live
+on the thread's shard, where ``_id`` is unique.
 
 The 16 MB guard: our own chunk documents, not GridFS
 ---------------------------------------------------
@@ -338,6 +348,7 @@ def _store(options: dict[str, Any]) -> tuple[MongoStore, dict[str, Any]]:
         ttl=ttl_seconds(options.pop("ttl", None)),
         refresh_ttl_on_read=bool(options.pop("refresh_ttl_on_read", False)),
         **({"chunk_size": options.pop("chunk_size")} if "chunk_size" in options else {}),
+        sharded=options.pop("sharded", False),
     )
     return store, options
 
@@ -387,7 +398,8 @@ class MongoDBSaver(_MongoSaverMixin, SyncSaver):
     Options: ``db_name`` (default ``"graphkeep"``), ``serde``, ``ttl`` (seconds or
     timedelta, sliding per thread), ``refresh_ttl_on_read``, ``key_prefix`` (default
     ``"graphkeep"``: collections ``<prefix>_checkpoints`` and ``<prefix>_payloads``),
-    ``chunk_size`` (default 8 MiB), ``max_id_bytes`` (default 1024).
+    ``chunk_size`` (default 8 MiB), ``max_id_bytes`` (default 1024), ``sharded``
+    (default False; True when the collections are sharded on ``thread_id``).
     """
 
     def __init__(self, client: Any, db_name: str = DEFAULT_DB, **options: Any) -> None:

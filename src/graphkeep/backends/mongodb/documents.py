@@ -84,6 +84,21 @@ def write_sub(task_id: str, idx: int) -> str:
     return f"{len(task_id)}:{task_id}:{idx}"
 
 
+def doc_id(*parts: str) -> str:
+    """A document's ``_id``: its identity fields, each length-prefixed, so ids never collide.
+
+    Upserts name a document by ``_id`` alone: the primary key, the one lookup every
+    MongoDB-compatible server serves from an index (FerretDB's SQLite handler pushes
+    down nothing else, so any other filter costs a collection scan there).
+    """
+    return "".join(f"{len(part)}:{part}" for part in parts)
+
+
+def checkpoint_id_key(thread_id: str, ns: str, checkpoint_id: str) -> str:
+    """``_id`` of a checkpoint document."""
+    return doc_id("c", thread_id, ns, checkpoint_id)
+
+
 def identity(thread_id: str, ns: str, kind: str, ref: str, sub: str = "") -> dict[str, Any]:
     for value in (thread_id, ns, ref, sub):
         # values only, never operators: every caller passes validated strings
@@ -99,6 +114,7 @@ def identity(thread_id: str, ns: str, kind: str, ref: str, sub: str = "") -> dic
 class PayloadDoc:
     """One document to upsert into the payloads collection."""
 
+    #: ``{"_id": ...}``
     filter: dict[str, Any]
     doc: dict[str, Any]
     #: True for the head document (part ""), which decides overwrite vs insert-once
@@ -120,19 +136,22 @@ def payload_docs(
     different bytes can never mix chunks of two payloads.
     """
     base = {**ident, **fields}
+    key = [ident["thread_id"], ident["ns"], ident["kind"], ident["ref"], ident["sub"]]
+
+    def by_id(part: str) -> dict[str, Any]:
+        return {"_id": doc_id("p", *key, part)}
+
     if len(data) <= chunk_size:
         head = {**base, "part": "", "type": tag, "count": 1, "data": data}
-        return [PayloadDoc({**ident, "part": ""}, head, True)]
+        return [PayloadDoc(by_id(""), head, True)]
     pieces = [data[i : i + chunk_size] for i in range(0, len(data), chunk_size)]
     gen = hashlib.blake2b(data, digest_size=12).hexdigest()
     docs = []
     for n in range(1, len(pieces)):
         part = f"{gen}:{n}"
-        docs.append(
-            PayloadDoc({**ident, "part": part}, {**base, "part": part, "data": pieces[n]}, False)
-        )
+        docs.append(PayloadDoc(by_id(part), {**base, "part": part, "data": pieces[n]}, False))
     head = {**base, "part": "", "type": tag, "count": len(pieces), "gen": gen, "data": pieces[0]}
-    docs.append(PayloadDoc({**ident, "part": ""}, head, True))
+    docs.append(PayloadDoc(by_id(""), head, True))
     return docs
 
 

@@ -32,6 +32,7 @@ from graphkeep.backends.mongodb.documents import (
     assemble,
     blob_ref,
     check_prefix,
+    checkpoint_id_key,
     collection_names,
     conjunction,
     disjunction,
@@ -216,8 +217,13 @@ class MongoStore:
         ttl: float | None = None,
         refresh_ttl_on_read: bool = False,
         chunk_size: int = CHUNK_SIZE,
+        sharded: bool = False,
     ) -> None:
         self.prefix = check_prefix(key_prefix)
+        if not isinstance(sharded, bool):
+            raise ConfigurationError(f"sharded must be True or False, got {sharded!r}")
+        #: upserts also name the shard key ``thread_id`` (MongoDB requires it when sharded)
+        self.sharded = sharded
         self.checkpoints, self.payloads, self.locks = collection_names(self.prefix)
         self.ttl = timedelta(seconds=ttl) if ttl else None
         self.refresh_on_read = bool(refresh_ttl_on_read and ttl)
@@ -274,20 +280,26 @@ class MongoStore:
         ops: list[Any] = []
         for part in payload_docs(ident, fields, value.tag, value.data, self.chunk_size):
             doc = dict(part.doc)
+            key = self._key(part.filter, ident["thread_id"])
             if expires_at is not None:
                 doc["expires_at"] = expires_at
             if part.head and overwrite:
-                ops.append(ReplaceOne(part.filter, doc, upsert=True))
+                ops.append(ReplaceOne(key, doc, upsert=True))
                 continue
             update: dict[str, Any] = {
-                "$setOnInsert": {
-                    k: v for k, v in doc.items() if k not in part.filter and k != "expires_at"
-                }
+                "$setOnInsert": {k: v for k, v in doc.items() if k not in key and k != "expires_at"}
             }
             if expires_at is not None:
                 update["$set"] = {"expires_at": expires_at}
-            ops.append(UpdateOne(part.filter, update, upsert=True))
+            ops.append(UpdateOne(key, update, upsert=True))
         return ops
+
+    def _key(self, by_id: dict[str, Any], thread_id: str) -> dict[str, Any]:
+        """The filter of an upsert: the ``_id``, plus the shard key on a sharded cluster."""
+        return {**by_id, "thread_id": thread_id} if self.sharded else by_id
+
+    def _checkpoint_key(self, thread_id: str, ns: str, checkpoint_id: str) -> dict[str, Any]:
+        return self._key({"_id": checkpoint_id_key(thread_id, ns, checkpoint_id)}, thread_id)
 
     def _checkpoint_doc(
         self, record: CheckpointRecord, expires_at: datetime | None, delta: DeltaMap
@@ -500,9 +512,7 @@ class MongoStore:
         # values first, the checkpoint last: a reader never sees it without its blobs
         if payload_ops:
             yield Command(self.payloads, "bulk_write", (payload_ops,), {"ordered": False})
-        checkpoint_ops.append(
-            ReplaceOne({"thread_id": t, "ns": ns, "checkpoint_id": cid}, doc, upsert=True)
-        )
+        checkpoint_ops.append(ReplaceOne(self._checkpoint_key(t, ns, cid), doc, upsert=True))
         yield Command(self.checkpoints, "bulk_write", (checkpoint_ops,), {"ordered": False})
         if expires_at is not None:
             summary = Summary(
@@ -928,7 +938,7 @@ class MongoStore:
                     expires_at,
                     overwrite=True,
                 )
-            key = {"thread_id": thread_id, "ns": record.ns, "checkpoint_id": record.checkpoint_id}
+            key = self._checkpoint_key(thread_id, record.ns, record.checkpoint_id)
             checkpoint_ops.append(ReplaceOne(key, doc, upsert=True))
         if payload_ops:
             yield Command(self.payloads, "bulk_write", (payload_ops,), {"ordered": False})
