@@ -166,7 +166,8 @@ class FerretDBServer(PrivateServer):
         return [
             str(REPO / ".services" / "bin" / "ferretdb"),
             "--handler=sqlite",
-            f"--sqlite-url=file:{data}/",
+            # as ./dev runs it: writers queue for SQLite's lock instead of failing (SQLITE_BUSY)
+            f"--sqlite-url=file:{data}/?_txlock=immediate&_pragma=busy_timeout(60000)",
             f"--state-dir={self.workdir}",
             f"--listen-addr=127.0.0.1:{self.port}",
             "--debug-addr=-",
