@@ -838,3 +838,35 @@ def test_chunks_reassemble_only_within_one_generation() -> None:
     assert assemble(mixed) is None
     small = payload_docs(ident, {}, "null", b"", 3000)
     assert len(small) == 1 and assemble([small[0].doc]) == (small[0].doc, b"")
+
+
+def test_busy_servers_and_upsert_races_are_retried_other_failures_are_not() -> None:
+    from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
+
+    from graphkeep.backends.mongodb import _retryable
+    from graphkeep.backends.mongodb.store import Command
+
+    upsert = Command("c", "bulk_write")
+    answer = Command("c", "update_one", retry_conflicts=False)  # a conflict is the answer
+    sqlite_busy = "[db.go:134 fsql.(*DB).InTransaction] database is locked (5) (SQLITE_BUSY)"
+    busy = OperationFailure(sqlite_busy, code=1)
+    conflict = OperationFailure("WriteConflict", code=112)
+    labelled = OperationFailure(
+        "not primary", code=10107, details={"errorLabels": ["RetryableWriteError"]}
+    )
+    invalid = OperationFailure("$set is empty", code=9)
+    for exc in (busy, conflict, labelled):
+        assert _retryable(exc, upsert, 0.0) and _retryable(exc, answer, 0.0)
+    assert not _retryable(invalid, upsert, 0.0)
+    assert _retryable(DuplicateKeyError("E11000", 11000), upsert, 0.0)
+    assert not _retryable(DuplicateKeyError("E11000", 11000), answer, 0.0)
+
+    def bulk(*codes: int) -> BulkWriteError:
+        errors = [{"code": c, "errmsg": sqlite_busy if c == 1 else "x"} for c in codes]
+        return BulkWriteError({"writeErrors": errors})
+
+    assert _retryable(bulk(11000, 1), upsert, 0.0)
+    assert not _retryable(bulk(11000, 1), answer, 0.0)
+    assert _retryable(bulk(1, 1), answer, 0.0)
+    assert not _retryable(bulk(1, 9), upsert, 0.0)
+    assert not _retryable(bulk(), upsert, 0.0)

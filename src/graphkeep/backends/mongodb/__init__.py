@@ -169,6 +169,7 @@ try:
         ConnectionFailure,
         DuplicateKeyError,
         InvalidURI,
+        OperationFailure,
         ProtocolError,
         ServerSelectionTimeoutError,
     )
@@ -182,6 +183,8 @@ __all__ = ["AsyncMongoDBSaver", "Command", "MongoDBSaver", "MongoStore", "index_
 
 DEFAULT_DB = "graphkeep"
 RETRY_DELAYS = (0.05, 0.2, 0.5)
+#: MongoDB's error code for a write that lost a race with a concurrent one
+WRITE_CONFLICT = 112
 #: a dropped connection is retried only when the failed attempt was this quick: after a
 #: longer wait the driver has already looked for a server (and retried reads/writes itself)
 QUICK_FAILURE_S = 1.0
@@ -237,7 +240,7 @@ def _unavailable(where: str, exc: BaseException) -> StorageUnavailable:
 
 
 def _retryable(exc: BaseException, request: Command, took: float) -> bool:
-    """Worth another attempt: a dropped connection, or an upsert race on a unique key.
+    """Worth another attempt: a dropped connection, a busy server, or an upsert race.
 
     Every request is idempotent (upserts, insert-if-absent, deletes by key), so
     re-sending it is safe.
@@ -246,14 +249,24 @@ def _retryable(exc: BaseException, request: Command, took: float) -> bool:
         return False  # the driver already waited serverSelectionTimeoutMS
     if isinstance(exc, AutoReconnect):
         return took < QUICK_FAILURE_S
-    if not request.retry_conflicts:
-        return False
-    if isinstance(exc, DuplicateKeyError):
-        return True
     if isinstance(exc, BulkWriteError):
         errors = exc.details.get("writeErrors") or []
-        return bool(errors) and all(e.get("code") == 11000 for e in errors)
+        duplicates = sum(1 for e in errors if e.get("code") == 11000)
+        busy = sum(1 for e in errors if _busy(e.get("code"), str(e.get("errmsg", ""))))
+        if duplicates and not request.retry_conflicts:
+            return False
+        return bool(errors) and duplicates + busy == len(errors)
+    if isinstance(exc, DuplicateKeyError):
+        return request.retry_conflicts
+    if isinstance(exc, OperationFailure):
+        return _busy(exc.code, str(exc)) or exc.has_error_label("RetryableWriteError")
     return False
+
+
+def _busy(code: Any, message: str) -> bool:
+    """A server too busy to take the write now: MongoDB's WriteConflict, or lock
+    contention of a wire-compatible server (FerretDB's SQLite handler: SQLITE_BUSY)."""
+    return code == WRITE_CONFLICT or "SQLITE_BUSY" in message
 
 
 def _call(db: Any, request: Any) -> Any:
@@ -295,7 +308,7 @@ class _SyncExecutor:
             except ConnectionFailure as exc:
                 if delay is None or not _retryable(exc, request, time.monotonic() - started):
                     raise _unavailable(self.where, exc) from exc
-            except (DuplicateKeyError, BulkWriteError) as exc:
+            except OperationFailure as exc:  # duplicate keys, busy servers
                 if delay is None or not _retryable(exc, request, 0.0):
                     raise
             time.sleep(delay)
@@ -327,7 +340,7 @@ class _AsyncExecutor:
             except ConnectionFailure as exc:
                 if delay is None or not _retryable(exc, request, time.monotonic() - started):
                     raise _unavailable(self.where, exc) from exc
-            except (DuplicateKeyError, BulkWriteError) as exc:
+            except OperationFailure as exc:  # duplicate keys, busy servers
                 if delay is None or not _retryable(exc, request, 0.0):
                     raise
             await asyncio.sleep(delay)
