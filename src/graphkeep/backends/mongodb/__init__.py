@@ -263,6 +263,18 @@ def _retryable(exc: BaseException, request: Command, took: float) -> bool:
     return False
 
 
+def _pause_before_retry(
+    exc: Exception, request: Command, took: float, delay: float | None, where: str
+) -> float:
+    """``delay`` when ``exc`` is worth another attempt and one is left, else raise what the
+    caller sees: ``StorageUnavailable`` for a connection failure, the error itself otherwise."""
+    if delay is not None and _retryable(exc, request, took):
+        return delay
+    if isinstance(exc, ConnectionFailure):
+        raise _unavailable(where, exc) from exc
+    raise exc
+
+
 def _busy(code: Any, message: str) -> bool:
     """A server too busy to take the write now: MongoDB's WriteConflict, or lock
     contention of a wire-compatible server (FerretDB's SQLite handler: SQLITE_BUSY)."""
@@ -305,13 +317,10 @@ class _SyncExecutor:
                     if smaller is None:
                         raise
                     return self._once(smaller)
-            except ConnectionFailure as exc:
-                if delay is None or not _retryable(exc, request, time.monotonic() - started):
-                    raise _unavailable(self.where, exc) from exc
-            except OperationFailure as exc:  # duplicate keys, busy servers
-                if delay is None or not _retryable(exc, request, 0.0):
-                    raise
-            time.sleep(delay)
+            except (ConnectionFailure, OperationFailure) as exc:
+                took = time.monotonic() - started
+                pause = _pause_before_retry(exc, request, took, delay, self.where)
+            time.sleep(pause)
         raise AssertionError("unreachable")
 
     def _once(self, request: Any) -> Any:
@@ -337,13 +346,10 @@ class _AsyncExecutor:
                     if smaller is None:
                         raise
                     return await self._once(smaller)
-            except ConnectionFailure as exc:
-                if delay is None or not _retryable(exc, request, time.monotonic() - started):
-                    raise _unavailable(self.where, exc) from exc
-            except OperationFailure as exc:  # duplicate keys, busy servers
-                if delay is None or not _retryable(exc, request, 0.0):
-                    raise
-            await asyncio.sleep(delay)
+            except (ConnectionFailure, OperationFailure) as exc:
+                took = time.monotonic() - started
+                pause = _pause_before_retry(exc, request, took, delay, self.where)
+            await asyncio.sleep(pause)
         raise AssertionError("unreachable")
 
     async def _once(self, request: Any) -> Any:
