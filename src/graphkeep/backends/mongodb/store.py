@@ -294,6 +294,59 @@ class MongoStore:
             ops.append(UpdateOne(key, update, upsert=True))
         return ops
 
+    def _blob_ops(
+        self, thread_id: str, ns: str, blob: BlobRecord, expires_at: datetime | None
+    ) -> list[Any]:
+        """Upserts storing one channel value (blobs are immutable per version: overwrite)."""
+        return self._payload_ops(
+            identity(thread_id, ns, KIND_BLOB, blob_ref(blob.channel, blob.version)),
+            {"channel": blob.channel, "version": blob.version},
+            blob.value,
+            expires_at,
+            overwrite=True,
+        )
+
+    def _write_ops(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        write: WriteRecord,
+        expires_at: datetime | None,
+        *,
+        overwrite: bool,
+    ) -> list[Any]:
+        """Upserts storing one pending write of ``checkpoint_id``."""
+        return self._payload_ops(
+            identity(thread_id, ns, KIND_WRITE, checkpoint_id, write_sub(write.task_id, write.idx)),
+            {
+                "task_id": write.task_id,
+                "idx": write.idx,
+                "channel": write.channel,
+                "task_path": write.task_path,
+            },
+            write.value,
+            expires_at,
+            overwrite=overwrite,
+        )
+
+    def _chunked_checkpoint_ops(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        packed: bytes,
+        expires_at: datetime | None,
+    ) -> list[Any]:
+        """Upserts storing the payload of a checkpoint too large to inline."""
+        return self._payload_ops(
+            identity(thread_id, ns, KIND_CHECKPOINT, checkpoint_id),
+            {},
+            Typed(CHECKPOINT_PAYLOAD_TAG, packed),
+            expires_at,
+            overwrite=True,
+        )
+
     def _key(self, by_id: dict[str, Any], thread_id: str) -> dict[str, Any]:
         """The filter of an upsert: the ``_id``, plus the shard key on a sharded cluster."""
         return {**by_id, "thread_id": thread_id} if self.sharded else by_id
@@ -478,13 +531,7 @@ class MongoStore:
         t, ns, cid = record.thread_id, record.ns, record.checkpoint_id
         payload_ops: list[Any] = []
         for blob in blobs:
-            payload_ops += self._payload_ops(
-                identity(t, ns, KIND_BLOB, blob_ref(blob.channel, blob.version)),
-                {"channel": blob.channel, "version": blob.version},
-                blob.value,
-                expires_at,
-                overwrite=True,
-            )
+            payload_ops += self._blob_ops(t, ns, blob, expires_at)
         checkpoint_ops: list[Any] = []
         delta: DeltaMap = {}
         if expires_at is not None:
@@ -502,13 +549,7 @@ class MongoStore:
             payload_ops += payload_ops_r
         doc, chunked = self._checkpoint_doc(record, expires_at, delta)
         if chunked is not None:
-            payload_ops += self._payload_ops(
-                identity(t, ns, KIND_CHECKPOINT, cid),
-                {},
-                Typed(CHECKPOINT_PAYLOAD_TAG, chunked),
-                expires_at,
-                overwrite=True,
-            )
+            payload_ops += self._chunked_checkpoint_ops(t, ns, cid, chunked, expires_at)
         # values first, the checkpoint last: a reader never sees it without its blobs
         if payload_ops:
             yield Command(self.payloads, "bulk_write", (payload_ops,), {"ordered": False})
@@ -570,18 +611,7 @@ class MongoStore:
         expires_at = self._expiry(self._now())
         ops: list[Any] = []
         for w in writes:
-            ops += self._payload_ops(
-                identity(thread_id, ns, KIND_WRITE, checkpoint_id, write_sub(w.task_id, w.idx)),
-                {
-                    "task_id": w.task_id,
-                    "idx": w.idx,
-                    "channel": w.channel,
-                    "task_path": w.task_path,
-                },
-                w.value,
-                expires_at,
-                overwrite=w.special,
-            )
+            ops += self._write_ops(thread_id, ns, checkpoint_id, w, expires_at, overwrite=w.special)
         yield Command(self.payloads, "bulk_write", (ops,), {"ordered": False})
 
     # -- port: reads ---------------------------------------------------------------
@@ -906,37 +936,16 @@ class MongoStore:
         expires_at = self._expiry(self._now())
         payload_ops: list[Any] = []
         for ns, blob in dump.blobs:
-            payload_ops += self._payload_ops(
-                identity(thread_id, ns, KIND_BLOB, blob_ref(blob.channel, blob.version)),
-                {"channel": blob.channel, "version": blob.version},
-                blob.value,
-                expires_at,
-                overwrite=True,
-            )
+            payload_ops += self._blob_ops(thread_id, ns, blob, expires_at)
         for ns, cid, w in dump.writes:
-            payload_ops += self._payload_ops(
-                identity(thread_id, ns, KIND_WRITE, cid, write_sub(w.task_id, w.idx)),
-                {
-                    "task_id": w.task_id,
-                    "idx": w.idx,
-                    "channel": w.channel,
-                    "task_path": w.task_path,
-                },
-                w.value,
-                expires_at,
-                overwrite=True,
-            )
+            payload_ops += self._write_ops(thread_id, ns, cid, w, expires_at, overwrite=True)
         checkpoint_ops: list[Any] = []
         for source in dump.checkpoints:
             record = source.renamed(thread_id)
             doc, chunked = self._checkpoint_doc(record, expires_at, {})
             if chunked is not None:
-                payload_ops += self._payload_ops(
-                    identity(thread_id, record.ns, KIND_CHECKPOINT, record.checkpoint_id),
-                    {},
-                    Typed(CHECKPOINT_PAYLOAD_TAG, chunked),
-                    expires_at,
-                    overwrite=True,
+                payload_ops += self._chunked_checkpoint_ops(
+                    thread_id, record.ns, record.checkpoint_id, chunked, expires_at
                 )
             key = self._checkpoint_key(thread_id, record.ns, record.checkpoint_id)
             checkpoint_ops.append(ReplaceOne(key, doc, upsert=True))
