@@ -11,9 +11,27 @@ async with graphkeep.aconnect("redis+cluster://10.0.0.5:7000") as saver:
 
 from __future__ import annotations
 
-from graphkeep.connect import BACKENDS, aconnect, connect
+from graphkeep.connect import (
+    BACKENDS,
+    aconnect,
+    aconnect_cache,
+    aconnect_store,
+    connect,
+    connect_cache,
+    connect_store,
+)
 from graphkeep.errors import GraphkeepError
 
 __version__ = "0.1.0"
 
-__all__ = ["BACKENDS", "GraphkeepError", "__version__", "aconnect", "connect"]
+__all__ = [
+    "BACKENDS",
+    "GraphkeepError",
+    "__version__",
+    "aconnect",
+    "aconnect_cache",
+    "aconnect_store",
+    "connect",
+    "connect_cache",
+    "connect_store",
+]

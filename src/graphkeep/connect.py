@@ -1,7 +1,10 @@
-"""``graphkeep.connect`` / ``aconnect``: one URL, the right backend, a ready saver.
+"""``graphkeep.connect`` / ``connect_store`` / ``connect_cache`` (and their async twins):
+one URL, the right backend, a ready saver, store or node cache.
 
 The URL scheme picks the backend; the backend module is imported only then, so
-``pip install graphkeep[redis]`` is enough for Redis users.
+``pip install graphkeep[redis]`` is enough for Redis users. Stores live in each backend's
+``memory`` module, caches in its ``cache`` module; each declares the options it accepts
+beyond the common ones (``STORE_OPTIONS`` / ``CACHE_OPTIONS``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,53 @@ BACKEND_OPTIONS: dict[str, frozenset[str]] = {
     ),
     "graphkeep.backends.mongodb": frozenset({"db_name", "chunk_size", "sharded"}),
 }
+
+
+#: options every store accepts (``graphkeep.connect_store``)
+COMMON_STORE_OPTIONS = frozenset({"index", "ttl", "key_prefix", "setup", "max_key_bytes"})
+#: options every node cache accepts (``graphkeep.connect_cache``)
+COMMON_CACHE_OPTIONS = frozenset({"serde", "key_prefix", "setup"})
+#: what each kind is called in a backend: (module suffix, options constant, class name stems)
+KINDS: dict[str, tuple[str, str, str]] = {
+    "store": ("memory", "STORE_OPTIONS", "Store"),
+    "cache": ("cache", "CACHE_OPTIONS", "Cache"),
+}
+
+
+def _scheme(url: str) -> tuple[str, tuple[str, str, str, str]]:
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigurationError(
+            f"expected a URL such as redis://host:6379/0, got {mask_url(str(url))!r}"
+        )
+    scheme = url.split("://", 1)[0].lower()
+    if scheme not in BACKENDS:
+        known = ", ".join(f"{s}://" for s in sorted(BACKENDS))
+        raise ConfigurationError(
+            f"unsupported URL scheme {scheme!r} in {mask_url(url)}; use {known}"
+        )
+    return scheme, BACKENDS[scheme]
+
+
+def _resolve_kind(url: str, options: dict[str, Any], kind: str, is_async: bool) -> Any:
+    """The store or cache class for ``url``, after checking ``options``."""
+    scheme, entry = _scheme(url)
+    suffix, constant, stem = KINDS[kind]
+    try:
+        module = importlib.import_module(f"{entry[0]}.{suffix}")
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"{scheme}:// needs an optional dependency: pip install 'graphkeep[{entry[3]}]' ({exc})"
+        ) from exc
+    common = COMMON_STORE_OPTIONS if kind == "store" else COMMON_CACHE_OPTIONS
+    allowed = common | frozenset(getattr(module, constant, ()))
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise ConfigurationError(
+            f"unknown option(s) {', '.join(unknown)} for a {kind} at {scheme}://;"
+            f" accepted: {', '.join(sorted(allowed))}"
+        )
+    backend = entry[1].removesuffix("Saver")  # "Redis", "MongoDB", "DynamoDB"
+    return getattr(module, f"{'Async' if is_async else ''}{backend}{stem}")
 
 
 def _resolve(url: str, options: dict[str, Any], which: int) -> Any:
@@ -81,3 +131,40 @@ async def aconnect(url: str, **options: Any) -> AsyncIterator[Any]:
     saver_class = _resolve(url, options, 2)
     async with saver_class.from_url(url, **options) as saver:
         yield saver
+
+
+@contextmanager
+def connect_store(url: str, **options: Any) -> Iterator[Any]:
+    """Yield a ready sync LangGraph store (``BaseStore``) for ``url``.
+
+    Options: ``index`` (IndexConfig: ``dims``, ``embed``, ``fields``, ``distance_type``),
+    ``ttl`` (TTLConfig: ``default_ttl``, ``refresh_on_read``, ``sweep_interval_minutes``,
+    in minutes), ``key_prefix``, ``setup``, ``max_key_bytes`` and the backend's own.
+    """
+    store_class = _resolve_kind(url, options, "store", False)
+    with store_class.from_url(url, **options) as store:
+        yield store
+
+
+@asynccontextmanager
+async def aconnect_store(url: str, **options: Any) -> AsyncIterator[Any]:
+    """Yield a ready async LangGraph store for ``url`` (native async driver)."""
+    store_class = _resolve_kind(url, options, "store", True)
+    async with store_class.from_url(url, **options) as store:
+        yield store
+
+
+@contextmanager
+def connect_cache(url: str, **options: Any) -> Iterator[Any]:
+    """Yield a ready LangGraph node cache (``BaseCache``) on a sync client for ``url``."""
+    cache_class = _resolve_kind(url, options, "cache", False)
+    with cache_class.from_url(url, **options) as cache:
+        yield cache
+
+
+@asynccontextmanager
+async def aconnect_cache(url: str, **options: Any) -> AsyncIterator[Any]:
+    """Yield a ready LangGraph node cache on an async client for ``url``."""
+    cache_class = _resolve_kind(url, options, "cache", True)
+    async with cache_class.from_url(url, **options) as cache:
+        yield cache

@@ -56,7 +56,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from graphkeep.backends.dynamodb.requests import Call, error_code
-from graphkeep.backends.dynamodb.store import DynamoDBStore, table_definition
+from graphkeep.backends.dynamodb.store import DynamoDBCheckpoints, table_definition
 from graphkeep.errors import ConfigurationError, StorageUnavailable
 from graphkeep.shared.keys import mask_url
 from graphkeep.shared.port import Sleep
@@ -79,7 +79,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the DynamoDB backend needs boto3: pip install 'graphkeep[dynamodb]'"
     ) from exc
 
-__all__ = ["AsyncDynamoDBSaver", "DynamoDBSaver", "DynamoDBStore", "table_definition"]
+__all__ = ["AsyncDynamoDBSaver", "DynamoDBSaver", "DynamoDBCheckpoints", "table_definition"]
 
 #: transport failures and server-side throttling, retried (every request is idempotent:
 #: puts of identical content, conditional puts whose failure means "already there",
@@ -199,8 +199,8 @@ class _AsyncExecutor:
 STORE_OPTIONS = ("key_prefix", "ttl", "refresh_ttl_on_read", "compress", "run_index")
 
 
-def _store(table_name: str, options: dict[str, Any]) -> tuple[DynamoDBStore, dict[str, Any]]:
-    store = DynamoDBStore(
+def _store(table_name: str, options: dict[str, Any]) -> tuple[DynamoDBCheckpoints, dict[str, Any]]:
+    store = DynamoDBCheckpoints(
         table_name,
         key_prefix=options.pop("key_prefix", "graphkeep"),
         ttl=ttl_seconds(options.pop("ttl", None)),

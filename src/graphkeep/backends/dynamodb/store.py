@@ -258,7 +258,7 @@ def collections_of(items: Iterable[dict[str, Any]]) -> dict[tuple[str, str, str]
 # --------------------------------------------------------------------------- the store
 
 
-class DynamoDBStore:
+class DynamoDBCheckpoints:
     """Storage port on one DynamoDB table (see the module docstring for the mapping)."""
 
     def __init__(

@@ -21,7 +21,14 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from graphkeep.backends.redis.scripts import SCRIPTS
-from graphkeep.backends.redis.store import Command, Delete, RedisStore, Scan, Script
+from graphkeep.backends.redis.store import (
+    Command,
+    Delete,
+    Pipeline,
+    RedisCheckpoints,
+    Scan,
+    Script,
+)
 from graphkeep.errors import ConfigurationError, StorageUnavailable
 from graphkeep.shared.keys import mask_url
 from graphkeep.shared.saver import AsyncSaver, SyncSaver, ttl_seconds
@@ -32,6 +39,7 @@ try:
     from redis.exceptions import (
         BusyLoadingError,
         ClusterDownError,
+        NoScriptError,
         RedisClusterException,
     )
     from redis.exceptions import (
@@ -43,7 +51,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("the Redis backend needs redis-py: pip install 'graphkeep[redis]'") from exc
 
-__all__ = ["AsyncRedisSaver", "RedisSaver", "RedisStore"]
+__all__ = ["AsyncRedisSaver", "RedisSaver", "RedisCheckpoints"]
 
 #: errors worth a retry: every store call is idempotent (upserts, insert-if-absent)
 TRANSIENT = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, ClusterDownError)
@@ -88,10 +96,13 @@ def _unavailable(where: str, exc: BaseException) -> StorageUnavailable:
 
 
 class _SyncExecutor:
-    def __init__(self, client: Any, where: str) -> None:
+    """Runs requests on a sync client; ``scripts`` (name -> Lua source) are what
+    ``Script`` requests may name (the saver's by default; the store and cache bring theirs)."""
+
+    def __init__(self, client: Any, where: str, scripts: dict[str, str] = SCRIPTS) -> None:
         self.client = client
         self.where = where
-        self.scripts = {name: client.register_script(src) for name, src in SCRIPTS.items()}
+        self.scripts = {name: client.register_script(src) for name, src in scripts.items()}
 
     def __call__(self, request: Any) -> Any:
         for delay in (*RETRY_DELAYS, None):
@@ -116,14 +127,31 @@ class _SyncExecutor:
             return self.client.execute_command(*request.args)
         if isinstance(request, Scan):
             return list(self.client.scan_iter(match=request.pattern, count=1000))
+        if isinstance(request, Pipeline):
+            if isinstance(self.client, redis.RedisCluster):
+                # redis-py refuses scripts in cluster pipelines: one call per slot
+                return [self._once(call) for call in request.scripts]
+            try:
+                return self._pipeline(request).execute()
+            except NoScriptError:  # a restarted server: load the scripts, send again
+                for script in self.scripts.values():
+                    self.client.script_load(script.script)
+                return self._pipeline(request).execute()
         raise TypeError(f"unknown Redis request {request!r}")
+
+    def _pipeline(self, request: Pipeline) -> Any:
+        pipe = self.client.pipeline(transaction=False)
+        for call in request.scripts:
+            sha = self.scripts[call.name].sha
+            pipe.evalsha(sha, len(call.keys), *call.keys, *call.args)
+        return pipe
 
 
 class _AsyncExecutor:
-    def __init__(self, client: Any, where: str) -> None:
+    def __init__(self, client: Any, where: str, scripts: dict[str, str] = SCRIPTS) -> None:
         self.client = client
         self.where = where
-        self.scripts = {name: client.register_script(src) for name, src in SCRIPTS.items()}
+        self.scripts = {name: client.register_script(src) for name, src in scripts.items()}
 
     async def __call__(self, request: Any) -> Any:
         for delay in (*RETRY_DELAYS, None):
@@ -148,11 +176,28 @@ class _AsyncExecutor:
             return await self.client.execute_command(*request.args)
         if isinstance(request, Scan):
             return [k async for k in self.client.scan_iter(match=request.pattern, count=1000)]
+        if isinstance(request, Pipeline):
+            if isinstance(self.client, aredis.RedisCluster):
+                # redis-py refuses scripts in cluster pipelines: the slots' calls run at once
+                return list(await asyncio.gather(*map(self._once, request.scripts)))
+            try:
+                return await self._pipeline(request).execute()
+            except NoScriptError:  # a restarted server: load the scripts, send again
+                for script in self.scripts.values():
+                    await self.client.script_load(script.script)
+                return await self._pipeline(request).execute()
         raise TypeError(f"unknown Redis request {request!r}")
 
+    def _pipeline(self, request: Pipeline) -> Any:
+        pipe = self.client.pipeline(transaction=False)
+        for call in request.scripts:
+            sha = self.scripts[call.name].sha
+            pipe.evalsha(sha, len(call.keys), *call.keys, *call.args)
+        return pipe
 
-def _store(options: dict[str, Any]) -> tuple[RedisStore, dict[str, Any]]:
-    store = RedisStore(
+
+def _store(options: dict[str, Any]) -> tuple[RedisCheckpoints, dict[str, Any]]:
+    store = RedisCheckpoints(
         key_prefix=options.pop("key_prefix", "graphkeep"),
         ttl=ttl_seconds(options.pop("ttl", None)),
         refresh_ttl_on_read=bool(options.pop("refresh_ttl_on_read", False)),

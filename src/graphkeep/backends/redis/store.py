@@ -60,6 +60,13 @@ class Command:
     args: tuple[Any, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    """Several ``Script`` calls (on any slots) sent at once; their results in order."""
+
+    scripts: tuple[Script, ...]
+
+
 def encode_thread(thread_id: str) -> str:
     """Percent-escape the characters that would end or confuse the ``{hash tag}``."""
     return thread_id.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
@@ -80,7 +87,7 @@ def check_prefix(prefix: str) -> str:
     return prefix
 
 
-class RedisStore:
+class RedisCheckpoints:
     """Storage port on Redis. ``ttl`` in seconds slides on every write of a thread."""
 
     def __init__(

@@ -1,0 +1,228 @@
+"""LangGraph node cache on Redis: :class:`RedisCache` (sync) and :class:`AsyncRedisCache`.
+
+Plain Redis >= 7 or Redis Cluster, the client types and URLs of the Redis savers::
+
+    with RedisCache.from_url("redis://localhost:6379/0") as cache:
+        graph = builder.compile(cache=cache)
+
+Keys (``P`` = ``key_prefix``; ``<ns>`` / ``<key>`` as :func:`~graphkeep.shared.cache.namespace_text`
+and :func:`~graphkeep.shared.cache.key_text` write them, so never with ``{``, ``}`` or NUL)::
+
+    P:nc1:{/<ns>}:e:<key>   STRING  msgpack [expires_ms | nil, typed value], native PX expiry
+    P:nc1:{/<ns>}:i         ZSET    member <key>, score expires_ms (inf: no ttl)
+
+The hash tag holds the namespace, so a namespace is one cluster slot (``/`` leads the tag:
+an empty tag would hash the whole key). ``set`` writes a namespace's entries and its index
+in one script, trims index members already expired and lets the index expire with its
+last entry. ``clear(namespaces)`` runs one script per namespace deleting exactly the
+indexed keys; ``clear(None)`` SCANs for this prefix's indexes on every primary.
+``get`` is one MGET on a single server, one per slot on a cluster.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+from langgraph.cache.base import FullKey, Namespace
+
+from graphkeep.backends.redis import (
+    _AsyncExecutor,
+    _check_client,
+    _describe,
+    _SyncExecutor,
+    async_client,
+    sync_client,
+)
+from graphkeep.backends.redis.store import Command, Scan, Script, check_prefix
+from graphkeep.shared import serde as codec
+from graphkeep.shared.cache import (
+    AsyncNodeCache,
+    Entry,
+    Stored,
+    SyncNodeCache,
+    key_text,
+    namespace_text,
+)
+from graphkeep.shared.keys import mask_url
+from graphkeep.shared.port import Op
+
+try:
+    import redis
+    import redis.asyncio as aredis
+    from redis.crc import key_slot
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("the Redis backend needs redis-py: pip install 'graphkeep[redis]'") from exc
+
+__all__ = ["CACHE_OPTIONS", "AsyncRedisCache", "RedisCache", "RedisNodeCachePort"]
+
+#: options beyond the common ones (serde, key_prefix, setup)
+CACHE_OPTIONS: frozenset[str] = frozenset()
+FORMAT = "nc1"
+
+# KEYS: index, entry...; ARGV: now_ms, then (member, value, expires_ms or "") per entry
+SET = """
+local index = KEYS[1]
+local now = tonumber(ARGV[1])
+for i = 2, #KEYS do
+  local at = 2 + (i - 2) * 3
+  local member, value, expires = ARGV[at], ARGV[at + 1], ARGV[at + 2]
+  if expires == '' then
+    redis.call('SET', KEYS[i], value)
+    redis.call('ZADD', index, 'inf', member)
+  else
+    local px = tonumber(expires) - now
+    if px < 1 then px = 1 end
+    redis.call('SET', KEYS[i], value, 'PX', px)
+    redis.call('ZADD', index, expires, member)
+  end
+end
+redis.call('ZREMRANGEBYSCORE', index, '-inf', now)
+local last = redis.call('ZRANGE', index, -1, -1, 'WITHSCORES')
+if #last == 0 then
+  redis.call('DEL', index)
+elseif last[2] == 'inf' then
+  redis.call('PERSIST', index)
+else
+  redis.call('PEXPIREAT', index, last[2])
+end
+return 0
+"""
+
+# KEYS: index; ARGV: the entries' key base (same hash tag). Deletes the indexed entries.
+CLEAR = """
+local members = redis.call('ZRANGE', KEYS[1], 0, -1)
+for i = 1, #members, 500 do
+  local batch = {}
+  for j = i, math.min(i + 499, #members) do
+    batch[#batch + 1] = ARGV[1] .. members[j]
+  end
+  redis.call('UNLINK', unpack(batch))
+end
+redis.call('UNLINK', KEYS[1])
+return #members
+"""
+
+SCRIPTS = {"cache_set": SET, "cache_clear": CLEAR}
+
+
+class RedisNodeCachePort:
+    """The cache port on Redis; ``cluster`` groups reads by slot."""
+
+    def __init__(self, *, key_prefix: str = "graphkeep", cluster: bool = False) -> None:
+        self.prefix = check_prefix(key_prefix)
+        self.cluster = cluster
+
+    def _base(self, namespace: Namespace) -> str:
+        return f"{self.prefix}:{FORMAT}:{{/{namespace_text(namespace)}}}:"
+
+    def entry_key(self, namespace: Namespace, key: str) -> str:
+        return f"{self._base(namespace)}e:{key_text(key)}"
+
+    def index_key(self, namespace: Namespace) -> str:
+        return f"{self._base(namespace)}i"
+
+    def _index_pattern(self) -> str:
+        escaped = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix)
+        return f"{escaped}:{FORMAT}:{{*}}:i"
+
+    def setup(self) -> Op[None]:
+        yield Script("__load__", [], [])
+
+    def get(self, keys: list[FullKey]) -> Op[dict[FullKey, Stored]]:
+        names = {address: self.entry_key(*address) for address in keys}
+        groups: dict[int, list[FullKey]] = {}
+        for address, name in names.items():
+            groups.setdefault(key_slot(name.encode()) if self.cluster else 0, []).append(address)
+        found: dict[FullKey, Stored] = {}
+        for group in groups.values():
+            raw = yield Command(("MGET", *(names[a] for a in group)))
+            for address, value in zip(group, raw, strict=True):
+                if value is not None:
+                    expires_ms, data = codec.unpackb(value)
+                    found[address] = Stored(data, expires_ms)
+        return found
+
+    def set(self, entries: list[Entry], now_ms: int) -> Op[None]:
+        by_namespace: dict[Namespace, list[Entry]] = {}
+        for entry in entries:
+            by_namespace.setdefault(entry.namespace, []).append(entry)
+        for namespace, group in by_namespace.items():
+            keys = [self.index_key(namespace)]
+            args: list[Any] = [now_ms]
+            for entry in group:
+                keys.append(self.entry_key(namespace, entry.key))
+                expires = "" if entry.expires_ms is None else entry.expires_ms
+                args += [key_text(entry.key), codec.packb([entry.expires_ms, entry.data]), expires]
+            yield Script("cache_set", keys, args)
+
+    def clear(self, namespaces: list[Namespace] | None) -> Op[None]:
+        if namespaces is None:
+            indexes: list[bytes | str] = yield Scan(self._index_pattern())
+            names = [k.decode() if isinstance(k, bytes) else k for k in indexes]
+        else:
+            names = [self.index_key(ns) for ns in namespaces]
+        for index in names:
+            yield Script("cache_clear", [index], [index.removesuffix("i") + "e:"])
+
+
+def _port(client: Any, key_prefix: str) -> RedisNodeCachePort:
+    _check_client(client)
+    cluster = isinstance(client, (redis.RedisCluster, aredis.RedisCluster))
+    return RedisNodeCachePort(key_prefix=key_prefix, cluster=cluster)
+
+
+class RedisCache(SyncNodeCache):
+    """Node cache on a ``redis.Redis`` or ``redis.cluster.RedisCluster`` client.
+
+    Options: ``serde`` (default LangGraph's JsonPlusSerializer), ``key_prefix``
+    (default ``"graphkeep"``).
+    """
+
+    def __init__(
+        self, client: Any, *, serde: Any = None, key_prefix: str = "graphkeep"
+    ) -> None:
+        port = _port(client, key_prefix)
+        self.client = client
+        super().__init__(port, _SyncExecutor(client, _describe(client), SCRIPTS), serde=serde)
+
+    @classmethod
+    @contextmanager
+    def from_url(cls, url: str, *, setup: bool = True, **options: Any) -> Iterator[RedisCache]:
+        client = sync_client(url)
+        try:
+            cache = cls(client, **options)
+            cache._execute.where = mask_url(url)  # type: ignore[attr-defined]
+            if setup:
+                cache.setup()
+            yield cache
+        finally:
+            client.close()
+
+
+class AsyncRedisCache(AsyncNodeCache):
+    """Node cache on a ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster`` client."""
+
+    def __init__(
+        self, client: Any, *, serde: Any = None, key_prefix: str = "graphkeep"
+    ) -> None:
+        port = _port(client, key_prefix)
+        self.client = client
+        super().__init__(port, _AsyncExecutor(client, _describe(client), SCRIPTS), serde=serde)
+
+    @classmethod
+    @asynccontextmanager
+    async def from_url(
+        cls, url: str, *, setup: bool = True, **options: Any
+    ) -> AsyncIterator[AsyncRedisCache]:
+        client = async_client(url)
+        try:
+            cache = cls(client, **options)
+            cache._aexecute.where = mask_url(url)  # type: ignore[attr-defined]
+            if setup:
+                await cache.setup()
+            yield cache
+        finally:
+            await client.aclose()
