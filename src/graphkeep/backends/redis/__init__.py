@@ -289,3 +289,9 @@ def async_client(url: str) -> Any:
     except ValueError as exc:
         raise ConfigurationError(f"bad Redis URL {mask_url(url)}: {exc}") from exc
     raise ConfigurationError(f"not a Redis URL: {mask_url(url)}")
+
+
+# the memory store builds on the executors and clients above
+from graphkeep.backends.redis.memory import AsyncRedisStore, RedisStore  # noqa: E402
+
+__all__ += ["AsyncRedisStore", "RedisStore"]
