@@ -49,6 +49,10 @@ def test_demo_on_redis_checks_every_fact_it_prints_and_keeps_the_thread() -> Non
         "[ok] the fork's parent is the old checkpoint",
         "[ok] the fork has its own values: priority urgent, 2 messages",
         "checkpoints of the original history are unchanged",
+        "5. Long-term memory across threads (store + semantic search)",
+        "[ok] the new thread used the preference learned in the first one (contact by email)",
+        "[ok] semantic search found the earlier cracked-screen ticket for the new message",
+        "[ok] 4 ticket notes from both threads are in the store, newest first",
         "key prefix 'graphkeep-demo'",
         "demo passed",
     ]:

@@ -12,6 +12,10 @@ available graphkeep backend. Per backend it prints a short transcript of
    checkpoint that re-runs only the nodes after it;
 4. a fork: ``update_state`` on an old checkpoint, continued, while the original
    history stays as it was;
+5. long-term memory across threads: a second graph with a store
+   (``graphkeep.connect_store``) learns a preference and keeps ticket notes in one thread;
+   a brand-new thread (new saver, new store) uses the preference and finds the related
+   earlier ticket by semantic search (a deterministic local embedding, no model);
 
 and ends with the thread id, the (masked) URL and the key prefix so the data can
 be inspected; nothing is cleaned up. Every fact printed is also checked; the exit
@@ -46,6 +50,7 @@ from urllib.parse import parse_qs, urlsplit
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.config import get_config, get_store
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
@@ -53,12 +58,15 @@ from langgraph.types import Command, StateSnapshot, interrupt
 
 import graphkeep
 from graphkeep.cli import show_thread
+from graphkeep.embeddings import hashing_embeddings
 from graphkeep.shared.keys import mask_url
 
 KEY_PREFIX = "graphkeep-demo"
 DYNAMODB_TABLE = "graphkeep_demo"
 URL_ENV = "GRAPHKEEP_DEMO_URL"  # how the parent hands the URL to the child (not argv)
 REFUND_AMOUNT = "249.00"
+#: the store's semantic index: ticket notes embedded by a local, deterministic function
+MEMORY_INDEX = {"dims": 64, "embed": hashing_embeddings(64), "fields": ["text"]}
 
 
 # --------------------------------------------------------------------------- backends
@@ -176,7 +184,7 @@ class Ticket(TypedDict, total=False):
     runs: Annotated[dict[str, int], count_runs]
 
 
-def _last_human(state: Ticket) -> str:
+def _last_human(state: Mapping[str, Any]) -> str:
     for message in reversed(state.get("messages", [])):
         if isinstance(message, HumanMessage):
             return str(message.content)
@@ -264,6 +272,50 @@ def build_app(checkpointer: BaseCheckpointSaver[Any]) -> CompiledStateGraph[Any,
     return builder.compile(checkpointer=checkpointer)
 
 
+class Conversation(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def customer_namespace() -> tuple[str, ...]:
+    """The signed-in customer's memory, as an app takes it from its auth layer (config)."""
+    return ("customers", str(get_config()["configurable"]["customer_id"]))
+
+
+def recall(state: Conversation) -> Conversation:
+    """Answer with what the store remembers: the contact preference and related tickets."""
+    store, namespace = get_store(), customer_namespace()
+    text = _last_human(state)
+    preference = store.get((*namespace, "prefs"), "contact")
+    related = store.search((*namespace, "tickets"), query=text, limit=1)
+    parts = []
+    if preference is not None:
+        parts.append(f"I'll keep you posted by {preference.value['channel']}")
+    if related:
+        parts.append(f"this looks related to your earlier ticket: {related[0].value['text']!r}")
+    return {"messages": [AIMessage("; ".join(parts) or "Thanks, noted.")]}
+
+
+def learn(state: Conversation) -> Conversation:
+    """Remember a stated contact preference and keep the message as a ticket note."""
+    store, namespace = get_store(), customer_namespace()
+    text = _last_human(state)
+    if channel := re.search(r"contact me by (\w+)", text):
+        store.put((*namespace, "prefs"), "contact", {"channel": channel.group(1)})
+    thread_id = str(get_config()["configurable"]["thread_id"])
+    store.put((*namespace, "tickets"), uuid.uuid4().hex, {"text": text, "thread": thread_id})
+    return {}
+
+
+def build_memory_app(checkpointer: BaseCheckpointSaver[Any], store: Any) -> Any:
+    builder = StateGraph(Conversation)
+    builder.add_node("recall", recall)
+    builder.add_node("learn", learn)
+    builder.add_edge(START, "recall")
+    builder.add_edge("recall", "learn")
+    builder.add_edge("learn", END)
+    return builder.compile(checkpointer=checkpointer, store=store)
+
+
 # --------------------------------------------------------------------------- transcript
 
 
@@ -344,6 +396,7 @@ class Demo:
         self.approval_in_child()
         original = self.time_travel()
         self.fork(original)
+        self.memory_across_threads()
 
     # -- 1 -----------------------------------------------------------------------
 
@@ -527,6 +580,52 @@ class Demo:
         old_base = after[checkpoint_id_of(base)]
         check(
             old_base.values.get("priority") == "high", "the old checkpoint still says priority high"
+        )
+
+    # -- 5 -----------------------------------------------------------------------
+
+    def memory_across_threads(self) -> None:
+        say()
+        say("5. Long-term memory across threads (store + semantic search)")
+        customer = f"ada-{self.thread_id}"
+        threads = [f"{self.thread_id}-chat1", f"{self.thread_id}-chat2"]
+        first = [
+            "Please contact me by email, not by phone.",
+            "Order #1042 arrived with a cracked screen.",
+            "Also, the charger cable is missing from the box.",
+        ]
+        second = "The replacement screen is cracked too."
+        replies = []
+        for thread, texts in ((threads[0], first), (threads[1], [second])):
+            # every conversation opens its own saver and store, as a new worker would
+            with (
+                graphkeep.connect(self.url, key_prefix=KEY_PREFIX) as saver,
+                graphkeep.connect_store(
+                    self.url, key_prefix=KEY_PREFIX, index=MEMORY_INDEX
+                ) as store,
+            ):
+                app = build_memory_app(saver, store)
+                config = {"configurable": {"thread_id": thread, "customer_id": customer}}
+                for text in texts:
+                    result = app.invoke({"messages": [HumanMessage(text)]}, config)
+                    replies.append(str(result["messages"][-1].content))
+                    say(f"{thread[-5:]}  user: {text}", 2)
+                    say(f"       bot : {replies[-1]}", 2)
+                if thread == threads[1]:
+                    notes = store.search(("customers", customer, "tickets"), limit=10)
+                    namespaces = store.list_namespaces(prefix=("customers", customer))
+        say(f"store namespaces of the customer: {namespaces}", 2)
+        check(
+            "by email" in replies[-1] and "by email" not in second,
+            "the new thread used the preference learned in the first one (contact by email)",
+        )
+        check(
+            "cracked screen" in replies[-1],
+            "semantic search found the earlier cracked-screen ticket for the new message",
+        )
+        check(
+            len(notes) == 4 and {n.value["thread"] for n in notes} == set(threads),
+            "4 ticket notes from both threads are in the store, newest first",
         )
 
 
