@@ -514,3 +514,9 @@ def async_client(url: str) -> Any:
         raise ConfigurationError(f"bad MongoDB URL {mask_url(url)}: {exc}") from exc
     except ConnectionFailure as exc:
         raise _unavailable(mask_url(url), exc) from exc
+
+
+# the memory store builds on the executors and clients above
+from graphkeep.backends.mongodb.memory import AsyncMongoDBStore, MongoDBStore  # noqa: E402
+
+__all__ += ["AsyncMongoDBStore", "MongoDBStore"]

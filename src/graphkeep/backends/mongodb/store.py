@@ -207,6 +207,45 @@ def _ttl_unsupported(exc: OperationFailure) -> bool:
     return exc.code in (115, 238) or "expireAfterSeconds" in str(exc)
 
 
+def ensure_indexes(collection: str, wanted: list[dict[str, Any]]) -> Op[bool]:
+    """Create the ``wanted`` index specs on ``collection`` unless equal ones exist (key and
+    options); a TTL index the server refuses becomes a plain ``<name>_plain`` index.
+    Returns whether the server keeps TTL indexes."""
+    existing: list[Mapping[str, Any]] = yield Command(collection, "list_indexes")
+    by_name = {ix["name"]: ix for ix in existing}
+    signatures = {index_signature(ix) for ix in existing}
+    missing = []
+    for spec in wanted:
+        have = by_name.get(spec["name"])
+        if have is not None:
+            if index_signature(have) != index_signature(spec):
+                raise ConfigurationError(
+                    f"index {spec['name']!r} on collection {collection!r} exists with"
+                    f" other keys or options ({dict(have)}); expected {spec}. Drop it,"
+                    " or pass setup=False and manage the indexes yourself"
+                    " (MongoDBSaver.schema() lists them)"
+                )
+            continue
+        if index_signature(spec) not in signatures:
+            missing.append(spec)
+    plain = [s for s in missing if "expireAfterSeconds" not in s]
+    if plain:
+        yield Command(collection, "create_indexes", ([_model(s) for s in plain],))
+    ttl_ok = True
+    for spec in [s for s in missing if "expireAfterSeconds" in s]:
+        try:
+            yield Command(collection, "create_indexes", ([_model(spec)],))
+        except OperationFailure as exc:
+            if not _ttl_unsupported(exc):
+                raise
+            ttl_ok = False
+            fallback = {k: v for k, v in spec.items() if k != "expireAfterSeconds"}
+            fallback["name"] = f"{spec['name']}_plain"
+            if fallback["name"] not in by_name:
+                yield Command(collection, "create_indexes", ([_model(fallback)],))
+    return ttl_ok
+
+
 class MongoStore:
     """Storage port on MongoDB. ``ttl`` (seconds) slides per thread on every write."""
 
@@ -485,37 +524,7 @@ class MongoStore:
         ttl_ok = True
         for collection in (self.checkpoints, self.payloads, self.locks):
             wanted = [s for s in specs if s["collection"] == collection]
-            existing: list[Mapping[str, Any]] = yield Command(collection, "list_indexes")
-            by_name = {ix["name"]: ix for ix in existing}
-            signatures = {index_signature(ix) for ix in existing}
-            missing = []
-            for spec in wanted:
-                have = by_name.get(spec["name"])
-                if have is not None:
-                    if index_signature(have) != index_signature(spec):
-                        raise ConfigurationError(
-                            f"index {spec['name']!r} on collection {collection!r} exists with"
-                            f" other keys or options ({dict(have)}); expected {spec}. Drop it,"
-                            " or pass setup=False and manage the indexes yourself"
-                            " (MongoDBSaver.schema() lists them)"
-                        )
-                    continue
-                if index_signature(spec) not in signatures:
-                    missing.append(spec)
-            plain = [s for s in missing if "expireAfterSeconds" not in s]
-            if plain:
-                yield Command(collection, "create_indexes", ([_model(s) for s in plain],))
-            for spec in [s for s in missing if "expireAfterSeconds" in s]:
-                try:
-                    yield Command(collection, "create_indexes", ([_model(spec)],))
-                except OperationFailure as exc:
-                    if not _ttl_unsupported(exc):
-                        raise
-                    ttl_ok = False
-                    fallback = {k: v for k, v in spec.items() if k != "expireAfterSeconds"}
-                    fallback["name"] = f"{spec['name']}_plain"
-                    if fallback["name"] not in by_name:
-                        yield Command(collection, "create_indexes", ([_model(fallback)],))
+            ttl_ok = (yield from ensure_indexes(collection, wanted)) and ttl_ok
         self.ttl_index = ttl_ok
         if not ttl_ok:
             (log.warning if self.ttl else log.info)(

@@ -1,0 +1,441 @@
+"""LangGraph long-term memory on MongoDB: :class:`MongoDBStore` and :class:`AsyncMongoDBStore`.
+
+The ``BaseStore`` contract lives once in :mod:`graphkeep.shared.memory`; this module is
+its mapping onto one MongoDB collection, ``<key_prefix>_store``, one document per item::
+
+    {_id: "<namespace text>\\x00<key>",   # deterministic: every upsert names its _id
+     ns: "a.b.c", key,                    # namespace labels joined by "." (never in a label)
+     value: Binary,                       # the exact value as JSON: the round-trip source
+     doc: {...},                          # queryable copy of the value, keys escaped
+     created_us, updated_us,              # epoch microseconds (int64)
+     expires_ms, expires_at: Date,        # absent/null when the item never expires
+     ttl_minutes,                         # what a refresh re-arms
+     embedded: bool, vectors: [{path, digest, data: Binary}]}
+
+Indexes (``setup()``, idempotent; ``MongoDBStore.schema()`` lists them)::
+
+    gk_ns_key      {ns, key}     unique; serves prefix search (a range on ns) too
+    gk_updated     {updated_us}  the newest-first order of a search without query
+    gk_expires_at  {expires_at}  expireAfterSeconds: 0 (TTL)
+
+Filters run on the server. ``doc`` escapes every key (``%`` -> ``%25``, ``.`` -> ``%2E``,
+``$`` -> ``%24``, NUL -> ``%00``, the empty key -> ``%``) so no user key is ever read as an
+operator or a path, and filter paths are built from escaped segments. Arrays become
+``Binary`` (canonical JSON): MongoDB would otherwise match a scalar against array
+elements and walk paths into them, which ``satisfies`` does not do; as ``Binary`` an
+array still equals an equal array and never orders against numbers or strings. Objects
+keep sorted keys so object equality does not depend on key order. MongoDB's type
+bracketing gives the contract's ``$gt``..``$lte`` (numbers with numbers, strings with
+strings, booleans apart) and ``{path: null}`` matches null or missing, as ``$eq None``
+must. Integers beyond int64 are compared as the nearest float.
+
+A search without query is one ``find`` with sort, skip and limit on the server; with a
+query vector, the filtered candidates come back with their vectors and are ranked here
+(:func:`~graphkeep.shared.memory.rank`): no vector index exists on FerretDB or a
+standalone MongoDB (Atlas ``$vectorSearch`` is not used). TTL: reads exclude expired
+items themselves (FerretDB has no TTL monitor; MongoDB's runs once a minute); a refresh
+is one ``bulk_write``; ``sweep_ttl()`` is one ``delete_many``. Every operation is at most
+two commands: a put batch deletes expired items it replaces (so their ``created_at``
+starts anew) then upserts with ``$setOnInsert`` for ``created_us``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import bson
+import orjson
+import pymongo
+from pymongo import DeleteOne, UpdateOne
+
+from graphkeep.backends.mongodb import (
+    DEFAULT_DB,
+    Command,
+    _AsyncExecutor,
+    _describe,
+    _SyncExecutor,
+    async_client,
+    check_db_name,
+    database_from_url,
+    sync_client,
+)
+from graphkeep.backends.mongodb.documents import check_prefix
+from graphkeep.backends.mongodb.store import ensure_indexes
+from graphkeep.errors import ConfigurationError, PayloadTooLarge
+from graphkeep.shared.keys import mask_url
+from graphkeep.shared.memory import (
+    AsyncMemoryStore,
+    Condition,
+    ItemKey,
+    Namespace,
+    SearchQuery,
+    StoredItem,
+    SyncMemoryStore,
+    Vector,
+    decode_value,
+    encode_value,
+    namespace_of,
+    namespace_text,
+    rank,
+    to_datetime,
+)
+from graphkeep.shared.port import Op
+
+__all__ = ["STORE_OPTIONS", "AsyncMongoDBStore", "MongoDBMemory", "MongoDBStore", "store_indexes"]
+
+#: options beyond graphkeep.connect_store's common ones
+STORE_OPTIONS = frozenset({"db_name"})
+#: a value's JSON plus its queryable copy must stay well under MongoDB's 16 MiB document
+MAX_VALUE_BYTES = 7 * 1024 * 1024
+INT64 = (-(2**63), 2**63 - 1)
+#: everything but the queryable copy and the vectors
+ITEM_FIELDS: dict[str, Any] = {"doc": 0, "vectors": 0}
+WITH_VECTORS: dict[str, Any] = {"doc": 0}
+
+
+def store_indexes(key_prefix: str = "graphkeep") -> list[dict[str, Any]]:
+    """The indexes ``setup()`` creates, as plain dicts (the saver's ``schema()`` format)."""
+    collection = f"{check_prefix(key_prefix)}_store"
+    return [
+        {
+            "collection": collection,
+            "name": "gk_ns_key",
+            "key": [["ns", 1], ["key", 1]],
+            "unique": True,
+        },
+        {"collection": collection, "name": "gk_updated", "key": [["updated_us", -1]]},
+        {
+            "collection": collection,
+            "name": "gk_expires_at",
+            "key": [["expires_at", 1]],
+            "expireAfterSeconds": 0,
+        },
+    ]
+
+
+# --------------------------------------------------------------------------- the queryable copy
+
+
+def escape_key(key: str) -> str:
+    """A value's key as a MongoDB field name: never an operator, a path or empty."""
+    if not key:
+        return "%"
+    return key.replace("%", "%25").replace(".", "%2E").replace("$", "%24").replace("\x00", "%00")
+
+
+def queryable(value: Any) -> Any:
+    """The BSON form filters run on (see the module docstring)."""
+    if isinstance(value, dict):
+        pairs = sorted((escape_key(k), queryable(v)) for k, v in value.items())
+        return dict(pairs)
+    if isinstance(value, list):
+        return bson.Binary(orjson.dumps(_canonical(value), option=orjson.OPT_SORT_KEYS))
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if INT64[0] <= value <= INT64[1] else float(value)
+    return value
+
+
+def _canonical(value: Any) -> Any:
+    """JSON in one spelling per ``json_equal`` class (1 and 1.0 alike, booleans apart)."""
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer() and INT64[0] <= value <= INT64[1]:
+        return int(value)
+    if isinstance(value, int) and not INT64[0] <= value <= INT64[1]:
+        return float(value)
+    return value
+
+
+def condition_filter(condition: Condition) -> dict[str, Any]:
+    path = "doc." + ".".join(escape_key(part) for part in condition.path)
+    operand = queryable(condition.value)
+    if condition.op == "$eq":
+        # {path: null} matches null or a missing field, as $eq None must
+        return {path: None} if operand is None else {path: {"$eq": operand}}
+    if condition.op == "$ne":
+        return {path: {"$exists": True, "$ne": operand}}
+    # type bracketing: a number operand compares numbers only, a string strings only
+    return {path: {condition.op: operand}}
+
+
+def live(now_ms: int) -> dict[str, Any]:
+    return {"expires_ms": {"$not": {"$lte": now_ms}}}
+
+
+def prefix_filter(prefix: Namespace) -> dict[str, Any]:
+    """Namespaces equal to ``prefix`` or below it: ``ns`` in [P + ".", P + "/")."""
+    if not prefix:
+        return {}
+    text = namespace_text(prefix)
+    return {"$or": [{"ns": text}, {"ns": {"$gte": text + ".", "$lt": text + "/"}}]}
+
+
+def search_filter(query: SearchQuery) -> dict[str, Any]:
+    clauses = [live(query.now_ms), prefix_filter(query.prefix)]
+    clauses += [condition_filter(c) for c in query.conditions]
+    if query.vector is not None:
+        clauses.append({"embedded": True})
+    return {"$and": [c for c in clauses if c]}
+
+
+def item_id(namespace: Namespace, key: str) -> str:
+    # labels never hold NUL, so the first NUL ends the namespace
+    return f"{namespace_text(namespace)}\x00{key}"
+
+
+def item_of(doc: Mapping[str, Any]) -> StoredItem:
+    return StoredItem(
+        namespace=namespace_of(doc["ns"]),
+        key=doc["key"],
+        value=decode_value(bytes(doc["value"])),
+        created_us=int(doc["created_us"]),
+        updated_us=int(doc["updated_us"]),
+        expires_ms=doc.get("expires_ms"),
+        ttl_minutes=doc.get("ttl_minutes"),
+        vectors=[
+            Vector(v["path"], v["digest"], bytes(v["data"])) for v in doc.get("vectors") or ()
+        ],
+    )
+
+
+# --------------------------------------------------------------------------- the port
+
+
+class MongoDBMemory:
+    """:class:`~graphkeep.shared.memory.MemoryPort` on one MongoDB collection."""
+
+    def __init__(self, *, key_prefix: str = "graphkeep") -> None:
+        self.prefix = check_prefix(key_prefix)
+        self.collection = f"{self.prefix}_store"
+        #: whether the server keeps TTL indexes (None until setup() ran)
+        self.ttl_index: bool | None = None
+
+    def schema(self) -> list[dict[str, Any]]:
+        return store_indexes(self.prefix)
+
+    def setup(self) -> Op[None]:
+        # FerretDB 1.x has no TTL indexes: reads hide expired items, sweep_ttl() deletes them
+        self.ttl_index = yield from ensure_indexes(self.collection, self.schema())
+
+    def _refresh(self, items: Sequence[StoredItem], now_ms: int) -> Op[None]:
+        """Re-arm ``now + ttl`` on ``items`` that have a ttl (one bulk_write, if any)."""
+        updates = []
+        for item in items:
+            if item.ttl_minutes is None:
+                continue
+            item.expires_ms = now_ms + int(item.ttl_minutes * 60_000)
+            expiry = {
+                "expires_ms": item.expires_ms,
+                "expires_at": to_datetime(item.expires_ms * 1000),
+            }
+            updates.append(UpdateOne({"_id": item_id(item.namespace, item.key)}, {"$set": expiry}))
+        if updates:
+            yield Command(self.collection, "bulk_write", (updates,), {"ordered": False})
+
+    def get(
+        self, keys: list[ItemKey], refresh: list[bool], now_ms: int, vectors: bool = False
+    ) -> Op[list[StoredItem | None]]:
+        ids = [item_id(ns, key) for ns, key in keys]
+        docs: list[Mapping[str, Any]] = yield Command(
+            self.collection,
+            "find",
+            ({"_id": {"$in": sorted(set(ids))}, **live(now_ms)},),
+            {"projection": WITH_VECTORS if vectors else ITEM_FIELDS},
+        )
+        found = {doc["_id"]: item_of(doc) for doc in docs}
+        items = [found.get(i) for i in ids]
+        stale = {id(s): s for s, r in zip(items, refresh, strict=True) if s is not None and r}
+        yield from self._refresh(list(stale.values()), now_ms)
+        return items
+
+    def put(self, items: list[StoredItem], deletes: list[ItemKey], now_ms: int) -> Op[None]:
+        removals: list[Any] = [DeleteOne({"_id": item_id(ns, key)}) for ns, key in deletes]
+        upserts: list[Any] = []
+        for item in items:
+            data = encode_value(item.value)
+            if len(data) > MAX_VALUE_BYTES:
+                raise PayloadTooLarge(
+                    f"the value of {item.key!r} is {len(data)} bytes as JSON; a MongoDB store"
+                    f" item holds at most {MAX_VALUE_BYTES} (16 MiB documents)"
+                )
+            _id = item_id(item.namespace, item.key)
+            # an expired item not yet swept is replaced as a new one (created_at anew)
+            removals.append(DeleteOne({"_id": _id, "expires_ms": {"$lte": now_ms}}))
+            expires = item.expires_ms
+            fields = {
+                "ns": namespace_text(item.namespace),
+                "key": item.key,
+                "value": bson.Binary(data),
+                "doc": queryable(decode_value(data)),
+                "updated_us": item.updated_us,
+                "expires_ms": expires,
+                "expires_at": None if expires is None else to_datetime(expires * 1000),
+                "ttl_minutes": item.ttl_minutes,
+                "embedded": bool(item.vectors),
+                "vectors": [
+                    {"path": v.path, "digest": v.digest, "data": bson.Binary(v.data)}
+                    for v in item.vectors
+                ],
+            }
+            upserts.append(
+                UpdateOne(
+                    {"_id": _id},
+                    {"$set": fields, "$setOnInsert": {"created_us": item.created_us}},
+                    upsert=True,
+                )
+            )
+        # ordered: every delete (one command) before every upsert (one command)
+        if removals or upserts:
+            yield Command(self.collection, "bulk_write", (removals + upserts,), {"ordered": True})
+
+    def search(self, query: SearchQuery) -> Op[list[StoredItem]]:
+        if query.limit == 0:
+            return []
+        if query.vector is None:
+            docs: list[Mapping[str, Any]] = yield Command(
+                self.collection,
+                "find",
+                (search_filter(query),),
+                {
+                    "projection": ITEM_FIELDS,
+                    "sort": [("updated_us", -1), ("ns", 1), ("key", 1)],
+                    "skip": query.offset,
+                    "limit": query.limit,
+                },
+            )
+            page = [item_of(doc) for doc in docs]
+        else:
+            docs = yield Command(
+                self.collection, "find", (search_filter(query),), {"projection": WITH_VECTORS}
+            )
+            page = rank([item_of(doc) for doc in docs], query)
+            for item in page:
+                item.vectors = []
+        if query.refresh:
+            yield from self._refresh(page, query.now_ms)
+        return page
+
+    def namespaces(self, prefix: Namespace, now_ms: int) -> Op[list[Namespace]]:
+        texts: list[str] = yield Command(
+            self.collection, "distinct", ("ns", {**live(now_ms), **prefix_filter(prefix)})
+        )
+        return [namespace_of(t) for t in texts]
+
+    def sweep(self, now_ms: int) -> Op[int]:
+        result = yield Command(
+            self.collection, "delete_many", ({"expires_at": {"$lte": to_datetime(now_ms * 1000)}},)
+        )
+        return int(result.deleted_count)
+
+
+# --------------------------------------------------------------------------- public stores
+
+
+class _Schema:
+    """``MongoDBStore.schema(key_prefix=...)``, or ``store.schema()`` for its own prefix."""
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return store_indexes
+        return obj.port.schema
+
+
+class MongoDBStore(SyncMemoryStore):
+    """LangGraph ``BaseStore`` on a ``pymongo.MongoClient``.
+
+    Options: ``db_name`` (default ``"graphkeep"``), ``key_prefix`` (collection
+    ``<key_prefix>_store``), ``index`` (IndexConfig), ``ttl`` (TTLConfig, minutes),
+    ``max_key_bytes``. Call ``setup()`` once (``from_url`` does).
+    """
+
+    schema = _Schema()
+    port: MongoDBMemory
+
+    def __init__(
+        self,
+        client: Any,
+        db_name: str = DEFAULT_DB,
+        *,
+        key_prefix: str = "graphkeep",
+        **options: Any,
+    ) -> None:
+        if not isinstance(client, pymongo.MongoClient):
+            raise ConfigurationError(
+                f"MongoDBStore needs a pymongo.MongoClient, got {type(client).__name__};"
+                " use AsyncMongoDBStore with pymongo.AsyncMongoClient"
+            )
+        self.client = client
+        self.db = client[check_db_name(db_name)]
+        port = MongoDBMemory(key_prefix=key_prefix)
+        super().__init__(port, _SyncExecutor(self.db, _describe(client)), **options)
+
+    @classmethod
+    @contextmanager
+    def from_url(
+        cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
+    ) -> Iterator[MongoDBStore]:
+        """A store on a new client for ``url`` (database from the URL path), closed on exit."""
+        name = check_db_name(db_name) if db_name is not None else database_from_url(url)
+        client = sync_client(url)
+        store: MongoDBStore | None = None
+        try:
+            store = cls(client, db_name=name, **options)
+            store._execute.where = mask_url(url)  # type: ignore[attr-defined]
+            if setup:
+                store.setup()
+            yield store
+        finally:
+            if store is not None:
+                store.stop_ttl_sweeper(timeout=1)
+            client.close()
+
+
+class AsyncMongoDBStore(AsyncMemoryStore):
+    """LangGraph ``BaseStore`` on PyMongo's native ``pymongo.AsyncMongoClient`` (same options)."""
+
+    schema = _Schema()
+    port: MongoDBMemory
+
+    def __init__(
+        self,
+        client: Any,
+        db_name: str = DEFAULT_DB,
+        *,
+        key_prefix: str = "graphkeep",
+        **options: Any,
+    ) -> None:
+        if not isinstance(client, pymongo.AsyncMongoClient):
+            raise ConfigurationError(
+                f"AsyncMongoDBStore needs a pymongo.AsyncMongoClient, got"
+                f" {type(client).__name__}; use MongoDBStore with pymongo.MongoClient"
+            )
+        self.client = client
+        self.db = client[check_db_name(db_name)]
+        port = MongoDBMemory(key_prefix=key_prefix)
+        super().__init__(port, _AsyncExecutor(self.db, _describe(client)), **options)
+
+    @classmethod
+    @asynccontextmanager
+    async def from_url(
+        cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
+    ) -> AsyncIterator[AsyncMongoDBStore]:
+        """A store on a new async client for ``url``, closed on exit."""
+        name = check_db_name(db_name) if db_name is not None else database_from_url(url)
+        client = async_client(url)
+        store: AsyncMongoDBStore | None = None
+        try:
+            store = cls(client, db_name=name, **options)
+            store._aexecute.where = mask_url(url)  # type: ignore[attr-defined]
+            if setup:
+                await store.setup()
+            yield store
+        finally:
+            if store is not None:
+                await store.stop_ttl_sweeper(timeout=1)
+            await client.close()
