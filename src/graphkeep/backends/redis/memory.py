@@ -237,13 +237,23 @@ local function satisfies(value, c)
   return found <= expected
 end
 
+local expiring = redis.call('ZCARD', E) > 0
+
+local function in_prefix(member)
+  if prefix == '' then return true end
+  if string.sub(member, 1, #prefix) ~= prefix then return false end
+  local next = string.sub(member, #prefix + 1, #prefix + 1)
+  return next == '\0' or next == '.'
+end
+
+-- the item's record when it is live and passes the filter, else false
 local function wanted(member)
-  if prefix ~= '' then
-    if string.sub(member, 1, #prefix) ~= prefix then return false end
-    local next = string.sub(member, #prefix + 1, #prefix + 1)
-    if next ~= '\0' and next ~= '.' then return false end
+  local record
+  if expiring then
+    record = live(member, now)
+  else
+    record = redis.call('HGET', I, member)
   end
-  local record = live(member, now)
   if not record then return false end
   if #conditions > 0 then
     local value = cjson.decode(string.sub(record, 17))
@@ -266,9 +276,8 @@ local function score(blob)
   local best = nil
   local format = '<' .. string.rep('f', dims)
   local size = dims * 4
-  local data = string.sub(blob, 5 + struct.unpack('>I4', blob))
-  for first = 1, #data - size + 1, size do
-    local v = {struct.unpack(format, string.sub(data, first, first + size - 1))}
+  for first = 5 + struct.unpack('>I4', blob), #blob - size + 1, size do
+    local v = {struct.unpack(format, blob, first)}
     local s = 0
     if distance == 'l2' then
       for k = 1, dims do s = s + (query[k] - v[k]) ^ 2 end
@@ -295,7 +304,7 @@ if query == nil then
     local batch = redis.call('ZREVRANGE', U, start, start + 255)
     if #batch == 0 then break end
     for _, member in ipairs(batch) do
-      local record = wanted(member)
+      local record = in_prefix(member) and wanted(member)
       if record then
         seen = seen + 1
         if seen > offset then page[#page + 1] = {member, record, false} end
@@ -306,11 +315,15 @@ if query == nil then
   end
 else
   local scored = {}
-  for _, member in ipairs(redis.call('HKEYS', V)) do
-    local record = wanted(member)
-    if record then
-      local s = score(redis.call('HGET', V, member))
-      if s ~= nil then scored[#scored + 1] = {member, record, s} end
+  local all = redis.call('HGETALL', V)
+  for k = 1, #all, 2 do
+    local member = all[k]
+    if in_prefix(member) then
+      local record = wanted(member)
+      if record then
+        local s = score(all[k + 1])
+        if s ~= nil then scored[#scored + 1] = {member, record, s} end
+      end
     end
   end
   table.sort(scored, function(a, b)
