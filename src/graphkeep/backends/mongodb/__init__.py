@@ -516,7 +516,8 @@ def async_client(url: str) -> Any:
         raise _unavailable(mask_url(url), exc) from exc
 
 
-# the memory store builds on the executors and clients above
+# the memory store and the node cache build on the executors and clients above
+from graphkeep.backends.mongodb.cache import AsyncMongoDBCache, MongoDBCache  # noqa: E402
 from graphkeep.backends.mongodb.memory import AsyncMongoDBStore, MongoDBStore  # noqa: E402
 
-__all__ += ["AsyncMongoDBStore", "MongoDBStore"]
+__all__ += ["AsyncMongoDBCache", "AsyncMongoDBStore", "MongoDBCache", "MongoDBStore"]

@@ -291,7 +291,8 @@ def async_client(url: str) -> Any:
     raise ConfigurationError(f"not a Redis URL: {mask_url(url)}")
 
 
-# the memory store builds on the executors and clients above
+# the memory store and the node cache build on the executors and clients above
+from graphkeep.backends.redis.cache import AsyncRedisCache, RedisCache  # noqa: E402
 from graphkeep.backends.redis.memory import AsyncRedisStore, RedisStore  # noqa: E402
 
-__all__ += ["AsyncRedisStore", "RedisStore"]
+__all__ += ["AsyncRedisCache", "AsyncRedisStore", "RedisCache", "RedisStore"]

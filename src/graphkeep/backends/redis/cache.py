@@ -181,9 +181,7 @@ class RedisCache(SyncNodeCache):
     (default ``"graphkeep"``).
     """
 
-    def __init__(
-        self, client: Any, *, serde: Any = None, key_prefix: str = "graphkeep"
-    ) -> None:
+    def __init__(self, client: Any, *, serde: Any = None, key_prefix: str = "graphkeep") -> None:
         port = _port(client, key_prefix)
         self.client = client
         super().__init__(port, _SyncExecutor(client, _describe(client), SCRIPTS), serde=serde)
@@ -205,9 +203,7 @@ class RedisCache(SyncNodeCache):
 class AsyncRedisCache(AsyncNodeCache):
     """Node cache on a ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster`` client."""
 
-    def __init__(
-        self, client: Any, *, serde: Any = None, key_prefix: str = "graphkeep"
-    ) -> None:
+    def __init__(self, client: Any, *, serde: Any = None, key_prefix: str = "graphkeep") -> None:
         port = _port(client, key_prefix)
         self.client = client
         super().__init__(port, _AsyncExecutor(client, _describe(client), SCRIPTS), serde=serde)

@@ -1,0 +1,256 @@
+"""LangGraph node cache on DynamoDB: :class:`DynamoDBCache` (boto3) and :class:`AsyncDynamoDBCache`.
+
+Same table and URLs as the savers (``dynamodb://<table>?region=..&endpoint_url=..``)::
+
+    with DynamoDBCache.from_url("dynamodb://graphkeep?region=eu-west-1") as cache:
+        graph = builder.compile(cache=cache)
+
+One partition per cache namespace, one item per entry (``P`` = escaped ``key_prefix``)::
+
+    pk  P#n1#<ns>     namespace_text, key-escaped (never P#1#.. of the saver, P#m1#.. of the store)
+    sk  n#<key>       the key, key-escaped (long ones shortened with a digest, see .keys)
+    v   B             packed typed value (``z`` = "zlib" when compressed)
+    xm  N             exact expiry, epoch ms: checked on every read
+    exp N             epoch seconds, DynamoDB's TTL attribute (reaps within days)
+
+``get`` is BatchGetItem (strongly consistent, 100 keys per call), ``set`` BatchWriteItem
+(25 per call), ``clear(namespaces)`` a Query per namespace plus BatchWriteItem deletes,
+``clear(None)`` a Scan for this prefix's cache partitions (costly on a big shared table).
+Values from 4 KiB are zlib-compressed when that pays; a value still over the 400 KB item
+limit is **not cached** (a warning is logged, the node simply runs again next time).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import zlib
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+from langgraph.cache.base import FullKey, Namespace
+
+from graphkeep.backends.dynamodb import (
+    AsyncDynamoDBSaver,
+    DynamoDBSaver,
+    _AsyncExecutor,
+    _describe,
+    _SyncExecutor,
+    parse_url,
+)
+from graphkeep.backends.dynamodb import keys as keyspace
+from graphkeep.backends.dynamodb.items import (
+    CODEC,
+    COMPRESS_MIN_BYTES,
+    DEFAULT_COMPRESS_LEVEL,
+    EXP,
+    INLINE_LIMIT,
+    PK,
+    SK,
+    VALUE,
+    B,
+    N,
+    S,
+    b,
+    key,
+    n,
+    s,
+    size_of,
+)
+from graphkeep.backends.dynamodb.requests import batch_get, batch_write, query_all
+from graphkeep.backends.dynamodb.store import DynamoDBCheckpoints
+from graphkeep.errors import ConfigurationError
+from graphkeep.shared.cache import (
+    AsyncNodeCache,
+    Entry,
+    Stored,
+    SyncNodeCache,
+    namespace_text,
+)
+from graphkeep.shared.port import Op
+
+__all__ = ["CACHE_OPTIONS", "AsyncDynamoDBCache", "DynamoDBCache", "DynamoDBNodeCachePort"]
+
+log = logging.getLogger("graphkeep.dynamodb")
+
+#: options beyond the common ones (serde, key_prefix, setup): how the client is made
+CACHE_OPTIONS = frozenset({"session", "profile_name", "botocore_config"})
+FORMAT = "n1"
+ENTRY = "n#"
+EXPIRES_MS = "xm"
+KEY_NAMES = {"#p": PK, "#s": SK}
+
+
+class DynamoDBNodeCachePort:
+    """The cache port on one DynamoDB table (shared with the savers if you like)."""
+
+    def __init__(self, table: str, *, key_prefix: str = "graphkeep") -> None:
+        if not isinstance(table, str) or not table:
+            raise ConfigurationError("table_name must be a non-empty string")
+        self.table = table
+        self.key_prefix = key_prefix
+        self.prefix = keyspace.check_prefix(key_prefix)
+
+    def partition(self, namespace: Namespace) -> str:
+        text = keyspace.part(namespace_text(namespace), keyspace.THREAD_LIMIT)[0]
+        return f"{self.prefix}{keyspace.SEP}{FORMAT}{keyspace.SEP}{text}"
+
+    @staticmethod
+    def sort_key(entry_key: str) -> str:
+        return ENTRY + keyspace.part(entry_key, 1000)[0]
+
+    def setup(self) -> Op[None]:
+        # the saver's table and TTL set-up; the cache needs no run_id index
+        yield from DynamoDBCheckpoints(
+            self.table, key_prefix=self.key_prefix, run_index=False
+        ).setup()
+
+    def get(self, keys: list[FullKey]) -> Op[dict[FullKey, Stored]]:
+        by_key = {(self.partition(ns), self.sort_key(k)): (ns, k) for ns, k in keys}
+        items = yield from batch_get(self.table, [key(pk, sk) for pk, sk in by_key])
+        found: dict[FullKey, Stored] = {}
+        for item in items:
+            address = by_key.get((s(item, PK), s(item, SK)))
+            if address is None:
+                continue
+            data = b(item, VALUE)
+            if CODEC in item:
+                data = zlib.decompress(data)
+            found[address] = Stored(data, n(item, EXPIRES_MS))
+        return found
+
+    def set(self, entries: list[Entry], now_ms: int) -> Op[None]:
+        requests = []
+        for entry in entries:
+            item = key(self.partition(entry.namespace), self.sort_key(entry.key))
+            if entry.expires_ms is not None:
+                item[EXPIRES_MS] = N(entry.expires_ms)
+                item[EXP] = N(math.ceil(entry.expires_ms / 1000))
+            data = entry.data
+            if len(data) >= COMPRESS_MIN_BYTES:
+                packed = zlib.compress(data, DEFAULT_COMPRESS_LEVEL)
+                if len(packed) <= len(data) * 0.9:
+                    data = packed
+                    item[CODEC] = S("zlib")
+            item[VALUE] = B(data)
+            if size_of(item) > INLINE_LIMIT:
+                log.warning(
+                    "not caching %r in namespace %r: %d bytes after compression pass"
+                    " DynamoDB's 400 KB item limit",
+                    entry.key,
+                    entry.namespace,
+                    len(data),
+                )
+                # set replaces: an older value must not outlive this write
+                requests.append({"DeleteRequest": {"Key": key(s(item, PK), s(item, SK))}})
+                continue
+            requests.append({"PutRequest": {"Item": item}})
+        yield from batch_write(self.table, requests)
+
+    def clear(self, namespaces: list[Namespace] | None) -> Op[None]:
+        found: list[dict[str, Any]] = []
+        if namespaces is None:
+            base = f"{self.prefix}{keyspace.SEP}{FORMAT}{keyspace.SEP}"
+            found = yield from query_all(
+                {
+                    "_op": "scan",
+                    "TableName": self.table,
+                    "FilterExpression": "begins_with(#p, :p)",
+                    "ProjectionExpression": "#p, #s",
+                    "ExpressionAttributeNames": KEY_NAMES,
+                    "ExpressionAttributeValues": {":p": S(base)},
+                }
+            )
+        else:
+            for namespace in namespaces:
+                found += yield from query_all(
+                    {
+                        "TableName": self.table,
+                        "KeyConditionExpression": "#p = :p",
+                        "ProjectionExpression": "#p, #s",
+                        "ExpressionAttributeNames": KEY_NAMES,
+                        "ExpressionAttributeValues": {":p": S(self.partition(namespace))},
+                        "ConsistentRead": True,
+                    }
+                )
+        deletes = [{"DeleteRequest": {"Key": key(s(i, PK), s(i, SK))}} for i in found]
+        yield from batch_write(self.table, deletes)
+
+
+class DynamoDBCache(SyncNodeCache):
+    """Node cache on a boto3 low-level DynamoDB client (``boto3.client("dynamodb")``).
+
+    Options: ``serde``, ``key_prefix`` (default ``"graphkeep"``); ``from_url`` also takes
+    the client options of ``DynamoDBSaver.from_table`` (``session``, ``profile_name``,
+    ``botocore_config``).
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        table_name: str = "graphkeep",
+        *,
+        serde: Any = None,
+        key_prefix: str = "graphkeep",
+    ) -> None:
+        port = DynamoDBNodeCachePort(table_name, key_prefix=key_prefix)
+        self.client = client
+        self.table_name = table_name
+        super().__init__(port, _SyncExecutor(client, _describe(client, table_name)), serde=serde)
+
+    @classmethod
+    @contextmanager
+    def from_url(
+        cls,
+        url: str,
+        *,
+        setup: bool = True,
+        serde: Any = None,
+        key_prefix: str = "graphkeep",
+        **client_options: Any,
+    ) -> Iterator[DynamoDBCache]:
+        table, kwargs = parse_url(url)
+        # the saver's from_table makes (and closes) the client exactly as for checkpoints
+        with DynamoDBSaver.from_table(table, setup=False, **kwargs, **client_options) as saver:
+            cache = cls(saver.client, table, serde=serde, key_prefix=key_prefix)
+            if setup:
+                cache.setup()
+            yield cache
+
+
+class AsyncDynamoDBCache(AsyncNodeCache):
+    """Node cache on an aiobotocore DynamoDB client (same options)."""
+
+    def __init__(
+        self,
+        client: Any,
+        table_name: str = "graphkeep",
+        *,
+        serde: Any = None,
+        key_prefix: str = "graphkeep",
+    ) -> None:
+        port = DynamoDBNodeCachePort(table_name, key_prefix=key_prefix)
+        self.client = client
+        self.table_name = table_name
+        super().__init__(port, _AsyncExecutor(client, _describe(client, table_name)), serde=serde)
+
+    @classmethod
+    @asynccontextmanager
+    async def from_url(
+        cls,
+        url: str,
+        *,
+        setup: bool = True,
+        serde: Any = None,
+        key_prefix: str = "graphkeep",
+        **client_options: Any,
+    ) -> AsyncIterator[AsyncDynamoDBCache]:
+        table, kwargs = parse_url(url)
+        async with AsyncDynamoDBSaver.from_table(
+            table, setup=False, **kwargs, **client_options
+        ) as saver:
+            cache = cls(saver.client, table, serde=serde, key_prefix=key_prefix)
+            if setup:
+                await cache.setup()
+            yield cache

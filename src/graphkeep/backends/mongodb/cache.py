@@ -1,0 +1,223 @@
+"""LangGraph node cache on MongoDB: :class:`MongoDBCache` (sync) and :class:`AsyncMongoDBCache`.
+
+PyMongo's ``MongoClient`` / native ``AsyncMongoClient``, URLs and ``db_name`` as the savers::
+
+    with MongoDBCache.from_url("mongodb://localhost:27017/mydb") as cache:
+        graph = builder.compile(cache=cache)
+
+One collection ``<key_prefix>_cache``, one document per entry::
+
+    {_id: "<ns><key>",          # namespace_text + key_text: unique per (namespace, key)
+     ns: "<ns>",                # namespace_text, indexed: clear(namespaces)
+     v: Binary,                 # the packed typed value
+     exp_ms: int | null,        # exact expiry (epoch ms), checked on every read
+     expires_at: Date}          # TTL index (absent: kept until cleared)
+
+Every call is one command: ``get`` a ``find`` by ``_id``, ``set`` one unordered
+``bulk_write`` of replacing upserts, ``clear`` one ``delete_many``. Servers without TTL
+indexes (FerretDB 1.x) get a plain index: expired entries are hidden from reads and
+replaced or cleared later. A value over 16 MiB - 64 KiB is not cached (a warning is logged
+and any older value at that key deleted): a cache may drop an entry, never crash a run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from datetime import datetime, timezone
+from typing import Any
+
+from langgraph.cache.base import FullKey, Namespace
+
+from graphkeep.backends.mongodb import (
+    DEFAULT_DB,
+    _AsyncExecutor,
+    _describe,
+    _SyncExecutor,
+    async_client,
+    check_db_name,
+    database_from_url,
+    sync_client,
+)
+from graphkeep.backends.mongodb.documents import check_prefix
+from graphkeep.backends.mongodb.store import Command, _model, _ttl_unsupported
+from graphkeep.errors import ConfigurationError
+from graphkeep.shared.cache import (
+    AsyncNodeCache,
+    Entry,
+    Stored,
+    SyncNodeCache,
+    key_text,
+    namespace_text,
+)
+from graphkeep.shared.keys import mask_url
+from graphkeep.shared.port import Op
+
+try:
+    import bson
+    import pymongo
+    from pymongo import DeleteOne, ReplaceOne
+    from pymongo.errors import OperationFailure
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "the MongoDB backend needs PyMongo >= 4.13.2: pip install 'graphkeep[mongodb]'"
+    ) from exc
+
+__all__ = ["CACHE_OPTIONS", "AsyncMongoDBCache", "MongoDBCache", "MongoNodeCachePort"]
+
+#: options beyond the common ones (serde, key_prefix, setup)
+CACHE_OPTIONS = frozenset({"db_name"})
+
+log = logging.getLogger("graphkeep.mongodb")
+
+#: a value larger than this is not cached (documents must stay under BSON's 16 MiB)
+MAX_VALUE_BYTES = 16 * 1024 * 1024 - 64 * 1024
+NAMESPACE_INDEX = {"name": "gk_ns", "key": [["ns", 1]]}
+EXPIRY_INDEX = {"name": "gk_expires_at", "key": [["expires_at", 1]], "expireAfterSeconds": 0}
+
+
+class MongoNodeCachePort:
+    """The cache port on one MongoDB collection."""
+
+    def __init__(self, *, key_prefix: str = "graphkeep") -> None:
+        self.collection = f"{check_prefix(key_prefix)}_cache"
+
+    @staticmethod
+    def doc_id(namespace: Namespace, key: str) -> str:
+        return namespace_text(namespace) + key_text(key)
+
+    def setup(self) -> Op[None]:
+        yield Command(self.collection, "create_indexes", ([_model(NAMESPACE_INDEX)],))
+        try:
+            yield Command(self.collection, "create_indexes", ([_model(EXPIRY_INDEX)],))
+        except OperationFailure as exc:
+            if not _ttl_unsupported(exc):
+                raise
+            plain = {"name": "gk_expires_at_plain", "key": EXPIRY_INDEX["key"]}
+            yield Command(self.collection, "create_indexes", ([_model(plain)],))
+
+    def get(self, keys: list[FullKey]) -> Op[dict[FullKey, Stored]]:
+        by_id = {self.doc_id(*address): address for address in keys}
+        docs = yield Command(
+            self.collection,
+            "find",
+            ({"_id": {"$in": list(by_id)}},),
+            {"projection": {"v": 1, "exp_ms": 1}},
+        )
+        return {
+            by_id[doc["_id"]]: Stored(bytes(doc["v"]), doc.get("exp_ms"))
+            for doc in docs
+            if doc["_id"] in by_id
+        }
+
+    def set(self, entries: list[Entry], now_ms: int) -> Op[None]:
+        operations: list[Any] = []
+        for entry in entries:
+            doc_id = self.doc_id(entry.namespace, entry.key)
+            if len(entry.data) > MAX_VALUE_BYTES:
+                log.warning(
+                    "not caching %r in namespace %r: %d bytes do not fit a MongoDB document",
+                    entry.key,
+                    entry.namespace,
+                    len(entry.data),
+                )
+                # set replaces: an older value must not outlive this write
+                operations.append(DeleteOne({"_id": doc_id}))
+                continue
+            doc: dict[str, Any] = {
+                "_id": doc_id,
+                "ns": namespace_text(entry.namespace),
+                "v": bson.Binary(entry.data),
+                "exp_ms": entry.expires_ms,
+            }
+            if entry.expires_ms is not None:
+                doc["expires_at"] = datetime.fromtimestamp(entry.expires_ms / 1000, timezone.utc)
+            operations.append(ReplaceOne({"_id": doc_id}, doc, upsert=True))
+        yield Command(self.collection, "bulk_write", (operations,), {"ordered": False})
+
+    def clear(self, namespaces: list[Namespace] | None) -> Op[None]:
+        if namespaces is None:
+            query: dict[str, Any] = {}
+        else:
+            query = {"ns": {"$in": [namespace_text(ns) for ns in namespaces]}}
+        yield Command(self.collection, "delete_many", (query,))
+
+
+def _check(client: Any, wanted: type, name: str) -> None:
+    if not isinstance(client, wanted):
+        raise ConfigurationError(
+            f"{name} needs a {wanted.__module__}.{wanted.__name__}, got {type(client).__name__}"
+        )
+
+
+class MongoDBCache(SyncNodeCache):
+    """Node cache on a ``pymongo.MongoClient``.
+
+    Options: ``db_name`` (default ``"graphkeep"``; ``from_url`` takes the URL path),
+    ``serde``, ``key_prefix`` (default ``"graphkeep"``: collection ``<prefix>_cache``).
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        db_name: str = DEFAULT_DB,
+        *,
+        serde: Any = None,
+        key_prefix: str = "graphkeep",
+    ) -> None:
+        _check(client, pymongo.MongoClient, "MongoDBCache")
+        self.client = client
+        self.db = client[check_db_name(db_name)]
+        port = MongoNodeCachePort(key_prefix=key_prefix)
+        super().__init__(port, _SyncExecutor(self.db, _describe(client)), serde=serde)
+
+    @classmethod
+    @contextmanager
+    def from_url(
+        cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
+    ) -> Iterator[MongoDBCache]:
+        name = check_db_name(db_name) if db_name is not None else database_from_url(url)
+        client = sync_client(url)
+        try:
+            cache = cls(client, name, **options)
+            cache._execute.where = mask_url(url)  # type: ignore[attr-defined]
+            if setup:
+                cache.setup()
+            yield cache
+        finally:
+            client.close()
+
+
+class AsyncMongoDBCache(AsyncNodeCache):
+    """Node cache on PyMongo's native ``pymongo.AsyncMongoClient`` (same options)."""
+
+    def __init__(
+        self,
+        client: Any,
+        db_name: str = DEFAULT_DB,
+        *,
+        serde: Any = None,
+        key_prefix: str = "graphkeep",
+    ) -> None:
+        _check(client, pymongo.AsyncMongoClient, "AsyncMongoDBCache")
+        self.client = client
+        self.db = client[check_db_name(db_name)]
+        port = MongoNodeCachePort(key_prefix=key_prefix)
+        super().__init__(port, _AsyncExecutor(self.db, _describe(client)), serde=serde)
+
+    @classmethod
+    @asynccontextmanager
+    async def from_url(
+        cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
+    ) -> AsyncIterator[AsyncMongoDBCache]:
+        name = check_db_name(db_name) if db_name is not None else database_from_url(url)
+        client = async_client(url)
+        try:
+            cache = cls(client, name, **options)
+            cache._aexecute.where = mask_url(url)  # type: ignore[attr-defined]
+            if setup:
+                await cache.setup()
+            yield cache
+        finally:
+            await client.close()
