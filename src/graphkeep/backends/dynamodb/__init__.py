@@ -379,3 +379,10 @@ def _definition(table_name: str, run_index: bool, format: str) -> dict[str, Any]
         properties["TimeToLiveSpecification"] = {"AttributeName": EXP, "Enabled": True}
         return {"Type": "AWS::DynamoDB::Table", "Properties": properties}
     raise ConfigurationError(f"format must be 'create_table' or 'cloudformation', got {format!r}")
+
+
+# the memory store and the node cache build on the executors and clients above
+from graphkeep.backends.dynamodb.cache import AsyncDynamoDBCache, DynamoDBCache  # noqa: E402
+from graphkeep.backends.dynamodb.memory import AsyncDynamoDBStore, DynamoDBStore  # noqa: E402
+
+__all__ += ["AsyncDynamoDBCache", "AsyncDynamoDBStore", "DynamoDBCache", "DynamoDBStore"]

@@ -1,0 +1,652 @@
+"""LangGraph's long-term memory store on DynamoDB: :class:`DynamoDBStore` (boto3) and
+:class:`AsyncDynamoDBStore` (aiobotocore), the :class:`MemoryPort` mapping onto one table.
+
+The store shares the saver's table (same URL, same ``pk``/``sk`` string schema, TTL on
+``exp``) and never meets its items: saver partitions are ``<prefix>#1#<thread>`` and its sort
+keys start with ``c#``, ``b#``, ``k#`` or ``l#``; store partitions are ``<prefix>#m1#...`` and
+store sort keys start with ``i#`` (items) or ``p#`` (the partition registry). Chunks of
+oversized values reuse the saver's ``k#`` chunk items, inside the store's own partitions.
+
+Key design (labels escaped as the saver escapes names, so ``#`` never occurs inside one)::
+
+    pk  <prefix>#m1#<label 1>#...#<label S>#          the first S = shard_labels labels
+    sk  i#<label S+1>#...#<label n>#<key>           the remaining labels, then the key
+    pk  <prefix>#m1r   sk  p#<label 1>#...#<label S>#  registry: one item per partition
+
+A namespace with at least ``shard_labels`` labels selects one partition, and its descendants
+are ``begins_with(sk, "i#<rest>#")`` there (a label is always followed by ``#`` and a key
+never contains it, so the prefix stops at label boundaries). A shorter prefix Queries the
+registry (``begins_with(sk, "p#<prefix>#")``) for its partitions and then each of them. A
+partition's registry item is written in the same TransactWriteItems as the first item this
+process puts there (an idempotent Put); registry items are never removed (a partition whose
+items all went away costs one empty Query per cross-partition search).
+
+Item attributes: ``ns`` and ``k`` (raw namespace text and key), ``v`` (value as JSON bytes,
+zlib-compressed from 4 KiB when it pays; chunk items when still over the 400 KB limit),
+``cu``/``uu`` (created/updated, epoch microseconds), ``xm`` (exact expiry, epoch ms, checked
+on every read), ``tm`` (TTL minutes, what a refresh re-arms), ``exp`` (DynamoDB's TTL
+attribute, epoch seconds; DynamoDB reaps within about 48 hours), ``vec`` (embeddings, msgpack
+of ``[path, digest, float32 bytes]``). Chunk items carry ``at`` (written, epoch ms) and no
+``exp``: ``sweep`` deletes them with their owner, or when their owner has disappeared.
+
+Requests per operation (RCU/WCU at DynamoDB's on-demand rates: a strongly consistent read
+costs 1 RCU per 4 KB read, a write 1 WCU per 1 KB written, twice that inside a transaction):
+
+- ``get``: 1 BatchGetItem per 100 keys (strongly consistent), +1 for chunks of large values;
+  a refresh of items with a TTL: 1 TransactWriteItems per 100 (1 UpdateItem when single).
+- ``put``/``delete``: 1 TransactWriteItems per 100 actions (UpdateItem/DeleteItem when single),
+  including the registry item of a partition this process has not registered yet. ``created``
+  survives through ``if_not_exists``; the condition "no chunks of another digest and not
+  expired" costs nothing, and when it fails (the old value was chunked, or the old item
+  expired) the item is read and rewritten alone. Large values: chunk items first (1
+  BatchWriteItem per 25 chunks of 350 KB), then the owner.
+- ``search``/``list_namespaces``: 1 Query per 1 MB page of the prefix's items in every
+  partition it covers (+1 registry Query when the prefix is shorter than ``shard_labels``).
+  Ordering by ``updated_at`` (or by score) and ``offset``/``limit`` happen client-side over
+  all of the prefix's items, so a search reads (and pays RCU for) the whole prefix, whatever
+  the limit: keep prefixes narrow (e.g. ``("users", user_id)``) on large stores.
+  Filters are applied client-side too (``matches``): a DynamoDB FilterExpression does not
+  lower the RCU of a Query, and the value is stored as exact JSON bytes, not as a map.
+  Semantic search ranks the vectors of the prefix's items client-side (``rank``).
+- ``sweep``: 1 registry Query + 1 filtered Query per partition page (``xm <= now`` and chunk
+  items; the RCU of the whole partition), then BatchWriteItem deletes per 25.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from graphkeep.backends.dynamodb import (
+    AsyncDynamoDBSaver,
+    DynamoDBSaver,
+    _AsyncExecutor,
+    _describe,
+    _SyncExecutor,
+    parse_url,
+)
+from graphkeep.backends.dynamodb import keys as dkeys
+from graphkeep.backends.dynamodb.items import (
+    CODEC,
+    DIGEST,
+    EXP,
+    MAX_ITEM_BYTES,
+    NCHUNKS,
+    PK,
+    SIZE,
+    SK,
+    VALUE,
+    B,
+    N,
+    S,
+    attach_payload,
+    b,
+    key,
+    n,
+    read_payload,
+    s,
+    size_of,
+)
+from graphkeep.backends.dynamodb.requests import (
+    TRANSACT_MAX_BYTES,
+    TRANSACT_MAX_ITEMS,
+    Call,
+    batch_get,
+    batch_write,
+    query_all,
+    transact,
+)
+from graphkeep.backends.dynamodb.store import DynamoDBCheckpoints
+from graphkeep.backends.dynamodb.store import _compress_level as compress_level
+from graphkeep.errors import ConfigurationError, InvalidInput, PayloadTooLarge
+from graphkeep.shared import serde as codec
+from graphkeep.shared.memory import (
+    AsyncMemoryStore,
+    ItemKey,
+    Namespace,
+    SearchQuery,
+    StoredItem,
+    SyncMemoryStore,
+    Vector,
+    decode_value,
+    encode_value,
+    in_prefix,
+    namespace_of,
+    namespace_text,
+    rank,
+)
+from graphkeep.shared.port import Op
+
+__all__ = ["STORE_OPTIONS", "AsyncDynamoDBStore", "DynamoDBMemory", "DynamoDBStore"]
+
+#: options of ``graphkeep.connect_store("dynamodb://...")`` beyond the common ones
+STORE_OPTIONS = frozenset(
+    {"shard_labels", "compress", "session", "profile_name", "botocore_config"}
+)
+
+FORMAT = "m1"
+ITEM_KIND = "i#"
+REGISTRY_KIND = "p#"
+NS, KEY, CREATED, UPDATED, EXPIRES, TTL_MINUTES, VECTORS, WRITTEN = (
+    "ns", "k", "cu", "uu", "xm", "tm", "vec", "at",
+)  # fmt: skip
+#: attributes an item update replaces or removes (everything but the keys and ``cu``)
+REPLACED = (
+    NS,
+    KEY,
+    UPDATED,
+    EXPIRES,
+    TTL_MINUTES,
+    EXP,
+    VECTORS,
+    VALUE,
+    NCHUNKS,
+    DIGEST,
+    SIZE,
+    CODEC,
+)
+READ = (NS, KEY, VALUE, CREATED, UPDATED, EXPIRES, TTL_MINUTES, NCHUNKS, DIGEST, SIZE, CODEC)
+#: a label or key longer than this (escaped, bytes) keeps a head plus a digest in the key
+LABEL_LIMIT = 200
+MAX_PK_BYTES = 2048
+MAX_SK_BYTES = 1024
+DEFAULT_SHARD_LABELS = 2
+#: chunk items whose owner is gone are deleted by ``sweep`` once older than this
+ORPHAN_AGE_MS = 3_600_000
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    """Where an item lives: its partition (and the registry sort key naming it), sort key."""
+
+    pk: str
+    sk: str
+    registry_sk: str
+
+    @property
+    def fits(self) -> bool:
+        return (
+            len(self.pk.encode("utf-8")) <= MAX_PK_BYTES
+            and len(self.sk.encode("utf-8")) <= MAX_SK_BYTES
+        )
+
+
+@dataclass(slots=True)
+class _Write:
+    """One put (the owner item and its chunk items) or delete (``stored`` is None)."""
+
+    address: Address
+    stored: StoredItem | None
+    item: dict[str, Any] = field(default_factory=dict)
+    chunks: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def digest(self) -> str | None:
+        return s(self.item, DIGEST) if DIGEST in self.item else None
+
+
+def _labels(labels: Namespace) -> str:
+    return "".join(dkeys.part(label, LABEL_LIMIT)[0] + dkeys.SEP for label in labels)
+
+
+class DynamoDBMemory:
+    """The :class:`~graphkeep.shared.memory.MemoryPort` on one DynamoDB table."""
+
+    def __init__(
+        self,
+        table: str,
+        *,
+        key_prefix: str = "graphkeep",
+        shard_labels: int = DEFAULT_SHARD_LABELS,
+        compress: bool | int = True,
+    ) -> None:
+        if isinstance(shard_labels, bool) or not isinstance(shard_labels, int):
+            raise ConfigurationError(f"shard_labels must be an int >= 1, got {shard_labels!r}")
+        if not 1 <= shard_labels <= 8:
+            raise ConfigurationError(f"shard_labels must be between 1 and 8, got {shard_labels}")
+        # the saver's port owns the table: setup() and Query requests come from it
+        self.tables = DynamoDBCheckpoints(table, key_prefix=key_prefix)
+        self.table = table
+        self.prefix = self.tables.prefix
+        self.shard_labels = shard_labels
+        self.level = compress_level(compress)
+        self.registry_pk = f"{self.prefix}{dkeys.SEP}{FORMAT}r"
+        self.registered: set[str] = set()
+
+    # -- keys ------------------------------------------------------------------------
+
+    def address(self, namespace: Namespace, item_key: str) -> Address:
+        shard = _labels(namespace[: self.shard_labels])
+        return Address(
+            pk=self._partition(shard),
+            sk=ITEM_KIND
+            + _labels(namespace[self.shard_labels :])
+            + dkeys.part(item_key, LABEL_LIMIT)[0],
+            registry_sk=REGISTRY_KIND + shard,
+        )
+
+    def _partition(self, shard: str) -> str:
+        return f"{self.prefix}{dkeys.SEP}{FORMAT}{dkeys.SEP}{shard}"
+
+    def _partitions(self, prefix: Namespace) -> Op[list[tuple[str, str]]]:
+        """(pk, sort key prefix) of every partition holding namespaces under ``prefix``."""
+        if len(prefix) >= self.shard_labels:
+            shard = _labels(prefix[: self.shard_labels])
+            pk, begins = self._partition(shard), ITEM_KIND + _labels(prefix[self.shard_labels :])
+            if Address(pk, begins, "").fits:
+                return [(pk, begins)]
+            return []  # longer than any key: nothing is stored there
+        params = self.tables._query(
+            self.registry_pk, begins=REGISTRY_KIND + _labels(prefix), projection=[]
+        )
+        found = yield from query_all(params)
+        return [(self._partition(s(i, SK)[len(REGISTRY_KIND) :]), ITEM_KIND) for i in found]
+
+    # -- items -----------------------------------------------------------------------
+
+    def _encode(self, stored: StoredItem, address: Address) -> _Write:
+        item: dict[str, Any] = {
+            PK: S(address.pk),
+            SK: S(address.sk),
+            NS: S(namespace_text(stored.namespace)),
+            KEY: S(stored.key),
+            UPDATED: N(stored.updated_us),
+        }
+        if stored.vectors:
+            item[VECTORS] = B(codec.packb([[v.path, v.digest, v.data] for v in stored.vectors]))
+        if size_of(item) > MAX_ITEM_BYTES // 2:
+            raise PayloadTooLarge(
+                f"the embeddings of {stored.key!r} take {size_of(item)} bytes; DynamoDB items"
+                f" hold {MAX_ITEM_BYTES}: index fewer fields (index=[...]) or use fewer dims"
+            )
+        encoded = attach_payload(item, encode_value(stored.value), level=self.level)
+        for chunk in encoded.chunks:
+            chunk[WRITTEN] = N(stored.updated_us // 1000)
+        if stored.expires_ms is not None:
+            item[EXPIRES] = N(stored.expires_ms)
+            item[EXP] = N(-(-stored.expires_ms // 1000))
+        if stored.ttl_minutes is not None:
+            item[TTL_MINUTES] = {"N": repr(float(stored.ttl_minutes))}
+        return _Write(address, stored, item, encoded.chunks)
+
+    def _decode(self, item: dict[str, Any], chunks: dict[str, dict[str, Any]]) -> StoredItem:
+        vectors = (
+            [Vector(p, d, bytes(x)) for p, d, x in codec.unpackb(b(item, VECTORS))]
+            if VECTORS in item
+            else []
+        )
+        minutes = item.get(TTL_MINUTES)
+        return StoredItem(
+            namespace=namespace_of(s(item, NS)),
+            key=s(item, KEY),
+            value=decode_value(read_payload(item, chunks)) if chunks is not _NO_VALUE else {},
+            created_us=n(item, CREATED) or 0,
+            updated_us=n(item, UPDATED) or 0,
+            expires_ms=n(item, EXPIRES),
+            ttl_minutes=None if minutes is None else float(minutes["N"]),
+            vectors=vectors,
+        )
+
+    def _chunks(self, items: list[dict[str, Any]]) -> Op[dict[str, dict[str, Any]]]:
+        """The chunk items of those ``items`` whose value lives in chunks, by sort key."""
+        wanted = [key(s(i, PK), sk) for i in items for sk in _chunk_sks(i)]
+        if not wanted:
+            return {}
+        found = yield from batch_get(self.table, wanted)
+        return {s(c, SK): c for c in found}
+
+    def _update(
+        self, write: _Write, now_ms: int, *, conditional: bool = True, reset_created: bool = False
+    ) -> dict[str, Any]:
+        """The UpdateItem of a put. Conditional form: the old item has no chunks of another
+        digest and has not expired (else the caller re-reads it and writes unconditionally,
+        with ``reset_created`` when the old item had expired)."""
+        assert write.stored is not None
+        stored, address, item_attrs = write.stored, write.address, write.item
+        names: dict[str, str] = {"#cu": CREATED}
+        values: dict[str, Any] = {":cu": N(stored.created_us)}
+        sets = ["#cu = :cu" if reset_created else "#cu = if_not_exists(#cu, :cu)"]
+        removes = []
+        for i, name in enumerate(REPLACED):
+            names[f"#a{i}"] = name
+            if name in item_attrs:
+                values[f":a{i}"] = item_attrs[name]
+                sets.append(f"#a{i} = :a{i}")
+            else:
+                removes.append(f"#a{i}")
+        update: dict[str, Any] = {
+            "TableName": self.table,
+            "Key": key(address.pk, address.sk),
+            "UpdateExpression": "SET "
+            + ", ".join(sets)
+            + (" REMOVE " + ", ".join(removes) if removes else ""),
+        }
+        if conditional:
+            names["#nk"], names["#xm"] = NCHUNKS, EXPIRES
+            values[":now"] = N(now_ms)
+            same_chunks = "attribute_not_exists(#nk)"
+            if write.digest is not None:
+                names["#dg"] = DIGEST
+                values[":dg"] = S(write.digest)
+                same_chunks = f"({same_chunks} OR #dg = :dg)"
+            update["ConditionExpression"] = (
+                f"{same_chunks} AND (attribute_not_exists(#xm) OR #xm > :now)"
+            )
+        update["ExpressionAttributeNames"] = names
+        update["ExpressionAttributeValues"] = values
+        return {"Update": update}
+
+    def _delete(self, address: Address, *, conditional: bool) -> dict[str, Any]:
+        delete: dict[str, Any] = {"TableName": self.table, "Key": key(address.pk, address.sk)}
+        if conditional:  # an item with chunks is deleted with them, by the caller
+            delete["ConditionExpression"] = "attribute_not_exists(#nk)"
+            delete["ExpressionAttributeNames"] = {"#nk": NCHUNKS}
+        return {"Delete": delete}
+
+    def _register(self, registry_sk: str) -> dict[str, Any]:
+        return {
+            "Put": {
+                "TableName": self.table,
+                "Item": {PK: S(self.registry_pk), SK: S(registry_sk)},
+            }
+        }
+
+    # -- the port --------------------------------------------------------------------
+
+    def setup(self) -> Op[None]:
+        yield from self.tables.setup()  # the saver's table: same schema, TTL on ``exp``
+
+    def get(
+        self, keys: list[ItemKey], refresh: list[bool], now_ms: int, vectors: bool = False
+    ) -> Op[list[StoredItem | None]]:
+        addresses = [self.address(ns, k) for ns, k in keys]
+        wanted = list({(a.pk, a.sk): a for a in addresses if a.fits})
+        attrs = [*READ, VECTORS] if vectors else list(READ)
+        names = {f"#p{i}": a for i, a in enumerate([PK, SK, *attrs])}
+        found = yield from batch_get(
+            self.table,
+            [key(pk, sk) for pk, sk in wanted],
+            projection=", ".join(names),
+            names=names,
+        )
+        chunks = yield from self._chunks(found)
+        by_key = {(s(i, PK), s(i, SK)): self._decode(i, chunks) for i in found}
+        results: list[StoredItem | None] = []
+        due: dict[tuple[str, str], StoredItem] = {}
+        for address, again in zip(addresses, refresh, strict=True):
+            stored = by_key.get((address.pk, address.sk))
+            if stored is None or not stored.live(now_ms):
+                results.append(None)
+                continue
+            results.append(stored)
+            if again and stored.ttl_minutes is not None:
+                due[(address.pk, address.sk)] = stored
+        yield from self._refresh(due, now_ms)
+        return results
+
+    def _refresh(self, due: dict[tuple[str, str], StoredItem], now_ms: int) -> Op[None]:
+        """Move the expiry of ``due`` items to now + their TTL (unless changed meanwhile)."""
+        actions = []
+        for (pk, sk), stored in due.items():
+            assert stored.ttl_minutes is not None
+            stored.expires_ms = now_ms + int(stored.ttl_minutes * 60_000)
+            actions.append(
+                {
+                    "Update": {
+                        "TableName": self.table,
+                        "Key": key(pk, sk),
+                        "UpdateExpression": "SET #xm = :xm, #exp = :exp",
+                        "ConditionExpression": "#uu = :uu AND #xm > :now",
+                        "ExpressionAttributeNames": {"#xm": EXPIRES, "#exp": EXP, "#uu": UPDATED},
+                        "ExpressionAttributeValues": {
+                            ":xm": N(stored.expires_ms),
+                            ":exp": N(-(-stored.expires_ms // 1000)),
+                            ":uu": N(stored.updated_us),
+                            ":now": N(now_ms),
+                        },
+                    }
+                }
+            )
+        for start in range(0, len(actions), TRANSACT_MAX_ITEMS):
+            group = actions[start : start + TRANSACT_MAX_ITEMS]
+            yield from transact(group, list(range(len(group))))  # changed meanwhile: skipped
+
+    def put(self, items: list[StoredItem], deletes: list[ItemKey], now_ms: int) -> Op[None]:
+        writes = [_Write(self.address(i.namespace, i.key), i) for i in items]
+        writes += [_Write(self.address(ns, k), None) for ns, k in deletes]
+        # everything is built (and refused) before the first request
+        for write in writes:
+            if not write.address.fits and write.stored is not None:
+                raise InvalidInput(
+                    f"namespace {namespace_text(write.stored.namespace)[:60]!r} with key"
+                    f" {write.stored.key[:60]!r} is too long for DynamoDB's keys (partition"
+                    f" {MAX_PK_BYTES} bytes, sort key {MAX_SK_BYTES} bytes once escaped):"
+                    " use shorter or fewer labels"
+                )
+        writes = [w for w in writes if w.address.fits]  # a too-long key was never stored
+        actions: list[dict[str, Any]] = []
+        owners: list[int] = []
+        new_partitions = {}
+        for index, write in enumerate(writes):
+            if write.stored is None:
+                actions.append(self._delete(write.address, conditional=True))
+            else:
+                writes[index] = write = self._encode(write.stored, write.address)
+                actions.append(self._update(write, now_ms))
+                if write.address.registry_sk not in self.registered:
+                    new_partitions[write.address.registry_sk] = index
+            owners.append(index)
+        # registry items go first: a partition is listed no later than its first item
+        registry = [self._register(sk) for sk in new_partitions]
+        actions = registry + actions
+        owners = [-1 - i for i in range(len(registry))] + owners
+        chunks = [c for w in writes for c in w.chunks]
+        if chunks:  # values first, owners after: no reader meets an owner without its chunks
+            yield from batch_write(self.table, [{"PutRequest": {"Item": c}} for c in chunks])
+        failed: dict[int, Any] = {}
+        for group, group_owners in _transactions(actions, owners):
+            failed.update((yield from transact(group, group_owners)))
+        for index in sorted(i for i in failed if i >= 0):
+            yield from self._rewrite(writes[index], now_ms)
+        self.registered.update(new_partitions)
+
+    def _rewrite(self, write: _Write, now_ms: int) -> Op[None]:
+        """A put or delete whose condition failed: the old item had chunks (of another
+        value) or had expired. Read it, write unconditionally, then drop its old chunks."""
+        address = write.address
+        result = yield Call(
+            "get_item",
+            {"TableName": self.table, "Key": key(address.pk, address.sk), "ConsistentRead": True},
+        )
+        old = result.get("Item")
+        if write.stored is None:
+            yield Call("delete_item", self._delete(address, conditional=False)["Delete"])
+        else:
+            expired = old is not None and EXPIRES in old and (n(old, EXPIRES) or 0) <= now_ms
+            update = self._update(write, now_ms, conditional=False, reset_created=expired)
+            yield Call("update_item", update["Update"])
+        if old is not None and old.get(DIGEST, {}).get("S") != write.digest:
+            stale = [key(address.pk, sk) for sk in _chunk_sks(old)]
+            yield from batch_write(self.table, [{"DeleteRequest": {"Key": k}} for k in stale])
+
+    def _scan(self, prefix: Namespace, vectors: bool) -> Op[list[dict[str, Any]]]:
+        attrs = [*READ, VECTORS] if vectors else list(READ)
+        items: list[dict[str, Any]] = []
+        partitions = yield from self._partitions(prefix)
+        for pk, begins in partitions:
+            items += yield from query_all(self.tables._query(pk, begins=begins, projection=attrs))
+        return items
+
+    def search(self, query: SearchQuery) -> Op[list[StoredItem]]:
+        items = yield from self._scan(query.prefix, query.vector is not None)
+        if query.conditions or query.vector is not None:
+            chunks = yield from self._chunks(items)
+            page = rank((self._decode(i, chunks) for i in items), query)
+        else:  # order needs no value: re-assemble chunked values of the page only
+            by_item = {(s(i, NS), s(i, KEY)): i for i in items}
+            page = rank((self._decode(i, _NO_VALUE) for i in items), query)
+            owners = [by_item[(namespace_text(p.namespace), p.key)] for p in page]
+            chunks = yield from self._chunks(owners)
+            for stored, owner in zip(page, owners, strict=True):
+                stored.value = decode_value(read_payload(owner, chunks))
+        if query.refresh:
+            due = {}
+            for stored in page:
+                if stored.ttl_minutes is not None:
+                    address = self.address(stored.namespace, stored.key)
+                    due[(address.pk, address.sk)] = stored
+            yield from self._refresh(due, query.now_ms)
+        return page
+
+    def namespaces(self, prefix: Namespace, now_ms: int) -> Op[list[Namespace]]:
+        found: set[Namespace] = set()
+        partitions = yield from self._partitions(prefix)
+        for pk, begins in partitions:
+            params = self.tables._query(pk, begins=begins, projection=[NS, EXPIRES])
+            for item in (yield from query_all(params)):
+                expires = n(item, EXPIRES)
+                namespace = namespace_of(s(item, NS))
+                if (expires is None or expires > now_ms) and in_prefix(namespace, prefix):
+                    found.add(namespace)
+        return sorted(found)
+
+    def sweep(self, now_ms: int) -> Op[int]:
+        removed = 0
+        partitions = yield from self._partitions(())
+        for pk, _ in partitions:
+            params = self.tables._query(pk, projection=[EXPIRES, NCHUNKS, DIGEST, WRITTEN, SIZE])
+            params["FilterExpression"] = "#xm <= :now OR begins_with(#sk, :k)"
+            params["ExpressionAttributeNames"].update({"#xm": EXPIRES, "#sk": SK})
+            params["ExpressionAttributeValues"].update({":now": N(now_ms), ":k": S("k#")})
+            items = yield from query_all(params)
+            expired = [i for i in items if s(i, SK).startswith(ITEM_KIND)]
+            doomed = {s(i, SK) for i in expired}
+            doomed.update(sk for i in expired for sk in _chunk_sks(i))
+            # chunks of a value being written have no owner yet: only old orphans go
+            for chunk in items:
+                sk = s(chunk, SK)
+                if sk.startswith("k#") and sk not in doomed:
+                    if (n(chunk, WRITTEN) or 0) < now_ms - ORPHAN_AGE_MS:
+                        parsed = dkeys.parse_sk(sk)
+                        digest = yield from self._digest(pk, parsed.owner)
+                        if digest != parsed.digest:
+                            doomed.add(sk)
+            yield from batch_write(
+                self.table, [{"DeleteRequest": {"Key": key(pk, sk)}} for sk in sorted(doomed)]
+            )
+            removed += len(expired)
+        return removed
+
+    def _digest(self, pk: str, sk: str) -> Op[str | None]:
+        """The chunk digest of the owner item ``sk`` (None when absent or inline)."""
+        result = yield Call(
+            "get_item",
+            {
+                "TableName": self.table,
+                "Key": key(pk, sk),
+                "ConsistentRead": True,
+                "ProjectionExpression": "#dg",
+                "ExpressionAttributeNames": {"#dg": DIGEST},
+            },
+        )
+        item = result.get("Item") or {}
+        return s(item, DIGEST) if DIGEST in item else None
+
+
+#: passed instead of chunks when the value is not needed (ordering only)
+_NO_VALUE: dict[str, dict[str, Any]] = {}
+
+
+def _chunk_sks(item: dict[str, Any]) -> tuple[str, ...]:
+    """Chunk sort keys of an owner item read with or without its value attribute."""
+    count = n(item, NCHUNKS)
+    if not count or VALUE in item or DIGEST not in item:
+        return ()
+    return tuple(dkeys.chunk_sk(s(item, SK), s(item, DIGEST), i) for i in range(count))
+
+
+def _transactions(
+    actions: list[dict[str, Any]], owners: list[int]
+) -> Iterator[tuple[list[dict[str, Any]], list[int]]]:
+    """Groups of at most 100 actions and about 4 MB."""
+    group: list[dict[str, Any]] = []
+    group_owners: list[int] = []
+    size = 0
+    for action, owner in zip(actions, owners, strict=True):
+        body = next(iter(action.values()))
+        weight = sum(size_of({k: v}) for k, v in body.get("ExpressionAttributeValues", {}).items())
+        if group and (len(group) >= TRANSACT_MAX_ITEMS or size + weight > TRANSACT_MAX_BYTES):
+            yield group, group_owners
+            group, group_owners, size = [], [], 0
+        group.append(action)
+        group_owners.append(owner)
+        size += weight
+    if group:
+        yield group, group_owners
+
+
+# --------------------------------------------------------------------------- public classes
+
+
+def _port(table_name: str, options: dict[str, Any]) -> tuple[DynamoDBMemory, dict[str, Any]]:
+    port = DynamoDBMemory(
+        table_name,
+        key_prefix=options.pop("key_prefix", "graphkeep"),
+        shard_labels=options.pop("shard_labels", DEFAULT_SHARD_LABELS),
+        compress=options.pop("compress", True),
+    )
+    return port, options
+
+
+class DynamoDBStore(SyncMemoryStore):
+    """LangGraph ``BaseStore`` on a boto3 low-level DynamoDB client.
+
+    Options: ``index``, ``ttl``, ``max_key_bytes`` (see ``MemoryStore``), ``key_prefix``
+    (stores sharing a table use different ones), ``shard_labels`` (leading namespace labels
+    that pick the partition, default 2) and ``compress`` (zlib level for values from 4 KiB).
+    """
+
+    def __init__(self, client: Any, table_name: str = "graphkeep", **options: Any) -> None:
+        port, rest = _port(table_name, dict(options))
+        self.client = client
+        self.table_name = table_name
+        super().__init__(port, _SyncExecutor(client, _describe(client, table_name)), **rest)
+
+    # the saver's client construction: a new boto3 client, closed on exit, setup() first
+    from_table: Any = classmethod(cast(Any, DynamoDBSaver.from_table).__func__)
+
+    @classmethod
+    @contextmanager
+    def from_url(cls, url: str, *, setup: bool = True, **options: Any) -> Iterator[DynamoDBStore]:
+        """``dynamodb://<table>?region=..&endpoint_url=..``: a store on a new client."""
+        table, kwargs = parse_url(url)
+        with cls.from_table(table, setup=setup, **kwargs, **options) as store:
+            yield store
+
+
+class AsyncDynamoDBStore(AsyncMemoryStore):
+    """LangGraph ``BaseStore`` on an aiobotocore DynamoDB client (native asyncio)."""
+
+    def __init__(self, client: Any, table_name: str = "graphkeep", **options: Any) -> None:
+        port, rest = _port(table_name, dict(options))
+        self.client = client
+        self.table_name = table_name
+        super().__init__(port, _AsyncExecutor(client, _describe(client, table_name)), **rest)
+
+    # the saver's aiobotocore client construction (it awaits ``asetup()``)
+    from_table: Any = classmethod(cast(Any, AsyncDynamoDBSaver.from_table).__func__)
+
+    async def asetup(self) -> None:
+        await self.setup()
+
+    @classmethod
+    @asynccontextmanager
+    async def from_url(
+        cls, url: str, *, setup: bool = True, **options: Any
+    ) -> AsyncIterator[AsyncDynamoDBStore]:
+        """``dynamodb://<table>?region=..&endpoint_url=..``: a store on a new async client."""
+        table, kwargs = parse_url(url)
+        async with cls.from_table(table, setup=setup, **kwargs, **options) as store:
+            yield store
