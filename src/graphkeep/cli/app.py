@@ -271,6 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("url", metavar="URL")
     p.add_argument("--print", action="store_true", help="print the schema instead of creating it")
+
+    from graphkeep.cli.store import add_store_commands
+
+    add_store_commands(sub, common, _add)
     return parser
 
 

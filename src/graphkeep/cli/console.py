@@ -51,7 +51,9 @@ def safe_url(url: str) -> str:
     masked = mask_url(url)
     try:
         parts = urlsplit(url)
-        has_secret = parts.password is not None or masked.split("?", 1)[-1] != url.split("?", 1)[-1]
+        has_secret = parts.password is not None or (
+            "?" in url and masked.split("?", 1)[-1] != url.split("?", 1)[-1]
+        )
     except ValueError:
         return masked
     return masked if has_secret else url
