@@ -230,6 +230,87 @@ def parse_url(url: str) -> tuple[str, dict[str, str]]:
     return parts.netloc, kwargs
 
 
+#: options that pick how the client is made (saver, store and cache alike)
+CLIENT_OPTIONS = ("session", "profile_name", "botocore_config")
+
+
+def client_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Take the client options out of ``options`` (what is left goes to the class)."""
+    return {name: options.pop(name) for name in CLIENT_OPTIONS if name in options}
+
+
+def _no_region(exc: Exception) -> ConfigurationError:
+    return ConfigurationError(
+        "no AWS region: pass region_name (or ?region= in the URL) or set AWS_DEFAULT_REGION"
+    )
+
+
+@contextmanager
+def sync_client(
+    region_name: str | None = None,
+    endpoint_url: str | None = None,
+    *,
+    session: Any = None,
+    profile_name: str | None = None,
+    botocore_config: Any = None,
+) -> Iterator[Any]:
+    """A new boto3 DynamoDB client, closed on exit."""
+    try:
+        if session is None:
+            session = boto3.session.Session(profile_name=profile_name)
+        client = session.client(
+            "dynamodb",
+            region_name=region_name,
+            endpoint_url=endpoint_url,
+            config=botocore_config or _client_config(),
+        )
+    except NoRegionError as exc:
+        raise _no_region(exc) from exc
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@asynccontextmanager
+async def async_client(
+    region_name: str | None = None,
+    endpoint_url: str | None = None,
+    *,
+    session: Any = None,
+    profile_name: str | None = None,
+    botocore_config: Any = None,
+) -> AsyncIterator[Any]:
+    """A new aiobotocore DynamoDB client, closed on exit."""
+    try:
+        from aiobotocore.config import AioConfig
+        from aiobotocore.session import get_session
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise ConfigurationError(
+            "the async DynamoDB backend needs aiobotocore: pip install 'graphkeep[dynamodb]'"
+        ) from exc
+    if session is None:
+        session = get_session()
+        if profile_name:
+            session.set_config_variable("profile", profile_name)
+    config = botocore_config or AioConfig(
+        retries={"total_max_attempts": 2, "mode": "standard"},
+        connect_timeout=5,
+        read_timeout=30,
+    )
+    try:
+        context = session.create_client(
+            "dynamodb", region_name=region_name, endpoint_url=endpoint_url, config=config
+        )
+        client = await context.__aenter__()
+    except NoRegionError as exc:
+        raise _no_region(exc) from exc
+    try:
+        yield client
+    finally:
+        await context.__aexit__(None, None, None)
+
+
 class DynamoDBSaver(SyncSaver):
     """Sync saver on a boto3 low-level DynamoDB client (``boto3.client("dynamodb")``)."""
 
@@ -268,26 +349,17 @@ class DynamoDBSaver(SyncSaver):
         **options: Any,
     ) -> Iterator[DynamoDBSaver]:
         """A saver on a new client (closed on exit); ``setup()`` first unless ``setup=False``."""
-        try:
-            if session is None:
-                session = boto3.session.Session(profile_name=profile_name)
-            client = session.client(
-                "dynamodb",
-                region_name=region_name,
-                endpoint_url=endpoint_url,
-                config=botocore_config or _client_config(),
-            )
-        except NoRegionError as exc:
-            raise ConfigurationError(
-                "no AWS region: pass region_name (or ?region= in the URL) or set AWS_DEFAULT_REGION"
-            ) from exc
-        try:
+        with sync_client(
+            region_name,
+            endpoint_url,
+            session=session,
+            profile_name=profile_name,
+            botocore_config=botocore_config,
+        ) as client:
             saver = cls(client, table_name, **options)
             if setup:
                 saver.setup()
             yield saver
-        finally:
-            client.close()
 
     @classmethod
     @contextmanager
@@ -325,38 +397,17 @@ class AsyncDynamoDBSaver(AsyncSaver):
         **options: Any,
     ) -> AsyncIterator[AsyncDynamoDBSaver]:
         """A saver on a new aiobotocore client (closed on exit); ``asetup()`` unless told not to."""
-        try:
-            from aiobotocore.config import AioConfig
-            from aiobotocore.session import get_session
-        except ImportError as exc:  # pragma: no cover - exercised only without the extra
-            raise ConfigurationError(
-                "the async DynamoDB saver needs aiobotocore: pip install 'graphkeep[dynamodb]'"
-            ) from exc
-        if session is None:
-            session = get_session()
-            if profile_name:
-                session.set_config_variable("profile", profile_name)
-        config = botocore_config or AioConfig(
-            retries={"total_max_attempts": 2, "mode": "standard"},
-            connect_timeout=5,
-            read_timeout=30,
-        )
-        try:
-            context = session.create_client(
-                "dynamodb", region_name=region_name, endpoint_url=endpoint_url, config=config
-            )
-            client = await context.__aenter__()
-        except NoRegionError as exc:
-            raise ConfigurationError(
-                "no AWS region: pass region_name (or ?region= in the URL) or set AWS_DEFAULT_REGION"
-            ) from exc
-        try:
+        async with async_client(
+            region_name,
+            endpoint_url,
+            session=session,
+            profile_name=profile_name,
+            botocore_config=botocore_config,
+        ) as client:
             saver = cls(client, table_name, **options)
             if setup:
                 await saver.asetup()
             yield saver
-        finally:
-            await context.__aexit__(None, None, None)
 
     @classmethod
     @asynccontextmanager

@@ -32,12 +32,12 @@ from typing import Any
 from langgraph.cache.base import FullKey, Namespace
 
 from graphkeep.backends.dynamodb import (
-    AsyncDynamoDBSaver,
-    DynamoDBSaver,
     _AsyncExecutor,
     _describe,
     _SyncExecutor,
+    async_client,
     parse_url,
+    sync_client,
 )
 from graphkeep.backends.dynamodb import keys as keyspace
 from graphkeep.backends.dynamodb.items import (
@@ -211,9 +211,8 @@ class DynamoDBCache(SyncNodeCache):
         **client_options: Any,
     ) -> Iterator[DynamoDBCache]:
         table, kwargs = parse_url(url)
-        # the saver's from_table makes (and closes) the client exactly as for checkpoints
-        with DynamoDBSaver.from_table(table, setup=False, **kwargs, **client_options) as saver:
-            cache = cls(saver.client, table, serde=serde, key_prefix=key_prefix)
+        with sync_client(**kwargs, **client_options) as client:
+            cache = cls(client, table, serde=serde, key_prefix=key_prefix)
             if setup:
                 cache.setup()
             yield cache
@@ -247,10 +246,8 @@ class AsyncDynamoDBCache(AsyncNodeCache):
         **client_options: Any,
     ) -> AsyncIterator[AsyncDynamoDBCache]:
         table, kwargs = parse_url(url)
-        async with AsyncDynamoDBSaver.from_table(
-            table, setup=False, **kwargs, **client_options
-        ) as saver:
-            cache = cls(saver.client, table, serde=serde, key_prefix=key_prefix)
+        async with async_client(**kwargs, **client_options) as client:
+            cache = cls(client, table, serde=serde, key_prefix=key_prefix)
             if setup:
                 await cache.setup()
             yield cache

@@ -57,15 +57,16 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from graphkeep.backends.dynamodb import (
-    AsyncDynamoDBSaver,
-    DynamoDBSaver,
     _AsyncExecutor,
     _describe,
     _SyncExecutor,
+    async_client,
+    client_options,
     parse_url,
+    sync_client,
 )
 from graphkeep.backends.dynamodb import keys as dkeys
 from graphkeep.backends.dynamodb.items import (
@@ -614,8 +615,27 @@ class DynamoDBStore(SyncMemoryStore):
         self.table_name = table_name
         super().__init__(port, _SyncExecutor(client, _describe(client, table_name)), **rest)
 
-    # the saver's client construction: a new boto3 client, closed on exit, setup() first
-    from_table: Any = classmethod(cast(Any, DynamoDBSaver.from_table).__func__)
+    @classmethod
+    @contextmanager
+    def from_table(
+        cls,
+        table_name: str,
+        region_name: str | None = None,
+        endpoint_url: str | None = None,
+        *,
+        setup: bool = True,
+        **options: Any,
+    ) -> Iterator[DynamoDBStore]:
+        """A store on a new client (closed on exit); ``setup()`` first unless ``setup=False``.
+        Client options as for ``DynamoDBSaver.from_table``."""
+        with sync_client(region_name, endpoint_url, **client_options(options)) as client:
+            store = cls(client, table_name, **options)
+            if setup:
+                store.setup()
+            try:
+                yield store
+            finally:
+                store.stop_ttl_sweeper(0)
 
     @classmethod
     @contextmanager
@@ -635,11 +655,26 @@ class AsyncDynamoDBStore(AsyncMemoryStore):
         self.table_name = table_name
         super().__init__(port, _AsyncExecutor(client, _describe(client, table_name)), **rest)
 
-    # the saver's aiobotocore client construction (it awaits ``asetup()``)
-    from_table: Any = classmethod(cast(Any, AsyncDynamoDBSaver.from_table).__func__)
-
-    async def asetup(self) -> None:
-        await self.setup()
+    @classmethod
+    @asynccontextmanager
+    async def from_table(
+        cls,
+        table_name: str,
+        region_name: str | None = None,
+        endpoint_url: str | None = None,
+        *,
+        setup: bool = True,
+        **options: Any,
+    ) -> AsyncIterator[AsyncDynamoDBStore]:
+        """A store on a new aiobotocore client (closed on exit); ``setup()`` unless told not to."""
+        async with async_client(region_name, endpoint_url, **client_options(options)) as client:
+            store = cls(client, table_name, **options)
+            if setup:
+                await store.setup()
+            try:
+                yield store
+            finally:
+                await store.stop_ttl_sweeper(0)
 
     @classmethod
     @asynccontextmanager
