@@ -11,6 +11,13 @@ import sys
 from conformance.runner import SetupReport, render_matrix, render_problems, run_setup
 from conformance.setups import all_setups, enabled_names, selected
 from conformance.spec import GROUPS
+from conformance.store import CAPABILITIES as STORE_CAPABILITIES
+from conformance.store_runner import (
+    StoreReport,
+    render_store_matrix,
+    render_store_problems,
+    run_store_setup,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,6 +34,14 @@ def _parser() -> argparse.ArgumentParser:
         "--group", action="append", choices=GROUPS, help="spec group to run (repeatable)"
     )
     parser.add_argument("--no-official", action="store_true", help="skip the official suite")
+    parser.add_argument(
+        "--capability",
+        action="append",
+        choices=STORE_CAPABILITIES,
+        help="store capability to run (repeatable)",
+    )
+    parser.add_argument("--no-store", action="store_true", help="skip the STORE section")
+    parser.add_argument("--store-only", action="store_true", help="only the STORE section")
     parser.add_argument("-v", "--verbose", action="store_true", help="full tracebacks")
     return parser
 
@@ -42,20 +57,37 @@ def main(argv: list[str] | None = None) -> int:
     except KeyError as exc:
         print(exc.args[0], file=sys.stderr)
         return 2
+    progress = _progress if args.verbose else None
     reports: list[SetupReport] = []
-    for setup in setups:
+    for setup in [] if args.store_only else setups:
         print(f"== {setup.name} ({setup.url})", file=sys.stderr, flush=True)
-        progress = _progress if args.verbose else None
         reports.append(
             run_setup(
                 setup, groups=args.group, with_official=not args.no_official, progress=progress
             )
         )
-    print(render_matrix(reports))
-    problems = render_problems(reports, verbose=args.verbose)
+    store_reports: list[StoreReport] = []
+    for setup in [] if args.no_store else setups:
+        print(f"== {setup.name} store ({setup.url})", file=sys.stderr, flush=True)
+        store_reports.append(
+            run_store_setup(setup, capabilities=args.capability, progress=progress)
+        )
+    sections = [render_matrix(reports)] if reports else []
+    sections += [render_store_matrix(store_reports)] if store_reports else []
+    print("\n\n".join(sections))
+    problems = "\n".join(
+        p
+        for p in (
+            render_problems(reports, verbose=args.verbose),
+            render_store_problems(store_reports, verbose=args.verbose),
+        )
+        if p
+    )
     if problems:
         print("\n" + problems)
-    return 0 if reports and all(r.ok for r in reports) else 1
+    ran = bool(reports or store_reports)
+    passed = all(r.ok for r in reports) and all(r.ok for r in store_reports)
+    return 0 if ran and passed else 1
 
 
 if __name__ == "__main__":

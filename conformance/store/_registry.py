@@ -1,0 +1,49 @@
+"""The store case registry: plain functions taking a `StoreFactory`, grouped by capability."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from conformance.factory import BOTH, Mode
+from conformance.store._api import StoreFactory
+
+CaseFn = Callable[[StoreFactory], None]
+
+CAPABILITIES: tuple[str, ...] = (
+    "get_put_delete",
+    "batch",
+    "filters",
+    "prefix_search",
+    "list_namespaces",
+    "ttl",
+    "semantic_search",
+    "bad_input",
+    "cache",  # LangGraph BaseCache (node cache); cases in cache.py
+)
+
+
+@dataclass(frozen=True)
+class StoreCase:
+    capability: str
+    name: str
+    fn: CaseFn
+    modes: tuple[Mode, ...]
+
+    def __call__(self, factory: StoreFactory) -> None:
+        self.fn(factory)
+
+
+CASES: list[StoreCase] = []
+
+
+def case(capability: str, *, modes: tuple[Mode, ...] = BOTH) -> Callable[[CaseFn], CaseFn]:
+    """Register a store case; it runs through the sync API, the async API or both."""
+    if capability not in CAPABILITIES:
+        raise ValueError(f"unknown store capability {capability!r}")
+
+    def register(fn: CaseFn) -> CaseFn:
+        CASES.append(StoreCase(capability, fn.__name__, fn, modes))
+        return fn
+
+    return register

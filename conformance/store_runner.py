@@ -1,0 +1,133 @@
+"""The STORE section of the matrix: every set-up x store capability, sync and async.
+
+Mirrors `runner.py` for savers: a failing case never stops the run, a backend without a store
+module is "skip", a server that does not answer is "down"; a capability a backend does not
+offer yet (the node cache) counts its cases as skipped, shown as "skip" in its cell.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from conformance.factory import BackendNotReady, Mode, ServiceUnavailable, ensure_reachable
+from conformance.setups import Setup
+from conformance.store import CAPABILITIES, StoreCase, StoreFactory, runs, store_connector_for
+from conformance.store._api import StoreConnector
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class StoreCaseOutcome:
+    capability: str
+    name: str
+    mode: Mode
+    error: str | None = None
+    skipped: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.skipped is None
+
+    @property
+    def label(self) -> str:
+        return f"{self.capability}.{self.name}[{self.mode}]"
+
+
+@dataclass
+class StoreReport:
+    setup: Setup
+    capabilities: list[str]
+    skipped: str | None = None
+    unavailable: str | None = None
+    cases: list[StoreCaseOutcome] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.skipped or self.unavailable) and all(c.ok for c in self.cases)
+
+    def cell(self, capability: str) -> str:
+        if self.skipped or self.unavailable:
+            return "skip" if self.skipped else "down"
+        outcomes = [c for c in self.cases if c.capability == capability]
+        if outcomes and all(c.skipped for c in outcomes):
+            return "skip"
+        return f"{sum(c.ok for c in outcomes)}/{len(outcomes)}" if outcomes else "-"
+
+
+def run_store_case(
+    case: StoreCase, mode: Mode, setup: Setup, connector: StoreConnector
+) -> StoreCaseOutcome:
+    """One case in one mode with a fresh key prefix, then its cleanup."""
+    outcome = StoreCaseOutcome(case.capability, case.name, mode)
+    factory = StoreFactory(setup, connector, mode)
+    try:
+        case(factory)
+    except BackendNotReady as exc:
+        outcome.skipped = str(exc)
+    except Exception:
+        outcome.error = traceback.format_exc()
+    try:
+        factory.purge()
+    except Exception:
+        outcome.error = (outcome.error or "") + "cleanup failed:\n" + traceback.format_exc()
+    return outcome
+
+
+def run_store_setup(
+    setup: Setup, *, capabilities: list[str] | None = None, progress: Progress | None = None
+) -> StoreReport:
+    report = StoreReport(setup, capabilities or list(CAPABILITIES))
+    try:
+        connector = store_connector_for(setup)
+        ensure_reachable(setup)
+    except BackendNotReady as exc:
+        report.skipped = str(exc)
+        return report
+    except ServiceUnavailable as exc:
+        report.unavailable = str(exc)
+        return report
+    for case, mode in runs(report.capabilities):
+        if progress is not None:
+            progress(f"{setup.name}: store {case.capability}.{case.name}[{mode}]")
+        report.cases.append(run_store_case(case, mode, setup, connector))
+    return report
+
+
+def render_store_matrix(reports: list[StoreReport]) -> str:
+    """STORE: one row per set-up, one column per capability (sync + async cases)."""
+    capabilities = reports[0].capabilities if reports else list(CAPABILITIES)
+    header = ["store", *capabilities, "result"]
+    rows = [
+        [r.setup.name, *(r.cell(c) for c in capabilities), "PASS" if r.ok else "FAIL"]
+        for r in reports
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    separator = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join(["STORE", line(header), separator, *(line(row) for row in rows)])
+
+
+def render_store_problems(reports: list[StoreReport], *, verbose: bool = False) -> str:
+    out: list[str] = []
+    for report in reports:
+        name = report.setup.name
+        if report.skipped:
+            out.append(f"[{name}] store skipped: {report.skipped}")
+        if report.unavailable:
+            out.append(f"[{name}] store FAILED: {report.unavailable}")
+        for case in report.cases:
+            if case.skipped:
+                out.append(f"[{name}] store {case.label} skipped: {case.skipped}")
+            if case.error:
+                trace = case.error.rstrip().splitlines()
+                shown = trace if verbose else trace[-6:]
+                out.append(
+                    f"[{name}] store {case.label} failed:\n" + "\n".join("    " + t for t in shown)
+                )
+    return "\n".join(out)
