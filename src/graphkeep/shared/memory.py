@@ -29,6 +29,7 @@ import asyncio
 import concurrent.futures
 import hashlib
 import math
+import operator
 import struct
 import threading
 import time
@@ -425,16 +426,21 @@ def in_prefix(namespace: Namespace, prefix: Namespace) -> bool:
 
 
 def score(query: Sequence[float], vector: Sequence[float], distance: str) -> float:
-    dot = math.fsum(q * v for q, v in zip(query, vector, strict=False))
-    if distance == "inner_product":
-        return dot
+    """PostgresStore's score conventions: cosine similarity, minus the L2 distance, or the
+    inner product."""
     if distance == "l2":
-        return -math.sqrt(math.fsum((q - v) ** 2 for q, v in zip(query, vector, strict=False)))
-    norm = math.sqrt(math.fsum(q * q for q in query)) * math.sqrt(math.fsum(v * v for v in vector))
+        return -math.sqrt(sum((q - v) ** 2 for q, v in zip(query, vector, strict=False)))
+    dot: float = sum(map(operator.mul, query, vector))
+    if distance == "inner_product":
+        return float(dot)
+    norm = math.sqrt(sum(map(operator.mul, query, query))) * math.sqrt(
+        sum(map(operator.mul, vector, vector))
+    )
     return dot / norm if norm else 0.0
 
 
 def best_score(item: StoredItem, query: SearchQuery) -> float | None:
+    """The best score among the item's embedded texts (None when it has none)."""
     assert query.vector is not None
     scores = [score(query.vector, unpack_vector(v.data), query.distance) for v in item.vectors]
     return max(scores) if scores else None
