@@ -162,7 +162,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         rounds = args.rounds or (1 if args.quick else suite.default_rounds)
         print(f"suite {name}: {turns} turns per workload, {rounds} round(s)")
         try:
-            run_suite(suite, replace(options, rounds=rounds), args.out, chart=not args.no_chart)
+            if suite.run is not None:  # the store suite: its own workload and report
+                suite.run(replace(options, rounds=rounds), args.out, not args.no_chart)
+            else:
+                run_suite(suite, replace(options, rounds=rounds), args.out, chart=not args.no_chart)
             ran += 1
         except BenchError as exc:
             print(f"error: {name}: {exc}", file=sys.stderr)

@@ -14,6 +14,7 @@ import importlib
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from graphkeep.bench.workloads import (
@@ -31,6 +32,7 @@ SUITES: dict[str, str] = {
     "redis": "graphkeep.bench.suites.redis",
     "mongodb": "graphkeep.bench.suites.mongodb",
     "dynamodb": "graphkeep.bench.suites.dynamodb",
+    "store": "graphkeep.bench.suites.store",
 }
 
 
@@ -115,6 +117,9 @@ class Suite:
     #: bytes of the one large message each contender is also given (``None``: not run)
     large_message: int | None = None
     notes: list[str] = field(default_factory=list)
+    #: a suite with its own workload and report (the store suite): runs instead of the
+    #: saver workloads, given the options, the output directory and whether to chart
+    run: Callable[[Options, Path, bool], object] | None = None
 
 
 def faster_per_turn(results: list[Result], rival: str) -> list[tuple[str, bool]]:

@@ -1,0 +1,99 @@
+"""The store bench (workload S1): graphkeep on Redis and InMemoryStore, tiny size.
+
+The rivals (RedisStore on Redis Stack, MongoDBStore, DynamoDBStore) are optional: the
+suite runs them when their server and package are there, and these tests do not ask for
+them.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from graphkeep.bench.store_workload import (
+    KINDS,
+    OpResult,
+    Sizes,
+    calls,
+    embed,
+    exact_scores,
+    same_top_k,
+)
+from graphkeep.bench.suites import Options, load
+from graphkeep.bench.suites import store as store_suite
+
+from .conftest import REDIS_URL
+
+pytestmark = pytest.mark.redis
+
+TINY = Options(turns=3)  # S1 at 6%: 60 items, 120 gets, 12 + 6 searches, 1 list
+
+
+def test_the_embedding_is_local_deterministic_and_unit_length() -> None:
+    first, again = embed(["Coffee in the morning", "jazz piano"]), embed(["coffee in the MORNING"])
+    assert first[0] == again[0]
+    assert all(len(v) == 64 and math.isclose(sum(x * x for x in v), 1.0) for v in first)
+    assert first[0] != first[1]
+
+
+def test_s1_is_the_same_calls_every_time_at_every_scale() -> None:
+    full = Sizes.full()
+    assert (full.items, full.namespaces, full.gets, full.searches) == (1000, 20, 2000, 200)
+    assert (full.semantic, full.list_namespaces) == (100, 20)
+    tiny = Sizes.scaled(0.06)
+    assert calls(tiny) == calls(tiny)
+    assert len({ns for ns, _, _ in calls(tiny).puts}) == 20
+    assert all(tiny.calls(kind) >= 1 for kind in KINDS)
+
+
+def test_a_top_10_may_differ_from_the_reference_only_among_equal_scores() -> None:
+    sizes = Sizes.scaled(0.06)
+    scores = exact_scores(sizes)
+    reference = OpResult(calls=len(scores))
+    for by_id in scores:
+        ranked = sorted(by_id, key=lambda i: -by_id[i])[:10]
+        reference.answers.append(ranked)
+        reference.scores.append([by_id[i] for i in ranked])
+    assert same_top_k(reference, reference, sizes) is True
+    worse = OpResult(calls=reference.calls, answers=[list(a) for a in reference.answers])
+    by_id = scores[0]
+    last = sorted(by_id, key=lambda i: -by_id[i])[-1]
+    worse.answers[0][0] = last  # the lowest-scored item at rank 1
+    assert same_top_k(worse, reference, sizes) is False
+
+
+def test_quick_store_suite_runs_graphkeep_and_in_memory_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REDIS_URL", REDIS_URL)
+    outcomes = store_suite.run(TINY, tmp_path, False, only={"InMemoryStore", "graphkeep-redis"})
+    by = {o.name: o for o in outcomes}
+    reference = by["InMemoryStore"].result
+    assert reference is not None
+    assert set(reference.ops) == set(KINDS)
+    assert all(op.error is None and op.requests is None for op in reference.ops.values())
+    written = (tmp_path / "store.md").read_text()
+    assert "| get | InMemoryStore |" in written
+
+    graphkeep = by["graphkeep-redis"]
+    if graphkeep.skipped and "not available yet" in graphkeep.skipped:
+        pytest.skip(graphkeep.skipped)
+    assert graphkeep.result is not None, graphkeep.skipped
+    for kind, op in graphkeep.result.ops.items():
+        assert op.error is None, (kind, op.error)
+        assert op.calls == TINY_SIZES.calls(kind)
+        assert op.requests_per_op is not None and op.requests_per_op >= 1, kind
+    assert graphkeep.result.ops["get"].answers == reference.ops["get"].answers
+    assert store_suite.top_k_column(outcomes, TINY_SIZES)["graphkeep-redis"] == "yes"
+    assert "| graphkeep-redis | yes |" in written
+
+
+def test_the_store_suite_is_registered_with_its_own_runner() -> None:
+    suite = load("store")
+    assert suite.name == "store" and suite.run is not None
+    assert suite.unavailable() is None  # InMemoryStore always runs
+
+
+TINY_SIZES = Sizes.scaled(TINY.turns / store_suite.FULL_TURNS)
