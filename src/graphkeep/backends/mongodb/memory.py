@@ -242,14 +242,18 @@ class MongoDBMemory:
         self, keys: list[ItemKey], refresh: list[bool], now_ms: int, vectors: bool = False
     ) -> Op[list[StoredItem | None]]:
         ids = [item_id(ns, key) for ns, key in keys]
+        unique = sorted(set(ids))
+        # by _id alone, the lookup every MongoDB-compatible server indexes; expiry is checked
+        # here (an expiry condition in the query makes some servers scan the collection)
         docs: list[Mapping[str, Any]] = yield Command(
             self.collection,
             "find",
-            ({"_id": {"$in": sorted(set(ids))}, **live(now_ms)},),
+            ({"_id": unique[0] if len(unique) == 1 else {"$in": unique}},),
             {"projection": WITH_VECTORS if vectors else ITEM_FIELDS},
         )
         found = {doc["_id"]: item_of(doc) for doc in docs}
         items = [found.get(i) for i in ids]
+        items = [item if item is not None and item.live(now_ms) else None for item in items]
         stale = {id(s): s for s, r in zip(items, refresh, strict=True) if s is not None and r}
         yield from self._refresh(list(stale.values()), now_ms)
         return items
@@ -265,8 +269,6 @@ class MongoDBMemory:
                     f" item holds at most {MAX_VALUE_BYTES} (16 MiB documents)"
                 )
             _id = item_id(item.namespace, item.key)
-            # an expired item not yet swept is replaced as a new one (created_at anew)
-            removals.append(DeleteOne({"_id": _id, "expires_ms": {"$lte": now_ms}}))
             expires = item.expires_ms
             fields = {
                 "ns": namespace_text(item.namespace),
@@ -290,7 +292,8 @@ class MongoDBMemory:
                     upsert=True,
                 )
             )
-        # ordered: every delete (one command) before every upsert (one command)
+        # upserts by _id alone: created_us survives until the item is deleted or swept, as
+        # in PostgresStore (a put is one command; no delete of an expired item first)
         if removals or upserts:
             yield Command(self.collection, "bulk_write", (removals + upserts,), {"ordered": True})
 
