@@ -366,12 +366,25 @@ class DynamoDBMemory:
         wanted = list({(a.pk, a.sk): a for a in addresses if a.fits})
         attrs = [*READ, VECTORS] if vectors else list(READ)
         names = {f"#p{i}": a for i, a in enumerate([PK, SK, *attrs])}
-        found = yield from batch_get(
-            self.table,
-            [key(pk, sk) for pk, sk in wanted],
-            projection=", ".join(names),
-            names=names,
-        )
+        if len(wanted) == 1:  # one key: GetItem, the cheapest strongly consistent read
+            reply = yield Call(
+                "get_item",
+                {
+                    "TableName": self.table,
+                    "Key": key(*wanted[0]),
+                    "ConsistentRead": True,
+                    "ProjectionExpression": ", ".join(names),
+                    "ExpressionAttributeNames": names,
+                },
+            )
+            found = [reply["Item"]] if reply.get("Item") else []
+        else:
+            found = yield from batch_get(
+                self.table,
+                [key(pk, sk) for pk, sk in wanted],
+                projection=", ".join(names),
+                names=names,
+            )
         chunks = yield from self._chunks(found)
         by_key = {(s(i, PK), s(i, SK)): self._decode(i, chunks) for i in found}
         results: list[StoredItem | None] = []
