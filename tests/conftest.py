@@ -14,6 +14,8 @@ import pytest
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:16379/0")
 REDIS_CLUSTER_URL = os.environ.get("REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:17001")
+#: Redis with the Query Engine (./dev test starts it): the store's vector index path
+REDIS_STACK_URL = os.environ.get("REDIS_STACK_URL", "redis://127.0.0.1:16380/0")
 
 
 def unique_prefix(tag: str = "t") -> str:

@@ -17,7 +17,7 @@ import graphkeep
 from graphkeep.backends.redis.memory import AsyncRedisStore, RedisStore
 from graphkeep.errors import ConfigurationError, InvalidFilter, InvalidInput, SerializationError
 
-from .conftest import REDIS_CLUSTER_URL, REDIS_URL, unique_prefix
+from .conftest import REDIS_CLUSTER_URL, REDIS_STACK_URL, REDIS_URL, unique_prefix
 from .test_redis import CountingConnection, _client
 
 pytestmark = pytest.mark.redis
@@ -257,4 +257,69 @@ def test_unknown_options_are_refused() -> None:
             pass
     with pytest.raises(ConfigurationError, match="shard_labels"):
         with graphkeep.connect_store(REDIS_URL, shard_labels=0):
+            pass
+
+
+# -- the Query Engine vector index (vector_index=True, on a Redis with RediSearch) ----------
+
+
+def _corpus() -> list[tuple[tuple[str, ...], str, dict[str, Any]]]:
+    words = [f"w{i}" for i in range(40)]
+    docs = []
+    for i in range(240):
+        text = " ".join(words[(i * 7 + j * 5) % len(words)] for j in range(1 + i % 5))
+        title = " ".join(words[(i * 3 + j) % len(words)] for j in range(2))
+        docs.append((("users", f"u{i % 4}", "m"), f"k{i}", {"text": text, "title": title, "n": i}))
+    return docs
+
+
+@pytest.mark.parametrize("distance", ["cosine", "l2", "inner_product"])
+def test_vector_index_answers_exactly_as_the_scan(distance: str) -> None:
+    index = {"dims": DIMS, "embed": embed, "fields": ["text", "title"], "distance_type": distance}
+    prefix = unique_prefix("vi")
+    docs = _corpus()
+    client = redis.Redis.from_url(REDIS_STACK_URL)
+    # written without the index first: setup() with vector_index=True indexes what is there
+    with graphkeep.connect_store(REDIS_STACK_URL, key_prefix=prefix, index=index) as plain:
+        plain.batch([PutOp(*d) for d in docs[:200]])
+    with graphkeep.connect_store(
+        REDIS_STACK_URL, key_prefix=prefix, index=index, vector_index=True
+    ) as indexed:
+        indexed.batch([PutOp(*d) for d in docs[200:]])  # and what is written after
+        indexed.delete(("users", "u0", "m"), "k0")
+        indexed.put(("users", "u1", "m"), "k1", {"text": "w3 w4 w5", "n": 1})
+        indexed.put(("users", "u2", "m"), "k2", {"text": "w6", "n": 2}, index=False)
+        name = indexed.port.index_name  # type: ignore[attr-defined]
+        assert name and int(client.ft(name).info()["num_docs"]) > 0
+        for query, options in [
+            ("w1 w2", {"limit": 10}),
+            ("w3 w4 w5", {"limit": 7, "offset": 5}),
+            ("w9", {"limit": 10, "filter": {"n": {"$gt": 120}}}),
+            ("w10 w11", {"limit": 3, "filter": {"n": {"$lt": 5}}}),
+        ]:
+            for ns in [("users",), ("users", "u1")]:
+                fast = indexed.search(ns, query=query, **options)
+                with graphkeep.connect_store(
+                    REDIS_STACK_URL, key_prefix=prefix, index=index
+                ) as plain:
+                    exact = plain.search(ns, query=query, **options)
+                assert [h.key for h in fast] == [h.key for h in exact]
+                assert [h.score for h in fast] == pytest.approx([h.score for h in exact], abs=1e-5)
+        assert all(h.key != "k2" for h in indexed.search(("users",), query="w6", limit=300))
+        indexed.batch([PutOp(ns, key, None) for ns, key, _ in docs])
+        assert int(client.ft(name).info()["num_docs"]) == 0  # entries go with their items
+        client.ft(name).dropindex()
+    client.close()
+
+
+def test_vector_index_is_refused_where_it_cannot_work() -> None:
+    index = {"dims": DIMS, "embed": embed}
+    with pytest.raises(ConfigurationError, match="Query Engine"):
+        with graphkeep.connect_store(REDIS_URL, index=index, vector_index=True):
+            pass
+    with pytest.raises(ConfigurationError, match="single Redis server"):
+        with graphkeep.connect_store(REDIS_CLUSTER_URL, index=index, vector_index=True):
+            pass
+    with pytest.raises(ConfigurationError, match="needs an index"):
+        with graphkeep.connect_store(REDIS_STACK_URL, vector_index=True):
             pass

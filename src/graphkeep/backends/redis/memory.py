@@ -19,15 +19,27 @@ returned, and the partition never holds them for long), then does its work: a ge
 a search (filters evaluated next to the data, semantic scoring in Lua over float32
 vectors) or a listing — one round trip. Requests that touch several partitions are sent
 as one pipeline (one round trip on a single node; one per node on a cluster).
+
+``vector_index=True`` (a single server with the Query Engine: Redis 8, Redis Stack, Valkey
+with valkey-search) also keeps every embedding as a hash ``<prefix>:m1:vectors:<dims>:<metric>:
+<sha1(member)>:<n>`` (fields ``m`` member, ``p`` the tags of the namespace's prefixes, ``v``
+the vector) under an exact FLAT index; the same search script then asks ``FT.SEARCH`` for
+the nearest neighbours instead of scoring every item, widening ``K`` until the page is full
+after filters and ties are settled, so answers equal the scan's. ``setup()`` creates the
+index and indexes items written before it.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from typing import Any, cast
 
 import orjson
+import redis
+import redis.asyncio as aredis
+from redis.exceptions import ResponseError
 
 from graphkeep.backends.redis import (
     _AsyncExecutor,
@@ -44,6 +56,7 @@ from graphkeep.shared.keys import mask_url
 from graphkeep.shared.memory import (
     AsyncMemoryStore,
     ItemKey,
+    MemoryStore,
     Namespace,
     SearchQuery,
     StoredItem,
@@ -61,7 +74,7 @@ from graphkeep.shared.port import Op
 __all__ = ["STORE_OPTIONS", "AsyncRedisStore", "RedisMemory", "RedisStore"]
 
 #: options beyond the common ones (see ``graphkeep.connect_store``)
-STORE_OPTIONS = frozenset({"shard_labels"})
+STORE_OPTIONS = frozenset({"shard_labels", "vector_index"})
 FORMAT = "m1"
 PURGE_LIMIT = 1000
 
@@ -69,9 +82,48 @@ PRELUDE = (
     f"local PURGE = {PURGE_LIMIT}\n"
     + r"""
 local I, U, E, T, V, N = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-
 local function ns_of(member)
   return string.sub(member, 1, string.find(member, '\0', 1, true) - 1)
+end
+
+-- with a Query Engine vector index: every embedding is also a hash XP<sha1(member)>:<i>
+local XP = KEYS[7]
+
+local function vector_keys(member, blob)
+  local h = struct.unpack('>I4', blob)
+  local header = cmsgpack.unpack(string.sub(blob, 5, 4 + h))
+  return XP .. redis.sha1hex(member) .. ':', #header, h
+end
+
+local function unindex(member)
+  if not XP then return end
+  local blob = redis.call('HGET', V, member)
+  if not blob then return end
+  local base, n = vector_keys(member, blob)
+  for i = 1, n do redis.call('DEL', base .. i) end
+end
+
+-- the item's namespace and every prefix of it, as tags (sha1 of the labels joined by '.')
+local function tags(member)
+  local ns, out, at = ns_of(member), {}, 0
+  while true do
+    at = string.find(ns, '.', at + 1, true)
+    out[#out + 1] = string.sub(redis.sha1hex(string.sub(ns, 1, (at or 0) - 1)), 1, 20)
+    if not at then break end
+  end
+  return table.concat(out, ' ')
+end
+
+local function index(member, blob)
+  if not XP or blob == '' then return end
+  local base, n, h = vector_keys(member, blob)
+  local tagged = tags(member)
+  local size = (#blob - 4 - h) / n
+  for i = 1, n do
+    local first = 5 + h + (i - 1) * size
+    redis.call('HSET', base .. i, 'm', member, 'p', tagged,
+               'v', string.sub(blob, first, first + size - 1))
+  end
 end
 
 local function remove(member)
@@ -79,6 +131,7 @@ local function remove(member)
     redis.call('ZREM', U, member)
     redis.call('ZREM', E, member)
     redis.call('HDEL', T, member)
+    unindex(member)
     redis.call('HDEL', V, member)
     local ns = ns_of(member)
     if redis.call('HINCRBY', N, ns, -1) <= 0 then redis.call('HDEL', N, ns) end
@@ -170,8 +223,10 @@ for _ = 1, n do
     redis.call('ZREM', E, member)
     redis.call('HDEL', T, member)
   end
+  unindex(member)
   if ARGV[i + 6] ~= '' then
     redis.call('HSET', V, member, ARGV[i + 6])
+    index(member, ARGV[i + 6])
   else
     redis.call('HDEL', V, member)
   end
@@ -186,7 +241,8 @@ SEARCH = (
     PRELUDE
     + r"""
 -- ARGV: now, prefix ('' = all), offset, limit, refresh 0/1, conditions (JSON),
---       distance ('' = no vector), query vector (float32 LE), dims
+--       distance ('' = no vector), query vector (float32 LE), dims,
+--       vector index name ('' = none: exact scan here), the prefix's index tag ('' = all)
 local now = tonumber(ARGV[1])
 purge(now, PURGE)
 local prefix, offset, limit = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -313,6 +369,50 @@ if query == nil then
     end
     start = start + 256
   end
+elseif ARGV[10] ~= '' then
+  -- the Query Engine's exact (FLAT) KNN, widened until offset + limit items pass the filter
+  -- and every item tied with the last of them is in (so ties break by member, as the scan)
+  local need, k, seen, scored = offset + limit, (offset + limit) * 2 + 10, {}, {}
+  local match = ARGV[11] == '' and '*' or ('@p:{' .. ARGV[11] .. '}')
+  while true do
+    local reply = redis.call('FT.SEARCH', ARGV[10], match .. '=>[KNN ' .. k .. ' @v $B AS d]',
+      'PARAMS', '2', 'B', ARGV[8], 'RETURN', '2', 'm', 'd', 'SORTBY', 'd',
+      'LIMIT', '0', k, 'DIALECT', '2')
+    local farthest = nil
+    for j = 3, #reply, 2 do
+      local fields, member, d = reply[j], nil, nil
+      for f = 1, #fields, 2 do
+        if fields[f] == 'm' then member = fields[f + 1] else d = tonumber(fields[f + 1]) end
+      end
+      if d then farthest = d end
+      if member and d and not seen[member] then
+        seen[member] = true
+        local record = in_prefix(member) and wanted(member)
+        if record then
+          local s = 1 - d
+          if distance == 'l2' then s = -math.sqrt(math.max(d, 0)) end
+          scored[#scored + 1] = {member, record, s, d}
+        end
+      end
+    end
+    if (#reply - 1) / 2 < k then break end  -- every candidate seen
+    if #scored >= need then
+      table.sort(scored, function(a, b)
+        if a[4] ~= b[4] then return a[4] < b[4] end
+        return a[1] < b[1]
+      end)
+      if farthest > scored[need][4] then break end
+    end
+    k = k * 4
+  end
+  table.sort(scored, function(a, b)
+    if a[3] ~= b[3] then return a[3] > b[3] end
+    return a[1] < b[1]
+  end)
+  for j = offset + 1, math.min(need, #scored) do
+    local entry = scored[j]
+    page[#page + 1] = {entry[1], entry[2], string.format('%.17g', entry[3])}
+  end
 else
   local scored = {}
   local all = redis.call('HGETALL', V)
@@ -366,6 +466,20 @@ return {removed, redis.call('HLEN', I)}
 """
 )
 
+REINDEX = (
+    PRELUDE
+    + r"""
+-- (re)write the vector index entries of every embedded item of this partition
+local all, count = redis.call('HGETALL', V), 0
+for k = 1, #all, 2 do
+  unindex(all[k])
+  index(all[k], all[k + 1])
+  count = count + 1
+end
+return count
+"""
+)
+
 REFRESH = (
     PRELUDE
     + r"""
@@ -382,7 +496,10 @@ SCRIPTS: dict[str, str] = {
     "m_namespaces": NAMESPACES,
     "m_sweep": SWEEP,
     "m_refresh": REFRESH,
+    "m_reindex": REINDEX,
 }
+#: Query Engine metric names for PostgresStore's distance types
+METRICS = {"cosine": "COSINE", "l2": "L2", "inner_product": "IP"}
 
 
 def _member(namespace: Namespace, key: str) -> bytes:
@@ -428,13 +545,33 @@ def _stored(member: bytes, record: bytes, expires: Any, vectors: bytes | None = 
 class RedisMemory:
     """The :class:`~graphkeep.shared.memory.MemoryPort` on Redis."""
 
-    def __init__(self, *, key_prefix: str = "graphkeep", shard_labels: int = 1) -> None:
+    def __init__(
+        self, *, key_prefix: str = "graphkeep", shard_labels: int = 1, vector_index: bool = False
+    ) -> None:
         self.prefix = check_prefix(key_prefix)
         if isinstance(shard_labels, bool) or not isinstance(shard_labels, int) or shard_labels < 1:
             raise ConfigurationError(f"shard_labels must be an int >= 1, got {shard_labels!r}")
+        if not isinstance(vector_index, bool):
+            raise ConfigurationError(f"vector_index must be True or False, got {vector_index!r}")
         self.shard_labels = shard_labels
         self.registry = f"{self.prefix}:{FORMAT}:parts"
         self._registered: set[str] = set()
+        self.vector_index = vector_index
+        #: the Query Engine index and the key prefix of its entries (set by ``use_index``)
+        self.index_name = ""
+        self.index_prefix = ""
+        self.index_schema: tuple[Any, ...] = ()
+
+    def use_index(self, dims: int, distance: str) -> None:
+        """Keep every embedding also as a hash indexed by the Query Engine (FLAT: exact)."""
+        metric = METRICS[distance]
+        self.index_name = f"{self.prefix}:{FORMAT}:vectors:{dims}:{metric}"
+        self.index_prefix = f"{self.index_name}:"
+        self.index_schema = (
+            "FT.CREATE", self.index_name, "ON", "HASH", "PREFIX", "1", self.index_prefix,
+            "SCHEMA", "p", "TAG", "SEPARATOR", " ",
+            "v", "VECTOR", "FLAT", "6", "TYPE", "FLOAT32", "DIM", dims, "DISTANCE_METRIC", metric,
+        )  # fmt: skip
 
     # -- keys ----------------------------------------------------------------------
 
@@ -443,7 +580,9 @@ class RedisMemory:
 
     def keys(self, partition: Namespace) -> list[str]:
         base = f"{self.prefix}:{FORMAT}:{{{encode_thread(namespace_text(partition))}}}"
-        return [f"{base}:{suffix}" for suffix in ("i", "u", "e", "t", "v", "n")]
+        keys = [f"{base}:{suffix}" for suffix in ("i", "u", "e", "t", "v", "n")]
+        # the index entries' prefix rides along as KEYS[7] (single node only: it has no tag)
+        return [*keys, self.index_prefix] if self.index_prefix else keys
 
     def partitions(self, prefix: Namespace) -> Op[list[Namespace]]:
         """The partitions that can hold namespaces under ``prefix``."""
@@ -464,6 +603,21 @@ class RedisMemory:
 
     def setup(self) -> Op[None]:
         yield _script("__load__", [], [])
+        if not self.index_name:
+            return
+        try:
+            existing = yield Command(("FT._LIST",))
+        except ResponseError as exc:
+            raise ConfigurationError(
+                "vector_index=True needs a Redis with the Query Engine (Redis 8, Redis Stack,"
+                f" Valkey with valkey-search): {exc}"
+            ) from exc
+        if self.index_name.encode() in existing or self.index_name in existing:
+            return
+        yield Command(self.index_schema)
+        # entries for items embedded before the index existed
+        partitions = yield from self.partitions(())
+        yield from self._calls([_script("m_reindex", self.keys(p), []) for p in partitions])
 
     def get(
         self, keys: list[ItemKey], refresh: list[bool], now_ms: int, vectors: bool = False
@@ -532,6 +686,8 @@ class RedisMemory:
             query.distance if query.vector is not None else "",
             pack_vector(query.vector) if query.vector is not None else b"",
             len(query.vector) if query.vector is not None else 0,
+            self.index_name if query.vector is not None and not several else "",
+            _tag(query.prefix) if query.prefix else "",
         ]
         replies = yield from self._calls(
             [_script("m_search", self.keys(p), args) for p in partitions]
@@ -602,12 +758,32 @@ def _script(name: str, keys: list[str], args: list[Any]) -> Script:
     return Script(name, keys, args)
 
 
-def _memory(options: dict[str, Any]) -> tuple[RedisMemory, dict[str, Any]]:
+def _tag(namespace: Namespace) -> str:
+    """The index tag of a namespace prefix (what the ``tags`` Lua function writes)."""
+    return hashlib.sha1(namespace_text(namespace).encode()).hexdigest()[:20]
+
+
+def _memory(client: Any, options: dict[str, Any]) -> tuple[RedisMemory, dict[str, Any]]:
+    vector_index = options.pop("vector_index", False)
+    if vector_index and isinstance(client, (redis.RedisCluster, aredis.RedisCluster)):
+        raise ConfigurationError(
+            "vector_index=True needs a single Redis server: the Query Engine does not index"
+            " across an open-source Redis Cluster"
+        )
     port = RedisMemory(
         key_prefix=options.pop("key_prefix", "graphkeep"),
         shard_labels=options.pop("shard_labels", 1),
+        vector_index=vector_index,
     )
     return port, options
+
+
+def _use_index(store: MemoryStore) -> None:
+    port = cast(RedisMemory, store.port)
+    if port.vector_index:
+        if not store.index_config:
+            raise ConfigurationError("vector_index=True needs an index (dims, embed) to index")
+        port.use_index(int(store.index_config["dims"]), store.index_config["distance_type"])
 
 
 class RedisStore(SyncMemoryStore):
@@ -615,14 +791,16 @@ class RedisStore(SyncMemoryStore):
 
     Options: ``index`` (IndexConfig), ``ttl`` (TTLConfig), ``key_prefix``, ``shard_labels``
     (how many leading namespace labels pick a partition / cluster slot; default 1),
-    ``max_key_bytes``.
+    ``vector_index`` (use the server's Query Engine for semantic search; single server
+    only; every process writing the store must set it alike), ``max_key_bytes``.
     """
 
     def __init__(self, client: Any, **options: Any) -> None:
         _check_client(client)
-        port, rest = _memory(dict(options))
+        port, rest = _memory(client, dict(options))
         self.client = client
         super().__init__(port, _SyncExecutor(client, _describe(client), SCRIPTS), **rest)
+        _use_index(self)
 
     @classmethod
     @contextmanager
@@ -646,9 +824,10 @@ class AsyncRedisStore(AsyncMemoryStore):
 
     def __init__(self, client: Any, **options: Any) -> None:
         _check_client(client)
-        port, rest = _memory(dict(options))
+        port, rest = _memory(client, dict(options))
         self.client = client
         super().__init__(port, _AsyncExecutor(client, _describe(client), SCRIPTS), **rest)
+        _use_index(self)
 
     @classmethod
     @asynccontextmanager

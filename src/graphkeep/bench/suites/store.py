@@ -5,9 +5,10 @@ Contenders, each on a fresh, empty scratch space of the same server in one run:
 - ``graphkeep-redis`` (``graphkeep.connect_store``) and ``RedisStore``
   (langgraph-checkpoint-redis) on the Redis Stack server of ``REDIS_STACK_URL`` (default:
   the ``redis-stack`` service that ``./dev bench`` starts on 127.0.0.1:16380): RedisStore
-  needs RediSearch and RedisJSON, whose indexes live in database 0, so RedisStore gets
-  database 0 and graphkeep database 1. Without a Redis Stack server graphkeep runs on
-  ``REDIS_URL`` (database 13) and RedisStore is left out, saying why.
+  needs RediSearch and RedisJSON, whose indexes live in database 0, so both run in
+  database 0 (one after the other, each flushing it first), graphkeep with its Query Engine
+  vector index (``vector_index=True``). Without a Redis Stack server graphkeep runs on
+  ``REDIS_URL`` (database 13, exact scan in Lua) and RedisStore is left out, saying why.
 - ``graphkeep-mongodb`` and ``MongoDBStore`` (langgraph-store-mongodb) on ``MONGODB_URI``,
   each in its own database, dropped first.
 - ``graphkeep-dynamodb`` and ``DynamoDBStore`` (langgraph-checkpoint-aws, in
@@ -73,8 +74,9 @@ DYNAMODB_TABLES = {
     "graphkeep-dynamodb": "graphkeep_bench_store_graphkeep",
     "DynamoDBStore": "graphkeep_bench_store_dynamodbstore",
 }
-#: scratch databases on Redis Stack (RediSearch indexes only database 0) and on REDIS_URL
-REDIS_STACK_DBS = {"RedisStore": 0, "graphkeep-redis": 1}
+#: scratch databases on Redis Stack (RediSearch indexes only database 0, so both use it, one
+#: after the other, each flushing it first) and on REDIS_URL
+REDIS_STACK_DBS = {"RedisStore": 0, "graphkeep-redis": 0}
 PLAIN_REDIS_DB = 13
 FULL_TURNS = 50  # Options.turns of a full run: S1 is scaled by turns / 50 (--quick: 0.2)
 
@@ -200,14 +202,18 @@ def open_memory() -> Iterator[OpenedStore]:
 
 
 @contextmanager
-def open_graphkeep_redis(url: str, db: int, force: bool) -> Iterator[OpenedStore]:
+def open_graphkeep_redis(
+    url: str, db: int, force: bool, vector_index: bool = False
+) -> Iterator[OpenedStore]:
     import graphkeep
     from graphkeep.bench.suites.redis import scratch_database
 
     _memory_module("redis")
     db_url = scratch_database(url, db, force)
     probe = Probe()
-    with graphkeep.connect_store(db_url, index=index_config(), key_prefix=KEY_PREFIX) as store:
+    with graphkeep.connect_store(
+        db_url, index=index_config(), key_prefix=KEY_PREFIX, vector_index=vector_index
+    ) as store:
         count_round_trips(_find(store, _is_redis_client), probe)
         yield OpenedStore(store, probe)
 
@@ -395,7 +401,10 @@ def contenders(options: Options) -> tuple[list[Contender], str]:
     stack = redis_stack_url()
     no_stack = _redis_ping(stack)
     if no_stack is None:
-        redis_where = f"Redis Stack at {mask_url(stack)} (RedisStore db 0, graphkeep db 1)"
+        redis_where = (
+            f"Redis Stack at {mask_url(stack)} (db 0; graphkeep with its Query Engine vector"
+            " index, vector_index=True)"
+        )
         redis_at, graphkeep_db = stack, REDIS_STACK_DBS["graphkeep-redis"]
     else:
         redis_where = f"Redis at {mask_url(redis_url())} db {PLAIN_REDIS_DB} ({no_stack})"
@@ -412,7 +421,10 @@ def contenders(options: Options) -> tuple[list[Contender], str]:
     where = f"{redis_where}; MongoDB at {mask_url(mongodb_url())}; DynamoDB at {endpoint_url()}"
     return [
         Contender(REFERENCE, open_memory),
-        Contender("graphkeep-redis", lambda: open_graphkeep_redis(redis_at, graphkeep_db, force)),
+        Contender(
+            "graphkeep-redis",
+            lambda: open_graphkeep_redis(redis_at, graphkeep_db, force, no_stack is None),
+        ),
         Contender("RedisStore", redis_rival),
         Contender("graphkeep-mongodb", lambda: open_graphkeep_mongodb(force)),
         Contender("MongoDBStore", lambda: open_mongodb_rival(force)),
