@@ -31,7 +31,7 @@ from langgraph.cache.base import BaseCache, FullKey, Namespace
 
 from graphkeep.errors import InvalidInput
 from graphkeep.shared import serde as codec
-from graphkeep.shared.port import Op, adrive, drive
+from graphkeep.shared.port import Op, adrive, drive, on_loop, running_loop
 from graphkeep.shared.records import Typed
 
 log = logging.getLogger("graphkeep.cache")
@@ -228,34 +228,19 @@ class AsyncNodeCache(NodeCache):
     def __init__(self, port: CachePort, aexecute: Callable[[Any], Any], **options: Any) -> None:
         super().__init__(port, **options)
         self._aexecute = aexecute
-        try:
-            self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            self.loop = None
+        self.loop = running_loop()
 
     async def _acall(self, op: Op[Any]) -> Any:
         return await adrive(op, self._aexecute)
 
     def _call(self, op: Op[Any]) -> Any:
-        coro = self._acall(op)
-        loop = self.loop
-        if loop is None or loop.is_closed():
-            coro.close()
-            raise RuntimeError(
-                "this async node cache has no running event loop; use the async methods"
-                " (ainvoke) or a sync cache from graphkeep.connect_cache()"
-            )
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            coro.close()
-            raise asyncio.InvalidStateError(
-                "synchronous calls on an async node cache from its own event loop would"
-                " deadlock; use the async methods (ainvoke, aget, aset, aclear)"
-            )
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        return on_loop(
+            self.loop,
+            self._acall(op),
+            "node cache",
+            "the async methods (ainvoke, aget, aset, aclear) or a sync cache from"
+            " graphkeep.connect_cache()",
+        )
 
     async def setup(self) -> None:
         await self._acall(self.port.setup())

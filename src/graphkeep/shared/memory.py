@@ -57,7 +57,7 @@ from langgraph.store.base import (
 )
 
 from graphkeep.errors import ConfigurationError, InvalidFilter, InvalidInput, SerializationError
-from graphkeep.shared.port import Op, Sleep, adrive, drive
+from graphkeep.shared.port import Op, Sleep, adrive, drive, on_loop, running_loop
 
 Namespace = tuple[str, ...]
 ItemKey = tuple[Namespace, str]
@@ -942,10 +942,7 @@ class AsyncMemoryStore(MemoryStore):
     def __init__(self, port: MemoryPort, aexecute: Callable[[Any], Any], **options: Any) -> None:
         super().__init__(port, **options)
         self._aexecute = aexecute
-        try:
-            self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            self.loop = None
+        self.loop = running_loop()
 
     async def _arun(self, request: Any) -> Any:
         if isinstance(request, Embed):
@@ -962,23 +959,16 @@ class AsyncMemoryStore(MemoryStore):
         return cast(list[Result], await self._acall(self._batch(ops)))
 
     def batch(self, ops: Iterable[Any]) -> list[Result]:
-        ops = list(ops)
-        loop = self.loop
-        if loop is None or loop.is_closed():
-            raise RuntimeError(
-                "this async store has no running event loop; use the async methods"
-                " (aget, asearch, aput) or a sync store from graphkeep.connect_store()"
-            )
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            raise asyncio.InvalidStateError(
-                "synchronous calls on an async store from its own event loop would"
-                " deadlock; use the async methods (aget, asearch, aput, ...)"
-            )
-        return asyncio.run_coroutine_threadsafe(self.abatch(ops), loop).result()
+        return cast(
+            list[Result],
+            on_loop(
+                self.loop,
+                self.abatch(list(ops)),
+                "store",
+                "the async methods (aget, asearch, aput, ...) or a sync store from"
+                " graphkeep.connect_store()",
+            ),
+        )
 
     async def sweep_ttl(self) -> int:
         """Remove expired items now; the number removed."""

@@ -114,6 +114,34 @@ class Store(Protocol):
         ...
 
 
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop an async saver, store or cache is created on (None outside one)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def on_loop(loop: asyncio.AbstractEventLoop | None, coro: Any, what: str, instead: str) -> Any:
+    """Run ``coro`` on ``loop`` from another thread and wait for its result.
+
+    Sync calls on an async saver, store or cache (``what``) land here: from a worker thread
+    (LangGraph's sync ``invoke``) they hop onto the owner's loop; on that loop itself they
+    would deadlock, and without a loop they cannot run, so both raise, saying what to use
+    ``instead``.
+    """
+    if loop is None or loop.is_closed():
+        coro.close()
+        raise RuntimeError(f"this async {what} has no running event loop; use {instead}")
+    if running_loop() is loop:
+        coro.close()
+        raise asyncio.InvalidStateError(
+            f"synchronous calls on an async {what} from its own event loop would deadlock;"
+            f" use {instead}"
+        )
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
 def drive(op: Op[T], execute: Callable[[Any], Any]) -> T:
     """Run ``op`` to completion, executing each request synchronously."""
     try:

@@ -38,7 +38,17 @@ from graphkeep.shared.keys import (
     version_key,
 )
 from graphkeep.shared.lock import ThreadLock
-from graphkeep.shared.port import Emit, Op, Store, adrive, adrive_iter, drive, drive_iter
+from graphkeep.shared.port import (
+    Emit,
+    Op,
+    Store,
+    adrive,
+    adrive_iter,
+    drive,
+    drive_iter,
+    on_loop,
+    running_loop,
+)
 from graphkeep.shared.records import (
     BlobRecord,
     CheckpointRecord,
@@ -554,10 +564,7 @@ class AsyncSaver(BaseSaver):
     def __init__(self, store: Store, aexecute: Callable[[Any], Any], **kwargs: Any) -> None:
         super().__init__(store, **kwargs)
         self._aexecute = aexecute
-        try:
-            self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            self.loop = None
+        self.loop = running_loop()
 
     async def _acall(self, op: Op[Any]) -> Any:
         return await adrive(op, self._aexecute)
@@ -575,21 +582,9 @@ class AsyncSaver(BaseSaver):
         yield from self._on_loop(collect())
 
     def _on_loop(self, coro: Any) -> Any:
-        loop = self.loop
-        if loop is None or loop.is_closed():
-            coro.close()
-            raise RuntimeError(
-                "this async saver has no running event loop; use the async methods"
-                " (ainvoke, aget_state) or a sync saver from graphkeep.connect()"
-            )
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            coro.close()
-            raise asyncio.InvalidStateError(
-                "synchronous calls on an async saver from its own event loop would"
-                " deadlock; use the async methods (ainvoke, aget_state, ...)"
-            )
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        return on_loop(
+            self.loop,
+            coro,
+            "saver",
+            "the async methods (ainvoke, aget_state, ...) or a sync saver from graphkeep.connect()",
+        )
