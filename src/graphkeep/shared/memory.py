@@ -545,8 +545,18 @@ def index_config(index: Any) -> dict[str, Any] | None:
     config = dict(index)
     config["distance_type"] = distance
     config["fields"] = list(fields)
-    config["__tokenized_fields"] = [(f, f if f == "$" else tokenize_path(f)) for f in fields]
+    config["__tokenized_fields"] = [
+        (f, f if f == "$" else _tokens(f, ConfigurationError)) for f in fields
+    ]
     return config
+
+
+def _tokens(path: str, error: type[Exception]) -> list[str]:
+    """LangGraph's tokenized field path, or ``error`` naming the path."""
+    try:
+        return list(tokenize_path(path))
+    except (ValueError, IndexError) as exc:
+        raise error(f"index field path {path!r} cannot be read: {exc}") from exc
 
 
 def ttl_config(ttl: Any) -> dict[str, Any] | None:
@@ -797,26 +807,31 @@ class MemoryStore(BaseStore):
         yield from self.port.put(items, deletes, now)
 
     def _texts(self, op: PutOp) -> list[tuple[str, str]]:
-        """(path, text) pairs to embed for a put, named as PostgresStore names them."""
+        """(path, text) pairs to embed for a put, named as PostgresStore names them.
+
+        Configured fields an item lacks are simply not embedded (as PostgresStore does);
+        a put that names its own ``index`` paths and none of them holds text is refused.
+        """
         if not self.index_config or op.index is False:
             return []
         explicit = op.index is not None
         if explicit:
-            paths = [(p, tokenize_path(p)) for p in cast(list[str], op.index)]
+            paths = [(p, _tokens(p, InvalidInput)) for p in cast(list[str], op.index)]
         else:
             paths = self.index_config["__tokenized_fields"]
         pairs: list[tuple[str, str]] = []
         for path, tokens in paths:
             texts = get_text_at_path(op.value, tokens)
-            if explicit and not texts:
-                raise InvalidInput(
-                    f"index field {path!r} has no text in the value of {op.key!r}"
-                    f" (keys: {', '.join(map(str, cast(dict[str, Any], op.value)))})"
-                )
             if len(texts) > 1:
                 pairs += [(f"{path}.{i}", text) for i, text in enumerate(texts)]
             elif texts:
                 pairs.append((path, texts[0]))
+        if explicit and not pairs:
+            keys = ", ".join(map(str, cast(dict[str, Any], op.value)))
+            raise InvalidInput(
+                f"none of the index fields {list(cast(list[str], op.index))} has text in the"
+                f" value of {op.key!r} (its keys: {keys})"
+            )
         return pairs
 
     def _check_dims(self, embedded: Any) -> list[list[float]]:
