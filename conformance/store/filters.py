@@ -153,3 +153,41 @@ def filters_combine_with_limit_and_offset(factory: StoreFactory) -> None:
         assert pages == [["k10", "k08", "k06", "k04"], ["k02", "k00"], []]
         found = api.search(NS, filter={"i": {"$gte": 3}}, limit=3, offset=2)
         assert [i.key for i in found] == ["k09", "k08", "k07"]
+
+
+@case("filters")
+def infinities_nan_and_huge_numbers_as_sqlite_store_handles_them(factory: StoreFactory) -> None:
+    with factory.open() as api:
+        api.put(NS, "a", {"price": 10})
+        api.put(NS, "b", {"price": 20})
+        api.put(NS, "c", {"price": -30})
+        api.put(NS, "none", {"other": 1})
+        inf = float("inf")
+        assert _found(api, {"price": {"$lt": inf}}) == {"a", "b", "c"}
+        assert _found(api, {"price": {"$lte": inf}}) == {"a", "b", "c"}
+        assert _found(api, {"price": {"$gt": -inf}}) == {"a", "b", "c"}
+        assert _found(api, {"price": {"$gt": inf}}) == set()
+        assert _found(api, {"price": {"$lt": -inf}}) == set()
+        assert _found(api, {"price": {"$eq": float("nan")}}) == set()
+        assert _found(api, {"price": float("nan")}) == set()
+        assert _found(api, {"price": {"$ne": float("nan")}}) == {"a", "b", "c"}
+        assert _found(api, {"price": {"$gt": float("nan")}}) == set()
+        assert _found(api, {"price": {"$lt": 10**100}}) == {"a", "b", "c"}
+        assert _found(api, {"price": {"$gt": -(10**100)}}) == {"a", "b", "c"}
+
+
+@case("filters")
+def a_key_that_is_not_a_path_is_an_invalid_filter_key(factory: StoreFactory) -> None:
+    from graphkeep.errors import InvalidFilter
+
+    with factory.open() as api:
+        api.put(NS, "a", {"access": "public"})
+        injection = "access') = 'public' OR '1'='1' OR json_extract(value, '$."
+        for key in (injection, "a..b", ".a", "$where"):
+            try:
+                api.search(NS, filter={key: "x"})
+            except InvalidFilter as exc:
+                assert "Invalid filter key" in str(exc)  # the words SqliteStore's tests match
+            else:
+                raise AssertionError(f"{key!r} was accepted")
+        assert _found(api, {"access": "public' OR '1'='1"}) == set(), "values are data"

@@ -28,9 +28,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import hashlib
+import json
 import math
 import operator
+import re
 import struct
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -202,15 +205,38 @@ def expiry_ms(ttl_minutes: float | None, now: int) -> int | None:
 
 
 def encode_value(value: Mapping[str, Any]) -> bytes:
-    """The JSON bytes a backend stores for an item's value."""
+    """The JSON bytes a backend stores for an item's value.
+
+    Integers beyond 64 bits are written exactly (as JSON allows); NaN and infinities are
+    refused, as JSON has no spelling for them (PostgresStore refuses them too).
+    """
     try:
-        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
-    except (TypeError, orjson.JSONEncodeError) as exc:
-        raise SerializationError(f"store values must be JSON-serializable dicts: {exc}") from exc
+        data = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError as exc:
+        if "64-bit" not in str(exc):
+            raise SerializationError(
+                f"store values must be JSON-serializable dicts: {exc}"
+            ) from exc
+        data = b""
+    if not data or b"null" in data:  # orjson writes NaN and infinities as null: look closer
+        try:
+            data = json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+        except (TypeError, ValueError) as exc:
+            raise SerializationError(
+                f"store values must be JSON-serializable dicts (no NaN or infinity): {exc}"
+            ) from exc
+    return data
+
+
+#: a run of digits long enough to be an integer beyond 64 bits (orjson reads it as a float)
+_LONG_NUMBER = re.compile(rb"\d{19,}")
 
 
 def decode_value(data: bytes | str) -> dict[str, Any]:
-    return cast(dict[str, Any], orjson.loads(data))
+    raw = data.encode() if isinstance(data, str) else data
+    if _LONG_NUMBER.search(raw):
+        return cast(dict[str, Any], json.loads(raw))
+    return cast(dict[str, Any], orjson.loads(raw))
 
 
 def pack_vector(values: Sequence[float]) -> bytes:
@@ -316,17 +342,17 @@ def compile_filter(filter: Mapping[str, Any] | None) -> tuple[Condition, ...]:
 def _flatten(filter: Mapping[str, Any], base: tuple[str, ...], out: list[Condition]) -> None:
     for key, expected in filter.items():
         if not isinstance(key, str) or not key:
-            raise InvalidFilter(f"filter keys must be non-empty strings, got {key!r}")
+            raise InvalidFilter(f"Invalid filter key {key!r}: keys are non-empty strings")
         if key.startswith("$"):
             raise InvalidFilter(
-                f"filter key {key!r} starts with '$': operators go inside a key's dict,"
+                f"Invalid filter key {key!r}: it starts with '$'; operators go inside a key's dict,"
                 f" e.g. {{'score': {{'$gt': 3}}}} (supported: {', '.join(OPERATORS)})"
             )
         if "\x00" in key:
-            raise InvalidFilter("filter keys must not contain NUL characters")
+            raise InvalidFilter(f"Invalid filter key {key!r}: keys must not contain NUL")
         parts = tuple(key.split("."))
         if any(not p for p in parts):
-            raise InvalidFilter(f"filter key {key!r} has an empty path segment")
+            raise InvalidFilter(f"Invalid filter key {key!r}: it has an empty path segment")
         path = base + parts
         if isinstance(expected, Mapping) and any(
             isinstance(k, str) and k.startswith("$") for k in expected
@@ -341,17 +367,40 @@ def _flatten(filter: Mapping[str, Any], base: tuple[str, ...], out: list[Conditi
                     raise InvalidFilter(
                         f"{op} on {key!r} compares numbers or strings, got {operand!r}"
                     )
-                out.append(Condition(path, op, _json(operand, key)))
+                out.append(Condition(path, *_operand(op, operand, key)))
         elif isinstance(expected, Mapping):
             _flatten(expected, path, out)
         else:
-            out.append(Condition(path, "$eq", _json(expected, key)))
+            out.append(Condition(path, *_operand("$eq", expected, key)))
 
 
 def _orderable(value: Any) -> bool:
-    return isinstance(value, str) or (
-        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    )
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+
+
+#: what NaN compares equal to: nothing JSON can hold
+NEVER = "\x00graphkeep:nan"
+
+
+def _operand(op: str, value: Any, key: str) -> tuple[str, Any]:
+    """The condition for ``op`` and ``value`` in JSON terms: numbers beyond what JSON or a
+    64-bit integer holds become the equivalent comparison (``< inf`` is ``<= max float``),
+    NaN equals nothing and orders nothing."""
+    if isinstance(value, float) and math.isnan(value):
+        if op in ("$eq", "$ne"):
+            return op, NEVER
+        return "$gt", sys.float_info.max  # no number is greater: never true
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**63:
+        value = float(value)  # JSON readers take such numbers as doubles
+    if isinstance(value, float) and math.isinf(value):
+        top = sys.float_info.max if value > 0 else -sys.float_info.max
+        strict = {"$gt": "$gt", "$gte": "$gt", "$lt": "$lt", "$lte": "$lt"}
+        loose = {"$gt": "$gte", "$gte": "$gte", "$lt": "$lte", "$lte": "$lte"}
+        if op in ("$eq", "$ne"):
+            return op, NEVER
+        beyond = (op in ("$gt", "$gte")) == (value > 0)  # asks for numbers past infinity
+        return (strict if beyond else loose)[op], top
+    return op, _json(value, key)
 
 
 def _json(value: Any, key: str) -> Any:
