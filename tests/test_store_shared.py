@@ -78,6 +78,7 @@ def test_compile_filter_reads_operators_and_keeps_several_per_key() -> None:
     ],
 )
 def test_compile_filter_rejects_what_it_cannot_answer(bad: object) -> None:
+    # (NaN and infinities are answered: NaN matches nothing, infinity bounds every number)
     with pytest.raises(InvalidFilter):
         compile_filter(bad)  # type: ignore[arg-type]
 
