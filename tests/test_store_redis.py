@@ -323,3 +323,23 @@ def test_vector_index_is_refused_where_it_cannot_work() -> None:
     with pytest.raises(ConfigurationError, match="needs an index"):
         with graphkeep.connect_store(REDIS_STACK_URL, vector_index=True):
             pass
+
+
+def test_a_search_of_one_namespace_reads_only_its_items(counted: RedisStore) -> None:
+    # 300 items of other namespaces share the partition ("users"); the searched one has 3
+    counted.batch(
+        [PutOp(("users", f"u{i % 30}", "m"), f"k{i}", {"n": i}, index=False) for i in range(300)]
+    )
+    counted.batch([PutOp(("users", "ada", "m"), f"a{i}", {"n": i}, index=False) for i in range(3)])
+    client = counted.client
+    keys = counted.port.keys(("users",))  # type: ignore[attr-defined]
+    stem = keys[0][:-1]
+    assert client.zcard(stem + "o:users.ada.m") == 3  # the namespace's own order index
+    assert client.zcard(keys[1]) == 303  # the partition's
+    # without the partition's index, the namespace's search still answers: it reads its own
+    client.delete(keys[1])
+    client.config_resetstat()
+    found = counted.search(("users", "ada", "m"), filter={"n": {"$gte": 0}}, limit=10)
+    assert [i.key for i in found] == ["a2", "a1", "a0"]
+    assert client.info("commandstats")["cmdstat_hget"]["calls"] <= 6  # 3 records, not 303
+    assert counted.list_namespaces(prefix=("users", "ada")) == [("users", "ada", "m")]

@@ -4,21 +4,23 @@ Namespaces are grouped into *partitions*: the first ``shard_labels`` labels (def
 namespace. A partition's keys share one hash tag, so every operation on it is one Lua
 script in one slot::
 
-    <prefix>:m1:{<partition>}:i  HASH  "ns\\0key" -> created_us (8 bytes) updated_us (8) value JSON
-    <prefix>:m1:{<partition>}:u  ZSET  "ns\\0key" scored by updated_us (search order)
-    <prefix>:m1:{<partition>}:e  ZSET  "ns\\0key" scored by expiry (epoch ms), items with a TTL
-    <prefix>:m1:{<partition>}:t  HASH  "ns\\0key" -> TTL in ms (what a refresh re-arms)
-    <prefix>:m1:{<partition>}:v  HASH  "ns\\0key" -> the item's embeddings (msgpack)
-    <prefix>:m1:{<partition>}:n  HASH  ns -> number of items (list_namespaces)
-    <prefix>:m1:parts            SET   partitions (read only by searches and listings whose
-                                       prefix is shorter than a partition)
+    <prefix>:m1:{<partition>}:i        HASH  "ns\\0key" -> created, updated, value JSON
+    <prefix>:m1:{<partition>}:u        ZSET  "ns\\0key" by updated_us (the partition's order)
+    <prefix>:m1:{<partition>}:e / :t   expiry index and TTLs of items that have one
+    <prefix>:m1:{<partition>}:n / :l   item count per namespace, namespaces in lexical order
+    <prefix>:m1:{<partition>}:o:<ns>   ZSET  a namespace's items by updated_us
+    <prefix>:m1:{<partition>}:w:<ns>   HASH  a namespace's embeddings (float32)
+    <prefix>:m1:parts                  SET   partitions (read only by searches and listings
+                                             whose prefix is shorter than a partition)
 
-``ns`` is the namespace's labels joined by ``.`` (labels hold neither ``.`` nor NUL).
-Every script first removes the partition's expired items (so nothing expired is ever
-returned, and the partition never holds them for long), then does its work: a get, a put,
-a search (filters evaluated next to the data, semantic scoring in Lua over float32
-vectors) or a listing — one round trip. Requests that touch several partitions are sent
-as one pipeline (one round trip on a single node; one per node on a cluster).
+``ns`` is the namespace's labels joined by ``.`` (labels hold neither ``.`` nor NUL); the
+scripts and the exact layout are in :mod:`.memory_scripts`. Every script first removes the
+partition's expired items (so nothing expired is ever returned, and the partition never
+holds them for long), then does its work: a get, a put, a search (filters evaluated next to
+the data, semantic scoring in Lua over float32 vectors; a search of one namespace reads
+only that namespace's items) or a listing — one round trip. Requests that touch several
+partitions are sent as one pipeline (one round trip on a single node; one per node on a
+cluster).
 
 ``vector_index=True`` (a single server with the Query Engine: Redis 8, Redis Stack, Valkey
 with valkey-search) also keeps every embedding as a hash ``<prefix>:m1:vectors:<dims>:<metric>:
@@ -49,6 +51,7 @@ from graphkeep.backends.redis import (
     async_client,
     sync_client,
 )
+from graphkeep.backends.redis.memory_scripts import SCRIPTS
 from graphkeep.backends.redis.store import Command, Pipeline, Script, check_prefix, encode_thread
 from graphkeep.errors import ConfigurationError
 from graphkeep.shared import serde as codec
@@ -76,428 +79,6 @@ __all__ = ["STORE_OPTIONS", "AsyncRedisStore", "RedisMemory", "RedisStore"]
 #: options beyond the common ones (see ``graphkeep.connect_store``)
 STORE_OPTIONS = frozenset({"shard_labels", "vector_index"})
 FORMAT = "m1"
-PURGE_LIMIT = 1000
-
-PRELUDE = (
-    f"local PURGE = {PURGE_LIMIT}\n"
-    + r"""
-local I, U, E, T, V, N = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local function ns_of(member)
-  return string.sub(member, 1, string.find(member, '\0', 1, true) - 1)
-end
-
--- with a Query Engine vector index: every embedding is also a hash XP<sha1(member)>:<i>
-local XP = KEYS[7]
-
-local function vector_keys(member, blob)
-  local h = struct.unpack('>I4', blob)
-  local header = cmsgpack.unpack(string.sub(blob, 5, 4 + h))
-  return XP .. redis.sha1hex(member) .. ':', #header, h
-end
-
-local function unindex(member)
-  if not XP then return end
-  local blob = redis.call('HGET', V, member)
-  if not blob then return end
-  local base, n = vector_keys(member, blob)
-  for i = 1, n do redis.call('DEL', base .. i) end
-end
-
--- the item's namespace and every prefix of it, as tags (sha1 of the labels joined by '.')
-local function tags(member)
-  local ns, out, at = ns_of(member), {}, 0
-  while true do
-    at = string.find(ns, '.', at + 1, true)
-    out[#out + 1] = string.sub(redis.sha1hex(string.sub(ns, 1, (at or 0) - 1)), 1, 20)
-    if not at then break end
-  end
-  return table.concat(out, ' ')
-end
-
-local function index(member, blob)
-  if not XP or blob == '' then return end
-  local base, n, h = vector_keys(member, blob)
-  local tagged = tags(member)
-  local size = (#blob - 4 - h) / n
-  for i = 1, n do
-    local first = 5 + h + (i - 1) * size
-    redis.call('HSET', base .. i, 'm', member, 'p', tagged,
-               'v', string.sub(blob, first, first + size - 1))
-  end
-end
-
-local function remove(member)
-  if redis.call('HDEL', I, member) == 1 then
-    redis.call('ZREM', U, member)
-    redis.call('ZREM', E, member)
-    redis.call('HDEL', T, member)
-    unindex(member)
-    redis.call('HDEL', V, member)
-    local ns = ns_of(member)
-    if redis.call('HINCRBY', N, ns, -1) <= 0 then redis.call('HDEL', N, ns) end
-    return 1
-  end
-  return 0
-end
-
--- remove up to `limit` expired items of this partition; the number removed
-local function purge(now, limit)
-  local gone = redis.call('ZRANGEBYSCORE', E, '-inf', now, 'LIMIT', 0, limit)
-  local count = 0
-  for _, member in ipairs(gone) do count = count + remove(member) end
-  return count
-end
-
-local function expiry(member)
-  local at = redis.call('ZSCORE', E, member)
-  if at then return at end
-  return false
-end
-
--- the item's record, or false when missing or expired (past what purge removed)
-local function live(member, now)
-  local at = redis.call('ZSCORE', E, member)
-  if at and tonumber(at) <= now then return false end
-  return redis.call('HGET', I, member)
-end
-
-local function refresh(member, now)
-  local ttl = redis.call('HGET', T, member)
-  if ttl then
-    local at = now + tonumber(ttl)
-    redis.call('ZADD', E, at, member)
-    return tostring(at)
-  end
-  return expiry(member)
-end
-"""
-)
-
-GET = (
-    PRELUDE
-    + r"""
--- ARGV: now, with_vectors, then pairs (member, refresh 0/1)
-local now = tonumber(ARGV[1])
-purge(now, PURGE)
-local out = {}
-for i = 3, #ARGV, 2 do
-  local member = ARGV[i]
-  local record = live(member, now)
-  if record then
-    local at = ARGV[i + 1] == '1' and refresh(member, now) or expiry(member)
-    local vectors = false
-    if ARGV[2] == '1' then vectors = redis.call('HGET', V, member) or false end
-    out[#out + 1] = {record, at, vectors}
-  else
-    out[#out + 1] = false
-  end
-end
-return out
-"""
-)
-
-PUT = (
-    PRELUDE
-    + r"""
--- ARGV: now, n_puts, then per put: member, created(8 bytes), rest (updated(8) + value),
---       updated_us, expires_ms or '', ttl_ms or '', vectors or ''; then members to delete
-local now = tonumber(ARGV[1])
-purge(now, PURGE)
-local n = tonumber(ARGV[2])
-local i = 3
-for _ = 1, n do
-  local member = ARGV[i]
-  local old = redis.call('HGET', I, member)
-  local created = ARGV[i + 1]
-  if old then
-    created = string.sub(old, 1, 8)
-  else
-    redis.call('HINCRBY', N, ns_of(member), 1)
-  end
-  redis.call('HSET', I, member, created .. ARGV[i + 2])
-  redis.call('ZADD', U, ARGV[i + 3], member)
-  if ARGV[i + 4] ~= '' then
-    redis.call('ZADD', E, ARGV[i + 4], member)
-    redis.call('HSET', T, member, ARGV[i + 5])
-  else
-    redis.call('ZREM', E, member)
-    redis.call('HDEL', T, member)
-  end
-  unindex(member)
-  if ARGV[i + 6] ~= '' then
-    redis.call('HSET', V, member, ARGV[i + 6])
-    index(member, ARGV[i + 6])
-  else
-    redis.call('HDEL', V, member)
-  end
-  i = i + 7
-end
-for j = i, #ARGV do remove(ARGV[j]) end
-return redis.call('HLEN', I)
-"""
-)
-
-SEARCH = (
-    PRELUDE
-    + r"""
--- ARGV: now, prefix ('' = all), offset, limit, refresh 0/1, conditions (JSON),
---       distance ('' = no vector), query vector (float32 LE), dims,
---       vector index name ('' = none: exact scan here), the prefix's index tag ('' = all)
-local now = tonumber(ARGV[1])
-purge(now, PURGE)
-local prefix, offset, limit = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local conditions = cjson.decode(ARGV[6])
-local distance, dims = ARGV[7], tonumber(ARGV[9])
-local MISSING = {}
-
-local function at(value, path)
-  for _, part in ipairs(path) do
-    if type(value) ~= 'table' then return MISSING end
-    local inner = value[part]
-    if inner == nil then return MISSING end
-    value = inner
-  end
-  return value
-end
-
-local function equal(a, b)
-  if type(a) ~= type(b) then return false end
-  if type(a) == 'table' then
-    for k, v in pairs(a) do
-      if b[k] == nil or not equal(v, b[k]) then return false end
-    end
-    for k, _ in pairs(b) do
-      if a[k] == nil then return false end
-    end
-    return true
-  end
-  return a == b
-end
-
-local function satisfies(value, c)
-  local found, op, expected = at(value, c[1]), c[2], c[3]
-  if op == '$eq' then
-    if expected == cjson.null then return found == MISSING or found == cjson.null end
-    return found ~= MISSING and equal(found, expected)
-  end
-  if found == MISSING then return false end
-  if op == '$ne' then return not equal(found, expected) end
-  if type(expected) == 'string' then
-    if type(found) ~= 'string' then return false end
-  elseif type(found) ~= 'number' then
-    return false
-  end
-  if op == '$gt' then return found > expected end
-  if op == '$gte' then return found >= expected end
-  if op == '$lt' then return found < expected end
-  return found <= expected
-end
-
-local expiring = redis.call('ZCARD', E) > 0
-
-local function in_prefix(member)
-  if prefix == '' then return true end
-  if string.sub(member, 1, #prefix) ~= prefix then return false end
-  local next = string.sub(member, #prefix + 1, #prefix + 1)
-  return next == '\0' or next == '.'
-end
-
--- the item's record when it is live and passes the filter, else false
-local function wanted(member)
-  local record
-  if expiring then
-    record = live(member, now)
-  else
-    record = redis.call('HGET', I, member)
-  end
-  if not record then return false end
-  if #conditions > 0 then
-    local value = cjson.decode(string.sub(record, 17))
-    for _, c in ipairs(conditions) do
-      if not satisfies(value, c) then return false end
-    end
-  end
-  return record
-end
-
-local query, qnorm = nil, 0
-if distance ~= '' then
-  query = {struct.unpack('<' .. string.rep('f', dims), ARGV[8])}
-  for k = 1, dims do qnorm = qnorm + query[k] * query[k] end
-  qnorm = math.sqrt(qnorm)
-end
-
--- an item's embeddings: 4-byte header length, msgpack header (paths), float32 data
-local function score(blob)
-  local best = nil
-  local format = '<' .. string.rep('f', dims)
-  local size = dims * 4
-  for first = 5 + struct.unpack('>I4', blob), #blob - size + 1, size do
-    local v = {struct.unpack(format, blob, first)}
-    local s = 0
-    if distance == 'l2' then
-      for k = 1, dims do s = s + (query[k] - v[k]) ^ 2 end
-      s = -math.sqrt(s)
-    else
-      for k = 1, dims do s = s + query[k] * v[k] end
-      if distance == 'cosine' then
-        local norm = 0
-        for k = 1, dims do norm = norm + v[k] * v[k] end
-        norm = math.sqrt(norm) * qnorm
-        if norm > 0 then s = s / norm else s = 0 end
-      end
-    end
-    if best == nil or s > best then best = s end
-  end
-  return best
-end
-
-local page = {}
-if query == nil then
-  -- newest first; stop once offset + limit items matched
-  local need, seen, start = offset + limit, 0, 0
-  while seen < need do
-    local batch = redis.call('ZREVRANGE', U, start, start + 255)
-    if #batch == 0 then break end
-    for _, member in ipairs(batch) do
-      local record = in_prefix(member) and wanted(member)
-      if record then
-        seen = seen + 1
-        if seen > offset then page[#page + 1] = {member, record, false} end
-        if seen >= need then break end
-      end
-    end
-    start = start + 256
-  end
-elseif ARGV[10] ~= '' then
-  -- the Query Engine's exact (FLAT) KNN, widened until offset + limit items pass the filter
-  -- and every item tied with the last of them is in (so ties break by member, as the scan)
-  local need, k, seen, scored = offset + limit, (offset + limit) * 2 + 10, {}, {}
-  local match = ARGV[11] == '' and '*' or ('@p:{' .. ARGV[11] .. '}')
-  while true do
-    local reply = redis.call('FT.SEARCH', ARGV[10], match .. '=>[KNN ' .. k .. ' @v $B AS d]',
-      'PARAMS', '2', 'B', ARGV[8], 'RETURN', '2', 'm', 'd', 'SORTBY', 'd',
-      'LIMIT', '0', k, 'DIALECT', '2')
-    local farthest = nil
-    for j = 3, #reply, 2 do
-      local fields, member, d = reply[j], nil, nil
-      for f = 1, #fields, 2 do
-        if fields[f] == 'm' then member = fields[f + 1] else d = tonumber(fields[f + 1]) end
-      end
-      if d then farthest = d end
-      if member and d and not seen[member] then
-        seen[member] = true
-        local record = in_prefix(member) and wanted(member)
-        if record then
-          local s = 1 - d
-          if distance == 'l2' then s = -math.sqrt(math.max(d, 0)) end
-          scored[#scored + 1] = {member, record, s, d}
-        end
-      end
-    end
-    if (#reply - 1) / 2 < k then break end  -- every candidate seen
-    if #scored >= need then
-      table.sort(scored, function(a, b)
-        if a[4] ~= b[4] then return a[4] < b[4] end
-        return a[1] < b[1]
-      end)
-      if farthest > scored[need][4] then break end
-    end
-    k = k * 4
-  end
-  table.sort(scored, function(a, b)
-    if a[3] ~= b[3] then return a[3] > b[3] end
-    return a[1] < b[1]
-  end)
-  for j = offset + 1, math.min(need, #scored) do
-    local entry = scored[j]
-    page[#page + 1] = {entry[1], entry[2], string.format('%.17g', entry[3])}
-  end
-else
-  local scored = {}
-  local all = redis.call('HGETALL', V)
-  for k = 1, #all, 2 do
-    local member = all[k]
-    if in_prefix(member) then
-      local record = wanted(member)
-      if record then
-        local s = score(all[k + 1])
-        if s ~= nil then scored[#scored + 1] = {member, record, s} end
-      end
-    end
-  end
-  table.sort(scored, function(a, b)
-    if a[3] ~= b[3] then return a[3] > b[3] end
-    return a[1] < b[1]
-  end)
-  for k = offset + 1, math.min(offset + limit, #scored) do
-    local entry = scored[k]
-    page[#page + 1] = {entry[1], entry[2], string.format('%.17g', entry[3])}
-  end
-end
-for _, entry in ipairs(page) do
-  local member = entry[1]
-  entry[4] = ARGV[5] == '1' and refresh(member, now) or expiry(member)
-  entry[5] = redis.call('HEXISTS', T, member)
-end
-return page
-"""
-)
-
-NAMESPACES = (
-    PRELUDE
-    + r"""
-purge(tonumber(ARGV[1]), PURGE)
-return redis.call('HKEYS', N)
-"""
-)
-
-SWEEP = (
-    PRELUDE
-    + r"""
--- remove every expired item (in rounds), then report what is left
-local now, removed = tonumber(ARGV[1]), 0
-while true do
-  local count = purge(now, PURGE)
-  removed = removed + count
-  if count < PURGE then break end
-end
-return {removed, redis.call('HLEN', I)}
-"""
-)
-
-REINDEX = (
-    PRELUDE
-    + r"""
--- (re)write the vector index entries of every embedded item of this partition
-local all, count = redis.call('HGETALL', V), 0
-for k = 1, #all, 2 do
-  unindex(all[k])
-  index(all[k], all[k + 1])
-  count = count + 1
-end
-return count
-"""
-)
-
-REFRESH = (
-    PRELUDE
-    + r"""
-local now = tonumber(ARGV[1])
-for i = 2, #ARGV do refresh(ARGV[i], now) end
-return 1
-"""
-)
-
-SCRIPTS: dict[str, str] = {
-    "m_get": GET,
-    "m_put": PUT,
-    "m_search": SEARCH,
-    "m_namespaces": NAMESPACES,
-    "m_sweep": SWEEP,
-    "m_refresh": REFRESH,
-    "m_reindex": REINDEX,
-}
 #: Query Engine metric names for PostgresStore's distance types
 METRICS = {"cosine": "COSINE", "l2": "L2", "inner_product": "IP"}
 
@@ -580,7 +161,7 @@ class RedisMemory:
 
     def keys(self, partition: Namespace) -> list[str]:
         base = f"{self.prefix}:{FORMAT}:{{{encode_thread(namespace_text(partition))}}}"
-        keys = [f"{base}:{suffix}" for suffix in ("i", "u", "e", "t", "v", "n")]
+        keys = [f"{base}:{suffix}" for suffix in ("i", "u", "e", "t", "n", "l")]
         # the index entries' prefix rides along as KEYS[7] (single node only: it has no tag)
         return [*keys, self.index_prefix] if self.index_prefix else keys
 
@@ -721,7 +302,10 @@ class RedisMemory:
     def namespaces(self, prefix: Namespace, now_ms: int) -> Op[list[Namespace]]:
         partitions = yield from self.partitions(prefix)
         replies = yield from self._calls(
-            [_script("m_namespaces", self.keys(p), [now_ms]) for p in partitions]
+            [
+                _script("m_namespaces", self.keys(p), [now_ms, namespace_text(prefix)])
+                for p in partitions
+            ]
         )
         found = []
         for reply in replies:

@@ -1,0 +1,515 @@
+"""Server-side Lua of the Redis memory store: one script call = one round trip, one slot.
+
+A partition's keys share one hash tag (see :mod:`.memory`); the six fixed ones are always
+passed in this order, optionally followed by the vector index's key prefix::
+
+    KEYS[1] i  HASH  "ns\\0key" -> created_us (8 bytes BE) updated_us (8 bytes BE) value JSON
+    KEYS[2] u  ZSET  "ns\\0key" by updated_us: the partition's newest-first order
+    KEYS[3] e  ZSET  "ns\\0key" by expiry (epoch ms), items with a TTL
+    KEYS[4] t  HASH  "ns\\0key" -> TTL in ms (what a refresh re-arms)
+    KEYS[5] n  HASH  ns -> number of items
+    KEYS[6] l  ZSET  ns, all scores 0: namespaces in lexical order (prefix ranges)
+    KEYS[7]    the Query Engine entries' key prefix (only with ``vector_index=True``)
+
+and per namespace, in the same slot (their names extend the fixed keys' common stem)::
+
+    <stem>o:<ns>  ZSET  "ns\\0key" by updated_us: the namespace's newest-first order
+    <stem>w:<ns>  HASH  "ns\\0key" -> embeddings: 4-byte header length, msgpack header
+                        [[path, digest], ...], then every vector's float32 data
+
+so a search of one namespace (or a few) reads only its items, whatever else the partition
+holds. ``ns`` is the namespace's labels joined by ``.``; labels hold neither ``.`` nor NUL,
+so ``ns .. "\\0"`` and ``ns .. "."`` bound a namespace and its descendants.
+"""
+
+from __future__ import annotations
+
+#: expired items a script removes before its work (bounded; sweep loops)
+PURGE_LIMIT = 1000
+#: a search merges the order indexes of at most this many namespaces; more: the partition's
+MERGE_LIMIT = 16
+
+PRELUDE = (
+    f"local PURGE, MERGE = {PURGE_LIMIT}, {MERGE_LIMIT}\n"
+    + r"""
+local I, U, E, T, N, L = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local XP = KEYS[7]
+local STEM = string.sub(I, 1, #I - 1)
+
+local function ns_of(member)
+  return string.sub(member, 1, string.find(member, '\0', 1, true) - 1)
+end
+local function order_key(ns) return STEM .. 'o:' .. ns end
+local function vectors_key(ns) return STEM .. 'w:' .. ns end
+local function vectors_of(member)
+  return redis.call('HGET', vectors_key(ns_of(member)), member)
+end
+
+-- with a Query Engine vector index every embedding is also a hash XP<sha1(member)>:<n>
+local function vector_keys(member, blob)
+  local h = struct.unpack('>I4', blob)
+  local header = cmsgpack.unpack(string.sub(blob, 5, 4 + h))
+  return XP .. redis.sha1hex(member) .. ':', #header, h
+end
+
+local function unindex(member)
+  if not XP then return end
+  local blob = vectors_of(member)
+  if not blob then return end
+  local base, n = vector_keys(member, blob)
+  for i = 1, n do redis.call('DEL', base .. i) end
+end
+
+-- the item's namespace and every prefix of it, as tags (sha1 of the labels joined by '.')
+local function tags(member)
+  local ns, out, at = ns_of(member), {}, 0
+  while true do
+    at = string.find(ns, '.', at + 1, true)
+    out[#out + 1] = string.sub(redis.sha1hex(string.sub(ns, 1, (at or 0) - 1)), 1, 20)
+    if not at then break end
+  end
+  return table.concat(out, ' ')
+end
+
+local function index(member, blob)
+  if not XP or blob == '' then return end
+  local base, n, h = vector_keys(member, blob)
+  local tagged = tags(member)
+  local size = (#blob - 4 - h) / n
+  for i = 1, n do
+    local first = 5 + h + (i - 1) * size
+    redis.call('HSET', base .. i, 'm', member, 'p', tagged,
+               'v', string.sub(blob, first, first + size - 1))
+  end
+end
+
+local function remove(member)
+  if redis.call('HDEL', I, member) == 1 then
+    local ns = ns_of(member)
+    redis.call('ZREM', U, member)
+    redis.call('ZREM', E, member)
+    redis.call('HDEL', T, member)
+    redis.call('ZREM', order_key(ns), member)
+    unindex(member)
+    redis.call('HDEL', vectors_key(ns), member)
+    if redis.call('HINCRBY', N, ns, -1) <= 0 then
+      redis.call('HDEL', N, ns)
+      redis.call('ZREM', L, ns)
+    end
+    return 1
+  end
+  return 0
+end
+
+-- remove up to `limit` expired items of this partition; the number removed
+local function purge(now, limit)
+  local gone = redis.call('ZRANGEBYSCORE', E, '-inf', now, 'LIMIT', 0, limit)
+  local count = 0
+  for _, member in ipairs(gone) do count = count + remove(member) end
+  return count
+end
+
+local function expiry(member)
+  local at = redis.call('ZSCORE', E, member)
+  if at then return at end
+  return false
+end
+
+-- the item's record, or false when missing or expired (past what purge removed)
+local function live(member, now)
+  local at = redis.call('ZSCORE', E, member)
+  if at and tonumber(at) <= now then return false end
+  return redis.call('HGET', I, member)
+end
+
+local function refresh(member, now)
+  local ttl = redis.call('HGET', T, member)
+  if ttl then
+    local at = now + tonumber(ttl)
+    redis.call('ZADD', E, at, member)
+    return tostring(at)
+  end
+  return expiry(member)
+end
+
+-- the namespaces of this partition equal to `prefix` or below it ('' = all), in lexical
+-- order; nil when there are more than `limit`
+local function namespaces(prefix, limit)
+  local found = {}
+  if prefix == '' then
+    found = redis.call('ZRANGE', L, 0, limit or -1)
+  else
+    if redis.call('HEXISTS', N, prefix) == 1 then found[1] = prefix end
+    local below = limit and {'LIMIT', 0, limit + 1} or {}
+    for _, ns in ipairs(redis.call('ZRANGEBYLEX', L, '[' .. prefix .. '.',
+                                   '(' .. prefix .. '/', unpack(below))) do
+      found[#found + 1] = ns
+    end
+  end
+  if limit and #found > limit then return nil end
+  return found
+end
+"""
+)
+
+GET = (
+    PRELUDE
+    + r"""
+-- ARGV: now, with_vectors, then pairs (member, refresh 0/1)
+local now = tonumber(ARGV[1])
+purge(now, PURGE)
+local out = {}
+for i = 3, #ARGV, 2 do
+  local member = ARGV[i]
+  local record = live(member, now)
+  if record then
+    local at = ARGV[i + 1] == '1' and refresh(member, now) or expiry(member)
+    local vectors = false
+    if ARGV[2] == '1' then vectors = vectors_of(member) or false end
+    out[#out + 1] = {record, at, vectors}
+  else
+    out[#out + 1] = false
+  end
+end
+return out
+"""
+)
+
+PUT = (
+    PRELUDE
+    + r"""
+-- ARGV: now, n_puts, then per put: member, created(8 bytes), rest (updated(8) + value),
+--       updated_us, expires_ms or '', ttl_ms or '', vectors or ''; then members to delete
+local now = tonumber(ARGV[1])
+purge(now, PURGE)
+local n = tonumber(ARGV[2])
+local i = 3
+for _ = 1, n do
+  local member = ARGV[i]
+  local ns = ns_of(member)
+  local old = redis.call('HGET', I, member)
+  local created = ARGV[i + 1]
+  if old then
+    created = string.sub(old, 1, 8)
+  elseif redis.call('HINCRBY', N, ns, 1) == 1 then
+    redis.call('ZADD', L, 0, ns)
+  end
+  redis.call('HSET', I, member, created .. ARGV[i + 2])
+  redis.call('ZADD', U, ARGV[i + 3], member)
+  redis.call('ZADD', order_key(ns), ARGV[i + 3], member)
+  if ARGV[i + 4] ~= '' then
+    redis.call('ZADD', E, ARGV[i + 4], member)
+    redis.call('HSET', T, member, ARGV[i + 5])
+  else
+    redis.call('ZREM', E, member)
+    redis.call('HDEL', T, member)
+  end
+  unindex(member)
+  if ARGV[i + 6] ~= '' then
+    redis.call('HSET', vectors_key(ns), member, ARGV[i + 6])
+    index(member, ARGV[i + 6])
+  else
+    redis.call('HDEL', vectors_key(ns), member)
+  end
+  i = i + 7
+end
+for j = i, #ARGV do remove(ARGV[j]) end
+return redis.call('HLEN', I)
+"""
+)
+
+SEARCH = (
+    PRELUDE
+    + r"""
+-- ARGV: now, prefix ('' = all), offset, limit, refresh 0/1, conditions (JSON),
+--       distance ('' = no vector), query vector (float32 LE), dims,
+--       vector index name ('' = none: exact scan here), the prefix's index tag ('' = all)
+local now = tonumber(ARGV[1])
+purge(now, PURGE)
+local prefix, offset, limit = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local conditions = cjson.decode(ARGV[6])
+local distance, dims = ARGV[7], tonumber(ARGV[9])
+local MISSING = {}
+
+local function at(value, path)
+  for _, part in ipairs(path) do
+    if type(value) ~= 'table' then return MISSING end
+    local inner = value[part]
+    if inner == nil then return MISSING end
+    value = inner
+  end
+  return value
+end
+
+local function equal(a, b)
+  if type(a) ~= type(b) then return false end
+  if type(a) == 'table' then
+    for k, v in pairs(a) do
+      if b[k] == nil or not equal(v, b[k]) then return false end
+    end
+    for k, _ in pairs(b) do
+      if a[k] == nil then return false end
+    end
+    return true
+  end
+  return a == b
+end
+
+local function satisfies(value, c)
+  local found, op, expected = at(value, c[1]), c[2], c[3]
+  if op == '$eq' then
+    if expected == cjson.null then return found == MISSING or found == cjson.null end
+    return found ~= MISSING and equal(found, expected)
+  end
+  if found == MISSING then return false end
+  if op == '$ne' then return not equal(found, expected) end
+  if type(expected) == 'string' then
+    if type(found) ~= 'string' then return false end
+  elseif type(found) ~= 'number' then
+    return false
+  end
+  if op == '$gt' then return found > expected end
+  if op == '$gte' then return found >= expected end
+  if op == '$lt' then return found < expected end
+  return found <= expected
+end
+
+local expiring = redis.call('ZCARD', E) > 0
+
+local function in_prefix(member)
+  if prefix == '' then return true end
+  if string.sub(member, 1, #prefix) ~= prefix then return false end
+  local next = string.sub(member, #prefix + 1, #prefix + 1)
+  return next == '\0' or next == '.'
+end
+
+-- the item's record when it is live and passes the filter, else false
+local function wanted(member)
+  local record
+  if expiring then
+    record = live(member, now)
+  else
+    record = redis.call('HGET', I, member)
+  end
+  if not record then return false end
+  if #conditions > 0 then
+    local value = cjson.decode(string.sub(record, 17))
+    for _, c in ipairs(conditions) do
+      if not satisfies(value, c) then return false end
+    end
+  end
+  return record
+end
+
+local query, qnorm = nil, 0
+if distance ~= '' then
+  query = {struct.unpack('<' .. string.rep('f', dims), ARGV[8])}
+  for k = 1, dims do qnorm = qnorm + query[k] * query[k] end
+  qnorm = math.sqrt(qnorm)
+end
+
+-- the best score among an item's embeddings (see the vectors' layout above)
+local function score(blob)
+  local best = nil
+  local format = '<' .. string.rep('f', dims)
+  local size = dims * 4
+  for first = 5 + struct.unpack('>I4', blob), #blob - size + 1, size do
+    local v = {struct.unpack(format, blob, first)}
+    local s = 0
+    if distance == 'l2' then
+      for k = 1, dims do s = s + (query[k] - v[k]) ^ 2 end
+      s = -math.sqrt(s)
+    else
+      for k = 1, dims do s = s + query[k] * v[k] end
+      if distance == 'cosine' then
+        local norm = 0
+        for k = 1, dims do norm = norm + v[k] * v[k] end
+        norm = math.sqrt(norm) * qnorm
+        if norm > 0 then s = s / norm else s = 0 end
+      end
+    end
+    if best == nil or s > best then best = s end
+  end
+  return best
+end
+
+local function by_score(a, b)
+  if a[3] ~= b[3] then return a[3] > b[3] end
+  return a[1] < b[1]
+end
+
+local page, need = {}, offset + limit
+
+local function page_of(scored)
+  for j = offset + 1, math.min(need, #scored) do
+    local entry = scored[j]
+    page[#page + 1] = {entry[1], entry[2], string.format('%.17g', entry[3])}
+  end
+end
+
+if need == 0 then
+  -- nothing asked
+elseif query == nil then
+  -- newest first, stopping once offset + limit items matched: one namespace walks its own
+  -- order index, a few are merged, many walk the partition's
+  local seen = 0
+  local function take(member)
+    local record = wanted(member)
+    if record then
+      seen = seen + 1
+      if seen > offset then page[#page + 1] = {member, record, false} end
+    end
+    return seen >= need
+  end
+  local function walk(key, check)
+    local start = 0
+    while true do
+      local batch = redis.call('ZREVRANGE', key, start, start + 255)
+      if #batch == 0 then return end
+      for _, member in ipairs(batch) do
+        if (not check or in_prefix(member)) and take(member) then return end
+      end
+      start = start + 256
+    end
+  end
+  local spaces = namespaces(prefix, MERGE)
+  if spaces == nil then
+    walk(U, true)
+  elseif #spaces == 1 then
+    walk(order_key(spaces[1]), false)
+  elseif #spaces > 1 then
+    local all = {}
+    for _, ns in ipairs(spaces) do
+      local got = redis.call('ZREVRANGE', order_key(ns), 0, -1, 'WITHSCORES')
+      for k = 1, #got, 2 do all[#all + 1] = {got[k], tonumber(got[k + 1])} end
+    end
+    table.sort(all, function(a, b)
+      if a[2] ~= b[2] then return a[2] > b[2] end
+      return a[1] > b[1]
+    end)
+    for _, entry in ipairs(all) do
+      if take(entry[1]) then break end
+    end
+  end
+elseif ARGV[10] ~= '' then
+  -- the Query Engine's exact (FLAT) KNN, widened until offset + limit items pass the filter
+  -- and every item tied with the last of them is in (so ties break by member, as the scan)
+  local k, seen, scored = need * 2 + 10, {}, {}
+  local match = ARGV[11] == '' and '*' or ('@p:{' .. ARGV[11] .. '}')
+  while true do
+    local reply = redis.call('FT.SEARCH', ARGV[10], match .. '=>[KNN ' .. k .. ' @v $B AS d]',
+      'PARAMS', '2', 'B', ARGV[8], 'RETURN', '2', 'm', 'd', 'SORTBY', 'd',
+      'LIMIT', '0', k, 'DIALECT', '2')
+    local farthest = nil
+    for j = 3, #reply, 2 do
+      local fields, member, d = reply[j], nil, nil
+      for f = 1, #fields, 2 do
+        if fields[f] == 'm' then member = fields[f + 1] else d = tonumber(fields[f + 1]) end
+      end
+      if d then farthest = d end
+      if member and d and not seen[member] then
+        seen[member] = true
+        local record = in_prefix(member) and wanted(member)
+        if record then
+          local s = 1 - d
+          if distance == 'l2' then s = -math.sqrt(math.max(d, 0)) end
+          scored[#scored + 1] = {member, record, s, d}
+        end
+      end
+    end
+    if (#reply - 1) / 2 < k then break end  -- every candidate seen
+    if #scored >= need then
+      table.sort(scored, function(a, b)
+        if a[4] ~= b[4] then return a[4] < b[4] end
+        return a[1] < b[1]
+      end)
+      if farthest > scored[need][4] then break end
+    end
+    k = k * 4
+  end
+  table.sort(scored, by_score)
+  page_of(scored)
+else
+  -- exact: score every embedded item of the namespaces under the prefix
+  local scored = {}
+  for _, ns in ipairs(namespaces(prefix, nil)) do
+    local all = redis.call('HGETALL', vectors_key(ns))
+    for k = 1, #all, 2 do
+      local member = all[k]
+      local record = wanted(member)
+      if record then
+        local s = score(all[k + 1])
+        if s ~= nil then scored[#scored + 1] = {member, record, s} end
+      end
+    end
+  end
+  table.sort(scored, by_score)
+  page_of(scored)
+end
+for _, entry in ipairs(page) do
+  local member = entry[1]
+  entry[4] = ARGV[5] == '1' and refresh(member, now) or expiry(member)
+  entry[5] = redis.call('HEXISTS', T, member)
+end
+return page
+"""
+)
+
+NAMESPACES = (
+    PRELUDE
+    + r"""
+-- ARGV: now, prefix ('' = all)
+purge(tonumber(ARGV[1]), PURGE)
+return namespaces(ARGV[2], nil)
+"""
+)
+
+SWEEP = (
+    PRELUDE
+    + r"""
+-- remove every expired item (in rounds), then report what is left
+local now, removed = tonumber(ARGV[1]), 0
+while true do
+  local count = purge(now, PURGE)
+  removed = removed + count
+  if count < PURGE then break end
+end
+return {removed, redis.call('HLEN', I)}
+"""
+)
+
+REFRESH = (
+    PRELUDE
+    + r"""
+local now = tonumber(ARGV[1])
+for i = 2, #ARGV do refresh(ARGV[i], now) end
+return 1
+"""
+)
+
+REINDEX = (
+    PRELUDE
+    + r"""
+-- (re)write the vector index entries of every embedded item of this partition
+local count = 0
+for _, ns in ipairs(namespaces('', nil)) do
+  local all = redis.call('HGETALL', vectors_key(ns))
+  for k = 1, #all, 2 do
+    unindex(all[k])
+    index(all[k], all[k + 1])
+    count = count + 1
+  end
+end
+return count
+"""
+)
+
+SCRIPTS: dict[str, str] = {
+    "m_get": GET,
+    "m_put": PUT,
+    "m_search": SEARCH,
+    "m_namespaces": NAMESPACES,
+    "m_sweep": SWEEP,
+    "m_refresh": REFRESH,
+    "m_reindex": REINDEX,
+}
