@@ -488,12 +488,12 @@ def test_setup_is_idempotent_and_creates_the_indexes(client: Any, prefix: str) -
     store = make(client, prefix)
     store.setup()
     names = {ix["name"] for ix in client[TEST_DB][f"{prefix}_store"].list_indexes()}
-    assert {"gk_ns_key", "gk_updated"} <= names
+    assert {"gk_ns_key", "gk_ns_updated"} <= names
     assert ("gk_expires_at" in names) or ("gk_expires_at_plain" in names)
     assert store.port.ttl_index is ("gk_expires_at" in names)
     assert [s["name"] for s in MongoDBStore.schema("x")] == [
         "gk_ns_key",
-        "gk_updated",
+        "gk_ns_updated",
         "gk_expires_at",
     ]
     assert store.schema()[0]["collection"] == f"{prefix}_store"

@@ -15,7 +15,7 @@ its mapping onto one MongoDB collection, ``<key_prefix>_store``, one document pe
 Indexes (``setup()``, idempotent; ``MongoDBStore.schema()`` lists them)::
 
     gk_ns_key      {ns, key}     unique; serves prefix search (a range on ns) too
-    gk_updated     {updated_us}  the newest-first order of a search without query
+    gk_ns_updated  {ns, updated_us}  a namespace's newest-first order (search without query)
     gk_expires_at  {expires_at}  expireAfterSeconds: 0 (TTL)
 
 Filters run on the server. ``doc`` escapes every key (``%`` -> ``%25``, ``.`` -> ``%2E``,
@@ -105,7 +105,11 @@ def store_indexes(key_prefix: str = "graphkeep") -> list[dict[str, Any]]:
             "key": [["ns", 1], ["key", 1]],
             "unique": True,
         },
-        {"collection": collection, "name": "gk_updated", "key": [["updated_us", -1]]},
+        {
+            "collection": collection,
+            "name": "gk_ns_updated",
+            "key": [["ns", 1], ["updated_us", -1]],
+        },
         {
             "collection": collection,
             "name": "gk_expires_at",
