@@ -220,11 +220,14 @@ def encode_value(value: Mapping[str, Any]) -> bytes:
         data = b""
     if not data or b"null" in data:  # orjson writes NaN and infinities as null: look closer
         try:
-            data = json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+            exact = json.dumps(
+                value, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+            ).encode()
         except (TypeError, ValueError) as exc:
             raise SerializationError(
                 f"store values must be JSON-serializable dicts (no NaN or infinity): {exc}"
             ) from exc
+        data = data or exact  # orjson's bytes wherever it could write them
     return data
 
 

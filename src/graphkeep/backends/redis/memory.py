@@ -269,6 +269,7 @@ class RedisMemory:
             len(query.vector) if query.vector is not None else 0,
             self.index_name if query.vector is not None and not several else "",
             _tag(query.prefix) if query.prefix else "",
+            orjson.dumps(_needles(query)),
         ]
         replies = yield from self._calls(
             [_script("m_search", self.keys(p), args) for p in partitions]
@@ -340,6 +341,16 @@ def _merge(found: list[StoredItem], query: SearchQuery) -> list[StoredItem]:
 
 def _script(name: str, keys: list[str], args: list[Any]) -> Script:
     return Script(name, keys, args)
+
+
+def _needles(query: SearchQuery) -> list[str]:
+    """Strings every match's stored JSON contains: the JSON text of each string an equality
+    asks for (values are stored as orjson writes them, so the same string reads the same)."""
+    return [
+        orjson.dumps(c.value).decode()
+        for c in query.conditions
+        if c.op == "$eq" and isinstance(c.value, str)
+    ]
 
 
 def _tag(namespace: Namespace) -> str:

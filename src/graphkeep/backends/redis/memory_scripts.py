@@ -223,11 +223,12 @@ SEARCH = (
     + r"""
 -- ARGV: now, prefix ('' = all), offset, limit, refresh 0/1, conditions (JSON),
 --       distance ('' = no vector), query vector (float32 LE), dims,
---       vector index name ('' = none: exact scan here), the prefix's index tag ('' = all)
+--       vector index name ('' = none: exact scan here), the prefix's index tag ('' = all),
+--       needles (JSON): strings, JSON-encoded as the values are, that every match contains
 local now = tonumber(ARGV[1])
 purge(now, PURGE)
 local prefix, offset, limit = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local conditions = cjson.decode(ARGV[6])
+local conditions, needles = cjson.decode(ARGV[6]), cjson.decode(ARGV[12])
 local distance, dims = ARGV[7], tonumber(ARGV[9])
 local MISSING = {}
 
@@ -292,6 +293,10 @@ local function wanted(member)
     record = redis.call('HGET', I, member)
   end
   if not record then return false end
+  -- a value that lacks a string an equality asks for cannot match: no need to decode it
+  for _, needle in ipairs(needles) do
+    if not string.find(record, needle, 17, true) then return false end
+  end
   if #conditions > 0 then
     local value = cjson.decode(string.sub(record, 17))
     for _, c in ipairs(conditions) do
