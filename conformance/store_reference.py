@@ -173,7 +173,10 @@ class AsyncReferenceStore(AsyncMemoryStore):
         store = cls(_space(key_prefix), **options)
         if setup:
             await store.setup()
-        yield store
+        try:
+            yield store
+        finally:
+            await store.aclose()
 
 
 def connect_store(url: str, **options: Any) -> Any:

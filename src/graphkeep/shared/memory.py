@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import hashlib
 import json
 import math
@@ -39,16 +40,18 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
 import orjson
 from langgraph.store.base import (
+    NOT_PROVIDED,
     BaseStore,
     GetOp,
     IndexConfig,
     InvalidNamespaceError,
     Item,
     ListNamespacesOp,
+    NotProvided,
     PutOp,
     Result,
     SearchItem,
@@ -58,6 +61,7 @@ from langgraph.store.base import (
     get_text_at_path,
     tokenize_path,
 )
+from langgraph.store.base.batch import AsyncBatchedBaseStore
 
 from graphkeep.errors import ConfigurationError, InvalidFilter, InvalidInput, SerializationError
 from graphkeep.shared.port import Op, Sleep, adrive, drive, on_loop, running_loop
@@ -70,7 +74,11 @@ DISTANCES = ("cosine", "l2", "inner_product")
 #: the longest namespace (labels joined by ".") and key accepted, in UTF-8 bytes
 DEFAULT_MAX_KEY_BYTES = 1024
 DEFAULT_SWEEP_MINUTES = 5
-INDEX_OPTIONS = frozenset({"dims", "embed", "fields", "distance_type"})
+#: IndexConfig's keys, SqliteStore's name for ``fields`` and PostgresStore's ANN tuning (our
+#: searches are exact, so that one is accepted and has nothing to tune)
+INDEX_OPTIONS = frozenset(
+    {"dims", "embed", "fields", "distance_type", "text_fields", "ann_index_config"}
+)
 TTL_OPTIONS = frozenset(
     {"default_ttl", "refresh_on_read", "sweep_interval_minutes", "omit_expired"}
 )
@@ -591,8 +599,10 @@ def index_config(index: Any) -> dict[str, Any] | None:
         raise ConfigurationError(
             f"index['distance_type'] must be one of {', '.join(DISTANCES)}, got {distance!r}"
         )
-    fields = index.get("fields") or ["$"]
-    if isinstance(fields, str) or not all(isinstance(f, str) and f for f in fields):
+    fields = index.get("fields") or index.get("text_fields") or ["$"]
+    if isinstance(fields, str):
+        fields = [fields]
+    if not isinstance(fields, (list, tuple)) or not all(isinstance(f, str) and f for f in fields):
         raise ConfigurationError(f"index['fields'] must be a list of paths, got {fields!r}")
     config = dict(index)
     config["distance_type"] = distance
@@ -964,6 +974,10 @@ class SyncMemoryStore(MemoryStore):
         """Remove expired items now; the number removed."""
         return int(self._call(self._sweep()))
 
+    def close(self) -> None:
+        """Stop the TTL sweeper (``from_url`` does on exit)."""
+        self.stop_ttl_sweeper(1)
+
     def start_ttl_sweeper(
         self, sweep_interval_minutes: int | None = None
     ) -> concurrent.futures.Future[None]:
@@ -1002,14 +1016,78 @@ class SyncMemoryStore(MemoryStore):
         return True
 
 
-class AsyncMemoryStore(MemoryStore):
-    """A store on an asyncio client; sync calls hop onto the store's event loop (from
-    another thread, as LangGraph's sync ``invoke`` in a worker does)."""
+class AsyncMemoryStore(MemoryStore, AsyncBatchedBaseStore):
+    """A store on an asyncio client, batched as LangGraph's own async stores are.
+
+    ``aget``/``aput``/``asearch``/... calls made in the same event-loop tick are gathered
+    into one ``abatch`` (one round trip per partition on Redis) by LangGraph's
+    ``AsyncBatchedBaseStore``, so a burst of thousands of concurrent calls never needs
+    thousands of connections. Inputs are checked when each call is made, so a bad call fails
+    alone. Sync calls hop onto the store's event loop from another thread (as LangGraph's
+    sync ``invoke`` in a worker does); create the store inside a running event loop.
+    """
 
     def __init__(self, port: MemoryPort, aexecute: Callable[[Any], Any], **options: Any) -> None:
-        super().__init__(port, **options)
+        self._task = None  # AsyncBatchedBaseStore.__del__ reads it even if __init__ fails
+        MemoryStore.__init__(self, port, **options)
+        AsyncBatchedBaseStore.__init__(self)
         self._aexecute = aexecute
         self.loop = running_loop()
+
+    # each call checked alone before it joins a batch (a bad one must not fail the others)
+
+    async def aget(
+        self, namespace: tuple[str, ...], key: str, *, refresh_ttl: bool | None = None
+    ) -> Item | None:
+        self._plan([GetOp(namespace, key)])
+        return await super().aget(namespace, key, refresh_ttl=refresh_ttl)
+
+    async def aput(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: Mapping[str, Any],
+        index: Literal[False] | list[str] | None = None,
+        *,
+        ttl: float | None | NotProvided = NOT_PROVIDED,
+    ) -> None:
+        checked = None if isinstance(ttl, NotProvided) else ttl
+        self._plan([PutOp(namespace, key, cast(dict[str, Any], value), index, checked)])
+        await super().aput(namespace, key, value, index, ttl=ttl)
+
+    async def adelete(self, namespace: tuple[str, ...], key: str) -> None:
+        self._plan([PutOp(namespace, key, None)])
+        await super().adelete(namespace, key)
+
+    async def asearch(
+        self,
+        namespace_prefix: tuple[str, ...],
+        /,
+        *,
+        query: str | None = None,
+        filter: dict[str, Any] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+        refresh_ttl: bool | None = None,
+    ) -> list[SearchItem]:
+        self._plan([SearchOp(namespace_prefix, filter, limit, offset, query)])
+        return await super().asearch(
+            namespace_prefix,
+            query=query,
+            filter=filter,
+            limit=limit,
+            offset=offset,
+            refresh_ttl=refresh_ttl,
+        )
+
+    async def aclose(self) -> None:
+        """Stop the TTL sweeper and the batching task (``from_url`` does on exit)."""
+        await self.stop_ttl_sweeper(1)
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def _arun(self, request: Any) -> Any:
         if isinstance(request, Embed):

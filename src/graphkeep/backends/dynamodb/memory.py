@@ -648,7 +648,7 @@ class DynamoDBStore(SyncMemoryStore):
             try:
                 yield store
             finally:
-                store.stop_ttl_sweeper(0)
+                store.close()
 
     @classmethod
     @contextmanager
@@ -687,7 +687,7 @@ class AsyncDynamoDBStore(AsyncMemoryStore):
             try:
                 yield store
             finally:
-                await store.stop_ttl_sweeper(0)
+                await store.aclose()
 
     @classmethod
     @asynccontextmanager

@@ -399,7 +399,7 @@ class MongoDBStore(SyncMemoryStore):
             yield store
         finally:
             if store is not None:
-                store.stop_ttl_sweeper(timeout=1)
+                store.close()
             client.close()
 
 
@@ -444,5 +444,5 @@ class AsyncMongoDBStore(AsyncMemoryStore):
             yield store
         finally:
             if store is not None:
-                await store.stop_ttl_sweeper(timeout=1)
+                await store.aclose()
             await client.close()

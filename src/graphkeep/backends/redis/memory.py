@@ -410,7 +410,7 @@ class RedisStore(SyncMemoryStore):
             yield store
         finally:
             if store is not None:
-                store.stop_ttl_sweeper(0)
+                store.close()
             client.close()
 
 
@@ -439,5 +439,5 @@ class AsyncRedisStore(AsyncMemoryStore):
             yield store
         finally:
             if store is not None:
-                await store.stop_ttl_sweeper(0)
+                await store.aclose()
             await client.aclose()
