@@ -101,10 +101,9 @@ class DynamoDBNodeCachePort:
         return ENTRY + keyspace.part(entry_key, 1000)[0]
 
     def setup(self) -> Op[None]:
-        # the saver's table and TTL set-up; the cache needs no run_id index
-        yield from DynamoDBCheckpoints(
-            self.table, key_prefix=self.key_prefix, run_index=False
-        ).setup()
+        # the saver's table and TTL set-up, exactly (with its run_id index), so a saver that
+        # later shares a table the cache created finds what it expects
+        yield from DynamoDBCheckpoints(self.table, key_prefix=self.key_prefix).setup()
 
     def get(self, keys: list[FullKey]) -> Op[dict[FullKey, Stored]]:
         by_key = {(self.partition(ns), self.sort_key(k)): (ns, k) for ns, k in keys}
