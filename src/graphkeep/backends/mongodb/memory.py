@@ -95,6 +95,11 @@ ITEM_FIELDS: dict[str, Any] = {"doc": 0, "vectors": 0}
 WITH_VECTORS: dict[str, Any] = {"doc": 0}
 
 
+#: documents per reply when a query search reads its candidates (the executor retries with
+#: smaller batches if a server answers with a reply over the wire limit)
+CANDIDATE_BATCH = 10_000
+
+
 def store_indexes(key_prefix: str = "graphkeep") -> list[dict[str, Any]]:
     """The indexes ``setup()`` creates, as plain dicts (the saver's ``schema()`` format)."""
     collection = f"{check_prefix(key_prefix)}_store"
@@ -318,8 +323,13 @@ class MongoDBMemory:
             )
             page = [item_of(doc) for doc in docs]
         else:
+            # every candidate in as few replies as the server allows (16 MiB each), not the
+            # driver's default first batch of 101 followed by getMores
             docs = yield Command(
-                self.collection, "find", (search_filter(query),), {"projection": WITH_VECTORS}
+                self.collection,
+                "find",
+                (search_filter(query),),
+                {"projection": WITH_VECTORS, "batch_size": CANDIDATE_BATCH},
             )
             page = rank([item_of(doc) for doc in docs], query)
             for item in page:
