@@ -213,6 +213,19 @@ def database_from_url(url: str) -> str:
     return check_db_name(unquote(path.lstrip("/")) or DEFAULT_DB)
 
 
+def check_client(client: Any, sync: bool, name: str) -> None:
+    """``name`` (a store or cache class) runs on a ``MongoClient`` when ``sync``, else on an
+    ``AsyncMongoClient``; the other kind is refused, naming the class to use instead."""
+    wanted = pymongo.MongoClient if sync else pymongo.AsyncMongoClient
+    if not isinstance(client, wanted):
+        other = name.removeprefix("Async") if name.startswith("Async") else f"Async{name}"
+        other_client = "MongoClient" if wanted is pymongo.AsyncMongoClient else "AsyncMongoClient"
+        raise ConfigurationError(
+            f"{name} needs a pymongo.{wanted.__name__}, got {type(client).__name__};"
+            f" use {other} with pymongo.{other_client}"
+        )
+
+
 def check_db_name(name: Any) -> str:
     if not isinstance(name, str) or not name:
         raise ConfigurationError("db_name must be a non-empty string")

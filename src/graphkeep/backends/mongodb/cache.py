@@ -36,13 +36,13 @@ from graphkeep.backends.mongodb import (
     _describe,
     _SyncExecutor,
     async_client,
+    check_client,
     check_db_name,
     database_from_url,
     sync_client,
 )
 from graphkeep.backends.mongodb.documents import check_prefix
-from graphkeep.backends.mongodb.store import Command, _model, _ttl_unsupported
-from graphkeep.errors import ConfigurationError
+from graphkeep.backends.mongodb.store import Command, ensure_indexes
 from graphkeep.shared.cache import (
     AsyncNodeCache,
     Entry,
@@ -56,9 +56,7 @@ from graphkeep.shared.port import Op
 
 try:
     import bson
-    import pymongo
     from pymongo import DeleteOne, ReplaceOne
-    from pymongo.errors import OperationFailure
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "the MongoDB backend needs PyMongo >= 4.13.2: pip install 'graphkeep[mongodb]'"
@@ -88,14 +86,8 @@ class MongoNodeCachePort:
         return namespace_text(namespace) + key_text(key)
 
     def setup(self) -> Op[None]:
-        yield Command(self.collection, "create_indexes", ([_model(NAMESPACE_INDEX)],))
-        try:
-            yield Command(self.collection, "create_indexes", ([_model(EXPIRY_INDEX)],))
-        except OperationFailure as exc:
-            if not _ttl_unsupported(exc):
-                raise
-            plain = {"name": "gk_expires_at_plain", "key": EXPIRY_INDEX["key"]}
-            yield Command(self.collection, "create_indexes", ([_model(plain)],))
+        # as the saver and the store: a server without TTL indexes gets a plain one
+        yield from ensure_indexes(self.collection, [NAMESPACE_INDEX, EXPIRY_INDEX])
 
     def get(self, keys: list[FullKey]) -> Op[dict[FullKey, Stored]]:
         by_id = {self.doc_id(*address): address for address in keys}
@@ -144,13 +136,6 @@ class MongoNodeCachePort:
         yield Command(self.collection, "delete_many", (query,))
 
 
-def _check(client: Any, wanted: type, name: str) -> None:
-    if not isinstance(client, wanted):
-        raise ConfigurationError(
-            f"{name} needs a {wanted.__module__}.{wanted.__name__}, got {type(client).__name__}"
-        )
-
-
 class MongoDBCache(SyncNodeCache):
     """Node cache on a ``pymongo.MongoClient``.
 
@@ -166,7 +151,7 @@ class MongoDBCache(SyncNodeCache):
         serde: Any = None,
         key_prefix: str = "graphkeep",
     ) -> None:
-        _check(client, pymongo.MongoClient, "MongoDBCache")
+        check_client(client, True, "MongoDBCache")
         self.client = client
         self.db = client[check_db_name(db_name)]
         port = MongoNodeCachePort(key_prefix=key_prefix)
@@ -200,7 +185,7 @@ class AsyncMongoDBCache(AsyncNodeCache):
         serde: Any = None,
         key_prefix: str = "graphkeep",
     ) -> None:
-        _check(client, pymongo.AsyncMongoClient, "AsyncMongoDBCache")
+        check_client(client, False, "AsyncMongoDBCache")
         self.client = client
         self.db = client[check_db_name(db_name)]
         port = MongoNodeCachePort(key_prefix=key_prefix)

@@ -47,7 +47,6 @@ from typing import Any
 
 import bson
 import orjson
-import pymongo
 from pymongo import DeleteOne, UpdateOne
 
 from graphkeep.backends.mongodb import (
@@ -57,13 +56,14 @@ from graphkeep.backends.mongodb import (
     _describe,
     _SyncExecutor,
     async_client,
+    check_client,
     check_db_name,
     database_from_url,
     sync_client,
 )
 from graphkeep.backends.mongodb.documents import check_prefix
 from graphkeep.backends.mongodb.store import ensure_indexes
-from graphkeep.errors import ConfigurationError, PayloadTooLarge
+from graphkeep.errors import PayloadTooLarge
 from graphkeep.shared.keys import mask_url
 from graphkeep.shared.memory import (
     AsyncMemoryStore,
@@ -382,11 +382,7 @@ class MongoDBStore(SyncMemoryStore):
         key_prefix: str = "graphkeep",
         **options: Any,
     ) -> None:
-        if not isinstance(client, pymongo.MongoClient):
-            raise ConfigurationError(
-                f"MongoDBStore needs a pymongo.MongoClient, got {type(client).__name__};"
-                " use AsyncMongoDBStore with pymongo.AsyncMongoClient"
-            )
+        check_client(client, True, "MongoDBStore")
         self.client = client
         self.db = client[check_db_name(db_name)]
         port = MongoDBMemory(key_prefix=key_prefix)
@@ -427,11 +423,7 @@ class AsyncMongoDBStore(AsyncMemoryStore):
         key_prefix: str = "graphkeep",
         **options: Any,
     ) -> None:
-        if not isinstance(client, pymongo.AsyncMongoClient):
-            raise ConfigurationError(
-                f"AsyncMongoDBStore needs a pymongo.AsyncMongoClient, got"
-                f" {type(client).__name__}; use MongoDBStore with pymongo.MongoClient"
-            )
+        check_client(client, False, "AsyncMongoDBStore")
         self.client = client
         self.db = client[check_db_name(db_name)]
         port = MongoDBMemory(key_prefix=key_prefix)
