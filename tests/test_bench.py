@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -14,10 +15,19 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 import graphkeep
 from graphkeep.bench import cli, report
-from graphkeep.bench.probes import Probe, count_round_trips
-from graphkeep.bench.suites import Options
+from graphkeep.bench.probes import Probe, count_round_trips, packed_size
+from graphkeep.bench.suites import Options, growth_targets
+from graphkeep.bench.suites.dynamodb import body_size
 from graphkeep.bench.worker import InSubprocess
-from graphkeep.bench.workloads import Opened, large_text, measure_large, workload
+from graphkeep.bench.workloads import (
+    Opened,
+    Result,
+    large_text,
+    measure,
+    measure_large,
+    new_message_bytes,
+    workload,
+)
 from graphkeep.connect import BACKENDS
 
 from .conftest import REDIS_URL
@@ -48,6 +58,17 @@ def table_rows(markdown: str) -> dict[tuple[str, str], list[str]]:
     return rows
 
 
+def growth_rows(markdown: str) -> dict[tuple[str, str], list[str]]:
+    """(workload, saver) -> the other cells of the growth table."""
+    rows: dict[tuple[str, str], list[str]] = {}
+    table = markdown.split("### Growth")[1].split("###")[0]
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 9 and cells[0].startswith("W50"):
+            rows[(cells[0], cells[1])] = cells[2:]
+    return rows
+
+
 def test_quick_redis_suite_compares_three_savers_and_graphkeep_needs_8_requests_per_turn(
     tmp_path: Path,
 ) -> None:
@@ -65,6 +86,24 @@ def test_quick_redis_suite_compares_three_savers_and_graphkeep_needs_8_requests_
 
     history_entries = {key: int(cells[3]) for key, cells in rows.items()}
     assert set(history_entries.values()) == {40}  # 10 turns x 4 checkpoints
+
+    # growth: the W50 thread goes on for 10 more turns; graphkeep-noshare only here
+    growth = growth_rows(done.stdout)
+    assert set(growth) == {
+        ("W50 / W50-20", "graphkeep"),
+        ("W50 / W50-20", "plainredis"),
+        ("W50 / W50-20", "graphkeep-noshare"),
+        ("W50-delta", "graphkeep"),
+        ("W50-delta", "plainredis"),
+    }, done.stdout
+    for saver in ("graphkeep", "plainredis", "graphkeep-noshare"):
+        at_10, at_20, ratio, sent_10, median, sent_20, per_new = growth[("W50 / W50-20", saver)]
+        assert 0 < float(at_10.replace(",", "")) < float(at_20.replace(",", ""))
+        assert 1.5 < float(ratio) < 4.5
+        assert min(float(c.replace(",", "")) for c in (sent_10, median, sent_20, per_new)) > 0
+    # the growth row's 10-turn figure is the main table's W50 stored figure
+    assert growth[("W50 / W50-20", "graphkeep")][0] == rows[("W50", "graphkeep")][2]
+    assert "graphkeep-noshare" not in "".join(c for key in rows for c in key)
 
     written = (tmp_path / "redis.md").read_text()
     assert table_rows(written) == rows
@@ -163,3 +202,83 @@ def test_large_text_is_deterministic_text_of_the_size_asked() -> None:
     text = large_text(500_000)
     assert len(text.encode()) == 500_000 and text == large_text(500_000)
     assert 2 < len(text) / len(zlib.compress(text.encode())) < 8  # compressible, like prose
+
+
+def resp_size(*args: bytes) -> int:
+    """Bytes of one command in RESP: ``*<n>`` then ``$<length>`` and the bytes of each argument."""
+    return len(f"*{len(args)}\r\n") + sum(len(f"${len(a)}\r\n") + len(a) + 2 for a in args)
+
+
+def test_bytes_sent_are_the_packed_resp_bytes_of_each_command() -> None:
+    assert packed_size([b"*1\r\n", memoryview(b"$4\r\nPING\r\n")]) == 14
+    assert packed_size(b"PING\r\n") == packed_size("PING\r\n") == 6
+    probe = Probe()
+    key = b"graphkeep-bench-test:sent"
+    with graphkeep.connect(REDIS_URL) as saver:
+        client = count_round_trips(saver.client, probe)
+        client.set(key, b"v" * 1000, ex=60)
+        assert probe.bytes_sent == resp_size(b"SET", key, b"v" * 1000, b"EX", b"60")
+        pipe = client.pipeline(transaction=False)
+        pipe.get(key)
+        pipe.get(key)
+        before = probe.bytes_sent
+        pipe.execute()
+        assert probe.total == 2
+        assert probe.bytes_sent - before == 2 * resp_size(b"GET", key)
+
+
+def test_a_request_body_is_counted_whatever_botocore_holds_it_in() -> None:
+    stream = io.BytesIO(b"0123456789")
+    stream.seek(3)
+    assert body_size(stream) == 7 and stream.tell() == 3
+    assert (body_size(b"abc"), body_size("é"), body_size(None)) == (3, 2, 0)
+
+
+def test_growth_turns_go_on_after_the_history_and_measure_the_store_again() -> None:
+    stored = iter([1000, 2100])
+    opened = Opened(InMemorySaver(), Probe(), stored_bytes=lambda: next(stored))
+    result = measure(
+        opened, workload("W50"), suite="test", saver_name="s", turns=2, history_runs=1,
+        extra_turns=2,
+    )  # fmt: skip
+    assert (result.stored_bytes, result.stored_first, result.stored_last) == (1000, 1000, 2100)
+    assert result.sent_bytes == [0, 0, 0, 0]  # one per turn, growth turns included
+    assert result.history_entries == 8 and result.extra_turns == 2
+
+
+def test_growth_runs_in_another_interpreter_too() -> None:
+    contender = InSubprocess("in-subprocess", sys.executable, "graphkeep.bench.worker:in_memory")
+    result = contender.run(workload("W50"), Options(turns=2, history_runs=1), "test", 2)
+    assert result.extra_turns == 2 and result.turn_tally.calls["put"] == 8
+    assert (result.sent_bytes, result.stored_first) == ([], None)  # no store behind it
+
+
+def grown(saver: str, first: int, last: int, sent: list[int]) -> Result:
+    return Result(
+        suite="test", saver=saver, workload="W50", turns=50, ms_per_turn=1.0,
+        requests_per_turn=8.0, stored_bytes=first, history_entries=200, history_ms=1.0,
+        history_requests=1, sent_bytes=sent, extra_turns=50, stored_first=first,
+        stored_last=last,
+    )  # fmt: skip
+
+
+def test_growth_rows_and_issue_13_targets() -> None:
+    new = new_message_bytes(50)
+    assert 500 < new < 2000 and new == new_message_bytes(50)
+    linear = grown("graphkeep", 400_000, 800_000, [9000] * 49 + [9000 + 3 * new] + [9100] * 50)
+    quadratic = grown("rival", 4_000_000, 15_600_000, [1000 * t for t in range(1, 101)])
+    targets = dict(growth_targets([linear, quadratic], stored_max=500_000))
+    assert list(targets.values()) == [True, True, True], targets
+    assert "0.400 MB" in next(iter(targets))
+    missed = growth_targets([quadratic], stored_max=500_000, baseline="rival")
+    assert [met for _, met in missed] == [False, False, False]
+
+    ctx = report.Context(
+        suite_title="Test", where="here", turns=50, history_runs=1, rounds=1,
+        stored_label="bytes", request_label="requests", baseline="graphkeep", rival="rival",
+        notes=[], workloads=[workload("W50")], sent_label="body bytes",
+    )  # fmt: skip
+    table = "\n".join(report.growth_table(ctx, [linear, quadratic]))
+    assert "- sent = body bytes" in table
+    assert "| W50 / W50-100 | graphkeep | 390.6 | 781.2 | 2.00 | 11.6 | 8.8 | 8.9 |" in table
+    assert "| W50 / W50-100 | rival | 3,906.2 | 15,234.4 | 3.90 | 48.8 | 44.4 | 97.7 |" in table

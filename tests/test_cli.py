@@ -31,7 +31,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import _messages_delta_reducer
+from langgraph.graph.message import _messages_delta_reducer, add_messages
 from langgraph.types import Send
 from pydantic import BaseModel
 
@@ -41,6 +41,8 @@ from graphkeep.cli import main, show_thread
 from graphkeep.cli.console import Progress, parse_duration, parse_size, uuid6_time
 from graphkeep.cli.copy import task_batches
 from graphkeep.cli.endpoints import WriteItem
+from graphkeep.shared.lists import ELEMENT_CHANNEL, element_blob_keys, is_manifest
+from graphkeep.shared.records import BlobRecord, ThreadDump, Typed
 
 from .conftest import unique_prefix
 
@@ -786,3 +788,249 @@ def test_task_batches_rebuild_original_write_indexes() -> None:
     assert plain == [[("a", "a"), ("b", "b")]]
     unknown = task_batches([w("__error__", None), w("a", None)])
     assert unknown == [[("__error__", "__error__")], [("a", "a")]]
+
+
+# -- shared lists (issue #13): a plain add_messages list stored as elements + manifest ---
+
+
+class PlainChat(TypedDict):
+    messages: Annotated[list[Any], add_messages]
+
+
+def _plain_bot(state: PlainChat) -> dict[str, Any]:
+    turn = len(state["messages"]) // 2 + 1
+    return {"messages": [AIMessage(content=f"answer {turn} " + "a" * 200, id=f"ai-{turn}")]}
+
+
+def plain_chat_graph(saver: Any) -> Any:
+    """No DeltaChannel: each version of ``messages`` is a new, longer list (graphkeep shares it)."""
+    builder = StateGraph(PlainChat)
+    builder.add_node("bot", _plain_bot)
+    builder.add_edge(START, "bot")
+    builder.add_edge("bot", END)
+    return builder.compile(checkpointer=saver)
+
+
+def plain_chat(graph: Any, thread_id: str, turns: int, start: int = 1) -> None:
+    for n in range(start, start + turns):
+        message = HumanMessage(content=f"question {n} " + "q" * 200, id=f"human-{n}")
+        graph.invoke({"messages": [message]}, config(thread_id))
+
+
+def element_keys(saver: Any, thread_id: str) -> set[tuple[str, str, str]]:
+    inventory = saver._call(saver.store.inventory(thread_id))
+    return {key for key in inventory.blob_keys if key[1] == ELEMENT_CHANNEL}
+
+
+def assert_no_orphans(saver: Any, thread_id: str) -> None:
+    """Every element record is named by a kept checkpoint's manifest, and every named one exists."""
+    inventory = saver._call(saver.store.inventory(thread_id))
+    named = {
+        (s.ns, ch, s.versions[ch]) for s in inventory.checkpoints for ch in s.present
+    } & inventory.blob_keys
+    blobs = saver._call(saver.store.get_blobs(thread_id, sorted(named)))
+    manifests = [(key[0], blob) for key, blob in blobs.items() if is_manifest(blob)]
+    assert manifests, "the thread should hold a shared list"
+    wanted = {k for ns, blob in manifests for k in element_blob_keys(ns, [blob])}
+    stored = {key for key in inventory.blob_keys if key[1] == ELEMENT_CHANNEL}
+    assert stored == wanted, (
+        f"orphans {sorted(stored - wanted)[:3]}, missing {sorted(wanted - stored)[:3]}"
+    )
+
+
+def test_shared_lists_dump_inspect_and_stats_show_the_whole_list(store: Store) -> None:
+    with store.saver() as saver:
+        graph = plain_chat_graph(saver)
+        plain_chat(graph, "t-shared", 5)
+        state = graph.get_state(config("t-shared")).values
+        first_id = ids(saver, "t-shared")[4]  # two turns back: a shorter shared list
+        first = saver.get_tuple(config("t-shared", first_id)).checkpoint
+        elements = element_keys(saver, "t-shared")
+        inventory = saver._call(saver.store.inventory("t-shared"))
+        channel_blobs = len(inventory.blob_keys) - len(elements)
+    assert len(state["messages"]) == 10
+    assert len(elements) == 10, "the messages list should be stored as shared elements"
+
+    dumped = gk(*store.argv("dump", "--thread-id", "t-shared", "--channel", "messages"))
+    assert dumped.code == 0, dumped.err
+    entry = dumped.json()["channels"]["messages"]
+    assert entry["delta_kind"] == "legacy_plain" and entry["writes"] == []
+    assert to_messages(entry["seed"]) == state["messages"]
+    older = gk(
+        *store.argv(
+            "dump", "--thread-id", "t-shared", "--channel", "messages", "--checkpoint-id", first_id
+        )
+    )
+    assert (
+        to_messages(older.json()["channels"]["messages"]["seed"])
+        == (first["channel_values"]["messages"])
+    )
+    assert len(first["channel_values"]["messages"]) == 7
+    out = io.StringIO()
+    assert show_thread(store.url, "t-shared", key_prefix=store.prefix, out=out) == 0
+    assert "graphkeep.list" not in out.getvalue() and f"answer 5 {'a' * 200}" in out.getvalue()
+
+    threads = gk(*store.argv("threads", "--json")).json()["threads"]
+    quick = gk(*store.argv("threads", "--quick", "--json")).json()["threads"]
+    stats = gk(*store.argv("stats", "--json")).json()
+    for info in (threads[0], quick[0], stats["top"][0]):
+        assert info["list_elements"] == 10
+        assert info["blobs"] == channel_blobs, "elements are not counted as channel blobs"
+    assert stats["list_elements"] == 10
+    assert stats["top"][0]["bytes_by_kind"]["list_elements"] > 0  # stored (compressed) bytes
+    assert "LIST ELEMENTS" in gk(*store.argv("stats")).out
+
+    # a manifest whose elements are gone is an error naming the thread, never a short list
+    with store.saver() as saver:
+        victim = sorted(elements)[3]
+        saver._call(saver.store.delete_records("t-shared", [], [victim]))
+    broken = gk(*store.argv("dump", "--thread-id", "t-shared", "--channel", "messages"))
+    assert broken.code == 1 and "t-shared" in broken.err and "missing" in broken.err
+    assert broken.out == ""
+
+
+def test_shared_lists_copy_to_graphkeep_and_langgraph_sqlite_and_back(
+    store: Store, redis_store: Store, tmp_path: Path
+) -> None:
+    with store.saver() as saver:
+        graph = plain_chat_graph(saver)
+        plain_chat(graph, "t-list", 4)
+        state = graph.get_state(config("t-list")).values
+        history = [t.checkpoint["channel_values"] for t in saver.list(config("t-list"))]
+        source_ids = ids(saver, "t-list")
+        elements = len(element_keys(saver, "t-list"))
+    assert elements == 8
+    target = Store(store.url, unique_prefix("cli-dst"))
+    for dst in (target, redis_store):  # another prefix, and (from Cluster/Mongo/...) Redis
+        copied = gk(
+            "copy",
+            store.url,
+            dst.url,
+            "--thread",
+            "t-list",
+            "--src-key-prefix",
+            store.prefix,
+            "--dst-key-prefix",
+            dst.prefix,
+            "--json",
+        )
+        assert copied.code == 0, copied.err
+        report = copied.json()["threads"][0]
+        assert report["verified"] is True and report["problems"] == []
+        assert report["list_elements"] == elements
+        with dst.saver() as other:
+            assert ids(other, "t-list") == source_ids
+            assert plain_chat_graph(other).get_state(config("t-list")).values == state
+            assert [t.checkpoint["channel_values"] for t in other.list(config("t-list"))] == history
+            assert_no_orphans(other, "t-list")
+
+    # graphkeep -> LangGraph's SqliteSaver: the lists arrive whole
+    db = tmp_path / "lists.db"
+    out = gk(
+        "copy",
+        store.url,
+        f"sqlite:///{db}",
+        "--thread",
+        "t-list",
+        "--src-key-prefix",
+        store.prefix,
+        "--json",
+    )
+    assert out.code == 0, out.err
+    assert out.json()["threads"][0]["verified"] is True
+    with SqliteSaver.from_conn_string(str(db)) as sqlite_saver:
+        assert plain_chat_graph(sqlite_saver).get_state(config("t-list")).values == state
+        assert [
+            t.checkpoint["channel_values"] for t in sqlite_saver.list(config("t-list"))
+        ] == history
+    # ... and back into graphkeep under a new prefix: shared again, identical state
+    back = Store(store.url, unique_prefix("cli-back"))
+    again = gk(
+        "copy",
+        f"sqlite:///{db}",
+        store.url,
+        "--thread",
+        "t-list",
+        "--dst-key-prefix",
+        back.prefix,
+        "--json",
+    )
+    assert again.code == 0, again.err
+    with back.saver() as saver:
+        graph = plain_chat_graph(saver)
+        assert graph.get_state(config("t-list")).values == state
+        assert [t.checkpoint["channel_values"] for t in saver.list(config("t-list"))] == history
+        assert len(element_keys(saver, "t-list")) == elements, "each message stored once"
+        plain_chat(graph, "t-list", 1, start=5)
+        assert len(graph.get_state(config("t-list")).values["messages"]) == 10
+
+
+def test_shared_lists_prune_keeps_named_elements_and_removes_orphans(store: Store) -> None:
+    with store.saver() as saver:
+        graph = plain_chat_graph(saver)
+        plain_chat(graph, "t-lp", 4)
+        state = graph.get_state(config("t-lp")).values
+        ns = ""
+        orphan = (ns, ELEMENT_CHANNEL, "ffffffffffffffff00000000")
+        # what a crash between writing the elements and the manifest leaves behind
+        saver._call(
+            saver.store.import_thread(
+                "t-lp",
+                ThreadDump(
+                    [],
+                    [],
+                    [(ns, BlobRecord(ELEMENT_CHANNEL, orphan[2], Typed("msgpack", b"\xa1x")))],
+                ),
+            )
+        )
+        assert orphan in element_keys(saver, "t-lp")
+    dry = gk(*store.argv("prune", "--keep-latest", "--thread", "t-lp", "--dry-run", "--json"))
+    assert dry.code == 0, dry.err
+    plan = dry.json()["threads"][0]
+    assert plan["list_elements_removed"] == 1, "only the orphan: the head's manifest names the rest"
+    assert plan["checkpoints_removed"] > 0
+    text = gk(*store.argv("prune", "--keep-latest", "--thread", "t-lp"))
+    assert text.code == 0, text.err
+    assert "1 list element(s)" in text.out
+    with store.saver() as saver:
+        assert orphan not in element_keys(saver, "t-lp")
+        assert len(element_keys(saver, "t-lp")) == 8
+        assert_no_orphans(saver, "t-lp")
+        graph = plain_chat_graph(saver)
+        assert graph.get_state(config("t-lp")).values == state
+        plain_chat(graph, "t-lp", 1, start=5)
+        assert len(graph.get_state(config("t-lp")).values["messages"]) == 10
+        assert_no_orphans(saver, "t-lp")
+    again = gk(*store.argv("prune", "--keep-latest", "--thread", "t-lp", "--json"))
+    assert again.json()["threads"][0]["list_elements_removed"] == 0
+    gone = gk(*store.argv("prune", "--delete", "--thread", "t-lp"))
+    assert gone.code == 0, gone.err
+    with store.saver() as saver:
+        inventory = saver._call(saver.store.inventory("t-lp"))
+        assert not inventory.blob_keys and not inventory.checkpoints
+
+
+def test_shared_lists_encrypted_elements_dump_and_copy_with_the_key(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    serde = EncryptedSerializer.from_pycryptodome_aes(key=AES_KEY.encode())
+    with store.saver(serde=serde) as saver:
+        graph = plain_chat_graph(saver)
+        plain_chat(graph, "t-enc", 3)
+        state = graph.get_state(config("t-enc")).values
+        assert len(element_keys(saver, "t-enc")) == 6
+    monkeypatch.delenv("LANGGRAPH_AES_KEY", raising=False)
+    locked = gk(*store.argv("dump", "--thread-id", "t-enc", "--channel", "messages"))
+    assert locked.code == 0, locked.err
+    assert locked.json()["channels"]["messages"]["seed"] == [{"__encrypted__": "msgpack+aes"}] * 6
+    db = tmp_path / "enc.db"
+    argv = ["copy", store.url, f"sqlite:///{db}", "--thread", "t-enc", "--src-key-prefix"]
+    refused = gk(*argv, store.prefix)
+    assert refused.code == 1 and "LANGGRAPH_AES_KEY" in refused.err
+    monkeypatch.setenv("LANGGRAPH_AES_KEY", AES_KEY)
+    opened = gk(*store.argv("dump", "--thread-id", "t-enc", "--channel", "messages"))
+    assert to_messages(opened.json()["channels"]["messages"]["seed"]) == state["messages"]
+    copied = gk(*argv, store.prefix)
+    assert copied.code == 0, copied.err
+    with SqliteSaver.from_conn_string(str(db)) as sqlite_saver:
+        assert plain_chat_graph(sqlite_saver).get_state(config("t-enc")).values == state

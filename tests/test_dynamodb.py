@@ -40,7 +40,7 @@ from graphkeep.backends.dynamodb.requests import (
     batch_write,
     transact,
 )
-from graphkeep.errors import ConfigurationError, StorageUnavailable
+from graphkeep.errors import ConfigurationError, CorruptData, StorageUnavailable
 from graphkeep.shared.port import Sleep
 
 from .conftest import unique_prefix
@@ -555,9 +555,10 @@ class Chat(TypedDict):
     messages: Annotated[list[Any], add_messages]
 
 
-def test_a_chat_growing_past_400_kb_over_thirty_turns(
-    saver: DynamoDBSaver, client: Any, table: str
-) -> None:
+@pytest.mark.parametrize("share", [True, False])
+def test_a_chat_growing_past_400_kb_over_thirty_turns(client: Any, table: str, share: bool) -> None:
+    saver = DynamoDBSaver(client, table, key_prefix=unique_prefix("ddb"), share_lists=share)
+
     def reply(state: Chat) -> dict[str, Any]:
         turn = len(state["messages"])
         return {"messages": [AIMessage(_noise(20_000, turn), id=f"ai-{turn}")]}
@@ -576,7 +577,11 @@ def test_a_chat_growing_past_400_kb_over_thirty_turns(
     assert messages[-1].content == _noise(20_000, 59) and messages[0].content == _noise(20_000, 0)
     assert sum(len(m.content) for m in messages) == 1_200_000
     items = _thread_items(saver, client, table, "chat")
-    assert any(i["sk"]["S"].startswith("k#") for i in items), "the messages blob was not chunked"
+    if share:  # one item per message, none over the limit
+        assert len(_elements(items)) == 60
+        assert not any(i["sk"]["S"].startswith("k#") for i in items)
+    else:
+        assert any(i["sk"]["S"].startswith("k#") for i in items), "the blob was not chunked"
     history = list(graph.get_state_history(config))
     assert len(history) == 90 and len(history[0].values["messages"]) == 60
 
@@ -731,6 +736,7 @@ def test_put_refreshes_what_the_new_checkpoint_needs(client: Any, table: str) ->
     before = exps()
     soon = _at(saver, 5)
     soon.store.known = saver.store.known  # type: ignore[attr-defined]
+    soon.store.manifests = saver.store.manifests  # type: ignore[attr-defined]
     with calls.count() as made:  # nothing is due for a refresh yet: one call
         second = _put(soon, "t", {"a": "keep", "b": b""}, {"a": 1, "b": 1}, parent=first, new={})
     assert made == ["PutItem"]
@@ -758,6 +764,7 @@ def test_delta_ancestors_stay_alive_as_long_as_their_head(client: Any, table: st
     head = _delta_chain(saver, "d", 5)
     later = _at(saver, 45)
     later.store.known = saver.store.known  # type: ignore[attr-defined]
+    later.store.manifests = saver.store.manifests  # type: ignore[attr-defined]
     newest = _put(
         later,
         "d",
@@ -997,3 +1004,250 @@ def test_the_test_server_answers_concurrent_transactions_without_spurious_errors
     assert not errors, errors[:3]
     count = client.scan(TableName=table, Select="COUNT", ConsistentRead=True)["Count"]
     assert count == 8 * 15 * 4
+
+
+# --------------------------------------------------------------------------- shared lists
+
+ELEMENT = "__graphkeep.element__"
+
+
+def _elements(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Element items (chunk items excluded) of a partition."""
+    return [i for i in items if i["sk"]["S"].startswith("b#") and ELEMENT in i["sk"]["S"]]
+
+
+def _message_pair(turn: int, size: int = 300) -> list[Any]:
+    return [
+        HumanMessage(_noise(size, 2 * turn), id=f"h-{turn}"),
+        AIMessage(_noise(size, 2 * turn + 1), id=f"a-{turn}"),
+    ]
+
+
+def _grow(saver: Any, thread: str, turns: int, *, size: int = 300) -> tuple[Any, list[Any]]:
+    """A list channel growing by two messages per checkpoint (direct saver puts)."""
+    config: Any = None
+    messages: list[Any] = []
+    version: Any = None
+    for turn in range(turns):
+        messages = messages + _message_pair(turn, size)
+        version = saver.get_next_version(version, None)
+        config = _put(saver, thread, {"messages": messages}, {"messages": version}, parent=config)
+    return config, messages
+
+
+def _version(saver: Any, config: Any) -> Any:
+    found = saver.get_tuple(config)
+    assert found is not None
+    return found.checkpoint["channel_versions"]["messages"]
+
+
+def test_element_sort_keys_are_ranges_per_epoch() -> None:
+    from graphkeep.backends.dynamodb.store import ELEMENT_GAP, element_runs, is_element_sk
+    from graphkeep.shared.lists import element_key
+
+    def sk(ns: str, key: str) -> str:
+        return dkeys.blob_sk(dkeys.part(ns)[0], dkeys.part(ELEMENT)[0], dkeys.part(key)[0])
+
+    epoch, other = "0123456789abcdef", "fedcba9876543210"
+    run = [sk("", element_key(epoch, i)) for i in range(300)]
+    assert all(is_element_sk(k) for k in run) and sorted(run) == run
+    assert not is_element_sk(sk("", "00000000000000000000000000000003.0.5"))
+    assert not is_element_sk(dkeys.blob_sk("", "messages", element_key(epoch, 1)))
+    long_ns = "n" * 400  # shortened with a digest: still one prefix per namespace
+    shortened = [sk(long_ns, element_key(epoch, i)) for i in range(3)]
+    assert all(is_element_sk(k) for k in shortened) and sorted(shortened) == shortened
+    assert element_runs(run[::-1]) == [run]  # an append-only list: one Query
+    far = sk("", element_key(epoch, 299 + ELEMENT_GAP + 1))
+    near = sk("", element_key(epoch, 299 + ELEMENT_GAP))
+    two = [sk("", element_key(other, 0)), sk("", element_key(other, 1))]
+    assert sorted(element_runs([*run, far, *two])) == sorted([run, [far], two])
+    assert element_runs([*run, near]) == [[*run, near]]
+
+
+def test_a_growing_chat_shares_its_messages(counted: tuple[DynamoDBSaver, Calls]) -> None:
+    saver, calls = counted
+
+    def reply(state: Chat) -> dict[str, Any]:
+        turn = len(state["messages"]) // 2
+        return {"messages": [AIMessage(_noise(300, 2 * turn + 1), id=f"a-{turn}")]}
+
+    builder = StateGraph(Chat)
+    builder.add_node("reply", reply)
+    builder.add_edge(START, "reply")
+    builder.add_edge("reply", END)
+    graph = builder.compile(checkpointer=saver)
+    config: Any = {"configurable": {"thread_id": "chat"}}
+    for turn in range(40):
+        human = HumanMessage(_noise(300, 2 * turn), id=f"h-{turn}")
+        graph.invoke({"messages": [human]}, config)
+    expected = [m for turn in range(40) for m in _message_pair(turn)]
+    assert graph.get_state(config).values["messages"] == expected
+    items = _thread_items(saver, saver.client, saver.table_name, "chat")
+    elements = _elements(items)
+    assert len(elements) == 80  # each message stored once
+    stored = sum(len(i["v"]["B"]) for i in items if "v" in i)
+    assert stored < 80 * 300 * 6, stored  # linear (a whole list per version: ~40x more)
+    with calls.count() as made:
+        latest = saver.get_tuple(config)
+    assert made == ["Query", "BatchGetItem", "Query"], made  # one more than unshared
+    assert latest is not None and latest.checkpoint["channel_values"]["messages"] == expected
+    history = list(graph.get_state_history(config))
+    assert len(history) == 120
+    assert [len(h.values.get("messages", [])) for h in history[:3]] == [80, 79, 78]
+    with calls.count() as made:
+        listed = list(saver.list(config, limit=100))
+    assert len(listed) == 100 and made.count("Query") <= 3, made
+
+
+def test_unshared_get_tuple_costs_one_request_less(
+    table: str, client: Any, counted: tuple[DynamoDBSaver, Calls]
+) -> None:
+    saver, calls = counted
+    prefix = saver.store.key_prefix  # type: ignore[attr-defined]
+    plain = DynamoDBSaver(saver.client, table, key_prefix=prefix, share_lists=False)
+    _grow(plain, "plain", 3)
+    _grow(saver, "shared", 3)
+    with calls.count() as plain_calls:
+        a = plain.get_tuple(_config("plain"))
+    with calls.count() as shared_calls:
+        b = saver.get_tuple(_config("shared"))
+    assert a is not None and b is not None
+    assert a.checkpoint["channel_values"] == b.checkpoint["channel_values"]
+    assert len(shared_calls) == len(plain_calls) + 1, (plain_calls, shared_calls)
+    assert _elements(_thread_items(plain, client, table, "plain")) == []
+
+
+def test_prune_and_delete_leave_no_orphan_elements(
+    saver: DynamoDBSaver, client: Any, table: str
+) -> None:
+    config, messages = _grow(saver, "p", 5)
+    # an edit: message 3 replaced (its old element is no longer named by the newest list)
+    edited = [*messages[:3], AIMessage("changed " + _noise(300, 99), id=messages[3].id)]
+    edited += messages[4:]
+    version = saver.get_next_version(_version(saver, config), None)
+    newest = _put(saver, "p", {"messages": edited}, {"messages": version}, parent=config)
+    assert len(_elements(_thread_items(saver, client, table, "p"))) == 11
+    saver.copy_thread("p", "p-copy")
+    copied = saver.get_tuple(_config("p-copy"))
+    assert copied is not None and copied.checkpoint["channel_values"]["messages"] == edited
+    saver.prune(["p"])
+    items = _thread_items(saver, client, table, "p")
+    assert len([i for i in items if i["sk"]["S"].startswith("c#")]) == 1
+    assert len(_elements(items)) == 10  # the replaced message's element is gone
+    assert len([i for i in items if i["sk"]["S"].startswith("b#")]) == 11  # + one manifest
+    found = saver.get_tuple(_config("p"))
+    assert found is not None and found.config == newest
+    assert found.checkpoint["channel_values"]["messages"] == edited
+    saver.delete_thread("p")
+    saver.delete_thread("p-copy")
+    assert _thread_items(saver, client, table, "p") == []
+    assert _thread_items(saver, client, table, "p-copy") == []
+
+
+def test_elements_over_the_item_limit_are_chunked(
+    saver: DynamoDBSaver, client: Any, table: str
+) -> None:
+    big = os.urandom(500_000)
+    values = [big, "small " * 200, {"n": 1}]
+    first = _put(saver, "big", {"items": values}, {"items": 1})
+    found = saver.get_tuple(_config("big"))
+    assert found is not None and found.checkpoint["channel_values"]["items"] == values
+    items = _thread_items(saver, client, table, "big")
+    assert len(_elements(items)) == 3
+    chunks = [i for i in items if i["sk"]["S"].startswith("k#b#") and ELEMENT in i["sk"]["S"]]
+    assert len(chunks) == 2
+    _put(saver, "big", {"items": values[1:]}, {"items": 2}, parent=first)  # big one dropped
+    assert [len(t.checkpoint["channel_values"]["items"]) for t in saver.list(None)] == [2, 3]
+    saver.prune(["big"])
+    items = _thread_items(saver, client, table, "big")
+    assert len(_elements(items)) == 2
+    assert not [i for i in items if i["sk"]["S"].startswith("k#")]  # its chunks went too
+    found = saver.get_tuple(_config("big"))
+    assert found is not None and found.checkpoint["channel_values"]["items"] == values[1:]
+    saver.delete_thread("big")
+    assert _thread_items(saver, client, table, "big") == []
+
+
+def test_ttl_keeps_elements_alive_with_the_checkpoints_naming_them(client: Any, table: str) -> None:
+    saver = DynamoDBSaver(client, table, key_prefix=unique_prefix("ttl"), ttl=60)
+    calls = Calls(client)
+    config, messages = _grow(saver, "t", 3)
+    items = _thread_items(saver, client, table, "t")
+    assert all("exp" in i for i in items) and len(_elements(items)) == 6
+    # 40 s later the list grows: the new manifest names the six older elements too
+    later = _at(saver, 40)
+    later.store.known = saver.store.known  # type: ignore[attr-defined]
+    later.store.manifests = saver.store.manifests  # type: ignore[attr-defined]
+    later.lists = saver.lists
+    grown = [*messages, *_message_pair(3)]
+    version = saver.get_next_version(_version(saver, config), None)
+    with calls.count() as made:
+        newest = _put(later, "t", {"messages": grown}, {"messages": version}, parent=config)
+    assert made == ["TransactWriteItems"], made  # elements refreshed in the same request
+    assert len(_elements(_thread_items(saver, client, table, "t"))) == 8
+    view = _at(saver, 95)  # the first elements were written 95 s ago (exp: ttl * 1.5)
+    found = view.get_tuple(_config("t"))
+    assert found is not None and found.checkpoint["channel_values"]["messages"] == grown
+    # a fresh process, 80 s later: only the head changes; it learns the manifest's elements
+    fresh = _at(saver, 80)
+    with calls.count() as made:
+        _put(fresh, "t", {"messages": grown}, {"messages": version}, parent=newest, new={})
+    # the manifest's marker, the manifest, its 8 elements (by key: a short run)
+    assert made == ["BatchGetItem", "BatchGetItem", "BatchGetItem", "TransactWriteItems"], made
+    found = _at(saver, 135).get_tuple(_config("t"))
+    assert found is not None and found.checkpoint["channel_values"]["messages"] == grown
+    # an element missing from the store: an error naming the checkpoint, never a shorter list
+    element = _elements(_thread_items(saver, client, table, "t"))[0]
+    client.delete_item(TableName=table, Key={"pk": element["pk"], "sk": element["sk"]})
+    with pytest.raises(CorruptData, match="checkpoint"):
+        saver.get_tuple(_config("t"))
+
+
+def test_refresh_ttl_on_read_keeps_the_elements_alive(client: Any, table: str) -> None:
+    prefix = unique_prefix("ttl")
+    saver = DynamoDBSaver(client, table, key_prefix=prefix, ttl=60)
+    _, messages = _grow(saver, "t", 30)  # 60 elements: read back with a range Query
+    reader = DynamoDBSaver(client, table, key_prefix=prefix, ttl=60, refresh_ttl_on_read=True)
+    reader.store.clock = lambda: time.time() + 45  # type: ignore[attr-defined]
+    found = reader.get_tuple(_config("t"))
+    assert found is not None and found.checkpoint["channel_values"]["messages"] == messages
+    later = _at(saver, 100)  # written 100 s ago (exp: ttl * 1.5 = 90 s), read 55 s ago
+    found = later.get_tuple(_config("t"))
+    assert found is not None and found.checkpoint["channel_values"]["messages"] == messages
+
+
+async def test_async_saver_shares_lists(table: str) -> None:
+    async with AsyncDynamoDBSaver.from_table(
+        table, REGION, ENDPOINT, key_prefix=unique_prefix("async"), setup=False
+    ) as saver:
+        calls = Calls(saver.client)
+        config: Any = None
+        messages: list[Any] = []
+        for turn in range(30):
+            messages = messages + _message_pair(turn)
+            cp = empty_checkpoint()
+            cp["channel_values"] = {"messages": messages}
+            cp["channel_versions"] = {"messages": turn + 1}
+            config = await saver.aput(
+                config or _config("t"), cp, {"source": "loop", "step": turn}, {"messages": turn + 1}
+            )
+        with calls.count() as made:
+            found = await saver.aget_tuple(_config("t"))
+        assert made == ["Query", "BatchGetItem", "Query"], made
+        assert found is not None and found.checkpoint["channel_values"]["messages"] == messages
+        listed = [t async for t in saver.alist(_config("t"))]
+        assert [len(t.checkpoint["channel_values"]["messages"]) for t in listed] == list(
+            range(60, 0, -2)
+        )
+        pk, _ = saver.store.thread_key("t")  # type: ignore[attr-defined]
+        page = await asyncio.to_thread(
+            boto3.client("dynamodb", region_name=REGION, endpoint_url=ENDPOINT).query,
+            TableName=table,
+            KeyConditionExpression="pk = :p",
+            ExpressionAttributeValues={":p": {"S": pk}},
+            ConsistentRead=True,
+        )
+        assert len(_elements(page["Items"])) == 60
+        await saver.aprune(["t"])
+        await saver.adelete_thread("t")
+        assert await saver.aget_tuple(_config("t")) is None

@@ -35,7 +35,9 @@ from graphkeep.errors import (
     LockNotAcquired,
     StorageUnavailable,
 )
+from graphkeep.shared import lists
 from graphkeep.shared.keys import mask_url
+from graphkeep.shared.records import Typed
 
 from .conftest import unique_prefix
 
@@ -160,10 +162,18 @@ class Thread:
 
 
 def _docs(client: Any, prefix: str, thread_id: str | None = None) -> dict[str, list[Any]]:
+    """The thread's documents: ``checkpoints`` (kind "cp") and ``payloads`` (every other kind)
+    of the one thread collection, and ``locks``."""
     query = {} if thread_id is None else {"thread_id": thread_id}
     db = client[TEST_DB]
+    data, locks = collection_names(prefix)
     # small batches: some servers (FerretDB) do not cap a reply at 16 MiB as MongoDB does
-    return {name: list(db[name].find(query).batch_size(3)) for name in collection_names(prefix)}
+    found = list(db[data].find(query).batch_size(3))
+    return {
+        "checkpoints": [d for d in found if d["kind"] == "cp"],
+        "payloads": [d for d in found if d["kind"] != "cp"],
+        "locks": list(db[locks].find(query)),
+    }
 
 
 # -- the official suite and smoke tests ----------------------------------------------------------
@@ -217,7 +227,8 @@ def test_sync_smoke_through_connect(client: Any, prefix: str, thread_id: str) ->
         saver.delete_thread(thread_id)
         assert saver.get_tuple(config) is None
     names = set(client[TEST_DB].list_collection_names())
-    assert {f"{prefix}_checkpoints", f"{prefix}_payloads"} <= names
+    assert {f"{prefix}_payloads", f"{prefix}_locks"} <= names
+    assert f"{prefix}_checkpoints" not in names  # format 1's collection: gone
     assert all(not docs for docs in _docs(client, prefix, thread_id).values())
 
 
@@ -247,7 +258,7 @@ def test_round_trips_per_call(saver: MongoDBSaver, thread_id: str) -> None:
     t = Thread(saver, thread_id)
     with RECORDER.count() as put:
         t.put({"messages": ["a"], "count": 1})
-    assert put == ["update", "update"]  # blobs, then the checkpoint
+    assert put == ["update"]  # one ordered batch: blobs, then the checkpoint
     with RECORDER.count() as writes:
         saver.put_writes(t.config, [("messages", "b"), (ERROR, "boom"), ("count", 2)], "task-1")
     assert writes == ["update"]
@@ -346,7 +357,7 @@ async def test_async_saver_counts_and_serves_sync_calls_from_threads(
             config = await saver.aput(
                 _config(thread_id), _checkpoint({"a": 1}, {"a": v}), {"step": 0}, {"a": v}
             )
-        assert put == ["update", "update"]
+        assert put == ["update"]
         with RECORDER.count() as writes:
             await saver.aput_writes(config, [("a", 2)], "task")
         assert writes == ["update"]
@@ -388,9 +399,10 @@ def test_a_20_mb_value_in_graph_state_round_trips(
     docs = _docs(client, prefix, thread_id)
     sizes = [len(bson.encode(d)) for coll in docs.values() for d in coll]
     assert max(sizes) < 9 * MiB  # every document far below the 16 MiB limit
-    heads = [d for d in docs[f"{prefix}_payloads"] if d["part"] == "" and d["count"] > 1]
-    assert heads and {d["count"] for d in heads} == {3}  # 20 MiB in 8 MiB chunks
-    assert all(len(d["data"]) <= 8 * MiB for d in docs[f"{prefix}_payloads"])
+    heads = [d for d in docs["payloads"] if d["part"] == "" and d["count"] > 1]
+    # 20 MiB of hex in 8 MiB chunks: 3, or 2 once compressed (hex text packs to ~11 MiB)
+    assert heads and {d["count"] for d in heads} <= {2, 3}
+    assert all(len(d["data"]) <= 8 * MiB for d in docs["payloads"])
     saver.delete_thread(thread_id)
     assert all(not coll for coll in _docs(client, prefix, thread_id).values())
 
@@ -413,7 +425,7 @@ def test_chunked_writes_blobs_and_checkpoints_reassemble(
     saver.setup()
     t = Thread(saver, thread_id)
     blob = os.urandom(300 * 1024)
-    meta = {"step": 0, "notes": "x" * (200 * 1024)}  # checkpoint + metadata > chunk_size
+    meta = {"step": 0, "notes": os.urandom(100 * 1024).hex()}  # > chunk_size, compressed too
     t.put({"blob": blob, "small": 1}, meta)
     values = [os.urandom(150 * 1024) for _ in range(5)]
     saver.put_writes(t.config, [("w", v) for v in values], "task")
@@ -428,7 +440,7 @@ def test_chunked_writes_blobs_and_checkpoints_reassemble(
     assert [w[2] for w in got.pending_writes] == [error, *values]
     listed = list(saver.list(_config(thread_id), filter={"step": 0}))
     assert len(listed) == 1 and listed[0].metadata["notes"] == meta["notes"]
-    kinds = {d["kind"] for d in _docs(client, prefix, thread_id)[f"{prefix}_payloads"] if d["part"]}
+    kinds = {d["kind"] for d in _docs(client, prefix, thread_id)["payloads"] if d["part"]}
     assert kinds == {"blob", "write", "checkpoint"}  # all three were chunked
     target = f"{thread_id}-copy"
     saver.copy_thread(thread_id, target)
@@ -447,18 +459,21 @@ def _assert_no_orphans(
     one (blobs), and every chunk tail has a head of its generation. ``early``: ids of
     checkpoints whose writes legitimately came before the checkpoint."""
     docs = _docs(client, prefix, thread_id)
-    checkpoints = docs[f"{prefix}_checkpoints"]
-    ids = {(c["ns"], c["checkpoint_id"]) for c in checkpoints}
+    checkpoints = docs["checkpoints"]
+    ids = {(c["ns"], c["ref"]) for c in checkpoints}
     referenced = set()
     for c in checkpoints:
         versions = {e["c"]: e["v"] for e in c["versions"]}
         referenced |= {(c["ns"], ch, versions[ch]) for ch in c["present"]}
     heads = {
-        (d["ns"], d["kind"], d["ref"], d["sub"]): d
-        for d in docs[f"{prefix}_payloads"]
-        if d["part"] == ""
+        (d["ns"], d["kind"], d["ref"], d["sub"]): d for d in docs["payloads"] if d["part"] == ""
     }
-    for d in docs[f"{prefix}_payloads"]:
+    for d in docs["payloads"]:  # list elements are referenced by the manifests referenced
+        if d["kind"] == "blob" and d["part"] == "" and d["type"] == lists.MANIFEST_TAG:
+            if (d["ns"], d["channel"], d["version"]) in referenced:
+                manifest = Typed(d["type"], bytes(d["data"]))
+                referenced |= set(lists.element_blob_keys(d["ns"], [manifest]))
+    for d in docs["payloads"]:
         if d["kind"] == "blob":
             assert (d["ns"], d["channel"], d["version"]) in referenced, d["ref"]
         else:
@@ -491,11 +506,9 @@ def test_nothing_orphaned_after_prune_delete_for_runs_and_delete_thread(
 
     saver.prune([thread_id], strategy="keep_latest")
     docs = _docs(client, prefix, thread_id)
-    assert sorted(c["checkpoint_id"] for c in docs[f"{prefix}_checkpoints"]) == sorted(
-        [root.ids[-1], child.ids[-1]]
-    )
+    assert sorted(c["ref"] for c in docs["checkpoints"]) == sorted([root.ids[-1], child.ids[-1]])
     _assert_no_orphans(client, prefix, thread_id)
-    assert all(d["ref"] != "never-put" for d in docs[f"{prefix}_payloads"])
+    assert all(d["ref"] != "never-put" for d in docs["payloads"])
     head = saver.get_tuple(_config(thread_id))
     assert head is not None and head.checkpoint["channel_values"]["n"] == 3
     assert len(head.pending_writes) == 2
@@ -503,7 +516,7 @@ def test_nothing_orphaned_after_prune_delete_for_runs_and_delete_thread(
     saver.delete_thread(thread_id)
     assert all(not coll for coll in _docs(client, prefix, thread_id).values())
     remaining = _docs(client, prefix, f"{thread_id}-other")
-    assert len(remaining[f"{prefix}_checkpoints"]) == 1  # other threads untouched
+    assert len(remaining["checkpoints"]) == 1  # other threads untouched
     assert saver.get_tuple(_config(f"{thread_id}-other")) is not None
 
 
@@ -519,8 +532,9 @@ def test_ttl_index_exists_and_expiry_is_set_and_refreshed(
 ) -> None:
     saver = MongoDBSaver(client, db_name=TEST_DB, key_prefix=prefix, ttl=3600)
     saver.setup()
-    checkpoints, payloads, _locks = collection_names(prefix)
-    for name in (checkpoints, payloads):
+    data, locks = collection_names(prefix)
+    checkpoints, payloads = "checkpoints", "payloads"
+    for name in (data, locks):
         indexes = {ix["name"]: ix for ix in client[TEST_DB][name].list_indexes()}
         if saver.store.ttl_index:
             assert indexes["gk_expires_at"]["expireAfterSeconds"] == 0
@@ -536,12 +550,12 @@ def test_ttl_index_exists_and_expiry_is_set_and_refreshed(
     time.sleep(0.05)
     with RECORDER.count() as put:
         t.put({"b": 3})  # "a" unchanged: its blob must live as long as the new head
-    assert len(put) == 2
+    assert len(put) == 1
     later = _docs(client, prefix, thread_id)
     (a_after,) = _expiry(later[payloads], kind="blob", channel="a")
     assert a_after > a_before
-    (cp1_after,) = _expiry(later[checkpoints], checkpoint_id=t.ids[0])
-    (cp1_before,) = _expiry(docs[checkpoints], checkpoint_id=t.ids[0])
+    (cp1_after,) = _expiry(later[checkpoints], ref=t.ids[0])
+    (cp1_before,) = _expiry(docs[checkpoints], ref=t.ids[0])
     assert cp1_after == cp1_before  # not needed by the head: not refreshed
 
 
@@ -550,7 +564,7 @@ def test_ttl_keeps_the_delta_chain_of_the_head_alive_without_touching_the_thread
 ) -> None:
     saver = MongoDBSaver(client, db_name=TEST_DB, key_prefix=prefix, ttl=3600)
     saver.setup()
-    checkpoints, payloads, _locks = collection_names(prefix)
+    checkpoints, payloads = "checkpoints", "payloads"
     t = Thread(saver, thread_id)
     t.put({"x": 1}, {"step": -1})  # old root: not needed by the delta chain
     saver.put_writes(t.config, [("x", 2)], "old")
@@ -565,17 +579,15 @@ def test_ttl_keeps_the_delta_chain_of_the_head_alive_without_touching_the_thread
     saver.put_writes(t.config, [("d", "w5")], "task-5")
     with RECORDER.count() as cold:  # new instance: reads the parent's bookkeeping once
         t.put({"d": ...}, {"step": 5, "counters_since_delta_snapshot": {"d": [5, 5]}}, keep=("x",))
-    assert cold == ["find", "update", "update"]
+    assert cold == ["find", "update"]
     with RECORDER.count() as warm:
         saver.put_writes(t.config, [("d", "w6")], "task-6")
         t.put({"d": ...}, {"step": 6, "counters_since_delta_snapshot": {"d": [6, 6]}}, keep=("x",))
-    assert warm == ["update", "update", "update"]  # put_writes 1 + put 2
+    assert warm == ["update", "update"]  # put_writes 1 + put 1
     after = _docs(client, prefix, thread_id)
     old, chain = t.ids[0], t.ids[1:-1]
     for cid in chain:
-        assert _expiry(after[checkpoints], checkpoint_id=cid) > _expiry(
-            before[checkpoints], checkpoint_id=cid
-        )
+        assert _expiry(after[checkpoints], ref=cid) > _expiry(before[checkpoints], ref=cid)
     chain_writes = [d for d in after[payloads] if d["kind"] == "write" and d["ref"] in chain]
     assert chain_writes and all(
         d["expires_at"] > before[checkpoints][0]["expires_at"] for d in chain_writes
@@ -583,9 +595,7 @@ def test_ttl_keeps_the_delta_chain_of_the_head_alive_without_touching_the_thread
     (seed_before,) = _expiry(before[payloads], kind="blob", channel="d")
     (seed_after,) = _expiry(after[payloads], kind="blob", channel="d")
     assert seed_after > seed_before
-    assert _expiry(after[checkpoints], checkpoint_id=old) == _expiry(
-        before[checkpoints], checkpoint_id=old
-    )
+    assert _expiry(after[checkpoints], ref=old) == _expiry(before[checkpoints], ref=old)
     assert _expiry(after[payloads], kind="write", ref=old) == _expiry(
         before[payloads], kind="write", ref=old
     )
@@ -623,7 +633,7 @@ def test_refresh_ttl_on_read_keeps_a_read_thread_alive(
     time.sleep(1.2)
     with RECORDER.count() as read:
         assert reader.get_tuple(_config(thread_id)) is not None
-    assert read == ["find", "find", "update", "update"]  # the read, then the refresh
+    assert read == ["find", "find", "update"]  # the read, then the refresh
     time.sleep(1.2)  # 2.4 s after the writes, 1.2 s after the read
     got = reader.get_tuple(_config(thread_id))
     assert got is not None and got.checkpoint["channel_values"] == {"a": 1, "b": 3}
@@ -658,7 +668,7 @@ def test_operator_lookalikes_are_plain_strings(
         list(saver.list(None, filter={"$where": "sleep(1000)"}))
     with pytest.raises(InvalidThreadId):
         saver.get_tuple({"configurable": {"thread_id": {"$gt": ""}}})
-    docs = client[TEST_DB][f"{prefix}_checkpoints"].find_one({"thread_id": evil})
+    docs = client[TEST_DB][f"{prefix}_payloads"].find_one({"thread_id": evil, "kind": "cp"})
     assert docs is not None and "a.b" not in docs["metadata_doc"]  # unsafe keys stay out
 
 
@@ -698,10 +708,10 @@ def test_setup_is_idempotent_and_schema_lists_the_indexes(
     unique = [s for s in specs if s.get("unique")]
     assert unique and all(s["key"][0] == ["thread_id", 1] for s in unique)
     conflicting = unique_prefix("conflict")
-    client[TEST_DB][f"{conflicting}_checkpoints"].create_index(
-        [("thread_id", 1)], name="gk_thread_ns_checkpoint"
+    client[TEST_DB][f"{conflicting}_payloads"].create_index(
+        [("thread_id", 1)], name="gk_thread_ns_kind_ref"
     )
-    with pytest.raises(ConfigurationError, match="gk_thread_ns_checkpoint"):
+    with pytest.raises(ConfigurationError, match="gk_thread_ns_kind_ref"):
         MongoDBSaver(client, db_name=TEST_DB, key_prefix=conflicting).setup()
 
 
@@ -870,3 +880,225 @@ def test_busy_servers_and_upsert_races_are_retried_other_failures_are_not() -> N
     assert _retryable(bulk(1, 1), answer, 0.0)
     assert not _retryable(bulk(1, 9), upsert, 0.0)
     assert not _retryable(bulk(), upsert, 0.0)
+
+
+# -- list sharing (issue 13) ----------------------------------------------------------------------
+
+ELEMENT = lists.ELEMENT_CHANNEL
+
+
+def _messages(n: int, start: int = 0) -> list[str]:
+    """Chat-sized strings: a list of 10 or more is stored as elements (>= 1 KiB)."""
+    return [
+        f"message {i}: " + "the order shipped and the tracking says so. " * 3
+        for i in range(start, start + n)
+    ]
+
+
+def _elements(docs: dict[str, list[Any]]) -> list[Any]:
+    return [d for d in docs["payloads"] if d["kind"] == "blob" and d["channel"] == ELEMENT]
+
+
+def test_a_growing_list_is_one_update_per_put_two_finds_per_read_and_each_element_once(
+    client: Any, saver: MongoDBSaver, prefix: str, thread_id: str
+) -> None:
+    t = Thread(saver, thread_id)
+    messages = _messages(12)
+    for turn in range(6):
+        messages = messages + _messages(3, start=100 + 3 * turn)
+        with RECORDER.count() as put:
+            t.put({"messages": messages, "n": turn})
+        assert put == ["update"]  # elements, manifest, checkpoint: one ordered batch
+    docs = _docs(client, prefix, thread_id)
+    stored = _elements(docs)
+    assert len(stored) == len(messages) == 30  # each element once, however many versions
+    assert len({d["version"] for d in stored}) == 30
+    manifests = [d for d in docs["payloads"] if d["type"] == lists.MANIFEST_TAG]
+    assert len(manifests) == 6 and max(len(d["data"]) for d in manifests) < 64  # O(1) each
+    with RECORDER.count() as read:
+        got = saver.get_tuple(_config(thread_id))
+    assert read == ["find", "find"]  # the elements come with the blobs and writes
+    assert got is not None and got.checkpoint["channel_values"]["messages"] == messages
+    # another process, no cache: the checkpoint document names its element runs
+    cold = MongoDBSaver(client, db_name=TEST_DB, key_prefix=prefix)
+    with RECORDER.count() as cold_read:
+        again = cold.get_tuple(_config(thread_id, t.ids[2]))
+    assert cold_read == ["find", "find"]
+    assert again is not None and again.checkpoint["channel_values"]["messages"] == messages[:21]
+    plain = MongoDBSaver(client, db_name=TEST_DB, key_prefix=prefix, share_lists=False)
+    history = list(plain.list(_config(thread_id)))
+    assert [len(h.checkpoint["channel_values"]["messages"]) for h in history] == [
+        30,
+        27,
+        24,
+        21,
+        18,
+        15,
+    ]
+    # a list channel the writing process did not know (cold cache, channel unchanged): the
+    # checkpoint cannot name its elements, so reading it costs one more find, same list
+    cold_writer = Thread(cold, thread_id)
+    cold_writer.config, cold_writer.versions = t.config, dict(t.versions)
+    cold_writer.values = {"messages": messages, "n": 5}
+    cold_writer.put({"n": 6})
+    with RECORDER.count() as extra:
+        latest = saver.get_tuple(_config(thread_id))
+    assert extra == ["find", "find", "find"]
+    assert latest is not None and latest.checkpoint["channel_values"]["messages"] == messages
+    saver.copy_thread(thread_id, f"{thread_id}-copy")  # the copy names its element runs too
+    with RECORDER.count() as copy_read:
+        copied = cold.get_tuple(_config(f"{thread_id}-copy", t.ids[-1]))
+    assert copy_read == ["find", "find"]
+    assert copied is not None and copied.checkpoint["channel_values"]["messages"] == messages
+    assert len(_elements(_docs(client, prefix, f"{thread_id}-copy"))) == 30
+
+
+def test_get_blobs_is_one_find_by_ranges_and_leaves_absent_keys_out(
+    saver: MongoDBSaver, thread_id: str
+) -> None:
+    t = Thread(saver, thread_id)
+    t.put({"messages": _messages(12), "other": "x"})
+    got_tuple = saver.get_tuple(t.config)
+    assert got_tuple is not None
+    docs_keys = list(saver.lists._cache[(thread_id, "", "messages")].known.values())
+    epoch = docs_keys[0][:16]
+    keys = [("", ELEMENT, k) for k in docs_keys]
+    keys += [("", ELEMENT, lists.element_key(epoch, 999)), ("", "other", t.versions["other"])]
+    keys += [("elsewhere", ELEMENT, docs_keys[0])]
+    start = len(RECORDER.commands)
+    got = saver._call(saver.store.get_blobs(thread_id, keys))
+    commands = RECORDER.commands[start:]
+    assert [name for name, _ in commands] == ["find"]
+    assert "$gte" in str(commands[0][1]["filter"])  # the 12 elements as one index range
+    assert set(got) == {k for k in keys[:12]} | {("", "other", t.versions["other"])}
+
+
+def test_prune_and_delete_leave_no_orphan_elements(
+    client: Any, saver: MongoDBSaver, prefix: str, thread_id: str
+) -> None:
+    t = Thread(saver, thread_id)
+    first = _messages(12)
+    t.put({"messages": first})
+    t.put({"messages": first + _messages(2, start=50)})
+    replaced = _messages(11, start=200)  # a summary replaced the conversation
+    t.put({"messages": replaced})
+    _assert_no_orphans(client, prefix, thread_id)
+    assert len(_elements(_docs(client, prefix, thread_id))) == 25
+    saver.prune([thread_id], strategy="keep_latest")
+    docs = _docs(client, prefix, thread_id)
+    assert [c["ref"] for c in docs["checkpoints"]] == [t.ids[-1]]
+    assert len(_elements(docs)) == 11  # the elements only old versions named are gone
+    _assert_no_orphans(client, prefix, thread_id)
+    got = saver.get_tuple(_config(thread_id))
+    assert got is not None and got.checkpoint["channel_values"]["messages"] == replaced
+    t.put({"messages": replaced + _messages(1, start=300)})  # the saver forgot, still correct
+    again = saver.get_tuple(_config(thread_id))
+    assert (
+        again is not None
+        and again.checkpoint["channel_values"]["messages"][-1] == _messages(1, 300)[0]
+    )
+    saver.delete_thread(thread_id)
+    assert all(not coll for coll in _docs(client, prefix, thread_id).values())
+
+
+def _assert_elements_outlive(docs: dict[str, list[Any]], head_id: str) -> None:
+    (head,) = [c for c in docs["checkpoints"] if c["ref"] == head_id]
+    named = {f"{e['e']}{e['lo']:08x}" for e in head["lists"]}
+    assert named  # the head names its element runs
+    runs = {(e["e"], e["lo"], e["hi"]) for e in head["lists"]}
+    for d in _elements(docs):
+        epoch, seq = lists.split_key(d["version"])
+        if any(epoch == e and lo <= seq <= hi for e, lo, hi in runs):
+            assert d["expires_at"] >= head["expires_at"], d["version"]
+
+
+def test_elements_live_as_long_as_the_checkpoints_that_name_them(
+    client: Any, prefix: str, thread_id: str
+) -> None:
+    saver = MongoDBSaver(client, db_name=TEST_DB, key_prefix=prefix, ttl=2)
+    saver.setup()
+    t = Thread(saver, thread_id)
+    messages = _messages(12)
+    t.put({"messages": messages, "n": 0})
+    time.sleep(1.1)
+    messages += _messages(2, start=40)
+    with RECORDER.count() as put:
+        t.put({"messages": messages, "n": 1})  # old elements refreshed in the same command
+    assert put == ["update"]
+    _assert_elements_outlive(_docs(client, prefix, thread_id), t.ids[-1])
+    time.sleep(1.1)
+    # a new process (cold cache) puts with the list unchanged: it refreshes every element
+    cold = MongoDBSaver(client, db_name=TEST_DB, key_prefix=prefix, ttl=2)
+    t.saver = cold
+    t.put({"n": 2})
+    docs = _docs(client, prefix, thread_id)
+    head_expiry = max(c["expires_at"] for c in docs["checkpoints"])
+    assert all(d["expires_at"] >= head_expiry for d in _elements(docs))
+    time.sleep(1.2)  # the first two checkpoints are past their expiry, the head is not
+    cold.purge_expired()
+    docs = _docs(client, prefix, thread_id)
+    assert [c["ref"] for c in docs["checkpoints"]] == [t.ids[-1]]
+    got = cold.get_tuple(_config(thread_id))
+    assert got is not None and got.checkpoint["channel_values"]["messages"] == messages
+
+
+async def test_async_list_sharing_one_update_per_put_and_two_finds_per_read(
+    client: Any, prefix: str, thread_id: str
+) -> None:
+    aclient: pymongo.AsyncMongoClient[Any] = pymongo.AsyncMongoClient(
+        url(), event_listeners=[RECORDER]
+    )
+    try:
+        saver = AsyncMongoDBSaver(aclient, db_name=TEST_DB, key_prefix=prefix, ttl=60)
+        await saver.asetup()
+        config = _config(thread_id)
+        versions: dict[str, Any] = {}
+        messages: list[str] = []
+        for turn in range(4):
+            messages = messages + _messages(5, start=10 * turn)
+            versions["messages"] = saver.get_next_version(versions.get("messages"))
+            cp = _checkpoint({"messages": messages}, dict(versions))
+            with RECORDER.count() as put:
+                config = await saver.aput(
+                    config, cp, {"step": turn}, {"messages": versions["messages"]}
+                )
+            assert put == ["update"]
+        with RECORDER.count() as get:
+            got = await saver.aget_tuple(_config(thread_id))
+        assert get == ["find", "find"]
+        assert got is not None and got.checkpoint["channel_values"]["messages"] == messages
+        assert len(_elements(_docs(client, prefix, thread_id))) == 20
+        await saver.aprune([thread_id], strategy="keep_latest")
+        _assert_no_orphans(client, prefix, thread_id)
+        await saver.adelete_thread(thread_id)
+        assert all(not coll for coll in _docs(client, prefix, thread_id).values())
+    finally:
+        await aclient.close()
+
+
+def test_setup_moves_format_1_checkpoints_into_the_thread_collection(
+    client: Any, saver: MongoDBSaver, prefix: str, thread_id: str
+) -> None:
+    t = Thread(saver, thread_id)
+    for i in range(3):
+        t.put({"n": i, "messages": _messages(12 + i)}, {"step": i, "run_id": f"run-{i}"})
+    saver.put_writes(t.config, [("n", 9)], "task")
+    db = client[TEST_DB]
+    data, _locks = collection_names(prefix)
+    legacy = f"{prefix}_checkpoints"
+    for doc in db[data].find({"thread_id": thread_id, "kind": "cp"}):  # as 0.1.x wrote them
+        old = {k: v for k, v in doc.items() if k not in ("kind", "ref", "sub", "part", "lists")}
+        db[legacy].insert_one({**old, "checkpoint_id": doc["ref"], "format": 1})
+    db[data].delete_many({"thread_id": thread_id, "kind": "cp"})
+    upgraded = MongoDBSaver(client, db_name=TEST_DB, key_prefix=prefix)
+    assert upgraded.get_tuple(_config(thread_id)) is None  # not moved yet
+    upgraded.setup()
+    assert legacy not in db.list_collection_names()
+    got = upgraded.get_tuple(_config(thread_id))
+    assert got is not None and got.checkpoint["channel_values"]["messages"] == _messages(14)
+    assert got.pending_writes == [("task", "n", 9)]
+    assert len(list(upgraded.list(_config(thread_id), filter={"step": 1}))) == 1
+    upgraded.delete_for_runs(["run-0"])
+    assert [c["ref"] for c in _docs(client, prefix, thread_id)["checkpoints"]] == t.ids[1:]
+    assert all(c["format"] == 2 for c in _docs(client, prefix, thread_id)["checkpoints"])
+    upgraded.setup()  # idempotent

@@ -5,16 +5,22 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 import redis
 import redis.asyncio as aredis
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
 
 import graphkeep
 from graphkeep.backends.redis import AsyncRedisSaver, RedisSaver
-from graphkeep.errors import ConfigurationError, InvalidThreadId, StorageUnavailable
+from graphkeep.backends.redis.scripts import ELEMENT_INFIX
+from graphkeep.errors import ConfigurationError, CorruptData, InvalidThreadId, StorageUnavailable
+from graphkeep.shared import lists
 
 from .conftest import REDIS_CLUSTER_URL, REDIS_URL, unique_prefix
 
@@ -260,4 +266,200 @@ async def test_async_saver_round_trips_and_serves_sync_calls_from_other_threads(
     assert result["t"].checkpoint["channel_values"] == {"v": 1}
     with pytest.raises(asyncio.InvalidStateError):
         saver.get_tuple(config)
+    await client.aclose()
+
+
+# -- list sharing (issue 13): a growing list is stored as element records + manifests --
+
+
+class _Chat(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def _reply(state: _Chat) -> dict[str, Any]:
+    n = len(state["messages"])
+    return {"messages": [AIMessage(f"reply {n}: " + "x" * 200, id=f"ai-{n}")]}
+
+
+def _chat_graph(saver: Any) -> Any:
+    builder = StateGraph(_Chat)
+    builder.add_node("reply", _reply)
+    builder.add_edge(START, "reply")
+    return builder.compile(checkpointer=saver)
+
+
+def _human(turn: int) -> dict[str, Any]:
+    return {"messages": [HumanMessage(f"question {turn}: " + "q" * 120, id=f"h-{turn}")]}
+
+
+LIST_TURNS = 40
+
+
+def _reference() -> tuple[Any, list[Any]]:
+    """The same chat run on LangGraph's InMemorySaver: its latest messages and history."""
+    memory = InMemorySaver()
+    graph = _chat_graph(memory)
+    config: Any = {"configurable": {"thread_id": "ref"}}
+    for turn in range(LIST_TURNS):
+        graph.invoke(_human(turn), config)
+    history = [t.checkpoint["channel_values"].get("messages") for t in memory.list(config)]
+    return graph.get_state(config).values["messages"], history
+
+
+def _same(got: Any, want: Any) -> None:
+    assert [type(m) for m in got] == [type(m) for m in want]
+    assert got == want
+
+
+def _element_fields(client: Any, saver: Any, thread_id: str) -> list[bytes]:
+    blob_hash = saver.store.thread_keys(thread_id)[6]
+    return [f for f in client.hkeys(blob_hash) if ELEMENT_INFIX in f]
+
+
+def _blob_bytes(client: Any, saver: Any, thread_id: str) -> int:
+    blob_hash = saver.store.thread_keys(thread_id)[6]
+    return sum(len(k) + len(v) for k, v in client.hgetall(blob_hash).items())
+
+
+def _referenced_elements(saver: Any, thread_id: str) -> set[tuple[str, str, str]]:
+    """Element keys named by the manifests of the thread's stored checkpoints."""
+    inventory = saver._call(saver.store.inventory(thread_id))
+    wanted = sorted({(s.ns, ch, s.versions[ch]) for s in inventory.checkpoints for ch in s.present})
+    blobs = saver._call(saver.store.get_blobs(thread_id, wanted))
+    return set(lists.element_blob_keys("", [b for b in blobs.values() if lists.is_manifest(b)]))
+
+
+def _count_sends(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    sent = [0]
+    original = redis.connection.AbstractConnection.send_packed_command
+
+    def counting(self: Any, command: Any, check_health: bool = True) -> None:
+        sent[0] += 1
+        original(self, command, check_health)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counting)
+    return sent
+
+
+@pytest.mark.parametrize("url", [REDIS_URL, REDIS_CLUSTER_URL], ids=["single", "cluster"])
+def test_growing_list_is_stored_once_and_reads_back_whole(
+    url: str, thread_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    want, want_history = _reference()
+    with graphkeep.connect(url, key_prefix=unique_prefix("ls")) as saver:
+        client = saver.client
+        graph = _chat_graph(saver)
+        config: Any = {"configurable": {"thread_id": thread_id}}
+        sizes = {}
+        for turn in range(LIST_TURNS):
+            graph.invoke(_human(turn), config)
+            if turn + 1 in (LIST_TURNS // 2, LIST_TURNS):
+                sizes[turn + 1] = _blob_bytes(client, saver, thread_id)
+        # each message is stored once, and the thread's values grow linearly
+        assert len(_element_fields(client, saver, thread_id)) == 2 * LIST_TURNS
+        assert sizes[LIST_TURNS] < 2.3 * sizes[LIST_TURNS // 2]
+
+        sent = _count_sends(monkeypatch)
+        fresh = graphkeep.connect  # a new saver remembers nothing: it reads every element
+        with fresh(url, key_prefix=saver.store.prefix, setup=False) as reader:
+            reader.get_tuple(config)  # the first call may load scripts / connect
+            before = sent[0]
+            latest = reader.get_tuple(config)
+            assert sent[0] - before == 1
+            _same(latest.checkpoint["channel_values"]["messages"], want)
+            history = [t.checkpoint["channel_values"].get("messages") for t in reader.list(config)]
+            assert len(history) == len(want_history)
+            for got, expected in zip(history, want_history, strict=True):
+                if expected is None:
+                    assert got is None
+                else:
+                    _same(got, expected)
+        monkeypatch.undo()
+
+        # copy_thread: the target reads the same lists
+        saver.copy_thread(thread_id, thread_id + "-copy")
+        copied = saver.get_tuple({"configurable": {"thread_id": thread_id + "-copy"}})
+        _same(copied.checkpoint["channel_values"]["messages"], want)
+
+        # a removed message leaves an element only old checkpoints name: prune drops it
+        extra = _human(LIST_TURNS)["messages"]
+        graph.invoke({"messages": [RemoveMessage(id="h-0"), *extra]}, config)
+        assert len(_element_fields(client, saver, thread_id)) == 2 * LIST_TURNS + 2
+        want = [m for m in want if m.id != "h-0"] + extra
+        want.append(_reply({"messages": want})["messages"][0])
+
+        # prune keeps exactly the elements the surviving manifest names
+        saver.prune([thread_id], strategy="keep_latest")
+        stored = {
+            (ns.decode(), ch.decode(), key.decode())
+            for ns, ch, key in (
+                f.split(b"\x00", 2) for f in _element_fields(client, saver, thread_id)
+            )
+        }
+        assert stored == _referenced_elements(saver, thread_id)
+        assert len(stored) == 2 * LIST_TURNS + 1
+        _same(saver.get_tuple(config).checkpoint["channel_values"]["messages"], want)
+
+        # delete_thread leaves nothing of the thread
+        saver.delete_thread(thread_id)
+        saver.delete_thread(thread_id + "-copy")
+        for tid in (thread_id, thread_id + "-copy"):
+            assert not any(client.exists(k) for k in saver.store.thread_keys(tid))
+
+
+def test_missing_list_element_raises_corrupt_data(thread_id: str) -> None:
+    with graphkeep.connect(REDIS_URL, key_prefix=unique_prefix("lc")) as saver:
+        graph = _chat_graph(saver)
+        config: Any = {"configurable": {"thread_id": thread_id}}
+        for turn in range(6):
+            graph.invoke(_human(turn), config)
+        latest = saver.get_tuple(config)
+        saver.client.hdel(
+            saver.store.thread_keys(thread_id)[6],
+            _element_fields(saver.client, saver, thread_id)[3],
+        )
+        with pytest.raises(CorruptData) as info:
+            saver.get_tuple(config)
+        assert thread_id in str(info.value)
+        assert latest.config["configurable"]["checkpoint_id"] in str(info.value)
+        with pytest.raises(CorruptData):
+            list(saver.list(config))
+
+
+async def test_async_growing_list_round_trips(thread_id: str) -> None:
+    want, want_history = _reference()
+    client = _client(AsyncCountingConnection, aredis)
+    saver = AsyncRedisSaver(client, key_prefix=unique_prefix("als"))
+    await saver.asetup()
+    graph = _chat_graph(saver)
+    config: Any = {"configurable": {"thread_id": thread_id}}
+    for turn in range(LIST_TURNS):
+        await graph.ainvoke(_human(turn), config)
+    reader = AsyncRedisSaver(client, key_prefix=saver.store.prefix)
+    before = AsyncCountingConnection.sent
+    latest = await reader.aget_tuple(config)
+    assert AsyncCountingConnection.sent - before == 1
+    _same(latest.checkpoint["channel_values"]["messages"], want)
+    history = [t.checkpoint["channel_values"].get("messages") async for t in reader.alist(config)]
+    assert [h is None for h in history] == [h is None for h in want_history]
+    for got, expected in zip(history, want_history, strict=True):
+        if expected is not None:
+            _same(got, expected)
+    fields = await client.hkeys(saver.store.thread_keys(thread_id)[6])
+    assert len([f for f in fields if ELEMENT_INFIX in f]) == 2 * LIST_TURNS
+    await saver.acopy_thread(thread_id, thread_id + "-copy")
+    copied = await saver.aget_tuple({"configurable": {"thread_id": thread_id + "-copy"}})
+    _same(copied.checkpoint["channel_values"]["messages"], want)
+    await saver.aprune([thread_id], strategy="keep_latest")
+    fields = await client.hkeys(saver.store.thread_keys(thread_id)[6])
+    assert len([f for f in fields if ELEMENT_INFIX in f]) == 2 * LIST_TURNS
+    _same((await saver.aget_tuple(config)).checkpoint["channel_values"]["messages"], want)
+    element = next(f for f in fields if ELEMENT_INFIX in f)
+    await client.hdel(saver.store.thread_keys(thread_id)[6], element)
+    with pytest.raises(CorruptData, match=thread_id) as info:
+        await saver.aget_tuple(config)
+    assert latest.config["configurable"]["checkpoint_id"] in str(info.value)
+    for tid in (thread_id, thread_id + "-copy"):
+        await saver.adelete_thread(tid)
+        assert not await client.exists(*saver.store.thread_keys(tid))
     await client.aclose()

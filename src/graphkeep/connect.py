@@ -31,7 +31,7 @@ BACKENDS: dict[str, tuple[str, str, str, str]] = {
 
 #: options every backend accepts
 COMMON_OPTIONS = frozenset(
-    {"serde", "ttl", "refresh_ttl_on_read", "key_prefix", "setup", "max_id_bytes"}
+    {"serde", "ttl", "refresh_ttl_on_read", "key_prefix", "setup", "max_id_bytes", "share_lists"}
 )
 #: extra options a backend accepts, by module
 BACKEND_OPTIONS: dict[str, frozenset[str]] = {

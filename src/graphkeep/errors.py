@@ -47,8 +47,13 @@ class LockNotAcquired(GraphkeepError):
     """A per-thread lease is held by someone else."""
 
 
+class CorruptData(GraphkeepError):
+    """Stored data cannot be read back whole (e.g. a list element record is missing)."""
+
+
 __all__ = [
     "ConfigurationError",
+    "CorruptData",
     "GraphkeepError",
     "InvalidFilter",
     "InvalidInput",

@@ -1,13 +1,16 @@
 """Command line of ``python -m graphkeep.bench`` (``./dev bench``).
 
     python -m graphkeep.bench [--suite redis|mongodb|dynamodb|all] [--turns N | --quick]
+                              [--rounds N] [--growth-turns N]
 
 The default suite is ``redis`` (a minute or so); ``all`` runs every suite. In a
 suite every contender runs every workload on the same server, in rounds with a
 rotating order; the report goes to stdout and to ``<out>/<suite>.md``, the chart
-to ``<out>/<suite>.png``. A suite whose graphkeep backend has not landed yet
-prints ``skipped: backend not available yet`` (exit status 0); a suite asked for
-by name that cannot reach its server fails.
+to ``<out>/<suite>.png``. In the first round W50 goes on for ``--growth-turns``
+more turns after its history read (default as many again: W50-100), for the
+growth rows (stored after 50 and 100 turns, bytes sent per turn). A suite whose
+graphkeep backend has not landed yet prints ``skipped: backend not available yet``
+(exit status 0); a suite asked for by name that cannot reach its server fails.
 """
 
 from __future__ import annotations
@@ -25,12 +28,14 @@ from graphkeep.bench import report
 from graphkeep.bench.probes import Probe
 from graphkeep.bench.suites import SUITES, BenchError, Options, Suite, load
 from graphkeep.bench.workloads import (
+    GROWTH_WORKLOAD,
     WORKLOADS,
     LargeResult,
     Opened,
     Result,
     combine,
     measure,
+    workload,
 )
 
 QUICK_TURNS = 10
@@ -57,6 +62,13 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="runs per saver and workload, pooled (default: the suite's, 3 for redis)",
+    )
+    parser.add_argument(
+        "--growth-turns",
+        type=int,
+        default=None,
+        help="turns W50 goes on for after its history read in round 1, for the growth rows"
+        " (default: as many as --turns, i.e. W50-100; 0 = none)",
     )
     parser.add_argument("--out", type=Path, default=Path("bench-results"))
     parser.add_argument("--no-chart", action="store_true", help="skip the PNG")
@@ -93,8 +105,11 @@ def run_suite(suite: Suite, options: Options, out: Path, chart: bool) -> list[Re
             for contender in order:
                 started = time.perf_counter()
                 label = f"round {round_ + 1}/{options.rounds}: {contender.name} on {work.name}"
+                extra = options.growth_turns if round_ == 0 and work.name == GROWTH_WORKLOAD else 0
+                if extra:
+                    label += f" (+{extra} growth turns)"
                 print(f"  {suite.name} {label} ...", end="", flush=True)
-                result = contender.run(work, options, suite.name)
+                result = contender.run(work, options, suite.name, extra_turns=extra)
                 samples.setdefault((contender.name, work.name), []).append(result)
                 print(f" {time.perf_counter() - started:.1f} s", flush=True)
     results = [
@@ -102,6 +117,25 @@ def run_suite(suite: Suite, options: Options, out: Path, chart: bool) -> list[Re
         for work in WORKLOADS
         for contender in contenders
     ]
+    growth: list[Result] = []
+    if options.growth_turns:
+        for contender in suite.growth_contenders(options):
+            started = time.perf_counter()
+            print(
+                f"  {suite.name}: {contender.name} on {GROWTH_WORKLOAD}"
+                f" (+{options.growth_turns} growth turns; growth rows only) ...",
+                end="",
+                flush=True,
+            )
+            growth.append(
+                contender.run(
+                    workload(GROWTH_WORKLOAD),
+                    replace(options, history_runs=1),
+                    suite.name,
+                    extra_turns=options.growth_turns,
+                )
+            )
+            print(f" {time.perf_counter() - started:.1f} s", flush=True)
     large: list[LargeResult] = []
     if suite.large_message:
         for contender in contenders:
@@ -117,20 +151,22 @@ def run_suite(suite: Suite, options: Options, out: Path, chart: bool) -> list[Re
         rounds=options.rounds,
         stored_label=suite.stored_label,
         request_label=suite.request_label,
+        sent_label=suite.sent_label,
+        growth_stored_label=suite.growth_stored_label or suite.stored_label,
         baseline=suite.baseline,
         rival=suite.rival,
         notes=suite.notes,
         workloads=WORKLOADS,
     )
     targets = suite.targets(results) + report.large_targets(large, suite.baseline)
-    text = report.markdown(ctx, results, targets, large)
+    text = report.markdown(ctx, results, targets, large, growth)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{suite.name}.md").write_text(text)
     print()
     print(text)
     print(f"written: {out / f'{suite.name}.md'}")
     if chart:
-        report.chart(ctx, results, out / f"{suite.name}.png")
+        report.chart(ctx, results, out / f"{suite.name}.png", growth)
         print(f"written: {out / f'{suite.name}.png'}")
     return results
 
@@ -142,8 +178,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if min(turns, history_runs, args.rounds or 1) < 1:
         print("error: --turns, --history-runs and --rounds must be positive", file=sys.stderr)
         return 2
+    growth_turns = turns if args.growth_turns is None else args.growth_turns
+    if growth_turns < 0:
+        print("error: --growth-turns must not be negative", file=sys.stderr)
+        return 2
     options = Options(
         turns=turns,
+        growth_turns=growth_turns,
         history_runs=history_runs,
         rounds=args.rounds or 1,
         redis_db=args.redis_db,

@@ -1,8 +1,10 @@
-"""Counting what a saver costs: network round trips at the client, calls per saver method.
+"""Counting what a saver costs: network round trips and bytes sent at the client, calls per
+saver method.
 
 A :class:`Probe` is shared by a store client (which reports every round trip with
-:meth:`Probe.request`) and by the saver (whose public methods :meth:`Probe.trace`
-wraps), so each round trip is attributed to the saver call that made it. Calls
+:meth:`Probe.request`, and the bytes of what it sends) and by the saver (whose public
+methods :meth:`Probe.trace` wraps), so each round trip is attributed to the saver call
+that made it. Calls
 made by the saver on itself (the base ``get_delta_channel_history`` calls
 ``get_tuple`` once per ancestor) count towards the outer call: the table says what
 the LangGraph runtime asked for and what it cost.
@@ -10,8 +12,9 @@ the LangGraph runtime asked for and what it cost.
 For redis-py, :func:`count_round_trips` gives a client connections that
 report one request per ``send_packed_command``: a single command, a pipeline
 (every command is packed and sent at once) or a script call each count once,
-which is one network round trip. Connection handshakes (HELLO, CLIENT SETINFO,
-SELECT) are not counted: they happen once per pooled connection, not per call.
+which is one network round trip; the bytes sent are the packed RESP bytes written
+on the socket. Connection handshakes (HELLO, CLIENT SETINFO, SELECT) are not
+counted: they happen once per pooled connection, not per call.
 """
 
 from __future__ import annotations
@@ -77,20 +80,28 @@ class Probe:
         self._requests: Counter[str] = Counter()
         self._seconds: dict[str, float] = {}
         self._total = 0
+        self._sent = 0
 
     # -- the client side -------------------------------------------------------------
 
-    def request(self, n: int = 1) -> None:
-        """Record ``n`` round trips made by the current thread."""
+    def request(self, n: int = 1, sent: int = 0) -> None:
+        """Record ``n`` round trips made by the current thread, sending ``sent`` bytes."""
         method = getattr(self._local, "method", None) or OUTSIDE
         with self._lock:
             self._total += n
+            self._sent += sent
             self._requests[method] += n
 
     @property
     def total(self) -> int:
         with self._lock:
             return self._total
+
+    @property
+    def bytes_sent(self) -> int:
+        """Bytes the client sent to the store so far (requests as written, not replies)."""
+        with self._lock:
+            return self._sent
 
     # -- the saver side ----------------------------------------------------------------
 
@@ -210,8 +221,18 @@ def _counting_connection_class(base: type[Any], probe: Probe) -> type[Any]:
 
         def send_packed_command(self, command: Any, check_health: bool = True) -> Any:
             if not self._graphkeep_handshake:
-                probe.request()
+                probe.request(sent=packed_size(command))
             return super().send_packed_command(command, check_health)
 
     CountingConnection.__name__ = f"Counting{base.__name__}"
     return CountingConnection
+
+
+def packed_size(command: Any) -> int:
+    """Bytes of what redis-py's ``send_packed_command`` writes: one packed string or a list
+    of chunks (bytes, memoryview or str, as :meth:`Connection.pack_command` makes them)."""
+    chunks = [command] if isinstance(command, (str, bytes, bytearray, memoryview)) else command
+    total = 0
+    for chunk in chunks:
+        total += len(chunk.encode()) if isinstance(chunk, str) else memoryview(chunk).nbytes
+    return total

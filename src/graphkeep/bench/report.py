@@ -1,15 +1,24 @@
-"""Bench output: a markdown report (table, ratios, targets, where requests go) and a PNG chart."""
+"""Bench output: a markdown report (table, ratios, growth, targets, where requests go) and a
+PNG chart."""
 
 from __future__ import annotations
 
 import platform
-from collections.abc import Sequence
+import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 from graphkeep.bench.probes import OUTSIDE, TRACED_METHODS, Tally
-from graphkeep.bench.workloads import HISTORY_LIMIT, LargeResult, Result, Workload
+from graphkeep.bench.workloads import (
+    GROWTH_WORKLOAD,
+    HISTORY_LIMIT,
+    LargeResult,
+    Result,
+    Workload,
+    new_message_bytes,
+)
 
 NA = "n/a"
 
@@ -27,6 +36,15 @@ class Context:
     rival: str | None
     notes: Sequence[str]
     workloads: Sequence[Workload]
+    #: how bytes sent are counted, and what the growth rows' stored bytes are
+    sent_label: str = ""
+    growth_stored_label: str = ""
+
+
+#: bytes sent per turn: the median is over this many last turns
+SENT_WINDOW = 10
+#: a chart panel's value for one saver, by x group (None: not measured)
+Series = Callable[[str], float | int | None]
 
 
 def _version(dist: str) -> str:
@@ -59,7 +77,9 @@ def markdown(
     results: Sequence[Result],
     targets: Sequence[tuple[str, bool]],
     large: Sequence[LargeResult] = (),
+    growth: Sequence[Result] = (),
 ) -> str:
+    """The report; ``growth``: results of savers measured for the growth rows only."""
     lines = [
         f"## graphkeep bench: {ctx.suite_title}",
         "",
@@ -104,12 +124,70 @@ def markdown(
                 f" history ms {_ratio(theirs.history_ms, ours.history_ms)},"
                 f" history requests {_ratio(theirs.history_requests, ours.history_requests)}"
             )
+    lines += growth_table(ctx, [*results, *growth])
     lines += large_table(large)
     if targets:
         lines += ["", "Targets:", ""]
         lines += [f"- [{'met' if met else 'MISSED'}] {text}" for text, met in targets]
     lines += ["", *where_requests_go(results)]
     return "\n".join(lines) + "\n"
+
+
+def sent_at(r: Result, turn: int) -> int | None:
+    """Bytes sent in ``turn`` (1-based), if counted and run."""
+    return r.sent_bytes[turn - 1] if 0 < turn <= len(r.sent_bytes) else None
+
+
+def sent_median(r: Result, last: int) -> float | None:
+    """Median bytes sent per turn over the :data:`SENT_WINDOW` turns ending at ``last``."""
+    window = r.sent_bytes[max(last - SENT_WINDOW, 0) : last]
+    return statistics.median(window) if window and last <= len(r.sent_bytes) else None
+
+
+def growth_table(ctx: Context, results: Sequence[Result]) -> list[str]:
+    """Issue 13's rows: stored after N and 2N turns of one W50 thread, bytes sent per turn."""
+    rows = [r for r in results if r.sent_bytes or r.stored_first is not None]
+    if not rows:
+        return []
+    n = rows[0].turns
+    extra = max(r.extra_turns for r in rows)
+    far = n + extra
+    first_window = f"{max(n - SENT_WINDOW, 0) + 1}-{n}"
+    new = new_message_bytes(n)
+    lines = [
+        "",
+        f"### Growth: stored bytes and bytes sent per turn ({GROWTH_WORKLOAD}, {n} and {far}"
+        " turns)",
+        "",
+        f"In round 1 the {GROWTH_WORKLOAD} thread goes on after its history read for {extra}"
+        f" more turns ({GROWTH_WORKLOAD}-{far}; untimed, 1 round) and the store is measured"
+        f" again: stored({far})/stored({n}) is 2.0 for storage linear in the turns, 4.0 for"
+        " quadratic. Sent = the requests of each turn as the client writes them, replies not"
+        f" counted; the median is over turns {first_window}. The messages turn {n} adds"
+        f" serialize to {new:,} bytes (LangGraph's JsonPlusSerializer, msgpack, ids included);"
+        " *sent / new* divides the bytes sent at that turn by them.",
+        "",
+        f"- stored = {ctx.growth_stored_label or ctx.stored_label}",
+        *([f"- sent = {ctx.sent_label}"] if ctx.sent_label else []),
+        "",
+        f"| workload | saver | stored KiB, {n} turns | stored KiB, {far} turns"
+        f" | stored {far}/{n} | KiB sent at turn {n} | KiB sent/turn, median {first_window}"
+        f" | KiB sent at turn {far} | sent / new at turn {n} |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        stored_far = r.stored_last if r.extra_turns == extra else None
+        ratio = _ratio(stored_far, r.stored_first)
+        at_n, at_far = sent_at(r, n), sent_at(r, far)
+        median = sent_median(r, n)
+        lines.append(
+            f"| {r.workload}{'' if stored_far is None else f' / {GROWTH_WORKLOAD}-{far}'}"
+            f" | {r.saver} | {_kib(r.stored_first)} | {_kib(stored_far)}"
+            f" | {ratio.rstrip('x')} | {_kib(at_n)}"
+            f" | {NA if median is None else f'{median / 1024:,.1f}'} | {_kib(at_far)}"
+            f" | {NA if at_n is None else f'{at_n / new:,.1f}'} |"
+        )
+    return lines
 
 
 def large_table(large: Sequence[LargeResult]) -> list[str]:
@@ -194,46 +272,85 @@ def where_requests_go(results: Sequence[Result]) -> list[str]:
     return lines
 
 
-def chart(ctx: Context, results: Sequence[Result], path: Path) -> None:
-    """Grouped bars per metric: one group per workload, one bar per saver."""
+def chart(
+    ctx: Context, results: Sequence[Result], path: Path, growth: Sequence[Result] = ()
+) -> None:
+    """Grouped bars per metric: one group per workload (or growth point), one bar per saver;
+    ``growth``: savers shown in the growth panels only."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    savers = list(dict.fromkeys(r.saver for r in results))
+    main = list(dict.fromkeys(r.saver for r in results))
+    savers = list(dict.fromkeys([*main, *(r.saver for r in growth)]))
     workloads = [w.name for w in ctx.workloads if any(r.workload == w.name for r in results)]
-    by = {(r.saver, r.workload): r for r in results}
-    panels: list[tuple[str, str]] = [
-        ("ms_per_turn", "ms per turn (median)"),
-        ("requests_per_turn", "requests per turn"),
-        ("stored_bytes", "stored (KiB)"),
-        ("history_ms", "history read (ms, median)"),
-        ("history_requests", "requests to read the history"),
+    by = {(r.saver, r.workload): r for r in [*results, *growth]}
+    turns = results[0].turns if results else ctx.turns
+    extra = max((r.extra_turns for r in [*results, *growth]), default=0)
+
+    def field(attr: str) -> Callable[[str], Series]:
+        def per_saver(saver: str) -> Series:
+            def per_group(group: str) -> float | int | None:
+                r = by.get((saver, group))
+                value: float | int | None = getattr(r, attr) if r else None
+                return value
+
+            return per_group
+
+        return per_saver
+
+    def stored_growth(saver: str) -> Series:
+        r = by.get((saver, GROWTH_WORKLOAD))
+        points = {
+            f"{GROWTH_WORKLOAD}": r.stored_first if r else None,
+            f"{GROWTH_WORKLOAD}-{turns + extra}": r.stored_last if r else None,
+        }
+        return lambda group: points.get(group)
+
+    def sent(saver: str) -> Series:
+        return lambda group: sent_at(by[(saver, group)], turns) if (saver, group) in by else None
+
+    growth_groups = [GROWTH_WORKLOAD, f"{GROWTH_WORKLOAD}-{turns + extra}"] if extra else []
+    # (title, savers, x groups, value per saver and group, shown in KiB)
+    panels: list[tuple[str, list[str], list[str], Callable[[str], Series], bool]] = [
+        ("ms per turn (median)", main, workloads, field("ms_per_turn"), False),
+        ("requests per turn", main, workloads, field("requests_per_turn"), False),
+        ("stored (KiB)", main, workloads, field("stored_bytes"), True),
+        ("history read (ms, median)", main, workloads, field("history_ms"), False),
+        ("requests to read the history", main, workloads, field("history_requests"), False),
+        (
+            f"stored (KiB) after {turns} and {turns + extra} turns",
+            savers,
+            growth_groups,
+            stored_growth,
+            True,
+        ),
+        (f"KiB sent to the store at turn {turns}", savers, workloads, sent, True),
     ]
     colors = {"graphkeep": "#2a7ab9", "InMemorySaver": "#9aa5b1"}
     palette = ["#e07b39", "#5aa469", "#b5446e", "#7d5ba6"]
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
-    width = 0.8 / max(len(savers), 1)
-    for ax, (attr, title) in zip(axes.flat, panels, strict=False):
-        for i, saver in enumerate(savers):
-            color = colors.get(saver) or palette[i % len(palette)]
-            for j, name in enumerate(workloads):
-                r = by.get((saver, name))
-                raw = getattr(r, attr) if r else None
-                x = j + (i - (len(savers) - 1) / 2) * width
+    fig, axes = plt.subplots(2, 4, figsize=(20, 8.5))
+    for ax, (title, shown, groups, values, in_kib) in zip(axes.flat, panels, strict=False):
+        width = 0.8 / max(len(shown), 1)
+        for i, saver in enumerate(shown):
+            color = colors.get(saver) or palette[savers.index(saver) % len(palette)]
+            of = values(saver)
+            for j, name in enumerate(groups):
+                raw = of(name)
+                x = j + (i - (len(shown) - 1) / 2) * width
                 if raw is None:
                     ax.text(x, 0, NA, ha="center", va="bottom", fontsize=8, color="#666")
                     continue
-                value = raw / 1024 if attr == "stored_bytes" else float(raw)
+                value = raw / 1024 if in_kib else float(raw)
                 ax.bar(x, value, width * 0.95, color=color, label=saver if j == 0 else None)
-                whole = value >= 100 or isinstance(raw, int) and attr != "stored_bytes"
+                whole = value >= 100 or isinstance(raw, int) and not in_kib
                 label = f"{value:,.0f}" if whole else f"{value:,.1f}"
                 ax.text(x, value, label, ha="center", va="bottom", fontsize=8)
         ax.set_title(title, fontsize=11)
-        ax.set_xticks(range(len(workloads)), workloads)
-        ax.set_xlim(-0.5, len(workloads) - 0.5)
+        ax.set_xticks(range(len(groups)), groups)
+        ax.set_xlim(-0.5, max(len(groups), 1) - 0.5)
         ax.margins(y=0.15)
         ax.grid(axis="y", alpha=0.3)
     legend_ax = axes.flat[len(panels)]
@@ -248,6 +365,8 @@ def chart(ctx: Context, results: Sequence[Result], path: Path) -> None:
         f"{ctx.suite_title}: {ctx.turns} turns per workload, {ctx.rounds} round(s)\n"
         f"history = get_state_history(limit={HISTORY_LIMIT})\n"
         "requests: round trips counted at the client\n"
+        "sent: request bytes counted at the client\n"
+        f"growth: the {GROWTH_WORKLOAD} thread of round 1, {extra} more turns\n"
         "n/a: no store behind the saver\n"
         "medians on a noisy machine",
         fontsize=10,

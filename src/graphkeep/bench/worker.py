@@ -7,7 +7,7 @@ is another interpreter with this checkout on ``PYTHONPATH``, runs
 line::
 
     python -m graphkeep.bench.worker --factory pkg.module:open_saver --workload W50 \\
-        --turns 50 --history-runs 5 --suite dynamodb --saver DynamoDBSaver
+        --turns 50 --history-runs 5 --suite dynamodb --saver DynamoDBSaver [--extra-turns 50]
 
 ``--large BYTES`` runs :func:`graphkeep.bench.workloads.measure_large` instead.
 
@@ -81,9 +81,10 @@ class InSubprocess:
     env: dict[str, str] = field(default_factory=dict)
     timeout: float = 1800.0
 
-    def run(self, work: Workload, options: Any, suite: str) -> Result:
+    def run(self, work: Workload, options: Any, suite: str, extra_turns: int = 0) -> Result:
         args = ["--workload", work.name, "--turns", str(options.turns)]
         args += ["--history-runs", str(options.history_runs), "--suite", suite]
+        args += ["--extra-turns", str(extra_turns)]
         return Result.from_json(self._child(*args))
 
     def run_large(self, size: int, suite: str) -> LargeResult:
@@ -113,6 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=50)
     parser.add_argument("--large", type=int, default=None, help="bytes of the large message")
     parser.add_argument("--history-runs", type=int, default=5)
+    parser.add_argument(
+        "--extra-turns", type=int, default=0, help="growth turns after the history read"
+    )
     parser.add_argument("--suite", required=True)
     parser.add_argument("--saver", required=True)
     args = parser.parse_args(argv)
@@ -133,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 saver_name=args.saver,
                 turns=args.turns,
                 history_runs=args.history_runs,
+                extra_turns=args.extra_turns,
             )
     print(RESULT_MARK + json.dumps(result.to_json()), flush=True)
     return 0

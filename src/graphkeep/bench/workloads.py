@@ -10,6 +10,13 @@ W50-delta: the same graph with ``messages`` in a ``DeltaChannel`` (batch message
 reducer, ``snapshot_frequency=10``): checkpoints store only every 10th value and
 the runtime rebuilds the others from the writes of their ancestors.
 
+Growth (issue 13): in the first round, the W50 run goes on after its history read
+for as many turns again on the same thread (W50-100: 100 turns), and the store is
+measured again, so "stored after 50 turns", "stored after 100 turns" and their
+ratio come from one thread. Every turn also records the bytes the saver sent to
+the store (counted at the client, see :mod:`.probes`); :func:`new_message_bytes`
+is the reference those are compared with.
+
 Large message (:func:`measure_large`, for suites whose store has an item limit):
 the W50 graph on a fresh thread whose first human message is one big text (a
 pasted document), then two ordinary turns; the state must read back exactly.
@@ -30,6 +37,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMes
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
@@ -86,17 +94,40 @@ def _turn_number(state: Any) -> int:
     return sum(1 for m in state["messages"] if isinstance(m, HumanMessage))
 
 
-def assistant(state: Any) -> dict[str, list[AnyMessage]]:
-    n = _turn_number(state)
+def human_message(n: int) -> HumanMessage:
+    return HumanMessage(f"Where is my order #{1000 + n}? (turn {n})")
+
+
+def ai_message(n: int) -> AIMessage:
     text = f"Turn {n}: {FILLER}"[:200]
     call = {"name": "lookup_order", "args": {"order": f"#{1000 + n}"}, "id": f"call-{n}"}
-    return {"messages": [AIMessage(text, tool_calls=[call])]}
+    return AIMessage(text, tool_calls=[call])
+
+
+def tool_message(n: int) -> ToolMessage:
+    answer = f'{{"order": "#{1000 + n}", "status": "shipped", "eta_days": {n % 5 + 1}}}'
+    return ToolMessage(answer, tool_call_id=f"call-{n}", name="lookup_order")
+
+
+def assistant(state: Any) -> dict[str, list[AnyMessage]]:
+    return {"messages": [ai_message(_turn_number(state))]}
 
 
 def tool(state: Any) -> dict[str, list[AnyMessage]]:
-    n = _turn_number(state)
-    answer = f'{{"order": "#{1000 + n}", "status": "shipped", "eta_days": {n % 5 + 1}}}'
-    return {"messages": [ToolMessage(answer, tool_call_id=f"call-{n}", name="lookup_order")]}
+    return {"messages": [tool_message(_turn_number(state))]}
+
+
+def new_message_bytes(n: int) -> int:
+    """Serialized bytes of the messages turn ``n`` adds (the human message, the AI message,
+    the tool message), each with the 36-character id ``add_messages`` gives it, by
+    LangGraph's default serializer (``JsonPlusSerializer``, msgpack): what a saver that
+    stores only what changed must at least send."""
+    serde = JsonPlusSerializer()
+    total = 0
+    for message in (human_message(n), ai_message(n), tool_message(n)):
+        message.id = str(uuid.UUID(int=n))
+        total += len(serde.dumps_typed(message)[1])
+    return total
 
 
 @dataclass(frozen=True)
@@ -126,6 +157,10 @@ WORKLOADS: tuple[Workload, ...] = (
 )
 
 
+#: the workload whose thread goes on for the growth rows (W50 -> W50-100)
+GROWTH_WORKLOAD = "W50"
+
+
 def workload(name: str) -> Workload:
     for item in WORKLOADS:
         if item.name == name:
@@ -153,6 +188,14 @@ class Result:
     turn_samples_ms: list[float] = field(default_factory=list)
     history_samples_ms: list[float] = field(default_factory=list)
     rounds: int = 1
+    #: bytes sent to the store in each turn, the growth turns included (empty: not counted)
+    sent_bytes: list[int] = field(default_factory=list)
+    #: turns run after the history read on the same thread (0: no growth measured)
+    extra_turns: int = 0
+    #: the growth gauge (:attr:`Opened.data_bytes`) after ``turns`` and after
+    #: ``turns + extra_turns`` turns
+    stored_first: int | None = None
+    stored_last: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -175,6 +218,9 @@ class Opened:
     saver: BaseCheckpointSaver[Any]
     probe: Probe
     stored_bytes: Callable[[], int] | None = None
+    #: the stored bytes of the growth rows, when they are measured otherwise than
+    #: ``stored_bytes`` (MongoDB: data only, as issue 13 states them); default ``stored_bytes``
+    data_bytes: Callable[[], int] | None = None
 
 
 def measure(
@@ -185,31 +231,48 @@ def measure(
     saver_name: str,
     turns: int,
     history_runs: int,
+    extra_turns: int = 0,
 ) -> Result:
-    """Run ``turns`` turns of ``work`` on one fresh thread, then read its history."""
+    """Run ``turns`` turns of ``work`` on one fresh thread, then read its history.
+
+    ``extra_turns``: then run that many more turns on the thread (untimed) and measure
+    the store again (the growth rows).
+    """
     probe = opened.probe
     app = work.build(probe.trace(opened.saver))
     config: RunnableConfig = {"configurable": {"thread_id": f"bench-{uuid.uuid4().hex[:12]}"}}
     probe.take()
+    sent: list[int] = []
+
+    def run_turn(turn: int) -> float:
+        before = probe.bytes_sent
+        started = time.perf_counter()
+        app.invoke({"messages": [human_message(turn)]}, config)
+        elapsed = time.perf_counter() - started
+        sent.append(probe.bytes_sent - before)
+        return elapsed
+
+    def check_messages(done: int) -> None:
+        count = len(app.get_state(config).values["messages"])
+        if count != MESSAGES_PER_TURN * done:
+            raise AssertionError(
+                f"{saver_name} on {work.name}: {count} messages after {done} turns,"
+                f" expected {MESSAGES_PER_TURN * done}"
+            )
 
     durations: list[float] = []
     requests_before = probe.total
     for turn in range(1, turns + 1):
-        message = HumanMessage(f"Where is my order #{1000 + turn}? (turn {turn})")
-        started = time.perf_counter()
-        app.invoke({"messages": [message]}, config)
-        durations.append(time.perf_counter() - started)
+        durations.append(run_turn(turn))
     turn_requests = probe.total - requests_before
     turn_tally = probe.take()
 
-    state = app.get_state(config)
-    expected = MESSAGES_PER_TURN * turns
-    if len(state.values["messages"]) != expected:
-        raise AssertionError(
-            f"{saver_name} on {work.name}: {len(state.values['messages'])} messages after"
-            f" {turns} turns, expected {expected}"
-        )
+    check_messages(turns)
     stored = opened.stored_bytes() if opened.stored_bytes else None
+    data_gauge = opened.data_bytes or opened.stored_bytes
+    stored_first = stored_last = None
+    if extra_turns and data_gauge is not None:
+        stored_first = data_gauge() if opened.data_bytes else stored
     probe.take()
 
     history_times: list[float] = []
@@ -227,6 +290,13 @@ def measure(
             entries = len(snapshots)
             _check_history(saver_name, work, snapshots, turns)
 
+    if extra_turns:
+        for turn in range(turns + 1, turns + extra_turns + 1):
+            run_turn(turn)
+        check_messages(turns + extra_turns)
+        stored_last = data_gauge() if data_gauge is not None else None
+        probe.take()
+
     counted = probe.counts_requests
     return Result(
         suite=suite,
@@ -243,6 +313,10 @@ def measure(
         history_tally=history_tally,
         turn_samples_ms=[d * 1000 for d in durations],
         history_samples_ms=[d * 1000 for d in history_times],
+        sent_bytes=sent if counted else [],
+        extra_turns=extra_turns,
+        stored_first=stored_first,
+        stored_last=stored_last,
     )
 
 
@@ -250,7 +324,9 @@ def combine(rounds: list[Result]) -> Result:
     """One result from several rounds of the same saver and workload: pooled medians.
 
     Counts are deterministic per round (a DeltaChannel run can differ by a request
-    or two), so requests are averaged and the tallies are the first round's.
+    or two), so requests are averaged and the tallies are the first round's; bytes
+    sent and the growth figures are those of the round that measured growth (else
+    the first's).
     """
     first = rounds[0]
     if len(rounds) == 1:
@@ -259,6 +335,7 @@ def combine(rounds: list[Result]) -> Result:
     history_samples = [x for r in rounds for x in r.history_samples_ms]
     per_turn = [r.requests_per_turn for r in rounds if r.requests_per_turn is not None]
     stored = [r.stored_bytes for r in rounds if r.stored_bytes is not None]
+    grown = next((r for r in rounds if r.extra_turns), first)
     return Result(
         suite=first.suite,
         saver=first.saver,
@@ -275,6 +352,10 @@ def combine(rounds: list[Result]) -> Result:
         turn_samples_ms=turn_samples,
         history_samples_ms=history_samples,
         rounds=len(rounds),
+        sent_bytes=grown.sent_bytes,
+        extra_turns=grown.extra_turns,
+        stored_first=grown.stored_first,
+        stored_last=grown.stored_last,
     )
 
 

@@ -3,12 +3,15 @@
 graphkeep -> graphkeep goes through the port: ``export_thread`` on the source,
 ``import_thread`` of what the destination lacks (blobs, then writes, then
 checkpoints oldest first, in bounded batches), so values travel as stored
-bytes, encrypted or not. Any other pair (LangGraph's SQLite / Postgres savers
-on either side) goes through the public saver API: oldest checkpoint first,
-its writes (``put_writes`` per task) and then the checkpoint (``put`` with its
-parent's config, ``new_versions`` = channels whose version changed since the
-parent), with values loaded by :class:`~graphkeep.cli.decode.LosslessSerde` so
-that classes this machine lacks are copied byte for byte.
+bytes, encrypted or not; a shared list travels as its manifest and element
+records (blobs like any other, counted apart as ``list_elements``). Any other
+pair (LangGraph's SQLite / Postgres savers on either side) goes through the
+public saver API: oldest checkpoint first, its writes (``put_writes`` per task)
+and then the checkpoint (``put`` with its parent's config, ``new_versions`` =
+channels whose version changed since the parent), with values loaded by
+:class:`~graphkeep.cli.decode.LosslessSerde` so that classes this machine lacks
+are copied byte for byte; a shared list is rebuilt from its elements on the way
+out and shared again by a graphkeep destination on the way in.
 
 Both paths are idempotent (upserts, insert-if-absent writes) and resumable:
 checkpoints already on the destination are skipped. At the end every thread is
@@ -43,8 +46,10 @@ from graphkeep.cli.endpoints import (
     Endpoint,
     Native,
     WriteItem,
+    dump_elements,
     export,
     foreign_items,
+    is_element,
     iter_threads,
     native_items,
     open_endpoint,
@@ -52,6 +57,7 @@ from graphkeep.cli.endpoints import (
     thread_config,
 )
 from graphkeep.shared import serde as codec
+from graphkeep.shared.lists import is_manifest, manifest_keys
 from graphkeep.shared.records import (
     BlobRecord,
     CheckpointRecord,
@@ -72,6 +78,8 @@ class ThreadCopy:
     checkpoints_skipped: int = 0
     writes: int = 0
     blobs: int | None = None
+    #: list element records (shared lists), not counted in ``blobs``
+    elements: int | None = None
     verified: bool | None = None
     problems: list[str] = field(default_factory=list)
 
@@ -84,6 +92,7 @@ class ThreadCopy:
             "checkpoints_already_present": self.checkpoints_skipped,
             "writes": self.writes,
             "blobs": self.blobs,
+            "list_elements": self.elements,
             "verified": self.verified,
             "problems": self.problems,
         }
@@ -156,6 +165,8 @@ def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             if r.target_thread_id != r.source_thread_id:
                 name += f" -> {r.target_thread_id}"
             blobs = "" if r.blobs is None else f", {r.blobs} blob(s)"
+            if r.elements:
+                blobs += f", {r.elements} list element(s)"
             state = {True: "verified", False: "VERIFY FAILED", None: "not verified"}[r.verified]
             out.write(
                 f"{name}: {r.checkpoints_copied} checkpoint(s) copied,"
@@ -187,7 +198,9 @@ def _copy_native(
     if not dump:
         return None
     result = ThreadCopy(thread_id, target, checkpoints=len(dump.checkpoints))
-    result.writes, result.blobs = len(dump.writes), len(dump.blobs)
+    elements = sum(1 for ns, b in dump.blobs if is_element((ns, b.channel, b.version)))
+    result.writes, result.blobs = len(dump.writes), len(dump.blobs) - elements
+    result.elements = elements
     inventory = dst.call(dst.saver.store.inventory(target))
     present = {(s.ns, s.checkpoint_id) for s in inventory.checkpoints}
     checkpoints = [
@@ -303,9 +316,13 @@ def _verify_native(
         problems = _compare(
             {(r.ns, r.checkpoint_id) for r in dump.checkpoints}, have_cp, want, have
         )
-        lost_blobs = sum(1 for ns, b in dump.blobs if (ns, b.channel, b.version) not in have_blobs)
-        if lost_blobs:
-            problems.append(f"{lost_blobs} blob(s) missing on the destination")
+        lost = [key for key in _blob_keys(dump) if key not in have_blobs]
+        lost_elements = sum(1 for key in lost if is_element(key))
+        if len(lost) > lost_elements:
+            problems.append(f"{len(lost) - lost_elements} blob(s) missing on the destination")
+        if lost_elements:
+            problems.append(f"{lost_elements} list element(s) missing on the destination")
+        problems += _unreadable_lists(dump)
         short_writes = any(p.startswith("writes") for p in problems)
         if not problems or attempt == 1 or not short_writes:
             result.problems = problems
@@ -313,6 +330,34 @@ def _verify_native(
             return
         # a source checkpoint gained writes since (or a write batch was lost): send all again
         _import(dst, target, [], list(dump.writes), [], args, err)
+
+
+def _blob_keys(dump: ThreadDump) -> list[tuple[str, str, str]]:
+    return [(ns, b.channel, b.version) for ns, b in dump.blobs]
+
+
+def _unreadable_lists(dump: ThreadDump) -> list[str]:
+    """Manifests of the source's checkpoints whose elements the source itself lacks.
+
+    Such a list cannot be rebuilt on either side (the source is damaged, or a
+    writer deleted the thread during the copy): reported, never copied silently.
+    """
+    blobs = {(ns, b.channel, b.version): b.value for ns, b in dump.blobs}
+    elements = dump_elements(dump)
+    damaged = []
+    for record in dump.checkpoints:
+        for channel in record.present:
+            blob = blobs.get((record.ns, channel, record.versions.get(channel, "")))
+            if blob is not None and is_manifest(blob):
+                have = elements.get(record.ns, {})
+                if any(key not in have for key in manifest_keys(blob)):
+                    damaged.append(f"{channel} at {record.checkpoint_id}")
+    if not damaged:
+        return []
+    return [
+        f"source: {len(damaged)} list value(s) name elements the source does not hold"
+        f" (first: {damaged[0]}); they cannot be rebuilt"
+    ]
 
 
 def _compare(

@@ -21,11 +21,13 @@ import base64
 import json
 import math
 import os
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
 import ormsgpack
 
+from graphkeep.shared import serde as codec
 from graphkeep.shared.records import Typed
 
 EXT_CONSTRUCTOR_SINGLE_ARG = 0
@@ -114,7 +116,17 @@ def decrypt(tag: str, data: bytes) -> tuple[str, bytes] | Encrypted:
 
 
 def load_plain(tag: str, data: bytes) -> Any:
-    """A stored value as Python data with extensions kept raw (never imports classes)."""
+    """A stored value as Python data with extensions kept raw (never imports classes).
+
+    A compressed payload (tag ``z:<tag>``, see :func:`graphkeep.shared.serde.squeeze`)
+    is decompressed first.
+    """
+    if tag.startswith(codec.COMPRESSED_PREFIX):
+        try:
+            inflated = codec.unsqueeze(Typed(tag, bytes(data)))
+        except zlib.error:
+            return Unreadable(tag, bytes(data))
+        tag, data = inflated.tag, inflated.data
     if "+" in tag:
         opened = decrypt(tag, data)
         if isinstance(opened, Encrypted):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +27,7 @@ from graphkeep.cli.decode import Encrypted, LosslessSerde, load_plain
 from graphkeep.connect import BACKENDS
 from graphkeep.errors import ConfigurationError
 from graphkeep.shared import serde as codec
+from graphkeep.shared.lists import ELEMENT_CHANNEL, element_blob_keys, is_manifest, rebuild
 from graphkeep.shared.port import Op
 from graphkeep.shared.records import ThreadDump, Typed, WriteRecord
 from graphkeep.shared.saver import BaseSaver
@@ -293,13 +294,70 @@ def export(endpoint: Native, thread_id: str) -> ThreadDump:
     return dump
 
 
+# -- shared lists (graphkeep.shared.lists): a manifest blob stands for a list ----------
+
+
+def is_element(key: tuple[str, str, str]) -> bool:
+    """Is this ``(ns, channel, version)`` blob key a list element record?"""
+    return key[1] == ELEMENT_CHANNEL
+
+
+def dump_elements(dump: ThreadDump) -> dict[str, dict[str, Typed]]:
+    """The element records of an export: namespace -> element key -> stored value."""
+    elements: dict[str, dict[str, Typed]] = {}
+    for ns, blob in dump.blobs:
+        if blob.channel == ELEMENT_CHANNEL:
+            elements.setdefault(ns, {})[blob.version] = blob.value
+    return elements
+
+
+def fetch_elements(
+    endpoint: Native,
+    thread_id: str,
+    ns: str,
+    blobs: Iterable[Typed | None],
+    have: Mapping[str, Typed] | None = None,
+) -> dict[str, Typed]:
+    """The elements the manifests among ``blobs`` name (one ``get_blobs``; ``have`` is kept)."""
+    found = dict(have or {})
+    manifests = [b for b in blobs if b is not None and is_manifest(b)]
+    wanted = [k for k in element_blob_keys(ns, manifests) if k[2] not in found]
+    if wanted:
+        got = endpoint.call(endpoint.saver.store.get_blobs(thread_id, wanted))
+        found.update((key[2], value) for key, value in got.items() if key[1] == ELEMENT_CHANNEL)
+    return found
+
+
+def value_where(thread_id: str, ns: str, checkpoint_id: str, channel: str) -> str:
+    """Where a stored value is, for error messages."""
+    return (
+        f"thread {thread_id!r}, namespace {ns!r}, checkpoint {checkpoint_id!r}, channel {channel!r}"
+    )
+
+
+def channel_value(serde: Any, blob: Typed, elements: Mapping[str, Typed], where: str) -> Any:
+    """A stored channel value: a manifest is rebuilt into its list, anything else decoded.
+
+    A manifest whose elements are missing raises :class:`graphkeep.errors.CorruptData`
+    naming ``where``; a shorter list is never returned.
+    """
+    if is_manifest(blob):
+        return rebuild(serde, blob, elements, where)[0]
+    return codec.load(serde, blob)
+
+
 def native_items(
     endpoint: Native, thread_id: str, dump: ThreadDump | None = None
 ) -> list[CheckpointItem]:
-    """A graphkeep thread as :class:`CheckpointItem` s, oldest first (values via saver.serde)."""
+    """A graphkeep thread as :class:`CheckpointItem` s, oldest first (values via saver.serde).
+
+    Shared lists come back whole: their manifests are rebuilt from the export's
+    element records.
+    """
     dump = dump if dump is not None else export(endpoint, thread_id)
     serde = endpoint.saver.serde
     blobs = {(ns, b.channel, b.version): b.value for ns, b in dump.blobs}
+    elements = dump_elements(dump)
     writes: dict[tuple[str, str], list[WriteRecord]] = {}
     for ns, checkpoint_id, w in dump.writes:
         writes.setdefault((ns, checkpoint_id), []).append(w)
@@ -311,7 +369,8 @@ def native_items(
             for channel in record.present:
                 blob = blobs.get((record.ns, channel, record.versions.get(channel, "")))
                 if blob is not None and blob.tag != codec.EMPTY_TAG:
-                    values[channel] = codec.load(serde, blob)
+                    where = value_where(thread_id, record.ns, record.checkpoint_id, channel)
+                    values[channel] = channel_value(serde, blob, elements.get(record.ns, {}), where)
             checkpoint["channel_values"] = values
         own = sorted(
             writes.get((record.ns, record.checkpoint_id), []),
@@ -396,6 +455,8 @@ class ThreadInfo:
     last_checkpoint_id: str | None
     last_ts: float | None
     bytes_by_kind: dict[str, int] = field(default_factory=dict)
+    #: list element records (shared lists); not counted in ``blobs``
+    elements: int | None = None
 
     def as_json(self) -> dict[str, Any]:
         from graphkeep.cli.console import iso
@@ -406,6 +467,7 @@ class ThreadInfo:
             "namespaces": self.namespaces,
             "writes": self.writes,
             "blobs": self.blobs,
+            "list_elements": self.elements,
             "bytes": self.bytes,
             "bytes_by_kind": self.bytes_by_kind,
             "last_checkpoint_id": self.last_checkpoint_id,
@@ -446,20 +508,23 @@ def quick_info(endpoint: Endpoint, thread_id: str) -> ThreadInfo | None:
         checkpoints=len(inventory.checkpoints),
         namespaces=sorted({s.ns for s in inventory.checkpoints}),
         writes=None,
-        blobs=len(inventory.blob_keys),
+        blobs=sum(1 for key in inventory.blob_keys if not is_element(key)),
         bytes=None,
         last_checkpoint_id=last.checkpoint_id,
         last_ts=last_ts,
+        elements=sum(1 for key in inventory.blob_keys if is_element(key)),
     )
 
 
 def native_info(thread_id: str, dump: ThreadDump) -> ThreadInfo | None:
     if not dump:
         return None
+    elements = [b for _, b in dump.blobs if b.channel == ELEMENT_CHANNEL]
     kinds = {
         "checkpoints": sum(len(r.checkpoint.data) + len(r.metadata.data) for r in dump.checkpoints),
         "writes": sum(len(w.value.data) for _, _, w in dump.writes),
-        "blobs": sum(len(b.value.data) for _, b in dump.blobs),
+        "blobs": sum(len(b.value.data) for _, b in dump.blobs if b.channel != ELEMENT_CHANNEL),
+        "list_elements": sum(len(b.value.data) for b in elements),
     }
     last = max(dump.checkpoints, key=lambda r: r.checkpoint_id, default=None)
     last_ts = None
@@ -470,11 +535,12 @@ def native_info(thread_id: str, dump: ThreadDump) -> ThreadInfo | None:
         checkpoints=len(dump.checkpoints),
         namespaces=sorted({r.ns for r in dump.checkpoints}),
         writes=len(dump.writes),
-        blobs=len(dump.blobs),
+        blobs=len(dump.blobs) - len(elements),
         bytes=sum(kinds.values()),
         last_checkpoint_id=last.checkpoint_id if last else None,
         last_ts=last_ts,
         bytes_by_kind=kinds,
+        elements=len(elements),
     )
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from langgraph.checkpoint.base import writes_sort_key
@@ -43,6 +44,7 @@ from graphkeep.cli.endpoints import (
     Native,
     ThreadInfo,
     checkpoint_ts,
+    fetch_elements,
     foreign_items,
     foreign_writes,
     iter_threads,
@@ -50,8 +52,10 @@ from graphkeep.cli.endpoints import (
     quick_info,
     thread_config,
     thread_info,
+    value_where,
 )
 from graphkeep.shared import serde as codec
+from graphkeep.shared.lists import is_manifest, rebuild
 from graphkeep.shared.records import ListQuery, Loaded, Summary, Typed, WriteRecord
 from graphkeep.shared.saver import sort_writes
 
@@ -329,13 +333,23 @@ def _native_dump(
     record = target.record
     wanted = list(dict.fromkeys(channels or default_channels(list(record.versions))))
     result: dict[str, dict[str, Any]] = {}
-    for channel in wanted:
-        blob = target.blobs.get(channel)
-        if channel in record.versions and blob is not None and blob.tag != codec.EMPTY_TAG:
-            result[channel] = _entry(blob, record.checkpoint_id, record.versions.get(channel), [])
+    present = {
+        ch: blob
+        for ch in wanted
+        if ch in record.versions
+        and (blob := target.blobs.get(ch)) is not None
+        and blob.tag != codec.EMPTY_TAG
+    }
+    elements = fetch_elements(endpoint, thread_id, ns, present.values(), target.elements)
+    for channel, blob in present.items():
+        version = record.versions.get(channel)
+        seed = _Seed(blob, elements, value_where(thread_id, ns, record.checkpoint_id, channel))
+        result[channel] = _entry(seed, record.checkpoint_id, version, [])
     walk = [ch for ch in wanted if ch not in result]
     if walk:
         chain = endpoint.call(store.chain(thread_id, ns, record.checkpoint_id, walk))
+        # a list seed (a channel that became a DeltaChannel later) may be a manifest
+        elements = fetch_elements(endpoint, thread_id, ns, chain.blobs.values())
         collected: dict[str, list[list[tuple[str, WriteRecord]]]] = {ch: [] for ch in walk}
         remaining = set(walk)
         for ancestor in chain.ancestors:
@@ -349,7 +363,10 @@ def _native_dump(
                 seed = chain.blobs.get((ch, version))
                 if seed is not None and seed.tag != codec.EMPTY_TAG:
                     writes = [w for group in reversed(collected[ch]) for w in group]
-                    result[ch] = _entry(seed, ancestor.checkpoint_id, version, writes)
+                    where = value_where(thread_id, ns, ancestor.checkpoint_id, ch)
+                    result[ch] = _entry(
+                        _Seed(seed, elements, where), ancestor.checkpoint_id, version, writes
+                    )
                     remaining.discard(ch)
         for ch in remaining:
             writes = [w for group in reversed(collected[ch]) for w in group]
@@ -364,21 +381,36 @@ def _native_dump(
     }
 
 
+@dataclass(frozen=True, slots=True)
+class _Seed:
+    """A stored channel value, with the list elements a manifest may name."""
+
+    blob: Typed
+    elements: Mapping[str, Typed]
+    where: str
+
+    def to_json(self) -> Any:
+        """Plain JSON; a shared list (manifest) is shown rebuilt, never as its manifest."""
+        if is_manifest(self.blob):
+            return to_json(rebuild(inspection_serde(), self.blob, self.elements, self.where)[0])
+        return typed_to_json(self.blob)
+
+
 def _entry(
-    seed: Typed | None,
+    seed: _Seed | None,
     seed_checkpoint_id: str | None,
     seed_version: Any,
     writes: list[tuple[str, WriteRecord]],
 ) -> dict[str, Any]:
     if seed is None:
         kind = "no_seed"
-    elif is_snapshot(seed):
+    elif is_snapshot(seed.blob):
         kind = "snapshot"
     else:
         kind = "legacy_plain"
     return {
         "delta_kind": kind,
-        "seed": None if seed is None else typed_to_json(seed),
+        "seed": None if seed is None else seed.to_json(),
         "seed_checkpoint_id": seed_checkpoint_id,
         "seed_version": None if seed_version is None else str(seed_version),
         "writes": [

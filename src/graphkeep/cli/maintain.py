@@ -38,14 +38,16 @@ from graphkeep.cli.endpoints import (
     Native,
     ThreadInfo,
     checkpoint_ts,
+    is_element,
     iter_threads,
     open_endpoint,
     scheme_of,
     thread_info,
 )
 from graphkeep.connect import BACKENDS
+from graphkeep.shared.lists import ELEMENT_CHANNEL, MANIFEST_TAG
 from graphkeep.shared.records import Inventory
-from graphkeep.shared.saver import keep_latest
+from graphkeep.shared.saver import keep_latest, referenced_blobs
 
 # -- prune -----------------------------------------------------------------------------
 
@@ -74,23 +76,43 @@ def last_activity(endpoint: Native, thread_id: str, inventory: Inventory) -> flo
     return checkpoint_ts(body, newest.checkpoint_id)
 
 
-def plan_prune(inventory: Inventory, strategy: str) -> dict[str, Any]:
-    """What ``saver.prune(strategy=...)`` removes from a thread with this inventory."""
+def prune_keeps(inventory: Inventory, strategy: str) -> set[tuple[str, str]]:
+    """The (ns, checkpoint_id) that ``saver.prune(strategy=...)`` keeps."""
+    return keep_latest(inventory.checkpoints) if strategy == "keep_latest" else set()
+
+
+def referenced(
+    endpoint: Native, thread_id: str, inventory: Inventory, keep: set[tuple[str, str]]
+) -> set[tuple[str, str, str]]:
+    """Blob keys (values and list elements) the kept checkpoints need, as the saver's prune."""
+    op = referenced_blobs(endpoint.saver.store, thread_id, inventory, keep)
+    return endpoint.call(op)  # type: ignore[no-any-return]
+
+
+def plan_prune(
+    inventory: Inventory,
+    keep: set[tuple[str, str]],
+    referenced: set[tuple[str, str, str]],
+) -> dict[str, Any]:
+    """What ``saver.prune`` removes from a thread with this inventory.
+
+    ``keep``: the (ns, id) it keeps (:func:`prune_keeps`); ``referenced``: the blob
+    keys those need (:func:`referenced`); every other blob and element goes.
+    """
     every = {(s.ns, s.checkpoint_id) for s in inventory.checkpoints}
-    keep = keep_latest(inventory.checkpoints) if strategy == "keep_latest" else set()
     heads = {(ns, max(cid for n, cid in every if n == ns)) for ns in {n for n, _ in every}}
     doomed = every - keep
     write_sets = inventory.write_keys - keep
-    survivors = [s for s in inventory.checkpoints if (s.ns, s.checkpoint_id) in keep]
-    referenced = {(s.ns, ch, s.versions[ch]) for s in survivors for ch in s.present}
     garbage = inventory.blob_keys - referenced
+    orphans = {key for key in garbage if is_element(key)}
     return {
         "checkpoints_before": len(every),
         "checkpoints_kept": len(keep),
         "kept_for_delta_channels": len(keep - heads),
         "checkpoints_removed": len(doomed),
         "checkpoint_writes_removed": len(write_sets),
-        "blobs_removed": len(garbage),
+        "blobs_removed": len(garbage) - len(orphans),
+        "list_elements_removed": len(orphans),
         "removed_checkpoint_ids": [
             {"checkpoint_ns": ns, "checkpoint_id": cid} for ns, cid in sorted(doomed)
         ],
@@ -136,11 +158,14 @@ def cmd_prune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 ):
                     missing.append(thread_id)
                     continue
-                plan = {"thread_id": thread_id, **plan_prune(inventory, strategy)}
+                keep = prune_keeps(inventory, strategy)
+                needed = referenced(endpoint, thread_id, inventory, keep)
+                plan = {"thread_id": thread_id, **plan_prune(inventory, keep, needed)}
                 if not args.dry_run and (
                     plan["checkpoints_removed"]
                     or plan["checkpoint_writes_removed"]
                     or plan["blobs_removed"]
+                    or plan["list_elements_removed"]
                 ):
                     endpoint.saver.prune([thread_id], strategy=strategy)
                 results.append(plan)
@@ -166,7 +191,7 @@ def cmd_prune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 f"{plan['thread_id']}: {verb} {plan['checkpoints_removed']} of"
                 f" {plan['checkpoints_before']} checkpoint(s), writes of"
                 f" {plan['checkpoint_writes_removed']} checkpoint(s),"
-                f" {plan['blobs_removed']} blob(s); {kept}\n"
+                f" {plan['blobs_removed']} blob(s){_elements_part(plan)}; {kept}\n"
             )
             if args.verbose:
                 for entry in plan["removed_checkpoint_ids"]:
@@ -179,6 +204,11 @@ def cmd_prune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if args.dry_run and results:
             out.write("dry run: nothing was removed\n")
     return EXIT_NOT_FOUND if missing else EXIT_OK
+
+
+def _elements_part(plan: dict[str, Any]) -> str:
+    removed = plan["list_elements_removed"]
+    return f", {removed} list element(s)" if removed else ""
 
 
 # -- stats -----------------------------------------------------------------------------
@@ -223,6 +253,9 @@ def cmd_stats(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         "checkpoints": total_cp,
         "writes": sum(i.writes or 0 for i in infos),
         "blobs": None if any(i.blobs is None for i in infos) else sum(i.blobs or 0 for i in infos),
+        "list_elements": None
+        if any(i.elements is None for i in infos)
+        else sum(i.elements or 0 for i in infos),
         "bytes": total_bytes,
         "avg_checkpoints_per_thread": round(total_cp / len(infos), 1) if infos else 0,
         "avg_bytes_per_thread": int(total_bytes / len(infos)) if infos else 0,
@@ -249,13 +282,22 @@ def cmd_stats(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if top:
             out.write(f"top {len(top)} by size:\n")
             table(
-                ["THREAD", "CHECKPOINTS", "WRITES", "BLOBS", "SIZE", "LAST CHECKPOINT"],
+                [
+                    "THREAD",
+                    "CHECKPOINTS",
+                    "WRITES",
+                    "BLOBS",
+                    "LIST ELEMENTS",
+                    "SIZE",
+                    "LAST CHECKPOINT",
+                ],
                 [
                     [
                         i.thread_id,
                         i.checkpoints,
                         i.writes,
                         i.blobs,
+                        i.elements,
                         human_bytes(i.bytes),
                         iso(i.last_ts),
                     ]
@@ -292,6 +334,8 @@ KEY_LAYOUTS: dict[str, dict[str, Any]] = {
         "notes": [
             "every key of a thread shares the hash tag {thread}: Redis Cluster safe",
             "TTL (option ttl) is a sliding expiry on all keys of a thread",
+            f"a shared list value is a manifest blob (tag {MANIFEST_TAG}) naming element"
+            f" blobs of channel {ELEMENT_CHANNEL} (version = element key)",
         ],
     },
 }

@@ -29,6 +29,7 @@ from graphkeep.shared.records import (
     ListQuery,
     Loaded,
     ThreadDump,
+    Typed,
     WriteRecord,
 )
 
@@ -61,7 +62,8 @@ class Store(Protocol):
       (thread, ns, checkpoint_id, task_id, idx); special writes replace.
     - ``load`` returns the exact checkpoint, or the max id in (thread, ns).
     - ``list_page`` returns newest-first pages; it may pre-filter on metadata.
-    - TTL: every write refreshes the expiry of all the thread needs.
+    - TTL: every write refreshes the expiry of all the thread needs, including
+      the list elements its manifests name (``lists.ELEMENT_CHANNEL`` blobs).
     """
 
     def setup(self) -> Op[None]: ...
@@ -81,6 +83,17 @@ class Store(Protocol):
     def chain(
         self, thread_id: str, ns: str, checkpoint_id: str | None, channels: list[str]
     ) -> Op[Chain]: ...
+
+    def get_blobs(
+        self, thread_id: str, keys: list[tuple[str, str, str]]
+    ) -> Op[dict[tuple[str, str, str], Typed]]:
+        """Blobs by ``(ns, channel, version)``; absent keys are left out.
+
+        Used for list elements (channel ``lists.ELEMENT_CHANNEL``, whose keys are
+        sorted and mostly contiguous: a store may read them as ranges) and for
+        the manifests a prune must look into. One request where the store allows.
+        """
+        ...
 
     def delete_thread(self, thread_id: str) -> Op[None]: ...
 

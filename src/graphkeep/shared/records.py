@@ -86,6 +86,10 @@ class Loaded:
     record: CheckpointRecord
     blobs: dict[str, Typed]
     writes: list[WriteRecord]
+    #: list elements the store returned with the checkpoint (element key -> value);
+    #: stores that cannot fetch them in the same request leave it empty and the
+    #: saver asks ``get_blobs`` (see :mod:`graphkeep.shared.lists`)
+    elements: dict[str, Typed] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -37,6 +37,14 @@ from graphkeep.shared.keys import (
     normalize_thread_id,
     version_key,
 )
+from graphkeep.shared.lists import (
+    ELEMENT_CHANNEL,
+    ListSharer,
+    SharedList,
+    element_blob_keys,
+    is_manifest,
+    rebuild,
+)
 from graphkeep.shared.lock import ThreadLock
 from graphkeep.shared.port import (
     Emit,
@@ -56,6 +64,7 @@ from graphkeep.shared.records import (
     ListQuery,
     Loaded,
     Summary,
+    Typed,
     WriteRecord,
 )
 
@@ -89,10 +98,20 @@ class BaseSaver(BaseCheckpointSaver[str]):
         *,
         serde: Any = None,
         max_id_bytes: int = DEFAULT_MAX_ID_BYTES,
+        share_lists: bool = True,
     ) -> None:
         super().__init__(serde=serde)
         self.store = store
         self.max_id_bytes = max_id_bytes
+        if not isinstance(share_lists, bool):
+            raise ConfigurationError(f"share_lists must be True or False, got {share_lists!r}")
+        #: store list values as shared element records (see :mod:`.lists`)
+        self.share_lists = share_lists
+        #: payloads are zlib-compressed here unless the store compresses them itself
+        self.squeeze: Callable[[Typed, int], Typed] = (
+            _as_is if getattr(store, "compresses", False) else codec.squeeze
+        )
+        self.lists = ListSharer(self.serde, self.squeeze)
 
     # -- identifiers ---------------------------------------------------------------
 
@@ -137,17 +156,37 @@ class BaseSaver(BaseCheckpointSaver[str]):
             raise InvalidInput("checkpoint['id'] must be a non-empty string")
         values: dict[str, Any] = dict(checkpoint.get("channel_values") or {})
         versions = {
-            check_name(ch, "channel name"): version_key(v)
+            _channel(ch): version_key(v)
             for ch, v in (checkpoint.get("channel_versions") or {}).items()
         }
-        blobs = [
-            BlobRecord(ch, version_key(v), codec.dump(self.serde, values[ch], f"channel {ch!r}"))
-            for ch, v in new_versions.items()
-            if ch in values
-        ]
-        present = [ch for ch in values if ch in versions]
         merged = get_checkpoint_metadata(config, metadata)
         counters = merged.get("counters_since_delta_snapshot") or {}
+        blobs: list[BlobRecord] = []
+        shared: list[SharedList] = []
+        for ch, v in new_versions.items():
+            if ch not in values:
+                continue
+            what = f"channel {ch!r}"
+            # DeltaChannel snapshots keep the plain path: their history is the writes
+            listed = (
+                self.lists.share(thread_id, ns, ch, values[ch], what)
+                if self.share_lists and ch not in counters
+                else None
+            )
+            if listed is None:
+                blobs.append(
+                    BlobRecord(
+                        ch,
+                        version_key(v),
+                        self.squeeze(
+                            codec.dump(self.serde, values[ch], what), codec.COMPRESS_MIN_BYTES
+                        ),
+                    )
+                )
+            else:
+                shared.append(listed)
+                blobs.append(BlobRecord(ch, version_key(v), listed.manifest))
+        present = [ch for ch in values if ch in versions]
         needs = [ch for ch in counters if ch in versions and ch not in values]
         body = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         run_id = merged.get("run_id")
@@ -160,11 +199,19 @@ class BaseSaver(BaseCheckpointSaver[str]):
             present=present,
             needs_history=needs,
             run_id=str(run_id) if run_id is not None else None,
-            checkpoint=codec.dump(self.serde, body, "the checkpoint"),
-            metadata=codec.dump(self.serde, merged, "checkpoint metadata"),
+            checkpoint=self.squeeze(
+                codec.dump(self.serde, body, "the checkpoint"), codec.COMPRESS_MIN_BYTES
+            ),
+            metadata=self.squeeze(
+                codec.dump(self.serde, merged, "checkpoint metadata"), codec.COMPRESS_MIN_BYTES
+            ),
             metadata_doc=codec.plain(merged),
         )
-        yield from self.store.put_checkpoint(record, blobs)
+        # elements first: a store that writes in order never names a missing one
+        elements = [e for listed in shared for e in listed.elements]
+        yield from self.store.put_checkpoint(record, elements + blobs)
+        if shared:
+            self.lists.committed(thread_id, ns, shared)
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -191,9 +238,12 @@ class BaseSaver(BaseCheckpointSaver[str]):
             WriteRecord(
                 task_id=task_id,
                 idx=WRITES_IDX_MAP.get(channel, idx),
-                channel=check_name(channel, "channel name"),
+                channel=_channel(channel),
                 task_path=task_path or "",
-                value=codec.dump(self.serde, value, f"write to channel {channel!r}"),
+                value=self.squeeze(
+                    codec.dump(self.serde, value, f"write to channel {channel!r}"),
+                    codec.COMPRESS_MIN_BYTES,
+                ),
             )
             for idx, (channel, value) in enumerate(writes)
         ]
@@ -205,13 +255,53 @@ class BaseSaver(BaseCheckpointSaver[str]):
     def _get_tuple(self, config: RunnableConfig) -> Op[CheckpointTuple | None]:
         thread_id, ns, checkpoint_id = self._address(config)
         loaded = yield from self.store.load(thread_id, ns, checkpoint_id)
-        return None if loaded is None else self._tuple(loaded)
+        if loaded is None:
+            return None
+        yield from self._expand([loaded])
+        return self._tuple(loaded, learn=True)
 
-    def _tuple(self, loaded: Loaded, metadata: Any = None) -> CheckpointTuple:
+    def _expand(self, items: list[Loaded]) -> Op[None]:
+        """Fetch the list elements the items' manifests name and the store did not return."""
+        wanted: dict[str, dict[tuple[str, str, str], None]] = {}
+        for item in items:
+            rec = item.record
+            for ch, blob in item.blobs.items():
+                if is_manifest(blob) and ch in rec.versions:
+                    keys = wanted.setdefault(rec.thread_id, {})
+                    for key in element_blob_keys(rec.ns, [blob]):
+                        if key[2] not in item.elements:
+                            keys[key] = None
+        for thread_id, keys in wanted.items():
+            if not keys:
+                continue
+            got = yield from self.store.get_blobs(thread_id, list(keys))
+            for item in items:
+                if item.record.thread_id == thread_id:
+                    ns = item.record.ns
+                    item.elements.update(
+                        (key[2], value) for key, value in got.items() if key[0] == ns
+                    )
+
+    def _value(self, loaded: Loaded, ch: str, blob: Any, learn: bool) -> Any:
+        if not is_manifest(blob):
+            return codec.load(self.serde, blob)
+        rec = loaded.record
+        where = (
+            f"thread {rec.thread_id!r}, namespace {rec.ns!r}, checkpoint {rec.checkpoint_id!r},"
+            f" channel {ch!r}"
+        )
+        value, pairs = rebuild(self.serde, blob, loaded.elements, where)
+        if learn:
+            self.lists.learned(rec.thread_id, rec.ns, ch, value, pairs)
+        return value
+
+    def _tuple(
+        self, loaded: Loaded, metadata: Any = None, *, learn: bool = False
+    ) -> CheckpointTuple:
         record = loaded.record
         checkpoint = codec.load(self.serde, record.checkpoint)
         checkpoint["channel_values"] = {
-            ch: codec.load(self.serde, blob)
+            ch: self._value(loaded, ch, blob, learn)
             for ch, blob in loaded.blobs.items()
             if ch in record.versions and blob.tag != codec.EMPTY_TAG
         }
@@ -256,6 +346,7 @@ class BaseSaver(BaseCheckpointSaver[str]):
         cursor: Any = None
         while True:
             items, cursor = yield from self.store.list_page(query, cursor, page_size)
+            yield from self._expand(items)
             for item in items:
                 metadata = codec.load(self.serde, item.record.metadata)
                 if checked and not codec.matches(metadata, checked):
@@ -279,6 +370,11 @@ class BaseSaver(BaseCheckpointSaver[str]):
         collected: dict[str, list[WriteRecord]] = {ch: [] for ch in wanted}
         seeds: dict[str, Any] = {}
         remaining = set(wanted)
+        manifests = [b for b in chain.blobs.values() if is_manifest(b)]
+        elements: dict[str, Any] = {}
+        if manifests:  # a list seed written as a manifest (DeltaChannels normally are not)
+            got = yield from self.store.get_blobs(thread_id, element_blob_keys(ns, manifests))
+            elements = {key[2]: value for key, value in got.items()}
         for ancestor in chain.ancestors:
             if not remaining:
                 break
@@ -288,7 +384,12 @@ class BaseSaver(BaseCheckpointSaver[str]):
             for ch in [c for c in ancestor.present if c in remaining]:
                 blob = chain.blobs.get((ch, ancestor.versions.get(ch, "")))
                 if blob is not None and blob.tag != codec.EMPTY_TAG:
-                    seeds[ch] = codec.load(self.serde, blob)
+                    where = f"thread {thread_id!r}, checkpoint {ancestor.checkpoint_id!r}"
+                    seeds[ch] = (
+                        rebuild(self.serde, blob, elements, where)[0]
+                        if is_manifest(blob)
+                        else codec.load(self.serde, blob)
+                    )
                     remaining.discard(ch)
         result: dict[str, DeltaChannelHistory] = {}
         for ch in channels:
@@ -306,7 +407,9 @@ class BaseSaver(BaseCheckpointSaver[str]):
     # -- deletion, copy, prune -----------------------------------------------------
 
     def _delete_thread(self, thread_id: Any) -> Op[None]:
-        yield from self.store.delete_thread(self._thread(thread_id))
+        thread = self._thread(thread_id)
+        self.lists.forget(thread)
+        yield from self.store.delete_thread(thread)
 
     def _delete_for_runs(self, run_ids: Sequence[str]) -> Op[None]:
         if isinstance(run_ids, str):
@@ -335,6 +438,7 @@ class BaseSaver(BaseCheckpointSaver[str]):
             raise ValueError(f"unknown prune strategy {strategy!r}; use one of {PRUNE_STRATEGIES}")
         threads = list(dict.fromkeys(self._thread(t) for t in thread_ids))
         for thread_id in threads:
+            self.lists.forget(thread_id)
             if strategy == "delete":
                 yield from self.store.delete_thread(thread_id)
                 continue
@@ -351,8 +455,9 @@ class BaseSaver(BaseCheckpointSaver[str]):
         doomed: set[tuple[str, str]],
     ) -> Op[None]:
         """Delete ``doomed`` checkpoints (with their writes) and blobs nothing else uses."""
-        survivors = [s for s in inventory.checkpoints if (s.ns, s.checkpoint_id) not in doomed]
-        referenced = {(s.ns, ch, s.versions[ch]) for s in survivors for ch in s.present}
+        self.lists.forget(thread_id)
+        keep = {(s.ns, s.checkpoint_id) for s in inventory.checkpoints} - doomed
+        referenced = yield from referenced_blobs(self.store, thread_id, inventory, keep)
         garbage = sorted(inventory.blob_keys - referenced)
         if doomed or garbage:
             yield from self.store.delete_records(thread_id, sorted(doomed), garbage)
@@ -474,6 +579,39 @@ class BaseSaver(BaseCheckpointSaver[str]):
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         return await self._acall(self._delta_history(config, channels))  # type: ignore[no-any-return]
+
+
+def referenced_blobs(
+    store: Store, thread_id: str, inventory: Inventory, keep: set[tuple[str, str]]
+) -> Op[set[tuple[str, str, str]]]:
+    """Blob keys the checkpoints ``keep`` (ns, id) need: their values and list elements.
+
+    List elements are needed while a kept manifest names them; the manifests
+    are read for that (they are small, one ``get_blobs``), only when the thread
+    has elements at all.
+    """
+    survivors = [s for s in inventory.checkpoints if (s.ns, s.checkpoint_id) in keep]
+    referenced = {(s.ns, ch, s.versions[ch]) for s in survivors for ch in s.present}
+    if any(key[1] == ELEMENT_CHANNEL for key in inventory.blob_keys):
+        stored = sorted(referenced & inventory.blob_keys)
+        got: dict[tuple[str, str, str], Typed] = {}
+        if stored:
+            got = yield from store.get_blobs(thread_id, stored)
+        for (ns, _, _), blob in got.items():
+            if is_manifest(blob):
+                referenced.update(element_blob_keys(ns, [blob]))
+    return referenced
+
+
+def _as_is(value: Typed, min_bytes: int) -> Typed:
+    return value
+
+
+def _channel(name: Any) -> str:
+    channel = check_name(name, "channel name")
+    if channel == ELEMENT_CHANNEL:
+        raise InvalidInput(f"channel name {channel!r} is reserved by graphkeep for list elements")
+    return channel
 
 
 def sort_writes(writes: list[WriteRecord]) -> list[WriteRecord]:

@@ -9,6 +9,7 @@ bytes, no base64, no JSON re-encoding), so any LangGraph serializer works,
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -33,7 +34,39 @@ def dump(serde: Any, value: Any, what: str) -> Typed:
     return Typed(tag, bytes(data))
 
 
+#: a compressed payload's tag is this prefix + the serializer's tag (recorded per record)
+COMPRESSED_PREFIX = "z:"
+#: payloads smaller than this are stored as they are (list elements: see lists.py)
+COMPRESS_MIN_BYTES = 1024
+#: compress only when it saves at least this fraction of the bytes
+COMPRESS_MIN_SAVING = 0.10
+
+
+def squeeze(value: Typed, min_bytes: int = COMPRESS_MIN_BYTES) -> Typed:
+    """``value`` zlib-compressed (level 1) when that saves >= 10 %, else unchanged.
+
+    zlib was chosen by measurement (README, "Storage format"): on chat messages
+    serialized one by one, zstd (level 1-3) saved no more and needs a dependency.
+    """
+    if len(value.data) < min_bytes or value.tag.startswith(COMPRESSED_PREFIX):
+        return value
+    if "+" in value.tag:  # encrypted ("<inner>+<cipher>"): ciphertext does not compress
+        return value
+    packed = zlib.compress(value.data, 1)
+    if len(packed) > len(value.data) * (1 - COMPRESS_MIN_SAVING):
+        return value
+    return Typed(COMPRESSED_PREFIX + value.tag, packed)
+
+
+def unsqueeze(value: Typed) -> Typed:
+    if not value.tag.startswith(COMPRESSED_PREFIX):
+        return value
+    return Typed(value.tag[len(COMPRESSED_PREFIX) :], zlib.decompress(value.data))
+
+
 def load(serde: Any, value: Typed) -> Any:
+    if value.tag.startswith(COMPRESSED_PREFIX):
+        value = unsqueeze(value)
     return serde.loads_typed((value.tag, value.data))
 
 

@@ -6,6 +6,8 @@ storage format). Sort keys (``sk``)::
     c#<ns>#<id>#                          checkpoint head (parent, versions, payload)
     c#<ns>#<id>#w#<task>#<idx>            pending write (idx offset so negatives sort first)
     b#<ns>#<channel>#<version>            channel value, stored once per version
+    b#<ns>#__graphkeep.element__#<key>    a list element (key: 16 hex epoch + 8 hex seq, never
+                                          shortened: one epoch's elements are a key range)
     k#<owner sk>#<digest>#<nnnnn>         chunk n of an oversized owner item
     l#                                    the thread's lease (``saver.lock``)
 

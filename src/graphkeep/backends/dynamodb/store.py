@@ -18,6 +18,12 @@ request loops in :mod:`.requests`, TTL bookkeeping in :mod:`.ttl`. Requests per 
 - ``chain``: one descending Query from the target through its ancestors (a first page of 256
   items, about 100 ancestors, then 1 MB pages) + 1 BatchGetItem for the seed values.
 - ``list_page``: Query pages of the namespace + BatchGetItem for the page's values.
+- ``get_blobs`` (list elements, see :mod:`graphkeep.shared.lists`; the saver asks once per
+  ``get_tuple`` and per ``list`` page): element sort keys of one (namespace, epoch) sort by
+  sequence number, so a run of 50 or more is read by one Query ``BETWEEN`` its first and
+  last key (1 MB pages); shorter runs and other keys by BatchGetItem (100 keys a request);
+  +1 BatchGetItem for chunks. An append-only list (one run) costs one Query, whatever its
+  length: a ``get_tuple`` of a shared list is one request more than of a plain one.
   ``list(None)`` and ``list_threads`` Scan the table (costly by nature), ``list`` of a thread
   without a namespace reads the whole thread partition.
 - ``find_runs``: a Query on the sparse ``run_id`` GSI per run id (eventually consistent: a
@@ -31,6 +37,10 @@ to the nearest snapshot; an item is refreshed only when its ``exp`` would fall b
 head's ``vis``, so each item is rewritten at most once per slack period. What was refreshed
 when is known from this process' own reads and writes (a bounded cache); unknown items are
 looked up first (one BatchGetItem). Older history expires ``ttl`` after it was written.
+List elements live as long as the checkpoints naming them: a put refreshes the elements of
+the manifests it writes and of its unchanged channels (manifest blobs carry ``ls``, so a
+process that has not seen one learns it with its expiry lookup: one BatchGetItem more for
+the manifest, one request for its elements' expiries).
 Reads hide heads past ``vis`` and other items past ``exp`` (DynamoDB deletes lazily).
 """
 
@@ -38,7 +48,10 @@ from __future__ import annotations
 
 import logging
 import math
+import re
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +62,7 @@ from graphkeep.backends.dynamodb.items import (
     DIGEST,
     EXP,
     HEAD,
+    LIST,
     LOCK_TOKEN,
     LOCK_UNTIL,
     NCHUNKS,
@@ -57,6 +71,7 @@ from graphkeep.backends.dynamodb.items import (
     RUN,
     RUN_INDEX,
     SK,
+    SMALL_COMPRESS_MIN_BYTES,
     VALUE,
     VIS,
     B,
@@ -90,6 +105,7 @@ from graphkeep.backends.dynamodb.requests import (
 from graphkeep.backends.dynamodb.ttl import Known, KnownCheckpoint, KnownItem, Refresh
 from graphkeep.errors import ConfigurationError, GraphkeepError
 from graphkeep.shared import serde as codec
+from graphkeep.shared.lists import ELEMENT_CHANNEL, is_manifest, manifest_keys
 from graphkeep.shared.port import Op, Sleep
 from graphkeep.shared.records import (
     BlobRecord,
@@ -120,6 +136,19 @@ CHAIN_FIRST_PAGE = 256
 #: ``list`` pages of at least this many checkpoints read whole 1 MB Query pages
 LIST_PAGE_FULL = 100
 TABLE_WAIT_SECONDS = 600
+#: element keys (``lists.element_key``): 16 hex digits of epoch, 8 of sequence number
+ELEMENT_KEY_LENGTH = 24
+ELEMENT_SEQ_DIGITS = 8
+#: elements of one epoch this far apart (in sequence numbers) are read by separate Queries;
+#: closer ones by one Query over the whole span (reading a few unnamed items costs less
+#: than another request: a Query is billed by the bytes it reads, not per item)
+ELEMENT_GAP = 64
+#: runs of fewer elements are read by exact key with BatchGetItem (100 keys a request,
+#: pooled with the other keys), not by a Query each: a list written by many processes
+#: (one epoch each) costs ceil(n / 100) requests, not one per process
+ELEMENT_QUERY_MIN = 50
+#: how many manifests (blob sort key -> its elements) the TTL bookkeeping remembers
+MANIFEST_CAPACITY = 4096
 
 
 def table_definition(table_name: str, *, run_index: bool = True) -> dict[str, Any]:
@@ -255,11 +284,97 @@ def collections_of(items: Iterable[dict[str, Any]]) -> dict[tuple[str, str, str]
     return found
 
 
+# --------------------------------------------------------------------------- list elements
+
+_ELEMENT_SK = re.compile(
+    re.escape(f"{keys.SEP}{keys.escape(ELEMENT_CHANNEL)}{keys.SEP}")
+    + f"[0-9a-f]{{{ELEMENT_KEY_LENGTH}}}$"
+)
+
+
+def is_element_sk(sk: str) -> bool:
+    """A list element's sort key: ``b#<ns>#__graphkeep.element__#<epoch><seq>``.
+
+    Element keys are fixed-width lowercase hex and never shortened, so the elements of one
+    (namespace, epoch) share a sort key prefix and sort by sequence number: a range.
+    """
+    return sk.startswith("b#") and _ELEMENT_SK.search(sk) is not None
+
+
+def element_runs(sks: Iterable[str]) -> list[list[str]]:
+    """Element sort keys grouped into sorted runs, each readable by one range Query.
+
+    Keys of one (namespace, epoch) whose sequence numbers are at most :data:`ELEMENT_GAP`
+    apart share a run (an append-only list is one run, whatever its length).
+    """
+    by_prefix: dict[str, list[tuple[int, str]]] = {}
+    for sk in sks:
+        prefix, seq = sk[:-ELEMENT_SEQ_DIGITS], int(sk[-ELEMENT_SEQ_DIGITS:], 16)
+        by_prefix.setdefault(prefix, []).append((seq, sk))
+    runs: list[list[str]] = []
+    for entries in by_prefix.values():
+        entries.sort()
+        run = [entries[0][1]]
+        for (before, _), (seq, sk) in zip(entries, entries[1:], strict=False):
+            if seq - before > ELEMENT_GAP:
+                runs.append(run)
+                run = []
+            run.append(sk)
+        runs.append(run)
+    return runs
+
+
+class Manifests:
+    """TTL bookkeeping: which blobs are list manifests, and what they name (bounded LRU).
+
+    A put keeps alive the elements of the checkpoint's manifests; for the channels it does
+    not rewrite it learns them here (from this process' own writes and reads), else reads
+    the manifest once (blobs marked ``ls``).
+    """
+
+    def __init__(self, capacity: int = MANIFEST_CAPACITY) -> None:
+        self.capacity = capacity
+        self._lock = threading.Lock()
+        self._items: OrderedDict[tuple[str, str], Typed | None] = OrderedDict()
+
+    def knows(self, pk: str, sk: str) -> bool:
+        with self._lock:
+            return (pk, sk) in self._items
+
+    def element_sks(self, pk: str, sk: str) -> list[str]:
+        """Sort keys of the elements the blob ``sk`` names (none for a plain blob)."""
+        with self._lock:
+            manifest = self._items.get((pk, sk))
+            if (pk, sk) in self._items:
+                self._items.move_to_end((pk, sk))
+        if manifest is None:
+            return []
+        ns_part = keys.parse_sk(sk).ns
+        channel = keys.escape(ELEMENT_CHANNEL)
+        return [keys.blob_sk(ns_part, channel, key) for key in manifest_keys(manifest)]
+
+    def set(self, pk: str, sk: str, value: Typed | None) -> None:
+        with self._lock:
+            self._items[(pk, sk)] = value if is_manifest(value) else None
+            self._items.move_to_end((pk, sk))
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+
+    def forget_thread(self, pk: str) -> None:
+        with self._lock:
+            for ident in [k for k in self._items if k[0] == pk]:
+                del self._items[ident]
+
+
 # --------------------------------------------------------------------------- the store
 
 
 class DynamoDBCheckpoints:
     """Storage port on one DynamoDB table (see the module docstring for the mapping)."""
+
+    #: payloads are compressed here, per item (``compress`` option, recorded in ``z``),
+    #: so the saver leaves them alone
+    compresses = True
 
     def __init__(
         self,
@@ -284,6 +399,7 @@ class DynamoDBCheckpoints:
         self.run_index = run_index
         self.clock = clock
         self.known = Known()
+        self.manifests = Manifests()
 
     # -- keys and items --------------------------------------------------------------
 
@@ -333,6 +449,7 @@ class DynamoDBCheckpoints:
             payload,
             level=self.level,
             compressible=_plain(record.checkpoint.tag, record.metadata.tag),
+            min_bytes=SMALL_COMPRESS_MIN_BYTES,
         )
 
     def _write(
@@ -350,7 +467,13 @@ class DynamoDBCheckpoints:
         )
         self._stamp(item, now)
         payload = codec.packb([write.channel, write.task_path, write.value.tag, write.value.data])
-        return attach_payload(item, payload, level=self.level, compressible=_plain(write.value.tag))
+        return attach_payload(
+            item,
+            payload,
+            level=self.level,
+            compressible=_plain(write.value.tag),
+            min_bytes=SMALL_COMPRESS_MIN_BYTES,
+        )
 
     def _blob(self, thread_id: str, ns: str, blob: BlobRecord, now: float) -> Encoded:
         pk, short_thread = self.thread_key(thread_id)
@@ -359,8 +482,16 @@ class DynamoDBCheckpoints:
             pk, sk, [thread_id, ns, blob.channel, blob.version] if short or short_thread else None
         )
         self._stamp(item, now)
+        if is_manifest(blob.value):
+            item[LIST] = N(1)
         payload = codec.pack_typed(blob.value)
-        return attach_payload(item, payload, level=self.level, compressible=_plain(blob.value.tag))
+        return attach_payload(
+            item,
+            payload,
+            level=self.level,
+            compressible=_plain(blob.value.tag),
+            min_bytes=SMALL_COMPRESS_MIN_BYTES,
+        )
 
     @staticmethod
     def _blob_sk(ns: str, channel: str, version: str) -> tuple[str, bool]:
@@ -479,15 +610,18 @@ class DynamoDBCheckpoints:
         head = self._head(record, now)
         refresh: list[Refresh] = []
         if self.ttl:
-            refresh = yield from self._due_for_put(pk, record, {x.channel for x in blobs}, now)
+            refresh = yield from self._due_for_put(pk, record, blobs, now)
             written = {s(e.item, SK) for e in bodies} | {s(head.item, SK)}
             refresh = [r for r in refresh if r.sk not in written]
         body_items = [c for e in bodies for c in e.chunks] + [e.item for e in bodies]
         yield from self._write_then_head(pk, body_items + head.chunks, head.item, refresh, now)
         if self.ttl:
             exp = self._exp(now)
-            for enc in bodies:
-                self.known.set_blob(pk, s(enc.item, SK), KnownItem(exp, enc.chunk_sks))
+            for enc, blob in zip(bodies, blobs, strict=True):
+                sk = s(enc.item, SK)
+                self.known.set_blob(pk, sk, KnownItem(exp, enc.chunk_sks))
+                if blob.channel != ELEMENT_CHANNEL:
+                    self.manifests.set(pk, sk, blob.value)
             summary = Summary(
                 record.ns,
                 record.checkpoint_id,
@@ -572,9 +706,25 @@ class DynamoDBCheckpoints:
             entry.info.exp = None if first_owner + offset in failed else exp
 
     def _due_for_put(
-        self, pk: str, record: CheckpointRecord, new_channels: set[str], now: float
+        self, pk: str, record: CheckpointRecord, blobs: list[BlobRecord], now: float
     ) -> Op[list[Refresh]]:
-        """Items the new checkpoint needs whose expiry would fall before its own."""
+        """Items the new checkpoint needs whose expiry would fall before its own.
+
+        That includes the list elements its manifests name: those of the manifests it
+        writes (all but the new elements were written before) and of unchanged channels.
+        """
+        new_channels = {x.channel for x in blobs}
+        present = set(record.present)
+        element_channel = keys.escape(ELEMENT_CHANNEL)
+        ns_part = keys.part(record.ns)[0]
+        writing = {x.version for x in blobs if x.channel == ELEMENT_CHANNEL}
+        elements = [
+            keys.blob_sk(ns_part, element_channel, element)
+            for blob in blobs
+            if blob.channel in present and is_manifest(blob.value)
+            for element in manifest_keys(blob.value)
+            if element not in writing
+        ]
         blob_sks = [
             self._blob_sk(record.ns, ch, record.versions[ch])[0]
             for ch in record.present
@@ -585,19 +735,36 @@ class DynamoDBCheckpoints:
         if channels and record.parent_id:
             ancestors = yield from self._known_chain(pk, record.ns, record.parent_id, channels, now)
             blob_sks += self._seed_sks(record.ns, ancestors, channels)
-        return (yield from self._due(pk, blob_sks, ancestors, now))
+        return (yield from self._due(pk, blob_sks, ancestors, now, elements))
 
     def _due(
-        self, pk: str, blob_sks: list[str], ancestors: list[KnownCheckpoint], now: float
+        self,
+        pk: str,
+        blob_sks: list[str],
+        ancestors: list[KnownCheckpoint],
+        now: float,
+        elements: Iterable[str] = (),
     ) -> Op[list[Refresh]]:
+        """What is due for a refresh: the blobs, the elements their manifests (and
+        ``elements``) name, and the ancestors' items; unknown expiries are read first."""
         assert self.ttl is not None
         blob_sks = list(dict.fromkeys(blob_sks))
-        unknown = [sk for sk in blob_sks if self.known.blob(pk, sk) is None]
+        unknown = [
+            sk
+            for sk in blob_sks
+            if self.known.blob(pk, sk) is None or not self.manifests.knows(pk, sk)
+        ]
+        if unknown:
+            yield from self._learn_blobs(pk, unknown)
+        named = [e for sk in blob_sks for e in self.manifests.element_sks(pk, sk)]
+        plain = set(blob_sks)
+        element_sks = [e for e in dict.fromkeys([*elements, *named]) if e not in plain]
+        unknown = [sk for sk in element_sks if self.known.blob(pk, sk) is None]
         if unknown:
             yield from self._learn_blobs(pk, unknown)
         threshold = now + self.ttl
         due: list[Refresh] = []
-        for sk in blob_sks:
+        for sk in blob_sks + element_sks:
             info = self.known.blob(pk, sk)
             if info is not None and info.exp is not None and info.exp < threshold:
                 due.append(Refresh(sk, info))
@@ -618,19 +785,74 @@ class DynamoDBCheckpoints:
         return found
 
     def _learn_blobs(self, pk: str, sks: list[str]) -> Op[None]:
-        got = yield from batch_get(
-            self.table,
-            [key(pk, sk) for sk in sks],
-            projection="#pk, #sk, #e, #n, #d",
-            names={"#pk": PK, "#sk": SK, "#e": EXP, "#n": NCHUNKS, "#d": DIGEST},
-        )
-        by_sk = {s(item, SK): item for item in got}
+        """Expiries and chunk keys of blobs (elements by range), and what manifests name."""
+        by_sk = yield from self._read(pk, sks, projection=[EXP, NCHUNKS, DIGEST, LIST])
+        manifests: list[str] = []
         for sk in sks:
             item = by_sk.get(sk)
             if item is None:
                 self.known.set_blob(pk, sk, None)
             else:
                 self.known.set_blob(pk, sk, KnownItem(n(item, EXP), _owner_chunks(item)))
+            if is_element_sk(sk):
+                continue
+            if item is not None and LIST in item:
+                manifests.append(sk)
+            else:
+                self.manifests.set(pk, sk, None)
+        if manifests:  # small items: read whole
+            full = yield from self._read(pk, manifests)
+            for sk in manifests:
+                item = full.get(sk)
+                value = None
+                if item is not None and _has_payload(item):
+                    value = codec.unpack_typed(read_payload(item, full))
+                self.manifests.set(pk, sk, value)
+
+    def _read(
+        self, pk: str, sks: Iterable[str], *, projection: list[str] | None = None
+    ) -> Op[dict[str, dict[str, Any]]]:
+        """Items of one partition by sort key: long runs of list elements with one Query
+        per range (:func:`element_runs`), everything else with BatchGetItem. Without
+        ``projection`` the chunks of chunked items come too (one more BatchGetItem when
+        there are any)."""
+        wanted = dict.fromkeys(sks)
+        others = [sk for sk in wanted if not is_element_sk(sk)]
+        ranges: list[tuple[str, str]] = []
+        for run in element_runs(sk for sk in wanted if is_element_sk(sk)):
+            if len(run) < ELEMENT_QUERY_MIN:
+                others += run
+            else:
+                ranges.append((run[0], run[-1]))
+        found: dict[str, dict[str, Any]] = {}
+        for low, high in ranges:
+            params = self._query(pk, between=(low, high), projection=projection)
+            items = yield from query_all(params)
+            found.update((s(item, SK), item) for item in items if s(item, SK) in wanted)
+        if others and projection is None:
+            got = yield from self._get({(pk, sk): None for sk in others})
+            found.update((sk, item) for (_pk, sk), item in got.items())
+        elif others and projection is not None:
+            fields = [PK, SK, *projection]
+            names = {f"#p{i}": name for i, name in enumerate(fields)}
+            items = yield from batch_get(
+                self.table,
+                [key(pk, sk) for sk in others],
+                projection=", ".join(names),
+                names=names,
+            )
+            found.update((s(item, SK), item) for item in items)
+        if projection is None:
+            chunks = {
+                (pk, sk): None
+                for item in found.values()
+                for sk in chunk_sks(item)
+                if sk not in found
+            }
+            if chunks:
+                got = yield from self._get(chunks)
+                found.update((sk, item) for (_pk, sk), item in got.items())
+        return found
 
     def _known_chain(
         self, pk: str, ns: str, parent_id: str, channels: set[str], now: float
@@ -825,6 +1047,8 @@ class DynamoDBCheckpoints:
             loaded.append(Loaded(record, values, [self._write_record(w, fetched) for w in writes]))
             if self.ttl:
                 self._remember(coll, summary, fetched, blob_sks)
+                for ch, sk in blob_sks.items():
+                    self.manifests.set(coll.pk, sk, values.get(ch))
         return loaded
 
     def _get(self, wanted: dict[tuple[str, str], None]) -> Op[dict[tuple[str, str], Any]]:
@@ -992,6 +1216,30 @@ class DynamoDBCheckpoints:
         pos += len(page)
         return loaded, ((entries, pos) if pos < len(entries) else None)
 
+    # -- blobs by key (list elements, manifests) ---------------------------------------
+
+    def get_blobs(
+        self, thread_id: str, keys: list[tuple[str, str, str]]
+    ) -> Op[dict[tuple[str, str, str], Typed]]:
+        """Blobs by (ns, channel, version): list elements with one Query per range of
+        their sort keys (an append-only list is one range), others with BatchGetItem,
+        chunks reassembled and payloads decompressed as on every read."""
+        now = self.clock()
+        pk, _ = self.thread_key(thread_id)
+        wanted = {self._blob_sk(ns, ch, version)[0]: (ns, ch, version) for ns, ch, version in keys}
+        fetched = yield from self._read(pk, wanted)
+        found: dict[tuple[str, str, str], Typed] = {}
+        for sk, ident in wanted.items():
+            item = fetched.get(sk)
+            if item is None or hidden(item, now) or not _has_payload(item):
+                continue
+            found[ident] = codec.unpack_typed(read_payload(item, fetched))
+            if self.ttl:
+                self.known.set_blob(pk, sk, KnownItem(n(item, EXP), _owner_chunks(item)))
+                if not is_element_sk(sk):
+                    self.manifests.set(pk, sk, found[ident])
+        return found
+
     # -- DeltaChannel ancestor walk ---------------------------------------------------
 
     def chain(
@@ -1036,6 +1284,7 @@ class DynamoDBCheckpoints:
                 blobs[ident] = codec.unpack_typed(read_payload(item, fetched))
                 if self.ttl:
                     self.known.set_blob(pk, sk, KnownItem(n(item, EXP), _owner_chunks(item)))
+                    self.manifests.set(pk, sk, blobs[ident])
         writes = {
             summary.checkpoint_id: [
                 self._write_record(w, fetched) for w in coll.writes if not hidden(w, now)
@@ -1150,6 +1399,7 @@ class DynamoDBCheckpoints:
         sks = sorted((s(i, SK) for i in items if s(i, SK) != keys.LOCK_SK), key=_delete_order)
         yield from batch_write(self.table, [{"DeleteRequest": {"Key": key(pk, sk)}} for sk in sks])
         self.known.forget_thread(pk)
+        self.manifests.forget_thread(pk)
 
     def inventory(self, thread_id: str) -> Op[Inventory]:
         pk, _ = self.thread_key(thread_id)

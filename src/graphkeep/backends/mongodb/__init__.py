@@ -19,33 +19,46 @@ to the client. Sync and async share one source: the store (:mod:`.store`) yields
 
 Collections (``P`` = ``key_prefix``, default ``graphkeep``)
 -----------------------------------------------------------
-``P_checkpoints``, one document per checkpoint::
+``P_payloads`` holds everything of a thread (format 2), told apart by ``kind``, so that
+one ordered command writes a checkpoint with its values::
 
-    {thread_id, ns, checkpoint_id, parent_id, format: 1,
+    {thread_id, ns, kind, ref, sub, part, expires_at, ...}
+
+- ``kind: "cp"``, a checkpoint; ``ref`` = checkpoint id, ``sub`` = ``part`` = ""::
+
+    {..., parent_id, format: 2,
      versions: [{c: channel, v: version}, ...],   # a list: channel names may hold "." or "$"
      present: [channel, ...], needs_history: [channel, ...],
-     run_id,                                       # top level, indexed: delete_for_runs
+     run_id,                                       # indexed (sparse): delete_for_runs
      checkpoint: Binary, checkpoint_type, metadata: Binary, metadata_type,   # exact bytes
      metadata_doc: {...}, metadata_opaque: [key, ...],   # queryable copy (see below)
      delta: [{c, id, v}, ...],                    # DeltaChannel bookkeeping for the TTL
-     chunked: true,                               # payload moved to chunk documents
-     expires_at: Date}
+     lists: [{c, v, e, lo, hi}, ...],             # element runs of its list channels
+     chunked: true}                               # payload moved to chunk documents
 
-``P_payloads``, channel values (blobs), pending writes and chunks, told apart by ``kind``::
-
-    {thread_id, ns, kind: "blob" | "write" | "checkpoint", ref, sub, part,
-     type, data: Binary, count, gen, expires_at, ...descriptive fields}
-
-- blob: ``ref`` = ``"<len(channel)>:<channel>:<version>"``; also ``channel``, ``version``.
-  Stored once per (thread, ns, channel, version), only for channels in ``new_versions``.
-- write: ``ref`` = checkpoint id, ``sub`` = ``"<len(task_id)>:<task_id>:<idx>"``; also
-  ``task_id``, ``idx``, ``channel``, ``task_path``. Regular writes are insert-if-absent
+- ``kind: "blob"``, a channel value: ``ref`` = ``"<len(channel)>:<channel>:<version>"``;
+  also ``channel``, ``version``, ``type``, ``data``. Stored once per (thread, ns, channel,
+  version), only for channels in ``new_versions``. A list value is a small *manifest*
+  blob plus one *element* blob per element (channel ``__graphkeep.element__``, version =
+  element key; see :mod:`graphkeep.shared.lists`), each element stored once per thread.
+- ``kind: "write"``: ``ref`` = checkpoint id, ``sub`` = ``"<len(task_id)>:<task_id>:<idx>"``;
+  also ``task_id``, ``idx``, ``channel``, ``task_path``. Regular writes are insert-if-absent
   (``$setOnInsert`` upserts), special writes (idx < 0) replace; one ``bulk_write``.
-- checkpoint: the packed checkpoint + metadata of a checkpoint too large to inline.
+- ``kind: "checkpoint"``: the packed checkpoint + metadata of a checkpoint too large to
+  inline (``ref`` = checkpoint id).
 
-Writes and blobs share one collection so that ``get_tuple`` is two commands (the
-checkpoint, then one ``find`` for its writes *and* blobs): FerretDB 1.24, our test
-server, has no ``$lookup``/``$unionWith``, and real MongoDB does not need them.
+One collection makes ``put`` ONE ordered ``update`` command: element and blob upserts,
+expiry refreshes, then the checkpoint document last; an ordered batch stops at its first
+error, so no reader ever finds a checkpoint whose values are missing (no transaction).
+``get_tuple`` is two ``find`` commands: the checkpoint, then its writes, blobs *and* list
+elements (read as index ranges of ``ref``, from the checkpoint's ``lists`` runs); FerretDB
+1.24, our test server, has no ``$lookup``/``$unionWith``. A checkpoint whose list
+channels its writer did not know (a new process putting with the list unchanged) has no
+``lists`` entry for them and costs one more find to read.
+
+Format 1 (graphkeep 0.1.x) kept checkpoints in ``P_checkpoints``; ``setup()`` moves them
+into ``P_payloads`` (same ``_id``, resumable) and drops the emptied collection. Stop 0.1.x
+writers before upgrading: what they write to ``P_checkpoints`` afterwards is not read.
 
 ``P_locks`` holds the per-thread leases of ``saver.lock()`` (``_id`` = thread id, a
 token and ``expires_at``), apart from the thread's data.
@@ -53,10 +66,8 @@ token and ``expires_at``), apart from the thread's data.
 Indexes (``MongoDBSaver.schema()`` returns them as dicts; ``setup()`` creates them
 idempotently, comparing key *and* options; ``setup=False`` skips it)::
 
-    P_checkpoints  gk_thread_ns_checkpoint  {thread_id, ns, checkpoint_id}  unique
-                   gk_run_id                {run_id}
-                   gk_expires_at            {expires_at}  expireAfterSeconds: 0 (TTL)
     P_payloads     gk_thread_ns_kind_ref    {thread_id, ns, kind, ref, sub, part}  unique
+                   gk_run_id                {run_id}  sparse (only checkpoints carry it)
                    gk_expires_at            {expires_at}  expireAfterSeconds: 0 (TTL)
     P_locks        gk_expires_at            {expires_at}  expireAfterSeconds: 0 (TTL)
 
@@ -67,7 +78,7 @@ primary key that every MongoDB-compatible server looks up through an index (Ferr
 SQLite handler pushes down no other filter, so upserts on the compound key would scan
 the collection there). Queries use the compound indexes above.
 
-Sharding: shard ``P_checkpoints`` and ``P_payloads`` on ``{thread_id: 1}`` and pass
+Sharding: shard ``P_payloads`` on ``{thread_id: 1}`` and pass
 ``sharded=True`` (``graphkeep.connect(url, sharded=True)``): MongoDB requires an upsert
 on a sharded collection to name the full shard key, so the upserts then filter on
 ``{_id, thread_id}``. Every unique index leads with ``thread_id``, so MongoDB can
@@ -107,17 +118,22 @@ TTL
 ``ttl`` sets an absolute ``expires_at`` on every document written; a TTL index with
 ``expireAfterSeconds: 0`` lets MongoDB delete it. The window slides per thread without
 touching the whole thread: each ``put`` writes fresh expiries on its documents and, in
-the same two commands, extends what the new checkpoint needs: the blobs of unchanged
-channels and, for DeltaChannels rebuilt from history, the ancestors (checkpoints,
-writes, chunks) from the nearest stored value up to the parent plus that seed value.
+the same command, extends what the new checkpoint needs: the blobs of unchanged
+channels, the list elements its manifests name, and, for DeltaChannels rebuilt from
+history, the ancestors (checkpoints, writes, chunks) from the nearest stored value up to
+the parent plus that seed value. List elements get 1.5 ``ttl`` and are refreshed only
+once less than one ``ttl`` is left (a filter on ``expires_at``), so a growing list is
+not rewritten at every put and an element never expires before a checkpoint naming it
+(it may outlive its last one by ttl/2). A put whose writer does not know the list
+channels of an unchanged value (cold cache) refreshes every element of the namespace.
 Where that history starts is kept in each checkpoint's ``delta`` field and in a small
 in-process cache, so ``put`` reads its parent only after a restart (one extra find).
 ``put_writes`` stamps its writes. Old history a live head does not need expires on
 schedule. Documents past ``expires_at`` are hidden from every read even before the TTL
 monitor (which runs about once a minute) deletes them. Servers without TTL indexes
 (FerretDB 1.x) get a plain index instead and a warning; call ``purge_expired()``
-periodically there. ``refresh_ttl_on_read`` extends what each read returns (two more
-commands per read).
+periodically there. ``refresh_ttl_on_read`` extends what each read returns (one more
+command per read).
 
 Errors: a lost server raises :class:`graphkeep.errors.StorageUnavailable` naming the URL
 (password masked). Every request is idempotent, so quick connection drops and upsert
@@ -133,11 +149,12 @@ batches not capped at 16 MiB (a reply over the 48 MB wire limit is re-read in sm
 batches). FerretDB 1.x answers every query but ``_id`` equality by scanning the
 collection, so it gets slow as a collection grows; MongoDB uses the indexes above.
 
-Round trips: ``put`` 2 commands (blobs + refreshes, then the checkpoint), ``put_writes``
-1, ``get_tuple`` 2, a ``list`` page 2 (writes and blobs of the whole page in one
-``find``), ``get_delta_channel_history`` 2 for up to 1,000 ancestors. Multi-document
-transactions are never used: blobs and chunks are written before the checkpoint and
-deleted after it, so a reader never sees a checkpoint whose values are missing.
+Round trips: ``put`` 1 command (one ordered batch), ``put_writes`` 1, ``get_tuple`` 2
+(+1 for list channels its checkpoint does not name), a ``list`` page 2 (writes, blobs and
+elements of the whole page in one ``find``), ``get_delta_channel_history`` 2 for up to
+1,000 ancestors, ``delete_thread`` 1. Multi-document transactions are never used: blobs
+and chunks are written before the checkpoint and deleted after it, in ordered batches,
+so a reader never sees a checkpoint whose values are missing.
 """
 
 from __future__ import annotations
@@ -429,7 +446,7 @@ class MongoDBSaver(_MongoSaverMixin, SyncSaver):
 
     Options: ``db_name`` (default ``"graphkeep"``), ``serde``, ``ttl`` (seconds or
     timedelta, sliding per thread), ``refresh_ttl_on_read``, ``key_prefix`` (default
-    ``"graphkeep"``: collections ``<prefix>_checkpoints`` and ``<prefix>_payloads``),
+    ``"graphkeep"``: collections ``<prefix>_payloads`` and ``<prefix>_locks``),
     ``chunk_size`` (default 8 MiB), ``max_id_bytes`` (default 1024), ``sharded``
     (default False; True when the collections are sharded on ``thread_id``).
     """

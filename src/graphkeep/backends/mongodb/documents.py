@@ -18,13 +18,24 @@ from typing import Any
 import bson
 
 from graphkeep.errors import ConfigurationError
+from graphkeep.shared.lists import ELEMENT_CHANNEL, element_key, split_key
 
-#: bump when the document layout changes; readers keep accepting older formats
-FORMAT = 1
+#: bump when the document layout changes; readers keep accepting older formats.
+#: 1: checkpoints in ``<prefix>_checkpoints`` (0.1.x); 2: checkpoints are ``kind: "cp"``
+#: documents of the one thread collection (``setup()`` moves format-1 documents there)
+FORMAT = 2
 
+#: a checkpoint document (``ref`` = checkpoint id)
+KIND_CP = "cp"
 KIND_BLOB = "blob"
 KIND_WRITE = "write"
+#: the packed payload of a checkpoint too large to inline (``ref`` = checkpoint id)
 KIND_CHECKPOINT = "checkpoint"
+#: every kind whose ``ref`` is a checkpoint id: what goes (and stays alive) with a checkpoint
+CHECKPOINT_KINDS = [KIND_CP, KIND_WRITE, KIND_CHECKPOINT]
+
+#: a run of list element keys of one epoch: (epoch, first seq, last seq), both inclusive
+Run = tuple[str, int, int]
 
 #: payload bytes kept inline in one document; larger payloads are chunked. 8 MiB
 #: leaves half of the 16 MiB BSON limit for the identity fields, which are
@@ -105,6 +116,66 @@ def identity(thread_id: str, ns: str, kind: str, ref: str, sub: str = "") -> dic
         if not isinstance(value, str):
             raise TypeError(f"identity fields must be str, got {type(value).__name__}")
     return {"thread_id": thread_id, "ns": ns, "kind": kind, "ref": ref, "sub": sub}
+
+
+def upgrade_checkpoint(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A format-1 checkpoint document (``<prefix>_checkpoints``) as a format-2 one."""
+    new = {k: v for k, v in doc.items() if k != "checkpoint_id"}
+    new.update(kind=KIND_CP, ref=doc["checkpoint_id"], sub="", part="", format=FORMAT)
+    return new
+
+
+# -- list elements -----------------------------------------------------------------------
+
+#: ``ref`` of every element blob starts with this; keys are fixed-width after it
+ELEMENT_PREFIX = blob_ref(ELEMENT_CHANNEL, "")
+_KEY_LEN = len(element_key("0" * 16, 0))
+
+
+def element_ref(key: str) -> str:
+    return ELEMENT_PREFIX + key
+
+
+def key_runs(keys: Iterable[str]) -> list[Run]:
+    """Distinct element keys as runs of consecutive sequence numbers within an epoch."""
+    runs: list[Run] = []
+    for key in sorted(set(keys)):
+        epoch, seq = split_key(key)
+        if runs and runs[-1][0] == epoch and runs[-1][2] + 1 == seq:
+            runs[-1] = (epoch, runs[-1][1], seq)
+        else:
+            runs.append((epoch, seq, seq))
+    return runs
+
+
+def merge_runs(runs: Iterable[Run]) -> list[Run]:
+    """The union of ``runs`` as the fewest runs (overlapping or adjacent ones join)."""
+    merged: list[Run] = []
+    for epoch, low, high in sorted(runs):
+        if merged and merged[-1][0] == epoch and low <= merged[-1][2] + 1:
+            merged[-1] = (epoch, merged[-1][1], max(high, merged[-1][2]))
+        else:
+            merged.append((epoch, low, high))
+    return merged
+
+
+def run_clauses(runs: Iterable[Run]) -> list[dict[str, Any]]:
+    """``ref`` conditions selecting exactly the element blobs of ``runs``.
+
+    Keys of one epoch are fixed-width (16 + 8 hex digits), so a run is one index
+    range on ``ref``; a run of one key, or of keys of another width, is an ``$in``.
+    """
+    clauses: list[dict[str, Any]] = []
+    single: list[str] = []
+    for epoch, low, high in runs:
+        first, last = element_key(epoch, low), element_key(epoch, high)
+        if low == high or len(first) != _KEY_LEN or len(last) != _KEY_LEN:
+            single += [element_ref(element_key(epoch, seq)) for seq in range(low, high + 1)]
+        else:
+            clauses.append({"$gte": element_ref(first), "$lte": element_ref(last)})
+    for batch in in_batches(single):
+        clauses.append({"$in": batch})
+    return clauses
 
 
 # -- payload chunking ------------------------------------------------------------------
@@ -342,9 +413,14 @@ def in_batches(values: list[str], size: int = 10_000) -> list[list[str]]:
 # -- schema ----------------------------------------------------------------------------
 
 
-def collection_names(prefix: str) -> tuple[str, str, str]:
-    """(checkpoints, payloads, locks) collection names for ``prefix``."""
-    return f"{prefix}_checkpoints", f"{prefix}_payloads", f"{prefix}_locks"
+def collection_names(prefix: str) -> tuple[str, str]:
+    """(thread documents, locks) collection names for ``prefix``."""
+    return f"{prefix}_payloads", f"{prefix}_locks"
+
+
+def legacy_checkpoints(prefix: str) -> str:
+    """Where format 1 (graphkeep 0.1.x) kept checkpoint documents; ``setup()`` empties it."""
+    return f"{prefix}_checkpoints"
 
 
 def index_specs(prefix: str = "graphkeep") -> list[dict[str, Any]]:
@@ -355,30 +431,21 @@ def index_specs(prefix: str = "graphkeep") -> list[dict[str, Any]]:
     ``gk_expires_at_plain`` index instead and expired documents are hidden from reads
     until ``purge_expired()`` removes them.
     """
-    checkpoints, payloads, locks = collection_names(check_prefix(prefix))
+    payloads, locks = collection_names(check_prefix(prefix))
     return [
         {
-            "collection": checkpoints,
-            "name": "gk_thread_ns_checkpoint",
-            "key": [["thread_id", 1], ["ns", 1], ["checkpoint_id", 1]],
-            "unique": True,
-        },
-        {
-            "collection": checkpoints,
-            "name": "gk_run_id",
-            "key": [["run_id", 1]],
-        },
-        {
-            "collection": checkpoints,
-            "name": "gk_expires_at",
-            "key": [["expires_at", 1]],
-            "expireAfterSeconds": 0,
-        },
-        {
+            # checkpoints (kind "cp", ref = checkpoint id), writes, blobs, elements, chunks
             "collection": payloads,
             "name": "gk_thread_ns_kind_ref",
             "key": [["thread_id", 1], ["ns", 1], ["kind", 1], ["ref", 1], ["sub", 1], ["part", 1]],
             "unique": True,
+        },
+        {
+            # only checkpoint documents carry run_id (delete_for_runs)
+            "collection": payloads,
+            "name": "gk_run_id",
+            "key": [["run_id", 1]],
+            "sparse": True,
         },
         {
             "collection": payloads,

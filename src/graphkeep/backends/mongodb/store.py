@@ -1,4 +1,4 @@
-"""The MongoDB mapping of the storage port (two collections, plain CRUD commands).
+"""The MongoDB mapping of the storage port (one collection per thread's data, plain CRUD).
 
 Requests yielded here are :class:`Command` values (a collection method and its
 arguments); the executors in :mod:`graphkeep.backends.mongodb` run them on a
@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -22,13 +22,17 @@ from pymongo.errors import DuplicateKeyError, OperationFailure
 
 from graphkeep.backends.mongodb.documents import (
     BSON_LIMIT,
+    CHECKPOINT_KINDS,
     CHUNK_SIZE,
+    ELEMENT_PREFIX,
     FORMAT,
     INDEX_OPTIONS,
     KIND_BLOB,
     KIND_CHECKPOINT,
+    KIND_CP,
     KIND_WRITE,
     OPAQUE,
+    Run,
     assemble,
     blob_ref,
     check_prefix,
@@ -41,15 +45,21 @@ from graphkeep.backends.mongodb.documents import (
     in_batches,
     index_signature,
     index_specs,
+    key_runs,
     keyset_after,
+    legacy_checkpoints,
     live,
+    merge_runs,
     metadata_fields,
     metadata_filter,
     payload_docs,
+    run_clauses,
+    upgrade_checkpoint,
     write_sub,
 )
 from graphkeep.errors import ConfigurationError, PayloadTooLarge
 from graphkeep.shared import serde as codec
+from graphkeep.shared.lists import ELEMENT_CHANNEL, is_manifest, manifest_keys
 from graphkeep.shared.port import Op
 from graphkeep.shared.records import (
     BlobRecord,
@@ -74,18 +84,26 @@ FIND_BATCH = 100_000
 CHECKPOINT_PAYLOAD_TAG = "graphkeep.checkpoint+metadata"
 #: headroom kept under the BSON limit for a checkpoint document
 DOC_HEADROOM = 64 * 1024
+#: list elements get this many ``ttl`` of life when written or refreshed, and are
+#: refreshed only once less than one ``ttl`` is left: a checkpoint (which gets one
+#: ``ttl``) never outlives its elements, and an element is rewritten about once per
+#: half ``ttl`` instead of at every put (it may outlive its last checkpoint by ttl/2)
+ELEMENT_TTL_FACTOR = 1.5
+#: checkpoint documents moved per command by the format-1 migration in ``setup()``
+MIGRATE_BATCH = 500
 
 SUMMARY_FIELDS: dict[str, Any] = {
     "_id": 0,
     "thread_id": 1,
     "ns": 1,
-    "checkpoint_id": 1,
+    "ref": 1,
     "parent_id": 1,
     "versions": 1,
     "present": 1,
     "needs_history": 1,
     "run_id": 1,
     "delta": 1,
+    "lists": 1,
 }
 NO_ID: dict[str, Any] = {"_id": 0}
 WRITE_KINDS = [KIND_WRITE, KIND_CHECKPOINT]
@@ -110,12 +128,19 @@ class Command:
     retry_conflicts: bool = True
 
 
+#: list channels of a checkpoint: channel -> (version, runs of the element keys it names)
+ListMap = dict[str, tuple[str, list[Run]]]
+
+
 @dataclass(frozen=True, slots=True)
 class Head:
-    """A checkpoint's summary plus where its DeltaChannels' history starts."""
+    """A checkpoint's summary plus where its DeltaChannels' history starts, and which of
+    its present channels are lists stored as elements (``complete``: all of them known)."""
 
     summary: Summary
     delta: DeltaMap
+    lists: ListMap = field(default_factory=dict)
+    complete: bool = False
 
 
 @dataclass(slots=True)
@@ -127,6 +152,9 @@ class Refresh:
     ids: set[str] = field(default_factory=set)
     ranges: list[tuple[str, str]] = field(default_factory=list)
     blobs: set[str] = field(default_factory=set)
+    #: list elements (by runs of keys); ``all_elements``: every element of the namespace
+    elements: list[Run] = field(default_factory=list)
+    all_elements: bool = False
 
 
 class HeadCache:
@@ -173,7 +201,7 @@ class _Summaries:
         for doc in docs:
             head = head_of(doc)
             self.heads[head.summary.checkpoint_id] = head
-        low = docs[-1]["checkpoint_id"] if (full and docs) else ""
+        low = docs[-1]["ref"] if (full and docs) else ""
         self.covered.append((low, upper))
 
     def get(self, checkpoint_id: str) -> Head | None:
@@ -183,11 +211,13 @@ class _Summaries:
         return any(low <= checkpoint_id <= high for low, high in self.covered)
 
 
-def head_of(doc: Mapping[str, Any]) -> Head:
+def head_of(doc: Mapping[str, Any], complete: bool = False) -> Head:
+    """The head of a checkpoint document; ``complete`` when its ``lists`` field is known
+    to name every list channel (it is only a hint otherwise)."""
     versions = {e["c"]: e["v"] for e in doc.get("versions") or []}
     summary = Summary(
         ns=doc["ns"],
-        checkpoint_id=doc["checkpoint_id"],
+        checkpoint_id=doc["ref"],
         parent_id=doc.get("parent_id") or None,
         versions=versions,
         present=list(doc.get("present") or []),
@@ -195,7 +225,38 @@ def head_of(doc: Mapping[str, Any]) -> Head:
         run_id=doc.get("run_id"),
     )
     delta: DeltaMap = {e["c"]: (e["id"], e.get("v")) for e in doc.get("delta") or []}
-    return Head(summary, delta)
+    return Head(summary, delta, lists_of(doc), complete)
+
+
+def lists_of(doc: Mapping[str, Any]) -> ListMap:
+    """The ``lists`` field of a checkpoint document: ``[{c, v, e, lo, hi}, ...]``, one per run."""
+    lists: ListMap = {}
+    for e in doc.get("lists") or []:
+        lists.setdefault(e["c"], (e["v"], []))[1].append((e["e"], int(e["lo"]), int(e["hi"])))
+    return lists
+
+
+def lists_field(lists: ListMap) -> list[dict[str, Any]]:
+    return [
+        {"c": ch, "v": version, "e": epoch, "lo": low, "hi": high}
+        for ch, (version, runs) in lists.items()
+        for epoch, low, high in runs
+    ]
+
+
+def manifest_runs(manifest: Typed) -> list[Run]:
+    return key_runs(manifest_keys(manifest))
+
+
+def element_key_of(ref: str) -> str | None:
+    """The element key of a blob ``ref``, or None when it is not an element."""
+    return ref[len(ELEMENT_PREFIX) :] if ref.startswith(ELEMENT_PREFIX) else None
+
+
+def element_clauses(thread_id: str, ns: str, runs: list[Run]) -> list[dict[str, Any]]:
+    """Filters (each index-backed alone) selecting the element blobs of ``runs``."""
+    base = {"thread_id": thread_id, "ns": ns, "kind": KIND_BLOB}
+    return [{**base, "ref": clause} for clause in run_clauses(merge_runs(runs))]
 
 
 def _model(spec: Mapping[str, Any]) -> IndexModel:
@@ -218,7 +279,9 @@ def ensure_indexes(collection: str, wanted: list[dict[str, Any]]) -> Op[bool]:
     for spec in wanted:
         have = by_name.get(spec["name"])
         if have is not None:
-            if index_signature(have) != index_signature(spec):
+            # a server that keeps no sparse flag (FerretDB 1.x) lists the index without it
+            unflagged = {**spec, "sparse": have.get("sparse")}
+            if index_signature(have) not in (index_signature(spec), index_signature(unflagged)):
                 raise ConfigurationError(
                     f"index {spec['name']!r} on collection {collection!r} exists with"
                     f" other keys or options ({dict(have)}); expected {spec}. Drop it,"
@@ -263,7 +326,10 @@ class MongoStore:
             raise ConfigurationError(f"sharded must be True or False, got {sharded!r}")
         #: upserts also name the shard key ``thread_id`` (MongoDB requires it when sharded)
         self.sharded = sharded
-        self.checkpoints, self.payloads, self.locks = collection_names(self.prefix)
+        #: one collection holds a thread's checkpoints, writes, blobs, elements and chunks,
+        #: so a put is one ordered command (values first, the checkpoint last)
+        self.payloads, self.locks = collection_names(self.prefix)
+        self.legacy = legacy_checkpoints(self.prefix)
         self.ttl = timedelta(seconds=ttl) if ttl else None
         self.refresh_on_read = bool(refresh_ttl_on_read and ttl)
         if not isinstance(chunk_size, int) or not 1024 <= chunk_size <= CHUNK_SIZE:
@@ -283,6 +349,9 @@ class MongoStore:
 
     def _expiry(self, now: datetime) -> datetime | None:
         return now + self.ttl if self.ttl else None
+
+    def _element_expiry(self, now: datetime) -> datetime | None:
+        return now + self.ttl * ELEMENT_TTL_FACTOR if self.ttl else None
 
     def schema(self) -> list[dict[str, Any]]:
         return index_specs(self.prefix)
@@ -394,14 +463,21 @@ class MongoStore:
         return self._key({"_id": checkpoint_id_key(thread_id, ns, checkpoint_id)}, thread_id)
 
     def _checkpoint_doc(
-        self, record: CheckpointRecord, expires_at: datetime | None, delta: DeltaMap
+        self,
+        record: CheckpointRecord,
+        expires_at: datetime | None,
+        delta: DeltaMap,
+        lists: ListMap | None = None,
     ) -> tuple[dict[str, Any], bytes | None]:
         """The checkpoint document, and the payload to chunk when it is too big to inline."""
         metadata_doc, opaque = metadata_fields(record.metadata_doc)
         doc: dict[str, Any] = {
             "thread_id": record.thread_id,
             "ns": record.ns,
-            "checkpoint_id": record.checkpoint_id,
+            "kind": KIND_CP,
+            "ref": record.checkpoint_id,
+            "sub": "",
+            "part": "",
             "parent_id": record.parent_id,
             "format": FORMAT,
             "versions": [{"c": ch, "v": v} for ch, v in record.versions.items()],
@@ -415,6 +491,9 @@ class MongoStore:
             doc["run_id"] = record.run_id
         if delta:
             doc["delta"] = [{"c": ch, "id": cid, "v": v} for ch, (cid, v) in delta.items()]
+        if lists:
+            # element runs of the list channels: get_tuple fetches the elements with the blobs
+            doc["lists"] = lists_field(lists)
         if expires_at is not None:
             doc["expires_at"] = expires_at
         payload = len(record.checkpoint.data) + len(record.metadata.data)
@@ -450,37 +529,36 @@ class MongoStore:
         )
         return doc, packed
 
-    def _refresh_ops(
-        self, refreshes: Iterable[Refresh], expires_at: datetime
-    ) -> tuple[list[Any], list[Any]]:
-        """(payload ops, checkpoint ops) extending the expiry of what ``refreshes`` name."""
-        payload_ops: list[Any] = []
-        checkpoint_ops: list[Any] = []
+    def _refresh_ops(self, refreshes: Iterable[Refresh], now: datetime) -> list[Any]:
+        """Updates extending the expiry of what ``refreshes`` name (empty without a ttl)."""
+        expires_at, element_expires_at = self._expiry(now), self._element_expiry(now)
+        if expires_at is None or element_expires_at is None:
+            return []
+        ops: list[Any] = []
         update = {"$set": {"expires_at": expires_at}}
         for r in refreshes:
             base = {"thread_id": r.thread_id, "ns": r.ns}
+            # checkpoints with their writes and chunked payloads: all share ``ref``
+            own = {**base, "kind": {"$in": CHECKPOINT_KINDS}}
             for batch in in_batches(sorted(r.ids)):
-                checkpoint_ops.append(UpdateMany({**base, "checkpoint_id": {"$in": batch}}, update))
-                payload_ops.append(
-                    UpdateMany(
-                        {**base, "kind": {"$in": WRITE_KINDS}, "ref": {"$in": batch}}, update
-                    )
-                )
+                ops.append(UpdateMany({**own, "ref": {"$in": batch}}, update))
             for low, high in r.ranges:
-                checkpoint_ops.append(
-                    UpdateMany({**base, "checkpoint_id": {"$gte": low, "$lte": high}}, update)
-                )
-                payload_ops.append(
-                    UpdateMany(
-                        {**base, "kind": {"$in": WRITE_KINDS}, "ref": {"$gte": low, "$lte": high}},
-                        update,
-                    )
-                )
+                ops.append(UpdateMany({**own, "ref": {"$gte": low, "$lte": high}}, update))
             for batch in in_batches(sorted(r.blobs)):
-                payload_ops.append(
-                    UpdateMany({**base, "kind": KIND_BLOB, "ref": {"$in": batch}}, update)
+                ops.append(UpdateMany({**base, "kind": KIND_BLOB, "ref": {"$in": batch}}, update))
+            # elements: only those with less than one ttl left, to ELEMENT_TTL_FACTOR ttl
+            stale = {"expires_at": {"$lt": expires_at}}
+            refresh_elements = {"$set": {"expires_at": element_expires_at}}
+            if r.all_elements:
+                every = {"$gte": ELEMENT_PREFIX, "$lt": ELEMENT_PREFIX[:-1] + ";"}
+                clauses = [{**base, "kind": KIND_BLOB, "ref": every}]
+            else:
+                clauses = element_clauses(r.thread_id, r.ns, r.elements)
+            if clauses:
+                ops.append(
+                    UpdateMany(conjunction([disjunction(clauses) or {}, stale]), refresh_elements)
                 )
-        return payload_ops, checkpoint_ops
+        return ops
 
     @staticmethod
     def _delta_refresh(refresh: Refresh, delta: DeltaMap, upper: str) -> None:
@@ -490,15 +568,9 @@ class MongoStore:
         refresh.blobs.update(blob_ref(ch, v) for ch, (_, v) in delta.items() if v is not None)
 
     def _apply_refresh(self, refreshes: list[Refresh]) -> Op[None]:
-        expires_at = self._expiry(self._now())
-        if expires_at is None or not refreshes:
-            return
-        payload_ops, checkpoint_ops = self._refresh_ops(refreshes, expires_at)
-        # payloads first: a checkpoint never outlives what it needs
-        if payload_ops:
-            yield Command(self.payloads, "bulk_write", (payload_ops,), {"ordered": False})
-        if checkpoint_ops:
-            yield Command(self.checkpoints, "bulk_write", (checkpoint_ops,), {"ordered": False})
+        ops = self._refresh_ops(refreshes, self._now())
+        if ops:
+            yield Command(self.payloads, "bulk_write", (ops,), {"ordered": False})
 
     def _refresh_loaded(
         self, items: list[Loaded], heads: dict[tuple[str, str, str], Head]
@@ -514,15 +586,18 @@ class MongoStore:
             head = heads.get((rec.thread_id, rec.ns, rec.checkpoint_id))
             if head is not None:
                 self._delta_refresh(refresh, head.delta, rec.checkpoint_id)
+                for _version, runs in head.lists.values():
+                    refresh.elements += runs
         yield from self._apply_refresh(list(groups.values()))
 
     # -- port: schema --------------------------------------------------------------
 
     def setup(self) -> Op[None]:
-        """Create the indexes of :func:`index_specs` unless equal ones exist (key and options)."""
+        """Create the indexes of :func:`index_specs` unless equal ones exist (key and options),
+        and move checkpoints written in format 1 (graphkeep 0.1.x) into the thread collection."""
         specs = index_specs(self.prefix)
         ttl_ok = True
-        for collection in (self.checkpoints, self.payloads, self.locks):
+        for collection in (self.payloads, self.locks):
             wanted = [s for s in specs if s["collection"] == collection]
             ttl_ok = (yield from ensure_indexes(collection, wanted)) and ttl_ok
         self.ttl_index = ttl_ok
@@ -531,21 +606,59 @@ class MongoStore:
                 "this MongoDB-compatible server has no TTL indexes: expired checkpoints are"
                 " hidden from reads but stay stored until purge_expired() removes them"
             )
+        yield from self._migrate()
+
+    def _migrate(self) -> Op[None]:
+        """Format 1 kept checkpoints in ``<prefix>_checkpoints``: copy each (same ``_id``) into
+        the thread collection, then delete it there; drop the emptied collection. Idempotent
+        and resumable (a copy is an upsert, a delete follows its copy). Stop 0.1.x writers
+        first: what they write to the old collection after this is not read."""
+        found = yield Command(None, "list_collection_names", (), {"filter": {"name": self.legacy}})
+        if not found:
+            return
+        moved = 0
+        while True:
+            docs = yield Command(
+                self.legacy, "find", ({},), {"sort": [("_id", 1)], "limit": MIGRATE_BATCH}
+            )
+            if not docs:
+                break
+            ops = [
+                ReplaceOne(
+                    self._key({"_id": d["_id"]}, d["thread_id"]), upgrade_checkpoint(d), upsert=True
+                )
+                for d in docs
+            ]
+            yield Command(self.payloads, "bulk_write", (ops,), {"ordered": False})
+            ids = [d["_id"] for d in docs]
+            yield Command(self.legacy, "delete_many", ({"_id": {"$in": ids}},))
+            moved += len(docs)
+        yield Command(None, "drop_collection", (self.legacy,))
+        self.heads = HeadCache(self.heads.size)
+        log.info("moved %d format-1 checkpoints from %s to %s", moved, self.legacy, self.payloads)
 
     # -- port: writes --------------------------------------------------------------
 
     def put_checkpoint(self, record: CheckpointRecord, blobs: list[BlobRecord]) -> Op[None]:
+        """ONE ordered ``update`` command: elements and blobs (and chunks), the expiry
+        refreshes, then the checkpoint document last. An ordered batch stops at its
+        first error, so no reader ever finds the checkpoint without its values."""
         now = self._now()
         expires_at = self._expiry(now)
+        element_expires_at = self._element_expiry(now)
         t, ns, cid = record.thread_id, record.ns, record.checkpoint_id
-        payload_ops: list[Any] = []
+        ops: list[Any] = []
+        written: dict[str, Typed] = {}
         for blob in blobs:
-            payload_ops += self._blob_ops(t, ns, blob, expires_at)
-        checkpoint_ops: list[Any] = []
+            if blob.channel == ELEMENT_CHANNEL:
+                ops += self._blob_ops(t, ns, blob, element_expires_at)
+            else:
+                ops += self._blob_ops(t, ns, blob, expires_at)
+                written[blob.channel] = blob.value
+        lists, complete = self._lists_for(record, written)
         delta: DeltaMap = {}
         if expires_at is not None:
             delta = yield from self._delta_for(record, now)
-            written = {b.channel for b in blobs}
             refresh = Refresh(t, ns)
             refresh.blobs.update(
                 blob_ref(ch, record.versions[ch])
@@ -554,27 +667,56 @@ class MongoStore:
             )
             if record.parent_id:
                 self._delta_refresh(refresh, delta, record.parent_id)
-            payload_ops_r, checkpoint_ops = self._refresh_ops([refresh], expires_at)
-            payload_ops += payload_ops_r
-        doc, chunked = self._checkpoint_doc(record, expires_at, delta)
+            for _version, runs in lists.values():
+                refresh.elements += runs
+            refresh.all_elements = not complete  # unknown lists: refresh every element
+            ops += self._refresh_ops([refresh], now)
+        doc, chunked = self._checkpoint_doc(record, expires_at, delta, lists)
         if chunked is not None:
-            payload_ops += self._chunked_checkpoint_ops(t, ns, cid, chunked, expires_at)
-        # values first, the checkpoint last: a reader never sees it without its blobs
-        if payload_ops:
-            yield Command(self.payloads, "bulk_write", (payload_ops,), {"ordered": False})
-        checkpoint_ops.append(ReplaceOne(self._checkpoint_key(t, ns, cid), doc, upsert=True))
-        yield Command(self.checkpoints, "bulk_write", (checkpoint_ops,), {"ordered": False})
-        if expires_at is not None:
-            summary = Summary(
-                ns,
-                cid,
-                record.parent_id,
-                dict(record.versions),
-                list(record.present),
-                list(record.needs_history),
-                record.run_id,
-            )
-            self.heads.put((t, ns, cid), Head(summary, delta))
+            ops += self._chunked_checkpoint_ops(t, ns, cid, chunked, expires_at)
+        ops.append(ReplaceOne(self._checkpoint_key(t, ns, cid), doc, upsert=True))
+        yield Command(self.payloads, "bulk_write", (ops,), {"ordered": True})
+        summary = Summary(
+            ns,
+            cid,
+            record.parent_id,
+            dict(record.versions),
+            list(record.present),
+            list(record.needs_history),
+            record.run_id,
+        )
+        self.heads.put((t, ns, cid), Head(summary, delta, lists, complete))
+
+    def _lists_for(
+        self, record: CheckpointRecord, written: Mapping[str, Typed]
+    ) -> tuple[ListMap, bool]:
+        """The list channels of a new checkpoint (written now, or carried over from its
+        parent's head when this process knows it), and whether that is all of them."""
+        parent = None
+        if record.parent_id:
+            parent = self.heads.get((record.thread_id, record.ns, record.parent_id))
+        lists: ListMap = {}
+        complete = True
+        for ch in record.present:
+            version = record.versions.get(ch)
+            if version is None:
+                continue
+            value = written.get(ch)
+            if value is not None:
+                if is_manifest(value):
+                    lists[ch] = (version, manifest_runs(value))
+                continue
+            known = parent.lists.get(ch) if parent is not None else None
+            if known is not None and known[0] == version:
+                lists[ch] = known
+            elif not (
+                parent is not None
+                and parent.complete
+                and ch in parent.summary.present
+                and parent.summary.versions.get(ch) == version
+            ):
+                complete = False
+        return lists, complete
 
     def _delta_for(self, record: CheckpointRecord, now: datetime) -> Op[DeltaMap]:
         """Where the history of each DeltaChannel the new checkpoint rebuilds starts."""
@@ -585,8 +727,8 @@ class MongoStore:
         parent = self.heads.get((t, ns, record.parent_id))
         if parent is None:
             docs = yield self._find(
-                self.checkpoints,
-                {"thread_id": t, "ns": ns, "checkpoint_id": record.parent_id},
+                self.payloads,
+                {"thread_id": t, "ns": ns, "kind": KIND_CP, "ref": record.parent_id},
                 projection=SUMMARY_FIELDS,
                 limit=1,
             )
@@ -627,13 +769,13 @@ class MongoStore:
 
     def load(self, thread_id: str, ns: str, checkpoint_id: str | None) -> Op[Loaded | None]:
         now = self._now()
-        match: dict[str, Any] = {"thread_id": thread_id, "ns": ns}
+        match: dict[str, Any] = {"thread_id": thread_id, "ns": ns, "kind": KIND_CP}
         if checkpoint_id is not None:
-            match["checkpoint_id"] = checkpoint_id
+            match["ref"] = checkpoint_id
         docs = yield self._find(
-            self.checkpoints,
+            self.payloads,
             conjunction([match, live(now)]),
-            sort=[("checkpoint_id", -1)],
+            sort=[("ref", -1)],
             limit=1,
         )
         if not docs:
@@ -642,17 +784,20 @@ class MongoStore:
         return items[0] if items else None
 
     def _attach(self, docs: list[Mapping[str, Any]], now: datetime) -> Op[list[Loaded]]:
-        """Checkpoint documents -> Loaded, with writes and blobs of all of them in ONE find."""
-        wanted: dict[tuple[str, str], tuple[set[str], set[str]]] = {}
+        """Checkpoint documents -> Loaded, with the writes, blobs and list elements of all
+        of them in ONE find (elements by the runs each document's ``lists`` field names)."""
+        wanted: dict[tuple[str, str], tuple[set[str], set[str], list[Run]]] = {}
         for doc in docs:
-            ids, refs = wanted.setdefault((doc["thread_id"], doc["ns"]), (set(), set()))
-            ids.add(doc["checkpoint_id"])
+            ids, refs, runs = wanted.setdefault((doc["thread_id"], doc["ns"]), (set(), set(), []))
+            ids.add(doc["ref"])
             versions = {e["c"]: e["v"] for e in doc.get("versions") or []}
-            refs.update(
-                blob_ref(ch, versions[ch]) for ch in doc.get("present") or [] if ch in versions
-            )
+            present = [ch for ch in doc.get("present") or [] if ch in versions]
+            refs.update(blob_ref(ch, versions[ch]) for ch in present)
+            for ch, (listed, named) in lists_of(doc).items():
+                if ch in present and versions[ch] == listed:
+                    runs += named
         clauses: list[dict[str, Any]] = []
-        for (t, ns), (ids, refs) in wanted.items():
+        for (t, ns), (ids, refs, runs) in wanted.items():
             clauses.append(
                 {
                     "thread_id": t,
@@ -665,27 +810,29 @@ class MongoStore:
                 clauses.append(
                     {"thread_id": t, "ns": ns, "kind": KIND_BLOB, "ref": {"$in": sorted(refs)}}
                 )
+            clauses += element_clauses(t, ns, runs)
         found = yield self._find(
             self.payloads, conjunction([disjunction(clauses) or {}, live(now)])
         )
         writes: dict[tuple[str, str, str], list[WriteRecord]] = {}
         blobs: dict[tuple[str, str, str], Typed] = {}
+        elements: dict[tuple[str, str], dict[str, Typed]] = {}
         chunks: dict[tuple[str, str, str], bytes] = {}
-        for (t, ns, kind, ref, _sub), group in group_payloads(found).items():
-            assembled = assemble(group)
-            if assembled is None:
-                continue  # a payload still being written (or overwritten): not visible yet
-            head, data = assembled
+        for t, ns, kind, ref, head, data in _payloads(found):
             if kind == KIND_WRITE:
                 writes.setdefault((t, ns, ref), []).append(_write(head, data))
             elif kind == KIND_BLOB:
-                blobs[(t, ns, ref)] = Typed(head["type"], data)
+                element = element_key_of(ref)
+                if element is None:
+                    blobs[(t, ns, ref)] = Typed(head["type"], data)
+                else:
+                    elements.setdefault((t, ns), {})[element] = Typed(head["type"], data)
             elif kind == KIND_CHECKPOINT:
                 chunks[(t, ns, ref)] = data
         items: list[Loaded] = []
         heads: dict[tuple[str, str, str], Head] = {}
         for doc in docs:
-            key = (doc["thread_id"], doc["ns"], doc["checkpoint_id"])
+            key = (doc["thread_id"], doc["ns"], doc["ref"])
             record = _record(doc, chunks.get(key))
             if record is None:
                 continue
@@ -695,20 +842,67 @@ class MongoStore:
                 blob = blobs.get((key[0], key[1], blob_ref(ch, version))) if version else None
                 if blob is not None:
                     values[ch] = blob
-            items.append(Loaded(record, values, writes.get(key, [])))
-            if self.ttl:
-                heads[key] = head_of(doc)
-                self.heads.put(key, heads[key])
+            items.append(Loaded(record, values, writes.get(key, []), elements.get(key[:2], {})))
+            heads[key] = self._loaded_head(doc, values)
+            self.heads.put(key, heads[key])
         if self.refresh_on_read and items:
             yield from self._refresh_loaded(items, heads)
         return items
+
+    @staticmethod
+    def _loaded_head(doc: Mapping[str, Any], values: Mapping[str, Typed]) -> Head:
+        """The head of a loaded checkpoint; its list channels are known from the values
+        read (complete when every present channel's value was found)."""
+        head = head_of(doc)
+        s = head.summary
+        lists: ListMap = {}
+        for ch in s.present:
+            value = values.get(ch)
+            if value is not None and is_manifest(value):
+                version = s.versions[ch]
+                known = head.lists.get(ch)
+                same = known is not None and known[0] == version
+                lists[ch] = known if same and known else (version, manifest_runs(value))
+        complete = all(ch in values for ch in s.present if ch in s.versions)
+        return replace(head, lists=lists, complete=complete)
+
+    def get_blobs(
+        self, thread_id: str, keys: list[tuple[str, str, str]]
+    ) -> Op[dict[tuple[str, str, str], Typed]]:
+        """ONE find: list elements as index ranges of ``ref`` per run, other blobs by ``$in``."""
+        if not keys:
+            return {}
+        by_ns: dict[str, tuple[list[str], list[str]]] = {}
+        for ns, channel, version in keys:
+            refs, element_keys = by_ns.setdefault(ns, ([], []))
+            if channel == ELEMENT_CHANNEL:
+                element_keys.append(version)
+            else:
+                refs.append(blob_ref(channel, version))
+        clauses: list[dict[str, Any]] = []
+        for ns, (refs, element_keys) in by_ns.items():
+            clauses += element_clauses(thread_id, ns, key_runs(element_keys))
+            for batch in in_batches(sorted(set(refs))):
+                clauses.append(
+                    {"thread_id": thread_id, "ns": ns, "kind": KIND_BLOB, "ref": {"$in": batch}}
+                )
+        found = yield self._find(
+            self.payloads, conjunction([disjunction(clauses) or {}, live(self._now())])
+        )
+        wanted = set(keys)
+        got: dict[tuple[str, str, str], Typed] = {}
+        for _t, ns, kind, _ref, head, data in _payloads(found):
+            key = (ns, head["channel"], head["version"])
+            if kind == KIND_BLOB and key in wanted:
+                got[key] = Typed(head["type"], data)
+        return got
 
     def list_page(
         self, query: ListQuery, cursor: Any, page_size: int
     ) -> Op[tuple[list[Loaded], Any]]:
         now = self._now()
-        keys = ["checkpoint_id"]
-        match: dict[str, Any] = {}
+        keys = ["ref"]
+        match: dict[str, Any] = {"kind": KIND_CP}
         if query.thread_id is None:
             keys.append("thread_id")
         else:
@@ -718,14 +912,14 @@ class MongoStore:
         else:
             match["ns"] = query.ns
         if query.checkpoint_id is not None:
-            match["checkpoint_id"] = query.checkpoint_id
+            match["ref"] = query.checkpoint_id
         clauses = [match, live(now), *metadata_filter(query.filter)]
         if query.before is not None:
-            clauses.append({"checkpoint_id": {"$lt": query.before}})
+            clauses.append({"ref": {"$lt": query.before}})
         if cursor is not None:
             clauses.append(keyset_after(keys, cursor))
         docs = yield self._find(
-            self.checkpoints,
+            self.payloads,
             conjunction(clauses),
             sort=[(k, -1) for k in keys],
             limit=page_size,
@@ -740,17 +934,17 @@ class MongoStore:
         self, thread_id: str, ns: str, checkpoint_id: str | None, channels: list[str]
     ) -> Op[Chain]:
         now = self._now()
-        match: dict[str, Any] = {"thread_id": thread_id, "ns": ns}
+        match: dict[str, Any] = {"thread_id": thread_id, "ns": ns, "kind": KIND_CP}
         if checkpoint_id is not None:
-            match["checkpoint_id"] = {"$lte": checkpoint_id}
+            match["ref"] = {"$lte": checkpoint_id}
         docs = yield self._find(
-            self.checkpoints,
+            self.payloads,
             conjunction([match, live(now)]),
             projection=SUMMARY_FIELDS,
-            sort=[("checkpoint_id", -1)],
+            sort=[("ref", -1)],
             limit=CHAIN_PAGE + 1,
         )
-        if not docs or (checkpoint_id is not None and docs[0]["checkpoint_id"] != checkpoint_id):
+        if not docs or (checkpoint_id is not None and docs[0]["ref"] != checkpoint_id):
             return Chain(None, [], {}, {})
         target = head_of(docs[0])
         target_id = target.summary.checkpoint_id
@@ -780,11 +974,7 @@ class MongoStore:
         )
         writes: dict[str, list[WriteRecord]] = {}
         blobs: dict[tuple[str, str], Typed] = {}
-        for (_t, _ns, kind, ref, _sub), group in group_payloads(found).items():
-            assembled = assemble(group)
-            if assembled is None:
-                continue
-            head, data = assembled
+        for _t, _ns, kind, ref, head, data in _payloads(found):
             if kind == KIND_WRITE:
                 writes.setdefault(ref, []).append(_write(head, data))
             elif kind == KIND_BLOB:
@@ -822,15 +1012,20 @@ class MongoStore:
                 if summaries.covers(cid):
                     break
                 docs = yield self._find(
-                    self.checkpoints,
+                    self.payloads,
                     conjunction(
                         [
-                            {"thread_id": thread_id, "ns": ns, "checkpoint_id": {"$lte": cid}},
+                            {
+                                "thread_id": thread_id,
+                                "ns": ns,
+                                "kind": KIND_CP,
+                                "ref": {"$lte": cid},
+                            },
                             live(now),
                         ]
                     ),
                     projection=SUMMARY_FIELDS,
-                    sort=[("checkpoint_id", -1)],
+                    sort=[("ref", -1)],
                     limit=CHAIN_PAGE,
                 )
                 summaries.add_page(cid, docs, full=len(docs) == CHAIN_PAGE)
@@ -850,27 +1045,30 @@ class MongoStore:
 
     def delete_thread(self, thread_id: str) -> Op[None]:
         self.heads.drop_thread(thread_id)
-        # checkpoints first: a reader never finds a checkpoint whose values are gone
-        yield Command(self.checkpoints, "delete_many", ({"thread_id": thread_id},))
-        yield Command(self.payloads, "delete_many", ({"thread_id": thread_id},))
+        # ONE ordered command, checkpoints first: a reader never finds one whose values are gone
+        ops = [
+            DeleteMany({"thread_id": thread_id, "kind": KIND_CP}),
+            DeleteMany({"thread_id": thread_id}),
+        ]
+        yield Command(self.payloads, "bulk_write", (ops,), {"ordered": True})
 
     def inventory(self, thread_id: str) -> Op[Inventory]:
-        docs = yield self._find(
-            self.checkpoints, {"thread_id": thread_id}, projection=SUMMARY_FIELDS
-        )
         found = yield self._find(
             self.payloads,
             {"thread_id": thread_id},
-            projection={"_id": 0, "ns": 1, "kind": 1, "ref": 1, "channel": 1, "version": 1},
+            projection={**SUMMARY_FIELDS, "kind": 1, "channel": 1, "version": 1},
         )
+        summaries: list[Summary] = []
         write_keys: set[tuple[str, str]] = set()
         blob_keys: set[tuple[str, str, str]] = set()
         for doc in found:
-            if doc["kind"] in WRITE_KINDS:
+            if doc["kind"] == KIND_CP:
+                summaries.append(head_of(doc).summary)
+            elif doc["kind"] in WRITE_KINDS:
                 write_keys.add((doc["ns"], doc["ref"]))
             elif doc["kind"] == KIND_BLOB:
                 blob_keys.add((doc["ns"], doc["channel"], doc["version"]))
-        return Inventory([head_of(d).summary for d in docs], write_keys, blob_keys)
+        return Inventory(summaries, write_keys, blob_keys)
 
     def delete_records(
         self,
@@ -889,7 +1087,7 @@ class MongoStore:
         for ns, ids in ids_by_ns.items():
             base = {"thread_id": thread_id, "ns": ns}
             for batch in in_batches(ids):
-                checkpoint_ops.append(DeleteMany({**base, "checkpoint_id": {"$in": batch}}))
+                checkpoint_ops.append(DeleteMany({**base, "kind": KIND_CP, "ref": {"$in": batch}}))
                 # writes and chunked payloads of those checkpoints, every chunk included
                 payload_ops.append(
                     DeleteMany({**base, "kind": {"$in": WRITE_KINDS}, "ref": {"$in": batch}})
@@ -901,33 +1099,29 @@ class MongoStore:
                         {"thread_id": thread_id, "ns": ns, "kind": KIND_BLOB, "ref": {"$in": batch}}
                     )
                 )
-        if checkpoint_ops:
-            yield Command(self.checkpoints, "bulk_write", (checkpoint_ops,), {"ordered": False})
-        if payload_ops:
-            yield Command(self.payloads, "bulk_write", (payload_ops,), {"ordered": False})
+        if checkpoint_ops or payload_ops:
+            # ONE ordered command, checkpoints first (see delete_thread)
+            ops = checkpoint_ops + payload_ops
+            yield Command(self.payloads, "bulk_write", (ops,), {"ordered": True})
 
     def find_runs(self, run_ids: list[str]) -> Op[dict[str, list[tuple[str, str]]]]:
         found: dict[str, list[tuple[str, str]]] = {}
         for batch in in_batches([str(r) for r in run_ids]):
             docs = yield self._find(
-                self.checkpoints,
-                {"run_id": {"$in": batch}},
-                projection={"_id": 0, "thread_id": 1, "ns": 1, "checkpoint_id": 1},
+                self.payloads,
+                {"run_id": {"$in": batch}, "kind": KIND_CP},
+                projection={"_id": 0, "thread_id": 1, "ns": 1, "ref": 1},
             )
             for doc in docs:
-                found.setdefault(doc["thread_id"], []).append((doc["ns"], doc["checkpoint_id"]))
+                found.setdefault(doc["thread_id"], []).append((doc["ns"], doc["ref"]))
         return found
 
     def export_thread(self, thread_id: str) -> Op[ThreadDump]:
-        docs = yield self._find(self.checkpoints, {"thread_id": thread_id})
         found = yield self._find(self.payloads, {"thread_id": thread_id})
         dump = ThreadDump([], [], [])
+        docs = [d for d in found if d["kind"] == KIND_CP]
         chunks: dict[tuple[str, str], bytes] = {}
-        for (_t, ns, kind, ref, _sub), group in group_payloads(found).items():
-            assembled = assemble(group)
-            if assembled is None:
-                continue
-            head, data = assembled
+        for _t, ns, kind, ref, head, data in _payloads(d for d in found if d["kind"] != KIND_CP):
             if kind == KIND_WRITE:
                 dump.writes.append((ns, ref, _write(head, data)))
             elif kind == KIND_BLOB:
@@ -936,42 +1130,58 @@ class MongoStore:
             elif kind == KIND_CHECKPOINT:
                 chunks[(ns, ref)] = data
         for doc in docs:
-            record = _record(doc, chunks.get((doc["ns"], doc["checkpoint_id"])))
+            record = _record(doc, chunks.get((doc["ns"], doc["ref"])))
             if record is not None:
                 dump.checkpoints.append(record)
         return dump
 
     def import_thread(self, thread_id: str, dump: ThreadDump) -> Op[None]:
-        expires_at = self._expiry(self._now())
-        payload_ops: list[Any] = []
+        now = self._now()
+        expires_at = self._expiry(now)
+        ops: list[Any] = []
         for ns, blob in dump.blobs:
-            payload_ops += self._blob_ops(thread_id, ns, blob, expires_at)
+            elements = blob.channel == ELEMENT_CHANNEL
+            ops += self._blob_ops(
+                thread_id, ns, blob, self._element_expiry(now) if elements else expires_at
+            )
         for ns, cid, w in dump.writes:
-            payload_ops += self._write_ops(thread_id, ns, cid, w, expires_at, overwrite=True)
+            ops += self._write_ops(thread_id, ns, cid, w, expires_at, overwrite=True)
+        manifests = {
+            (ns, blob.channel, blob.version): blob.value
+            for ns, blob in dump.blobs
+            if is_manifest(blob.value)
+        }
         checkpoint_ops: list[Any] = []
         for source in dump.checkpoints:
             record = source.renamed(thread_id)
-            doc, chunked = self._checkpoint_doc(record, expires_at, {})
+            lists: ListMap = {}
+            for ch in record.present:
+                version = record.versions.get(ch, "")
+                manifest = manifests.get((record.ns, ch, version))
+                if manifest is not None:
+                    lists[ch] = (version, manifest_runs(manifest))
+            doc, chunked = self._checkpoint_doc(record, expires_at, {}, lists)
             if chunked is not None:
-                payload_ops += self._chunked_checkpoint_ops(
+                ops += self._chunked_checkpoint_ops(
                     thread_id, record.ns, record.checkpoint_id, chunked, expires_at
                 )
             key = self._checkpoint_key(thread_id, record.ns, record.checkpoint_id)
             checkpoint_ops.append(ReplaceOne(key, doc, upsert=True))
-        if payload_ops:
-            yield Command(self.payloads, "bulk_write", (payload_ops,), {"ordered": False})
-        if checkpoint_ops:
-            yield Command(self.checkpoints, "bulk_write", (checkpoint_ops,), {"ordered": False})
+        if ops or checkpoint_ops:
+            # values first, the checkpoints last, in one ordered command
+            yield Command(self.payloads, "bulk_write", (ops + checkpoint_ops,), {"ordered": True})
 
     def list_threads(self, cursor: Any, page_size: int) -> Op[tuple[list[str], Any]]:
-        match = {"thread_id": {"$gt": cursor}} if cursor is not None else {}
+        match: dict[str, Any] = {"kind": KIND_CP}
+        if cursor is not None:
+            match["thread_id"] = {"$gt": cursor}
         pipeline = [
             {"$match": match},
             {"$group": {"_id": "$thread_id"}},
             {"$sort": {"_id": 1}},
             {"$limit": page_size},
         ]
-        docs = yield Command(self.checkpoints, "aggregate", (pipeline,), {"batchSize": page_size})
+        docs = yield Command(self.payloads, "aggregate", (pipeline,), {"batchSize": page_size})
         threads = [d["_id"] for d in docs]
         return threads, (threads[-1] if len(threads) == page_size else None)
 
@@ -1021,12 +1231,23 @@ class MongoStore:
     def purge_expired(self) -> Op[int]:
         """Delete expired documents now (for servers without a TTL monitor)."""
         expired = {"expires_at": {"$lte": self._now()}}
-        deleted = 0
         # checkpoints first: a reader never finds a checkpoint whose values are gone
-        for collection in (self.checkpoints, self.payloads, self.locks):
-            result = yield Command(collection, "delete_many", (expired,))
-            deleted += int(result.deleted_count)
-        return deleted
+        ops = [DeleteMany({**expired, "kind": KIND_CP}), DeleteMany(expired)]
+        result = yield Command(self.payloads, "bulk_write", (ops,), {"ordered": True})
+        deleted = int(result.deleted_count)
+        locks = yield Command(self.locks, "delete_many", (expired,))
+        return deleted + int(locks.deleted_count)
+
+
+def _payloads(
+    found: Iterable[Mapping[str, Any]],
+) -> Iterator[tuple[str, str, str, str, Mapping[str, Any], bytes]]:
+    """(thread, ns, kind, ref, head document, payload bytes) of each complete payload;
+    chunks are reassembled, a payload still being written is left out."""
+    for (t, ns, kind, ref, _sub), group in group_payloads(found).items():
+        assembled = assemble(group)
+        if assembled is not None:
+            yield t, ns, kind, ref, assembled[0], assembled[1]
 
 
 def _write(head: Mapping[str, Any], data: bytes) -> WriteRecord:
@@ -1053,7 +1274,7 @@ def _record(doc: Mapping[str, Any], chunked: bytes | None) -> CheckpointRecord |
     return CheckpointRecord(
         thread_id=doc["thread_id"],
         ns=doc["ns"],
-        checkpoint_id=doc["checkpoint_id"],
+        checkpoint_id=doc["ref"],
         parent_id=doc.get("parent_id") or None,
         versions={e["c"]: e["v"] for e in doc.get("versions") or []},
         present=list(doc.get("present") or []),

@@ -15,10 +15,51 @@ thread are always passed in this order (see ``store.thread_keys``)::
 
 Names never contain NUL (checked before any call), so "\\0" separators are
 unambiguous. TTL is a sliding window on the whole thread: every write (and,
-when asked, every read) re-arms PEXPIRE on all seven keys in the same script.
+when asked, every read) re-arms PEXPIRE on all seven keys in the same script,
+so list elements (blobs of :data:`~graphkeep.shared.lists.ELEMENT_CHANNEL` in
+``b``) live exactly as long as the checkpoints whose manifests name them.
+
+Reads expand list manifests in the same script (``elements`` below): a blob
+whose packed bytes start with the packed manifest tag is decoded with
+``cmsgpack`` and the element fields its runs name are read from ``b`` too, so
+``get_tuple``, a ``list`` page and ``fetch`` stay one round trip. Each element
+is returned once per call, however many checkpoints of the call name it.
 """
 
 from __future__ import annotations
+
+from graphkeep.shared import serde as codec
+from graphkeep.shared.lists import ELEMENT_CHANNEL, MANIFEST_TAG
+from graphkeep.shared.records import Typed
+
+
+def lua_bytes(data: bytes) -> str:
+    """A Lua string literal holding exactly ``data`` (decimal escapes, any byte)."""
+    return "'" + "".join(f"\\{b}" for b in data) + "'"
+
+
+def _manifest_prefix() -> bytes:
+    # pack_typed(Typed(tag, data)) = array header, packed tag, packed data
+    empty = codec.packb(b"")
+    packed = codec.pack_typed(Typed(MANIFEST_TAG, b""))
+    assert packed.endswith(empty)
+    return packed[: -len(empty)]
+
+
+#: the first bytes of every packed manifest blob (see ``codec.pack_typed``)
+MANIFEST_PREFIX = _manifest_prefix()
+
+#: what separates a namespace from an element key in an element's field of ``b``
+ELEMENT_INFIX = b"\x00" + ELEMENT_CHANNEL.encode() + b"\x00"
+
+#: the Python-side constants the Lua needs, defined once (in Python) and injected
+CONSTANTS = "\n".join(
+    [
+        f"local MANIFEST = {lua_bytes(MANIFEST_PREFIX)}",
+        f"local ELEMENT = {lua_bytes(ELEMENT_INFIX)}",
+        "local BIN_HEADER = {[0xc4] = 1, [0xc5] = 2, [0xc6] = 4}",
+    ]
+)
 
 PRELUDE = r"""
 local function refresh(ttl)
@@ -64,8 +105,61 @@ local function writes_of(f)
   return wf, hmget(KEYS[5], wf)
 end
 
--- One checkpoint with its values and pending writes, or false.
-local function item(ns, id)
+-- A msgpack array of `n` items from their packed bytes `parts` (one reply
+-- string: the client decodes it in one call, not one RESP bulk per item).
+local function msgpack_array(parts, n)
+  local head
+  if n < 16 then
+    head = string.char(0x90 + n)
+  elseif n < 65536 then
+    head = string.char(0xdc, math.floor(n / 256), n % 256)
+  else
+    head = string.char(0xdd, math.floor(n / 16777216) % 256, math.floor(n / 65536) % 256,
+                       math.floor(n / 256) % 256, n % 256)
+  end
+  return head .. table.concat(parts)
+end
+
+-- The element records the list manifests among `blobs` name, as one msgpack
+-- array [key, value, key, value, ...] (value nil where the record is missing;
+-- stored values are packed [tag, data] already, so they are copied as they are).
+-- `seen` (field -> true) spans one script call, so an element named by several
+-- checkpoints of a page is sent once.
+local function elements(ns, blobs, seen)
+  local keys, fields = {}, {}
+  for _, blob in ipairs(blobs) do
+    if blob and string.sub(blob, 1, #MANIFEST) == MANIFEST then
+      -- cmsgpack has no bin type: skip the data's bin header (c4/c5/c6 + length)
+      local skip = BIN_HEADER[string.byte(blob, #MANIFEST + 1)] or 0
+      local ok, m = pcall(cmsgpack.unpack, string.sub(blob, #MANIFEST + 2 + skip))
+      if ok and type(m) == 'table' and m[1] == 1 then
+        for _, run in ipairs(m[2]) do
+          local epoch = run[1]
+          for seq = run[2], run[2] + run[3] - 1 do
+            local key = epoch .. string.format('%08x', seq)
+            local field = ns .. ELEMENT .. key
+            if not seen[field] then
+              seen[field] = true
+              keys[#keys + 1] = key
+              fields[#fields + 1] = field
+            end
+          end
+        end
+      end
+    end
+  end
+  if #keys == 0 then return '' end
+  local values = hmget(KEYS[7], fields)
+  local parts = {}
+  for i = 1, #keys do
+    parts[2 * i - 1] = cmsgpack.pack(keys[i])
+    parts[2 * i] = values[i] or '\192'
+  end
+  return msgpack_array(parts, 2 * #keys)
+end
+
+-- One checkpoint with its values, pending writes and list elements, or false.
+local function item(ns, id, seen)
   local f = ns .. '\0' .. id
   local head = redis.call('HGET', KEYS[1], f)
   if not head then return false end
@@ -78,8 +172,10 @@ local function item(ns, id)
       fields[#fields + 1] = ns .. '\0' .. ch .. '\0' .. v
     end
   end
+  local blobs = hmget(KEYS[7], fields)
   local wf, ws = writes_of(f)
-  return {ns, id, head, redis.call('HGET', KEYS[2], f), chans, hmget(KEYS[7], fields), wf, ws}
+  return {ns, id, head, redis.call('HGET', KEYS[2], f), chans, blobs, wf, ws,
+          elements(ns, blobs, seen)}
 end
 """
 
@@ -123,7 +219,7 @@ if id == '' then
   id = latest(ns)
   if not id then return false end
 end
-local found = item(ns, id)
+local found = item(ns, id, {})
 if found then refresh(tonumber(ARGV[3])) end
 return found
 """
@@ -148,6 +244,7 @@ else
   members = redis.call('ZREVRANGEBYLEX', KEYS[4], max, '-', 'LIMIT', 0, count)
 end
 local out = {''}
+local seen = {}
 for _, m in ipairs(members) do
   local m_ns, m_id
   if mode == 'ns' then
@@ -158,7 +255,7 @@ for _, m in ipairs(members) do
     m_id = string.sub(m, 1, cut - 1)
     m_ns = string.sub(m, cut + 1)
   end
-  local found = item(m_ns, m_id)
+  local found = item(m_ns, m_id, seen)
   if found then out[#out + 1] = found end
 end
 if #members == count then
@@ -174,11 +271,20 @@ return out
 
 FETCH = r"""
 -- ARGV: n, (ns, id) * n  -> items (false where missing)
-local out = {}
+local out, seen = {}, {}
 for i = 0, tonumber(ARGV[1]) - 1 do
-  out[#out + 1] = item(ARGV[2 + 2 * i], ARGV[3 + 2 * i])
+  out[#out + 1] = item(ARGV[2 + 2 * i], ARGV[3 + 2 * i], seen)
 end
 return out
+"""
+
+BLOBS = r"""
+-- ARGV: refresh_ttl_ms, blob fields ("ns\0channel\0version")... -> values (false = absent)
+local fields = {}
+for i = 2, #ARGV do fields[#fields + 1] = ARGV[i] end
+local got = hmget(KEYS[7], fields)
+refresh(tonumber(ARGV[1]))
+return got
 """
 
 CHAIN = r"""
@@ -327,13 +433,14 @@ return 0
 """
 
 SCRIPTS: dict[str, str] = {
-    name: PRELUDE + body
+    name: CONSTANTS + PRELUDE + body
     for name, body in {
         "put": PUT,
         "put_writes": PUT_WRITES,
         "get": GET,
         "list": LIST,
         "fetch": FETCH,
+        "blobs": BLOBS,
         "chain": CHAIN,
         "delete": DELETE,
         "inventory": INVENTORY,

@@ -158,7 +158,7 @@ class RedisCheckpoints:
         raw = yield Script(
             "get", self.thread_keys(thread_id), [ns, checkpoint_id or "", self.read_ttl_ms]
         )
-        return _loaded(thread_id, raw) if raw else None
+        return _loaded(thread_id, raw, {}) if raw else None
 
     def list_page(
         self, query: ListQuery, cursor: Any, page_size: int
@@ -183,7 +183,8 @@ class RedisCheckpoints:
             [mode, query.ns or "", query.checkpoint_id or "", upper, page_size, self.read_ttl_ms],
         )
         next_upper = raw[0]
-        items = [_loaded(query.thread_id, it) for it in raw[1:]]
+        pages: dict[str, dict[str, Typed]] = {}
+        items = [_loaded(query.thread_id, it, pages) for it in raw[1:]]
         return items, (next_upper.decode() if next_upper else None)
 
     def _list_all_threads(
@@ -215,9 +216,10 @@ class RedisCheckpoints:
             for ns, cid in wanted:
                 args += [ns, cid]
             raw = yield Script("fetch", self.thread_keys(thread_id), args)
+            pages: dict[str, dict[str, Typed]] = {}
             for it in raw:
                 if it:
-                    loaded = _loaded(thread_id, it)
+                    loaded = _loaded(thread_id, it, pages)
                     rec = loaded.record
                     fetched[(rec.checkpoint_id, thread_id, rec.ns)] = loaded
         items = [fetched[e] for e in page if e in fetched]
@@ -245,6 +247,20 @@ class RedisCheckpoints:
                     channel = ch.decode()
                     blobs[(channel, summary.versions[channel])] = codec.unpack_typed(blob)
         return Chain(target.decode() if target else None, ancestors, writes, blobs)
+
+    def get_blobs(
+        self, thread_id: str, keys: list[tuple[str, str, str]]
+    ) -> Op[dict[tuple[str, str, str], Typed]]:
+        if not keys:
+            return {}
+        args: list[Any] = [self.read_ttl_ms]
+        args += [_field(*key) for key in keys]
+        raw = yield Script("blobs", self.thread_keys(thread_id), args)
+        return {
+            key: codec.unpack_typed(value)
+            for key, value in zip(keys, raw, strict=True)
+            if value is not None
+        }
 
     def delete_thread(self, thread_id: str) -> Op[None]:
         yield Delete(self.thread_keys(thread_id))
@@ -417,12 +433,23 @@ def _writes(fields: list[bytes], values: list[bytes | None]) -> list[WriteRecord
     return out
 
 
-def _loaded(thread_id: str, raw: list[Any]) -> Loaded:
-    ns, cid, head, payload, chans, blobs, wfields, wvalues = raw
-    record = _record(thread_id, ns.decode(), cid.decode(), head, payload)
+def _loaded(thread_id: str, raw: list[Any], pages: dict[str, dict[str, Typed]]) -> Loaded:
+    """One item of a script reply. ``pages`` holds the list elements of the whole
+    reply by namespace: the script sends each element once per call, so every
+    item of a namespace shares one dict (absent elements are left out)."""
+    ns_raw, cid, head, payload, chans, blobs, wfields, wvalues, packed = raw
+    ns = ns_raw.decode()
+    record = _record(thread_id, ns, cid.decode(), head, payload)
     values = {
         ch.decode(): codec.unpack_typed(blob)
         for ch, blob in zip(chans, blobs, strict=True)
         if blob is not None
     }
-    return Loaded(record, values, _writes(wfields, wvalues))
+    elements = pages.setdefault(ns, {})
+    if packed:  # [key, [tag, data] or nil, ...]: see ``elements`` in the scripts
+        flat = codec.unpackb(packed)
+        for i in range(0, len(flat), 2):
+            value = flat[i + 1]
+            if value is not None:
+                elements[flat[i]] = Typed(value[0], value[1])
+    return Loaded(record, values, _writes(wfields, wvalues), elements)

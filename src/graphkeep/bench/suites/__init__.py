@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from graphkeep.bench.workloads import (
+    GROWTH_WORKLOAD,
     WORKLOADS,
     LargeResult,
     Opened,
@@ -25,7 +26,20 @@ from graphkeep.bench.workloads import (
     Workload,
     measure,
     measure_large,
+    new_message_bytes,
 )
+
+#: the report's note on the growth-only contender every saver suite has
+NOSHARE_NOTE = (
+    "graphkeep-noshare = graphkeep with share_lists=False (each list value stored whole per"
+    " version, the layout of 0.1.x; the other changes since, e.g. compression, still apply):"
+    " measured for the growth rows only, one run after the rounds"
+)
+#: issue 13: stored(2N turns) / stored(N turns) of a linear store (2.0 exactly, plus slack)
+MAX_GROWTH_RATIO = 2.3
+#: issue 13: bytes sent at turn N at most this many times the turn's new messages, plus a
+#: fixed overhead (taken as what turn 1 sent)
+MAX_SENT_PER_NEW_BYTE = 3
 
 #: suite name -> module defining ``SUITE`` (imported only when that suite runs)
 SUITES: dict[str, str] = {
@@ -43,6 +57,8 @@ class BenchError(Exception):
 @dataclass(frozen=True)
 class Options:
     turns: int = 50
+    #: turns W50 goes on for after its history read in round 1 (the growth rows; 0: none)
+    growth_turns: int = 0
     history_runs: int = 5
     #: every contender runs every workload this many times, in rotating order
     rounds: int = 1
@@ -66,7 +82,7 @@ NOT_YET = "backend not available yet"
 class Contender(Protocol):
     name: str
 
-    def run(self, work: Workload, options: Options, suite: str) -> Result: ...
+    def run(self, work: Workload, options: Options, suite: str, extra_turns: int = 0) -> Result: ...
 
     def run_large(self, size: int, suite: str) -> LargeResult: ...
 
@@ -78,7 +94,7 @@ class InProcess:
     name: str
     open: Callable[[Workload], AbstractContextManager[Opened]]
 
-    def run(self, work: Workload, options: Options, suite: str) -> Result:
+    def run(self, work: Workload, options: Options, suite: str, extra_turns: int = 0) -> Result:
         with self.open(work) as opened:
             return measure(
                 opened,
@@ -87,6 +103,7 @@ class InProcess:
                 saver_name=self.name,
                 turns=options.turns,
                 history_runs=options.history_runs,
+                extra_turns=extra_turns,
             )
 
     def run_large(self, size: int, suite: str) -> LargeResult:
@@ -120,6 +137,13 @@ class Suite:
     #: a suite with its own workload and report (the store suite): runs instead of the
     #: saver workloads, given the options, the output directory and whether to chart
     run: Callable[[Options, Path, bool], object] | None = None
+    #: savers measured for the growth rows only (one W50 run after the rounds), e.g.
+    #: graphkeep with ``share_lists=False``: the storage of 0.1.x, "before" in the same run
+    growth_contenders: Callable[[Options], list[Contender]] = lambda options: []
+    #: how the bytes sent to the store are counted, for the growth rows
+    sent_label: str = ""
+    #: what the growth rows' stored bytes measure, when not ``stored_label``
+    growth_stored_label: str | None = None
 
 
 def faster_per_turn(results: list[Result], rival: str) -> list[tuple[str, bool]]:
@@ -136,6 +160,50 @@ def faster_per_turn(results: list[Result], rival: str) -> list[tuple[str, bool]]
                     ours.ms_per_turn < theirs.ms_per_turn,
                 )
             )
+    return out
+
+
+def growth_targets(
+    results: list[Result], stored_max: int | None, baseline: str = "graphkeep"
+) -> list[tuple[str, bool]]:
+    """Issue 13's storage rows for ``baseline``, judged on the growth figures of this run.
+
+    ``stored_max``: the ceiling on what a 50-turn W50 thread stores (checked only when the
+    run has 50 turns).
+    """
+    r = next((r for r in results if (r.saver, r.workload) == (baseline, GROWTH_WORKLOAD)), None)
+    if r is None:
+        return []
+    out: list[tuple[str, bool]] = []
+    n = r.turns
+    if stored_max is not None and r.stored_first is not None and n == 50:
+        out.append(
+            (
+                f"W50: {baseline} stores at most {stored_max / 1e6:g} MB (issue 13):"
+                f" {r.stored_first / 1e6:.3f} MB",
+                r.stored_first <= stored_max,
+            )
+        )
+    if r.extra_turns == n and r.stored_first and r.stored_last is not None:
+        ratio = r.stored_last / r.stored_first
+        out.append(
+            (
+                f"W50: stored after {2 * n} turns / after {n} turns at most {MAX_GROWTH_RATIO}"
+                f" (linear; issue 13): {ratio:.2f}",
+                ratio <= MAX_GROWTH_RATIO,
+            )
+        )
+    if len(r.sent_bytes) >= n:
+        sent, new, fixed = r.sent_bytes[n - 1], new_message_bytes(n), r.sent_bytes[0]
+        limit = MAX_SENT_PER_NEW_BYTE * new + fixed
+        out.append(
+            (
+                f"W50: bytes sent at turn {n} at most {MAX_SENT_PER_NEW_BYTE} x the turn's new"
+                f" messages ({new:,} B) + what turn 1 sent ({fixed:,} B) = {limit:,} B"
+                f" (issue 13): {sent:,} B",
+                sent <= limit,
+            )
+        )
     return out
 
 

@@ -4,7 +4,8 @@ Both savers run on the endpoint of ``DYNAMODB_ENDPOINT_URL`` (default: the local
 moto server of ``./dev services up``), each in its own table
 (``graphkeep_bench_graphkeep``, ``graphkeep_bench_dynamodbsaver``) that is deleted
 and created again before each run. Requests = HTTP requests, counted with
-botocore's ``before-send`` event on the saver's client (a retry counts again);
+botocore's ``before-send`` event on the saver's client (a retry counts again),
+bytes sent = the bodies of those requests;
 stored = the DynamoDB item size (attribute names plus values, AWS's rules) summed
 over a scan of the table after the run; moto does not report ``TableSizeBytes``.
 
@@ -30,12 +31,14 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from graphkeep.bench.probes import Probe
 from graphkeep.bench.suites import (
+    NOSHARE_NOTE,
     Contender,
     InProcess,
     Options,
     Skip,
     Suite,
     faster_per_turn,
+    growth_targets,
     not_yet,
 )
 from graphkeep.bench.workloads import Opened, Result, Workload
@@ -44,10 +47,13 @@ KEY_PREFIX = "bench"
 TABLES = {
     "graphkeep": "graphkeep_bench_graphkeep",
     "graphkeep-nozlib": "graphkeep_bench_graphkeep_nozlib",
+    "graphkeep-noshare": "graphkeep_bench_graphkeep_noshare",
     "DynamoDBSaver": "graphkeep_bench_dynamodbsaver",
 }
 #: the large-message check: over DynamoDB's 400 KB item limit
 LARGE_MESSAGE = 500_000
+#: issue 13: W50 (50 turns) stores at most this many item bytes on DynamoDB
+STORED_MAX = 400_000
 #: issue 4's budget of API calls per W50 turn
 MAX_CALLS_PER_TURN = 5
 AWS_REQUIREMENTS = ("langgraph-checkpoint-aws",)
@@ -81,11 +87,28 @@ def _client() -> Any:
     return boto3.client("dynamodb", endpoint_url=endpoint_url(), region_name=region())
 
 
-def count_requests(client: Any, probe: Probe) -> None:
-    """Report every HTTP request the boto3 client sends (retries included) to ``probe``."""
+def body_size(body: Any) -> int:
+    """Bytes of a botocore request body (bytes, str, a seekable stream or nothing)."""
+    if body is None:
+        return 0
+    if isinstance(body, str):
+        return len(body.encode())
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return memoryview(body).nbytes
+    if hasattr(body, "seek") and hasattr(body, "tell"):
+        at = int(body.tell())
+        size = int(body.seek(0, 2)) - at
+        body.seek(at)
+        return size
+    return 0
 
-    def sent(**_: Any) -> None:
-        probe.request()
+
+def count_requests(client: Any, probe: Probe) -> None:
+    """Report every HTTP request the boto3 client sends (retries included) to ``probe``,
+    with the bytes of its body."""
+
+    def sent(request: Any = None, **_: Any) -> None:
+        probe.request(sent=body_size(getattr(request, "body", None)))
 
     client.meta.events.register("before-send.dynamodb", sent)
 
@@ -173,8 +196,29 @@ def venv_dir() -> Path:
     return Path(os.environ.get("GRAPHKEEP_BENCH_VENVS", ".bench-venvs")) / "aws"
 
 
-def contenders(options: Options) -> list[Contender]:
+def graphkeep_opener(name: str, **saver_options: Any) -> Any:
     import graphkeep
+
+    @contextmanager
+    def open_graphkeep(work: Workload) -> Iterator[Opened]:
+        table = TABLES[name]
+        drop_table(_client(), table)
+        probe = Probe()
+        url = table_url(table)
+        with graphkeep.connect(url, key_prefix=KEY_PREFIX, **saver_options) as saver:
+            count_requests(saver.client, probe)
+            yield Opened(saver, probe, lambda: stored_bytes(table))
+
+    return open_graphkeep
+
+
+def growth_contenders(options: Options) -> list[Contender]:
+    local_credentials()
+    opener = graphkeep_opener("graphkeep-noshare", share_lists=False)
+    return [InProcess("graphkeep-noshare", opener)]
+
+
+def contenders(options: Options) -> list[Contender]:
     from graphkeep.bench.worker import InSubprocess, ensure_venv
 
     local_credentials()
@@ -182,19 +226,6 @@ def contenders(options: Options) -> list[Contender]:
     @contextmanager
     def open_memory(work: Workload) -> Iterator[Opened]:
         yield Opened(InMemorySaver(), Probe(counts_requests=False))
-
-    def opener(name: str, compress: bool) -> Any:
-        @contextmanager
-        def open_graphkeep(work: Workload) -> Iterator[Opened]:
-            table = TABLES[name]
-            drop_table(_client(), table)
-            probe = Probe()
-            url = table_url(table)
-            with graphkeep.connect(url, key_prefix=KEY_PREFIX, compress=compress) as saver:
-                count_requests(saver.client, probe)
-                yield Opened(saver, probe, lambda: stored_bytes(table))
-
-        return open_graphkeep
 
     where = venv_dir()
     if not where.exists():
@@ -206,8 +237,8 @@ def contenders(options: Options) -> list[Contender]:
         "DynamoDBSaver", str(python), "graphkeep.bench.suites.dynamodb:open_rival", passed
     )
     return [
-        InProcess("graphkeep", opener("graphkeep", compress=True)),
-        InProcess("graphkeep-nozlib", opener("graphkeep-nozlib", compress=False)),
+        InProcess("graphkeep", graphkeep_opener("graphkeep", compress=True)),
+        InProcess("graphkeep-nozlib", graphkeep_opener("graphkeep-nozlib", compress=False)),
         rival,
         InProcess("InMemorySaver", open_memory),
     ]
@@ -230,7 +261,7 @@ def targets(results: list[Result]) -> list[tuple[str, bool]]:
                     r.requests_per_turn <= MAX_CALLS_PER_TURN,
                 )
             )
-    return out + faster_per_turn(results, "DynamoDBSaver")
+    return out + faster_per_turn(results, "DynamoDBSaver") + growth_targets(results, STORED_MAX)
 
 
 SUITE = Suite(
@@ -238,17 +269,20 @@ SUITE = Suite(
     title="DynamoDB",
     stored_label="DynamoDB item bytes (names + values) summed over a scan of the saver's table",
     request_label="HTTP requests (botocore before-send events, retries included)",
+    sent_label="HTTP request body bytes (botocore before-send, retries included)",
     unavailable=unavailable,
     contenders=contenders,
     baseline="graphkeep",
     rival="DynamoDBSaver",
     where=where,
     targets=targets,
+    growth_contenders=growth_contenders,
     default_rounds=1,
     large_message=LARGE_MESSAGE,
     notes=[
         "graphkeep = the default (zlib level 6 on payloads from 4 KiB);"
         " graphkeep-nozlib = the same with compress=False",
+        NOSHARE_NOTE,
         "DynamoDBSaver = langgraph-checkpoint-aws (sync), run in .bench-venvs/aws with the"
         " same langgraph; InMemorySaver = langgraph's reference saver, no store (n/a)",
         "ms on moto are not DynamoDB's: moto deep-copies the whole table once per item of"

@@ -6,8 +6,11 @@ Both savers run on the server of ``MONGODB_URI`` (default: the local FerretDB of
 holding collections the bench did not create is never dropped unless
 ``--force-flush`` is given. Requests = commands seen by a
 ``pymongo.monitoring.CommandListener`` on the saver's client (one command = one
-round trip: a ``getMore`` counts, connection handshakes do not); stored = the
-database's ``dbStats`` ``dataSize + indexSize`` after the run.
+round trip: a ``getMore`` counts, connection handshakes do not); bytes sent = the
+BSON size of each such command as the listener sees it (``event.command``, the
+document sequences of an OP_MSG folded in); stored = the database's ``dbStats``
+``dataSize + indexSize`` after the run; the growth rows (issue 13) use
+``dataSize`` alone.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from graphkeep.bench.probes import Probe
 from graphkeep.bench.suites import (
+    NOSHARE_NOTE,
     BenchError,
     Contender,
     InProcess,
@@ -28,6 +32,7 @@ from graphkeep.bench.suites import (
     Skip,
     Suite,
     faster_per_turn,
+    growth_targets,
     not_yet,
 )
 from graphkeep.bench.workloads import Opened, Result, Workload
@@ -37,8 +42,13 @@ MARKER = "graphkeep_bench_scratch"
 KEY_PREFIX = "bench"
 DATABASES = {
     "graphkeep": "graphkeep_bench_graphkeep",
+    "graphkeep-noshare": "graphkeep_bench_graphkeep_noshare",
     "MongoDBSaver": "graphkeep_bench_mongodbsaver",
 }
+#: issue 13: W50 (50 turns) stores at most this much data on MongoDB
+STORED_MAX = 1_000_000
+#: issue 13: W50 commands per turn, at most (one command per saver call)
+MAX_COMMANDS_PER_TURN = 9
 #: commands that are connection or session housekeeping, not saver work
 HOUSEKEEPING = frozenset(
     {"hello", "ismaster", "saslstart", "saslcontinue", "ping", "endsessions", "buildinfo"}
@@ -50,6 +60,7 @@ def mongodb_url() -> str:
 
 
 def _client(probe: Probe | None = None) -> Any:
+    import bson
     import pymongo
     from pymongo import monitoring
 
@@ -60,7 +71,7 @@ def _client(probe: Probe | None = None) -> Any:
         class Commands(monitoring.CommandListener):
             def started(self, event: monitoring.CommandStartedEvent) -> None:
                 if event.command_name.lower() not in HOUSEKEEPING:
-                    count()
+                    count(sent=len(bson.encode(event.command)))
 
             def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
                 pass
@@ -108,17 +119,48 @@ def scratch_database(client: Any, name: str, force: bool) -> None:
     client[name][MARKER].insert_one({"note": "scratch database of python -m graphkeep.bench"})
 
 
-def stored_bytes(name: str) -> int:
-    """``dataSize + indexSize`` of the database, without the marker collection."""
+def stored_bytes(name: str, indexes: bool = True) -> int:
+    """``dataSize`` (``+ indexSize``) of the database, without the marker collection."""
     client = _client()
     try:
         db = client[name]
         stats = db.command("dbStats")
         marker = db.command("collStats", MARKER)
-        total = int(stats.get("dataSize", 0)) + int(stats.get("indexSize", 0))
-        return total - int(marker.get("size", 0)) - int(marker.get("totalIndexSize", 0))
+        total = int(stats.get("dataSize", 0)) - int(marker.get("size", 0))
+        if indexes:
+            total += int(stats.get("indexSize", 0)) - int(marker.get("totalIndexSize", 0))
+        return total
     finally:
         client.close()
+
+
+def data_bytes(name: str) -> int:
+    """``dataSize`` of the database without the marker collection (issue 13's measure)."""
+    return stored_bytes(name, indexes=False)
+
+
+def graphkeep_opener(name: str, options: Options, **saver_options: Any) -> Any:
+    @contextmanager
+    def open_graphkeep(work: Workload) -> Iterator[Opened]:
+        from graphkeep.backends.mongodb import MongoDBSaver
+
+        db_name = DATABASES[name]
+        probe = Probe()
+        client = _client(probe)
+        try:
+            scratch_database(client, db_name, options.force_flush)
+            saver = MongoDBSaver(client, db_name=db_name, key_prefix=KEY_PREFIX, **saver_options)
+            saver.setup()
+            yield Opened(saver, probe, lambda: stored_bytes(db_name), lambda: data_bytes(db_name))
+        finally:
+            client.close()
+
+    return open_graphkeep
+
+
+def growth_contenders(options: Options) -> list[Contender]:
+    opener = graphkeep_opener("graphkeep-noshare", options, share_lists=False)
+    return [InProcess("graphkeep-noshare", opener)]
 
 
 def contenders(options: Options) -> list[Contender]:
@@ -126,20 +168,7 @@ def contenders(options: Options) -> list[Contender]:
     def open_memory(work: Workload) -> Iterator[Opened]:
         yield Opened(InMemorySaver(), Probe(counts_requests=False))
 
-    @contextmanager
-    def open_graphkeep(work: Workload) -> Iterator[Opened]:
-        from graphkeep.backends.mongodb import MongoDBSaver
-
-        name = DATABASES["graphkeep"]
-        probe = Probe()
-        client = _client(probe)
-        try:
-            scratch_database(client, name, options.force_flush)
-            saver = MongoDBSaver(client, db_name=name, key_prefix=KEY_PREFIX)
-            saver.setup()
-            yield Opened(saver, probe, lambda: stored_bytes(name))
-        finally:
-            client.close()
+    open_graphkeep = graphkeep_opener("graphkeep", options)
 
     @contextmanager
     def open_rival(work: Workload) -> Iterator[Opened]:
@@ -151,7 +180,7 @@ def contenders(options: Options) -> list[Contender]:
         try:
             scratch_database(client, name, options.force_flush)
             saver = LangGraphMongoDBSaver(client, db_name=name)
-            yield Opened(saver, probe, lambda: stored_bytes(name))
+            yield Opened(saver, probe, lambda: stored_bytes(name), lambda: data_bytes(name))
         finally:
             client.close()
 
@@ -168,7 +197,17 @@ def where(options: Options) -> str:
 
 
 def targets(results: list[Result]) -> list[tuple[str, bool]]:
-    return faster_per_turn(results, "MongoDBSaver")
+    out: list[tuple[str, bool]] = []
+    for r in results:
+        if r.saver == "graphkeep" and r.workload == "W50" and r.requests_per_turn is not None:
+            out.append(
+                (
+                    f"W50: graphkeep at most {MAX_COMMANDS_PER_TURN} commands per turn"
+                    f" (issue 13): {r.requests_per_turn:.2f}",
+                    r.requests_per_turn <= MAX_COMMANDS_PER_TURN,
+                )
+            )
+    return out + faster_per_turn(results, "MongoDBSaver") + growth_targets(results, STORED_MAX)
 
 
 SUITE = Suite(
@@ -176,15 +215,20 @@ SUITE = Suite(
     title="MongoDB",
     stored_label="dbStats dataSize + indexSize of the saver's database",
     request_label="commands seen by pymongo command monitoring (one per round trip)",
+    sent_label="BSON size of each command seen by pymongo command monitoring"
+    " (event.command; handshakes not counted)",
+    growth_stored_label="dbStats dataSize of the saver's database (indexes not counted)",
     unavailable=unavailable,
     contenders=contenders,
     baseline="graphkeep",
     rival="MongoDBSaver",
     where=where,
     targets=targets,
+    growth_contenders=growth_contenders,
     # FerretDB answers in tens of ms per command: one round of 50 turns is ~15 minutes
     default_rounds=1,
     notes=[
+        NOSHARE_NOTE,
         "MongoDBSaver = langgraph-checkpoint-mongodb (sync);"
         " InMemorySaver = langgraph's reference saver, no store (n/a)",
     ],

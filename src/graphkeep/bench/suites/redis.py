@@ -6,7 +6,8 @@ graphkeep, ``N+1`` for plainredis; default 14 and 15) that is flushed before eac
 run, so "stored" is the sum of ``MEMORY USAGE key SAMPLES 0`` over every key of
 that run. A database that holds keys the bench did not write is never flushed
 unless ``--force-flush`` is given. Requests are network round trips counted at
-the client (:func:`graphkeep.bench.probes.count_round_trips`).
+the client (:func:`graphkeep.bench.probes.count_round_trips`), bytes sent the RESP
+bytes those write on the socket.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 import graphkeep
 from graphkeep.bench.probes import Probe, count_round_trips
 from graphkeep.bench.suites import (
+    NOSHARE_NOTE,
     BenchError,
     Contender,
     InProcess,
@@ -29,12 +31,17 @@ from graphkeep.bench.suites import (
     Skip,
     Suite,
     faster_per_turn,
+    growth_targets,
     not_yet,
 )
 from graphkeep.bench.workloads import Opened, Result, Workload
 from graphkeep.shared.keys import mask_url
 
 MARKER = "graphkeep-bench:scratch"
+#: issue 13: W50 (50 turns) stores at most this much on Redis
+STORED_MAX = 500_000
+#: issue 13: graphkeep's W50 median ms/turn at most this many times InMemorySaver's
+MAX_VS_MEMORY = 1.3
 KEY_PREFIX = "bench"
 
 
@@ -109,6 +116,24 @@ def stored_bytes(db_url: str) -> int:
         client.close()
 
 
+def graphkeep_opener(url: str, db: int, options: Options, **saver_options: Any) -> Any:
+    @contextmanager
+    def open_graphkeep(work: Workload) -> Iterator[Opened]:
+        db_url = scratch_database(url, db, options.force_flush)
+        probe = Probe()
+        with graphkeep.connect(db_url, key_prefix=KEY_PREFIX, **saver_options) as saver:
+            count_round_trips(saver.client, probe)
+            yield Opened(saver, probe, lambda: stored_bytes(db_url))
+
+    return open_graphkeep
+
+
+def growth_contenders(options: Options) -> list[Contender]:
+    """graphkeep without list sharing; it runs after the rounds, in graphkeep's database."""
+    opener = graphkeep_opener(redis_url(), options.redis_db, options, share_lists=False)
+    return [InProcess("graphkeep-noshare", opener)]
+
+
 def contenders(options: Options) -> list[Contender]:
     url = redis_url()
     graphkeep_db, plainredis_db = options.redis_db, options.redis_db + 1
@@ -117,13 +142,7 @@ def contenders(options: Options) -> list[Contender]:
     def open_memory(work: Workload) -> Iterator[Opened]:
         yield Opened(InMemorySaver(), Probe(counts_requests=False))
 
-    @contextmanager
-    def open_graphkeep(work: Workload) -> Iterator[Opened]:
-        db_url = scratch_database(url, graphkeep_db, options.force_flush)
-        probe = Probe()
-        with graphkeep.connect(db_url, key_prefix=KEY_PREFIX) as saver:
-            count_round_trips(saver.client, probe)
-            yield Opened(saver, probe, lambda: stored_bytes(db_url))
+    open_graphkeep = graphkeep_opener(url, graphkeep_db, options)
 
     @contextmanager
     def open_plainredis(work: Workload) -> Iterator[Opened]:
@@ -160,6 +179,16 @@ def targets(results: list[Result]) -> list[tuple[str, bool]]:
             )
         )
     out += faster_per_turn(results, "plainredis")
+    memory = by.get(("InMemorySaver", "W50"))
+    if plain and memory and memory.ms_per_turn:
+        times = plain.ms_per_turn / memory.ms_per_turn
+        out.append(
+            (
+                f"W50: graphkeep ms/turn at most {MAX_VS_MEMORY} x InMemorySaver's (issue 13):"
+                f" {times:.2f} x ({plain.ms_per_turn:.2f} vs {memory.ms_per_turn:.2f} ms)",
+                times <= MAX_VS_MEMORY,
+            )
+        )
     if plain and delta and plain.requests_per_turn is not None:
         assert delta.requests_per_turn is not None
         loads = delta.turn_tally.calls.get("get_tuple", 0) / delta.turns
@@ -181,12 +210,13 @@ def targets(results: list[Result]) -> list[tuple[str, bool]]:
                 extra_history <= delta.history_entries,
             )
         )
-    return out
+    return out + growth_targets(results, STORED_MAX)
 
 
 def where(options: Options) -> str:
     return (
-        f"Redis at {mask_url(redis_url())}, graphkeep in db {options.redis_db},"
+        f"Redis at {mask_url(redis_url())}, graphkeep (and graphkeep-noshare after it) in db"
+        f" {options.redis_db},"
         f" plainredis in db {options.redis_db + 1}"
     )
 
@@ -196,13 +226,17 @@ SUITE = Suite(
     title="Redis",
     stored_label="Redis memory, sum of MEMORY USAGE over the run's keys",
     request_label="network round trips counted at the client (pipeline or script = 1)",
+    sent_label="RESP bytes of the commands the client writes on its connections"
+    " (send_packed_command; connection handshakes not counted)",
     unavailable=unavailable,
     contenders=contenders,
     baseline="graphkeep",
     rival="plainredis",
     where=where,
     targets=targets,
+    growth_contenders=growth_contenders,
     notes=[
+        NOSHARE_NOTE,
         "plainredis = langgraph-checkpoint-plainredis 0.1.0 (RedisSaver, sync);"
         " InMemorySaver = langgraph's reference saver, no store (n/a)",
     ],
