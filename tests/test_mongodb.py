@@ -27,7 +27,13 @@ from pymongo import monitoring
 
 import graphkeep
 from graphkeep.backends.mongodb import AsyncMongoDBSaver, MongoDBSaver
-from graphkeep.backends.mongodb.documents import collection_names
+from graphkeep.backends.mongodb.documents import (
+    collection_names,
+    heading_of,
+    parse_blob_ref,
+    parse_write_sub,
+    upgrade_payload,
+)
 from graphkeep.errors import (
     ConfigurationError,
     InvalidFilter,
@@ -36,6 +42,7 @@ from graphkeep.errors import (
     StorageUnavailable,
 )
 from graphkeep.shared import lists
+from graphkeep.shared import serde as codec
 from graphkeep.shared.keys import mask_url
 from graphkeep.shared.records import Typed
 
@@ -161,14 +168,43 @@ class Thread:
         return self.config
 
 
+def _view(doc: dict[str, Any]) -> dict[str, Any]:
+    """A stored document with what its compact fields hold spelled out, for assertions:
+    checkpoints get ``versions``, ``present``, ``lists`` (as ``{c, v, e, lo, hi}``);
+    payloads ``part`` ("" for a head), ``type``, ``data``, ``count``, ``gen``, and blobs
+    ``channel``/``version``, writes ``task_id``/``idx``."""
+    view = dict(doc)
+    if doc["kind"] == "cp":
+        h = heading_of(doc)
+        view["versions"] = [{"c": c, "v": v} for c, v in h.versions.items()]
+        view["present"] = h.present
+        view["lists"] = [
+            {"c": c, "v": v, "e": e, "lo": lo, "hi": hi}
+            for c, (v, runs) in h.lists.items()
+            for e, lo, hi in runs
+        ]
+        view["format"] = codec.unpackb(bytes(doc["s"]))[0]
+        return view
+    view.setdefault("part", "")
+    view["data"] = view.pop("d", b"")  # renamed, not copied: sizes stay those stored
+    if not view["part"]:
+        view.update(type=doc["y"], count=doc.get("n", 1), gen=doc.get("g"))
+    if doc["kind"] == "blob":
+        view["channel"], view["version"] = parse_blob_ref(doc["ref"])
+    if doc["kind"] == "write":
+        view["task_id"], view["idx"] = parse_write_sub(doc["sub"])
+    view.setdefault("sub", "")
+    return view
+
+
 def _docs(client: Any, prefix: str, thread_id: str | None = None) -> dict[str, list[Any]]:
-    """The thread's documents: ``checkpoints`` (kind "cp") and ``payloads`` (every other kind)
-    of the one thread collection, and ``locks``."""
+    """The thread's documents (see :func:`_view`): ``checkpoints`` (kind "cp") and
+    ``payloads`` (every other kind) of the one thread collection, and ``locks``."""
     query = {} if thread_id is None else {"thread_id": thread_id}
     db = client[TEST_DB]
     data, locks = collection_names(prefix)
     # small batches: some servers (FerretDB) do not cap a reply at 16 MiB as MongoDB does
-    found = list(db[data].find(query).batch_size(3))
+    found = [_view(d) for d in db[data].find(query).batch_size(3)]
     return {
         "checkpoints": [d for d in found if d["kind"] == "cp"],
         "payloads": [d for d in found if d["kind"] != "cp"],
@@ -480,7 +516,7 @@ def _assert_no_orphans(
             assert (d["ns"], d["ref"]) in ids or d["ref"] in early, (d["kind"], d["ref"])
         if d["part"]:
             head = heads.get((d["ns"], d["kind"], d["ref"], d["sub"]))
-            assert head is not None and d["part"].startswith(head["gen"] + ":")
+            assert head is not None and d["part"].startswith(head["gen"] + "/")
 
 
 def test_nothing_orphaned_after_prune_delete_for_runs_and_delete_thread(
@@ -1076,29 +1112,92 @@ async def test_async_list_sharing_one_update_per_put_and_two_finds_per_read(
         await aclient.close()
 
 
-def test_setup_moves_format_1_checkpoints_into_the_thread_collection(
-    client: Any, saver: MongoDBSaver, prefix: str, thread_id: str
+def _format_1_id(*parts: str) -> str:
+    """``_id`` as graphkeep 0.1.x spelled it (the identity, length-prefixed)."""
+    return "".join(f"{len(part)}:{part}" for part in parts)
+
+
+def _as_format_1(doc: dict[str, Any]) -> dict[str, Any]:
+    """A format-2 document (its :func:`_view`) as graphkeep 0.1.x wrote it."""
+    base: dict[str, Any] = {k: doc[k] for k in ("thread_id", "ns")}
+    if "expires_at" in doc:
+        base["expires_at"] = doc["expires_at"]
+    if doc["kind"] == "cp":
+        h = heading_of(doc)
+        old = {
+            **base,
+            "_id": _format_1_id("c", doc["thread_id"], doc["ns"], doc["ref"]),
+            "checkpoint_id": doc["ref"],
+            "parent_id": h.parent_id,
+            "format": 1,
+            "versions": [{"c": c, "v": v} for c, v in h.versions.items()],
+            "present": h.present,
+            "needs_history": h.needs_history,
+            "metadata_doc": doc["metadata_doc"],
+        }
+        if "run_id" in doc:
+            old["run_id"] = doc["run_id"]
+        if h.chunked:
+            old["chunked"] = True
+        else:
+            ctag, cdata, mtag, mdata = codec.unpackb(bytes(doc["d"]))
+            old.update(checkpoint=cdata, checkpoint_type=ctag, metadata=mdata, metadata_type=mtag)
+        return old
+    part = doc["part"].replace("/", ":")
+    key = (doc["thread_id"], doc["ns"], doc["kind"], doc["ref"], doc["sub"], part)
+    old = {**base, "_id": _format_1_id("p", *key), "kind": doc["kind"], "ref": doc["ref"]}
+    old.update(sub=doc["sub"], part=part, data=doc["data"])
+    if not part:
+        old.update(type=doc["type"], count=doc["count"])
+        if doc["count"] > 1:
+            old["gen"] = doc["gen"]
+    if doc["kind"] == "blob":
+        old.update(channel=doc["channel"], version=doc["version"])
+    if doc["kind"] == "write":
+        old.update(task_id=doc["task_id"], idx=doc["idx"], channel=doc["channel"])
+        old["task_path"] = doc.get("p", "")
+    return old
+
+
+def test_setup_rewrites_format_1_documents_in_format_2(
+    client: Any, prefix: str, thread_id: str
 ) -> None:
+    # 0.1.x had no list sharing; small chunks so a blob, a write and a checkpoint are chunked
+    saver = MongoDBSaver(
+        client, db_name=TEST_DB, key_prefix=prefix, share_lists=False, chunk_size=32 * 1024
+    )
+    saver.setup()
     t = Thread(saver, thread_id)
+    big = os.urandom(50 * 1024)
     for i in range(3):
-        t.put({"n": i, "messages": _messages(12 + i)}, {"step": i, "run_id": f"run-{i}"})
-    saver.put_writes(t.config, [("n", 9)], "task")
+        meta = {"step": i, "run_id": f"run-{i}", "notes": os.urandom(20 * 1024).hex()}
+        t.put({"n": i, "messages": _messages(12 + i), "big": big}, meta)
+    saver.put_writes(t.config, [("n", 9), ("big", os.urandom(40 * 1024))], "task")
     db = client[TEST_DB]
     data, _locks = collection_names(prefix)
     legacy = f"{prefix}_checkpoints"
-    for doc in db[data].find({"thread_id": thread_id, "kind": "cp"}):  # as 0.1.x wrote them
-        old = {k: v for k, v in doc.items() if k not in ("kind", "ref", "sub", "part", "lists")}
-        db[legacy].insert_one({**old, "checkpoint_id": doc["ref"], "format": 1})
-    db[data].delete_many({"thread_id": thread_id, "kind": "cp"})
+    stored = _docs(client, prefix, thread_id)
+    assert any(d["part"] for d in stored["payloads"])  # chunked payloads are covered
+    db[data].delete_many({"thread_id": thread_id})
+    db[legacy].insert_many([_as_format_1(d) for d in stored["checkpoints"]])
+    old_payloads = [_as_format_1(d) for d in stored["payloads"]]
+    db[data].insert_many(old_payloads)
+    # a rewrite interrupted after its upsert: the format-2 copy exists, the old one too
+    db[data].insert_one(upgrade_payload(old_payloads[0]))
     upgraded = MongoDBSaver(client, db_name=TEST_DB, key_prefix=prefix)
-    assert upgraded.get_tuple(_config(thread_id)) is None  # not moved yet
+    assert upgraded.get_tuple(_config(thread_id)) is None  # checkpoints not moved yet
     upgraded.setup()
     assert legacy not in db.list_collection_names()
+    raw = list(db[data].find({"thread_id": thread_id}))
+    assert not [d for d in raw if "data" in d or "checkpoint_id" in d]  # all rewritten
+    assert len(raw) == sum(len(v) for v in stored.values())
     got = upgraded.get_tuple(_config(thread_id))
     assert got is not None and got.checkpoint["channel_values"]["messages"] == _messages(14)
-    assert got.pending_writes == [("task", "n", 9)]
+    assert got.checkpoint["channel_values"]["big"] == big
+    assert sorted(w[1] for w in got.pending_writes) == ["big", "n"]
     assert len(list(upgraded.list(_config(thread_id), filter={"step": 1}))) == 1
     upgraded.delete_for_runs(["run-0"])
     assert [c["ref"] for c in _docs(client, prefix, thread_id)["checkpoints"]] == t.ids[1:]
     assert all(c["format"] == 2 for c in _docs(client, prefix, thread_id)["checkpoints"])
+    _assert_no_orphans(client, prefix, thread_id)
     upgraded.setup()  # idempotent

@@ -37,7 +37,7 @@ def dump(serde: Any, value: Any, what: str) -> Typed:
 #: a compressed payload's tag is this prefix + the serializer's tag (recorded per record)
 COMPRESSED_PREFIX = "z:"
 #: payloads smaller than this are stored as they are (list elements: see lists.py)
-COMPRESS_MIN_BYTES = 1024
+COMPRESS_MIN_BYTES = 256
 #: compress only when it saves at least this fraction of the bytes
 COMPRESS_MIN_SAVING = 0.10
 

@@ -8,6 +8,7 @@ the index specs.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import math
 from collections.abc import Iterable, Mapping
@@ -18,11 +19,13 @@ from typing import Any
 import bson
 
 from graphkeep.errors import ConfigurationError
+from graphkeep.shared import serde as codec
 from graphkeep.shared.lists import ELEMENT_CHANNEL, element_key, split_key
 
 #: bump when the document layout changes; readers keep accepting older formats.
 #: 1: checkpoints in ``<prefix>_checkpoints`` (0.1.x); 2: checkpoints are ``kind: "cp"``
-#: documents of the one thread collection (``setup()`` moves format-1 documents there)
+#: documents of the one thread collection, ``_id`` is a digest of the identity and the
+#: fields no query names are short or packed (``setup()`` rewrites format-1 documents)
 FORMAT = 2
 
 #: a checkpoint document (``ref`` = checkpoint id)
@@ -90,19 +93,38 @@ def blob_ref(channel: str, version: str) -> str:
     return f"{len(channel)}:{channel}:{version}"
 
 
+def parse_blob_ref(ref: str) -> tuple[str, str]:
+    """(channel, version) of a blob ``ref`` (the inverse of :func:`blob_ref`)."""
+    size, _, rest = ref.partition(":")
+    n = int(size)
+    return rest[:n], rest[n + 1 :]
+
+
 def write_sub(task_id: str, idx: int) -> str:
     """``sub`` of a write: length-prefixed task id and the write index."""
     return f"{len(task_id)}:{task_id}:{idx}"
 
 
+def parse_write_sub(sub: str) -> tuple[str, int]:
+    """(task id, write index) of a write's ``sub`` (the inverse of :func:`write_sub`)."""
+    size, _, rest = sub.partition(":")
+    n = int(size)
+    return rest[:n], int(rest[n + 1 :])
+
+
 def doc_id(*parts: str) -> str:
-    """A document's ``_id``: its identity fields, each length-prefixed, so ids never collide.
+    """A document's ``_id``: a 128-bit digest of its identity fields (each length-prefixed,
+    so distinct identities never hash the same input), 22 base64url characters.
 
     Upserts name a document by ``_id`` alone: the primary key, the one lookup every
     MongoDB-compatible server serves from an index (FerretDB's SQLite handler pushes
-    down nothing else, so any other filter costs a collection scan there).
+    down nothing else, so any other filter costs a collection scan there). A digest
+    keeps the key short however long thread and checkpoint ids are (format 1 spelled
+    the identity out, which made ``_id`` the largest field of most documents).
     """
-    return "".join(f"{len(part)}:{part}" for part in parts)
+    identity = "".join(f"{len(part)}:{part}" for part in parts).encode("utf-8", "surrogatepass")
+    digest = hashlib.blake2b(identity, digest_size=16, person=b"graphkeep.id.2").digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
 def checkpoint_id_key(thread_id: str, ns: str, checkpoint_id: str) -> str:
@@ -110,18 +132,167 @@ def checkpoint_id_key(thread_id: str, ns: str, checkpoint_id: str) -> str:
     return doc_id("c", thread_id, ns, checkpoint_id)
 
 
+def payload_id(thread_id: str, ns: str, kind: str, ref: str, sub: str, part: str) -> str:
+    """``_id`` of a payload document (a head has ``part`` "")."""
+    return doc_id("p", thread_id, ns, kind, ref, sub, part)
+
+
 def identity(thread_id: str, ns: str, kind: str, ref: str, sub: str = "") -> dict[str, Any]:
+    """The indexed identity fields of a document; an empty ``sub`` is left out (it indexes
+    as null, the same for every document of a kind that has none)."""
     for value in (thread_id, ns, ref, sub):
         # values only, never operators: every caller passes validated strings
         if not isinstance(value, str):
             raise TypeError(f"identity fields must be str, got {type(value).__name__}")
-    return {"thread_id": thread_id, "ns": ns, "kind": kind, "ref": ref, "sub": sub}
+    ident = {"thread_id": thread_id, "ns": ns, "kind": kind, "ref": ref}
+    if sub:
+        ident["sub"] = sub
+    return ident
+
+
+# -- checkpoint documents ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Heading:
+    """What a checkpoint document says besides its identity and its payload: packed into
+    one binary field ``s`` in format 2 (read only by the client, never queried)."""
+
+    parent_id: str | None
+    versions: dict[str, str]
+    present: list[str]
+    needs_history: list[str]
+    #: DeltaChannel bookkeeping: channel -> (checkpoint id, seed version or None)
+    delta: dict[str, tuple[str, str | None]]
+    #: list channels: channel -> (version, runs of element keys)
+    lists: dict[str, tuple[str, list[Run]]]
+    #: the checkpoint and metadata are in a ``kind: "checkpoint"`` payload
+    chunked: bool = False
+
+
+def pack_heading(heading: Heading) -> bytes:
+    """``s`` of a checkpoint document: msgpack ``[format, parent, versions, present,
+    needs_history, delta, lists, chunked]`` (plain maps: channel names may hold "." or "$")."""
+    lists = {ch: [v, [list(r) for r in runs]] for ch, (v, runs) in heading.lists.items()}
+    return codec.packb(
+        [
+            FORMAT,
+            heading.parent_id,
+            heading.versions,
+            heading.present,
+            heading.needs_history,
+            {ch: list(entry) for ch, entry in heading.delta.items()},
+            lists,
+            heading.chunked,
+        ]
+    )
+
+
+def heading_of(doc: Mapping[str, Any]) -> Heading:
+    """The heading of a checkpoint document, format 2 (``s``) or format 1 (named fields)."""
+    packed = doc.get("s")
+    if packed is not None:
+        _format, parent, versions, present, needs, delta, lists, chunked = codec.unpackb(
+            bytes(packed)
+        )
+        return Heading(
+            parent or None,
+            dict(versions),
+            list(present),
+            list(needs),
+            {ch: (cid, v) for ch, (cid, v) in delta.items()},
+            {
+                ch: (v, [(e, int(lo), int(hi)) for e, lo, hi in runs])
+                for ch, (v, runs) in lists.items()
+            },
+            bool(chunked),
+        )
+    old_lists: dict[str, tuple[str, list[Run]]] = {}
+    for e in doc.get("lists") or []:
+        old_lists.setdefault(e["c"], (e["v"], []))[1].append((e["e"], int(e["lo"]), int(e["hi"])))
+    return Heading(
+        doc.get("parent_id") or None,
+        {e["c"]: e["v"] for e in doc.get("versions") or []},
+        list(doc.get("present") or []),
+        list(doc.get("needs_history") or []),
+        {e["c"]: (e["id"], e.get("v")) for e in doc.get("delta") or []},
+        old_lists,
+        bool(doc.get("chunked")),
+    )
+
+
+def checkpoint_payload(doc: Mapping[str, Any]) -> bytes | None:
+    """The packed ``[checkpoint tag, bytes, metadata tag, bytes]`` inlined in a checkpoint
+    document, None when it is chunked (format 1 kept four named fields)."""
+    packed = doc.get("d")
+    if packed is not None:
+        return bytes(packed)
+    if "checkpoint" not in doc:
+        return None
+    return codec.packb(
+        [doc["checkpoint_type"], bytes(doc["checkpoint"]), doc["metadata_type"], doc["metadata"]]
+    )
+
+
+#: fields of a format-1 checkpoint document that format 2 packs into ``s`` and ``d``
+_FORMAT_1_CP_FIELDS = (
+    "checkpoint_id",
+    "sub",
+    "part",
+    "format",
+    "parent_id",
+    "versions",
+    "present",
+    "needs_history",
+    "delta",
+    "lists",
+    "chunked",
+    "checkpoint",
+    "checkpoint_type",
+    "metadata",
+    "metadata_type",
+)
 
 
 def upgrade_checkpoint(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """A format-1 checkpoint document (``<prefix>_checkpoints``) as a format-2 one."""
-    new = {k: v for k, v in doc.items() if k != "checkpoint_id"}
-    new.update(kind=KIND_CP, ref=doc["checkpoint_id"], sub="", part="", format=FORMAT)
+    """A format-1 checkpoint document (``<prefix>_checkpoints``) as a format-2 one (its
+    ``_id`` included)."""
+    ref = doc["checkpoint_id"] if "checkpoint_id" in doc else doc["ref"]
+    new = {k: v for k, v in doc.items() if k not in _FORMAT_1_CP_FIELDS}
+    new.update(
+        _id=checkpoint_id_key(doc["thread_id"], doc["ns"], ref),
+        kind=KIND_CP,
+        ref=ref,
+        s=pack_heading(heading_of(doc)),
+    )
+    payload = checkpoint_payload(doc)
+    if payload is not None:
+        new["d"] = payload
+    return new
+
+
+def upgrade_payload(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A format-1 payload document (long ``_id``, named fields) as a format-2 one."""
+    t, ns, kind, ref = doc["thread_id"], doc["ns"], doc["kind"], doc["ref"]
+    sub, part = doc.get("sub") or "", doc.get("part") or ""
+    new: dict[str, Any] = identity(t, ns, kind, ref, sub)
+    if "expires_at" in doc:
+        new["expires_at"] = doc["expires_at"]
+    if kind == KIND_WRITE:
+        new["channel"] = doc["channel"]
+        if doc.get("task_path"):
+            new["p"] = doc["task_path"]
+    if part:
+        gen, _, n = part.rpartition(":")
+        part = tail_part(gen, int(n))
+        new["part"] = part
+    else:
+        new["y"] = doc["type"]
+        if int(doc.get("count", 1)) > 1:
+            new["n"], new["g"] = int(doc["count"]), doc["gen"]
+    if doc.get("data"):
+        new["d"] = doc["data"]
+    new["_id"] = payload_id(t, ns, kind, ref, sub, part)
     return new
 
 
@@ -188,8 +359,13 @@ class PayloadDoc:
     #: ``{"_id": ...}``
     filter: dict[str, Any]
     doc: dict[str, Any]
-    #: True for the head document (part ""), which decides overwrite vs insert-once
+    #: True for the head document (no ``part``), which decides overwrite vs insert-once
     head: bool
+
+
+def tail_part(gen: str, n: int) -> str:
+    """``part`` of the ``n``-th chunk of generation ``gen`` (format 1 wrote ``gen:n``)."""
+    return f"{gen}/{n}"
 
 
 def payload_docs(
@@ -201,33 +377,34 @@ def payload_docs(
 ) -> list[PayloadDoc]:
     """The head document (and tail chunks, tails first) holding one payload.
 
-    The head carries ``count`` and, when chunked, ``gen`` (a digest of the whole
-    payload); tails are keyed by ``part = "<gen>:<n>"``. A reader assembles only
+    The head carries the type tag ``y``, the (first chunk of the) bytes ``d`` (left out
+    when empty) and, when chunked, the chunk count ``n`` and ``g`` (a digest of the
+    whole payload); tails are keyed by ``part = "<g>/<i>"``. A reader assembles only
     the tails of the head's generation, so an overwrite or a retry that writes
     different bytes can never mix chunks of two payloads.
     """
     base = {**ident, **fields}
-    key = [ident["thread_id"], ident["ns"], ident["kind"], ident["ref"], ident["sub"]]
+    key = [ident["thread_id"], ident["ns"], ident["kind"], ident["ref"], ident.get("sub", "")]
 
     def by_id(part: str) -> dict[str, Any]:
-        return {"_id": doc_id("p", *key, part)}
+        return {"_id": payload_id(key[0], key[1], key[2], key[3], key[4], part)}
 
     if len(data) <= chunk_size:
-        head = {**base, "part": "", "type": tag, "count": 1, "data": data}
+        head = {**base, "y": tag, "d": data} if data else {**base, "y": tag}
         return [PayloadDoc(by_id(""), head, True)]
     pieces = [data[i : i + chunk_size] for i in range(0, len(data), chunk_size)]
     gen = hashlib.blake2b(data, digest_size=12).hexdigest()
     docs = []
     for n in range(1, len(pieces)):
-        part = f"{gen}:{n}"
-        docs.append(PayloadDoc(by_id(part), {**base, "part": part, "data": pieces[n]}, False))
-    head = {**base, "part": "", "type": tag, "count": len(pieces), "gen": gen, "data": pieces[0]}
+        part = tail_part(gen, n)
+        docs.append(PayloadDoc(by_id(part), {**base, "part": part, "d": pieces[n]}, False))
+    head = {**base, "y": tag, "n": len(pieces), "g": gen, "d": pieces[0]}
     docs.append(PayloadDoc(by_id(""), head, True))
     return docs
 
 
 def group_key(doc: Mapping[str, Any]) -> tuple[str, str, str, str, str]:
-    return (doc["thread_id"], doc["ns"], doc["kind"], doc["ref"], doc.get("sub", ""))
+    return (doc["thread_id"], doc["ns"], doc["kind"], doc["ref"], doc.get("sub") or "")
 
 
 def group_payloads(
@@ -239,20 +416,32 @@ def group_payloads(
     return groups
 
 
+def payload_type(head: Mapping[str, Any]) -> str:
+    """The type tag of a payload head (``y``; format 1: ``type``)."""
+    return str(head["y"] if "y" in head else head["type"])
+
+
 def assemble(docs: list[Mapping[str, Any]]) -> tuple[Mapping[str, Any], bytes] | None:
-    """(head, payload bytes), or None while the payload is incomplete."""
-    head = next((d for d in docs if d.get("part", "") == ""), None)
-    if head is None:
+    """(head, payload bytes), or None while the payload is incomplete.
+
+    Reads format 2 (``y``/``d``/``n``/``g``, tails ``<g>/<i>``) and format 1
+    (``type``/``data``/``count``/``gen``, tails ``<gen>:<i>``); while ``setup()``
+    rewrites a format-1 document both may be stored, with the same bytes.
+    """
+    heads = [d for d in docs if not d.get("part")]
+    if not heads:
         return None
-    count = int(head.get("count", 1))
-    data = bytes(head.get("data", b""))
+    head = next((d for d in heads if "y" in d), heads[0])
+    new = "y" in head
+    count = int(head.get("n" if new else "count", 1))
+    data = bytes(head.get("d" if new else "data", b""))
     if count <= 1:
         return head, data
-    gen = head.get("gen")
-    parts = {d.get("part"): d.get("data") for d in docs}
+    gen = str(head.get("g" if new else "gen"))
+    parts = {d.get("part"): d.get("d" if "d" in d else "data") for d in docs}
     pieces = [data]
     for n in range(1, count):
-        piece = parts.get(f"{gen}:{n}")
+        piece = parts.get(tail_part(gen, n) if new else f"{gen}:{n}")
         if piece is None:
             return None
         pieces.append(bytes(piece))

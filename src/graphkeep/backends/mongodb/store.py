@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -32,15 +32,18 @@ from graphkeep.backends.mongodb.documents import (
     KIND_CP,
     KIND_WRITE,
     OPAQUE,
+    Heading,
     Run,
     assemble,
     blob_ref,
     check_prefix,
     checkpoint_id_key,
+    checkpoint_payload,
     collection_names,
     conjunction,
     disjunction,
     group_payloads,
+    heading_of,
     identity,
     in_batches,
     index_signature,
@@ -52,9 +55,14 @@ from graphkeep.backends.mongodb.documents import (
     merge_runs,
     metadata_fields,
     metadata_filter,
+    pack_heading,
+    parse_blob_ref,
+    parse_write_sub,
     payload_docs,
+    payload_type,
     run_clauses,
     upgrade_checkpoint,
+    upgrade_payload,
     write_sub,
 )
 from graphkeep.errors import ConfigurationError, PayloadTooLarge
@@ -97,6 +105,8 @@ SUMMARY_FIELDS: dict[str, Any] = {
     "thread_id": 1,
     "ns": 1,
     "ref": 1,
+    "s": 1,
+    # format 1 spelled these out (checkpoints moved by setup() keep them until rewritten)
     "parent_id": 1,
     "versions": 1,
     "present": 1,
@@ -212,36 +222,19 @@ class _Summaries:
 
 
 def head_of(doc: Mapping[str, Any], complete: bool = False) -> Head:
-    """The head of a checkpoint document; ``complete`` when its ``lists`` field is known
-    to name every list channel (it is only a hint otherwise)."""
-    versions = {e["c"]: e["v"] for e in doc.get("versions") or []}
+    """The head of a checkpoint document; ``complete`` when its ``lists`` are known
+    to name every list channel (they are only a hint otherwise)."""
+    h = heading_of(doc)
     summary = Summary(
         ns=doc["ns"],
         checkpoint_id=doc["ref"],
-        parent_id=doc.get("parent_id") or None,
-        versions=versions,
-        present=list(doc.get("present") or []),
-        needs_history=list(doc.get("needs_history") or []),
+        parent_id=h.parent_id,
+        versions=h.versions,
+        present=h.present,
+        needs_history=h.needs_history,
         run_id=doc.get("run_id"),
     )
-    delta: DeltaMap = {e["c"]: (e["id"], e.get("v")) for e in doc.get("delta") or []}
-    return Head(summary, delta, lists_of(doc), complete)
-
-
-def lists_of(doc: Mapping[str, Any]) -> ListMap:
-    """The ``lists`` field of a checkpoint document: ``[{c, v, e, lo, hi}, ...]``, one per run."""
-    lists: ListMap = {}
-    for e in doc.get("lists") or []:
-        lists.setdefault(e["c"], (e["v"], []))[1].append((e["e"], int(e["lo"]), int(e["hi"])))
-    return lists
-
-
-def lists_field(lists: ListMap) -> list[dict[str, Any]]:
-    return [
-        {"c": ch, "v": version, "e": epoch, "lo": low, "hi": high}
-        for ch, (version, runs) in lists.items()
-        for epoch, low, high in runs
-    ]
+    return Head(summary, dict(h.delta), dict(h.lists), complete)
 
 
 def manifest_runs(manifest: Typed) -> list[Run]:
@@ -408,7 +401,7 @@ class MongoStore:
         """Upserts storing one channel value (blobs are immutable per version: overwrite)."""
         return self._payload_ops(
             identity(thread_id, ns, KIND_BLOB, blob_ref(blob.channel, blob.version)),
-            {"channel": blob.channel, "version": blob.version},
+            {},  # channel and version are in ``ref``
             blob.value,
             expires_at,
             overwrite=True,
@@ -427,12 +420,10 @@ class MongoStore:
         """Upserts storing one pending write of ``checkpoint_id``."""
         return self._payload_ops(
             identity(thread_id, ns, KIND_WRITE, checkpoint_id, write_sub(write.task_id, write.idx)),
-            {
-                "task_id": write.task_id,
-                "idx": write.idx,
-                "channel": write.channel,
-                "task_path": write.task_path,
-            },
+            # task id and index are in ``sub``; ``channel`` stays a field (history filters on it)
+            {"channel": write.channel, "p": write.task_path}
+            if write.task_path
+            else {"channel": write.channel},
             write.value,
             expires_at,
             overwrite=overwrite,
@@ -471,33 +462,33 @@ class MongoStore:
     ) -> tuple[dict[str, Any], bytes | None]:
         """The checkpoint document, and the payload to chunk when it is too big to inline."""
         metadata_doc, opaque = metadata_fields(record.metadata_doc)
+        payload = len(record.checkpoint.data) + len(record.metadata.data)
+        inline = payload <= self.chunk_size
+        heading = Heading(
+            record.parent_id,
+            dict(record.versions),
+            list(record.present),
+            list(record.needs_history),
+            dict(delta),
+            dict(lists or {}),
+            chunked=not inline,
+        )
         doc: dict[str, Any] = {
             "thread_id": record.thread_id,
             "ns": record.ns,
             "kind": KIND_CP,
             "ref": record.checkpoint_id,
-            "sub": "",
-            "part": "",
-            "parent_id": record.parent_id,
-            "format": FORMAT,
-            "versions": [{"c": ch, "v": v} for ch, v in record.versions.items()],
-            "present": list(record.present),
-            "needs_history": list(record.needs_history),
+            # parent, versions, present, needs_history, delta and lists, packed: read only
+            # by the client, and far smaller packed than as BSON arrays of documents
+            "s": pack_heading(heading),
             "metadata_doc": metadata_doc,
         }
         if opaque:
             doc["metadata_opaque"] = opaque
         if record.run_id is not None:
             doc["run_id"] = record.run_id
-        if delta:
-            doc["delta"] = [{"c": ch, "id": cid, "v": v} for ch, (cid, v) in delta.items()]
-        if lists:
-            # element runs of the list channels: get_tuple fetches the elements with the blobs
-            doc["lists"] = lists_field(lists)
         if expires_at is not None:
             doc["expires_at"] = expires_at
-        payload = len(record.checkpoint.data) + len(record.metadata.data)
-        inline = payload <= self.chunk_size
         budget = BSON_LIMIT - DOC_HEADROOM - (payload if inline else 0)
         size = len(bson.encode(doc))
         if size > budget:
@@ -512,13 +503,6 @@ class MongoStore:
                     " bytes without payload, over what MongoDB can store; use fewer or"
                     " shorter channel names"
                 )
-        if inline:
-            doc["checkpoint"] = record.checkpoint.data
-            doc["checkpoint_type"] = record.checkpoint.tag
-            doc["metadata"] = record.metadata.data
-            doc["metadata_type"] = record.metadata.tag
-            return doc, None
-        doc["chunked"] = True
         packed = codec.packb(
             [
                 record.checkpoint.tag,
@@ -527,6 +511,9 @@ class MongoStore:
                 record.metadata.data,
             ]
         )
+        if inline:
+            doc["d"] = packed
+            return doc, None
         return doc, packed
 
     def _refresh_ops(self, refreshes: Iterable[Refresh], now: datetime) -> list[Any]:
@@ -609,33 +596,53 @@ class MongoStore:
         yield from self._migrate()
 
     def _migrate(self) -> Op[None]:
-        """Format 1 kept checkpoints in ``<prefix>_checkpoints``: copy each (same ``_id``) into
-        the thread collection, then delete it there; drop the emptied collection. Idempotent
-        and resumable (a copy is an upsert, a delete follows its copy). Stop 0.1.x writers
-        first: what they write to the old collection after this is not read."""
+        """Rewrite what format 1 (graphkeep 0.1.x) stored: its checkpoints, kept in
+        ``<prefix>_checkpoints``, move into the thread collection (then that collection is
+        dropped), and its payload documents (long ``_id``, named fields) are rewritten in
+        the format-2 layout. Idempotent and resumable: each new document is written before
+        its old one is deleted, and the two never collide in the unique index (a format-2
+        head has no ``part``, a tail's ``part`` is ``<gen>/<n>``, not ``<gen>:<n>``), so a
+        reader finds the payload under either layout meanwhile. Stop 0.1.x writers
+        first: what they write after this is not read."""
+        # payload documents (the ones with a ``data`` field) in place, then checkpoints
+        moved = yield from self._rewrite(
+            self.payloads, {"data": {"$exists": True}}, upgrade_payload
+        )
         found = yield Command(None, "list_collection_names", (), {"filter": {"name": self.legacy}})
-        if not found:
-            return
+        if found:
+            moved += yield from self._rewrite(self.legacy, {}, upgrade_checkpoint)
+            yield Command(None, "drop_collection", (self.legacy,))
+        if moved:
+            self.heads = HeadCache(self.heads.size)
+            log.info("rewrote %d format-1 documents of %s in format %d", moved, self.prefix, FORMAT)
+
+    def _rewrite(
+        self,
+        source: str,
+        match: dict[str, Any],
+        upgrade: Callable[[Mapping[str, Any]], dict[str, Any]],
+    ) -> Op[int]:
+        """Format-1 documents of ``source`` matching ``match``, rewritten into the payloads
+        collection: new document first, then the old one deleted, in ``_id`` order (an
+        index walk on MongoDB, never a rescan), so an interrupted run resumes."""
         moved = 0
+        last: Any = None
         while True:
+            query = dict(match) if last is None else {**match, "_id": {"$gt": last}}
             docs = yield Command(
-                self.legacy, "find", ({},), {"sort": [("_id", 1)], "limit": MIGRATE_BATCH}
+                source, "find", (query,), {"sort": [("_id", 1)], "limit": MIGRATE_BATCH}
             )
             if not docs:
-                break
+                return moved
             ops = [
-                ReplaceOne(
-                    self._key({"_id": d["_id"]}, d["thread_id"]), upgrade_checkpoint(d), upsert=True
-                )
-                for d in docs
+                ReplaceOne(self._key({"_id": u["_id"]}, u["thread_id"]), u, upsert=True)
+                for u in map(upgrade, docs)
             ]
             yield Command(self.payloads, "bulk_write", (ops,), {"ordered": False})
             ids = [d["_id"] for d in docs]
-            yield Command(self.legacy, "delete_many", ({"_id": {"$in": ids}},))
+            yield Command(source, "delete_many", ({"_id": {"$in": ids}},))
             moved += len(docs)
-        yield Command(None, "drop_collection", (self.legacy,))
-        self.heads = HeadCache(self.heads.size)
-        log.info("moved %d format-1 checkpoints from %s to %s", moved, self.legacy, self.payloads)
+            last = ids[-1]
 
     # -- port: writes --------------------------------------------------------------
 
@@ -790,10 +797,11 @@ class MongoStore:
         for doc in docs:
             ids, refs, runs = wanted.setdefault((doc["thread_id"], doc["ns"]), (set(), set(), []))
             ids.add(doc["ref"])
-            versions = {e["c"]: e["v"] for e in doc.get("versions") or []}
-            present = [ch for ch in doc.get("present") or [] if ch in versions]
+            heading = heading_of(doc)
+            versions = heading.versions
+            present = [ch for ch in heading.present if ch in versions]
             refs.update(blob_ref(ch, versions[ch]) for ch in present)
-            for ch, (listed, named) in lists_of(doc).items():
+            for ch, (listed, named) in heading.lists.items():
                 if ch in present and versions[ch] == listed:
                     runs += named
         clauses: list[dict[str, Any]] = []
@@ -824,9 +832,9 @@ class MongoStore:
             elif kind == KIND_BLOB:
                 element = element_key_of(ref)
                 if element is None:
-                    blobs[(t, ns, ref)] = Typed(head["type"], data)
+                    blobs[(t, ns, ref)] = Typed(payload_type(head), data)
                 else:
-                    elements.setdefault((t, ns), {})[element] = Typed(head["type"], data)
+                    elements.setdefault((t, ns), {})[element] = Typed(payload_type(head), data)
             elif kind == KIND_CHECKPOINT:
                 chunks[(t, ns, ref)] = data
         items: list[Loaded] = []
@@ -891,10 +899,12 @@ class MongoStore:
         )
         wanted = set(keys)
         got: dict[tuple[str, str, str], Typed] = {}
-        for _t, ns, kind, _ref, head, data in _payloads(found):
-            key = (ns, head["channel"], head["version"])
-            if kind == KIND_BLOB and key in wanted:
-                got[key] = Typed(head["type"], data)
+        for _t, ns, kind, ref, head, data in _payloads(found):
+            if kind != KIND_BLOB:
+                continue
+            key = (ns, *parse_blob_ref(ref))
+            if key in wanted:
+                got[key] = Typed(payload_type(head), data)
         return got
 
     def list_page(
@@ -978,7 +988,7 @@ class MongoStore:
             if kind == KIND_WRITE:
                 writes.setdefault(ref, []).append(_write(head, data))
             elif kind == KIND_BLOB:
-                blobs[(head["channel"], head["version"])] = Typed(head["type"], data)
+                blobs[parse_blob_ref(ref)] = Typed(payload_type(head), data)
         if self.refresh_on_read:
             refresh = Refresh(thread_id, ns, ranges=[(ancestors[-1].checkpoint_id, target_id)])
             refresh.blobs.update(seed_refs)
@@ -1056,7 +1066,7 @@ class MongoStore:
         found = yield self._find(
             self.payloads,
             {"thread_id": thread_id},
-            projection={**SUMMARY_FIELDS, "kind": 1, "channel": 1, "version": 1},
+            projection={**SUMMARY_FIELDS, "kind": 1},
         )
         summaries: list[Summary] = []
         write_keys: set[tuple[str, str]] = set()
@@ -1067,7 +1077,7 @@ class MongoStore:
             elif doc["kind"] in WRITE_KINDS:
                 write_keys.add((doc["ns"], doc["ref"]))
             elif doc["kind"] == KIND_BLOB:
-                blob_keys.add((doc["ns"], doc["channel"], doc["version"]))
+                blob_keys.add((doc["ns"], *parse_blob_ref(doc["ref"])))
         return Inventory(summaries, write_keys, blob_keys)
 
     def delete_records(
@@ -1125,8 +1135,8 @@ class MongoStore:
             if kind == KIND_WRITE:
                 dump.writes.append((ns, ref, _write(head, data)))
             elif kind == KIND_BLOB:
-                value = Typed(head["type"], data)
-                dump.blobs.append((ns, BlobRecord(head["channel"], head["version"], value)))
+                value = Typed(payload_type(head), data)
+                dump.blobs.append((ns, BlobRecord(*parse_blob_ref(ref), value)))
             elif kind == KIND_CHECKPOINT:
                 chunks[(ns, ref)] = data
         for doc in docs:
@@ -1251,23 +1261,26 @@ def _payloads(
 
 
 def _write(head: Mapping[str, Any], data: bytes) -> WriteRecord:
+    if "y" in head:  # format 2: task id and index are in ``sub``
+        task_id, idx = parse_write_sub(head["sub"])
+        task_path = head.get("p", "")
+    else:
+        task_id, idx, task_path = head["task_id"], int(head["idx"]), head.get("task_path", "")
     return WriteRecord(
-        task_id=head["task_id"],
-        idx=int(head["idx"]),
+        task_id=task_id,
+        idx=idx,
         channel=head["channel"],
-        task_path=head.get("task_path", ""),
-        value=Typed(head["type"], data),
+        task_path=task_path,
+        value=Typed(payload_type(head), data),
     )
 
 
 def _record(doc: Mapping[str, Any], chunked: bytes | None) -> CheckpointRecord | None:
-    if doc.get("chunked"):
-        if chunked is None:
-            return None  # payload not (fully) written: treat as absent
-        ctag, cdata, mtag, mdata = codec.unpackb(chunked)
-    else:
-        ctag, cdata = doc["checkpoint_type"], doc["checkpoint"]
-        mtag, mdata = doc["metadata_type"], doc["metadata"]
+    heading = heading_of(doc)
+    packed = chunked if heading.chunked else checkpoint_payload(doc)
+    if packed is None:
+        return None  # payload not (fully) written: treat as absent
+    ctag, cdata, mtag, mdata = codec.unpackb(packed)
     metadata_doc: dict[str, Any] = dict(doc.get("metadata_doc") or {})
     for key in doc.get("metadata_opaque") or []:
         metadata_doc[key] = OPAQUE  # re-marked opaque if this record is stored again
@@ -1275,10 +1288,10 @@ def _record(doc: Mapping[str, Any], chunked: bytes | None) -> CheckpointRecord |
         thread_id=doc["thread_id"],
         ns=doc["ns"],
         checkpoint_id=doc["ref"],
-        parent_id=doc.get("parent_id") or None,
-        versions={e["c"]: e["v"] for e in doc.get("versions") or []},
-        present=list(doc.get("present") or []),
-        needs_history=list(doc.get("needs_history") or []),
+        parent_id=heading.parent_id,
+        versions=heading.versions,
+        present=heading.present,
+        needs_history=heading.needs_history,
         run_id=doc.get("run_id"),
         checkpoint=Typed(ctag, bytes(cdata)),
         metadata=Typed(mtag, bytes(mdata)),
