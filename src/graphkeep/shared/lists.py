@@ -51,8 +51,10 @@ MANIFEST_TAG = "graphkeep.list/1"
 MIN_SHARED_BYTES = 1024
 #: elements of at least this size are compressed (when that saves >= 10 %)
 COMPRESS_ELEMENT_BYTES = 128
-#: how many (thread, namespace, channel) a saver remembers (least recently used go)
+#: how many (thread, namespace, channel) a saver remembers (least recently used go) ...
 CACHE_ENTRIES = 4096
+#: ... and how many element hashes in all (about 150 bytes each: ~10 MB)
+CACHE_ELEMENTS = 65536
 
 _SEQ_DIGITS = 8
 
@@ -164,23 +166,40 @@ class ListSharer:
         squeeze: Callable[[Typed, int], Typed] = codec.squeeze,
         *,
         entries: int = CACHE_ENTRIES,
+        elements: int = CACHE_ELEMENTS,
     ) -> None:
         self.serde = serde
         self.squeeze = squeeze
         self.plain = plain_serde(serde)
         self.entries = entries
+        self.elements = elements
         self._cache: OrderedDict[tuple[str, str, str], _Entry] = OrderedDict()
+        self._known = 0  # element hashes held over all entries
         self._lock = threading.Lock()
 
     def _entry(self, slot: tuple[str, str, str]) -> _Entry:
         entry = self._cache.get(slot)
         if entry is None:
             entry = self._cache[slot] = _Entry(os.urandom(8).hex())
-            while len(self._cache) > self.entries:
-                self._cache.popitem(last=False)
         else:
             self._cache.move_to_end(slot)
         return entry
+
+    def _remember(self, slot: tuple[str, str, str], known: dict[bytes, str]) -> None:
+        """Set a slot's known elements; the least recently used slots go past the bounds."""
+        entry = self._entry(slot)
+        self._known += len(known) - len(entry.known)
+        entry.known = known
+        while len(self._cache) > 1 and (
+            len(self._cache) > self.entries or self._known > self.elements
+        ):
+            _, evicted = self._cache.popitem(last=False)
+            self._known -= len(evicted.known)
+
+    @property
+    def remembered(self) -> tuple[int, int]:
+        """(slots, element hashes) held now."""
+        return len(self._cache), self._known
 
     def share(
         self, thread_id: str, ns: str, channel: str, value: Any, what: str
@@ -231,7 +250,7 @@ class ListSharer:
         """The store acknowledged ``shared``: its elements are now known there."""
         with self._lock:
             for item in shared:
-                self._entry((thread_id, ns, item.channel)).known = item.known
+                self._remember((thread_id, ns, item.channel), item.known)
 
     def learned(
         self,
@@ -255,11 +274,10 @@ class ListSharer:
                 typed = codec.unsqueeze(typed)
             known[_digest(typed.tag, typed.data)] = key
         with self._lock:
-            self._entry(slot).known = known
+            self._remember(slot, known)
 
     def forget(self, thread_id: str) -> None:
         """The thread was deleted or pruned here: trust nothing remembered of it."""
         with self._lock:
             for slot in [s for s in self._cache if s[0] == thread_id]:
-                entry = self._cache[slot]
-                entry.known = {}
+                self._remember(slot, {})
