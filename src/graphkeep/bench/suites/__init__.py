@@ -146,6 +146,18 @@ class Suite:
     growth_stored_label: str | None = None
 
 
+def requests_budget(results: list[Result], limit: float, what: str) -> list[tuple[str, bool]]:
+    """ "W50: graphkeep at most ``limit`` ``what``", judged on graphkeep's W50 requests/turn."""
+    return [
+        (
+            f"W50: graphkeep at most {limit} {what}: {r.requests_per_turn:.2f}",
+            r.requests_per_turn <= limit,
+        )
+        for r in results
+        if r.saver == "graphkeep" and r.workload == "W50" and r.requests_per_turn is not None
+    ]
+
+
 def faster_per_turn(results: list[Result], rival: str) -> list[tuple[str, bool]]:
     """The "graphkeep faster per turn than ``rival``" target, for each workload run."""
     by = {(r.saver, r.workload): r for r in results}

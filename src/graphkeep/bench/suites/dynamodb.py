@@ -40,6 +40,7 @@ from graphkeep.bench.suites import (
     faster_per_turn,
     growth_targets,
     not_yet,
+    requests_budget,
 )
 from graphkeep.bench.workloads import Opened, Result, Workload
 
@@ -251,17 +252,11 @@ def where(options: Options) -> str:
 
 def targets(results: list[Result]) -> list[tuple[str, bool]]:
     """Issue 4's budget of calls per W50 turn, and faster per turn than the rival."""
-    out: list[tuple[str, bool]] = []
-    for r in results:
-        if r.saver == "graphkeep" and r.workload == "W50" and r.requests_per_turn is not None:
-            out.append(
-                (
-                    f"W50: graphkeep at most {MAX_CALLS_PER_TURN} API calls per turn"
-                    f" (issue 4): {r.requests_per_turn:.2f}",
-                    r.requests_per_turn <= MAX_CALLS_PER_TURN,
-                )
-            )
-    return out + faster_per_turn(results, "DynamoDBSaver") + growth_targets(results, STORED_MAX)
+    return (
+        requests_budget(results, MAX_CALLS_PER_TURN, "API calls per turn (issue 4)")
+        + faster_per_turn(results, "DynamoDBSaver")
+        + growth_targets(results, STORED_MAX)
+    )
 
 
 SUITE = Suite(

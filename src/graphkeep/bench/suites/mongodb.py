@@ -34,6 +34,7 @@ from graphkeep.bench.suites import (
     faster_per_turn,
     growth_targets,
     not_yet,
+    requests_budget,
 )
 from graphkeep.bench.workloads import Opened, Result, Workload
 from graphkeep.shared.keys import mask_url
@@ -197,17 +198,11 @@ def where(options: Options) -> str:
 
 
 def targets(results: list[Result]) -> list[tuple[str, bool]]:
-    out: list[tuple[str, bool]] = []
-    for r in results:
-        if r.saver == "graphkeep" and r.workload == "W50" and r.requests_per_turn is not None:
-            out.append(
-                (
-                    f"W50: graphkeep at most {MAX_COMMANDS_PER_TURN} commands per turn"
-                    f" (issue 13): {r.requests_per_turn:.2f}",
-                    r.requests_per_turn <= MAX_COMMANDS_PER_TURN,
-                )
-            )
-    return out + faster_per_turn(results, "MongoDBSaver") + growth_targets(results, STORED_MAX)
+    return (
+        requests_budget(results, MAX_COMMANDS_PER_TURN, "commands per turn (issue 13)")
+        + faster_per_turn(results, "MongoDBSaver")
+        + growth_targets(results, STORED_MAX)
+    )
 
 
 SUITE = Suite(

@@ -33,6 +33,7 @@ from graphkeep.bench.suites import (
     faster_per_turn,
     growth_targets,
     not_yet,
+    requests_budget,
 )
 from graphkeep.bench.workloads import Opened, Result, Workload
 from graphkeep.shared.keys import mask_url
@@ -170,14 +171,7 @@ def targets(results: list[Result]) -> list[tuple[str, bool]]:
     out: list[tuple[str, bool]] = []
     plain = by.get(("graphkeep", "W50"))
     delta = by.get(("graphkeep", "W50-delta"))
-    if plain and plain.requests_per_turn is not None:
-        out.append(
-            (
-                f"W50: graphkeep at most 8 requests/turn (issue 2: one per saver call):"
-                f" {plain.requests_per_turn:.2f}",
-                plain.requests_per_turn <= 8,
-            )
-        )
+    out += requests_budget(results, 8, "requests/turn (issue 2: one per saver call)")
     out += faster_per_turn(results, "plainredis")
     memory = by.get(("InMemorySaver", "W50"))
     if plain and memory and memory.ms_per_turn:
