@@ -49,9 +49,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,6 +104,7 @@ from graphkeep.backends.dynamodb.ttl import Known, KnownCheckpoint, KnownItem, R
 from graphkeep.errors import ConfigurationError, GraphkeepError
 from graphkeep.shared import serde as codec
 from graphkeep.shared.lists import ELEMENT_CHANNEL, is_manifest, manifest_keys
+from graphkeep.shared.lru import ThreadLRU
 from graphkeep.shared.port import Op, Sleep
 from graphkeep.shared.records import (
     BlobRecord,
@@ -333,20 +332,15 @@ class Manifests:
     """
 
     def __init__(self, capacity: int = MANIFEST_CAPACITY) -> None:
-        self.capacity = capacity
-        self._lock = threading.Lock()
-        self._items: OrderedDict[tuple[str, str], Typed | None] = OrderedDict()
+        #: (pk, sk) -> the manifest, or None for a blob known to be plain
+        self.known: ThreadLRU[tuple[str, str], Typed | None] = ThreadLRU(capacity)
 
     def knows(self, pk: str, sk: str) -> bool:
-        with self._lock:
-            return (pk, sk) in self._items
+        return (pk, sk) in self.known
 
     def element_sks(self, pk: str, sk: str) -> list[str]:
         """Sort keys of the elements the blob ``sk`` names (none for a plain blob)."""
-        with self._lock:
-            manifest = self._items.get((pk, sk))
-            if (pk, sk) in self._items:
-                self._items.move_to_end((pk, sk))
+        manifest = self.known.get((pk, sk))
         if manifest is None:
             return []
         ns_part = keys.parse_sk(sk).ns
@@ -354,16 +348,10 @@ class Manifests:
         return [keys.blob_sk(ns_part, channel, key) for key in manifest_keys(manifest)]
 
     def set(self, pk: str, sk: str, value: Typed | None) -> None:
-        with self._lock:
-            self._items[(pk, sk)] = value if is_manifest(value) else None
-            self._items.move_to_end((pk, sk))
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
+        self.known.put((pk, sk), value if is_manifest(value) else None)
 
     def forget_thread(self, pk: str) -> None:
-        with self._lock:
-            for ident in [k for k in self._items if k[0] == pk]:
-                del self._items[ident]
+        self.known.drop_thread(pk)
 
 
 # --------------------------------------------------------------------------- the store

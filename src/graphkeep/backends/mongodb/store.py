@@ -9,8 +9,6 @@ package docstring; the pure document builders are in :mod:`.documents`.
 from __future__ import annotations
 
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
@@ -68,6 +66,7 @@ from graphkeep.backends.mongodb.documents import (
 from graphkeep.errors import ConfigurationError, PayloadTooLarge
 from graphkeep.shared import serde as codec
 from graphkeep.shared.lists import ELEMENT_CHANNEL, is_manifest, manifest_keys
+from graphkeep.shared.lru import ThreadLRU
 from graphkeep.shared.port import Op
 from graphkeep.shared.records import (
     BlobRecord,
@@ -167,7 +166,7 @@ class Refresh:
     all_elements: bool = False
 
 
-class HeadCache:
+class HeadCache(ThreadLRU[tuple[str, str, str], Head]):
     """Recently written or read checkpoint heads (bounded LRU, thread-safe).
 
     Lets ``put`` find its parent's DeltaChannel bookkeeping without a read in
@@ -176,28 +175,7 @@ class HeadCache:
     """
 
     def __init__(self, size: int = 4096) -> None:
-        self.size = size
-        self._items: OrderedDict[tuple[str, str, str], Head] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[str, str, str]) -> Head | None:
-        with self._lock:
-            head = self._items.get(key)
-            if head is not None:
-                self._items.move_to_end(key)
-            return head
-
-    def put(self, key: tuple[str, str, str], head: Head) -> None:
-        with self._lock:
-            self._items[key] = head
-            self._items.move_to_end(key)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-
-    def drop_thread(self, thread_id: str) -> None:
-        with self._lock:
-            for key in [k for k in self._items if k[0] == thread_id]:
-                del self._items[key]
+        super().__init__(size)
 
 
 class _Summaries:
