@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +27,11 @@ from graphkeep.cli.decode import Encrypted, LosslessSerde, load_plain
 from graphkeep.connect import BACKENDS
 from graphkeep.errors import ConfigurationError
 from graphkeep.shared import serde as codec
-from graphkeep.shared.lists import ELEMENT_CHANNEL, element_blob_keys, is_manifest, rebuild
+from graphkeep.shared.lists import (
+    ELEMENT_CHANNEL,
+    load_value,
+    where,
+)
 from graphkeep.shared.port import Op
 from graphkeep.shared.records import ThreadDump, Typed, WriteRecord
 from graphkeep.shared.saver import BaseSaver
@@ -311,41 +315,6 @@ def dump_elements(dump: ThreadDump) -> dict[str, dict[str, Typed]]:
     return elements
 
 
-def fetch_elements(
-    endpoint: Native,
-    thread_id: str,
-    ns: str,
-    blobs: Iterable[Typed | None],
-    have: Mapping[str, Typed] | None = None,
-) -> dict[str, Typed]:
-    """The elements the manifests among ``blobs`` name (one ``get_blobs``; ``have`` is kept)."""
-    found = dict(have or {})
-    manifests = [b for b in blobs if b is not None and is_manifest(b)]
-    wanted = [k for k in element_blob_keys(ns, manifests) if k[2] not in found]
-    if wanted:
-        got = endpoint.call(endpoint.saver.store.get_blobs(thread_id, wanted))
-        found.update((key[2], value) for key, value in got.items() if key[1] == ELEMENT_CHANNEL)
-    return found
-
-
-def value_where(thread_id: str, ns: str, checkpoint_id: str, channel: str) -> str:
-    """Where a stored value is, for error messages."""
-    return (
-        f"thread {thread_id!r}, namespace {ns!r}, checkpoint {checkpoint_id!r}, channel {channel!r}"
-    )
-
-
-def channel_value(serde: Any, blob: Typed, elements: Mapping[str, Typed], where: str) -> Any:
-    """A stored channel value: a manifest is rebuilt into its list, anything else decoded.
-
-    A manifest whose elements are missing raises :class:`graphkeep.errors.CorruptData`
-    naming ``where``; a shorter list is never returned.
-    """
-    if is_manifest(blob):
-        return rebuild(serde, blob, elements, where)[0]
-    return codec.load(serde, blob)
-
-
 def native_items(
     endpoint: Native, thread_id: str, dump: ThreadDump | None = None
 ) -> list[CheckpointItem]:
@@ -369,8 +338,8 @@ def native_items(
             for channel in record.present:
                 blob = blobs.get((record.ns, channel, record.versions.get(channel, "")))
                 if blob is not None and blob.tag != codec.EMPTY_TAG:
-                    where = value_where(thread_id, record.ns, record.checkpoint_id, channel)
-                    values[channel] = channel_value(serde, blob, elements.get(record.ns, {}), where)
+                    at = where(thread_id, record.ns, record.checkpoint_id, channel)
+                    values[channel] = load_value(serde, blob, elements.get(record.ns, {}), at)
             checkpoint["channel_values"] = values
         own = sorted(
             writes.get((record.ns, record.checkpoint_id), []),

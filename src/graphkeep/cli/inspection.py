@@ -44,7 +44,6 @@ from graphkeep.cli.endpoints import (
     Native,
     ThreadInfo,
     checkpoint_ts,
-    fetch_elements,
     foreign_items,
     foreign_writes,
     iter_threads,
@@ -52,12 +51,11 @@ from graphkeep.cli.endpoints import (
     quick_info,
     thread_config,
     thread_info,
-    value_where,
 )
 from graphkeep.shared import serde as codec
-from graphkeep.shared.lists import is_manifest, rebuild
+from graphkeep.shared.lists import is_manifest, rebuild, where
 from graphkeep.shared.records import ListQuery, Loaded, Summary, Typed, WriteRecord
-from graphkeep.shared.saver import sort_writes
+from graphkeep.shared.saver import fetch_elements, sort_writes
 
 HISTORY_PAGE_SIZE = 100
 
@@ -340,16 +338,18 @@ def _native_dump(
         and (blob := target.blobs.get(ch)) is not None
         and blob.tag != codec.EMPTY_TAG
     }
-    elements = fetch_elements(endpoint, thread_id, ns, present.values(), target.elements)
+    elements = endpoint.call(
+        fetch_elements(store, thread_id, ns, present.values(), target.elements)
+    )
     for channel, blob in present.items():
         version = record.versions.get(channel)
-        seed = _Seed(blob, elements, value_where(thread_id, ns, record.checkpoint_id, channel))
+        seed = _Seed(blob, elements, where(thread_id, ns, record.checkpoint_id, channel))
         result[channel] = _entry(seed, record.checkpoint_id, version, [])
     walk = [ch for ch in wanted if ch not in result]
     if walk:
         chain = endpoint.call(store.chain(thread_id, ns, record.checkpoint_id, walk))
         # a list seed (a channel that became a DeltaChannel later) may be a manifest
-        elements = fetch_elements(endpoint, thread_id, ns, chain.blobs.values())
+        elements = endpoint.call(fetch_elements(store, thread_id, ns, chain.blobs.values()))
         collected: dict[str, list[list[tuple[str, WriteRecord]]]] = {ch: [] for ch in walk}
         remaining = set(walk)
         for ancestor in chain.ancestors:
@@ -363,9 +363,9 @@ def _native_dump(
                 seed = chain.blobs.get((ch, version))
                 if seed is not None and seed.tag != codec.EMPTY_TAG:
                     writes = [w for group in reversed(collected[ch]) for w in group]
-                    where = value_where(thread_id, ns, ancestor.checkpoint_id, ch)
+                    at = where(thread_id, ns, ancestor.checkpoint_id, ch)
                     result[ch] = _entry(
-                        _Seed(seed, elements, where), ancestor.checkpoint_id, version, writes
+                        _Seed(seed, elements, at), ancestor.checkpoint_id, version, writes
                     )
                     remaining.discard(ch)
         for ch in remaining:

@@ -124,6 +124,24 @@ def rebuild(
     return [codec.load(serde, typed) for _, typed in pairs], pairs
 
 
+def where(thread_id: str, ns: str, checkpoint_id: str, channel: str) -> str:
+    """Where a stored value is, for error messages."""
+    return (
+        f"thread {thread_id!r}, namespace {ns!r}, checkpoint {checkpoint_id!r}, channel {channel!r}"
+    )
+
+
+def load_value(serde: Any, blob: Typed, elements: Mapping[str, Typed], where: str) -> Any:
+    """A stored channel value: a manifest is rebuilt into its list, anything else decoded.
+
+    A manifest whose elements are missing raises :class:`~graphkeep.errors.CorruptData`
+    naming ``where``; a shorter list is never returned.
+    """
+    if is_manifest(blob):
+        return rebuild(serde, blob, elements, where)[0]
+    return codec.load(serde, blob)
+
+
 def plain_serde(serde: Any) -> Any:
     """The serializer whose bytes identify content (``EncryptedSerializer`` wraps one)."""
     inner = getattr(serde, "serde", None)

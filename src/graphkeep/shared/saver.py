@@ -9,7 +9,7 @@ generators with a blocking executor, :class:`AsyncSaver` with an awaiting one.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -43,7 +43,9 @@ from graphkeep.shared.lists import (
     SharedList,
     element_blob_keys,
     is_manifest,
+    load_value,
     rebuild,
+    where,
 )
 from graphkeep.shared.lock import ThreadLock
 from graphkeep.shared.port import (
@@ -286,11 +288,8 @@ class BaseSaver(BaseCheckpointSaver[str]):
         if not is_manifest(blob):
             return codec.load(self.serde, blob)
         rec = loaded.record
-        where = (
-            f"thread {rec.thread_id!r}, namespace {rec.ns!r}, checkpoint {rec.checkpoint_id!r},"
-            f" channel {ch!r}"
-        )
-        value, pairs = rebuild(self.serde, blob, loaded.elements, where)
+        at = where(rec.thread_id, rec.ns, rec.checkpoint_id, ch)
+        value, pairs = rebuild(self.serde, blob, loaded.elements, at)
         if learn:
             self.lists.learned(rec.thread_id, rec.ns, ch, value, pairs)
         return value
@@ -370,11 +369,8 @@ class BaseSaver(BaseCheckpointSaver[str]):
         collected: dict[str, list[WriteRecord]] = {ch: [] for ch in wanted}
         seeds: dict[str, Any] = {}
         remaining = set(wanted)
-        manifests = [b for b in chain.blobs.values() if is_manifest(b)]
-        elements: dict[str, Any] = {}
-        if manifests:  # a list seed written as a manifest (DeltaChannels normally are not)
-            got = yield from self.store.get_blobs(thread_id, element_blob_keys(ns, manifests))
-            elements = {key[2]: value for key, value in got.items()}
+        # a list seed written as a manifest (DeltaChannels normally are not)
+        elements = yield from fetch_elements(self.store, thread_id, ns, chain.blobs.values())
         for ancestor in chain.ancestors:
             if not remaining:
                 break
@@ -384,12 +380,8 @@ class BaseSaver(BaseCheckpointSaver[str]):
             for ch in [c for c in ancestor.present if c in remaining]:
                 blob = chain.blobs.get((ch, ancestor.versions.get(ch, "")))
                 if blob is not None and blob.tag != codec.EMPTY_TAG:
-                    where = f"thread {thread_id!r}, checkpoint {ancestor.checkpoint_id!r}"
-                    seeds[ch] = (
-                        rebuild(self.serde, blob, elements, where)[0]
-                        if is_manifest(blob)
-                        else codec.load(self.serde, blob)
-                    )
+                    at = where(thread_id, ns, ancestor.checkpoint_id, ch)
+                    seeds[ch] = load_value(self.serde, blob, elements, at)
                     remaining.discard(ch)
         result: dict[str, DeltaChannelHistory] = {}
         for ch in channels:
@@ -579,6 +571,23 @@ class BaseSaver(BaseCheckpointSaver[str]):
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         return await self._acall(self._delta_history(config, channels))  # type: ignore[no-any-return]
+
+
+def fetch_elements(
+    store: Store,
+    thread_id: str,
+    ns: str,
+    blobs: Iterable[Typed | None],
+    have: Mapping[str, Typed] | None = None,
+) -> Op[dict[str, Typed]]:
+    """``have`` plus the elements the manifests among ``blobs`` name (one ``get_blobs``)."""
+    found = dict(have or {})
+    manifests = [b for b in blobs if b is not None and is_manifest(b)]
+    wanted = [k for k in element_blob_keys(ns, manifests) if k[2] not in found]
+    if wanted:
+        got = yield from store.get_blobs(thread_id, wanted)
+        found.update((key[2], value) for key, value in got.items())
+    return found
 
 
 def referenced_blobs(
