@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from conformance.runner import SetupReport, render_matrix, render_problems, run_setup
 from conformance.setups import all_setups, enabled_names, selected
@@ -46,8 +47,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+_STARTED = time.monotonic()
+
+
 def _progress(message: str) -> None:
-    print(f"  .. {message}", file=sys.stderr, flush=True)
+    """One line per case as it starts, with the seconds since the run began."""
+    print(f"  .. {time.monotonic() - _STARTED:7.1f}s {message}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

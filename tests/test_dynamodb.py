@@ -1006,6 +1006,57 @@ def test_the_test_server_answers_concurrent_transactions_without_spurious_errors
     assert count == 8 * 15 * 4
 
 
+def test_the_test_servers_cheap_transaction_backup_still_rolls_a_failed_transaction_back(
+    table: str, client: Any
+) -> None:
+    """tools/moto_server.py backs a table up for a transaction by deep-copying only the items
+    it touches, and answers base-table Queries from the partition alone: a cancelled
+    transaction must still undo its earlier actions, and Queries must still see exactly
+    the partition (DynamoDB's own behaviour, which these shortcuts must not change)."""
+
+    def item(pk: str, sk: str, v: str) -> dict[str, Any]:
+        return {"pk": {"S": pk}, "sk": {"S": sk}, "v": {"S": v}}
+
+    for n in range(30):
+        client.put_item(TableName=table, Item=item(f"rb-{n % 3}", f"{n:02d}", "old"))
+    update = {
+        "TableName": table,
+        "Key": {"pk": {"S": "rb-0"}, "sk": {"S": "00"}},
+        "UpdateExpression": "SET v = :v",
+        "ExpressionAttributeValues": {":v": {"S": "changed"}},
+    }
+    cancelled = {
+        "TableName": table,
+        "Item": item("rb-1", "01", "clash"),
+        "ConditionExpression": "attribute_not_exists(pk)",
+    }
+    added = {"TableName": table, "Item": item("rb-2", "99", "added")}
+    with pytest.raises(client.exceptions.TransactionCanceledException):
+        client.transact_write_items(
+            TransactItems=[{"Update": update}, {"Put": added}, {"Put": cancelled}]
+        )
+
+    def partition(pk: str, **extra: Any) -> list[tuple[str, str]]:
+        got = client.query(
+            TableName=table,
+            KeyConditionExpression="pk = :p" + extra.pop("and_", ""),
+            ExpressionAttributeValues={":p": {"S": pk}, **extra},
+            ConsistentRead=True,
+        )["Items"]
+        return [(i["sk"]["S"], i["v"]["S"]) for i in got]
+
+    assert partition("rb-0") == [(f"{n:02d}", "old") for n in range(0, 30, 3)]
+    assert partition("rb-2") == [(f"{n:02d}", "old") for n in range(2, 30, 3)]
+    assert partition("rb-1", and_=" AND sk > :s", **{":s": {"S": "20"}}) == [
+        ("22", "old"),
+        ("25", "old"),
+        ("28", "old"),
+    ]
+    assert partition("rb-none") == []
+    client.transact_write_items(TransactItems=[{"Update": update}, {"Put": added}])
+    assert ("00", "changed") in partition("rb-0") and ("99", "added") in partition("rb-2")
+
+
 # --------------------------------------------------------------------------- shared lists
 
 ELEMENT = "__graphkeep.element__"
