@@ -15,9 +15,11 @@ from graphkeep.connect import (
     BACKENDS,
     aconnect,
     aconnect_cache,
+    aconnect_events,
     aconnect_store,
     connect,
     connect_cache,
+    connect_events,
     connect_store,
 )
 from graphkeep.errors import GraphkeepError
@@ -30,8 +32,10 @@ __all__ = [
     "__version__",
     "aconnect",
     "aconnect_cache",
+    "aconnect_events",
     "aconnect_store",
     "connect",
     "connect_cache",
+    "connect_events",
     "connect_store",
 ]

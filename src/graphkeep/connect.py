@@ -1,10 +1,11 @@
-"""``graphkeep.connect`` / ``connect_store`` / ``connect_cache`` (and their async twins):
-one URL, the right backend, a ready saver, store or node cache.
+"""``graphkeep.connect`` / ``connect_store`` / ``connect_cache`` / ``connect_events`` (and their
+async twins): one URL, the right backend, a ready saver, store, node cache or run event log.
 
 The URL scheme picks the backend; the backend module is imported only then, so
 ``pip install graphkeep[redis]`` is enough for Redis users. Stores live in each backend's
-``memory`` module, caches in its ``cache`` module; each declares the options it accepts
-beyond the common ones (``STORE_OPTIONS`` / ``CACHE_OPTIONS``).
+``memory`` module, caches in its ``cache`` module, event logs in its ``events`` module; each
+declares the options it accepts beyond the common ones (``STORE_OPTIONS`` / ``CACHE_OPTIONS`` /
+``EVENTS_OPTIONS``).
 """
 
 from __future__ import annotations
@@ -46,10 +47,21 @@ BACKEND_OPTIONS: dict[str, frozenset[str]] = {
 COMMON_STORE_OPTIONS = frozenset({"index", "ttl", "key_prefix", "setup", "max_key_bytes"})
 #: options every node cache accepts (``graphkeep.connect_cache``)
 COMMON_CACHE_OPTIONS = frozenset({"serde", "key_prefix", "setup"})
+#: options every run event log accepts (``graphkeep.connect_events``)
+COMMON_EVENTS_OPTIONS = frozenset(
+    {"ttl", "max_events", "stale_after", "poll_interval", "max_poll_interval"}
+    | {"key_prefix", "setup"}
+)
 #: what each kind is called in a backend: (module suffix, options constant, class name stems)
 KINDS: dict[str, tuple[str, str, str]] = {
     "store": ("memory", "STORE_OPTIONS", "Store"),
     "cache": ("cache", "CACHE_OPTIONS", "Cache"),
+    "events": ("events", "EVENTS_OPTIONS", "EventLog"),
+}
+COMMON_KIND_OPTIONS = {
+    "store": COMMON_STORE_OPTIONS,
+    "cache": COMMON_CACHE_OPTIONS,
+    "events": COMMON_EVENTS_OPTIONS,
 }
 
 
@@ -77,8 +89,7 @@ def _resolve_kind(url: str, options: dict[str, Any], kind: str, is_async: bool) 
         raise ConfigurationError(
             f"{scheme}:// needs an optional dependency: pip install 'graphkeep[{entry[3]}]' ({exc})"
         ) from exc
-    common = COMMON_STORE_OPTIONS if kind == "store" else COMMON_CACHE_OPTIONS
-    allowed = common | frozenset(getattr(module, constant, ()))
+    allowed = COMMON_KIND_OPTIONS[kind] | frozenset(getattr(module, constant, ()))
     unknown = sorted(set(options) - allowed)
     if unknown:
         raise ConfigurationError(
@@ -168,3 +179,25 @@ async def aconnect_cache(url: str, **options: Any) -> AsyncIterator[Any]:
     cache_class = _resolve_kind(url, options, "cache", True)
     async with cache_class.from_url(url, **options) as cache:
         yield cache
+
+
+@contextmanager
+def connect_events(url: str, **options: Any) -> Iterator[Any]:
+    """Yield a ready run event log (:class:`graphkeep.shared.events.SyncEventLog`) for ``url``.
+
+    Options: ``ttl`` (seconds after a run's last append, sliding; default one day),
+    ``max_events`` (per run, default 10,000), ``stale_after`` (seconds, default 60),
+    ``poll_interval`` / ``max_poll_interval``, ``key_prefix``, ``setup``.
+    """
+    log_class = _resolve_kind(url, options, "events", False)
+    with log_class.from_url(url, **options) as log:
+        yield log
+
+
+@asynccontextmanager
+async def aconnect_events(url: str, **options: Any) -> AsyncIterator[Any]:
+    """Yield a ready async run event log (``await log.append(...)``,
+    ``async for event_id, event in log.read(...)``)."""
+    log_class = _resolve_kind(url, options, "events", True)
+    async with log_class.from_url(url, **options) as log:
+        yield log

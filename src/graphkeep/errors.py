@@ -51,9 +51,26 @@ class CorruptData(GraphkeepError):
     """Stored data cannot be read back whole (e.g. a list element record is missing)."""
 
 
+class UnknownRun(InvalidInput):
+    """An event-log run id has no events, heartbeat or close (never written, or expired)."""
+
+
+class RunClosed(InvalidInput):
+    """An event was appended to a run after its close event."""
+
+
+class RunStale(GraphkeepError):
+    """A followed run stopped appending and heart-beating before its close (writer gone)."""
+
+
+class EventsTrimmed(GraphkeepError):
+    """Events after the requested id were dropped by retention (``max_events`` / TTL)."""
+
+
 __all__ = [
     "ConfigurationError",
     "CorruptData",
+    "EventsTrimmed",
     "GraphkeepError",
     "InvalidFilter",
     "InvalidInput",
@@ -61,6 +78,9 @@ __all__ = [
     "InvalidThreadId",
     "LockNotAcquired",
     "PayloadTooLarge",
+    "RunClosed",
+    "RunStale",
     "SerializationError",
     "StorageUnavailable",
+    "UnknownRun",
 ]

@@ -6,12 +6,13 @@ checked before any I/O, so a bad id never reaches a driver.
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from graphkeep.errors import InvalidNamespace, InvalidThreadId
+from graphkeep.errors import InvalidInput, InvalidNamespace, InvalidThreadId
 
 DEFAULT_MAX_ID_BYTES = 1024
 
@@ -74,6 +75,22 @@ def _check_text(text: str, what: str, max_bytes: int, error: type[Exception]) ->
             f"{what} is {size} bytes long; the limit is {max_bytes} bytes"
             " (raise it with the max_id_bytes option)"
         )
+
+
+def check_seconds(
+    value: Any, what: str, *, error: type[Exception] = InvalidInput, finite: bool = False
+) -> float:
+    """A duration argument: a number of seconds > 0 (``inf`` too unless ``finite``)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or math.isnan(value)
+        or value <= 0
+        or (finite and math.isinf(value))
+    ):
+        kind = "a finite number" if finite else "a number"
+        raise error(f"{what} must be {kind} of seconds > 0, got {_short(value)}")
+    return float(value)
 
 
 def _short(value: Any, limit: int = 60) -> str:

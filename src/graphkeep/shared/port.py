@@ -114,6 +114,21 @@ class Store(Protocol):
 
     def list_threads(self, cursor: Any, page_size: int) -> Op[tuple[list[str], Any]]: ...
 
+    def commits(
+        self, thread_id: str, ns: str | None, above: str | None, limit: int
+    ) -> Op[list[tuple[str, str]]]:
+        """``(ns, checkpoint_id)`` of the thread's checkpoints with an id above ``above``.
+
+        Ascending by checkpoint id (then namespace), at most ``limit``; ``above=None``
+        starts at the first; ``ns=None`` means every namespace. Served by an index
+        (never a scan of the thread's values): ``watch`` polls and catches up with it.
+        """
+        ...
+
+    def newest_commit(self, thread_id: str, ns: str | None) -> Op[str | None]:
+        """The thread's highest checkpoint id (in ``ns``, or any when None); None if none."""
+        ...
+
     def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
         """Take the thread's lease if free (or expired); True when taken."""
         ...
@@ -124,6 +139,27 @@ class Store(Protocol):
 
     def extend_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
         """Push the lease's expiry out if ``token`` still holds it."""
+        ...
+
+
+class Feed(Protocol):
+    """A store with a native commit feed (``store.feed`` is True): ``watch`` blocks on it.
+
+    ``put_checkpoint`` appends ``(ns, checkpoint_id)`` to the thread's feed in the
+    same atomic step as the record, so the feed's order is the commit order.
+    """
+
+    feed: bool
+
+    def feed_end(self, thread_id: str) -> Op[Any]:
+        """The position of the newest entry of the thread's feed (one before any when empty)."""
+        ...
+
+    def feed_read(
+        self, thread_id: str, position: Any, wait_ms: int
+    ) -> Op[tuple[list[tuple[str, str]], Any]]:
+        """Entries after ``position`` in commit order and the new position; when there
+        are none, wait up to ``wait_ms`` for one (0: do not wait)."""
         ...
 
 
@@ -194,7 +230,11 @@ async def adrive(op: Op[T], execute: Callable[[Any], Awaitable[Any]]) -> T:
 
 
 def drive_iter(op: Op[None], execute: Callable[[Any], Any]) -> Iterator[Any]:
-    """Run a streaming op; ``Emit`` values are handed to the caller as they come."""
+    """Run a streaming op; ``Emit`` values are handed to the caller as they come.
+
+    Closing the iterator (``break`` in the caller's loop) closes the op between
+    requests: nothing is in flight, so nothing is left behind.
+    """
     request = next(op, None)
     while request is not None:
         if isinstance(request, Emit):
@@ -202,7 +242,11 @@ def drive_iter(op: Op[None], execute: Callable[[Any], Any]) -> Iterator[Any]:
             request = next(op, None)
             continue
         try:
-            result = execute(request)
+            if isinstance(request, Sleep):
+                time.sleep(request.seconds)
+                result = None
+            else:
+                result = execute(request)
         except BaseException as exc:
             request = _throw(op, exc)
         else:
@@ -217,7 +261,11 @@ async def adrive_iter(op: Op[None], execute: Callable[[Any], Awaitable[Any]]) ->
             request = next(op, None)
             continue
         try:
-            result = await execute(request)
+            if isinstance(request, Sleep):
+                await asyncio.sleep(request.seconds)
+                result = None
+            else:
+                result = await execute(request)
         except BaseException as exc:
             request = _throw(op, exc)
         else:
@@ -236,3 +284,48 @@ def _throw(op: Op[None], exc: BaseException) -> Any:
         return op.throw(exc)
     except StopIteration:
         return None
+
+
+_DONE = object()
+
+
+async def stream_in_thread(iterator: Iterator[T]) -> AsyncIterator[T]:
+    """An async iterator pulling a blocking iterator one item at a time in a worker thread.
+
+    For endless streams (``watch``, ``read(follow=True)``) on a sync client: unlike
+    collecting a list first, each item reaches the caller as soon as it exists.
+    """
+    try:
+        while True:
+            item = await asyncio.to_thread(next, iterator, _DONE)
+            if item is _DONE:
+                return
+            yield item  # type: ignore[misc]
+    finally:
+        close = getattr(iterator, "close", None)
+        if close is not None:
+            await asyncio.to_thread(close)
+
+
+def stream_on_loop(iterator: AsyncIterator[T], run: Callable[[Any], Any]) -> Iterator[T]:
+    """A blocking iterator over an async one, each step run by ``run`` (``on_loop``)."""
+
+    async def step() -> Any:
+        try:
+            return await iterator.__anext__()
+        except StopAsyncIteration:
+            return _DONE
+
+    async def close() -> None:
+        aclose = getattr(iterator, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+    try:
+        while True:
+            item = run(step())
+            if item is _DONE:
+                return
+            yield item
+    finally:
+        run(close())

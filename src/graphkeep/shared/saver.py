@@ -58,6 +58,8 @@ from graphkeep.shared.port import (
     drive_iter,
     on_loop,
     running_loop,
+    stream_in_thread,
+    stream_on_loop,
 )
 from graphkeep.shared.records import (
     BlobRecord,
@@ -69,6 +71,7 @@ from graphkeep.shared.records import (
     Typed,
     WriteRecord,
 )
+from graphkeep.shared.watch import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL, watch_op
 
 LIST_PAGE_SIZE = 100
 PRUNE_STRATEGIES = ("keep_latest", "delete")
@@ -562,6 +565,62 @@ class BaseSaver(BaseCheckpointSaver[str]):
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await self._acall(self._prune(thread_ids, strategy))
 
+    def watch(
+        self,
+        thread_id: str,
+        *,
+        after: str | None = None,
+        checkpoint_ns: str | None = "",
+        timeout: float | None = None,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
+    ) -> Iterator[CheckpointTuple]:
+        """Each checkpoint committed to the thread from now on (or after ``after``), once,
+        in commit order, by any process; ``checkpoint_ns=None`` watches every namespace.
+
+        Ends after ``timeout`` seconds without a new checkpoint (None: never); leaving
+        the loop early releases everything. ``poll_interval`` / ``max_poll_interval``
+        pace stores without a native feed (see :mod:`graphkeep.shared.watch`).
+        """
+        op = watch_op(
+            self,
+            thread_id,
+            after=after,
+            checkpoint_ns=checkpoint_ns,
+            timeout=timeout,
+            poll_interval=poll_interval,
+            max_poll_interval=max_poll_interval,
+        )
+        return self._stream(op)
+
+    def awatch(
+        self,
+        thread_id: str,
+        *,
+        after: str | None = None,
+        checkpoint_ns: str | None = "",
+        timeout: float | None = None,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """The async iterator of :meth:`watch`."""
+        op = watch_op(
+            self,
+            thread_id,
+            after=after,
+            checkpoint_ns=checkpoint_ns,
+            timeout=timeout,
+            poll_interval=poll_interval,
+            max_poll_interval=max_poll_interval,
+        )
+        return self._astream(op)
+
+    def _stream(self, op: Op[None]) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def _astream(self, op: Op[None]) -> AsyncIterator[Any]:
+        raise NotImplementedError
+
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
@@ -699,6 +758,12 @@ class SyncSaver(BaseSaver):
         for item in await asyncio.to_thread(lambda: list(drive_iter(op, self._execute))):
             yield item
 
+    def _stream(self, op: Op[None]) -> Iterator[Any]:
+        return drive_iter(op, self._execute)
+
+    def _astream(self, op: Op[None]) -> AsyncIterator[Any]:
+        return stream_in_thread(drive_iter(op, self._execute))
+
 
 class AsyncSaver(BaseSaver):
     """A saver on an asyncio client; sync callers hop onto the saver's event loop.
@@ -727,6 +792,12 @@ class AsyncSaver(BaseSaver):
             return [item async for item in adrive_iter(op, self._aexecute)]
 
         yield from self._on_loop(collect())
+
+    def _stream(self, op: Op[None]) -> Iterator[Any]:
+        return stream_on_loop(adrive_iter(op, self._aexecute), self._on_loop)
+
+    def _astream(self, op: Op[None]) -> AsyncIterator[Any]:
+        return adrive_iter(op, self._aexecute)
 
     def _on_loop(self, coro: Any) -> Any:
         return on_loop(

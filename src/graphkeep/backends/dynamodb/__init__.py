@@ -438,8 +438,16 @@ def _definition(table_name: str, run_index: bool, format: str) -> dict[str, Any]
     raise ConfigurationError(f"format must be 'create_table' or 'cloudformation', got {format!r}")
 
 
-# the memory store and the node cache build on the executors and clients above
+# the memory store, the node cache and the run event log build on the executors and clients above
 from graphkeep.backends.dynamodb.cache import AsyncDynamoDBCache, DynamoDBCache  # noqa: E402
+from graphkeep.backends.dynamodb.events import AsyncDynamoDBEventLog, DynamoDBEventLog  # noqa: E402
 from graphkeep.backends.dynamodb.memory import AsyncDynamoDBStore, DynamoDBStore  # noqa: E402
 
-__all__ += ["AsyncDynamoDBCache", "AsyncDynamoDBStore", "DynamoDBCache", "DynamoDBStore"]
+__all__ += [
+    "AsyncDynamoDBCache",
+    "AsyncDynamoDBEventLog",
+    "AsyncDynamoDBStore",
+    "DynamoDBCache",
+    "DynamoDBEventLog",
+    "DynamoDBStore",
+]

@@ -118,6 +118,15 @@ def namespace_prefix(ns: str) -> str:
     return f"c{SEP}{ns}{SEP}"
 
 
+def namespace_end(ns: str) -> str:
+    """Inclusive upper bound of ``BETWEEN`` over every checkpoint key of one namespace.
+
+    ``$`` is the character after ``#``, so every ``c#<ns>#...`` key sorts below it, and no key
+    equals it; keys of a namespace extending ``<ns>`` (``c#<ns>$c#...``) are longer, thus above.
+    """
+    return f"c{SEP}{ns}$"
+
+
 def before_bound(ns: str, checkpoint_id: str) -> str:
     """Inclusive upper bound of ``BETWEEN``: every key of ids below ``checkpoint_id``, none of it.
 

@@ -556,8 +556,16 @@ def async_client(url: str) -> Any:
         raise _unavailable(mask_url(url), exc) from exc
 
 
-# the memory store and the node cache build on the executors and clients above
+# the memory store, the node cache and the run event log build on the executors and clients above
 from graphkeep.backends.mongodb.cache import AsyncMongoDBCache, MongoDBCache  # noqa: E402
+from graphkeep.backends.mongodb.events import AsyncMongoDBEventLog, MongoDBEventLog  # noqa: E402
 from graphkeep.backends.mongodb.memory import AsyncMongoDBStore, MongoDBStore  # noqa: E402
 
-__all__ += ["AsyncMongoDBCache", "AsyncMongoDBStore", "MongoDBCache", "MongoDBStore"]
+__all__ += [
+    "AsyncMongoDBCache",
+    "AsyncMongoDBEventLog",
+    "AsyncMongoDBStore",
+    "MongoDBCache",
+    "MongoDBEventLog",
+    "MongoDBStore",
+]

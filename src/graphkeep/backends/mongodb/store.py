@@ -4,6 +4,24 @@ Requests yielded here are :class:`Command` values (a collection method and its
 arguments); the executors in :mod:`graphkeep.backends.mongodb` run them on a
 ``MongoClient`` or an ``AsyncMongoClient``. The layout is described in the
 package docstring; the pure document builders are in :mod:`.documents`.
+
+Watching a thread (``saver.watch`` / ``awatch``) polls :meth:`MongoStore.commits`: one
+``find`` on ``{thread_id, ns, kind: "cp", ref: {$gt: above}}`` sorted by ``ref``, projecting
+only ``ns`` and ``ref``, which the unique ``gk_thread_ns_kind_ref`` index serves as a range
+scan (equality on its first three fields, the range and the sort on ``ref``) and covers
+(every field it returns is in the index: no document is fetched). ``ns=None`` drops the
+``ns`` equality: the same index is scanned with ``ns`` unbounded (the planner seeks each
+namespace's ``kind: "cp", ref > above`` interval) and the few matching keys are sorted by
+``(ref, ns)`` with the limit (a top-k sort), so no index is added for it (a fourth index
+would be maintained on every blob and write document of every put). Nothing new costs one
+``find`` that returns no document. The poller backs off while the thread is idle
+(:mod:`graphkeep.shared.watch`).
+
+Change streams are not used: a change stream needs a replica set (or a sharded cluster)
+and keeps one server cursor per watcher, while polling the index works the same on a
+standalone server, replica sets, sharded clusters (every query names the shard key
+``thread_id``) and wire-compatible servers without change streams (FerretDB), and an
+idle watcher costs one indexed ``find`` per ``max_poll_interval``.
 """
 
 from __future__ import annotations
@@ -115,6 +133,8 @@ SUMMARY_FIELDS: dict[str, Any] = {
     "lists": 1,
 }
 NO_ID: dict[str, Any] = {"_id": 0}
+#: what ``commits`` reads of a checkpoint document: only fields of the index (covered)
+COMMIT_FIELDS: dict[str, Any] = {"_id": 0, "ns": 1, "ref": 1}
 WRITE_KINDS = [KIND_WRITE, KIND_CHECKPOINT]
 
 #: DeltaChannel bookkeeping: channel -> (oldest checkpoint id needed, seed version or None)
@@ -1172,6 +1192,43 @@ class MongoStore:
         docs = yield Command(self.payloads, "aggregate", (pipeline,), {"batchSize": page_size})
         threads = [d["_id"] for d in docs]
         return threads, (threads[-1] if len(threads) == page_size else None)
+
+    # -- port: watch ----------------------------------------------------------------
+
+    def commits(
+        self, thread_id: str, ns: str | None, above: str | None, limit: int
+    ) -> Op[list[tuple[str, str]]]:
+        """``(ns, checkpoint_id)`` of the thread's checkpoints above ``above``, ascending.
+
+        ONE ``find`` served by ``gk_thread_ns_kind_ref`` (see the module docstring),
+        projecting ``ns`` and ``ref`` only (a covered query). Expired checkpoints a TTL
+        monitor has not removed yet are listed too: the watcher loads each one like
+        ``get_tuple``, which hides them.
+        """
+        match: dict[str, Any] = {"thread_id": thread_id}
+        sort = [("ref", 1), ("ns", 1)]
+        if ns is not None:
+            match["ns"] = ns
+            sort = [("ref", 1)]
+        match["kind"] = KIND_CP
+        if above is not None:
+            match["ref"] = {"$gt": above}
+        docs = yield self._find(
+            self.payloads, match, projection=COMMIT_FIELDS, sort=sort, limit=limit
+        )
+        return [(doc["ns"], doc["ref"]) for doc in docs]
+
+    def newest_commit(self, thread_id: str, ns: str | None) -> Op[str | None]:
+        """The thread's highest checkpoint id (in ``ns``, or any when None): ONE ``find``
+        sorted by ``ref`` descending with limit 1, on the same index as :meth:`commits`."""
+        match: dict[str, Any] = {"thread_id": thread_id}
+        if ns is not None:
+            match["ns"] = ns
+        match["kind"] = KIND_CP
+        docs = yield self._find(
+            self.payloads, match, projection=COMMIT_FIELDS, sort=[("ref", -1)], limit=1
+        )
+        return str(docs[0]["ref"]) if docs else None
 
     # -- port: per-thread lease ----------------------------------------------------
     # One document per held thread in ``<prefix>_locks`` (``_id`` = thread id), apart

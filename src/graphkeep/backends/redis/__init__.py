@@ -15,6 +15,7 @@ The key layout and scripts are in :mod:`.store` and :mod:`.scripts`.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -28,6 +29,7 @@ from graphkeep.backends.redis.store import (
     RedisCheckpoints,
     Scan,
     Script,
+    XRead,
 )
 from graphkeep.errors import ConfigurationError, StorageUnavailable
 from graphkeep.shared.keys import mask_url
@@ -37,10 +39,13 @@ try:
     import redis
     import redis.asyncio as aredis
     from redis.exceptions import (
+        AskError,
         BusyLoadingError,
         ClusterDownError,
+        MovedError,
         NoScriptError,
         RedisClusterException,
+        TryAgainError,
     )
     from redis.exceptions import (
         ConnectionError as RedisConnectionError,
@@ -56,6 +61,10 @@ __all__ = ["AsyncRedisSaver", "RedisSaver", "RedisCheckpoints"]
 #: errors worth a retry: every store call is idempotent (upserts, insert-if-absent)
 TRANSIENT = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, ClusterDownError)
 RETRY_DELAYS = (0.05, 0.2, 0.5)
+#: how long before the client's socket timeout a blocking read must end (see _block_limit_ms)
+BLOCK_MARGIN_MS = 200
+#: a slot moved under a request sent to the node we thought owned it
+REDIRECTED = (MovedError, AskError, TryAgainError)
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 SINGLE_SCHEMES = ("redis", "rediss", "unix")
 
@@ -74,13 +83,56 @@ def _describe(client: Any) -> str:
         return type(client).__name__
 
 
-def _check_client(client: Any) -> None:
-    kwargs: dict[str, Any] = {}
+def _connection_kwargs(client: Any) -> dict[str, Any]:
     pool = getattr(client, "connection_pool", None)
     if pool is not None:
-        kwargs = pool.connection_kwargs
-    elif hasattr(client, "get_connection_kwargs"):
-        kwargs = client.get_connection_kwargs()
+        return dict(pool.connection_kwargs)
+    if hasattr(client, "get_connection_kwargs"):
+        return dict(client.get_connection_kwargs())
+    return {}
+
+
+#: redis-py's default socket timeout (a connection's own default when a client names none)
+_DEFAULT_SOCKET_TIMEOUT = (
+    inspect.signature(redis.connection.AbstractConnection.__init__)
+    .parameters["socket_timeout"]
+    .default
+)
+
+
+def _block_limit_ms(client: Any) -> int | None:
+    """The longest ``XREAD BLOCK`` the client's socket timeout allows (None: no limit).
+
+    A read blocked longer than ``socket_timeout`` would fail as a timeout (and drop its
+    connection), so blocking reads stop early and the caller simply reads again: at 80%
+    of the timeout and at least 200 ms before it, as the server ends a block only on its
+    next tick (every 1000/hz ms, 100 ms by default).
+    """
+    kwargs = _connection_kwargs(client)
+    # redis-py keeps a URL's or the default timeout (5 s since redis-py 6) per connection:
+    # "socket_timeout" when given explicitly, else "orig_socket_timeout", else the default
+    for name in ("socket_timeout", "orig_socket_timeout"):
+        if name in kwargs:
+            timeout = kwargs[name]
+            break
+    else:
+        timeout = _DEFAULT_SOCKET_TIMEOUT
+    if not timeout:
+        return None
+    ms = float(timeout) * 1000
+    return max(1, int(min(ms * 0.8, ms - BLOCK_MARGIN_MS)))
+
+
+def _xread_args(request: XRead, limit: int | None) -> tuple[Any, ...]:
+    args: tuple[Any, ...] = ("XREAD", "COUNT", request.count)
+    if request.block_ms > 0:
+        block = request.block_ms if limit is None else min(request.block_ms, limit)
+        args += ("BLOCK", block)
+    return (*args, "STREAMS", request.key, request.position)
+
+
+def _check_client(client: Any) -> None:
+    kwargs = _connection_kwargs(client)
     if kwargs.get("decode_responses"):
         raise ConfigurationError(
             "graphkeep stores binary values: create the Redis client with"
@@ -103,6 +155,7 @@ class _SyncExecutor:
         self.client = client
         self.where = where
         self.scripts = {name: client.register_script(src) for name, src in scripts.items()}
+        self.block_limit_ms = _block_limit_ms(client)
 
     def __call__(self, request: Any) -> Any:
         for delay in (*RETRY_DELAYS, None):
@@ -125,6 +178,16 @@ class _SyncExecutor:
             return self.client.delete(*request.keys)
         if isinstance(request, Command):
             return self.client.execute_command(*request.args)
+        if isinstance(request, XRead):
+            args = _xread_args(request, self.block_limit_ms)
+            if isinstance(self.client, redis.RedisCluster):
+                cluster: Any = self.client
+                try:
+                    node = cluster.get_node_from_key(request.key)
+                    return cluster.execute_command(*args, target_nodes=node)
+                except REDIRECTED:
+                    pass  # the slot moved: redis-py finds its node (and learns the new map)
+            return self.client.execute_command(*args)
         if isinstance(request, Scan):
             return list(self.client.scan_iter(match=request.pattern, count=1000))
         if isinstance(request, Pipeline):
@@ -152,6 +215,7 @@ class _AsyncExecutor:
         self.client = client
         self.where = where
         self.scripts = {name: client.register_script(src) for name, src in scripts.items()}
+        self.block_limit_ms = _block_limit_ms(client)
 
     async def __call__(self, request: Any) -> Any:
         for delay in (*RETRY_DELAYS, None):
@@ -174,6 +238,16 @@ class _AsyncExecutor:
             return await self.client.delete(*request.keys)
         if isinstance(request, Command):
             return await self.client.execute_command(*request.args)
+        if isinstance(request, XRead):
+            args = _xread_args(request, self.block_limit_ms)
+            if isinstance(self.client, aredis.RedisCluster):
+                try:
+                    await self.client.initialize()  # the slot map (no-op once known)
+                    node = self.client.get_node_from_key(request.key)
+                    return await self.client.execute_command(*args, target_nodes=node)
+                except REDIRECTED:
+                    pass  # the slot moved: redis-py finds its node (and learns the new map)
+            return await self.client.execute_command(*args)
         if isinstance(request, Scan):
             return [k async for k in self.client.scan_iter(match=request.pattern, count=1000)]
         if isinstance(request, Pipeline):
@@ -291,8 +365,16 @@ def async_client(url: str) -> Any:
     raise ConfigurationError(f"not a Redis URL: {mask_url(url)}")
 
 
-# the memory store and the node cache build on the executors and clients above
+# the memory store, the node cache and the run event log build on the executors and clients above
 from graphkeep.backends.redis.cache import AsyncRedisCache, RedisCache  # noqa: E402
+from graphkeep.backends.redis.events import AsyncRedisEventLog, RedisEventLog  # noqa: E402
 from graphkeep.backends.redis.memory import AsyncRedisStore, RedisStore  # noqa: E402
 
-__all__ += ["AsyncRedisCache", "AsyncRedisStore", "RedisCache", "RedisStore"]
+__all__ += [
+    "AsyncRedisCache",
+    "AsyncRedisEventLog",
+    "AsyncRedisStore",
+    "RedisCache",
+    "RedisEventLog",
+    "RedisStore",
+]

@@ -1,7 +1,7 @@
 """Server-side Lua for the Redis backend: one script call = one network round trip.
 
 Every key of a thread shares the hash tag ``{<thread>}``, so each script
-touches a single slot and runs unchanged on Redis Cluster. The seven keys of a
+touches a single slot and runs unchanged on Redis Cluster. The eight keys of a
 thread are always passed in this order (see ``store.thread_keys``)::
 
     KEYS[1] h   HASH  "ns\\0id"            -> head (msgpack, strings only:
@@ -12,12 +12,25 @@ thread are always passed in this order (see ``store.thread_keys``)::
     KEYS[5] w   HASH  "ns\\0id\\0task\\0idx" -> write
     KEYS[6] wi  ZSET  "ns\\0id\\0task\\0idx" lex index of a checkpoint's writes
     KEYS[7] b   HASH  "ns\\0channel\\0version" -> channel value (stored once per version)
+    KEYS[8] f   STREAM  {n: ns, c: id | u: uuid bytes} per new checkpoint, in commit order
 
 Names never contain NUL (checked before any call), so "\\0" separators are
 unambiguous. TTL is a sliding window on the whole thread: every write (and,
-when asked, every read) re-arms PEXPIRE on all seven keys in the same script,
+when asked, every read) re-arms PEXPIRE on all eight keys in the same script,
 so list elements (blobs of :data:`~graphkeep.shared.lists.ELEMENT_CHANNEL` in
-``b``) live exactly as long as the checkpoints whose manifests name them.
+``b``) live exactly as long as the checkpoints whose manifests name them, and
+the feed ``f`` exactly as long as the thread.
+
+The feed ``f`` is the thread's commit log for ``saver.watch``: ``put`` (and
+``import``) append ``XADD f MAXLEN ~ FEED_MAXLEN * n <ns> c <id>`` (``u <16
+bytes>`` for a UUID id) for each checkpoint that did not exist yet, in the same
+script as the record, so the stream's order is the commit order and a retried
+put is announced once. It holds ids only (never checkpoint data: ``export``,
+``inventory`` and the CLI never read it), is trimmed to about
+:data:`FEED_MAXLEN` entries, and goes with the thread (``delete_thread``;
+``delete`` when no checkpoint is left). A reader that falls further behind
+than the trimming is caught up from the ``a`` index instead (see ``FEED``
+below), so a slow watcher loses nothing.
 
 Reads expand list manifests in the same script (``elements`` below): a blob
 whose packed bytes start with the packed manifest tag is decoded with
@@ -31,6 +44,21 @@ from __future__ import annotations
 from graphkeep.shared import serde as codec
 from graphkeep.shared.lists import ELEMENT_CHANNEL, MANIFEST_TAG
 from graphkeep.shared.records import Typed
+
+#: keys per thread, in the order of ``store.thread_keys`` (the ``KEYS`` of every thread script)
+THREAD_KEYS = 8
+#: entries a thread's feed keeps (``XADD ... MAXLEN ~``: trimming only drops whole stream
+#: nodes, so at least this many, typically up to ~100 more): ~40 bytes an entry with UUID
+#: ids, so at most ~45 KB per thread. A watcher further behind than this is caught up from
+#: the checkpoint index instead.
+FEED_MAXLEN = 1000
+#: a checkpoint id in canonical UUID text (what LangGraph makes): the feed keeps its 16
+#: bytes (field ``u``) instead of the 36 characters (field ``c``), halving the feed's size
+UUID_TEXT = "^" + "%-".join("[0-9a-f]" * n for n in (8, 4, 4, 4, 12)) + "$"
+#: entries per feed read. Must stay below ``FEED_MAXLEN``: a read that returns fewer is
+#: then proof that nothing after its position was trimmed (see ``FEED``).
+FEED_COUNT = 500
+assert FEED_COUNT < FEED_MAXLEN
 
 
 def lua_bytes(data: bytes) -> str:
@@ -58,13 +86,29 @@ CONSTANTS = "\n".join(
         f"local MANIFEST = {lua_bytes(MANIFEST_PREFIX)}",
         f"local ELEMENT = {lua_bytes(ELEMENT_INFIX)}",
         "local BIN_HEADER = {[0xc4] = 1, [0xc5] = 2, [0xc6] = 4}",
+        f"local THREAD_KEYS = {THREAD_KEYS}",
+        f"local FEED_MAXLEN = {FEED_MAXLEN}",
+        f"local UUID_TEXT = '{UUID_TEXT}'",
     ]
 )
 
 PRELUDE = r"""
 local function refresh(ttl)
   if ttl > 0 then
-    for i = 1, 7 do redis.call('PEXPIRE', KEYS[i], ttl) end
+    for i = 1, THREAD_KEYS do redis.call('PEXPIRE', KEYS[i], ttl) end
+  end
+end
+
+-- Announce a new checkpoint on the thread's feed (KEYS[8]): its namespace `n` and its id,
+-- as 16 bytes `u` when it is a canonical UUID, else as it is `c`.
+local function announce(ns, id)
+  if string.match(id, UUID_TEXT) then
+    local raw = string.gsub(string.gsub(id, '-', ''), '..', function(h)
+      return string.char(tonumber(h, 16))
+    end)
+    redis.call('XADD', KEYS[8], 'MAXLEN', '~', FEED_MAXLEN, '*', 'n', ns, 'u', raw)
+  else
+    redis.call('XADD', KEYS[8], 'MAXLEN', '~', FEED_MAXLEN, '*', 'n', ns, 'c', id)
   end
 end
 
@@ -187,10 +231,12 @@ for i = 0, n - 1 do
   redis.call('HSET', KEYS[7], ARGV[7 + 2 * i], ARGV[8 + 2 * i])
 end
 local f = ns .. '\0' .. id
-redis.call('HSET', KEYS[1], f, ARGV[3])
+local new = redis.call('HSET', KEYS[1], f, ARGV[3])
 redis.call('HSET', KEYS[2], f, ARGV[4])
 redis.call('ZADD', KEYS[3], 0, f)
 redis.call('ZADD', KEYS[4], 0, id .. '\0' .. ns)
+-- a new checkpoint only: an upsert (a retried put) is not committed twice
+if new == 1 then announce(ns, id) end
 refresh(tonumber(ARGV[5]))
 return 1
 """
@@ -349,6 +395,8 @@ end
 local blobs = {}
 for i = 2 + 2 * n, #ARGV do blobs[#blobs + 1] = ARGV[i] end
 if #blobs > 0 then batched('HDEL', KEYS[7], blobs) end
+-- no checkpoint left: the thread is gone, its feed goes with it
+if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('DEL', KEYS[8]) end
 return 1
 """
 
@@ -380,10 +428,12 @@ end
 for _ = 1, nc do
   local f = ARGV[i]
   local cut = string.find(f, '\0', 1, true)
-  redis.call('HSET', KEYS[1], f, ARGV[i + 1])
+  local ns, id = string.sub(f, 1, cut - 1), string.sub(f, cut + 1)
+  local new = redis.call('HSET', KEYS[1], f, ARGV[i + 1])
   redis.call('HSET', KEYS[2], f, ARGV[i + 2])
   redis.call('ZADD', KEYS[3], 0, f)
-  redis.call('ZADD', KEYS[4], 0, string.sub(f, cut + 1) .. '\0' .. string.sub(f, 1, cut - 1))
+  redis.call('ZADD', KEYS[4], 0, id .. '\0' .. ns)
+  if new == 1 then announce(ns, id) end
   i = i + 3
 end
 refresh(ttl)
@@ -405,6 +455,94 @@ return out
 
 ALL_IDS = r"""
 return redis.call('ZRANGE', KEYS[4], 0, -1)
+"""
+
+FEED_END = r"""
+-- The feed's newest entry id ('0-0' when there is none) and the thread's highest
+-- checkpoint id ('' when none): where a watcher starting now begins.
+local last = redis.call('XREVRANGE', KEYS[8], '+', '-', 'COUNT', 1)
+local top = redis.call('ZREVRANGEBYLEX', KEYS[4], '+', '-', 'LIMIT', 0, 1)
+local pos, newest = '0-0', ''
+if #last > 0 then pos = last[1][1] end
+if #top > 0 then newest = string.sub(top[1], 1, string.find(top[1], '\0', 1, true) - 1) end
+return {pos, newest}
+"""
+
+FEED = r"""
+-- ARGV: position (a feed entry id), newest checkpoint id delivered ('' = none), count
+-- Returns {caught_up, position, ns, field, id, ns, field, id, ...}: `field` says how
+-- the id is written ('c': text, 'u': the 16 bytes of a UUID; see `announce`).
+--
+-- Normally (caught_up = 0): up to `count` feed entries after `position`, in commit
+-- order, and the id of the last one. If entries after `position` were trimmed
+-- away (the reader fell more than FEED_MAXLEN behind: the stream has dropped
+-- entries and its first one is past `position`), the feed cannot say what they
+-- were; the reader is caught up from the `a` index instead (caught_up = 1): up
+-- to `count` checkpoints with an id above `newest`, ascending. While that page is
+-- full the position stays (the next call goes on from the new `newest`); the
+-- last page moves it to the feed's end, which this script sees atomically, so
+-- nothing committed in between is lost. (Only a checkpoint that committed out of
+-- id order inside the trimmed span can be missed; it is still in `list`.)
+local key = KEYS[8]
+local pos, newest, count = ARGV[1], ARGV[2], tonumber(ARGV[3])
+
+local function before(a, b)  -- stream id a < stream id b
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
+  return am < bm or (am == bm and as < bs)
+end
+
+local trimmed = false
+if redis.call('EXISTS', key) == 1 then
+  local info = redis.call('XINFO', 'STREAM', key)
+  local fields = {}
+  for i = 1, #info, 2 do fields[info[i]] = info[i + 1] end
+  local first = fields['first-entry']
+  -- entries-added (Redis >= 7) counts every entry ever added; without it, a feed at
+  -- its cap is taken as trimmed (a catch-up from the index is then merely redundant)
+  local dropped
+  if fields['entries-added'] then
+    dropped = fields['entries-added'] > fields['length']
+  else
+    dropped = fields['length'] >= FEED_MAXLEN
+  end
+  trimmed = dropped and first and before(pos, first[1])
+end
+
+if not trimmed then
+  local out = {0, pos}
+  local got = redis.call('XRANGE', key, '(' .. pos, '+', 'COUNT', count)
+  for _, entry in ipairs(got) do
+    local e = {}
+    for i = 1, #entry[2], 2 do e[entry[2][i]] = entry[2][i + 1] end
+    out[#out + 1] = e['n'] or ''
+    if e['u'] then
+      out[#out + 1] = 'u'
+      out[#out + 1] = e['u']
+    else
+      out[#out + 1] = 'c'
+      out[#out + 1] = e['c'] or ''
+    end
+  end
+  if #got > 0 then out[2] = got[#got][1] end
+  return out
+end
+
+local min = '-'
+if newest ~= '' then min = '[' .. newest .. '\1' end
+local members = redis.call('ZRANGEBYLEX', KEYS[4], min, '+', 'LIMIT', 0, count)
+local out = {1, pos}
+for _, m in ipairs(members) do
+  local cut = string.find(m, '\0', 1, true)
+  out[#out + 1] = string.sub(m, cut + 1)
+  out[#out + 1] = 'c'
+  out[#out + 1] = string.sub(m, 1, cut - 1)
+end
+if #members < count then
+  out[2] = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)[1][1]
+end
+return out
 """
 
 LOCK = r"""
@@ -448,6 +586,8 @@ SCRIPTS: dict[str, str] = {
         "import": IMPORT,
         "find_runs": FIND_RUNS,
         "all_ids": ALL_IDS,
+        "feed_end": FEED_END,
+        "feed": FEED,
         "lock": LOCK,
         "unlock": UNLOCK,
         "extend_lock": EXTEND_LOCK,

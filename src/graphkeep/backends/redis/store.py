@@ -1,21 +1,29 @@
 """The Redis mapping of the storage port (plain Redis >= 7: hashes, sorted sets, Lua).
 
-A thread is seven keys sharing one hash tag (layout in :mod:`.scripts`); every
-port call is one script call, i.e. one round trip, except the cross-thread
-admin paths (``list(None)``, ``delete_for_runs``) which SCAN for threads first
-and are documented as costly. Nothing global is touched on the write path.
+A thread is eight keys sharing one hash tag (layout in :mod:`.scripts`); every
+port call is one script call or command, i.e. one round trip, except the
+cross-thread admin paths (``list(None)``, ``delete_for_runs``) which SCAN for
+threads first and are documented as costly. Nothing global is touched on the
+write path.
 
-Requests yielded here are plain data (:class:`Script`, :class:`Scan`); the
-executors in :mod:`graphkeep.backends.redis` run them on a sync or asyncio
-client.
+``watch`` reads the thread's feed, a Redis Stream the put script appends to
+(:class:`Feed <graphkeep.shared.port.Feed>`): ``feed_read`` blocks in ``XREAD``
+on the stream's node and wakes as soon as a put lands; ``commits`` and
+``newest_commit`` answer from the lex indexes ``a`` / ``x``.
+
+Requests yielded here are plain data (:class:`Script`, :class:`Scan`,
+:class:`XRead`, ...); the executors in :mod:`graphkeep.backends.redis` run them
+on a sync or asyncio client.
 """
 
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from graphkeep.backends.redis.scripts import FEED_COUNT
 from graphkeep.errors import ConfigurationError
 from graphkeep.shared import serde as codec
 from graphkeep.shared.port import Op
@@ -61,6 +69,24 @@ class Command:
 
 
 @dataclass(frozen=True, slots=True)
+class XRead:
+    """``XREAD COUNT count [BLOCK block_ms] STREAMS key position`` on one stream.
+
+    Sent straight to the node that owns ``key`` on a cluster (redis-py would otherwise
+    ask the server for XREAD's keys on every call). ``block_ms`` 0 does not block; a
+    blocking read is kept below the client's socket timeout by the executor, and
+    takes a pooled connection of its own for its duration (other calls on the same
+    client use other connections). The reply is redis-py's XREAD reply, None when
+    nothing came.
+    """
+
+    key: str
+    position: str
+    count: int
+    block_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Pipeline:
     """Several ``Script`` calls (on any slots) sent at once; their results in order."""
 
@@ -87,8 +113,18 @@ def check_prefix(prefix: str) -> str:
     return prefix
 
 
+#: a feed position: (stream entry id, highest checkpoint id delivered so far or None)
+FeedPosition = tuple[str, str | None]
+
+
 class RedisCheckpoints:
-    """Storage port on Redis. ``ttl`` in seconds slides on every write of a thread."""
+    """Storage port on Redis. ``ttl`` in seconds slides on every write of a thread.
+
+    It has a native commit feed (``feed = True``): the thread's stream, see
+    :meth:`feed_read`.
+    """
+
+    feed = True
 
     def __init__(
         self,
@@ -105,7 +141,12 @@ class RedisCheckpoints:
 
     def thread_keys(self, thread_id: str) -> list[str]:
         base = f"{self.prefix}:{FORMAT}:{{{encode_thread(thread_id)}}}"
-        return [f"{base}:{suffix}" for suffix in ("h", "p", "x", "a", "w", "wi", "b")]
+        return [f"{base}:{suffix}" for suffix in ("h", "p", "x", "a", "w", "wi", "b", "f")]
+
+    def feed_key(self, thread_id: str) -> str:
+        """The thread's feed: a Stream of ``n`` = namespace, ``c`` = checkpoint id (or ``u``
+        = its 16 bytes when it is a UUID)."""
+        return self.thread_keys(thread_id)[7]
 
     def _thread_pattern(self) -> str:
         escaped = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix)
@@ -336,7 +377,8 @@ class RedisCheckpoints:
                 codec.packb([w.channel, w.task_path, w.value.tag, w.value.data]),
             ]
         cp_args: list[Any] = []
-        for rec in dump.checkpoints:
+        # in id order: the script announces each new checkpoint on the feed as it goes
+        for rec in sorted(dump.checkpoints, key=lambda r: (r.checkpoint_id, r.ns)):
             cp_args += [
                 _field(rec.ns, rec.checkpoint_id),
                 _pack_head(rec),
@@ -359,8 +401,68 @@ class RedisCheckpoints:
         threads = yield from self._threads()
         return threads, None
 
+    def commits(
+        self, thread_id: str, ns: str | None, above: str | None, limit: int
+    ) -> Op[list[tuple[str, str]]]:
+        """``(ns, id)`` above ``above``, ascending, from one ``ZRANGEBYLEX``: on ``a``
+        (members ``id NUL ns``: every namespace, in (id, ns) order) or on ``x``
+        (``ns NUL id``: one namespace). Ids never contain NUL, so ``id NUL ...`` sorts
+        below ``id \\x01`` and every longer id above it: ``[above \\x01`` on ``a`` and
+        ``(ns NUL above`` on ``x`` start strictly above ``above``."""
+        keys = self.thread_keys(thread_id)
+        if ns is None:
+            low = "-" if above is None else "[" + above + "\x01"
+            raw = yield Command(("ZRANGEBYLEX", keys[3], low, "+", "LIMIT", 0, limit))
+            return [_split_member(m, id_first=True) for m in raw]
+        low = "[" + ns + "\x00" if above is None else "(" + ns + "\x00" + above
+        raw = yield Command(("ZRANGEBYLEX", keys[2], low, "(" + ns + "\x01", "LIMIT", 0, limit))
+        return [_split_member(m, id_first=False) for m in raw]
+
+    def newest_commit(self, thread_id: str, ns: str | None) -> Op[str | None]:
+        """The last member of ``a`` (any namespace) or of ``ns``'s range of ``x``."""
+        keys = self.thread_keys(thread_id)
+        if ns is None:
+            raw = yield Command(("ZREVRANGEBYLEX", keys[3], "+", "-", "LIMIT", 0, 1))
+        else:
+            raw = yield Command(
+                ("ZREVRANGEBYLEX", keys[2], "(" + ns + "\x01", "[" + ns + "\x00", "LIMIT", 0, 1)
+            )
+        return _split_member(raw[0], id_first=ns is None)[1] if raw else None
+
+    def feed_end(self, thread_id: str) -> Op[FeedPosition]:
+        """The feed's newest entry id ("0-0" when empty) with the thread's highest
+        checkpoint id (the floor a catch-up from the index would start above)."""
+        pos, newest = yield Script("feed_end", self.thread_keys(thread_id), [])
+        return pos.decode(), (newest.decode() or None)
+
+    def feed_read(
+        self, thread_id: str, position: FeedPosition, wait_ms: int
+    ) -> Op[tuple[list[tuple[str, str]], FeedPosition]]:
+        """Feed entries after ``position``: ``XREAD COUNT FEED_COUNT [BLOCK wait_ms]``.
+
+        A blocking read that returns fewer than ``FEED_COUNT`` entries is complete (the
+        stream keeps more than that, so nothing after ``position`` can have been trimmed).
+        A full one, and every non-blocking read, go through the ``feed`` script, which
+        reads the stream and notices trimming in the same step, catching up from the
+        index then (see ``scripts.FEED``).
+        """
+        entry_id, newest = position
+        if wait_ms > 0:
+            raw = yield XRead(self.feed_key(thread_id), entry_id, FEED_COUNT, wait_ms)
+            entries = _stream_entries(raw)
+            if len(entries) < FEED_COUNT:
+                found = [(ns, cid) for _, ns, cid in entries]
+                if entries:
+                    entry_id = entries[-1][0]
+                return found, (entry_id, _highest(newest, found))
+        raw = yield Script(
+            "feed", self.thread_keys(thread_id), [entry_id, newest or "", FEED_COUNT]
+        )
+        found = [(raw[i].decode(), _feed_id(raw[i + 1], raw[i + 2])) for i in range(2, len(raw), 3)]
+        return found, (raw[1].decode(), _highest(newest, found))
+
     def lock_key(self, thread_id: str) -> str:
-        # same hash tag as the thread, but not one of its seven data keys: a
+        # same hash tag as the thread, but not one of its eight data keys: a
         # delete_thread or TTL refresh leaves a held lease alone
         return f"{self.prefix}:{FORMAT}:{{{encode_thread(thread_id)}}}:lock"
 
@@ -383,6 +485,58 @@ class RedisCheckpoints:
 
 def _field(*parts: str) -> bytes:
     return SEP.join(p.encode() for p in parts)
+
+
+def _split_member(member: bytes, *, id_first: bool) -> tuple[str, str]:
+    """``(ns, checkpoint_id)`` of an index member ("id\\0ns" in ``a``, "ns\\0id" in ``x``)."""
+    left, _, right = member.partition(SEP)
+    if id_first:
+        return right.decode(), left.decode()
+    return left.decode(), right.decode()
+
+
+def _highest(newest: str | None, found: list[tuple[str, str]]) -> str | None:
+    """The highest checkpoint id among ``newest`` and the entries just read."""
+    ids = [cid for _, cid in found]
+    if newest is not None:
+        ids.append(newest)
+    return max(ids, default=None)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _feed_id(field: Any, value: bytes) -> str:
+    """A checkpoint id as the feed holds it: text (``c``) or a UUID's 16 bytes (``u``)."""
+    if _text(field) == "u":
+        return str(uuid.UUID(bytes=value))
+    return value.decode()
+
+
+def _stream_entries(raw: Any) -> list[tuple[str, str, str]]:
+    """``(entry_id, ns, checkpoint_id)`` of an XREAD reply on one stream.
+
+    redis-py answers ``[[key, [(id, {field: value}), ...]]]`` on RESP2 and
+    ``{key: [[(id, {field: value}), ...]]}`` on RESP3 (some versions without the inner
+    list); empty or None when nothing came.
+    """
+    if not raw:
+        return []
+    streams = list(raw.values()) if isinstance(raw, dict) else [item[1] for item in raw]
+    out = []
+    for entries in streams:
+        if entries and isinstance(entries[0], list | tuple) and entries[0]:
+            if isinstance(entries[0][0], list | tuple):  # wrapped once more
+                entries = [entry for part in entries for entry in part]
+        for entry_id, fields in entries:
+            if not isinstance(fields, dict):  # a flat [field, value, ...] list
+                fields = dict(zip(fields[::2], fields[1::2], strict=True))
+            values = {_text(k): v for k, v in fields.items()}
+            ns = _text(values.get("n", b""))
+            field = "u" if "u" in values else "c"
+            out.append((_text(entry_id), ns, _feed_id(field, values.get(field, b""))))
+    return out
 
 
 def _pack_head(record: CheckpointRecord) -> bytes:

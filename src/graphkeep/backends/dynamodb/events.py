@@ -1,0 +1,810 @@
+"""Run event log on DynamoDB: :class:`DynamoDBEventLog` (boto3) and :class:`AsyncDynamoDBEventLog`.
+
+Same table and URLs as the savers and the node cache::
+
+    with graphkeep.connect_events("dynamodb://graphkeep?region=eu-west-1") as events:
+        events.append("run-1", {"type": "token", "text": "Hel"})       # -> "1"
+
+One partition per run, ordered items in it (``P`` = escaped ``key_prefix``)::
+
+    pk  P#e1#<run id>   (never P#1#.. of the saver, P#n1#.. of the cache, P#m1#.. of the store)
+
+    sk  e#<last seq, 19 digits>   consecutive events packed in one item:
+        n   N   how many (the item holds seqs last-n+1 .. last)
+        v   B   msgpack list of the events' JSON bytes (``z`` = "zlib" when compressed)
+        cl  N   1 when the item's last event is the run's close event
+        exp N   epoch seconds, DynamoDB's TTL attribute (only with ``ttl``)
+    sk  m#                        the run's meta item:
+        hi  N   highest seq written      act N  epoch ms of the last append / heartbeat
+        st  S   close status, once closed tr  N  highest seq dropped by retention
+        rf  N   exp every event item has at least (sliding TTL bookkeeping)
+        xm  N   epoch ms the run expires (act + ttl)       exp N  TTL attribute
+
+Event ids are the decimal sequence numbers ``"1"``, ``"2"``, … per run.
+
+**Appends.** ``append``/``append_many`` pack consecutive events into items of up to about
+350 KB and ``max_events / 10`` events (an event is at most 256 KiB of JSON, so one always
+fits; packed items from 4 KiB are zlib-compressed when that saves 10 %) and write them with **one
+TransactWriteItems** per 99 items / 4 MB: the item Puts plus an Update of the meta item
+that sets ``hi`` to the new last seq, conditioned on ``hi`` being the previous last seq,
+the run not closed and not expired. The meta item is thus the run's sequencer: two writers
+racing for the same seqs are serialised by DynamoDB, and the loser's transaction fails
+whole (nothing written), returns the meta item (``ReturnValuesOnConditionCheckFailure``)
+and is re-sent with the next free seq: ids never collide or leave gaps, and no extra read
+is needed. Each port remembers its runs' last seq (bounded LRU): a first append to a new
+run succeeds at once, to a run another writer moved on costs one failed attempt more.
+A closed run fails the condition too: :class:`~graphkeep.errors.RunClosed`, nothing
+written. ``close`` is an append whose meta Update also sets ``st``. 100 small events cost
+one request (one item + the meta Update), where one item per event could not fit in one
+transaction at all (100 actions at most). A batch over 4 MB goes out as several
+transactions in order (events of a concurrent writer may land between them).
+
+Why a condition on the meta item rather than ``attribute_not_exists`` on each event item
+(plus a ConditionCheck of the meta item): every append marks the run active, so the meta
+item is written anyway, and its ``hi`` both detects a lost race and tells the next free
+seq; a per-item condition would not catch a writer whose remembered seq lies below what
+retention already deleted (its put would succeed and reuse an id), and one item per event
+could not put 100 events in one transaction.
+
+**Reads.** ``read`` is one strongly consistent Query ``sk BETWEEN e#<after + 1> AND
+e#<max>`` (items are keyed by their *last* seq, so the item holding ``after + 1`` is the
+first returned; its events up to ``after`` are skipped here). Not blocking: followers poll
+(``poll_interval``, backing off to ``max_poll_interval`` when idle); an idle poll reads no
+item (one read unit). ``state`` is one GetItem of the meta item.
+
+**Retention.** ``max_events``: once a run keeps more than ``max_events`` plus a tenth, the
+writer trims it back (one Query for the keys of items wholly below the cut, ``tr`` raised
+in the meta item first, then BatchWriteItem deletes), so trimming is amortised over
+``max_events / 10`` events and whole items are dropped: a run keeps at most ``max_events``
+plus a fifth.
+``ttl``: the run expires ``ttl`` after its last append or heartbeat (``xm``, checked by
+every reader and writer; DynamoDB's TTL on ``exp`` reaps later). Event items get
+``exp = now + 1.5 ttl`` when written; a writer refreshes the older items (one Query plus a
+transaction of conditional Updates per 100 items) only when some could expire before the
+run, i.e. at most once per ``ttl / 2``. An append or heartbeat to a run that expired but
+is not reaped yet deletes its old items first and goes on numbering after them (``tr``
+says they are gone), so a reused run id never shows another run's events.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import uuid
+import zlib
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from graphkeep.backends.dynamodb import (
+    _AsyncExecutor,
+    _describe,
+    _SyncExecutor,
+    async_client,
+    client_options,
+    parse_url,
+    sync_client,
+)
+from graphkeep.backends.dynamodb import keys as keyspace
+from graphkeep.backends.dynamodb.items import (
+    CODEC,
+    COMPRESS_MIN_BYTES,
+    COMPRESS_MIN_SAVING,
+    DEFAULT_COMPRESS_LEVEL,
+    EXP,
+    PK,
+    SK,
+    VALUE,
+    B,
+    N,
+    S,
+    b,
+    key,
+    n,
+    s,
+)
+from graphkeep.backends.dynamodb.requests import (
+    MAX_STALLS,
+    RETRYABLE_REASONS,
+    RETRYABLE_TRANSACTION_ERRORS,
+    TRANSACT_MAX_BYTES,
+    TRANSACT_MAX_ITEMS,
+    Call,
+    backoff,
+    batch_write,
+    error_code,
+    query_all,
+    query_page,
+    transact,
+)
+from graphkeep.backends.dynamodb.store import DynamoDBCheckpoints
+from graphkeep.errors import ConfigurationError, GraphkeepError, InvalidInput, RunClosed
+from graphkeep.shared import serde as codec
+from graphkeep.shared.events import (
+    AsyncEventLog,
+    Retention,
+    RunState,
+    StoredEvent,
+    SyncEventLog,
+    check_sequence,
+)
+from graphkeep.shared.events import now_ms as clock_ms
+from graphkeep.shared.lru import ThreadLRU
+from graphkeep.shared.port import Op, Sleep
+
+try:
+    from botocore.exceptions import ClientError
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "the DynamoDB backend needs boto3: pip install 'graphkeep[dynamodb]'"
+    ) from exc
+
+__all__ = [
+    "EVENTS_OPTIONS",
+    "AsyncDynamoDBEventLog",
+    "DynamoDBEventLog",
+    "DynamoDBEventPort",
+]
+
+#: options beyond the common ones (ttl, max_events, stale_after, poll_interval,
+#: max_poll_interval, key_prefix, setup): how the client is made
+EVENTS_OPTIONS = frozenset({"session", "profile_name", "botocore_config"})
+
+FORMAT = "e1"
+EVENT = "e#"
+META_SK = "m#"
+SEQ_WIDTH = 19
+MAX_SEQ = 10**SEQ_WIDTH - 1
+COUNT, CLOSING = "n", "cl"
+ACTIVE, STATUS, HIGH, TRIMMED, REFRESHED, EXPIRES_MS = "act", "st", "hi", "tr", "rf", "xm"
+#: raw event bytes (plus msgpack framing) packed into one item; far below the 400 KB limit
+ITEM_BUDGET = 350_000
+#: msgpack framing of one ``bin`` in the packed list, counted generously
+FRAMING = 5
+#: event items per transaction: the meta Update is the 100th action
+ITEMS_PER_TRANSACTION = TRANSACT_MAX_ITEMS - 1
+#: runs whose last seq / retention bookkeeping a port remembers
+KNOWN_RUNS = 10_000
+#: how many times a transaction is re-sent after conflicts or throttling (not lost races)
+MAX_CONFLICTS = 3 * MAX_STALLS
+
+_ID = re.compile(r"[0-9]{1,19}", re.ASCII)
+_PLACEHOLDER = re.compile(r"[#:]\w+")
+
+
+def event_sk(seq: int) -> str:
+    return f"{EVENT}{seq:0{SEQ_WIDTH}d}"
+
+
+def _seq_of(sk: str) -> int:
+    return int(sk[len(EVENT) :])
+
+
+@dataclass(slots=True)
+class _Run:
+    """What a port knows of a run: its last seq, the last seq dropped, the items' min exp."""
+
+    hi: int = 0
+    trimmed: int = 0
+    refreshed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Pack:
+    """Consecutive events stored in one item."""
+
+    payloads: list[bytes]
+    closing: bool
+
+
+class DynamoDBEventPort:
+    """The event port on one DynamoDB table (shared with the savers if you like)."""
+
+    blocking = False
+
+    def __init__(self, table: str, *, key_prefix: str = "graphkeep") -> None:
+        if not isinstance(table, str) or not table:
+            raise ConfigurationError("table_name must be a non-empty string")
+        self.table = table
+        self.key_prefix = key_prefix
+        self.prefix = keyspace.check_prefix(key_prefix)
+        self.runs: ThreadLRU[tuple[str], _Run] = ThreadLRU(KNOWN_RUNS)
+
+    def partition(self, run_id: str) -> str:
+        # run ids are at most 512 UTF-8 bytes, 1,024 escaped: never shortened
+        text = keyspace.part(run_id, keyspace.THREAD_LIMIT)[0]
+        return f"{self.prefix}{keyspace.SEP}{FORMAT}{keyspace.SEP}{text}"
+
+    def id_key(self, event_id: str) -> tuple[int, ...]:
+        if not isinstance(event_id, str) or not _ID.fullmatch(event_id):
+            raise InvalidInput(
+                f"{event_id!r} is not an event id of this log (a decimal sequence number"
+                " such as '42')"
+            )
+        return (int(event_id),)
+
+    def setup(self) -> Op[None]:
+        # the saver's table and TTL set-up, exactly, so savers, caches and logs can share it
+        yield from DynamoDBCheckpoints(self.table, key_prefix=self.key_prefix).setup()
+
+    # -- append --------------------------------------------------------------------------
+
+    def append(
+        self,
+        run_id: str,
+        payloads: list[bytes],
+        closing: bool,
+        now_ms: int,
+        retention: Retention,
+    ) -> Op[list[str]]:
+        pk = self.partition(run_id)
+        known = self._known(pk)
+        status = str(json.loads(payloads[-1])["status"]) if closing else None
+        packs = _packs(payloads, closing, max(1, retention.max_events // 10))
+        ids: list[str] = []
+        for group in _transactions(packs):
+            first = yield from self._commit(pk, known, group, status, now_ms, retention)
+            count = sum(len(p.payloads) for p in group)
+            ids += [str(seq) for seq in range(first, first + count)]
+        yield from self._retain(pk, known, now_ms, retention)
+        return ids
+
+    def _known(self, pk: str) -> _Run:
+        found = self.runs.get((pk,))
+        if found is None:
+            found = _Run()
+            self.runs.put((pk,), found)
+        return found
+
+    def _commit(
+        self,
+        pk: str,
+        known: _Run,
+        group: list[_Pack],
+        status: str | None,
+        now_ms: int,
+        retention: Retention,
+    ) -> Op[int]:
+        """Write one transaction's packs after the run's last seq; returns the first seq."""
+        reborn: int | None = None  # act of an expired run being restarted
+        conflicts = 0
+        refused: dict[str, Any] | None = None  # the meta item that refused the last attempt
+        while True:
+            prev = known.hi
+            actions, last = self._actions(pk, group, prev, status, now_ms, retention, reborn)
+            try:
+                yield Call(
+                    "transact_write_items",
+                    {"TransactItems": actions, "ClientRequestToken": uuid.uuid4().hex},
+                )
+            except ClientError as exc:
+                code = error_code(exc)
+                reasons = exc.response.get("CancellationReasons") or []
+                meta_reason = reasons[-1] if len(reasons) == len(actions) else {}
+                if meta_reason.get("Code") == "ConditionalCheckFailed":
+                    meta = meta_reason.get("Item")
+                    if meta is None:  # a server that does not return it: read it
+                        meta = yield from self._meta(pk)
+                    if meta == refused:  # each lost race shows another writer's progress
+                        raise GraphkeepError(
+                            f"the meta item of run partition {pk!r} refuses appends and does"
+                            f" not change ({meta}); was it written by another program?"
+                        ) from exc
+                    refused = meta
+                    reborn = yield from self._learn(pk, known, meta, now_ms, status)
+                    continue
+                codes = {str(r.get("Code")) for r in reasons}
+                retry = code in RETRYABLE_TRANSACTION_ERRORS or (
+                    code == "TransactionCanceledException" and codes <= RETRYABLE_REASONS
+                )
+                conflicts += 1
+                if not retry or conflicts >= MAX_CONFLICTS:
+                    raise
+                yield Sleep(backoff(conflicts))
+                continue
+            if prev == 0 or reborn is not None:
+                # a new (or restarted) run: every item it has was written just now
+                known.refreshed = self._item_exp(now_ms, retention) or 0
+            if reborn is not None:
+                known.trimmed = max(known.trimmed, prev)
+            known.hi = max(known.hi, last)
+            return prev + 1
+
+    def _meta(self, pk: str) -> Op[dict[str, Any]]:
+        """The run's meta item, strongly consistent (empty when there is none)."""
+        result = yield Call(
+            "get_item",
+            {"TableName": self.table, "Key": key(pk, META_SK), "ConsistentRead": True},
+        )
+        return dict(result.get("Item") or {})
+
+    def _learn(
+        self, pk: str, known: _Run, meta: dict[str, Any], now_ms: int, status: str | None
+    ) -> Op[int | None]:
+        """After a failed meta condition: take in the meta item as it is; returns the ``act``
+        of an expired run to restart (its old items deleted), else None."""
+        if not meta:  # deleted (or reaped) meanwhile: a new run
+            known.hi = known.trimmed = known.refreshed = 0
+            return None
+        hi, trimmed = n(meta, HIGH) or 0, n(meta, TRIMMED) or 0
+        known.hi, known.trimmed = hi, trimmed
+        known.refreshed = n(meta, REFRESHED) or 0
+        until = n(meta, EXPIRES_MS)
+        if until is not None and until < now_ms:
+            # expired but not reaped yet: drop what is left of it, then number on after it
+            yield from self._delete_events(pk, hi)
+            return n(meta, ACTIVE) or 0
+        if STATUS in meta:
+            closed = s(meta, STATUS)
+            what = "close it again" if status is not None else "append to it"
+            raise RunClosed(f"this run was closed with status {closed!r}; cannot {what}")
+        return None
+
+    def _actions(
+        self,
+        pk: str,
+        group: list[_Pack],
+        prev: int,
+        status: str | None,
+        now_ms: int,
+        retention: Retention,
+        reborn: int | None,
+    ) -> tuple[list[dict[str, Any]], int]:
+        exp = self._item_exp(now_ms, retention)
+        actions: list[dict[str, Any]] = []
+        seq = prev
+        closes = False
+        for pack in group:
+            seq += len(pack.payloads)
+            item = _item(pk, seq, pack)
+            if exp is not None:
+                item[EXP] = N(exp)
+            closes = closes or pack.closing
+            actions.append({"Put": {"TableName": self.table, "Item": item}})
+        names = {"#hi": HIGH, "#a": ACTIVE, "#st": STATUS, "#xm": EXPIRES_MS}
+        values: dict[str, Any] = {":hi": N(seq), ":now": N(now_ms)}
+        sets = ["#hi = :hi", "#a = :now"]
+        removes: list[str] = []
+        self._stamp_meta(sets, removes, names, values, now_ms, retention)
+        if closes and status is not None:
+            sets.append("#st = :st")
+            values[":st"] = S(status)
+        seq_condition = "attribute_not_exists(#hi)" if prev == 0 else "#hi = :prev"
+        if prev:
+            values[":prev"] = N(prev)
+        if reborn is None:
+            condition = (
+                f"{seq_condition} AND attribute_not_exists(#st)"
+                " AND (attribute_not_exists(#xm) OR #xm >= :now)"
+            )
+            if prev == 0:
+                names["#rf"] = REFRESHED
+                sets.append("#rf = :rf")
+                values[":rf"] = N(exp or 0)
+        else:  # restart an expired run: its old events are gone (``tr``), it is open again
+            condition = f"{seq_condition} AND #a = :old"
+            values[":old"] = N(reborn)
+            names["#tr"], names["#rf"] = TRIMMED, REFRESHED
+            sets += ["#tr = :tr", "#rf = :rf"]
+            values[":tr"], values[":rf"] = N(prev), N(exp or 0)
+            if not (closes and status is not None):
+                removes.append("#st")
+        update = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+        names, values = _used(names, values, update, condition)
+        actions.append(
+            {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": key(pk, META_SK),
+                    "UpdateExpression": update,
+                    "ConditionExpression": condition,
+                    "ExpressionAttributeNames": names,
+                    "ExpressionAttributeValues": values,
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }
+            }
+        )
+        return actions, seq
+
+    @staticmethod
+    def _stamp_meta(
+        sets: list[str],
+        removes: list[str],
+        names: dict[str, str],
+        values: dict[str, Any],
+        now_ms: int,
+        retention: Retention,
+    ) -> None:
+        """The meta item's expiry: exact (``xm``) and for DynamoDB's reaper (``exp``);
+        without ``ttl`` none (an expiry another writer set with a ttl is removed)."""
+        names["#e"], names["#xm"] = EXP, EXPIRES_MS
+        if retention.ttl_ms is None:
+            removes += ["#xm", "#e"]
+            return
+        sets += ["#xm = :xm", "#e = :e"]
+        values[":xm"] = N(now_ms + retention.ttl_ms)
+        # the reaper may take the meta item only after every event item (their exp is lower)
+        values[":e"] = N(math.ceil((now_ms + retention.ttl_ms * 1.5) / 1000) + 1)
+
+    @staticmethod
+    def _item_exp(now_ms: int, retention: Retention) -> int | None:
+        """``exp`` of an event item written (or refreshed) now: ttl plus half a ttl of slack."""
+        if retention.ttl_ms is None:
+            return None
+        return math.ceil((now_ms + retention.ttl_ms * 1.5) / 1000)
+
+    # -- retention -----------------------------------------------------------------------
+
+    def _retain(self, pk: str, known: _Run, now_ms: int, retention: Retention) -> Op[None]:
+        """Trim to ``max_events`` and slide the items' TTL, each only when due."""
+        limit = retention.max_events
+        if known.hi - known.trimmed > limit + max(1, limit // 10):
+            yield from self._trim(pk, known, known.hi - limit)
+        if retention.ttl_ms is not None:
+            needed = math.ceil((now_ms + retention.ttl_ms) / 1000)
+            if known.refreshed < needed:
+                yield from self._slide(pk, known, now_ms, retention)
+
+    def _trim(self, pk: str, known: _Run, cut: int) -> Op[None]:
+        """Drop the items holding only seqs up to ``cut``: ``tr`` first, then the deletes,
+        so a reader resuming inside the dropped range is told, never silently skipped."""
+        items = yield from query_all(self._events_query(pk, 1, cut, keys_only=True))
+        if not items:
+            known.trimmed = max(known.trimmed, cut)
+            return
+        through = max(_seq_of(s(i, SK)) for i in items)
+        yield from self._raise_meta(pk, TRIMMED, through)
+        deletes = [{"DeleteRequest": {"Key": key(pk, s(i, SK))}} for i in items]
+        yield from batch_write(self.table, deletes)
+        known.trimmed = max(known.trimmed, through)
+
+    def _slide(self, pk: str, known: _Run, now_ms: int, retention: Retention) -> Op[None]:
+        """Push the expiry of the run's older items out to that of a new one."""
+        exp = self._item_exp(now_ms, retention)
+        assert exp is not None
+        needed = math.ceil((now_ms + (retention.ttl_ms or 0)) / 1000)
+        items = yield from query_all(self._events_query(pk, 1, MAX_SEQ, keys_only=True))
+        due = [i for i in items if (n(i, EXP) or 0) < needed]
+        actions = [
+            {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": key(pk, s(item, SK)),
+                    "UpdateExpression": "SET #e = :e",
+                    # never resurrect an item retention deleted meanwhile
+                    "ConditionExpression": "attribute_exists(#sk)",
+                    "ExpressionAttributeNames": {"#e": EXP, "#sk": SK},
+                    "ExpressionAttributeValues": {":e": N(exp)},
+                }
+            }
+            for item in due
+        ]
+        for start in range(0, len(actions), TRANSACT_MAX_ITEMS):
+            part = actions[start : start + TRANSACT_MAX_ITEMS]
+            yield from transact(part, list(range(len(part))))
+        yield from self._raise_meta(pk, REFRESHED, exp)
+        known.refreshed = max(known.refreshed, exp)
+
+    def _raise_meta(self, pk: str, attribute: str, value: int) -> Op[None]:
+        """Raise a number on the run's meta item, never lower it: a writer that finds it as
+        high already (another writer got there first) or the run gone leaves it be."""
+        try:
+            yield Call(
+                "update_item",
+                {
+                    "TableName": self.table,
+                    "Key": key(pk, META_SK),
+                    "UpdateExpression": "SET #v = :v",
+                    "ConditionExpression": (
+                        "attribute_exists(#a) AND (attribute_not_exists(#v) OR #v < :v)"
+                    ),
+                    "ExpressionAttributeNames": {"#v": attribute, "#a": ACTIVE},
+                    "ExpressionAttributeValues": {":v": N(value)},
+                },
+            )
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+
+    # -- heartbeat, state, read, delete --------------------------------------------------
+
+    def heartbeat(self, run_id: str, now_ms: int, retention: Retention) -> Op[None]:
+        pk = self.partition(run_id)
+        known = self._known(pk)
+        reborn: int | None = None
+        while True:
+            names = {"#a": ACTIVE, "#xm": EXPIRES_MS}
+            values: dict[str, Any] = {":now": N(now_ms)}
+            sets = ["#a = :now"]
+            removes: list[str] = []
+            self._stamp_meta(sets, removes, names, values, now_ms, retention)
+            if reborn is None:
+                condition = "attribute_not_exists(#xm) OR #xm >= :now"
+            else:  # restart an expired run: its old events are gone (``tr``)
+                condition = "#a = :old"
+                values[":old"] = N(reborn)
+                names["#tr"], names["#st"] = TRIMMED, STATUS
+                values[":tr"] = N(known.hi)
+                sets.append("#tr = :tr")
+                removes.append("#st")
+            update = "SET " + ", ".join(sets)
+            if removes:
+                update += " REMOVE " + ", ".join(removes)
+            names, values = _used(names, values, update, condition)
+            try:
+                result = yield Call(
+                    "update_item",
+                    {
+                        "TableName": self.table,
+                        "Key": key(pk, META_SK),
+                        "UpdateExpression": update,
+                        "ConditionExpression": condition,
+                        "ExpressionAttributeNames": names,
+                        "ExpressionAttributeValues": values,
+                        "ReturnValues": "ALL_OLD",
+                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                    },
+                )
+            except ClientError as exc:
+                if error_code(exc) != "ConditionalCheckFailedException":
+                    raise
+                meta = exc.response.get("Item")
+                if meta is None:  # a server that does not return it: read it
+                    meta = yield from self._meta(pk)
+                if not meta:
+                    reborn = None
+                    continue
+                known.hi = n(meta, HIGH) or 0
+                until = n(meta, EXPIRES_MS)
+                if until is not None and until < now_ms:
+                    yield from self._delete_events(pk, known.hi)
+                    reborn = n(meta, ACTIVE) or 0
+                else:
+                    reborn = None
+                continue
+            old = result.get("Attributes") or {}
+            if reborn is not None:
+                known.trimmed = max(known.trimmed, known.hi)
+                known.refreshed = 0
+            else:
+                known.hi = max(known.hi, n(old, HIGH) or 0)
+                known.trimmed = max(known.trimmed, n(old, TRIMMED) or 0)
+                known.refreshed = max(known.refreshed, n(old, REFRESHED) or 0)
+            break
+        if retention.ttl_ms is not None and known.hi > known.trimmed:
+            needed = math.ceil((now_ms + retention.ttl_ms) / 1000)
+            if known.refreshed < needed:
+                yield from self._slide(pk, known, now_ms, retention)
+
+    def state(self, run_id: str) -> Op[RunState | None]:
+        meta = yield from self._meta(self.partition(run_id))
+        if not meta:
+            return None
+        until = n(meta, EXPIRES_MS)
+        if until is not None and until < clock_ms():
+            return None
+        trimmed = n(meta, TRIMMED)
+        return RunState(
+            active_ms=n(meta, ACTIVE) or 0,
+            closed=s(meta, STATUS) if STATUS in meta else None,
+            trimmed_through=str(trimmed) if trimmed else None,
+        )
+
+    def read(
+        self, run_id: str, after: str | None, limit: int, wait_ms: int
+    ) -> Op[list[StoredEvent]]:
+        """Up to ``limit`` events after ``after``: Query pages from the item holding the
+        next seq, until ``limit`` events or the end (never a short page before the end)."""
+        pk = self.partition(run_id)
+        floor = 0 if after is None else self.id_key(after)[0]
+        if floor >= MAX_SEQ:
+            return []
+        params = self._events_query(pk, floor + 1, MAX_SEQ, keys_only=False)
+        params["Limit"] = limit + 1
+        now_s = clock_ms() / 1000
+        found: list[StoredEvent] = []
+        start: dict[str, Any] | None = None
+        while len(found) < limit:
+            page = yield from query_page(params, start)
+            for item in page.get("Items", []):
+                exp = n(item, EXP)
+                if exp is not None and exp < now_s:
+                    continue  # expired, not reaped yet
+                found += _events_of(item, floor)
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                break
+        check_sequence(run_id, after, found)
+        return found[:limit]
+
+    def delete(self, run_ids: list[str]) -> Op[None]:
+        for run_id in run_ids:
+            pk = self.partition(run_id)
+            items = yield from query_all(
+                {
+                    "TableName": self.table,
+                    "KeyConditionExpression": "#p = :p",
+                    "ProjectionExpression": "#p, #s",
+                    "ExpressionAttributeNames": {"#p": PK, "#s": SK},
+                    "ExpressionAttributeValues": {":p": S(pk)},
+                    "ConsistentRead": True,
+                }
+            )
+            # events first, the meta item last: a run is never "unknown" with events left
+            sks = sorted((s(i, SK) for i in items), key=lambda sk: sk == META_SK)
+            yield from batch_write(
+                self.table, [{"DeleteRequest": {"Key": key(pk, sk)}} for sk in sks]
+            )
+            self.runs.drop_thread((pk,))
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _events_query(self, pk: str, low: int, high: int, *, keys_only: bool) -> dict[str, Any]:
+        """A consistent ascending Query of the event items holding seqs ``low`` .. ``high``
+        (plus the one straddling ``high``'s item boundary only when reading)."""
+        params: dict[str, Any] = {
+            "TableName": self.table,
+            "KeyConditionExpression": "#p = :p AND #s BETWEEN :lo AND :hi",
+            "ExpressionAttributeNames": {"#p": PK, "#s": SK},
+            "ExpressionAttributeValues": {
+                ":p": S(pk),
+                ":lo": S(event_sk(low)),
+                ":hi": S(event_sk(high)),
+            },
+            "ConsistentRead": True,
+        }
+        if keys_only:
+            params["ExpressionAttributeNames"]["#e"] = EXP
+            params["ProjectionExpression"] = "#p, #s, #e"
+        return params
+
+    def _delete_events(self, pk: str, through: int) -> Op[None]:
+        """Delete the event items holding seqs up to ``through`` (an expired run's)."""
+        if through <= 0:
+            return
+        items = yield from query_all(self._events_query(pk, 1, through, keys_only=True))
+        deletes = [{"DeleteRequest": {"Key": key(pk, s(i, SK))}} for i in items]
+        yield from batch_write(self.table, deletes)
+
+
+def _used(
+    names: dict[str, str], values: dict[str, Any], *expressions: str
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """The placeholders the expressions use (DynamoDB rejects unused ones)."""
+    tokens = set(_PLACEHOLDER.findall(" ".join(expressions)))
+    return (
+        {k: v for k, v in names.items() if k in tokens},
+        {k: v for k, v in values.items() if k in tokens},
+    )
+
+
+def _packs(payloads: list[bytes], closing: bool, per_item: int) -> list[_Pack]:
+    """Consecutive payloads grouped into items of at most :data:`ITEM_BUDGET` bytes and
+    ``per_item`` events (trimming drops whole items: this bounds what it has to keep)."""
+    packs: list[_Pack] = []
+    current: list[bytes] = []
+    size = 0
+    for payload in payloads:
+        cost = len(payload) + FRAMING
+        if current and (size + cost > ITEM_BUDGET or len(current) >= per_item):
+            packs.append(_Pack(current, False))
+            current, size = [], 0
+        current.append(payload)
+        size += cost
+    packs.append(_Pack(current, closing))
+    return packs
+
+
+def _transactions(packs: list[_Pack]) -> Iterator[list[_Pack]]:
+    """Packs grouped into transactions (99 items and 4 MB at most, with the meta Update)."""
+    group: list[_Pack] = []
+    size = 0
+    for pack in packs:
+        cost = sum(len(p) + FRAMING for p in pack.payloads) + 200
+        if group and (len(group) >= ITEMS_PER_TRANSACTION or size + cost > TRANSACT_MAX_BYTES):
+            yield group
+            group, size = [], 0
+        group.append(pack)
+        size += cost
+    if group:
+        yield group
+
+
+def _item(pk: str, last: int, pack: _Pack) -> dict[str, Any]:
+    item: dict[str, Any] = {PK: S(pk), SK: S(event_sk(last)), COUNT: N(len(pack.payloads))}
+    data = codec.packb(pack.payloads)
+    if len(data) >= COMPRESS_MIN_BYTES:
+        packed = zlib.compress(data, DEFAULT_COMPRESS_LEVEL)
+        if len(packed) <= len(data) * (1 - COMPRESS_MIN_SAVING):
+            data = packed
+            item[CODEC] = S("zlib")
+    item[VALUE] = B(data)
+    if pack.closing:
+        item[CLOSING] = N(1)
+    return item
+
+
+def _events_of(item: dict[str, Any], floor: int) -> list[StoredEvent]:
+    """The events of one item with a seq above ``floor``."""
+    last = _seq_of(s(item, SK))
+    data = b(item, VALUE)
+    if CODEC in item:
+        if s(item, CODEC) != "zlib":
+            raise GraphkeepError(f"unknown event codec {s(item, CODEC)!r}: upgrade graphkeep")
+        data = zlib.decompress(data)
+    payloads = codec.unpackb(data)
+    first = last - len(payloads) + 1
+    closing = CLOSING in item
+    return [
+        StoredEvent(str(seq), bytes(payload), closing and seq == last)
+        for seq, payload in zip(range(first, last + 1), payloads, strict=True)
+        if seq > floor
+    ]
+
+
+class DynamoDBEventLog(SyncEventLog):
+    """Run event log on a boto3 low-level DynamoDB client (``boto3.client("dynamodb")``).
+
+    Options: ``ttl``, ``max_events``, ``stale_after``, ``poll_interval``,
+    ``max_poll_interval`` (see :class:`graphkeep.shared.events.EventLog`), ``key_prefix``;
+    ``from_url`` also takes the client options of ``DynamoDBSaver.from_table``
+    (``session``, ``profile_name``, ``botocore_config``).
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        table_name: str = "graphkeep",
+        *,
+        key_prefix: str = "graphkeep",
+        **options: Any,
+    ) -> None:
+        port = DynamoDBEventPort(table_name, key_prefix=key_prefix)
+        self.client = client
+        self.table_name = table_name
+        super().__init__(port, _SyncExecutor(client, _describe(client, table_name)), **options)
+
+    @classmethod
+    @contextmanager
+    def from_url(
+        cls, url: str, *, setup: bool = True, key_prefix: str = "graphkeep", **options: Any
+    ) -> Iterator[DynamoDBEventLog]:
+        table, kwargs = parse_url(url)
+        made = client_options(options)
+        with sync_client(**kwargs, **made) as client:
+            log = cls(client, table, key_prefix=key_prefix, **options)
+            if setup:
+                log.setup()
+            yield log
+
+
+class AsyncDynamoDBEventLog(AsyncEventLog):
+    """Run event log on an aiobotocore DynamoDB client (same options)."""
+
+    def __init__(
+        self,
+        client: Any,
+        table_name: str = "graphkeep",
+        *,
+        key_prefix: str = "graphkeep",
+        **options: Any,
+    ) -> None:
+        port = DynamoDBEventPort(table_name, key_prefix=key_prefix)
+        self.client = client
+        self.table_name = table_name
+        super().__init__(port, _AsyncExecutor(client, _describe(client, table_name)), **options)
+
+    @classmethod
+    @asynccontextmanager
+    async def from_url(
+        cls, url: str, *, setup: bool = True, key_prefix: str = "graphkeep", **options: Any
+    ) -> AsyncIterator[AsyncDynamoDBEventLog]:
+        table, kwargs = parse_url(url)
+        made = client_options(options)
+        async with async_client(**kwargs, **made) as client:
+            log = cls(client, table, key_prefix=key_prefix, **options)
+            if setup:
+                await log.setup()
+            yield log

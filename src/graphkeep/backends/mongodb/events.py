@@ -1,0 +1,611 @@
+"""Run event log on MongoDB: :class:`MongoDBEventLog` (sync) and :class:`AsyncMongoDBEventLog`.
+
+PyMongo's ``MongoClient`` / native ``AsyncMongoClient``, URLs and ``db_name`` as the savers::
+
+    with MongoDBEventLog.from_url("mongodb://localhost:27017/mydb") as events:
+        events.append("run-1", {"type": "token", "text": "Hel"})   # -> "1"
+
+One collection ``<key_prefix>_events``, one document per event and one per run::
+
+    {_id: "<digest>",         # of (run, seq): the same position always names the same document
+     run: "<run id>",
+     seq: 1, 2, 3, ...        # per run, from 1; the event id is str(seq)
+     d: Binary,               # the event's JSON bytes
+     at: <epoch ms>,          # the writer's clock at the append
+     w: "<token>",            # random token of the append call that wrote it
+     close: "success",        # the close event only: the run's status
+     expires_at: Date}        # now + ttl (absent when ttl is None)
+
+    {_id: "<digest>", run: "<run id>", seq: 0,    # the run's meta document
+     hb: <epoch ms>,          # creation, then the last heartbeat
+     close: "success",        # once closed
+     expires_at: Date}        # 1.5 ttl: it outlives every event of its run
+
+Indexes: ``gk_run_seq`` ``{run, seq}`` unique (every query is a range of it) and
+``gk_expires_at`` ``{expires_at}`` with ``expireAfterSeconds: 0`` (a plain index on servers
+without TTL indexes, FerretDB 1.x: expired documents are then hidden from every read and
+removed by ``purge_expired()``).
+
+- ``append`` / ``append_many`` / ``close``: ONE ordered ``insert_many`` of the events at
+  the next positions: the log remembers each run's next ``seq`` (a bounded LRU), so the
+  steady state never reads first. A position already taken (another writer, or a run this
+  log object has not written before) stops the insert with a duplicate-key error on the
+  ``_id``, writing nothing from there on: the log then reads the run's newest document
+  and retries above it, or raises :class:`~graphkeep.errors.RunClosed` when that is the
+  close event. Ids are therefore strictly increasing and gapless per run across writers
+  and processes; events of one call stay in order (another writer's may come between
+  them only when a conflict split the call). The first append of a log object for a run
+  inserts the meta document first (seq 0): on a new run the one command creates it; on a
+  known run it collides at once and nothing is written (so that first append costs
+  insert, find, find, insert). When the executor re-sends an insert whose reply was lost,
+  the re-sent one collides with the first one's events: a collision at the first position
+  therefore also looks for this call's token (one ``find``), and what the call already
+  wrote is not written twice. A close racing with a batch raises ``RunClosed`` after the
+  part of the batch that landed before the close. ``close`` then marks the meta document.
+  Upkeep after the insert (trim, slide, close mark) that fails is logged, not raised:
+  the events are stored, and a caller retrying the call would store them twice.
+- ``read``: ``find({run, seq: {$gt: after}})`` sorted by ``seq`` with a limit (never
+  blocking: followers poll, see :class:`~graphkeep.shared.events.EventLog`).
+- ``state``: two ``find``\\ s of at most two documents (the meta document and the oldest
+  event; the newest event): ``active_ms`` = max(meta ``hb``, newest event's ``at``),
+  ``closed`` from the newest event, ``trimmed_through`` = oldest kept ``seq`` - 1.
+- ``heartbeat``: one upsert of the meta document (``$max`` on ``hb``, fresh expiry), in
+  the same command as the TTL slide when one is due.
+- ``max_events``: once a run holds more than ``max_events`` events the append deletes
+  its oldest (``delete_many`` on ``seq <= cut``, a range of the index) so that
+  ``max_events`` - ``max_events // 10`` remain: one more command every ``max_events // 10``
+  events (every append when ``max_events`` < 20), and never more than ``max_events``
+  events once the append returns. The close event, the newest, is never trimmed.
+- ``ttl``: every event gets ``expires_at`` = now + ``ttl`` and the meta document 1.5
+  ``ttl``; while the run appends or heart-beats, the log slides the whole run
+  (``update_many`` on its events and the meta document) at most once per ``ttl`` / 2, so
+  no document of an active run expires and the meta document expires last.
+- ``delete``: one ``delete_many`` on ``{run: {$in: runs}}``.
+
+Sharding: shard ``<prefix>_events`` on ``{run: 1}``: every command names ``run`` (the
+meta upserts filter on ``{_id, run}``) and the unique index leads with it.
+Multi-document transactions are never used.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import secrets
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from graphkeep.backends.mongodb import (
+    DEFAULT_DB,
+    _AsyncExecutor,
+    _describe,
+    _SyncExecutor,
+    async_client,
+    check_client,
+    check_db_name,
+    database_from_url,
+    sync_client,
+)
+from graphkeep.backends.mongodb.documents import check_prefix, doc_id, live
+from graphkeep.backends.mongodb.store import Command, ensure_indexes
+from graphkeep.errors import InvalidInput, RunClosed
+from graphkeep.shared.events import (
+    AsyncEventLog,
+    Retention,
+    RunState,
+    StoredEvent,
+    SyncEventLog,
+    check_sequence,
+)
+from graphkeep.shared.keys import mask_url
+from graphkeep.shared.lru import ThreadLRU
+from graphkeep.shared.port import Op, adrive, drive
+
+try:
+    import bson
+    from pymongo import UpdateMany, UpdateOne
+    from pymongo.errors import BulkWriteError
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "the MongoDB backend needs PyMongo >= 4.13.2: pip install 'graphkeep[mongodb]'"
+    ) from exc
+
+__all__ = ["EVENTS_OPTIONS", "AsyncMongoDBEventLog", "MongoDBEventLog", "MongoDBEventPort"]
+
+#: options beyond the common ones (ttl, max_events, stale_after, poll intervals, key_prefix)
+EVENTS_OPTIONS = frozenset({"db_name"})
+
+log = logging.getLogger("graphkeep.mongodb")
+
+RUN_SEQ_INDEX: dict[str, Any] = {
+    "name": "gk_run_seq",
+    "key": [["run", 1], ["seq", 1]],
+    "unique": True,
+}
+EXPIRY_INDEX: dict[str, Any] = {
+    "name": "gk_expires_at",
+    "key": [["expires_at", 1]],
+    "expireAfterSeconds": 0,
+}
+#: the meta document outlives its run's events by this many ``ttl``
+META_TTL_FACTOR = 1.5
+#: runs whose next position a log object remembers
+KNOWN_RUNS = 4096
+DUPLICATE_KEY = 11000
+#: an event id: a positive int64 in canonical decimal form
+_EVENT_ID = re.compile(r"[1-9][0-9]{0,18}")
+INT64_MAX = 2**63 - 1
+_STATE_FIELDS = {"_id": 0, "seq": 1, "hb": 1, "at": 1, "close": 1}
+_READ_FIELDS = {"_id": 0, "seq": 1, "d": 1, "close": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """What a log object knows of a run it wrote (replaced whole, never mutated)."""
+
+    #: the position of its next event (None: unknown, try it as a new run)
+    next: int | None = None
+    #: every event up to this position is known to be trimmed
+    trimmed: int = 0
+    #: epoch ms of this log's last slide of the run's expiry (0: never)
+    slid_ms: int = 0
+    closed: bool = False
+
+
+def _aware(value: Any) -> datetime | None:
+    """A stored date as an aware UTC datetime (PyMongo returns naive UTC by default)."""
+    if not isinstance(value, datetime):
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+def _close_status(payload: bytes) -> str:
+    """The status of a close event (written by the shell: ``{"type":"close","status":...}``)."""
+    return str(json.loads(payload)["status"])
+
+
+def _conflict(exc: BulkWriteError) -> int:
+    """How many documents the ordered insert wrote before a taken position; any other
+    error is raised as it is."""
+    errors = exc.details.get("writeErrors") or []
+    if not errors or any(e.get("code") != DUPLICATE_KEY for e in errors):
+        raise exc
+    return int(min(e.get("index", 0) for e in errors))
+
+
+class MongoDBEventPort:
+    """The event port on one MongoDB collection (see the module docstring)."""
+
+    blocking = False
+
+    def __init__(self, *, key_prefix: str = "graphkeep") -> None:
+        self.collection = f"{check_prefix(key_prefix)}_events"
+        self.runs: ThreadLRU[tuple[str], _Run] = ThreadLRU(KNOWN_RUNS)
+        #: whether the server keeps TTL indexes (None until setup() ran)
+        self.ttl_index: bool | None = None
+
+    # -- documents -------------------------------------------------------------------
+
+    @staticmethod
+    def key(run_id: str, seq: int) -> str:
+        """``_id`` of a run's document at ``seq`` (0: the meta document)."""
+        return doc_id("e", run_id, str(seq))
+
+    def _meta_filter(self, run_id: str) -> dict[str, Any]:
+        # names the shard key ``run`` too: an upsert on a sharded collection must
+        return {"_id": self.key(run_id, 0), "run": run_id}
+
+    @staticmethod
+    def _expiry(now_ms: int, ttl_ms: int | None, factor: float = 1.0) -> datetime | None:
+        if ttl_ms is None:
+            return None
+        at = datetime.fromtimestamp(now_ms / 1000, timezone.utc)
+        return at + timedelta(milliseconds=ttl_ms * factor)
+
+    def _event_docs(
+        self,
+        run_id: str,
+        start: int,
+        payloads: list[bytes],
+        status: str | None,
+        now_ms: int,
+        token: str,
+        expires_at: datetime | None,
+    ) -> list[dict[str, Any]]:
+        docs = []
+        for offset, data in enumerate(payloads):
+            seq = start + offset
+            doc: dict[str, Any] = {
+                "_id": self.key(run_id, seq),
+                "run": run_id,
+                "seq": seq,
+                "d": bson.Binary(data),
+                "at": now_ms,
+                "w": token,
+            }
+            if status is not None and offset == len(payloads) - 1:
+                doc["close"] = status
+            if expires_at is not None:
+                doc["expires_at"] = expires_at
+            docs.append(doc)
+        return docs
+
+    def _meta_doc(
+        self, run_id: str, now_ms: int, token: str, retention: Retention
+    ) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "_id": self.key(run_id, 0),
+            "run": run_id,
+            "seq": 0,
+            "hb": now_ms,
+            "w": token,
+        }
+        expires_at = self._expiry(now_ms, retention.ttl_ms, META_TTL_FACTOR)
+        if expires_at is not None:
+            doc["expires_at"] = expires_at
+        return doc
+
+    def _find(
+        self,
+        query: Mapping[str, Any],
+        fields: Mapping[str, Any],
+        sort: int,
+        limit: int = 0,
+    ) -> Command:
+        kwargs: dict[str, Any] = {"projection": dict(fields), "sort": [("seq", sort)]}
+        if limit:
+            kwargs["limit"] = limit
+            kwargs["batch_size"] = limit
+        return Command(self.collection, "find", (dict(query),), kwargs)
+
+    # -- port ------------------------------------------------------------------------
+
+    def setup(self) -> Op[None]:
+        """Create ``gk_run_seq`` and ``gk_expires_at`` unless equal ones exist."""
+        self.ttl_index = yield from ensure_indexes(self.collection, [RUN_SEQ_INDEX, EXPIRY_INDEX])
+        if not self.ttl_index:
+            log.info(
+                "this MongoDB-compatible server has no TTL indexes: expired events of %s are"
+                " hidden from reads but stay stored until purge_expired() removes them",
+                self.collection,
+            )
+
+    def id_key(self, event_id: str) -> tuple[int, ...]:
+        if (
+            not isinstance(event_id, str)
+            or not _EVENT_ID.fullmatch(event_id)
+            or int(event_id) > INT64_MAX
+        ):
+            raise InvalidInput(
+                f"{str(event_id)[:60]!r} is not an event id of a MongoDB event log"
+                " (a positive decimal sequence number such as '42')"
+            )
+        return (int(event_id),)
+
+    def append(
+        self,
+        run_id: str,
+        payloads: list[bytes],
+        closing: bool,
+        now_ms: int,
+        retention: Retention,
+    ) -> Op[list[str]]:
+        known = self.runs.get((run_id,)) or _Run()
+        if known.closed:
+            raise RunClosed(f"run {run_id!r} is closed: nothing more can be appended")
+        status = _close_status(payloads[-1]) if closing else None
+        token = secrets.token_hex(8)
+        expires_at = self._expiry(now_ms, retention.ttl_ms)
+        written: list[int] = []
+        pending = list(payloads)
+        base = known.next
+        conflicted = False
+        while pending:
+            start = 1 if base is None else base
+            docs = self._event_docs(run_id, start, pending, status, now_ms, token, expires_at)
+            if base is None:
+                docs.insert(0, self._meta_doc(run_id, now_ms, token, retention))
+            try:
+                yield Command(
+                    self.collection,
+                    "insert_many",
+                    (docs,),
+                    {"ordered": True},
+                    retry_conflicts=False,
+                )
+            except BulkWriteError as exc:
+                conflicted = True
+                done = max(0, _conflict(exc) - (1 if base is None else 0))
+                written += range(start, start + done)
+                del pending[:done]
+                if done == 0:
+                    # a re-sent insert (its reply lost) may have written some already; one
+                    # that wrote at ``start`` before would have stopped this one there
+                    mine = yield from self._own(run_id, start, token)
+                    written += mine
+                    del pending[: len(mine)]
+                if not pending:
+                    break
+                base = yield from self._next_free(run_id, now_ms)
+                continue
+            written += range(start, start + len(pending))
+            break
+        entry = _Run(
+            next=written[-1] + 1,
+            trimmed=known.trimmed,
+            # a new run written in one go is fresh: nothing older to slide
+            slid_ms=now_ms if known.next is None and not conflicted else known.slid_ms,
+            closed=closing,
+        )
+        self.runs.put((run_id,), entry)
+        if closing:
+            yield from self._quietly(
+                "mark the close", run_id, self._mark_closed(run_id, status, now_ms, retention)
+            )
+        yield from self._retain(run_id, entry, now_ms, retention)
+        return [str(seq) for seq in written]
+
+    def _own(self, run_id: str, start: int, token: str) -> Op[list[int]]:
+        """Positions from ``start`` on that this call's ``token`` already holds (written by
+        an attempt whose reply was lost), as long as they are contiguous."""
+        docs = yield self._find(
+            {"run": run_id, "seq": {"$gte": start}, "w": token}, {"_id": 0, "seq": 1}, 1
+        )
+        mine: list[int] = []
+        for doc in docs:
+            if int(doc["seq"]) != start + len(mine):
+                break
+            mine.append(int(doc["seq"]))
+        return mine
+
+    def _next_free(self, run_id: str, now_ms: int) -> Op[int]:
+        """The position after the run's newest document, or RunClosed when that is a live
+        close event (one ``find``; expired documents count: positions are never reused)."""
+        docs = yield self._find(
+            {"run": run_id}, {"_id": 0, "seq": 1, "close": 1, "expires_at": 1}, -1, 1
+        )
+        if not docs:
+            return 1
+        newest = docs[0]
+        expires_at = _aware(newest.get("expires_at"))
+        alive = expires_at is None or expires_at.timestamp() * 1000 > now_ms
+        if newest.get("close") is not None and int(newest["seq"]) > 0 and alive:
+            self.runs.put((run_id,), _Run(next=int(newest["seq"]) + 1, closed=True))
+            raise RunClosed(
+                f"run {run_id!r} was closed ({newest['close']}): nothing more can be appended"
+            )
+        return int(newest["seq"]) + 1
+
+    def _mark_closed(
+        self, run_id: str, status: str | None, now_ms: int, retention: Retention
+    ) -> Op[None]:
+        on_insert: dict[str, Any] = {"seq": 0, "hb": now_ms}
+        expires_at = self._expiry(now_ms, retention.ttl_ms, META_TTL_FACTOR)
+        if expires_at is not None:
+            on_insert["expires_at"] = expires_at
+        yield Command(
+            self.collection,
+            "update_one",
+            (self._meta_filter(run_id), {"$set": {"close": status}, "$setOnInsert": on_insert}),
+            {"upsert": True},
+        )
+
+    def _quietly(self, what: str, run_id: str, op: Op[None]) -> Op[bool]:
+        """Run upkeep that follows a successful insert; True when it succeeded. The events
+        are written, so a failure here is logged, not raised (a caller retrying would append
+        them twice); the next append of the run tries again."""
+        try:
+            yield from op
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            log.warning("could not %s of run %r in %s: %s", what, run_id, self.collection, exc)
+            return False
+        return True
+
+    def _retain(self, run_id: str, entry: _Run, now_ms: int, retention: Retention) -> Op[None]:
+        """Amortized retention after an append: trim past ``max_events``, slide the TTL."""
+        newest = (entry.next or 1) - 1
+        limit = retention.max_events
+        if newest - entry.trimmed > limit:
+            step = max(1, limit // 10)
+            cut = newest - limit + step - 1
+            if (yield from self._quietly("trim", run_id, self._trim(run_id, cut))):
+                entry = replace(entry, trimmed=max(entry.trimmed, cut))
+                self._remember(run_id, entry)
+        if self._slide_due(entry, now_ms, retention):
+            slide = self._slide(run_id, now_ms, retention, [])
+            if (yield from self._quietly("slide the expiry", run_id, slide)):
+                self._remember(run_id, replace(entry, slid_ms=now_ms))
+
+    def _remember(self, run_id: str, entry: _Run) -> None:
+        """Store ``entry`` unless another call of this log moved the run further meanwhile."""
+        current = self.runs.get((run_id,))
+        if current is None or (current.next or 0) <= (entry.next or 0):
+            self.runs.put((run_id,), entry)
+
+    def _trim(self, run_id: str, cut: int) -> Op[None]:
+        yield Command(
+            self.collection, "delete_many", ({"run": run_id, "seq": {"$gt": 0, "$lte": cut}},)
+        )
+
+    @staticmethod
+    def _slide_due(entry: _Run, now_ms: int, retention: Retention) -> bool:
+        ttl = retention.ttl_ms
+        return ttl is not None and now_ms - entry.slid_ms >= ttl / 2
+
+    def _slide(self, run_id: str, now_ms: int, retention: Retention, first: list[Any]) -> Op[None]:
+        """``first`` (the heartbeat's meta upsert) and the slide of every document of the run,
+        in one unordered ``update`` command."""
+        ttl = retention.ttl_ms
+        operations = list(first)
+        if ttl is not None:
+            events_until = self._expiry(now_ms, ttl)
+            meta_until = self._expiry(now_ms, ttl, META_TTL_FACTOR)
+            operations.append(
+                UpdateMany(
+                    {"run": run_id, "seq": {"$gt": 0}}, {"$set": {"expires_at": events_until}}
+                )
+            )
+            if not first:
+                operations.append(
+                    UpdateOne(
+                        self._meta_filter(run_id),
+                        {
+                            "$set": {"expires_at": meta_until},
+                            "$setOnInsert": {"seq": 0, "hb": now_ms},
+                        },
+                        upsert=True,
+                    )
+                )
+        yield Command(self.collection, "bulk_write", (operations,), {"ordered": False})
+
+    def heartbeat(self, run_id: str, now_ms: int, retention: Retention) -> Op[None]:
+        update: dict[str, Any] = {"$max": {"hb": now_ms}, "$setOnInsert": {"seq": 0}}
+        meta_until = self._expiry(now_ms, retention.ttl_ms, META_TTL_FACTOR)
+        if meta_until is not None:
+            update["$set"] = {"expires_at": meta_until}
+        upsert = UpdateOne(self._meta_filter(run_id), update, upsert=True)
+        known = self.runs.get((run_id,)) or _Run()
+        if self._slide_due(known, now_ms, retention):
+            yield from self._slide(run_id, now_ms, retention, [upsert])
+            self._remember(run_id, replace(known, slid_ms=now_ms))
+        else:
+            yield Command(self.collection, "bulk_write", ([upsert],), {"ordered": False})
+
+    def read(
+        self, run_id: str, after: str | None, limit: int, wait_ms: int
+    ) -> Op[list[StoredEvent]]:
+        floor = 0 if after is None else self.id_key(after)[0]
+        now = datetime.now(timezone.utc)
+        query = {"run": run_id, "seq": {"$gt": floor}, **live(now)}
+        docs = yield self._find(query, _READ_FIELDS, 1, limit)
+        events = [
+            StoredEvent(str(doc["seq"]), bytes(doc["d"]), doc.get("close") is not None)
+            for doc in docs
+        ]
+        check_sequence(run_id, after, events)
+        return events
+
+    def state(self, run_id: str) -> Op[RunState | None]:
+        now = datetime.now(timezone.utc)
+        query = {"run": run_id, **live(now)}
+        head = yield self._find(query, _STATE_FIELDS, 1, 2)
+        if not head:
+            return None
+        tail = yield self._find(query, _STATE_FIELDS, -1, 1)
+        meta = head[0] if int(head[0]["seq"]) == 0 else None
+        oldest = next((doc for doc in head if int(doc["seq"]) > 0), None)
+        newest = tail[0] if tail and int(tail[0]["seq"]) > 0 else None
+        active = max(
+            int(meta.get("hb", 0)) if meta else 0,
+            int(newest.get("at", 0)) if newest else 0,
+        )
+        closed = (newest if newest is not None else meta or {}).get("close")
+        trimmed = None
+        if oldest is not None and int(oldest["seq"]) > 1:
+            trimmed = str(int(oldest["seq"]) - 1)
+        return RunState(active, None if closed is None else str(closed), trimmed)
+
+    def delete(self, run_ids: list[str]) -> Op[None]:
+        yield Command(self.collection, "delete_many", ({"run": {"$in": list(run_ids)}},))
+        for run_id in run_ids:
+            self.runs.drop_thread(run_id)
+
+    def purge_expired(self) -> Op[int]:
+        """Delete expired documents now (for servers without a TTL monitor)."""
+        result = yield Command(
+            self.collection,
+            "delete_many",
+            ({"expires_at": {"$lte": datetime.now(timezone.utc)}},),
+        )
+        return int(result.deleted_count)
+
+
+class MongoDBEventLog(SyncEventLog):
+    """Run event log on a ``pymongo.MongoClient``.
+
+    Options: ``db_name`` (default ``"graphkeep"``; ``from_url`` takes the URL path),
+    ``key_prefix`` (default ``"graphkeep"``: collection ``<prefix>_events``), ``ttl``
+    (seconds after a run's last append or heartbeat, sliding; default one day; None keeps
+    runs until deleted), ``max_events`` (per run, default 10,000), ``stale_after``,
+    ``poll_interval`` / ``max_poll_interval`` (followers poll: reads do not block).
+    """
+
+    port: MongoDBEventPort
+
+    def __init__(
+        self,
+        client: Any,
+        db_name: str = DEFAULT_DB,
+        *,
+        key_prefix: str = "graphkeep",
+        **options: Any,
+    ) -> None:
+        check_client(client, True, "MongoDBEventLog")
+        self.client = client
+        self.db = client[check_db_name(db_name)]
+        port = MongoDBEventPort(key_prefix=key_prefix)
+        super().__init__(port, _SyncExecutor(self.db, _describe(client)), **options)
+
+    @classmethod
+    @contextmanager
+    def from_url(
+        cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
+    ) -> Iterator[MongoDBEventLog]:
+        name = check_db_name(db_name) if db_name is not None else database_from_url(url)
+        client = sync_client(url)
+        try:
+            events = cls(client, name, **options)
+            events._execute.where = mask_url(url)  # type: ignore[attr-defined]
+            if setup:
+                events.setup()
+            yield events
+        finally:
+            client.close()
+
+    def purge_expired(self) -> int:
+        """Delete expired events now; only needed on servers without TTL indexes."""
+        return drive(self.port.purge_expired(), self._execute)
+
+
+class AsyncMongoDBEventLog(AsyncEventLog):
+    """Run event log on PyMongo's native ``pymongo.AsyncMongoClient`` (same options)."""
+
+    port: MongoDBEventPort
+
+    def __init__(
+        self,
+        client: Any,
+        db_name: str = DEFAULT_DB,
+        *,
+        key_prefix: str = "graphkeep",
+        **options: Any,
+    ) -> None:
+        check_client(client, False, "AsyncMongoDBEventLog")
+        self.client = client
+        self.db = client[check_db_name(db_name)]
+        port = MongoDBEventPort(key_prefix=key_prefix)
+        super().__init__(port, _AsyncExecutor(self.db, _describe(client)), **options)
+
+    @classmethod
+    @asynccontextmanager
+    async def from_url(
+        cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
+    ) -> AsyncIterator[AsyncMongoDBEventLog]:
+        name = check_db_name(db_name) if db_name is not None else database_from_url(url)
+        client = async_client(url)
+        try:
+            events = cls(client, name, **options)
+            events._aexecute.where = mask_url(url)  # type: ignore[attr-defined]
+            if setup:
+                await events.setup()
+            yield events
+        finally:
+            await client.close()
+
+    async def purge_expired(self) -> int:
+        """Delete expired events now; only needed on servers without TTL indexes."""
+        return await adrive(self.port.purge_expired(), self._aexecute)

@@ -1,0 +1,438 @@
+"""Run event log on Redis: :class:`RedisEventLog` (sync) and :class:`AsyncRedisEventLog`.
+
+Plain Redis >= 7 or Redis Cluster, the client types and URLs of the Redis savers::
+
+    with RedisEventLog.from_url("redis://localhost:6379/0") as events:
+        events.append("run-1", {"type": "token", "text": "Hel"})   # -> "1764571123456-0"
+
+Keys (``P`` = ``key_prefix``; ``<run>`` the run id as :func:`~graphkeep.shared.cache.key_text`
+writes it, so never with ``{``, ``}`` or NUL: the run id is the hash tag and both keys of a
+run live in one cluster slot)::
+
+    P:ev1:{<run>}:s   STREAM  one entry per event: d = the event's JSON bytes,
+                              c = the close status (close event only),
+                              p = the id of the event before it (only on the first
+                                  entry of a call that starts a new ms, see "Trimming")
+    P:ev1:{<run>}:m   HASH    a = last append or heartbeat (epoch ms, the writer's clock),
+                              c = close status, l = newest event id,
+                              b / i = token and first id of the last append call
+
+Event ids are the stream's own ids (``<ms>-<seq>``), so they are strictly increasing per
+run, across writers, and fit an SSE ``id:`` as they are.
+
+- ``append`` / ``append_many`` / ``close``: ONE script call (a batch larger than
+  :data:`CALL_EVENTS` events or :data:`CALL_BYTES` bytes takes several): it refuses with an
+  error reply (:class:`~graphkeep.errors.RunClosed`, nothing written) when ``c`` is set,
+  ``XADD``\\ s every payload with ``MAXLEN ~ max_events`` (Redis drops whole stream nodes,
+  so a run keeps between ``max_events`` and ``max_events`` + one node, 100 entries by
+  default), sets ``a`` and ``l`` (and ``c`` when closing), and slides both keys' TTL with
+  ``PEXPIRE`` (``PERSIST`` when ``ttl`` is None). Every call carries a random token: when
+  the executor re-sends a call after a lost connection, a call that did run returns its
+  first id again instead of appending twice.
+- ``read``: ``XRANGE key (after + COUNT limit`` (``-`` when ``after`` is None); when that is
+  empty and the reader follows, ``XREAD COUNT limit BLOCK wait_ms STREAMS key after`` (sent
+  to the node owning the key, see :class:`~graphkeep.backends.redis.store.XRead`). When
+  the event before the first one read is newer than ``after``, retention dropped events the
+  reader never saw (a follower more than ``max_events`` behind): it raises
+  :class:`~graphkeep.errors.EventsTrimmed` rather than skip them.
+- ``state``: one script reading ``a`` and ``c`` and the stream's first entry.
+- ``heartbeat``: one script, ``HSET a`` and the same TTL slide; ``delete``: ``DEL`` both keys.
+
+Trimming: retention must never make a resuming reader skip events silently, so ``state``
+reports the id of the newest event that was dropped. Redis does not record it
+(``XINFO STREAM``'s ``max-deleted-entry-id`` follows ``XDEL`` only, not ``MAXLEN``
+trimming), so the ids are made so that the first kept entry names it: every call
+``XADD``\\ s with ``<ms>-*`` for one ``<ms>`` = max(server time, ms of ``l``), so the ids of a
+call are consecutive and an entry ``<ms>-<seq>`` with ``seq > 0`` follows ``<ms>-<seq-1>``;
+only the first entry of a call that starts a new millisecond (``seq = 0``) stores its
+predecessor in ``p`` (one short field per call at most).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+from graphkeep.backends.redis import (
+    _AsyncExecutor,
+    _check_client,
+    _describe,
+    _SyncExecutor,
+    async_client,
+    sync_client,
+)
+from graphkeep.backends.redis.store import Command, Delete, Script, XRead, check_prefix
+from graphkeep.errors import EventsTrimmed, InvalidInput, RunClosed
+from graphkeep.shared.cache import key_text
+from graphkeep.shared.events import (
+    AsyncEventLog,
+    Retention,
+    RunState,
+    StoredEvent,
+    SyncEventLog,
+)
+from graphkeep.shared.keys import mask_url
+from graphkeep.shared.port import Op, Sleep
+
+try:
+    import redis
+    import redis.asyncio as aredis
+    from redis.exceptions import ResponseError
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("the Redis backend needs redis-py: pip install 'graphkeep[redis]'") from exc
+
+__all__ = ["EVENTS_OPTIONS", "AsyncRedisEventLog", "RedisEventLog", "RedisEventPort"]
+
+#: options beyond the common ones (ttl, max_events, stale_after, poll intervals, key_prefix, setup)
+EVENTS_OPTIONS: frozenset[str] = frozenset()
+FORMAT = "ev1"
+#: most events and payload bytes one append script call carries; larger batches take several
+CALL_EVENTS = 2000
+CALL_BYTES = 4 * 1024 * 1024
+#: what the append script's error reply starts with when the run is closed
+CLOSED_REPLY = "GRAPHKEEP_RUN_CLOSED"
+#: the largest stream id: nothing can follow it
+MAX_ID = f"{2**64 - 1}-{2**64 - 1}"
+_ID = re.compile(r"\A([0-9]{1,20})-([0-9]{1,20})\Z")
+
+# KEYS: stream, meta. ARGV: now_ms, ttl_ms ('' = keep), max_events, close status ('' = not
+# closing), call token, payload... Returns the first new id (the others follow it: <ms>-<seq+k>).
+APPEND = """
+local stream, meta = KEYS[1], KEYS[2]
+local run = redis.call('HMGET', meta, 'c', 'b', 'i', 'l')
+if run[2] == ARGV[5] then
+  return run[3]
+end
+if run[1] then
+  return redis.error_reply('GRAPHKEEP_RUN_CLOSED ' .. run[1])
+end
+local last = run[4]
+if not last then
+  local newest = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
+  if #newest > 0 then last = newest[1][1] end
+end
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local before = false
+if last then
+  local last_ms = tonumber(string.match(last, '^(%d+)-'))
+  if last_ms >= ms then ms = last_ms else before = last end
+end
+local id_form = string.format('%.0f', ms) .. '-*'
+local status = ARGV[4]
+local first, id
+for i = 6, #ARGV do
+  local fields = {'d', ARGV[i]}
+  if i == 6 and before then
+    fields[3] = 'p'
+    fields[4] = before
+  end
+  if i == #ARGV and status ~= '' then
+    fields[#fields + 1] = 'c'
+    fields[#fields + 1] = status
+  end
+  id = redis.call('XADD', stream, 'MAXLEN', '~', ARGV[3], id_form, unpack(fields))
+  if i == 6 then first = id end
+end
+redis.call('HSET', meta, 'a', ARGV[1], 'l', id, 'b', ARGV[5], 'i', first)
+if status ~= '' then
+  redis.call('HSET', meta, 'c', status)
+end
+if ARGV[2] == '' then
+  redis.call('PERSIST', stream)
+  redis.call('PERSIST', meta)
+else
+  redis.call('PEXPIRE', stream, ARGV[2])
+  redis.call('PEXPIRE', meta, ARGV[2])
+end
+return first
+"""
+
+# KEYS: stream, meta. Returns {active ms, close status, first entry id, its predecessor}.
+STATE = """
+local run = redis.call('HMGET', KEYS[2], 'a', 'c')
+local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
+local first_id, before, active = false, false, run[1]
+if #first > 0 then
+  first_id = first[1][1]
+  local fields = first[1][2]
+  for i = 1, #fields, 2 do
+    if fields[i] == 'p' then before = fields[i + 1] end
+  end
+  if not active then
+    local newest = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+    active = string.match(newest[1][1], '^(%d+)-')
+  end
+end
+return {active, run[2], first_id, before}
+"""
+
+# KEYS: stream, meta. ARGV: now_ms, ttl_ms ('' = keep).
+HEARTBEAT = """
+redis.call('HSET', KEYS[2], 'a', ARGV[1])
+if ARGV[2] == '' then
+  redis.call('PERSIST', KEYS[1])
+  redis.call('PERSIST', KEYS[2])
+else
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+end
+return 0
+"""
+
+SCRIPTS = {"events_append": APPEND, "events_state": STATE, "events_heartbeat": HEARTBEAT}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _parse_id(event_id: str) -> tuple[int, int] | None:
+    match = _ID.match(event_id)
+    if match is None:
+        return None
+    ms, seq = int(match.group(1)), int(match.group(2))
+    if ms >= 2**64 or seq >= 2**64:
+        return None
+    return ms, seq
+
+
+def _fields(raw: Any) -> dict[bytes, bytes]:
+    """An entry's fields as redis-py hands them over: a dict, or a flat list (raw RESP)."""
+    if raw is None:
+        return {}
+    if isinstance(raw, dict):
+        return raw
+    items = list(raw)
+    return dict(zip(items[::2], items[1::2], strict=False))
+
+
+def _before(entry_id: str, stored: Any) -> str | None:
+    """The id of the event written just before ``entry_id`` (None for a run's first event):
+    ``<ms>-<seq-1>``, or the ``p`` field the first entry of a new millisecond stores."""
+    parsed = _parse_id(entry_id)
+    if parsed is not None and parsed[1] > 0:
+        return f"{parsed[0]}-{parsed[1] - 1}"
+    return None if stored is None else _text(stored)
+
+
+def _entries(raw: Any) -> tuple[list[StoredEvent], str | None]:
+    """``XRANGE`` entries (``[(id, fields), ...]``) as stored events, and the id of the
+    event written just before the first of them."""
+    events: list[StoredEvent] = []
+    before: str | None = None
+    for entry_id, raw_fields in raw or ():
+        fields = _fields(raw_fields)
+        data = fields.get(b"d")
+        if data is None:  # not written by graphkeep: keep the position, say it is empty
+            data = b"{}"
+        if not events:
+            before = _before(_text(entry_id), fields.get(b"p"))
+        events.append(StoredEvent(_text(entry_id), bytes(data), b"c" in fields))
+    return events, before
+
+
+def _xread_entries(raw: Any) -> tuple[list[StoredEvent], str | None]:
+    """``XREAD`` of one stream: None (timed out), ``[[key, entries]]`` or ``{key: entries}``."""
+    if not raw:
+        return [], None
+    streams = list(raw.values()) if isinstance(raw, dict) else [pair[1] for pair in raw]
+    return _entries(streams[0])
+
+
+class RedisEventPort:
+    """The event port on Redis (one stream and one hash per run, see the module docstring)."""
+
+    blocking = True
+
+    def __init__(self, *, key_prefix: str = "graphkeep", cluster: bool = False) -> None:
+        self.prefix = check_prefix(key_prefix)
+        self.cluster = cluster
+
+    def _base(self, run_id: str) -> str:
+        return f"{self.prefix}:{FORMAT}:{{{key_text(run_id)}}}:"
+
+    def stream_key(self, run_id: str) -> str:
+        return f"{self._base(run_id)}s"
+
+    def meta_key(self, run_id: str) -> str:
+        return f"{self._base(run_id)}m"
+
+    def _keys(self, run_id: str) -> list[str]:
+        return [self.stream_key(run_id), self.meta_key(run_id)]
+
+    def setup(self) -> Op[None]:
+        yield Script("__load__", [], [])
+
+    def append(
+        self,
+        run_id: str,
+        payloads: list[bytes],
+        closing: bool,
+        now_ms: int,
+        retention: Retention,
+    ) -> Op[list[str]]:
+        ttl = "" if retention.ttl_ms is None else retention.ttl_ms
+        calls = _calls(payloads)
+        ids: list[str] = []
+        for number, call in enumerate(calls):
+            status = ""
+            if closing and number == len(calls) - 1:
+                status = _close_status(call[-1])
+            args: list[Any] = [now_ms, ttl, retention.max_events, status, uuid.uuid4().hex]
+            try:
+                first = yield Script("events_append", self._keys(run_id), args + call)
+            except ResponseError as exc:
+                if CLOSED_REPLY not in str(exc):
+                    raise
+                closed = str(exc).split(CLOSED_REPLY, 1)[1].strip()
+                written = (
+                    f"the first {len(ids)} events of this batch were stored before it closed,"
+                    " the rest were not"
+                    if ids
+                    else "nothing was appended"
+                )
+                raise RunClosed(f"run {run_id!r} is closed ({closed}); {written}") from None
+            parsed = _parse_id(_text(first))
+            if parsed is None:
+                raise AssertionError(f"the append script returned {first!r}, not a stream id")
+            ms, seq = parsed
+            ids += [f"{ms}-{seq + k}" for k in range(len(call))]
+        return ids
+
+    def read(
+        self, run_id: str, after: str | None, limit: int, wait_ms: int
+    ) -> Op[list[StoredEvent]]:
+        key = self.stream_key(run_id)
+        if after == MAX_ID:  # no id can follow it (and XRANGE refuses "(" + MAX_ID)
+            if wait_ms > 0:
+                yield Sleep(wait_ms / 1000)
+            return []
+        start = "-" if after is None else f"({after}"
+        events, before = _entries((yield Command(("XRANGE", key, start, "+", "COUNT", limit))))
+        if not events and wait_ms > 0:
+            since = "0-0" if after is None else after
+            reply = yield XRead(key, since, limit, wait_ms)
+            events, before = _xread_entries(reply)
+        # the event before the first one read is newer than ``after`` yet not read: retention
+        # dropped it (a follower that fell more than max_events behind). Never skip silently.
+        if after is not None and before is not None and self.id_key(before) > self.id_key(after):
+            raise EventsTrimmed(
+                f"run {run_id!r}: events after {after} up to {before} were dropped by"
+                " retention (max_events / ttl) before they were read; resume from the start"
+            )
+        return events
+
+    def state(self, run_id: str) -> Op[RunState | None]:
+        active, closed, first_id, before = yield Script("events_state", self._keys(run_id), [])
+        if active is None and closed is None and first_id is None:
+            return None
+        # the first kept event's predecessor is the newest event retention dropped
+        trimmed = None if first_id is None else _before(_text(first_id), before)
+        return RunState(
+            active_ms=int(_text(active)) if active is not None else 0,
+            closed=_text(closed) if closed is not None else None,
+            trimmed_through=trimmed,
+        )
+
+    def heartbeat(self, run_id: str, now_ms: int, retention: Retention) -> Op[None]:
+        ttl = "" if retention.ttl_ms is None else retention.ttl_ms
+        yield Script("events_heartbeat", self._keys(run_id), [now_ms, ttl])
+
+    def delete(self, run_ids: list[str]) -> Op[None]:
+        if self.cluster:  # a run's two keys share a slot: one DEL per run
+            for run_id in run_ids:
+                yield Delete(self._keys(run_id))
+            return
+        for at in range(0, len(run_ids), 500):
+            yield Delete([key for run in run_ids[at : at + 500] for key in self._keys(run)])
+
+    def id_key(self, event_id: str) -> tuple[int, ...]:
+        parsed = _parse_id(event_id) if isinstance(event_id, str) else None
+        if parsed is None:
+            raise InvalidInput(
+                f"{str(event_id)[:60]!r} is not a Redis event id (<ms>-<seq>, e.g. 1700000000000-3)"
+            )
+        return parsed
+
+
+def _calls(payloads: list[bytes]) -> list[list[bytes]]:
+    """Payloads cut into script calls of at most CALL_EVENTS events and about CALL_BYTES."""
+    calls: list[list[bytes]] = [[]]
+    size = 0
+    for payload in payloads:
+        if calls[-1] and (len(calls[-1]) >= CALL_EVENTS or size + len(payload) > CALL_BYTES):
+            calls.append([])
+            size = 0
+        calls[-1].append(payload)
+        size += len(payload)
+    return calls
+
+
+def _close_status(payload: bytes) -> str:
+    """The status of a close event (written by the shell: ``{"type":"close","status":...}``)."""
+    return str(json.loads(payload)["status"])
+
+
+def _port(client: Any, key_prefix: str) -> RedisEventPort:
+    _check_client(client)
+    cluster = isinstance(client, (redis.RedisCluster, aredis.RedisCluster))
+    return RedisEventPort(key_prefix=key_prefix, cluster=cluster)
+
+
+class RedisEventLog(SyncEventLog):
+    """Run event log on a ``redis.Redis`` or ``redis.cluster.RedisCluster`` client.
+
+    Options: ``ttl`` (seconds after a run's last append or heartbeat, sliding; default one
+    day; None keeps runs until deleted), ``max_events`` (per run, default 10,000; Redis
+    trims by whole stream nodes, so up to ~100 more are kept), ``stale_after`` (seconds),
+    ``key_prefix`` (default ``"graphkeep"``); ``poll_interval`` / ``max_poll_interval`` are
+    accepted and unused (reads block on the stream).
+    """
+
+    def __init__(self, client: Any, *, key_prefix: str = "graphkeep", **options: Any) -> None:
+        port = _port(client, key_prefix)
+        self.client = client
+        super().__init__(port, _SyncExecutor(client, _describe(client), SCRIPTS), **options)
+
+    @classmethod
+    @contextmanager
+    def from_url(cls, url: str, *, setup: bool = True, **options: Any) -> Iterator[RedisEventLog]:
+        client = sync_client(url)
+        try:
+            log = cls(client, **options)
+            log._execute.where = mask_url(url)  # type: ignore[attr-defined]
+            if setup:
+                log.setup()
+            yield log
+        finally:
+            client.close()
+
+
+class AsyncRedisEventLog(AsyncEventLog):
+    """Run event log on a ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster`` client
+    (options as :class:`RedisEventLog`)."""
+
+    def __init__(self, client: Any, *, key_prefix: str = "graphkeep", **options: Any) -> None:
+        port = _port(client, key_prefix)
+        self.client = client
+        super().__init__(port, _AsyncExecutor(client, _describe(client), SCRIPTS), **options)
+
+    @classmethod
+    @asynccontextmanager
+    async def from_url(
+        cls, url: str, *, setup: bool = True, **options: Any
+    ) -> AsyncIterator[AsyncRedisEventLog]:
+        client = async_client(url)
+        try:
+            log = cls(client, **options)
+            log._aexecute.where = mask_url(url)  # type: ignore[attr-defined]
+            if setup:
+                await log.setup()
+            yield log
+        finally:
+            await client.aclose()

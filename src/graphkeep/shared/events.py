@@ -1,0 +1,491 @@
+"""The run event log: resumable, ordered event streams per run, the contract once.
+
+A worker appends a run's events (LLM tokens, node updates, custom progress) while any
+number of readers — SSE endpoints in other processes — read them from any point::
+
+    with graphkeep.connect_events("redis://localhost:6379/0") as events:
+        events.append("run-1", {"type": "token", "text": "Hel"})      # -> "1764571123456-0"
+        events.close("run-1", "success")
+        for event_id, event in events.read("run-1", after=last_seen_id):
+            ...                                 # ends after the close event
+
+What is the same for every store lives here:
+
+- input checks, before anything is written: a run id is a non-empty string of at most
+  :data:`MAX_RUN_ID_BYTES` UTF-8 bytes without NUL; an event is a JSON object (``dict``
+  with string keys; strict JSON: no NaN/Infinity) of at most :data:`MAX_EVENT_BYTES`
+  encoded; ``after`` is an id of the store's form; a close status is one of
+  :data:`STATUSES`;
+- the close event ``{"type": "close", "status": ..., ["error": ...]}`` is the run's last:
+  an append after it raises :class:`~graphkeep.errors.RunClosed`, and ``read`` yields it
+  and ends;
+- ``read(run_id, after=None, follow=True)``: every kept event after ``after``, then (with
+  ``follow``) live ones until the close event. It never skips silently: a resume point
+  older than what retention kept raises :class:`~graphkeep.errors.EventsTrimmed`; an
+  unknown run :class:`~graphkeep.errors.UnknownRun`; a followed run whose writer stopped
+  appending and heart-beating for ``stale_after`` seconds
+  :class:`~graphkeep.errors.RunStale` (a writer that is alive but quiet calls
+  ``heartbeat``; :func:`graphkeep.streaming.stream_run` does);
+- retention: at most ``max_events`` per run (oldest dropped first) and ``ttl`` seconds
+  after the run's last append or heartbeat (sliding while it appends);
+- :class:`SyncEventLog` / :class:`AsyncEventLog`, the shells driving an
+  :class:`EventPort` (whose methods yield the store's requests) sync or async.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from graphkeep.errors import (
+    ConfigurationError,
+    EventsTrimmed,
+    InvalidInput,
+    RunStale,
+    UnknownRun,
+)
+from graphkeep.shared.keys import check_seconds
+from graphkeep.shared.port import (
+    Emit,
+    Op,
+    Sleep,
+    adrive,
+    adrive_iter,
+    drive,
+    drive_iter,
+    on_loop,
+    running_loop,
+    stream_in_thread,
+    stream_on_loop,
+)
+
+#: the largest event accepted, as compact UTF-8 JSON (fits one DynamoDB item with room)
+MAX_EVENT_BYTES = 256 * 1024
+MAX_RUN_ID_BYTES = 512
+STATUSES = ("success", "error", "interrupted")
+CLOSE_TYPE = "close"
+#: events read per request
+PAGE = 500
+#: longest single blocking read (ms); the loop checks the run's liveness in between
+MAX_BLOCK_MS = 5000
+#: seconds a polled log idles before backing off to ``max_poll_interval``
+IDLE_AFTER = 5.0
+
+DEFAULT_TTL = 24 * 3600.0
+DEFAULT_MAX_EVENTS = 10_000
+DEFAULT_STALE_AFTER = 60.0
+DEFAULT_POLL_INTERVAL = 0.1
+DEFAULT_MAX_POLL_INTERVAL = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How much of a run a store keeps: ``ttl_ms`` after its last append or heartbeat
+    (None: forever) and at most ``max_events`` events (oldest dropped first)."""
+
+    ttl_ms: int | None
+    max_events: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """One event as a port reads it back: its id, its JSON bytes, whether it closes the run."""
+
+    event_id: str
+    data: bytes
+    closing: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """What a port knows of a run."""
+
+    #: epoch ms of the last append or heartbeat
+    active_ms: int
+    #: the close status, once closed
+    closed: str | None
+    #: id of the newest event retention dropped (None: nothing dropped)
+    trimmed_through: str | None
+
+
+class EventPort(Protocol):
+    """What a backend maps onto its store; run ids and payloads arrive validated.
+
+    - ``append`` stores ``payloads`` in order as the run's next events and returns their
+      ids (strictly increasing per run, also across writers and processes); when
+      ``closing`` the last payload is the close event. It raises
+      :class:`~graphkeep.errors.RunClosed` (writing nothing) when the run is already
+      closed, applies ``retention`` and marks the run active at ``now_ms``.
+    - ``read`` returns up to ``limit`` events after ``after`` (from the first when None)
+      in id order; a store with ``blocking = True`` waits up to ``wait_ms`` for one when
+      there are none (``wait_ms=0``: never waits); others return at once. When events
+      right after ``after`` were dropped by retention before this read (a follower more
+      than ``max_events`` behind), it raises :class:`~graphkeep.errors.EventsTrimmed`
+      rather than return the later ones.
+    - ``state`` returns the run's :class:`RunState`, None for an unknown (or expired) run.
+    - ``heartbeat`` marks the run active (creating it when new) and slides its TTL.
+    - ``id_key`` turns an event id into a sortable key, raising
+      :class:`~graphkeep.errors.InvalidInput` for a string that is not one of its ids.
+    - ``delete`` removes runs entirely.
+    """
+
+    blocking: bool
+
+    def setup(self) -> Op[None]: ...
+
+    def append(
+        self,
+        run_id: str,
+        payloads: list[bytes],
+        closing: bool,
+        now_ms: int,
+        retention: Retention,
+    ) -> Op[list[str]]: ...
+
+    def read(
+        self, run_id: str, after: str | None, limit: int, wait_ms: int
+    ) -> Op[list[StoredEvent]]: ...
+
+    def state(self, run_id: str) -> Op[RunState | None]: ...
+
+    def heartbeat(self, run_id: str, now_ms: int, retention: Retention) -> Op[None]: ...
+
+    def delete(self, run_ids: list[str]) -> Op[None]: ...
+
+    def id_key(self, event_id: str) -> tuple[int, ...]: ...
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def check_run_id(run_id: Any) -> str:
+    if not isinstance(run_id, str):
+        raise InvalidInput(f"a run id must be a str, got {type(run_id).__name__}")
+    if not run_id:
+        raise InvalidInput("a run id must not be empty")
+    if "\x00" in run_id:
+        raise InvalidInput(f"a run id must not contain NUL characters: {run_id[:60]!r}")
+    try:
+        size = len(run_id.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"a run id is not valid unicode: {run_id[:60]!r}") from exc
+    if size > MAX_RUN_ID_BYTES:
+        raise InvalidInput(f"a run id is {size} bytes long; the limit is {MAX_RUN_ID_BYTES}")
+    return run_id
+
+
+def encode_event(event: Any, position: int | None = None) -> bytes:
+    """An event as compact UTF-8 JSON, or :class:`InvalidInput` saying what is wrong."""
+    where = "event" if position is None else f"event [{position}]"
+    if not isinstance(event, dict):
+        raise InvalidInput(f"an {where} must be a dict (a JSON object), got {type(event).__name__}")
+    _check_keys(event, where)
+    try:
+        text = json.dumps(event, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        data = text.encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError) as exc:
+        raise InvalidInput(f"{where} is not JSON-serialisable: {exc}") from exc
+    if len(data) > MAX_EVENT_BYTES:
+        raise InvalidInput(
+            f"{where} is {len(data)} bytes as JSON; the limit is {MAX_EVENT_BYTES} bytes"
+            " (store large payloads in the store and put a reference in the event)"
+        )
+    return data
+
+
+def _check_keys(event: dict[str, Any], where: str) -> None:
+    """Every object key is a str (JSON would turn ``1`` into ``"1"``, and ``{1: .., "1": ..}``
+    into an object with a duplicate key)."""
+    stack: list[Any] = [event]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise InvalidInput(
+                        f"{where} has a key that is not a str: {key!r} ({type(key).__name__})"
+                    )
+                stack.append(item)
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+
+
+def close_event(status: Any, error: Any = None) -> dict[str, Any]:
+    if status not in STATUSES:
+        raise InvalidInput(f"a close status must be one of {', '.join(STATUSES)}, got {status!r}")
+    event: dict[str, Any] = {"type": CLOSE_TYPE, "status": status}
+    if error is not None:
+        event["error"] = str(error)
+    return event
+
+
+def check_sequence(run_id: str, after: str | None, events: list[StoredEvent]) -> None:
+    """For stores numbering events 1, 2, 3…: the first event read must follow ``after``
+    directly, else retention dropped the ones between (raise, never skip silently)."""
+    if after is None or not events or int(events[0].event_id) == int(after) + 1:
+        return
+    raise EventsTrimmed(
+        f"run {run_id!r}: events {int(after) + 1} to {int(events[0].event_id) - 1} were"
+        " dropped by retention (max_events / ttl) before they were read; resume from the start"
+    )
+
+
+class EventLog:
+    """The contract over an :class:`EventPort`; the shells below say how ops are run.
+
+    Options: ``ttl`` (seconds after a run's last append or heartbeat, sliding; default one
+    day; None keeps runs until deleted), ``max_events`` (per run, default 10,000),
+    ``stale_after`` (seconds a followed run may stay silent, default 60),
+    ``poll_interval`` / ``max_poll_interval`` (stores without blocking reads).
+    """
+
+    def __init__(
+        self,
+        port: EventPort,
+        *,
+        ttl: float | None = DEFAULT_TTL,
+        max_events: int = DEFAULT_MAX_EVENTS,
+        stale_after: float = DEFAULT_STALE_AFTER,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
+    ) -> None:
+        self.port = port
+        ttl_s = None if ttl is None else check_seconds(ttl, "ttl", error=ConfigurationError)
+        if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 1:
+            raise ConfigurationError(f"max_events must be an int >= 1, got {max_events!r}")
+        ttl_ms = None if ttl_s is None or math.isinf(ttl_s) else math.ceil(ttl_s * 1000)
+        self.retention = Retention(ttl_ms, max_events)
+        self.stale_after = check_seconds(stale_after, "stale_after", error=ConfigurationError)
+        self.poll_interval = check_seconds(
+            poll_interval, "poll_interval", error=ConfigurationError, finite=True
+        )
+        self.max_poll_interval = max(
+            self.poll_interval,
+            check_seconds(
+                max_poll_interval, "max_poll_interval", error=ConfigurationError, finite=True
+            ),
+        )
+
+    # -- ops -------------------------------------------------------------------------
+
+    def _append(self, run_id: Any, events: Iterable[Any], closing: bool = False) -> Op[list[str]]:
+        run = check_run_id(run_id)
+        if isinstance(events, (dict, str, bytes)):
+            raise InvalidInput("append_many takes a list of events (dicts)")
+        payloads = [encode_event(e, i) for i, e in enumerate(events)]
+        if not payloads:
+            return []
+        return (yield from self.port.append(run, payloads, closing, now_ms(), self.retention))
+
+    def _close(self, run_id: Any, status: Any, error: Any) -> Op[str]:
+        ids = yield from self._append(run_id, [close_event(status, error)], closing=True)
+        return ids[0]
+
+    def _heartbeat(self, run_id: Any) -> Op[None]:
+        yield from self.port.heartbeat(check_run_id(run_id), now_ms(), self.retention)
+
+    def _state(self, run_id: Any) -> Op[RunState | None]:
+        return (yield from self.port.state(check_run_id(run_id)))
+
+    def _delete(self, run_ids: Any) -> Op[None]:
+        runs = [run_ids] if isinstance(run_ids, str) else list(run_ids)
+        checked = [check_run_id(r) for r in runs]
+        if checked:
+            yield from self.port.delete(checked)
+
+    def _check_after(self, after: Any) -> str | None:
+        if after is None:
+            return None
+        if not isinstance(after, str):
+            raise InvalidInput(f"after must be an event id (str), got {type(after).__name__}")
+        self.port.id_key(after)
+        return after
+
+    def _read(self, run_id: Any, after: Any, follow: bool) -> Op[None]:
+        """Checked now; the returned op emits ``(event_id, event)`` pairs."""
+        run = check_run_id(run_id)
+        cursor = self._check_after(after)
+        if not isinstance(follow, bool):
+            raise InvalidInput(f"follow must be True or False, got {follow!r}")
+        return self._reading(run, cursor, follow)
+
+    def _reading(self, run: str, cursor: str | None, follow: bool) -> Op[None]:
+        port = self.port
+        state = yield from port.state(run)
+        if state is None:
+            raise UnknownRun(f"run {run!r} has no events (never written, deleted or expired)")
+        if (
+            cursor is not None
+            and state.trimmed_through is not None
+            and port.id_key(cursor) < port.id_key(state.trimmed_through)
+        ):
+            raise EventsTrimmed(
+                f"run {run!r}: events after {cursor} up to {state.trimmed_through} were"
+                " dropped by retention (max_events / ttl); resume from the start instead"
+            )
+        check_every = max(0.05, min(self.stale_after / 4, 5.0))
+        checked = time.monotonic()
+        delay = self.poll_interval
+        quiet_since = time.monotonic()
+        while True:
+            wait = 0
+            if follow and port.blocking:
+                left = check_every - (time.monotonic() - checked)
+                wait = max(1, min(MAX_BLOCK_MS, math.ceil(left * 1000)))
+            batch = yield from port.read(run, cursor, PAGE, wait)
+            for stored in batch:
+                try:
+                    event = json.loads(stored.data)
+                except ValueError:  # never written by graphkeep: say so, keep going
+                    event = {"type": "unreadable", "raw": stored.data.decode("utf-8", "replace")}
+                yield Emit((stored.event_id, event))
+                cursor = stored.event_id
+                if stored.closing:
+                    return
+            if batch:
+                quiet_since = time.monotonic()
+                delay = self.poll_interval
+                if len(batch) == PAGE:
+                    continue
+            if not follow:
+                if len(batch) < PAGE:
+                    return
+                continue
+            if time.monotonic() - checked >= check_every:
+                checked = time.monotonic()
+                state = yield from port.state(run)
+                if state is None:
+                    raise UnknownRun(f"run {run!r} expired or was deleted while being read")
+                silent = (now_ms() - state.active_ms) / 1000
+                if state.closed is None and silent > self.stale_after:
+                    raise RunStale(
+                        f"run {run!r} has not appended or sent a heartbeat for {silent:.1f} s"
+                        f" (stale_after={self.stale_after:g}); its writer is probably gone"
+                    )
+            if not port.blocking:
+                if time.monotonic() - quiet_since >= IDLE_AFTER:
+                    delay = min(self.max_poll_interval, delay * 1.5)
+                yield Sleep(delay)
+
+
+class SyncEventLog(EventLog):
+    """An event log on a blocking client; the ``a``-prefixed methods run it in a worker thread."""
+
+    def __init__(self, port: EventPort, execute: Callable[[Any], Any], **options: Any) -> None:
+        super().__init__(port, **options)
+        self._execute = execute
+
+    def _call(self, op: Op[Any]) -> Any:
+        return drive(op, self._execute)
+
+    def setup(self) -> None:
+        self._call(self.port.setup())
+
+    def append(self, run_id: str, event: dict[str, Any]) -> str:
+        """Store one event; returns its id (usable as an SSE ``id:``)."""
+        ids = self._call(self._append(run_id, [event]))
+        return str(ids[0])
+
+    def append_many(self, run_id: str, events: Iterable[dict[str, Any]]) -> list[str]:
+        """Store events in order in one request where the store allows; returns their ids."""
+        return list(self._call(self._append(run_id, events)))
+
+    def close(self, run_id: str, status: str, *, error: str | None = None) -> str:
+        """Write the run's final close event; later appends raise ``RunClosed``."""
+        return str(self._call(self._close(run_id, status, error)))
+
+    def heartbeat(self, run_id: str) -> None:
+        """Mark the run alive (followers raise ``RunStale`` after ``stale_after`` without)."""
+        self._call(self._heartbeat(run_id))
+
+    def state(self, run_id: str) -> RunState | None:
+        return self._call(self._state(run_id))  # type: ignore[no-any-return]
+
+    def delete(self, run_ids: str | Iterable[str]) -> None:
+        self._call(self._delete(run_ids))
+
+    def read(
+        self, run_id: str, *, after: str | None = None, follow: bool = True
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``(event_id, event)`` after ``after``; with ``follow`` live until the close event."""
+        return drive_iter(self._read(run_id, after, follow), self._execute)
+
+    async def aappend(self, run_id: str, event: dict[str, Any]) -> str:
+        return await asyncio.to_thread(self.append, run_id, event)
+
+    async def aappend_many(self, run_id: str, events: Iterable[dict[str, Any]]) -> list[str]:
+        return await asyncio.to_thread(self.append_many, run_id, list(events))
+
+    async def aclose_run(self, run_id: str, status: str, *, error: str | None = None) -> str:
+        return await asyncio.to_thread(lambda: self.close(run_id, status, error=error))
+
+    async def aheartbeat(self, run_id: str) -> None:
+        await asyncio.to_thread(self.heartbeat, run_id)
+
+    def aread(
+        self, run_id: str, *, after: str | None = None, follow: bool = True
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        return stream_in_thread(self.read(run_id, after=after, follow=follow))
+
+
+class AsyncEventLog(EventLog):
+    """An event log on an asyncio client: ``append``, ``close``… are coroutines and ``read``
+    an async iterator (``aappend``, ``aread``… are the same methods under LangGraph's
+    ``a`` names). ``sync_read`` serves a blocking caller from another thread."""
+
+    def __init__(self, port: EventPort, aexecute: Callable[[Any], Any], **options: Any) -> None:
+        super().__init__(port, **options)
+        self._aexecute = aexecute
+        self.loop = running_loop()
+
+    async def _acall(self, op: Op[Any]) -> Any:
+        return await adrive(op, self._aexecute)
+
+    async def setup(self) -> None:
+        await self._acall(self.port.setup())
+
+    async def append(self, run_id: str, event: dict[str, Any]) -> str:
+        ids = await self._acall(self._append(run_id, [event]))
+        return str(ids[0])
+
+    async def append_many(self, run_id: str, events: Iterable[dict[str, Any]]) -> list[str]:
+        return list(await self._acall(self._append(run_id, events)))
+
+    async def close(self, run_id: str, status: str, *, error: str | None = None) -> str:
+        return str(await self._acall(self._close(run_id, status, error)))
+
+    async def heartbeat(self, run_id: str) -> None:
+        await self._acall(self._heartbeat(run_id))
+
+    async def state(self, run_id: str) -> RunState | None:
+        return await self._acall(self._state(run_id))  # type: ignore[no-any-return]
+
+    async def delete(self, run_ids: str | Iterable[str]) -> None:
+        await self._acall(self._delete(run_ids))
+
+    def read(
+        self, run_id: str, *, after: str | None = None, follow: bool = True
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        return adrive_iter(self._read(run_id, after, follow), self._aexecute)
+
+    aappend = append
+    aappend_many = append_many
+    aclose_run = close
+    aheartbeat = heartbeat
+    aread = read
+
+    def sync_read(
+        self, run_id: str, *, after: str | None = None, follow: bool = True
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``read`` for a blocking caller on another thread than the log's event loop."""
+
+        def hop(coro: Any) -> Any:
+            return on_loop(self.loop, coro, "event log", "async for ... in events.read(...)")
+
+        return stream_on_loop(self.read(run_id, after=after, follow=follow), hop)

@@ -1,0 +1,173 @@
+"""``saver.watch`` / ``saver.awatch``: a thread's checkpoints as they are committed.
+
+One op for every store, run sync or async like every saver op. Two ways in:
+
+- a store with a native feed (:class:`~graphkeep.shared.port.Feed`, Redis: a Stream per
+  thread appended by the put script) is read blocking; its order is the commit order;
+- every other store is polled with :meth:`Store.commits` (an indexed query on the
+  checkpoint id), ``poll_interval`` apart while the thread is busy, backing off to
+  ``max_poll_interval`` once it has been idle for ``IDLE_AFTER`` seconds.
+
+Polling reads ids above a *settled* floor, not above the last id seen: a checkpoint whose
+id is lower than one already seen (two writers, or a subgraph's put finishing after its
+parent's) still shows up while it is younger than ``SETTLE`` seconds; ids seen in that
+window are remembered so none is yielded twice.
+
+``after=<checkpoint_id>`` first yields every checkpoint with a higher id (the commits after
+it: checkpoint ids grow with time), then goes on live — a client that remembers the last id
+it saw misses none. ``timeout`` ends the iterator after that many seconds without a new
+checkpoint. Each checkpoint is loaded like ``get_tuple`` does; one deleted in between
+(prune, delete_thread) is skipped.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from graphkeep.shared.keys import check_seconds, normalize_checkpoint_id, normalize_namespace
+from graphkeep.shared.port import Emit, Op, Sleep
+
+if TYPE_CHECKING:
+    from graphkeep.shared.saver import BaseSaver
+
+#: checkpoints read per ``commits`` page
+PAGE = 200
+#: seconds a checkpoint id may commit after a higher one and still be seen by a poller
+SETTLE = 2.0
+#: seconds without a checkpoint after which a poller starts backing off
+IDLE_AFTER = 5.0
+#: longest single blocking read on a feed (ms); the loop re-checks ``timeout`` after each
+MAX_BLOCK_MS = 5000
+DEFAULT_POLL_INTERVAL = 0.2
+DEFAULT_MAX_POLL_INTERVAL = 2.0
+
+
+def watch_op(
+    saver: BaseSaver,
+    thread_id: Any,
+    *,
+    after: Any = None,
+    checkpoint_ns: Any = "",
+    timeout: Any = None,
+    poll_interval: Any = DEFAULT_POLL_INTERVAL,
+    max_poll_interval: Any = DEFAULT_MAX_POLL_INTERVAL,
+) -> Op[None]:
+    """The op emitting the thread's new ``CheckpointTuple``s in commit order, each once.
+
+    Arguments are checked here, before the op runs (bad input raises at the call).
+    """
+    thread = saver._thread(thread_id)
+    limit = saver.max_id_bytes
+    ns = None if checkpoint_ns is None else normalize_namespace(checkpoint_ns, max_bytes=limit)
+    start = None if after is None else normalize_checkpoint_id(after, max_bytes=limit)
+    wait = None if timeout is None else check_seconds(timeout, "timeout")
+    interval = check_seconds(poll_interval, "poll_interval", finite=True)
+    longest = max(check_seconds(max_poll_interval, "max_poll_interval", finite=True), interval)
+    if getattr(saver.store, "feed", False):
+        return _follow_feed(saver, thread, ns, start, wait)
+    return _poll(saver, thread, ns, start, wait, interval, longest)
+
+
+def _emit(saver: BaseSaver, thread: str, commits: Iterable[tuple[str, str]]) -> Op[int]:
+    """Load and emit each checkpoint; returns how many were emitted."""
+    from graphkeep.shared.saver import _config
+
+    count = 0
+    for ns, checkpoint_id in commits:
+        found = yield from saver._get_tuple(_config(thread, ns, checkpoint_id))
+        if found is not None:
+            yield Emit(found)
+            count += 1
+    return count
+
+
+def _backlog(
+    saver: BaseSaver, thread: str, ns: str | None, above: str
+) -> Op[list[tuple[str, str]]]:
+    """Every commit with an id above ``above``, ascending."""
+    found: list[tuple[str, str]] = []
+    while True:
+        page = yield from saver.store.commits(thread, ns, above, PAGE)
+        found += page
+        if len(page) < PAGE:
+            return found
+        above = page[-1][1]
+
+
+def _follow_feed(
+    saver: BaseSaver, thread: str, ns: str | None, start: str | None, wait: float | None
+) -> Op[None]:
+    store: Any = saver.store
+    position = yield from store.feed_end(thread)
+    pending: set[tuple[str, str]] = set()
+    if start is not None:
+        backlog = yield from _backlog(saver, thread, ns, start)
+        pending = set(backlog)  # may show up again in the feed: skip them there
+        yield from _emit(saver, thread, backlog)
+    last = time.monotonic()
+    while True:
+        block = MAX_BLOCK_MS
+        if wait is not None:
+            left = wait - (time.monotonic() - last)
+            if left <= 0:
+                return
+            block = max(1, min(block, math.ceil(left * 1000)))
+        entries, position = yield from store.feed_read(thread, position, block)
+        fresh = []
+        for entry in entries:
+            if entry in pending:
+                pending.discard(entry)
+            elif ns is None or entry[0] == ns:
+                fresh.append(entry)
+        if (yield from _emit(saver, thread, fresh)):
+            last = time.monotonic()
+
+
+def _poll(
+    saver: BaseSaver,
+    thread: str,
+    ns: str | None,
+    start: str | None,
+    wait: float | None,
+    interval: float,
+    longest: float,
+) -> Op[None]:
+    store = saver.store
+    floor = start
+    if floor is None:
+        floor = yield from store.newest_commit(thread, ns)
+    #: commits above ``floor`` already emitted, with when they were first seen
+    recent: dict[tuple[str, str], float] = {}
+    last = time.monotonic()
+    delay = interval
+    while True:
+        emitted = 0
+        above = floor
+        while True:
+            page = yield from store.commits(thread, ns, above, PAGE)
+            now = time.monotonic()
+            fresh = [c for c in page if c not in recent]
+            for commit in fresh:
+                recent[commit] = now
+            emitted += yield from _emit(saver, thread, fresh)
+            if len(page) < PAGE:
+                break
+            above = page[-1][1]  # a full page: read on right away
+        # raise the floor to the highest id first seen SETTLE seconds ago or more
+        settled = [c[1] for c, seen in recent.items() if now - seen >= SETTLE]
+        if settled:
+            floor = max(settled) if floor is None else max(floor, *settled)
+            recent = {c: seen for c, seen in recent.items() if c[1] > floor}
+        if emitted:
+            last = time.monotonic()  # silence counts from the end of what was just handed out
+            delay = interval
+        idle = time.monotonic() - last
+        if wait is not None and idle >= wait:
+            return
+        if idle >= IDLE_AFTER:
+            delay = min(longest, delay * 1.5)
+        pause = delay if wait is None else min(delay, max(0.001, wait - idle))
+        yield Sleep(pause)
