@@ -2,7 +2,9 @@
 
 Mirrors `runner.py` for savers: a failing case never stops the run, a backend without a store
 module is "skip", a server that does not answer is "down"; a capability a backend does not
-offer yet (the node cache) counts its cases as skipped, shown as "skip" in its cell.
+offer yet counts its cases as skipped, shown as "skip" in its cell (and fails the row); a
+capability a set-up does not offer by design (`NotOffered`: the reference set-up has no
+`watch` and no event log) is "n/a" and passes.
 """
 
 from __future__ import annotations
@@ -13,7 +15,14 @@ from dataclasses import dataclass, field
 
 from conformance.factory import BackendNotReady, Mode, ServiceUnavailable, ensure_reachable
 from conformance.setups import Setup
-from conformance.store import CAPABILITIES, StoreCase, StoreFactory, runs, store_connector_for
+from conformance.store import (
+    CAPABILITIES,
+    NotOffered,
+    StoreCase,
+    StoreFactory,
+    runs,
+    store_connector_for,
+)
 from conformance.store._api import StoreConnector
 
 Progress = Callable[[str], None]
@@ -26,6 +35,8 @@ class StoreCaseOutcome:
     mode: Mode
     error: str | None = None
     skipped: str | None = None
+    #: the set-up does not offer this capability by design
+    not_applicable: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -52,6 +63,8 @@ class StoreReport:
         if self.skipped or self.unavailable:
             return "skip" if self.skipped else "down"
         outcomes = [c for c in self.cases if c.capability == capability]
+        if outcomes and all(c.not_applicable for c in outcomes):
+            return "n/a"
         if outcomes and all(c.skipped for c in outcomes):
             return "skip"
         return f"{sum(c.ok for c in outcomes)}/{len(outcomes)}" if outcomes else "-"
@@ -65,6 +78,8 @@ def run_store_case(
     factory = StoreFactory(setup, connector, mode)
     try:
         case(factory)
+    except NotOffered as exc:
+        outcome.not_applicable = str(exc)
     except BackendNotReady as exc:
         outcome.skipped = str(exc)
     except Exception:

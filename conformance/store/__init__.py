@@ -4,7 +4,10 @@ Each case is a plain function `case(factory: StoreFactory) -> None` raising Asse
 a violation; `factory.open(**options)` yields the store behind one call shape, served by its
 sync methods or its async ones (`factory.mode`), so each case is written once. `runs()` lists
 every (case, mode) pair; pytest (`test_store.py`) and `python -m conformance` both use it.
-The "cache" capability (node cache, `cache.py`) runs where a backend has a cache module.
+The "cache" capability (node cache, `cache.py`) runs where a backend has a cache module;
+"watch" (`watch.py`: ``saver.watch`` / ``awatch``) and "events" (`events.py`: the run event
+log of ``graphkeep.connect_events``) where the backend has them — the reference set-up has
+neither, so those cells read "skip" there.
 """
 
 from __future__ import annotations
@@ -14,14 +17,21 @@ from conformance.store import (  # noqa: F401  (importing registers the cases)
     bad_input,
     batch,
     cache,
+    events,
     filters,
     get_put_delete,
     list_namespaces,
     prefix_search,
     semantic_search,
     ttl,
+    watch,
 )
-from conformance.store._api import CapabilityMissing, StoreFactory, store_connector_for
+from conformance.store._api import (
+    CapabilityMissing,
+    NotOffered,
+    StoreFactory,
+    store_connector_for,
+)
 from conformance.store._registry import CAPABILITIES, CASES, StoreCase
 
 
@@ -45,6 +55,7 @@ __all__ = [
     "CAPABILITIES",
     "CASES",
     "CapabilityMissing",
+    "NotOffered",
     "StoreCase",
     "StoreFactory",
     "runs",

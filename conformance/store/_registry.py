@@ -20,6 +20,8 @@ CAPABILITIES: tuple[str, ...] = (
     "semantic_search",
     "bad_input",
     "cache",  # LangGraph BaseCache (node cache); cases in cache.py
+    "watch",  # saver.watch / awatch: a thread's checkpoints as committed; cases in watch.py
+    "events",  # the run event log (graphkeep.connect_events); cases in events.py
 )
 
 
