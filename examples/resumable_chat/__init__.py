@@ -1,0 +1,1 @@
+"""Resumable chat: the example web app of graphkeep's run event log (see README.md)."""
