@@ -1,6 +1,6 @@
 """Command line of ``python -m graphkeep.bench`` (``./dev bench``).
 
-    python -m graphkeep.bench [--suite redis|mongodb|dynamodb|all] [--turns N | --quick]
+    python -m graphkeep.bench [--suite redis|mongodb|dynamodb|store|live|all] [--turns N | --quick]
                               [--rounds N] [--growth-turns N]
 
 The default suite is ``redis`` (a minute or so); ``all`` runs every suite. In a
@@ -11,6 +11,9 @@ more turns after its history read (default as many again: W50-100), for the
 growth rows (stored after 50 and 100 turns, bytes sent per turn). A suite whose
 graphkeep backend has not landed yet prints ``skipped: backend not available yet``
 (exit status 0); a suite asked for by name that cannot reach its server fails.
+The ``store`` and ``live`` suites have their own workloads and reports
+(:mod:`.suites.store`, :mod:`.suites.live`: watch latency and run event logs on every
+backend, and PUBLISH per event on the same Redis).
 """
 
 from __future__ import annotations

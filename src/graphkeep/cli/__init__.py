@@ -1,8 +1,9 @@
-"""The ``graphkeep`` command: inspect, dump for recovery, prune, copy between stores, stats, setup.
+"""The ``graphkeep`` command: inspect, dump for recovery, prune, copy between stores, stats, setup,
+watch a thread live and read a run's events.
 
 ``main(argv)`` is the console script (``graphkeep = "graphkeep.cli:main"``, also
 ``python -m graphkeep.cli``); it returns the exit code (0 ok, 1 error, 2 usage,
-3 threshold crossed, 4 not found). :func:`show_thread` prints ``graphkeep
+3 threshold crossed, 4 not found, 130 Ctrl-C). :func:`show_thread` prints ``graphkeep
 history`` and ``graphkeep dump`` of one thread, for transcripts such as the demo.
 """
 

@@ -27,7 +27,8 @@ DESCRIPTION = """\
 Inspect, dump, prune, copy and size the checkpoints LangGraph apps keep in
 graphkeep stores (the URLs of graphkeep.connect) and in LangGraph's own savers
 (sqlite:///path, postgresql://... when langgraph-checkpoint-sqlite / -postgres
-are installed)."""
+are installed); watch a thread's checkpoints and read a run's events live
+(graphkeep stores only)."""
 
 EPILOG = """\
 URLs:
@@ -38,7 +39,8 @@ URLs:
 
 exit codes:
   0 ok   1 error (store unreachable, copy not verified, ...)   2 usage (bad flags, bad URL)
-  3 a stats threshold was crossed   4 not found (thread, checkpoint, SQLite file)
+  3 a stats threshold was crossed   4 not found (thread, checkpoint, run, SQLite file)
+  130 interrupted (Ctrl-C)
 
 Encrypted values are decoded when LANGGRAPH_AES_KEY is set. Passwords in URLs are
 masked in every message. Progress bars go to stderr, only when it is a terminal.
@@ -272,8 +274,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("url", metavar="URL")
     p.add_argument("--print", action="store_true", help="print the schema instead of creating it")
 
+    from graphkeep.cli.live import add_live_commands
     from graphkeep.cli.store import add_store_commands
 
+    add_live_commands(sub, common, _add)
     add_store_commands(sub, common, _add)
     return parser
 

@@ -330,6 +330,8 @@ KEY_LAYOUTS: dict[str, dict[str, Any]] = {
             "{prefix}:1:{{thread}}:wi": "ZSET of write keys (a checkpoint's writes in order)",
             "{prefix}:1:{{thread}}:b": "HASH ns\\0channel\\0version -> channel value",
             "{prefix}:1:{{thread}}:lock": "STRING lease token (saver.lock)",
+            "{prefix}:1:{{thread}}:f": "STREAM n=ns, c=checkpoint id (u=its 16 uuid bytes):"
+            " the thread's commit feed for saver.watch, appended by put, trimmed to ~1000",
         },
         "notes": [
             "every key of a thread shares the hash tag {thread}: Redis Cluster safe",

@@ -47,6 +47,7 @@ SUITES: dict[str, str] = {
     "mongodb": "graphkeep.bench.suites.mongodb",
     "dynamodb": "graphkeep.bench.suites.dynamodb",
     "store": "graphkeep.bench.suites.store",
+    "live": "graphkeep.bench.suites.live",
 }
 
 

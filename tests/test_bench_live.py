@@ -1,0 +1,110 @@
+"""``python -m graphkeep.bench --suite live --quick``: the report's shape, never its timings.
+
+The quick run measures every backend (Redis, Redis Cluster, MongoDB, DynamoDB) at a fifth
+of the sizes and the PUBLISH comparison on the same Redis; the test checks that every
+cell of every backend that has its event log and watch is a number, that a cell that is
+not says why in the notes, and what the issue makes checkable without timing: the
+graphkeep reader loses nothing in the disconnect test, batching costs fewer requests
+than events, and a watcher misses no checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from graphkeep.bench.suites import live as live_suite
+from graphkeep.bench.suites import load
+
+from .conftest import REDIS_URL
+
+pytestmark = pytest.mark.redis
+
+BACKENDS = list(live_suite.BACKENDS)
+NUMBER = re.compile(r"^\d[\d,]*(\.\d+)?$")
+
+
+def cells(markdown: str, first_header: str) -> dict[str, list[str]]:
+    """The table starting with ``| first_header |``: first cell -> the other cells."""
+    table = markdown.split(f"| {first_header} |", 1)[1].split("\n\n", 1)[0]
+    rows: dict[str, list[str]] = {}
+    for line in table.splitlines()[1:]:  # [0]: the rest of the header line
+        parts = [c.strip() for c in line.strip().strip("|").split("|")]
+        if parts and not parts[0].startswith("---"):
+            rows[parts[0]] = parts[1:]
+    return rows
+
+
+def test_percentiles_are_nearest_rank_and_sizes_scale_down_for_quick() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert live_suite.percentile(values, 0.5) == 50.0
+    assert live_suite.percentile(values, 0.95) == 95.0
+    assert live_suite.percentile([7.0], 0.95) == 7.0
+    full, quick = live_suite.Sizes.full(), live_suite.Sizes.scaled(0.2)
+    assert (full.batched, full.idle_watchers, full.disconnect_events) == (5000, 100, 5000)
+    assert quick.batched < full.batched and quick.watch_puts < full.watch_puts
+    assert quick.idle_settle == 0 and full.idle_settle > 5  # full: after the back-off
+
+
+def test_the_live_suite_is_registered_with_its_own_runner() -> None:
+    suite = load("live")
+    assert suite.name == "live" and suite.run is not None
+    assert suite.unavailable() is None
+
+
+def test_quick_live_suite_reports_every_backend_side_by_side(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "graphkeep.bench", "--suite", "live", "--quick"]
+        + ["--out", str(tmp_path)],
+        env=dict(os.environ, REDIS_URL=REDIS_URL),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = (tmp_path / "live.md").read_text()
+    assert report in done.stdout
+    assert (tmp_path / "live.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    main = cells(report, "measure")
+    assert list(main) == [label for label, _ in live_suite.ROWS]
+    header = report.split("| measure |", 1)[1].splitlines()[0]
+    assert [c.strip() for c in header.strip(" |").split("|")] == BACKENDS
+    notes = report.split("Notes:", 1)[1] if "Notes:" in report else ""
+    for column, backend in enumerate(BACKENDS):
+        column_cells = {label: row[column] for label, row in main.items()}
+        if backend == "redis":  # the reference backend: every cell measured
+            assert "n/a" not in column_cells.values(), (column_cells, notes)
+        for label, cell in column_cells.items():
+            if cell == "n/a":
+                assert f"- {backend}: " in notes, (backend, label)
+        if column_cells["watch: checkpoints missed"] != "n/a":
+            assert column_cells["watch: checkpoints missed"] == "0"
+            for label in ("watch latency p50 (ms)", "watch latency p95 (ms)"):
+                assert NUMBER.match(column_cells[label]), (backend, label)
+        for label, cell in column_cells.items():
+            if label.endswith(")"):  # a measure with its unit: a number
+                assert cell == "n/a" or NUMBER.match(cell), (backend, label, cell)
+        one = column_cells["append one by one (requests / 1,000 events)"]
+        many = column_cells["append_many, batches of 100 (requests / 1,000 events)"]
+        if one != "n/a" and many != "n/a":
+            assert float(many.replace(",", "")) * 5 < float(one.replace(",", ""))
+
+    rival = cells(report, "approach")
+    publish = rival["PUBLISH + SUBSCRIBE"]
+    ours = rival["graphkeep `append` + `read(after=)`"]
+    assert NUMBER.match(publish[0]) and publish[1] == "1,000"
+    quick = live_suite.Sizes.scaled(10 / live_suite.FULL_TURNS)
+    # received, lost, duplicated, in order
+    assert ours[2:] == [f"{quick.disconnect_events:,}", "0", "0", "yes"], ours
+    assert int(publish[3].replace(",", "")) > 0, publish  # PUBLISH loses what it missed
+
+    targets = report.split("Targets:\n\n", 1)[1].split("\n\n", 1)[0]
+    assert "Redis: a watcher sees a checkpoint at most 20 ms (p95)" in targets
+    assert "- [met] Redis: 1,000 small events cost far fewer" in targets
+    assert "- [met] Redis disconnect test" in targets
