@@ -37,13 +37,12 @@ __all__ = ["REFUND", "SlowFakeChatModel", "answer_for", "build_graph", "refund_q
 #: a customer message matching this asks for a refund, which needs a human's approval
 REFUND = re.compile(r"\brefund", re.IGNORECASE)
 
+#: (words that name it, topic) in the order they are tried; no match: "your account"
 _TOPICS = (
-    "billing",
-    "shipping",
-    "your account",
-    "the mobile app",
-    "a delayed order",
-    "password resets",
+    (re.compile(r"\b(bill|invoice|charge|paid|payment)", re.IGNORECASE), "billing"),
+    (re.compile(r"\b(parcel|package|ship|deliver|arriv|order)", re.IGNORECASE), "your order"),
+    (re.compile(r"\b(password|log ?in|sign ?in)", re.IGNORECASE), "signing in"),
+    (re.compile(r"\b(app|phone|mobile)", re.IGNORECASE), "the mobile app"),
 )
 
 
@@ -97,7 +96,7 @@ def answer_for(message: str, approved: bool | None = None) -> str:
             " within one working day, together with the options you still have, such as an"
             " exchange or store credit."
         )
-    topic = _TOPICS[int(ticket, 16) % len(_TOPICS)]
+    topic = next((name for words, name in _TOPICS if words.search(message)), "your account")
     return (
         f"Thanks for reaching out about {topic}. I have opened ticket {ticket} for you."
         " Here is what usually helps: first, sign out and back in so that your session is"
