@@ -101,17 +101,7 @@ def _resolve_kind(url: str, options: dict[str, Any], kind: str, is_async: bool) 
 
 
 def _resolve(url: str, options: dict[str, Any], which: int) -> Any:
-    if not isinstance(url, str) or "://" not in url:
-        raise ConfigurationError(
-            f"expected a URL such as redis://host:6379/0, got {mask_url(str(url))!r}"
-        )
-    scheme = url.split("://", 1)[0].lower()
-    if scheme not in BACKENDS:
-        known = ", ".join(f"{s}://" for s in sorted(BACKENDS))
-        raise ConfigurationError(
-            f"unsupported URL scheme {scheme!r} in {mask_url(url)}; use {known}"
-        )
-    entry = BACKENDS[scheme]
+    scheme, entry = _scheme(url)
     allowed = COMMON_OPTIONS | BACKEND_OPTIONS.get(entry[0], frozenset())
     unknown = sorted(set(options) - allowed)
     if unknown:
