@@ -241,6 +241,27 @@ def test_unknown_options_and_schemes_are_rejected() -> None:
             pass
 
 
+def test_a_urls_key_prefix_query_is_the_key_prefix_option(thread_id: str) -> None:
+    prefix = unique_prefix("urlq")
+    config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    with graphkeep.connect(f"{REDIS_URL}?key_prefix={prefix}") as by_url:
+        by_url.put(config, _checkpoint({"v": 1}, {"v": "1"}), {}, {"v": "1"})
+    with graphkeep.connect(REDIS_URL, key_prefix=prefix) as by_option:
+        assert by_option.get_tuple(config) is not None
+    with graphkeep.connect(REDIS_URL) as default_prefix:
+        assert default_prefix.get_tuple(config) is None
+    client = redis.Redis.from_url(REDIS_URL)
+    assert any(client.scan_iter(match=f"{prefix}:*"))
+    for key in client.scan_iter(match=f"{prefix}:*"):
+        client.delete(key)
+    with pytest.raises(ConfigurationError, match="both in the URL"):
+        with graphkeep.connect(f"{REDIS_URL}?key_prefix=a", key_prefix="b"):
+            pass
+    with pytest.raises(ConfigurationError, match="empty key_prefix"):
+        with graphkeep.connect_store(f"{REDIS_URL}?key_prefix="):
+            pass
+
+
 def test_decode_responses_client_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="decode_responses"):
         RedisSaver(redis.Redis.from_url(REDIS_URL, decode_responses=True))

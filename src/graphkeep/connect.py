@@ -14,6 +14,7 @@ import importlib
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from graphkeep.errors import ConfigurationError
 from graphkeep.shared.keys import mask_url
@@ -63,6 +64,38 @@ COMMON_KIND_OPTIONS = {
     "cache": COMMON_CACHE_OPTIONS,
     "events": COMMON_EVENTS_OPTIONS,
 }
+
+
+#: options a URL may carry in its query, for every scheme (taken out before the driver sees it)
+URL_OPTIONS = ("key_prefix",)
+
+
+def _url_options(url: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``url`` without the :data:`URL_OPTIONS` in its query, and ``options`` with them.
+
+    ``redis://host:6379/0?key_prefix=tenant-a`` is ``connect("redis://host:6379/0",
+    key_prefix="tenant-a")``, so one URL string can name an isolated set of keys (the
+    ``graphkeep.testing`` fixtures hand such URLs to tests). Giving an option both ways is
+    an error rather than a silent choice.
+    """
+    if not isinstance(url, str) or "?" not in url:
+        return url, options
+    parts = urlsplit(url)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    taken = [(name, value) for name, value in pairs if name in URL_OPTIONS]
+    if not taken:
+        return url, options
+    merged = dict(options)
+    for name, value in taken:
+        if name in merged:
+            raise ConfigurationError(
+                f"{name} is given both in the URL {mask_url(url)} and as an option"
+            )
+        if not value:
+            raise ConfigurationError(f"empty {name} in the URL {mask_url(url)}")
+        merged[name] = value
+    rest = urlencode([(n, v) for n, v in pairs if n not in URL_OPTIONS])
+    return urlunsplit(parts._replace(query=rest)), merged
 
 
 def _scheme(url: str) -> tuple[str, tuple[str, str, str, str]]:
@@ -121,6 +154,7 @@ def _resolve(url: str, options: dict[str, Any], which: int) -> Any:
 @contextmanager
 def connect(url: str, **options: Any) -> Iterator[Any]:
     """Yield a ready sync saver for ``url`` (schema created unless ``setup=False``)."""
+    url, options = _url_options(url, options)
     saver_class = _resolve(url, options, 1)
     with saver_class.from_url(url, **options) as saver:
         yield saver
@@ -129,6 +163,7 @@ def connect(url: str, **options: Any) -> Iterator[Any]:
 @asynccontextmanager
 async def aconnect(url: str, **options: Any) -> AsyncIterator[Any]:
     """Yield a ready async saver for ``url`` (schema created unless ``setup=False``)."""
+    url, options = _url_options(url, options)
     saver_class = _resolve(url, options, 2)
     async with saver_class.from_url(url, **options) as saver:
         yield saver
@@ -142,6 +177,7 @@ def connect_store(url: str, **options: Any) -> Iterator[Any]:
     ``ttl`` (TTLConfig: ``default_ttl``, ``refresh_on_read``, ``sweep_interval_minutes``,
     in minutes), ``key_prefix``, ``setup``, ``max_key_bytes`` and the backend's own.
     """
+    url, options = _url_options(url, options)
     store_class = _resolve_kind(url, options, "store", False)
     with store_class.from_url(url, **options) as store:
         yield store
@@ -150,6 +186,7 @@ def connect_store(url: str, **options: Any) -> Iterator[Any]:
 @asynccontextmanager
 async def aconnect_store(url: str, **options: Any) -> AsyncIterator[Any]:
     """Yield a ready async LangGraph store for ``url`` (native async driver)."""
+    url, options = _url_options(url, options)
     store_class = _resolve_kind(url, options, "store", True)
     async with store_class.from_url(url, **options) as store:
         yield store
@@ -158,6 +195,7 @@ async def aconnect_store(url: str, **options: Any) -> AsyncIterator[Any]:
 @contextmanager
 def connect_cache(url: str, **options: Any) -> Iterator[Any]:
     """Yield a ready LangGraph node cache (``BaseCache``) on a sync client for ``url``."""
+    url, options = _url_options(url, options)
     cache_class = _resolve_kind(url, options, "cache", False)
     with cache_class.from_url(url, **options) as cache:
         yield cache
@@ -166,6 +204,7 @@ def connect_cache(url: str, **options: Any) -> Iterator[Any]:
 @asynccontextmanager
 async def aconnect_cache(url: str, **options: Any) -> AsyncIterator[Any]:
     """Yield a ready LangGraph node cache on an async client for ``url``."""
+    url, options = _url_options(url, options)
     cache_class = _resolve_kind(url, options, "cache", True)
     async with cache_class.from_url(url, **options) as cache:
         yield cache
@@ -179,6 +218,7 @@ def connect_events(url: str, **options: Any) -> Iterator[Any]:
     ``max_events`` (per run, default 10,000), ``stale_after`` (seconds, default 60),
     ``poll_interval`` / ``max_poll_interval``, ``key_prefix``, ``setup``.
     """
+    url, options = _url_options(url, options)
     log_class = _resolve_kind(url, options, "events", False)
     with log_class.from_url(url, **options) as log:
         yield log
@@ -188,6 +228,7 @@ def connect_events(url: str, **options: Any) -> Iterator[Any]:
 async def aconnect_events(url: str, **options: Any) -> AsyncIterator[Any]:
     """Yield a ready async run event log (``await log.append(...)``,
     ``async for event_id, event in log.read(...)``)."""
+    url, options = _url_options(url, options)
     log_class = _resolve_kind(url, options, "events", True)
     async with log_class.from_url(url, **options) as log:
         yield log
