@@ -162,3 +162,50 @@ def test_the_readme_project_passes_on_every_backend_in_containers(tmp_path: Path
     assert passed_ids(result) == {f"{t}[{b}]" for t in TESTS for b in BACKENDS}
     left = client.containers.list(all=True, filters={"label": "dev.graphkeep.testing"})
     assert left == [], "the plugin left containers behind"
+
+
+DYING = """
+import docker
+
+
+def test_1_the_redis_container_dies(graphkeep_url, graphkeep_backend):
+    if graphkeep_backend == "redis":
+        for c in docker.from_env().containers.list(filters={"label": "dev.graphkeep.testing"}):
+            if c.attrs["Config"]["Image"] == __import__("os").environ["GRAPHKEEP_REDIS_IMAGE"]:
+                c.kill()
+
+
+def test_2_needs_the_server(graphkeep_saver):
+    assert list(graphkeep_saver.list({"configurable": {"thread_id": "x"}})) == []
+"""
+
+
+def test_a_container_dying_mid_session_fails_only_its_tests_with_storage_unavailable(
+    tmp_path: Path,
+) -> None:
+    images = _container_images()
+    if not (_docker_answers() and images):
+        pytest.skip("no Docker engine answers here (./dev containers up starts one)")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_dying.py").write_text(DYING)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("GRAPHKEEP_", "PYTEST"))}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests"]
+        + ["--graphkeep-servers=containers", "--graphkeep-backends=redis,mongodb"],
+        cwd=tmp_path,
+        env={**environ, **images, "COLUMNS": "400"},  # whole lines in the short summary
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert passed_ids(result) == {
+        "test_1_the_redis_container_dies[mongodb]",
+        "test_2_needs_the_server[mongodb]",
+        "test_1_the_redis_container_dies[redis]",
+    }, result.stdout[-3000:]
+    errors = re.findall(r"^ERROR \S+\[redis\] - (\S+)", result.stdout, re.M)
+    assert errors and all("StorageUnavailable" in e for e in errors), result.stdout[-3000:]
+    import docker
+
+    left = docker.from_env().containers.list(all=True, filters={"label": "dev.graphkeep.testing"})
+    assert left == []

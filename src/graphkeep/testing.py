@@ -48,6 +48,8 @@ from uuid import uuid4
 import pytest
 
 import graphkeep
+from graphkeep.errors import StorageUnavailable
+from graphkeep.shared.keys import mask_url
 
 BACKENDS = ("redis", "redis-cluster", "mongodb", "dynamodb")
 #: the module each backend's extra installs: a backend is selected by default when it imports
@@ -464,7 +466,13 @@ def graphkeep_url(graphkeep_backend: str, graphkeep_servers: Servers) -> Iterato
         pytest.fail(str(exc), pytrace=False)
     url, drop = _isolated(graphkeep_backend, base, uuid4().hex[:12])
     yield url
-    drop()
+    try:
+        drop()
+    except Exception as exc:  # noqa: BLE001 — the server went away: say so, not a driver trace
+        raise StorageUnavailable(
+            f"{graphkeep_backend}: could not remove the test's data at {mask_url(url)}"
+            f" ({type(exc).__name__}: {exc})"
+        ) from exc
 
 
 @pytest.fixture
