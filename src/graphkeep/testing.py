@@ -236,10 +236,8 @@ class Servers:
             f" --save '' --appendonly no"
             for p in ports
         )
-        script = (
-            f"{servers} & sleep 1 && redis-cli --cluster create {nodes} --cluster-yes"
-            f" > /tmp/create.log 2>&1; wait"
-        )
+        pings = " && ".join(f"until redis-cli -p {p} ping; do sleep 0.1; done" for p in ports)
+        script = f"{servers} & {pings} && redis-cli --cluster create {nodes} --cluster-yes; wait"
         container = self._container(image, bind=ports, script=script)
         url = f"redis+cluster://127.0.0.1:{ports[0]}"
         _wait(f"Redis Cluster in {image}", container, lambda: _cluster_ok(ports[0]))
