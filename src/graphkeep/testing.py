@@ -215,15 +215,24 @@ class Servers:
         container.start()
         return container
 
-    def _mapped(self, container: Any, port: int) -> tuple[str, int]:
-        return container.get_container_host_ip(), int(container.get_exposed_port(port))
+    def _single(
+        self,
+        what: str,
+        image: str,
+        port: int,
+        url_of: Callable[[str, int], str],
+        ready: Callable[[str], bool],
+    ) -> str:
+        """One container serving ``port``: its URL (from the mapped port) once ``ready``."""
+        container = self._container(image, port)
+        url = url_of(container.get_container_host_ip(), int(container.get_exposed_port(port)))
+        _wait(f"{what} in {image}", container, lambda: ready(url))
+        return url
 
     def _redis(self, image: str) -> str:
-        container = self._container(image, 6379)
-        host, port = self._mapped(container, 6379)
-        url = f"redis://{host}:{port}/0"
-        _wait(f"Redis in {image}", container, lambda: _redis_ping(url))
-        return url
+        return self._single(
+            "Redis", image, 6379, lambda host, port: f"redis://{host}:{port}/0", _redis_ping
+        )
 
     def _redis_cluster(self, image: str) -> str:
         # three nodes in one container on host ports bound 1:1, announced as 127.0.0.1, so the
@@ -244,22 +253,23 @@ class Servers:
         return url
 
     def _mongodb(self, image: str) -> str:
-        container = self._container(image, 27017)
-        host, port = self._mapped(container, 27017)
-        url = f"mongodb://{host}:{port}/"
-        _wait(f"MongoDB in {image}", container, lambda: _mongo_ping(url))
-        return url
+        return self._single(
+            "MongoDB", image, 27017, lambda host, port: f"mongodb://{host}:{port}/", _mongo_ping
+        )
 
     def _dynamodb(self, image: str) -> str:
-        inner = 8000 if "dynamodb-local" in image else 5000
-        container = self._container(image, inner)
-        host, port = self._mapped(container, inner)
-        endpoint = f"http://{host}:{port}"
         # the session's own local endpoint accepts any credentials; boto3 insists on some
         os.environ.setdefault("AWS_ACCESS_KEY_ID", "graphkeep-testing")
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "graphkeep-testing")
-        _wait(f"DynamoDB in {image}", container, lambda: _dynamo_ping(endpoint))
-        return f"dynamodb://graphkeep?region={REGION}&endpoint_url={endpoint}"
+        return self._single(
+            "DynamoDB",
+            image,
+            8000 if "dynamodb-local" in image else 5000,
+            lambda host, port: (
+                f"dynamodb://graphkeep?region={REGION}&endpoint_url=http://{host}:{port}"
+            ),
+            _dynamo_ping,
+        )
 
     def close(self) -> None:
         """Remove every container of this session (idempotent)."""
@@ -378,8 +388,10 @@ def _mongo_ping(url: str) -> bool:
     return True
 
 
-def _dynamo_ping(endpoint: str) -> bool:
-    _dynamo_client(endpoint).list_tables(Limit=1)
+def _dynamo_ping(url: str) -> bool:
+    from graphkeep.backends.dynamodb import parse_url
+
+    _dynamo_client(parse_url(url)[1].get("endpoint_url")).list_tables(Limit=1)
     return True
 
 
