@@ -22,13 +22,22 @@ Options:
 
 - ``--graphkeep-backends=redis,redis-cluster,mongodb,dynamodb`` (default: every backend
   whose extra is installed);
-- ``--graphkeep-servers=env|containers`` (default ``$GRAPHKEEP_SERVERS`` or ``containers``):
-  ``env`` takes the servers' URLs from ``GRAPHKEEP_REDIS_URL``, ``GRAPHKEEP_REDIS_CLUSTER_URL``,
-  ``GRAPHKEEP_MONGODB_URL``, ``GRAPHKEEP_DYNAMODB_URL``; ``containers`` starts one container per
-  backend per session with testcontainers, from ``GRAPHKEEP_REDIS_IMAGE`` (default
+- ``--graphkeep-servers=env|local|containers`` (default ``$GRAPHKEEP_SERVERS`` or
+  ``containers``): ``env`` takes the servers' URLs from ``GRAPHKEEP_REDIS_URL``,
+  ``GRAPHKEEP_REDIS_CLUSTER_URL``, ``GRAPHKEEP_MONGODB_URL``, ``GRAPHKEEP_DYNAMODB_URL``;
+  ``local`` starts server processes on loopback (``redis-server``; ``mongod``, else FerretDB's
+  ``ferretdb``; ``moto_server``; each overridable with ``GRAPHKEEP_REDIS_SERVER``,
+  ``GRAPHKEEP_MONGODB_SERVER``, ``GRAPHKEEP_DYNAMODB_SERVER``); ``containers`` starts one
+  container per backend with testcontainers, from ``GRAPHKEEP_REDIS_IMAGE`` (default
   :data:`DEFAULT_IMAGES`), ``GRAPHKEEP_MONGODB_IMAGE`` (a real ``mongod``) and
-  ``GRAPHKEEP_DYNAMODB_IMAGE`` (moto; DynamoDB Local works too), and removes them at the end
-  of the session, also after a failure or Ctrl-C.
+  ``GRAPHKEEP_DYNAMODB_IMAGE`` (moto; DynamoDB Local works too). Servers start on first use,
+  one per backend per session, and are removed at its end, also after a failure or Ctrl-C.
+
+An application that reads its own variables at import (``REDIS_URL = os.environ[...]``) gets
+the session's servers through the ini option ``graphkeep_env``, one ``VARIABLE=backend`` per
+line (``VARIABLE=backend:param`` takes one query parameter of the URL, e.g.
+``DYNAMODB_ENDPOINT_URL=dynamodb:endpoint_url``): the named backends' servers are then started
+before any conftest is imported and each variable is set to its server's URL.
 """
 
 from __future__ import annotations
@@ -36,13 +45,20 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import os
+import shlex
+import shutil
+import signal
 import socket
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 from uuid import uuid4
 
 import pytest
@@ -71,7 +87,14 @@ DEFAULT_IMAGES = {
     "GRAPHKEEP_MONGODB_IMAGE": "mongo:7",
     "GRAPHKEEP_DYNAMODB_IMAGE": "motoserver/moto:5.2.5",
 }
-SERVER_MODES = ("env", "containers")
+SERVER_MODES = ("env", "local", "containers")
+#: ``--graphkeep-servers=local``: the variable naming each server program, and its default
+SERVER_VARIABLES = {
+    "redis": "GRAPHKEEP_REDIS_SERVER",
+    "redis-cluster": "GRAPHKEEP_REDIS_SERVER",
+    "mongodb": "GRAPHKEEP_MONGODB_SERVER",
+    "dynamodb": "GRAPHKEEP_DYNAMODB_SERVER",
+}
 #: every container this plugin starts carries this label (and one naming its session)
 LABEL = "dev.graphkeep.testing"
 START_TIMEOUT = 90.0
@@ -97,13 +120,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--graphkeep-servers",
         default=None,
         choices=SERVER_MODES,
-        help="env: URLs from GRAPHKEEP_*_URL; containers: one testcontainers container per"
-        " backend per session (default: $GRAPHKEEP_SERVERS or containers)",
+        help="env: URLs from GRAPHKEEP_*_URL; local: server processes on loopback; containers:"
+        " testcontainers; one server per backend per session (default: $GRAPHKEEP_SERVERS or"
+        " containers)",
+    )
+    parser.addini(
+        "graphkeep_env",
+        type="linelist",
+        default=[],
+        help="VARIABLE=backend[:param] per line: start those servers before conftests are"
+        " imported and set VARIABLE to the server's URL (or to that query parameter of it)",
     )
 
 
+def _option(config: pytest.Config, dest: str) -> Any:
+    """A command-line option's value, also before the command line is fully parsed."""
+    value = getattr(config.option, dest, None)
+    if value is None:
+        value = getattr(getattr(config, "known_args_namespace", None), dest, None)
+    return value
+
+
 def selected_backends(config: pytest.Config) -> list[str]:
-    raw = config.getoption("graphkeep_backends")
+    raw = _option(config, "graphkeep_backends")
     if raw is None:
         return [b for b in BACKENDS if importlib.util.find_spec(DRIVERS[b]) is not None]
     names = [n.strip() for n in str(raw).split(",") if n.strip()]
@@ -117,7 +156,7 @@ def selected_backends(config: pytest.Config) -> list[str]:
 
 
 def server_mode(config: pytest.Config) -> str:
-    mode = config.getoption("graphkeep_servers") or os.environ.get("GRAPHKEEP_SERVERS")
+    mode = _option(config, "graphkeep_servers") or os.environ.get("GRAPHKEEP_SERVERS")
     mode = mode or "containers"
     if mode not in SERVER_MODES:
         raise pytest.UsageError(
@@ -129,6 +168,79 @@ def server_mode(config: pytest.Config) -> str:
 def pytest_configure(config: pytest.Config) -> None:
     selected_backends(config)  # bad values: a usage error at the start, not per test
     server_mode(config)
+
+
+_SERVERS = pytest.StashKey["Servers"]()
+
+
+def session_servers(config: pytest.Config) -> Servers:
+    """The session's :class:`Servers` (one per pytest run, closed when it ends)."""
+    servers = config.stash.get(_SERVERS, None)
+    if servers is None:
+        servers = config.stash[_SERVERS] = Servers(server_mode(config))
+        atexit.register(servers.close)  # also after Ctrl-C or a crash of the session
+    return servers
+
+
+def exports(config: pytest.Config) -> dict[str, tuple[str, str | None]]:
+    """``graphkeep_env`` as ``{variable: (backend, query parameter or None)}``."""
+    found: dict[str, tuple[str, str | None]] = {}
+    for line in config.getini("graphkeep_env"):
+        variable, sep, target = str(line).partition("=")
+        backend, _, param = target.strip().partition(":")
+        if not sep or not variable.strip() or backend not in BACKENDS:
+            raise pytest.UsageError(
+                f"graphkeep_env: {line!r} is not VARIABLE=backend[:param] with a backend of"
+                f" {', '.join(BACKENDS)}"
+            )
+        found[variable.strip()] = (backend, param.strip() or None)
+    return found
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """Start the servers ``graphkeep_env`` names and export their URLs, before any conftest."""
+    wanted = exports(early_config)
+    if not wanted:
+        return
+    backends = selected_backends(early_config)
+    servers = session_servers(early_config)
+    for variable, (backend, param) in wanted.items():
+        if backend not in backends:
+            continue
+        try:
+            url = servers.url(backend)
+        except GraphkeepTestingError as exc:
+            raise pytest.UsageError(f"graphkeep_env {variable}: {exc}") from exc
+        os.environ[variable] = _query_param(url, param) if param else url
+
+
+def _query_param(url: str, param: str) -> str:
+    values = parse_qs(urlsplit(url).query).get(param)
+    if not values:
+        raise pytest.UsageError(f"graphkeep_env: {mask_url(url)} has no {param!r} parameter")
+    return values[0]
+
+
+def _servers_line(config: pytest.Config) -> str:
+    servers = config.stash.get(_SERVERS, None)
+    used = ", ".join(f"{b} {mask_url(u)}" for b, u in (servers.urls if servers else {}).items())
+    return f"graphkeep: servers={server_mode(config)}" + (f"; {used}" if used else "")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return _servers_line(config)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if config.stash.get(_SERVERS, None) is not None:
+        terminalreporter.write_line(_servers_line(config))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    servers = config.stash.get(_SERVERS, None)
+    if servers is not None:
+        servers.close()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -149,15 +261,16 @@ class Servers:
     urls: dict[str, str] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
     containers: list[Any] = field(default_factory=list)
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    workdir: Path | None = None
 
     def url(self, backend: str) -> str:
         if backend in self.failures:  # one clear failure, not one slow retry per test
             raise GraphkeepTestingError(self.failures[backend])
         if backend not in self.urls:
             try:
-                self.urls[backend] = (
-                    self._from_env(backend) if self.mode == "env" else self._start(backend)
-                )
+                start = {"env": self._from_env, "local": self._local, "containers": self._start}
+                self.urls[backend] = start[self.mode](backend)
             except GraphkeepTestingError as exc:
                 self.failures[backend] = str(exc)
                 raise
@@ -174,12 +287,120 @@ class Servers:
             )
         return url
 
+    # -- local processes -----------------------------------------------------------
+
+    def _local(self, backend: str) -> str:
+        variable = SERVER_VARIABLES[backend]
+        if backend == "dynamodb":
+            return self._local_dynamodb(variable)
+        names = ("redis-server",) if backend.startswith("redis") else ("mongod", "ferretdb")
+        program = os.environ.get(variable) or next(filter(None, map(shutil.which, names)), None)
+        if not program:
+            raise GraphkeepTestingError(
+                f"--graphkeep-servers=local needs {' or '.join(names)} on PATH (or {variable}"
+                " naming it); or use --graphkeep-servers=containers"
+            )
+        if backend == "redis":
+            port = _free_ports(1)[0]
+            self._process("redis", _redis_command(program, port), lambda: _redis_ping(_r(port)))
+            return _r(port)
+        if backend == "redis-cluster":
+            return self._local_cluster(program)
+        return self._local_mongodb(program)
+
+    def _work(self, name: str) -> Path:
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix=f"graphkeep-{self.session}-"))
+        path = self.workdir / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _process(self, name: str, command: list[str], ready: Callable[[], bool]) -> None:
+        """Run ``command`` in its own directory until the session ends; wait until ``ready``."""
+        work = self._work(name)
+        with (work / "server.log").open("ab") as log:
+            try:
+                process = subprocess.Popen(
+                    command,
+                    cwd=work,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # Ctrl-C reaches pytest, which then stops it
+                    preexec_fn=_die_with_parent,
+                )
+            except OSError as exc:
+                raise GraphkeepTestingError(
+                    f"--graphkeep-servers=local cannot start {name} with {command[0]}"
+                    f" ({type(exc).__name__}: {exc.strerror or exc})"
+                ) from exc
+        self.processes.append(process)
+
+        def exited() -> str | None:
+            if process.poll() is None:
+                return None
+            return (work / "server.log").read_text(errors="replace")[-1500:]
+
+        _wait(f"{name} ({command[0]})", ready, exited)
+
+    def _local_cluster(self, program: str) -> str:
+        ports = _free_ports(3)
+        for port in ports:
+            self._process(
+                f"redis-cluster-{port}",
+                _redis_command(program, port, "--cluster-enabled", "yes"),
+                lambda port=port: _redis_ping(_r(port)),  # type: ignore[misc]
+            )
+        _create_cluster(ports)
+        _wait("Redis Cluster", lambda: _cluster_ok(ports[0]))
+        return f"redis+cluster://127.0.0.1:{ports[0]}"
+
+    def _local_mongodb(self, program: str) -> str:
+        port = _free_ports(1)[0]
+        data = self._work("mongodb-data")
+        if Path(program).name.startswith("mongod"):
+            command = [program, "--port", str(port), "--bind_ip", "127.0.0.1"]
+            command += ["--dbpath", str(data), "--quiet"]
+        else:  # FerretDB on SQLite, as graphkeep's ./dev runs it: writers queue for the lock
+            query = "_txlock=immediate&_pragma=busy_timeout(60000)"
+            command = [
+                program,
+                "--handler=sqlite",
+                f"--sqlite-url=file:{data}/?{query}",
+                f"--state-dir={data}",
+                f"--listen-addr=127.0.0.1:{port}",
+                "--debug-addr=-",
+                "--telemetry=disable",
+                "--log-level=warn",
+            ]
+        url = f"mongodb://127.0.0.1:{port}/"
+        self._process("mongodb", command, lambda: _mongo_ping(url))
+        return url
+
+    def _local_dynamodb(self, variable: str) -> str:
+        configured = os.environ.get(variable)
+        command = shlex.split(configured) if configured else [shutil.which("moto_server") or ""]
+        if not command or not command[0]:
+            raise GraphkeepTestingError(
+                f"--graphkeep-servers=local needs moto_server on PATH (pip install"
+                f" 'moto[server]') or {variable} naming a command that takes -H HOST -p PORT"
+            )
+        port = _free_ports(1)[0]
+        _dynamo_credentials()
+        url = f"dynamodb://graphkeep?region={REGION}&endpoint_url=http://127.0.0.1:{port}"
+        self._process(
+            "dynamodb", [*command, "-H", "127.0.0.1", "-p", str(port)], lambda: _dynamo_ping(url)
+        )
+        return url
+
     # -- containers ----------------------------------------------------------------
 
     def _start(self, backend: str) -> str:
         os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
         os.environ.setdefault("TESTCONTAINERS_CONNECTION_MODE", "docker_host")
         client = _docker()
+        if not self.urls:
+            _remove_orphans(client)
         variable = IMAGE_VARIABLES[backend]
         image = os.environ.get(variable) or DEFAULT_IMAGES[variable]
         _ensure_image(client, image, variable)
@@ -201,7 +422,12 @@ class Servers:
     ) -> Any:
         from testcontainers.core.container import DockerContainer
 
-        labels = {LABEL: "1", f"{LABEL}.session": self.session}
+        labels = {
+            LABEL: "1",
+            f"{LABEL}.session": self.session,
+            f"{LABEL}.host": socket.gethostname(),
+            f"{LABEL}.pid": str(os.getpid()),
+        }
         if script is None:
             container = DockerContainer(image, labels=labels)
         else:
@@ -226,7 +452,7 @@ class Servers:
         """One container serving ``port``: its URL (from the mapped port) once ``ready``."""
         container = self._container(image, port)
         url = url_of(container.get_container_host_ip(), int(container.get_exposed_port(port)))
-        _wait(f"{what} in {image}", container, lambda: ready(url))
+        _wait(f"{what} in {image}", lambda: ready(url), _exited(container))
         return url
 
     def _redis(self, image: str) -> str:
@@ -249,7 +475,7 @@ class Servers:
         script = f"{servers} & {pings} && redis-cli --cluster create {nodes} --cluster-yes; wait"
         container = self._container(image, bind=ports, script=script)
         url = f"redis+cluster://127.0.0.1:{ports[0]}"
-        _wait(f"Redis Cluster in {image}", container, lambda: _cluster_ok(ports[0]))
+        _wait(f"Redis Cluster in {image}", lambda: _cluster_ok(ports[0]), _exited(container))
         return url
 
     def _mongodb(self, image: str) -> str:
@@ -258,9 +484,7 @@ class Servers:
         )
 
     def _dynamodb(self, image: str) -> str:
-        # the session's own local endpoint accepts any credentials; boto3 insists on some
-        os.environ.setdefault("AWS_ACCESS_KEY_ID", "graphkeep-testing")
-        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "graphkeep-testing")
+        _dynamo_credentials()
         return self._single(
             "DynamoDB",
             image,
@@ -281,6 +505,18 @@ class Servers:
                 pass
         if self.mode == "containers" and self.urls:
             _remove_labelled(self.session)
+        while self.processes:
+            process = self.processes.pop()
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
 
 
 def _docker() -> Any:
@@ -323,6 +559,22 @@ def _ensure_image(client: Any, image: str, variable: str) -> None:
         ) from exc
 
 
+def _remove_orphans(client: Any) -> None:
+    """Remove what an earlier session on this host left when it was killed (kill -9: no exit)."""
+    host = socket.gethostname()
+    for container in client.containers.list(all=True, filters={"label": f"{LABEL}.host={host}"}):
+        pid = int(container.labels.get(f"{LABEL}.pid", "0") or 0)
+        try:
+            if pid > 0:
+                os.kill(pid, 0)
+                continue  # that session is still running
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue  # alive, someone else's
+        container.remove(force=True)
+
+
 def _remove_labelled(session: str) -> None:
     try:
         import docker
@@ -336,6 +588,46 @@ def _remove_labelled(session: str) -> None:
         pass
 
 
+def _r(port: int) -> str:
+    return f"redis://127.0.0.1:{port}/0"
+
+
+def _redis_command(program: str, port: int, *extra: str) -> list[str]:
+    return [
+        program,
+        *("--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"),
+        *("--cluster-config-file", f"nodes-{port}.conf", "--daemonize", "no", *extra),
+    ]
+
+
+def _create_cluster(ports: list[int]) -> None:
+    """Three empty nodes into one cluster: slots split three ways, every node meets the first."""
+    import redis
+
+    share = 16384 // len(ports)
+    for i, port in enumerate(ports):
+        last = 16384 if i == len(ports) - 1 else (i + 1) * share
+        with redis.Redis(host="127.0.0.1", port=port) as node:
+            node.execute_command("CLUSTER", "ADDSLOTS", *range(i * share, last))
+            if i:
+                node.execute_command("CLUSTER", "MEET", "127.0.0.1", ports[0])
+
+
+def _die_with_parent() -> None:
+    """In the child: be killed when pytest dies, even by kill -9 (Linux; elsewhere a no-op)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+def _dynamo_credentials() -> None:
+    # the session's own endpoint accepts any credentials; boto3 insists on some
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "graphkeep-testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "graphkeep-testing")
+
+
 def _free_ports(count: int) -> list[int]:
     ports: list[int] = []
     while len(ports) < count:
@@ -347,7 +639,10 @@ def _free_ports(count: int) -> list[int]:
     return ports
 
 
-def _wait(what: str, container: Any, ready: Callable[[], bool]) -> None:
+def _wait(
+    what: str, ready: Callable[[], bool], exited: Callable[[], str | None] = lambda: None
+) -> None:
+    """Until ``ready()`` answers; fail at once with ``exited()``'s log when the server is gone."""
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         try:
@@ -355,12 +650,24 @@ def _wait(what: str, container: Any, ready: Callable[[], bool]) -> None:
                 return
         except Exception:  # noqa: BLE001, S110 — not up yet
             pass
-        container.get_wrapped_container().reload()
-        if container.get_wrapped_container().status == "exited":
-            logs = container.get_wrapped_container().logs(tail=20).decode(errors="replace")
-            raise GraphkeepTestingError(f"{what} exited at start:\n{logs}")
-        time.sleep(0.25)
+        log = exited()
+        if log is not None:
+            raise GraphkeepTestingError(f"{what} exited at start:\n{log}")
+        time.sleep(0.1)
     raise GraphkeepTestingError(f"{what} did not answer within {START_TIMEOUT:.0f}s")
+
+
+def _exited(container: Any) -> Callable[[], str | None]:
+    """The container's last log lines once it has exited, else None."""
+
+    def check() -> str | None:
+        wrapped = container.get_wrapped_container()
+        wrapped.reload()
+        if wrapped.status != "exited":
+            return None
+        return str(wrapped.logs(tail=20).decode(errors="replace"))
+
+    return check
 
 
 def _redis_ping(url: str) -> bool:
@@ -406,14 +713,9 @@ def _dynamo_client(endpoint: str | None) -> Any:
 
 
 @pytest.fixture(scope="session")
-def graphkeep_servers(request: pytest.FixtureRequest) -> Iterator[Servers]:
-    """The session's servers (started lazily, one per backend; removed at the end)."""
-    servers = Servers(server_mode(request.config))
-    atexit.register(servers.close)  # also after Ctrl-C or a crash of the session
-    try:
-        yield servers
-    finally:
-        servers.close()
+def graphkeep_servers(request: pytest.FixtureRequest) -> Servers:
+    """The session's servers (started on first use, one per backend; removed at the end)."""
+    return session_servers(request.config)
 
 
 # --------------------------------------------------------------------------- per test
