@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,14 +47,26 @@ def readme_test_file() -> str:
 
 
 def run_user_project(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "tests").mkdir(exist_ok=True)
-    (tmp_path / "tests" / "test_my_graph.py").write_text(readme_test_file())
+    return run_project(tmp_path, {"test_my_graph.py": readme_test_file()}, *args, **env)
+
+
+def user_environ(**env: str) -> dict[str, str]:
+    """This environment without the suite's own graphkeep and pytest settings, plus ``env``."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("GRAPHKEEP_", "PYTEST"))}
-    environ.update(env)
+    return {**environ, **env}
+
+
+def run_project(
+    tmp_path: Path, files: dict[str, str], *args: str, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """pytest -v on a user project in ``tmp_path`` made of ``files`` (under tests/)."""
+    (tmp_path / "tests").mkdir(exist_ok=True)
+    for name, text in files.items():
+        (tmp_path / "tests" / name).write_text(text)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests", *args],
         cwd=tmp_path,
-        env=environ,
+        env=user_environ(**env),
         capture_output=True,
         text=True,
         timeout=600,
@@ -186,17 +201,13 @@ def test_a_container_dying_mid_session_fails_only_its_tests_with_storage_unavail
     images = _container_images()
     if not (_docker_answers() and images):
         pytest.skip("no Docker engine answers here (./dev containers up starts one)")
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_dying.py").write_text(DYING)
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("GRAPHKEEP_", "PYTEST"))}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests"]
-        + ["--graphkeep-servers=containers", "--graphkeep-backends=redis,mongodb"],
-        cwd=tmp_path,
-        env={**environ, **images, "COLUMNS": "400"},  # whole lines in the short summary
-        capture_output=True,
-        text=True,
-        timeout=600,
+    result = run_project(
+        tmp_path,
+        {"test_dying.py": DYING},
+        "--graphkeep-servers=containers",
+        "--graphkeep-backends=redis,mongodb",
+        **images,
+        COLUMNS="400",  # whole lines in the short summary
     )
     assert passed_ids(result) == {
         "test_1_the_redis_container_dies[mongodb]",
@@ -209,3 +220,172 @@ def test_a_container_dying_mid_session_fails_only_its_tests_with_storage_unavail
 
     left = docker.from_env().containers.list(all=True, filters={"label": "dev.graphkeep.testing"})
     assert left == []
+
+
+# --------------------------------------------------------------------------- local servers
+
+#: the programs ./dev runs, as --graphkeep-servers=local takes them (./dev exports the same)
+LOCAL_PROGRAMS = {
+    "GRAPHKEEP_MONGODB_SERVER": str(REPO / ".services" / "bin" / "ferretdb"),
+    "GRAPHKEEP_DYNAMODB_SERVER": f"{sys.executable} {REPO / 'tools' / 'moto_server.py'}",
+}
+SERVER_PROGRAMS = ("redis-server", "ferretdb", "moto_server")
+
+
+def server_processes() -> set[int]:
+    """Pids of every server program running here (read from /proc)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if any(program in command for program in SERVER_PROGRAMS):
+            found.add(int(entry.name))
+    return found
+
+
+def settled(before: set[int], timeout: float = 15.0) -> set[int]:
+    """The server processes started since ``before`` that are still there after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while (extra := server_processes() - before) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return extra
+
+
+def test_the_readme_project_passes_on_every_backend_with_local_servers(tmp_path: Path) -> None:
+    before = server_processes()
+    result = run_user_project(tmp_path, "--graphkeep-servers=local", **LOCAL_PROGRAMS)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert passed_ids(result) == {f"{t}[{b}]" for t in TESTS for b in BACKENDS}
+    header = re.search(r"^graphkeep: servers=local; (.*)$", result.stdout, re.M)
+    assert header and all(b in header.group(1) for b in BACKENDS), result.stdout[:2000]
+    assert settled(before) == set(), "the plugin left server processes running"
+
+
+def test_local_servers_without_the_program_fail_clearly(tmp_path: Path) -> None:
+    result = run_user_project(
+        tmp_path,
+        "--graphkeep-servers=local",
+        "--graphkeep-backends=mongodb",
+        GRAPHKEEP_MONGODB_SERVER="/nonexistent/mongod",
+    )
+    assert result.returncode == 1
+    assert "--graphkeep-servers=local cannot start mongodb with /nonexistent/mongod" in (
+        result.stdout
+    )
+    assert "Traceback" not in result.stdout
+
+
+SLOW = """
+import pathlib, time
+
+
+def test_waits(graphkeep_saver, graphkeep_backend):
+    pathlib.Path("started-" + graphkeep_backend).write_text("1")
+    time.sleep(120)
+"""
+
+
+def _interrupt(tmp_path: Path, sig: int, *args: str, **env: str) -> subprocess.Popen[str]:
+    """Start a user project whose test waits, and send ``sig`` to pytest once it runs."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_slow.py").write_text(SLOW)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests", *args],
+        cwd=tmp_path,
+        env=user_environ(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("started-*")):
+        assert process.poll() is None, process.communicate()[0][-3000:]
+        assert time.monotonic() < deadline, "the test never started"
+        time.sleep(0.1)
+    process.send_signal(sig)
+    process.wait(timeout=60)
+    return process
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
+def test_local_servers_stop_when_pytest_is_interrupted_or_killed(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    before = server_processes()
+    workdirs = set(Path(tempfile.gettempdir()).glob("graphkeep-*"))
+    _interrupt(tmp_path, sig, "--graphkeep-servers=local", **LOCAL_PROGRAMS)
+    # Ctrl-C: pytest stops them; kill -9: they die with it (the kernel's parent-death signal)
+    assert settled(before) == set(), f"server processes left after {sig.name}"
+    if sig == signal.SIGINT:  # only a kill -9 leaves the session's temporary directory
+        assert set(Path(tempfile.gettempdir()).glob("graphkeep-*")) <= workdirs
+
+
+def test_graphkeep_env_sets_an_apps_own_variables_before_its_conftest_imports(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\ngraphkeep_env =\n    APP_REDIS=redis\n    APP_DYNAMO=dynamodb:endpoint_url\n"
+    )
+    conftest = "import os\nREDIS = os.environ['APP_REDIS']\nDYNAMO = os.environ['APP_DYNAMO']\n"
+    app = (
+        "import redis\nfrom conftest import REDIS, DYNAMO\n\n"
+        "def test_the_app_reaches_them():\n"
+        "    assert redis.Redis.from_url(REDIS).ping()\n"
+        "    assert DYNAMO.startswith('http://127.0.0.1:')\n"
+    )
+    result = run_project(
+        tmp_path,
+        {"conftest.py": conftest, "test_app.py": app},
+        "--graphkeep-servers=local",
+        "--graphkeep-backends=redis,dynamodb",
+        **LOCAL_PROGRAMS,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "test_the_app_reaches_them PASSED" in result.stdout
+
+
+def test_a_bad_graphkeep_env_line_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "pytest.ini").write_text("[pytest]\ngraphkeep_env =\n    APP_DB=postgres\n")
+    result = run_project(tmp_path, {"test_x.py": "def test_x():\n    pass\n"})
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert "graphkeep_env: 'APP_DB=postgres' is not VARIABLE=backend[:param]" in result.stderr
+
+
+def test_the_suite_exports_every_backend_through_graphkeep_env() -> None:
+    """pyproject's graphkeep_env names each variable the suite and the matrix read."""
+    text = (REPO / "pyproject.toml").read_text()
+    lines = set(re.findall(r'^\s+"(\w+=[\w:-]+)",$', text.split("graphkeep_env", 1)[1], re.M))
+    assert lines == {
+        "REDIS_URL=redis",
+        "REDIS_CLUSTER_URL=redis-cluster",
+        "MONGODB_URI=mongodb",
+        "DYNAMODB_ENDPOINT_URL=dynamodb:endpoint_url",
+    }
+
+
+def test_the_ci_workflow_runs_tox_envs_that_exist_with_variables_the_plugin_reads() -> None:
+    import yaml
+
+    from graphkeep.testing import IMAGE_VARIABLES
+
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "ci.yml").read_text())
+    tox = (REPO / "tox.ini").read_text()
+    envs = set(re.findall(r"^\[testenv:([\w-]+)\]$", tox, re.M))
+    matrix = workflow["jobs"]["backend"]["strategy"]["matrix"]
+    assert matrix["python"] == ["3.10", "3.11", "3.12", "3.13"]
+    names = {b["name"] for b in matrix["backend"]}
+    assert names == {
+        "redis", "redis-cluster", "mongodb-7", "mongodb-8", "dynamodb-moto", "dynamodb-local"
+    }  # fmt: skip
+    for backend in matrix["backend"]:
+        assert backend["tox"] in envs
+        assert backend["image_var"] in IMAGE_VARIABLES.values()
+    mongo = {b["image"] for b in matrix["backend"] if b["tox"] == "mongodb"}
+    assert mongo == {"mongo:7.0", "mongo:8.0"}  # real mongod, not FerretDB
+    runs = [step.get("run", "") for job in workflow["jobs"].values() for step in job["steps"]]
+    toxed = re.findall(r"tox -e ([\w${}. -]+?)(?: --|$)", "\n".join(runs), re.M)
+    assert {"lint", "suite"} <= set(toxed) <= envs | {"${{ matrix.backend.tox }}"}
