@@ -60,7 +60,7 @@ def run_project(
     tmp_path: Path, files: dict[str, str], *args: str, **env: str
 ) -> subprocess.CompletedProcess[str]:
     """pytest -v on a user project in ``tmp_path`` made of ``files`` (under tests/)."""
-    (tmp_path / "tests").mkdir(exist_ok=True)
+    (tmp_path / "tests").mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         (tmp_path / "tests" / name).write_text(text)
     return subprocess.run(
@@ -165,28 +165,40 @@ def _container_images() -> dict[str, str]:
     return dict(pairs)
 
 
+def plugin_containers() -> set[str]:
+    """Ids of every container graphkeep.testing runs here (``./dev test --containers``'s own
+    session among them: tests compare before and after)."""
+    import docker
+
+    client = docker.from_env()
+    return {c.id for c in client.containers.list(all=True, filters={"label": LABEL})}
+
+
+LABEL = "dev.graphkeep.testing"
+
+
 def test_the_readme_project_passes_on_every_backend_in_containers(tmp_path: Path) -> None:
     images = _container_images()
     if not (_docker_answers() and images):
         pytest.skip("no Docker engine answers here (./dev containers up starts one)")
-    import docker
-
-    client = docker.from_env()
+    before = plugin_containers()
     result = run_user_project(tmp_path, "--graphkeep-servers=containers", **images)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert passed_ids(result) == {f"{t}[{b}]" for t in TESTS for b in BACKENDS}
-    left = client.containers.list(all=True, filters={"label": "dev.graphkeep.testing"})
-    assert left == [], "the plugin left containers behind"
+    assert plugin_containers() <= before, "the plugin left containers behind"
 
 
 DYING = """
+import os
+
 import docker
 
 
 def test_1_the_redis_container_dies(graphkeep_url, graphkeep_backend):
     if graphkeep_backend == "redis":
-        for c in docker.from_env().containers.list(filters={"label": "dev.graphkeep.testing"}):
-            if c.attrs["Config"]["Image"] == __import__("os").environ["GRAPHKEEP_REDIS_IMAGE"]:
+        mine = {"label": f"dev.graphkeep.testing.pid={os.getpid()}"}  # not another session's
+        for c in docker.from_env().containers.list(filters=mine):
+            if c.attrs["Config"]["Image"] == os.environ["GRAPHKEEP_REDIS_IMAGE"]:
                 c.kill()
 
 
@@ -201,6 +213,7 @@ def test_a_container_dying_mid_session_fails_only_its_tests_with_storage_unavail
     images = _container_images()
     if not (_docker_answers() and images):
         pytest.skip("no Docker engine answers here (./dev containers up starts one)")
+    before = plugin_containers()
     result = run_project(
         tmp_path,
         {"test_dying.py": DYING},
@@ -216,10 +229,8 @@ def test_a_container_dying_mid_session_fails_only_its_tests_with_storage_unavail
     }, result.stdout[-3000:]
     errors = re.findall(r"^ERROR \S+\[redis\] - (\S+)", result.stdout, re.M)
     assert errors and all("StorageUnavailable" in e for e in errors), result.stdout[-3000:]
-    import docker
 
-    left = docker.from_env().containers.list(all=True, filters={"label": "dev.graphkeep.testing"})
-    assert left == []
+    assert plugin_containers() <= before
 
 
 # --------------------------------------------------------------------------- local servers
@@ -291,7 +302,7 @@ def test_waits(graphkeep_saver, graphkeep_backend):
 
 def _interrupt(tmp_path: Path, sig: int, *args: str, **env: str) -> subprocess.Popen[str]:
     """Start a user project whose test waits, and send ``sig`` to pytest once it runs."""
-    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests").mkdir(parents=True)
     (tmp_path / "tests" / "test_slow.py").write_text(SLOW)
     process = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests", *args],
@@ -389,3 +400,21 @@ def test_the_ci_workflow_runs_tox_envs_that_exist_with_variables_the_plugin_read
     runs = [step.get("run", "") for job in workflow["jobs"].values() for step in job["steps"]]
     toxed = re.findall(r"tox -e ([\w${}. -]+?)(?: --|$)", "\n".join(runs), re.M)
     assert {"lint", "suite"} <= set(toxed) <= envs | {"${{ matrix.backend.tox }}"}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
+def test_no_container_is_left_after_ctrl_c_or_after_the_next_session_of_a_kill_9(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    images = _container_images()
+    if not (_docker_answers() and images):
+        pytest.skip("no Docker engine answers here (./dev containers up starts one)")
+    before = plugin_containers()
+    _interrupt(tmp_path / "a", sig, "--graphkeep-servers=containers", **images)
+    if sig == signal.SIGKILL:  # nothing ran at exit: the next session on this host sweeps
+        assert plugin_containers() - before, "kill -9 left nothing?"
+        result = run_user_project(
+            tmp_path / "b", "--graphkeep-servers=containers", "--graphkeep-backends=redis", **images
+        )
+        assert result.returncode == 0, result.stdout[-3000:]
+    assert plugin_containers() <= before
