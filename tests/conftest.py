@@ -1,8 +1,10 @@
-"""Shared fixtures: real servers only (started by ``./dev services up``).
+"""Shared fixtures: real servers only.
 
-URLs come from REDIS_URL, REDIS_CLUSTER_URL, MONGODB_URI and DYNAMODB_ENDPOINT_URL
-with the local defaults of ``./dev``. A server that does not answer fails the
-test with a hint; nothing is skipped.
+URLs come from REDIS_URL, REDIS_CLUSTER_URL, MONGODB_URI and DYNAMODB_ENDPOINT_URL, which
+graphkeep.testing sets before this module is imported (pyproject's ``graphkeep_env``) to the
+session's servers: ``--graphkeep-servers=env`` (what ``./dev test`` and ``.services/env``
+select: the loopback servers of ``./dev services up``), ``local`` or ``containers``.
+A server that does not answer fails the test with a hint; nothing is skipped.
 """
 
 from __future__ import annotations
