@@ -51,6 +51,7 @@ from graphkeep.errors import (
 )
 from graphkeep.shared.keys import check_seconds
 from graphkeep.shared.port import (
+    Backoff,
     Emit,
     Op,
     Sleep,
@@ -73,8 +74,6 @@ CLOSE_TYPE = "close"
 PAGE = 500
 #: longest single blocking read (ms); the loop checks the run's liveness in between
 MAX_BLOCK_MS = 5000
-#: seconds a polled log idles before backing off to ``max_poll_interval``
-IDLE_AFTER = 5.0
 
 DEFAULT_TTL = 24 * 3600.0
 DEFAULT_MAX_EVENTS = 10_000
@@ -331,8 +330,7 @@ class EventLog:
             )
         check_every = max(0.05, min(self.stale_after / 4, 5.0))
         checked = time.monotonic()
-        delay = self.poll_interval
-        quiet_since = time.monotonic()
+        backoff = Backoff(self.poll_interval, self.max_poll_interval)
         while True:
             wait = 0
             if follow and port.blocking:
@@ -349,8 +347,7 @@ class EventLog:
                 if stored.closing:
                     return
             if batch:
-                quiet_since = time.monotonic()
-                delay = self.poll_interval
+                backoff.news()
                 if len(batch) == PAGE:
                     continue
             if not follow:
@@ -369,9 +366,7 @@ class EventLog:
                         f" (stale_after={self.stale_after:g}); its writer is probably gone"
                     )
             if not port.blocking:
-                if time.monotonic() - quiet_since >= IDLE_AFTER:
-                    delay = min(self.max_poll_interval, delay * 1.5)
-                yield Sleep(delay)
+                yield Sleep(backoff.pause())
 
 
 class SyncEventLog(EventLog):

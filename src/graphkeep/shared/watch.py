@@ -6,7 +6,7 @@ One op for every store, run sync or async like every saver op. Two ways in:
   thread appended by the put script) is read blocking; its order is the commit order;
 - every other store is polled with :meth:`Store.commits` (an indexed query on the
   checkpoint id), ``poll_interval`` apart while the thread is busy, backing off to
-  ``max_poll_interval`` once it has been idle for ``IDLE_AFTER`` seconds.
+  ``max_poll_interval`` once it has been idle for a while (:class:`~graphkeep.shared.port.Backoff`).
 
 Polling reads ids above a *settled* floor, not above the last id seen: a checkpoint whose
 id is lower than one already seen (two writers, or a subgraph's put finishing after its
@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from graphkeep.shared.keys import check_seconds, normalize_checkpoint_id, normalize_namespace
-from graphkeep.shared.port import Emit, Op, Sleep
+from graphkeep.shared.port import Backoff, Emit, Op, Sleep
 
 if TYPE_CHECKING:
     from graphkeep.shared.saver import BaseSaver
@@ -37,8 +37,6 @@ if TYPE_CHECKING:
 PAGE = 200
 #: seconds a checkpoint id may commit after a higher one and still be seen by a poller
 SETTLE = 2.0
-#: seconds without a checkpoint after which a poller starts backing off
-IDLE_AFTER = 5.0
 #: longest single blocking read on a feed (ms); the loop re-checks ``timeout`` after each
 MAX_BLOCK_MS = 5000
 DEFAULT_POLL_INTERVAL = 0.2
@@ -141,8 +139,7 @@ def _poll(
         floor = yield from store.newest_commit(thread, ns)
     #: commits above ``floor`` already emitted, with when they were first seen
     recent: dict[tuple[str, str], float] = {}
-    last = time.monotonic()
-    delay = interval
+    backoff = Backoff(interval, longest)
     while True:
         emitted = 0
         above = floor
@@ -162,12 +159,9 @@ def _poll(
             floor = max(settled) if floor is None else max(floor, *settled)
             recent = {c: seen for c, seen in recent.items() if c[1] > floor}
         if emitted:
-            last = time.monotonic()  # silence counts from the end of what was just handed out
-            delay = interval
-        idle = time.monotonic() - last
+            backoff.news()  # silence counts from the end of what was just handed out
+        idle = backoff.quiet
         if wait is not None and idle >= wait:
             return
-        if idle >= IDLE_AFTER:
-            delay = min(longest, delay * 1.5)
-        pause = delay if wait is None else min(delay, max(0.001, wait - idle))
-        yield Sleep(pause)
+        delay = backoff.pause()
+        yield Sleep(delay if wait is None else min(delay, max(0.001, wait - idle)))
