@@ -88,7 +88,7 @@ DEFAULT_IMAGES = {
     "GRAPHKEEP_DYNAMODB_IMAGE": "motoserver/moto:5.2.5",
 }
 SERVER_MODES = ("env", "local", "containers")
-#: ``--graphkeep-servers=local``: the variable naming each server program, and its default
+#: ``--graphkeep-servers=local``: the variable that may name each backend's server program
 SERVER_VARIABLES = {
     "redis": "GRAPHKEEP_REDIS_SERVER",
     "redis-cluster": "GRAPHKEEP_REDIS_SERVER",
@@ -351,9 +351,7 @@ class Servers:
                 _redis_command(program, port, "--cluster-enabled", "yes"),
                 lambda port=port: _redis_ping(_r(port)),  # type: ignore[misc]
             )
-        _create_cluster(ports)
-        _wait("Redis Cluster", lambda: _cluster_ok(ports[0]))
-        return f"redis+cluster://127.0.0.1:{ports[0]}"
+        return _form_cluster("Redis Cluster", ports)
 
     def _local_mongodb(self, program: str) -> str:
         port = _free_ports(1)[0]
@@ -361,18 +359,8 @@ class Servers:
         if Path(program).name.startswith("mongod"):
             command = [program, "--port", str(port), "--bind_ip", "127.0.0.1"]
             command += ["--dbpath", str(data), "--quiet"]
-        else:  # FerretDB on SQLite, as graphkeep's ./dev runs it: writers queue for the lock
-            query = "_txlock=immediate&_pragma=busy_timeout(60000)"
-            command = [
-                program,
-                "--handler=sqlite",
-                f"--sqlite-url=file:{data}/?{query}",
-                f"--state-dir={data}",
-                f"--listen-addr=127.0.0.1:{port}",
-                "--debug-addr=-",
-                "--telemetry=disable",
-                "--log-level=warn",
-            ]
+        else:
+            command = ferretdb_command(program, data, port)
         url = f"mongodb://127.0.0.1:{port}/"
         self._process("mongodb", command, lambda: _mongo_ping(url))
         return url
@@ -464,19 +452,14 @@ class Servers:
         # three nodes in one container on host ports bound 1:1, announced as 127.0.0.1, so the
         # cluster's own addresses are the ones this machine reaches them at
         ports = _free_ports(3)
-        nodes = " ".join(f"127.0.0.1:{p}" for p in ports)
         servers = " & ".join(
             f"redis-server --port {p} --bind 0.0.0.0 --protected-mode no --cluster-enabled yes"
             f" --cluster-config-file /tmp/nodes-{p}.conf --cluster-announce-ip 127.0.0.1"
             f" --save '' --appendonly no"
             for p in ports
         )
-        pings = " && ".join(f"until redis-cli -p {p} ping; do sleep 0.1; done" for p in ports)
-        script = f"{servers} & {pings} && redis-cli --cluster create {nodes} --cluster-yes; wait"
-        container = self._container(image, bind=ports, script=script)
-        url = f"redis+cluster://127.0.0.1:{ports[0]}"
-        _wait(f"Redis Cluster in {image}", lambda: _cluster_ok(ports[0]), _exited(container))
-        return url
+        container = self._container(image, bind=ports, script=f"{servers} & wait")
+        return _form_cluster(f"Redis Cluster in {image}", ports, _exited(container))
 
     def _mongodb(self, image: str) -> str:
         return self._single(
@@ -588,6 +571,23 @@ def _remove_labelled(session: str) -> None:
         pass
 
 
+def ferretdb_command(program: str, data: Path, port: int) -> list[str]:
+    """FerretDB on SQLite in ``data`` on 127.0.0.1:``port``, as graphkeep's ./dev runs it:
+    a write transaction takes SQLite's lock when it begins and writers queue for it up to
+    60 s, so concurrent writers wait instead of failing with SQLITE_BUSY."""
+    query = "_txlock=immediate&_pragma=busy_timeout(60000)"
+    return [
+        program,
+        "--handler=sqlite",
+        f"--sqlite-url=file:{data}/?{query}",
+        f"--state-dir={data}",
+        f"--listen-addr=127.0.0.1:{port}",
+        "--debug-addr=-",
+        "--telemetry=disable",
+        "--log-level=warn",
+    ]
+
+
 def _r(port: int) -> str:
     return f"redis://127.0.0.1:{port}/0"
 
@@ -600,10 +600,15 @@ def _redis_command(program: str, port: int, *extra: str) -> list[str]:
     ]
 
 
-def _create_cluster(ports: list[int]) -> None:
-    """Three empty nodes into one cluster: slots split three ways, every node meets the first."""
+def _form_cluster(
+    what: str, ports: list[int], exited: Callable[[], str | None] = lambda: None
+) -> str:
+    """Empty cluster-enabled nodes on 127.0.0.1 ``ports`` (local processes, or one container
+    with its ports bound 1:1) made one cluster: slots split evenly, every node meets the first.
+    """
     import redis
 
+    _wait(f"{what} nodes", lambda: all(_redis_ping(_r(port)) for port in ports), exited)
     share = 16384 // len(ports)
     for i, port in enumerate(ports):
         last = 16384 if i == len(ports) - 1 else (i + 1) * share
@@ -611,6 +616,8 @@ def _create_cluster(ports: list[int]) -> None:
             node.execute_command("CLUSTER", "ADDSLOTS", *range(i * share, last))
             if i:
                 node.execute_command("CLUSTER", "MEET", "127.0.0.1", ports[0])
+    _wait(what, lambda: _cluster_ok(ports[0]), exited)
+    return f"redis+cluster://127.0.0.1:{ports[0]}"
 
 
 def _die_with_parent() -> None:

@@ -24,6 +24,8 @@ from typing import IO, Any, ClassVar
 
 import pytest
 
+from graphkeep.testing import ferretdb_command
+
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 60.0
 SERVICES_HINT = "run ./dev services up (it installs the server binaries)"
@@ -163,17 +165,7 @@ class FerretDBServer(PrivateServer):
     def command(self) -> list[str]:
         data = self.workdir / "data"
         data.mkdir(exist_ok=True)
-        return [
-            str(REPO / ".services" / "bin" / "ferretdb"),
-            "--handler=sqlite",
-            # as ./dev runs it: writers queue for SQLite's lock instead of failing (SQLITE_BUSY)
-            f"--sqlite-url=file:{data}/?_txlock=immediate&_pragma=busy_timeout(60000)",
-            f"--state-dir={self.workdir}",
-            f"--listen-addr=127.0.0.1:{self.port}",
-            "--debug-addr=-",
-            "--telemetry=disable",
-            "--log-level=warn",
-        ]
+        return ferretdb_command(str(REPO / ".services" / "bin" / "ferretdb"), data, self.port)
 
     def ping(self) -> bool:
         import pymongo
