@@ -157,12 +157,16 @@ def _docker_answers() -> bool:
         return False
 
 
-def _container_images() -> dict[str, str]:
+@pytest.fixture
+def images() -> dict[str, str]:
+    """The image variables ``./dev containers up`` wrote; skips when no engine answers here."""
     exports = REPO / ".services" / "containers.env"
-    if not exports.exists():
-        return {}
-    pairs = re.findall(r"^export (\w+)=(\S+)$", exports.read_text(), re.M)
-    return dict(pairs)
+    if not (_docker_answers() and exports.exists()):
+        pytest.skip("no Docker engine answers here (./dev containers up starts one)")
+    return dict(re.findall(r"^export (\w+)=(\S+)$", exports.read_text(), re.M))
+
+
+LABEL = "dev.graphkeep.testing"
 
 
 def plugin_containers() -> set[str]:
@@ -174,13 +178,9 @@ def plugin_containers() -> set[str]:
     return {c.id for c in client.containers.list(all=True, filters={"label": LABEL})}
 
 
-LABEL = "dev.graphkeep.testing"
-
-
-def test_the_readme_project_passes_on_every_backend_in_containers(tmp_path: Path) -> None:
-    images = _container_images()
-    if not (_docker_answers() and images):
-        pytest.skip("no Docker engine answers here (./dev containers up starts one)")
+def test_the_readme_project_passes_on_every_backend_in_containers(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
     before = plugin_containers()
     result = run_user_project(tmp_path, "--graphkeep-servers=containers", **images)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
@@ -208,11 +208,8 @@ def test_2_needs_the_server(graphkeep_saver):
 
 
 def test_a_container_dying_mid_session_fails_only_its_tests_with_storage_unavailable(
-    tmp_path: Path,
+    tmp_path: Path, images: dict[str, str]
 ) -> None:
-    images = _container_images()
-    if not (_docker_answers() and images):
-        pytest.skip("no Docker engine answers here (./dev containers up starts one)")
     before = plugin_containers()
     result = run_project(
         tmp_path,
@@ -404,11 +401,8 @@ def test_the_ci_workflow_runs_tox_envs_that_exist_with_variables_the_plugin_read
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
 def test_no_container_is_left_after_ctrl_c_or_after_the_next_session_of_a_kill_9(
-    tmp_path: Path, sig: signal.Signals
+    tmp_path: Path, images: dict[str, str], sig: signal.Signals
 ) -> None:
-    images = _container_images()
-    if not (_docker_answers() and images):
-        pytest.skip("no Docker engine answers here (./dev containers up starts one)")
     before = plugin_containers()
     _interrupt(tmp_path / "a", sig, "--graphkeep-servers=containers", **images)
     if sig == signal.SIGKILL:  # nothing ran at exit: the next session on this host sweeps
