@@ -1,6 +1,6 @@
 """Reference store for validating the store suite and the shared logic (test-only).
 
-`ReferencePort` is the simplest correct `MemoryPort`: dicts in this process, every search a
+`ReferencePort` is the simplest correct `StorePort`: dicts in this process, every search a
 pass of `rank` over the items under the prefix. `ReferenceStore` / `AsyncReferenceStore` are
 the two shells around it, like a backend's `<X>Store` / `Async<X>Store`; the "requests" they
 yield are plain callables the executors call.
@@ -17,17 +17,17 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 from typing import Any, TypeVar, cast
 
-from graphkeep.shared.memory import (
-    AsyncMemoryStore,
+from graphkeep.port import Op
+from graphkeep.store.base import (
+    AsyncStore,
     ItemKey,
     Namespace,
     SearchQuery,
     StoredItem,
-    SyncMemoryStore,
+    SyncStore,
     in_prefix,
     rank,
 )
-from graphkeep.shared.port import Op
 
 T = TypeVar("T")
 Items = dict[ItemKey, StoredItem]
@@ -52,7 +52,7 @@ def _copy(item: StoredItem, vectors: bool = True) -> StoredItem:
 
 
 class ReferencePort:
-    """`MemoryPort` on a dict; each request is a zero-argument callable run under a lock."""
+    """`StorePort` on a dict; each request is a zero-argument callable run under a lock."""
 
     def __init__(self, items: Items) -> None:
         self.items = items
@@ -140,7 +140,7 @@ class ReferencePort:
         return self.execute(work)
 
 
-class ReferenceStore(SyncMemoryStore):
+class ReferenceStore(SyncStore):
     """The reference store behind the sync shell."""
 
     def __init__(self, items: Items | None = None, **options: Any) -> None:
@@ -158,7 +158,7 @@ class ReferenceStore(SyncMemoryStore):
         yield store
 
 
-class AsyncReferenceStore(AsyncMemoryStore):
+class AsyncReferenceStore(AsyncStore):
     """The reference store behind the async shell."""
 
     def __init__(self, items: Items | None = None, **options: Any) -> None:

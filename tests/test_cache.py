@@ -14,8 +14,8 @@ from langgraph.types import CachePolicy
 
 import graphkeep
 from conformance.setups import all_setups
+from graphkeep.cache.base import key_text, namespace_text
 from graphkeep.errors import ConfigurationError, InvalidInput
-from graphkeep.shared.cache import key_text, namespace_text
 
 from .conftest import unique_prefix
 

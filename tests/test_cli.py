@@ -37,12 +37,12 @@ from pydantic import BaseModel
 
 import graphkeep
 from conformance.setups import all_setups
+from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, element_blob_keys, is_manifest
+from graphkeep.checkpoint.records import BlobRecord, ThreadDump, Typed
 from graphkeep.cli import main, show_thread
 from graphkeep.cli.console import Progress, parse_duration, parse_size, uuid6_time
 from graphkeep.cli.copy import task_batches
 from graphkeep.cli.endpoints import WriteItem
-from graphkeep.shared.lists import ELEMENT_CHANNEL, element_blob_keys, is_manifest
-from graphkeep.shared.records import BlobRecord, ThreadDump, Typed
 
 from .conftest import unique_prefix
 
@@ -818,17 +818,17 @@ def plain_chat(graph: Any, thread_id: str, turns: int, start: int = 1) -> None:
 
 
 def element_keys(saver: Any, thread_id: str) -> set[tuple[str, str, str]]:
-    inventory = saver._call(saver.store.inventory(thread_id))
+    inventory = saver._call(saver.port.inventory(thread_id))
     return {key for key in inventory.blob_keys if key[1] == ELEMENT_CHANNEL}
 
 
 def assert_no_orphans(saver: Any, thread_id: str) -> None:
     """Every element record is named by a kept checkpoint's manifest, and every named one exists."""
-    inventory = saver._call(saver.store.inventory(thread_id))
+    inventory = saver._call(saver.port.inventory(thread_id))
     named = {
         (s.ns, ch, s.versions[ch]) for s in inventory.checkpoints for ch in s.present
     } & inventory.blob_keys
-    blobs = saver._call(saver.store.get_blobs(thread_id, sorted(named)))
+    blobs = saver._call(saver.port.get_blobs(thread_id, sorted(named)))
     manifests = [(key[0], blob) for key, blob in blobs.items() if is_manifest(blob)]
     assert manifests, "the thread should hold a shared list"
     wanted = {k for ns, blob in manifests for k in element_blob_keys(ns, [blob])}
@@ -846,7 +846,7 @@ def test_shared_lists_dump_inspect_and_stats_show_the_whole_list(store: Store) -
         first_id = ids(saver, "t-shared")[4]  # two turns back: a shorter shared list
         first = saver.get_tuple(config("t-shared", first_id)).checkpoint
         elements = element_keys(saver, "t-shared")
-        inventory = saver._call(saver.store.inventory("t-shared"))
+        inventory = saver._call(saver.port.inventory("t-shared"))
         channel_blobs = len(inventory.blob_keys) - len(elements)
     assert len(state["messages"]) == 10
     assert len(elements) == 10, "the messages list should be stored as shared elements"
@@ -883,7 +883,7 @@ def test_shared_lists_dump_inspect_and_stats_show_the_whole_list(store: Store) -
     # a manifest whose elements are gone is an error naming the thread, never a short list
     with store.saver() as saver:
         victim = sorted(elements)[3]
-        saver._call(saver.store.delete_records("t-shared", [], [victim]))
+        saver._call(saver.port.delete_records("t-shared", [], [victim]))
     broken = gk(*store.argv("dump", "--thread-id", "t-shared", "--channel", "messages"))
     assert broken.code == 1 and "t-shared" in broken.err and "missing" in broken.err
     assert broken.out == ""
@@ -974,7 +974,7 @@ def test_shared_lists_prune_keeps_named_elements_and_removes_orphans(store: Stor
         orphan = (ns, ELEMENT_CHANNEL, "ffffffffffffffff00000000")
         # what a crash between writing the elements and the manifest leaves behind
         saver._call(
-            saver.store.import_thread(
+            saver.port.import_thread(
                 "t-lp",
                 ThreadDump(
                     [],
@@ -1006,7 +1006,7 @@ def test_shared_lists_prune_keeps_named_elements_and_removes_orphans(store: Stor
     gone = gk(*store.argv("prune", "--delete", "--thread", "t-lp"))
     assert gone.code == 0, gone.err
     with store.saver() as saver:
-        inventory = saver._call(saver.store.inventory("t-lp"))
+        inventory = saver._call(saver.port.inventory("t-lp"))
         assert not inventory.blob_keys and not inventory.checkpoints
 
 

@@ -1,7 +1,7 @@
 """``graphkeep store ...`` on real stores: LangGraph's SqliteStore files and every backend.
 
 Backends come from the conformance set-ups; one joins as soon as its
-``graphkeep.backends.<backend>.memory`` module exists. Every test works in its own key
+``graphkeep.backends.<backend>.store`` module exists. Every test works in its own key
 prefix; commands run in-process through ``run([...])`` (a fake terminal for progress) and
 once as a ``python -m graphkeep.cli`` subprocess.
 """
@@ -43,19 +43,19 @@ ITEMS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
 ]
 
 
-def _memory_module(url: str) -> str | None:
+def _store_module(url: str) -> str | None:
     scheme = url.split("://", 1)[0]
     entry = graphkeep.BACKENDS.get(scheme)
     if entry is None:
         return None
-    name = f"{entry[0]}.memory"
+    name = f"{entry[0]}.store"
     return name if importlib.util.find_spec(name) is not None else None
 
 
 def _backend_params() -> list[Any]:
     params = []
     for setup in all_setups():
-        if setup.name == "reference" or _memory_module(setup.url) is None:
+        if setup.name == "reference" or _store_module(setup.url) is None:
             continue
         marks = [getattr(pytest.mark, setup.marker)] if setup.marker else []
         params.append(pytest.param(setup.url, id=setup.name, marks=marks))
@@ -351,7 +351,7 @@ UNREACHABLE = [
 
 @pytest.mark.parametrize("url", UNREACHABLE, ids=lambda u: u.split("://")[0])
 def test_store_unreachable_server_is_one_masked_line_and_exit_1(url: str) -> None:
-    if _memory_module(url) is None:
+    if _store_module(url) is None:
         pytest.fail(f"no store module for {url.split('://')[0]}:// yet")
     result = gk("store", "namespaces", url)
     assert result.code == 1, result.err

@@ -41,7 +41,7 @@ from graphkeep.backends.dynamodb.requests import (
     transact,
 )
 from graphkeep.errors import ConfigurationError, CorruptData, StorageUnavailable
-from graphkeep.shared.port import Sleep
+from graphkeep.port import Sleep
 
 from .conftest import unique_prefix
 
@@ -167,7 +167,7 @@ def _items(client: Any, table: str, pk_starts: str) -> list[dict[str, Any]]:
 
 
 def _thread_items(saver: Any, client: Any, table: str, thread: str) -> list[dict[str, Any]]:
-    pk, _ = saver.store.thread_key(thread)
+    pk, _ = saver.port.thread_key(thread)
     items: list[dict[str, Any]] = []
     kwargs: dict[str, Any] = {
         "TableName": table,
@@ -544,7 +544,7 @@ def test_large_compressible_values_are_compressed_before_chunking(
     assert blob.get("z") == {"S": "zlib"} and "v" in blob  # 2 MB of text fits one item
     found = saver.get_tuple(_config("zip"))
     assert found is not None and found.checkpoint["channel_values"]["text"] == text
-    plain = DynamoDBSaver(client, table, key_prefix=saver.store.key_prefix, compress=False)
+    plain = DynamoDBSaver(client, table, key_prefix=saver.port.key_prefix, compress=False)
     _put(plain, "raw", {"text": text}, {"text": 1})
     raw_items = _thread_items(plain, client, table, "raw")
     assert sum(i["sk"]["S"].startswith("k#") for i in raw_items) == 6
@@ -694,9 +694,9 @@ def test_regular_writes_insert_once_and_special_writes_replace(saver: DynamoDBSa
 def _at(saver: DynamoDBSaver, offset: float) -> DynamoDBSaver:
     """The same saver seen from ``offset`` seconds in the future (real server, shifted clock)."""
     shifted = DynamoDBSaver(
-        saver.client, saver.table_name, key_prefix=saver.store.key_prefix, ttl=60
+        saver.client, saver.table_name, key_prefix=saver.port.key_prefix, ttl=60
     )
-    shifted.store.clock = lambda: time.time() + offset  # type: ignore[attr-defined]
+    shifted.port.clock = lambda: time.time() + offset  # type: ignore[attr-defined]
     return shifted
 
 
@@ -735,8 +735,8 @@ def test_put_refreshes_what_the_new_checkpoint_needs(client: Any, table: str) ->
 
     before = exps()
     soon = _at(saver, 5)
-    soon.store.known = saver.store.known  # type: ignore[attr-defined]
-    soon.store.manifests = saver.store.manifests  # type: ignore[attr-defined]
+    soon.port.known = saver.port.known  # type: ignore[attr-defined]
+    soon.port.manifests = saver.port.manifests  # type: ignore[attr-defined]
     with calls.count() as made:  # nothing is due for a refresh yet: one call
         second = _put(soon, "t", {"a": "keep", "b": b""}, {"a": 1, "b": 1}, parent=first, new={})
     assert made == ["PutItem"]
@@ -763,8 +763,8 @@ def test_delta_ancestors_stay_alive_as_long_as_their_head(client: Any, table: st
     saver = DynamoDBSaver(client, table, key_prefix=unique_prefix("ttl"), ttl=60)
     head = _delta_chain(saver, "d", 5)
     later = _at(saver, 45)
-    later.store.known = saver.store.known  # type: ignore[attr-defined]
-    later.store.manifests = saver.store.manifests  # type: ignore[attr-defined]
+    later.port.known = saver.port.known  # type: ignore[attr-defined]
+    later.port.manifests = saver.port.manifests  # type: ignore[attr-defined]
     newest = _put(
         later,
         "d",
@@ -785,7 +785,7 @@ def test_refresh_ttl_on_read_keeps_a_read_only_thread_alive(client: Any, table: 
     saver = DynamoDBSaver(client, table, key_prefix=prefix, ttl=60)
     _put(saver, "t", {"a": "x"}, {"a": 1})
     reader = DynamoDBSaver(client, table, key_prefix=prefix, ttl=60, refresh_ttl_on_read=True)
-    reader.store.clock = lambda: time.time() + 45  # type: ignore[attr-defined]
+    reader.port.clock = lambda: time.time() + 45  # type: ignore[attr-defined]
     assert reader.get_tuple(_config("t")) is not None
     assert _at(saver, 100).get_tuple(_config("t")) is not None
     assert _at(saver, 100).get_tuple(_config("t")).checkpoint["channel_values"] == {"a": "x"}  # type: ignore[union-attr]
@@ -1093,8 +1093,8 @@ def _version(saver: Any, config: Any) -> Any:
 
 
 def test_element_sort_keys_are_ranges_per_epoch() -> None:
-    from graphkeep.backends.dynamodb.store import ELEMENT_GAP, element_runs, is_element_sk
-    from graphkeep.shared.lists import element_key
+    from graphkeep.backends.dynamodb.checkpoint import ELEMENT_GAP, element_runs, is_element_sk
+    from graphkeep.checkpoint.lists import element_key
 
     def sk(ns: str, key: str) -> str:
         return dkeys.blob_sk(dkeys.part(ns)[0], dkeys.part(ELEMENT)[0], dkeys.part(key)[0])
@@ -1154,7 +1154,7 @@ def test_unshared_get_tuple_costs_one_request_less(
     table: str, client: Any, counted: tuple[DynamoDBSaver, Calls]
 ) -> None:
     saver, calls = counted
-    prefix = saver.store.key_prefix  # type: ignore[attr-defined]
+    prefix = saver.port.key_prefix  # type: ignore[attr-defined]
     plain = DynamoDBSaver(saver.client, table, key_prefix=prefix, share_lists=False)
     _grow(plain, "plain", 3)
     _grow(saver, "shared", 3)
@@ -1227,8 +1227,8 @@ def test_ttl_keeps_elements_alive_with_the_checkpoints_naming_them(client: Any, 
     assert all("exp" in i for i in items) and len(_elements(items)) == 6
     # 40 s later the list grows: the new manifest names the six older elements too
     later = _at(saver, 40)
-    later.store.known = saver.store.known  # type: ignore[attr-defined]
-    later.store.manifests = saver.store.manifests  # type: ignore[attr-defined]
+    later.port.known = saver.port.known  # type: ignore[attr-defined]
+    later.port.manifests = saver.port.manifests  # type: ignore[attr-defined]
     later.lists = saver.lists
     grown = [*messages, *_message_pair(3)]
     version = saver.get_next_version(_version(saver, config), None)
@@ -1259,7 +1259,7 @@ def test_refresh_ttl_on_read_keeps_the_elements_alive(client: Any, table: str) -
     saver = DynamoDBSaver(client, table, key_prefix=prefix, ttl=60)
     _, messages = _grow(saver, "t", 30)  # 60 elements: read back with a range Query
     reader = DynamoDBSaver(client, table, key_prefix=prefix, ttl=60, refresh_ttl_on_read=True)
-    reader.store.clock = lambda: time.time() + 45  # type: ignore[attr-defined]
+    reader.port.clock = lambda: time.time() + 45  # type: ignore[attr-defined]
     found = reader.get_tuple(_config("t"))
     assert found is not None and found.checkpoint["channel_values"]["messages"] == messages
     later = _at(saver, 100)  # written 100 s ago (exp: ttl * 1.5 = 90 s), read 55 s ago
@@ -1290,7 +1290,7 @@ async def test_async_saver_shares_lists(table: str) -> None:
         assert [len(t.checkpoint["channel_values"]["messages"]) for t in listed] == list(
             range(60, 0, -2)
         )
-        pk, _ = saver.store.thread_key("t")  # type: ignore[attr-defined]
+        pk, _ = saver.port.thread_key("t")  # type: ignore[attr-defined]
         page = await asyncio.to_thread(
             boto3.client("dynamodb", region_name=REGION, endpoint_url=ENDPOINT).query,
             TableName=table,

@@ -26,7 +26,7 @@ from graphkeep.backends.dynamodb import AsyncDynamoDBSaver, DynamoDBSaver
 from graphkeep.backends.dynamodb.events import (
     AsyncDynamoDBEventLog,
     DynamoDBEventLog,
-    DynamoDBEventPort,
+    DynamoDBEventsPort,
     event_sk,
 )
 from graphkeep.backends.dynamodb.items import EXP
@@ -37,7 +37,7 @@ from graphkeep.errors import (
     RunStale,
     UnknownRun,
 )
-from graphkeep.shared.port import drive
+from graphkeep.port import drive
 
 from .conftest import unique_prefix
 
@@ -204,7 +204,7 @@ def test_watch_every_namespace_interleaves_subgraph_checkpoints_by_id(table: str
         pages: list[tuple[str, str]] = []
         above = None
         while True:
-            page = drive(saver.store.commits("t", None, above, 4), saver._execute)
+            page = drive(saver.port.commits("t", None, above, 4), saver._execute)
             pages += page
             if len(page) < 4:
                 break
@@ -405,7 +405,7 @@ def test_unknown_runs_and_bad_input_raise_before_anything_is_written(
     with pytest.raises(InvalidInput):
         events.close("run", "done")
     port = events.port
-    assert isinstance(port, DynamoDBEventPort)
+    assert isinstance(port, DynamoDBEventsPort)
     partition = port.partition("run")
     stored = raw.query(
         TableName=events.table_name,

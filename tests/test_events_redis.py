@@ -18,13 +18,13 @@ import pytest
 import graphkeep
 from conformance.setups import by_name
 from graphkeep.backends.redis import sync_client
+from graphkeep.backends.redis.checkpoint import Script
 from graphkeep.backends.redis.events import (
     CALL_EVENTS,
     AsyncRedisEventLog,
     RedisEventLog,
-    RedisEventPort,
+    RedisEventsPort,
 )
-from graphkeep.backends.redis.store import Script
 from graphkeep.errors import (
     ConfigurationError,
     EventsTrimmed,
@@ -33,8 +33,8 @@ from graphkeep.errors import (
     RunStale,
     UnknownRun,
 )
-from graphkeep.shared.events import MAX_EVENT_BYTES, StoredEvent
-from graphkeep.shared.port import adrive, drive
+from graphkeep.events.log import MAX_EVENT_BYTES, StoredEvent
+from graphkeep.port import adrive, drive
 
 from .conftest import unique_prefix
 
@@ -69,7 +69,7 @@ class Log:
         self.log = log
         self.is_async = is_async
         self.url = url
-        self.port: RedisEventPort = log.port
+        self.port: RedisEventsPort = log.port
 
     async def _run(self, name: str, *args: Any, **kwargs: Any) -> Any:
         result = getattr(self.log, name)(*args, **kwargs)

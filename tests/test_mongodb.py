@@ -34,17 +34,17 @@ from graphkeep.backends.mongodb.documents import (
     parse_write_sub,
     upgrade_payload,
 )
+from graphkeep.checkpoint import lists
+from graphkeep.checkpoint.records import Typed
 from graphkeep.errors import (
     ConfigurationError,
     InvalidFilter,
     InvalidThreadId,
     LockNotAcquired,
     StorageUnavailable,
+    mask_url,
 )
-from graphkeep.shared import lists
-from graphkeep.shared import serde as codec
-from graphkeep.shared.keys import mask_url
-from graphkeep.shared.records import Typed
+from graphkeep.port import codec
 
 from .conftest import unique_prefix
 
@@ -572,7 +572,7 @@ def test_ttl_index_exists_and_expiry_is_set_and_refreshed(
     checkpoints, payloads = "checkpoints", "payloads"
     for name in (data, locks):
         indexes = {ix["name"]: ix for ix in client[TEST_DB][name].list_indexes()}
-        if saver.store.ttl_index:
+        if saver.port.ttl_index:
             assert indexes["gk_expires_at"]["expireAfterSeconds"] == 0
         else:  # a server without TTL indexes (FerretDB 1.x): plain index, purge_expired()
             assert "gk_expires_at_plain" in indexes
@@ -890,7 +890,7 @@ def test_busy_servers_and_upsert_races_are_retried_other_failures_are_not() -> N
     from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 
     from graphkeep.backends.mongodb import _retryable
-    from graphkeep.backends.mongodb.store import Command
+    from graphkeep.backends.mongodb.checkpoint import Command
 
     upsert = Command("c", "bulk_write")
     answer = Command("c", "update_one", retry_conflicts=False)  # a conflict is the answer
@@ -1002,7 +1002,7 @@ def test_get_blobs_is_one_find_by_ranges_and_leaves_absent_keys_out(
     keys += [("", ELEMENT, lists.element_key(epoch, 999)), ("", "other", t.versions["other"])]
     keys += [("elsewhere", ELEMENT, docs_keys[0])]
     start = len(RECORDER.commands)
-    got = saver._call(saver.store.get_blobs(thread_id, keys))
+    got = saver._call(saver.port.get_blobs(thread_id, keys))
     commands = RECORDER.commands[start:]
     assert [name for name, _ in commands] == ["find"]
     assert "$gte" in str(commands[0][1]["filter"])  # the 12 elements as one index range

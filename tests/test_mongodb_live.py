@@ -1,6 +1,6 @@
-"""MongoDB: ``saver.watch`` / ``awatch`` (polling ``MongoStore.commits``) and the run event log
-(:mod:`graphkeep.backends.mongodb.events`), on a real wire-protocol server (FerretDB locally,
-MongoDB via MONGODB_URI).
+"""MongoDB: ``saver.watch`` / ``awatch`` (polling ``MongoDBCheckpointPort.commits``) and the run
+event log (:mod:`graphkeep.backends.mongodb.events`), on a real wire-protocol server (FerretDB
+locally, MongoDB via MONGODB_URI).
 
 Round trips are counted with PyMongo command monitoring; documents are inspected with PyMongo
 directly. Every test uses its own ``key_prefix`` inside one throw-away database. A server that
@@ -32,11 +32,10 @@ from graphkeep.backends.mongodb import AsyncMongoDBSaver, MongoDBSaver
 from graphkeep.backends.mongodb.events import (
     AsyncMongoDBEventLog,
     MongoDBEventLog,
-    MongoDBEventPort,
+    MongoDBEventsPort,
 )
-from graphkeep.errors import EventsTrimmed, InvalidInput, RunClosed, RunStale, UnknownRun
-from graphkeep.shared.keys import mask_url
-from graphkeep.shared.port import drive
+from graphkeep.errors import EventsTrimmed, InvalidInput, RunClosed, RunStale, UnknownRun, mask_url
+from graphkeep.port import drive
 
 from .conftest import unique_prefix
 
@@ -301,7 +300,7 @@ def test_a_poll_is_one_find_on_the_thread_index_returning_ids_only(
     graph.invoke(_turn(0), _config(thread_id))
     stored = _stored(client, prefix, thread_id)
     payloads = f"{prefix}_payloads"
-    store, execute = saver.store, saver._execute
+    store, execute = saver.port, saver._execute
     for ns, sort in (("", {"ref": 1}), (None, {"ref": 1, "ns": 1})):
         with RECORDER.count(payloads) as commands:
             page = drive(store.commits(thread_id, ns, stored[0][1], 200), execute)
@@ -350,7 +349,7 @@ def test_event_ids_increase_and_a_steady_append_many_is_one_insert(
         assert events.append(run, {"type": "token", "text": "Hel"}) == "1"
     # a new run: the meta document and the event in one insert
     assert [name for name, _ in commands] == ["insert"]
-    assert [d["_id"] for d in commands[0][1]["documents"]][:1] == [MongoDBEventPort.key(run, 0)]
+    assert [d["_id"] for d in commands[0][1]["documents"]][:1] == [MongoDBEventsPort.key(run, 0)]
     ids = events.append_many(run, [{"i": i} for i in range(20)])
     assert ids == [str(n) for n in range(2, 22)]
     with RECORDER.count(collection) as commands:

@@ -18,9 +18,9 @@ from langgraph.graph.message import add_messages
 
 import graphkeep
 from graphkeep.backends.redis import AsyncRedisSaver, RedisSaver
-from graphkeep.backends.redis.scripts import ELEMENT_INFIX
+from graphkeep.backends.redis.checkpoint_scripts import ELEMENT_INFIX
+from graphkeep.checkpoint import lists
 from graphkeep.errors import ConfigurationError, CorruptData, InvalidThreadId, StorageUnavailable
-from graphkeep.shared import lists
 
 from .conftest import REDIS_CLUSTER_URL, REDIS_URL, unique_prefix
 
@@ -147,7 +147,7 @@ def test_int_and_str_thread_ids_are_the_same_thread(counted: RedisSaver) -> None
 def test_ttl_slides_over_every_key_of_the_thread(thread_id: str) -> None:
     with graphkeep.connect(REDIS_URL, key_prefix=unique_prefix("ttl"), ttl=100) as saver:
         client = saver.client
-        keys = saver.store.thread_keys(thread_id)
+        keys = saver.port.thread_keys(thread_id)
         config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
         cp1 = _checkpoint({"big": "unchanged", "n": 1}, {"big": "1", "n": "1"})
         stored = saver.put(config, cp1, {}, {"big": "1", "n": "1"})
@@ -176,7 +176,7 @@ def test_ttl_expires_an_idle_thread_and_read_refresh_keeps_it(thread_id: str) ->
     with graphkeep.connect(REDIS_URL, key_prefix=prefix, ttl=1.0) as saver:
         time.sleep(1.3)
         assert saver.get_tuple(config) is None
-        assert not any(saver.client.exists(k) for k in saver.store.thread_keys(thread_id))
+        assert not any(saver.client.exists(k) for k in saver.port.thread_keys(thread_id))
 
 
 @pytest.mark.parametrize(
@@ -187,7 +187,7 @@ def test_all_keys_of_a_thread_share_one_cluster_slot(thread_id: str) -> None:
     from redis.crc import key_slot
 
     with graphkeep.connect(REDIS_URL, key_prefix="slot-check", setup=False) as saver:
-        slots = {key_slot(k.encode()) for k in saver.store.thread_keys(thread_id)}
+        slots = {key_slot(k.encode()) for k in saver.port.thread_keys(thread_id)}
     assert len(slots) == 1
 
 
@@ -333,20 +333,20 @@ def _same(got: Any, want: Any) -> None:
 
 
 def _element_fields(client: Any, saver: Any, thread_id: str) -> list[bytes]:
-    blob_hash = saver.store.thread_keys(thread_id)[6]
+    blob_hash = saver.port.thread_keys(thread_id)[6]
     return [f for f in client.hkeys(blob_hash) if ELEMENT_INFIX in f]
 
 
 def _blob_bytes(client: Any, saver: Any, thread_id: str) -> int:
-    blob_hash = saver.store.thread_keys(thread_id)[6]
+    blob_hash = saver.port.thread_keys(thread_id)[6]
     return sum(len(k) + len(v) for k, v in client.hgetall(blob_hash).items())
 
 
 def _referenced_elements(saver: Any, thread_id: str) -> set[tuple[str, str, str]]:
     """Element keys named by the manifests of the thread's stored checkpoints."""
-    inventory = saver._call(saver.store.inventory(thread_id))
+    inventory = saver._call(saver.port.inventory(thread_id))
     wanted = sorted({(s.ns, ch, s.versions[ch]) for s in inventory.checkpoints for ch in s.present})
-    blobs = saver._call(saver.store.get_blobs(thread_id, wanted))
+    blobs = saver._call(saver.port.get_blobs(thread_id, wanted))
     return set(lists.element_blob_keys("", [b for b in blobs.values() if lists.is_manifest(b)]))
 
 
@@ -382,7 +382,7 @@ def test_growing_list_is_stored_once_and_reads_back_whole(
 
         sent = _count_sends(monkeypatch)
         fresh = graphkeep.connect  # a new saver remembers nothing: it reads every element
-        with fresh(url, key_prefix=saver.store.prefix, setup=False) as reader:
+        with fresh(url, key_prefix=saver.port.prefix, setup=False) as reader:
             reader.get_tuple(config)  # the first call may load scripts / connect
             before = sent[0]
             latest = reader.get_tuple(config)
@@ -425,7 +425,7 @@ def test_growing_list_is_stored_once_and_reads_back_whole(
         saver.delete_thread(thread_id)
         saver.delete_thread(thread_id + "-copy")
         for tid in (thread_id, thread_id + "-copy"):
-            assert not any(client.exists(k) for k in saver.store.thread_keys(tid))
+            assert not any(client.exists(k) for k in saver.port.thread_keys(tid))
 
 
 def test_missing_list_element_raises_corrupt_data(thread_id: str) -> None:
@@ -436,7 +436,7 @@ def test_missing_list_element_raises_corrupt_data(thread_id: str) -> None:
             graph.invoke(_human(turn), config)
         latest = saver.get_tuple(config)
         saver.client.hdel(
-            saver.store.thread_keys(thread_id)[6],
+            saver.port.thread_keys(thread_id)[6],
             _element_fields(saver.client, saver, thread_id)[3],
         )
         with pytest.raises(CorruptData) as info:
@@ -456,7 +456,7 @@ async def test_async_growing_list_round_trips(thread_id: str) -> None:
     config: Any = {"configurable": {"thread_id": thread_id}}
     for turn in range(LIST_TURNS):
         await graph.ainvoke(_human(turn), config)
-    reader = AsyncRedisSaver(client, key_prefix=saver.store.prefix)
+    reader = AsyncRedisSaver(client, key_prefix=saver.port.prefix)
     before = AsyncCountingConnection.sent
     latest = await reader.aget_tuple(config)
     assert AsyncCountingConnection.sent - before == 1
@@ -466,21 +466,21 @@ async def test_async_growing_list_round_trips(thread_id: str) -> None:
     for got, expected in zip(history, want_history, strict=True):
         if expected is not None:
             _same(got, expected)
-    fields = await client.hkeys(saver.store.thread_keys(thread_id)[6])
+    fields = await client.hkeys(saver.port.thread_keys(thread_id)[6])
     assert len([f for f in fields if ELEMENT_INFIX in f]) == 2 * LIST_TURNS
     await saver.acopy_thread(thread_id, thread_id + "-copy")
     copied = await saver.aget_tuple({"configurable": {"thread_id": thread_id + "-copy"}})
     _same(copied.checkpoint["channel_values"]["messages"], want)
     await saver.aprune([thread_id], strategy="keep_latest")
-    fields = await client.hkeys(saver.store.thread_keys(thread_id)[6])
+    fields = await client.hkeys(saver.port.thread_keys(thread_id)[6])
     assert len([f for f in fields if ELEMENT_INFIX in f]) == 2 * LIST_TURNS
     _same((await saver.aget_tuple(config)).checkpoint["channel_values"]["messages"], want)
     element = next(f for f in fields if ELEMENT_INFIX in f)
-    await client.hdel(saver.store.thread_keys(thread_id)[6], element)
+    await client.hdel(saver.port.thread_keys(thread_id)[6], element)
     with pytest.raises(CorruptData, match=thread_id) as info:
         await saver.aget_tuple(config)
     assert latest.config["configurable"]["checkpoint_id"] in str(info.value)
     for tid in (thread_id, thread_id + "-copy"):
         await saver.adelete_thread(tid)
-        assert not await client.exists(*saver.store.thread_keys(tid))
+        assert not await client.exists(*saver.port.thread_keys(tid))
     await client.aclose()

@@ -27,9 +27,9 @@ from langgraph.graph import START, StateGraph
 
 import graphkeep
 from graphkeep.backends.redis import AsyncRedisSaver, RedisSaver
-from graphkeep.backends.redis.scripts import FEED_MAXLEN
-from graphkeep.backends.redis.store import Script, XRead
-from graphkeep.shared.watch import MAX_BLOCK_MS
+from graphkeep.backends.redis.checkpoint import Script, XRead
+from graphkeep.backends.redis.checkpoint_scripts import FEED_MAXLEN
+from graphkeep.checkpoint.watch import MAX_BLOCK_MS
 
 from .conftest import REDIS_CLUSTER_URL, REDIS_URL, unique_prefix
 
@@ -527,7 +527,7 @@ class AsyncCountingConnection(aredis.Connection):
 
 
 def _feed(client: Any, saver: Any, thread_id: str) -> list[tuple[bytes, dict[bytes, bytes]]]:
-    return list(client.xrange(saver.store.feed_key(thread_id)))
+    return list(client.xrange(saver.port.feed_key(thread_id)))
 
 
 def _feed_ids(client: Any, saver: Any, thread_id: str) -> list[tuple[str, str]]:
@@ -578,7 +578,7 @@ def test_put_is_one_round_trip_and_announces_a_new_checkpoint_once(thread_id: st
             ("", checkpoint["id"].upper()),
         ]
         for wait_ms in (1, 0):
-            found, _ = saver._call(saver.store.feed_read(thread_id, ("0-0", None), wait_ms))
+            found, _ = saver._call(saver.port.feed_read(thread_id, ("0-0", None), wait_ms))
             assert found == want
     finally:
         client.close()
@@ -620,7 +620,7 @@ async def test_async_put_is_one_round_trip(thread_id: str) -> None:
         before = AsyncCountingConnection.sent
         await saver.aput(_config(thread_id, checkpoint_ns=""), empty_checkpoint(), {}, {})
         assert AsyncCountingConnection.sent - before == 1
-        assert await client.xlen(saver.store.feed_key(thread_id)) == 1
+        assert await client.xlen(saver.port.feed_key(thread_id)) == 1
     finally:
         await client.aclose()
 
@@ -633,9 +633,9 @@ def test_cluster_put_is_one_script_call_on_the_thread_slot(thread_id: str) -> No
         saver.put(_config(thread_id, checkpoint_ns=""), empty_checkpoint(), {}, {})
         [request] = spy.requests
         assert isinstance(request, Script) and request.name == "put"
-        assert saver.store.feed_key(thread_id) in request.keys
+        assert saver.port.feed_key(thread_id) in request.keys
         assert len({key_slot(k.encode()) for k in request.keys}) == 1
-        assert saver.client.xlen(saver.store.feed_key(thread_id)) == 1
+        assert saver.client.xlen(saver.port.feed_key(thread_id)) == 1
 
 
 @WHERE
@@ -695,7 +695,7 @@ def test_the_feed_lives_and_expires_with_the_thread(thread_id: str) -> None:
     prefix = unique_prefix("wttl")
     config = _config(thread_id, checkpoint_ns="")
     with graphkeep.connect(REDIS_URL, key_prefix=prefix, ttl=100, refresh_ttl_on_read=True) as s:
-        feed = s.store.feed_key(thread_id)
+        feed = s.port.feed_key(thread_id)
         stored = _put(s, config)
         assert 90_000 < s.client.pttl(feed) <= 100_000
         s.client.pexpire(feed, 5_000)
@@ -733,12 +733,12 @@ def test_the_feed_goes_with_the_thread_and_copies_announce_new_checkpoints(
         saver.prune([thread_id], strategy="keep_latest")
         assert len(_feed(client, saver, thread_id)) == len(ids)
         saver.delete_thread(thread_id)
-        assert not client.exists(saver.store.feed_key(thread_id))
-        assert not any(client.exists(k) for k in saver.store.thread_keys(thread_id))
+        assert not client.exists(saver.port.feed_key(thread_id))
+        assert not any(client.exists(k) for k in saver.port.thread_keys(thread_id))
         # deleting every checkpoint of a thread (by run) takes its feed too
         saver.delete_for_runs(runs)
         assert saver.get_tuple(_config(copy)) is None
-        assert not client.exists(saver.store.feed_key(copy))
+        assert not client.exists(saver.port.feed_key(copy))
 
 
 # -- latency ----------------------------------------------------------------------------

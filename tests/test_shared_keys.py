@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from graphkeep.errors import InvalidFilter, InvalidThreadId
-from graphkeep.shared import serde as codec
-from graphkeep.shared.keys import mask_url, next_version, normalize_thread_id
+from graphkeep.checkpoint.ids import next_version, normalize_thread_id
+from graphkeep.errors import InvalidFilter, InvalidThreadId, mask_url
+from graphkeep.port import codec
 
 
 @pytest.mark.parametrize(

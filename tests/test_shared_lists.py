@@ -9,9 +9,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from graphkeep.errors import CorruptData, SerializationError
-from graphkeep.shared import serde as codec
-from graphkeep.shared.lists import (
+from graphkeep.checkpoint.lists import (
     ELEMENT_CHANNEL,
     ListSharer,
     element_key,
@@ -19,6 +17,8 @@ from graphkeep.shared.lists import (
     manifest_keys,
     rebuild,
 )
+from graphkeep.errors import CorruptData, SerializationError
+from graphkeep.port import codec
 
 TEXT = "lorem ipsum dolor sit amet " * 8
 

@@ -21,9 +21,9 @@ from langgraph.store.base import GetOp, InvalidNamespaceError, PutOp, SearchOp
 
 import graphkeep
 from graphkeep.backends.dynamodb import DynamoDBSaver
-from graphkeep.backends.dynamodb.memory import AsyncDynamoDBStore, DynamoDBStore
+from graphkeep.backends.dynamodb.store import AsyncDynamoDBStore, DynamoDBStore
 from graphkeep.errors import ConfigurationError, InvalidInput
-from graphkeep.shared import memory
+from graphkeep.store import base as memory
 
 from .conftest import unique_prefix
 from .test_dynamodb import ENDPOINT, REGION, Calls, _reachable

@@ -25,7 +25,7 @@ from langgraph.store.base import GetOp, InvalidNamespaceError, PutOp, SearchOp
 from pymongo import monitoring
 
 import graphkeep
-from graphkeep.backends.mongodb.memory import (
+from graphkeep.backends.mongodb.store import (
     STORE_OPTIONS,
     AsyncMongoDBStore,
     MongoDBStore,
@@ -37,9 +37,9 @@ from graphkeep.errors import (
     InvalidInput,
     PayloadTooLarge,
     StorageUnavailable,
+    mask_url,
 )
-from graphkeep.shared.keys import mask_url
-from graphkeep.shared.memory import compile_filter, matches
+from graphkeep.store.base import compile_filter, matches
 
 from .conftest import unique_prefix
 

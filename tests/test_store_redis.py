@@ -14,7 +14,7 @@ from langgraph.store.base import GetOp, InvalidNamespaceError, PutOp, SearchOp
 from langgraph.store.memory import InMemoryStore
 
 import graphkeep
-from graphkeep.backends.redis.memory import AsyncRedisStore, RedisStore
+from graphkeep.backends.redis.store import AsyncRedisStore, RedisStore
 from graphkeep.errors import ConfigurationError, InvalidFilter, InvalidInput, SerializationError
 
 from .conftest import REDIS_CLUSTER_URL, REDIS_STACK_URL, REDIS_URL, unique_prefix

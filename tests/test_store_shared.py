@@ -1,4 +1,4 @@
-"""Unit tests of graphkeep.shared.memory: filters, matching, ranking, namespace listing."""
+"""Unit tests of graphkeep.store.base: filters, matching, ranking, namespace listing."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from langgraph.store.base import ListNamespacesOp, MatchCondition
 
 from graphkeep.errors import InvalidFilter
-from graphkeep.shared.memory import (
+from graphkeep.store.base import (
     Condition,
     SearchQuery,
     StoredItem,

@@ -1,4 +1,4 @@
-"""``graphkeep.streaming.stream_run`` on every backend's event log: every chunk stored once,
+"""``graphkeep.events.streaming.stream_run`` on every backend's event log: every chunk stored once,
 in order, batched, the run closed with its outcome, heartbeats while the graph is quiet."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import graphkeep
 from conformance.setups import ENABLED, Setup
 from conformance.testing import marks_for
 from graphkeep.errors import InvalidInput
-from graphkeep.streaming import jsonable, stream_run
+from graphkeep.events.streaming import jsonable, stream_run
 from tests.conftest import unique_prefix
 
 ANSWER = " ".join(f"word{i}" for i in range(40))

@@ -112,8 +112,8 @@ def store_connector_for(setup: Setup) -> StoreConnector:
     module = _import_graphkeep()
     if not hasattr(module, "connect_store"):
         raise BackendNotReady("graphkeep has no connect_store yet")
-    if _backend_module(scheme, "memory") is None:
-        raise BackendNotReady(f"graphkeep has no {scheme}:// store module (memory.py) yet")
+    if _backend_module(scheme, "store") is None:
+        raise BackendNotReady(f"graphkeep has no {scheme}:// store module (store.py) yet")
     has_cache = _backend_module(scheme, "cache") is not None
     has_events = _backend_module(scheme, "events") is not None and hasattr(module, "connect_events")
     return StoreConnector(

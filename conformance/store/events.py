@@ -1,6 +1,6 @@
 """events: the run event log of ``graphkeep.connect_events`` / ``aconnect_events``.
 
-What every store's log must do (see :mod:`graphkeep.shared.events`): events read back
+What every store's log must do (see :mod:`graphkeep.events.log`): events read back
 exactly, in append order, under ids that strictly increase in the store's order (the port's
 ``id_key``) also across writers; ``read(after=id)`` yields exactly the events after ``id``;
 the close event ends a follower and the run (later appends raise ``RunClosed``); unknown runs

@@ -55,8 +55,14 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 import graphkeep
-from graphkeep.errors import EventsTrimmed, GraphkeepError, InvalidInput, RunStale, UnknownRun
-from graphkeep.shared.keys import mask_url
+from graphkeep.errors import (
+    EventsTrimmed,
+    GraphkeepError,
+    InvalidInput,
+    RunStale,
+    UnknownRun,
+    mask_url,
+)
 from graphkeep.streaming import stream_run
 
 from .bot import build_graph

@@ -16,8 +16,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from graphkeep.errors import ConfigurationError
-from graphkeep.shared.keys import mask_url
+from graphkeep.errors import ConfigurationError, mask_url
 
 #: scheme -> (module, sync saver class, async saver class, pip extra)
 BACKENDS: dict[str, tuple[str, str, str, str]] = {
@@ -55,9 +54,9 @@ COMMON_EVENTS_OPTIONS = frozenset(
 )
 #: what each kind is called in a backend: (module suffix, options constant, class name stems)
 KINDS: dict[str, tuple[str, str, str]] = {
-    "store": ("memory", "STORE_OPTIONS", "Store"),
+    "store": ("store", "STORE_OPTIONS", "Store"),
     "cache": ("cache", "CACHE_OPTIONS", "Cache"),
-    "events": ("events", "EVENTS_OPTIONS", "EventLog"),
+    "events": ("events", "EVENTS_OPTIONS", "EventLogBase"),
 }
 COMMON_KIND_OPTIONS = {
     "store": COMMON_STORE_OPTIONS,
@@ -212,7 +211,7 @@ async def aconnect_cache(url: str, **options: Any) -> AsyncIterator[Any]:
 
 @contextmanager
 def connect_events(url: str, **options: Any) -> Iterator[Any]:
-    """Yield a ready run event log (:class:`graphkeep.shared.events.SyncEventLog`) for ``url``.
+    """Yield a ready run event log (:class:`graphkeep.events.log.SyncEventLog`) for ``url``.
 
     Options: ``ttl`` (seconds after a run's last append, sliding; default one day),
     ``max_events`` (per run, default 10,000), ``stale_after`` (seconds, default 60),

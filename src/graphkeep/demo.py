@@ -59,7 +59,7 @@ from langgraph.types import Command, StateSnapshot, interrupt
 import graphkeep
 from graphkeep.cli import show_thread
 from graphkeep.embeddings import hashing_embeddings
-from graphkeep.shared.keys import mask_url
+from graphkeep.errors import mask_url
 
 KEY_PREFIX = "graphkeep-demo"
 DYNAMODB_TABLE = "graphkeep_demo"

@@ -1,10 +1,14 @@
 """Every error graphkeep raises on purpose derives from :class:`GraphkeepError`.
 
 Messages say what was wrong and what to do about it. Errors about the caller's
-input are raised before anything is written to the store.
+input are raised before anything is written to the store. :func:`mask_url` keeps passwords
+out of every message that names a server.
 """
 
 from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit, urlunsplit
 
 
 class GraphkeepError(Exception):
@@ -83,4 +87,24 @@ __all__ = [
     "SerializationError",
     "StorageUnavailable",
     "UnknownRun",
+    "mask_url",
 ]
+
+
+def mask_url(url: str) -> str:
+    """Return ``url`` with any password (and secret query values) replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable url>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, host = netloc.rpartition("@")
+        user, sep, _password = userinfo.partition(":")
+        netloc = f"{user}{':***' if sep else ''}@{host}"
+    query = re.sub(
+        r"(?i)((?:password|secret|token|aws_secret_access_key|aws_session_token)=)[^&]*",
+        r"\1***",
+        parts.query,
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

@@ -64,8 +64,7 @@ from uuid import uuid4
 import pytest
 
 import graphkeep
-from graphkeep.errors import StorageUnavailable
-from graphkeep.shared.keys import mask_url
+from graphkeep.errors import StorageUnavailable, mask_url
 
 BACKENDS = ("redis", "redis-cluster", "mongodb", "dynamodb")
 #: the module each backend's extra installs: a backend is selected by default when it imports

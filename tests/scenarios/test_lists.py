@@ -24,9 +24,9 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 
 from conformance.factory import Api, Mode
+from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, is_manifest, manifest_keys
+from graphkeep.checkpoint.records import Typed
 from graphkeep.errors import CorruptData
-from graphkeep.shared.lists import ELEMENT_CHANNEL, is_manifest, manifest_keys
-from graphkeep.shared.records import Typed
 from tests.scenarios.backends import MODES, Graph, Store, thread_config
 from tests.scenarios.worker import REPO
 
@@ -77,7 +77,7 @@ def reference(turns: range, *edits: dict[str, Any]) -> tuple[dict[str, Any], lis
 
 def inventory(api: Api, thread_id: str) -> Any:
     saver: Any = api.saver
-    return api_call(api, saver.store.inventory(thread_id))
+    return api_call(api, saver.port.inventory(thread_id))
 
 
 def api_call(api: Api, op: Any) -> Any:
@@ -93,7 +93,7 @@ def elements(api: Api, thread_id: str) -> set[tuple[str, str, str]]:
 
 def head_manifest_keys(api: Api, thread_id: str) -> set[tuple[str, str, str]]:
     saver: Any = api.saver
-    loaded = api_call(api, saver.store.load(thread_id, "", None))
+    loaded = api_call(api, saver.port.load(thread_id, "", None))
     manifest: Typed = loaded.blobs["messages"]
     assert is_manifest(manifest), "the head's messages are not stored as a shared list"
     return {("", ELEMENT_CHANNEL, key) for key in manifest_keys(manifest)}
@@ -151,7 +151,7 @@ def test_share_lists_false_keeps_one_blob_per_version(store: Store, thread_id: s
         run_chat(Graph(api, chat_graph()), thread_id, range(1, 6))
         assert not elements(api, thread_id)
         saver: Any = api.saver
-        loaded = api_call(api, saver.store.load(thread_id, "", None))
+        loaded = api_call(api, saver.port.load(thread_id, "", None))
         assert not is_manifest(loaded.blobs["messages"])
     with store.open("sync") as shared:  # and a sharing saver reads and continues it
         graph = Graph(shared, chat_graph())
@@ -212,7 +212,7 @@ def test_encrypted_elements_are_each_encrypted_and_still_stored_once(
         keys = elements(api, thread_id)
         assert 16 <= len(keys) <= 20
         saver: Any = api.saver
-        got = api_call(api, saver.store.get_blobs(thread_id, sorted(keys)))
+        got = api_call(api, saver.port.get_blobs(thread_id, sorted(keys)))
         assert got and all(t.tag.endswith("+aes") for t in got.values())
     leaks = [k for k, data in store.scan().items() if b"question 3 lorem" in data]
     assert not leaks, f"plaintext message found in {leaks}"
@@ -226,7 +226,7 @@ def test_a_missing_element_raises_corrupt_data_naming_the_thread(
         run_chat(Graph(api, chat_graph()), thread_id, range(1, 8))
         victim = sorted(head_manifest_keys(api, thread_id))[0]
         saver: Any = api.saver
-        api_call(api, saver.store.delete_records(thread_id, [], [victim]))
+        api_call(api, saver.port.delete_records(thread_id, [], [victim]))
     with store.open(mode) as fresh, pytest.raises(CorruptData, match=thread_id):
         fresh.get_tuple(thread_config(thread_id, checkpoint_ns=""))
 
@@ -242,7 +242,7 @@ with graphkeep.connect(url, key_prefix=prefix) as saver:
     from conformance.factory import SyncApi
     graph = Graph(SyncApi(saver), chat_graph())
     run_chat(graph, thread_id, range(1, 6))
-    put = saver.store.put_checkpoint
+    put = saver.port.put_checkpoint
 
     def crashing(record, blobs):
         if not any(b.channel == "__graphkeep.element__" for b in blobs):
@@ -260,7 +260,7 @@ with graphkeep.connect(url, key_prefix=prefix) as saver:
             # the elements went out, the checkpoint did not: die now
             os.kill(os.getpid(), signal.SIGKILL)
 
-    saver.store.put_checkpoint = crashing
+    saver.port.put_checkpoint = crashing
     run_chat(graph, thread_id, range(6, 7))
 """
 

@@ -1,1 +1,1 @@
-"""One module (or package) per store, each implementing :class:`graphkeep.shared.port.Store`."""
+"""One module (or package) per store, each implementing :class:`graphkeep.port.Store`."""

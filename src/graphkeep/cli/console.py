@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
-from graphkeep.shared.keys import mask_url
+from graphkeep.errors import mask_url
 
 #: exit codes (documented in ``graphkeep --help``)
 EXIT_OK = 0

@@ -29,6 +29,13 @@ from typing import Any, TextIO
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP
 
+from graphkeep.checkpoint.lists import is_manifest, manifest_keys
+from graphkeep.checkpoint.records import (
+    BlobRecord,
+    CheckpointRecord,
+    ThreadDump,
+    WriteRecord,
+)
 from graphkeep.cli.console import (
     EXIT_ERROR,
     EXIT_NOT_FOUND,
@@ -56,14 +63,7 @@ from graphkeep.cli.endpoints import (
     scheme_of,
     thread_config,
 )
-from graphkeep.shared import serde as codec
-from graphkeep.shared.lists import is_manifest, manifest_keys
-from graphkeep.shared.records import (
-    BlobRecord,
-    CheckpointRecord,
-    ThreadDump,
-    WriteRecord,
-)
+from graphkeep.port import codec
 
 BATCH_BYTES = 4 * 1024 * 1024
 BATCH_ITEMS = 500
@@ -201,7 +201,7 @@ def _copy_native(
     elements = sum(1 for ns, b in dump.blobs if is_element((ns, b.channel, b.version)))
     result.writes, result.blobs = len(dump.writes), len(dump.blobs) - elements
     result.elements = elements
-    inventory = dst.call(dst.saver.store.inventory(target))
+    inventory = dst.call(dst.saver.port.inventory(target))
     present = {(s.ns, s.checkpoint_id) for s in inventory.checkpoints}
     checkpoints = [
         _for_target(src, rec, target)
@@ -250,7 +250,7 @@ def _import(
     total = sum(size for _, size in batches)
     with Progress(f"  {target}", total, stream=err, enabled=args.progress, unit="B") as progress:
         for batch, size in batches:
-            dst.call(dst.saver.store.import_thread(target, batch))
+            dst.call(dst.saver.port.import_thread(target, batch))
             progress.advance(size)
 
 
@@ -411,7 +411,7 @@ def _oldest_first(items: list[CheckpointItem]) -> list[CheckpointItem]:
 def _present(dst: Endpoint, target: str) -> set[tuple[str, str]]:
     """The destination's checkpoints of ``target`` (without reading their values)."""
     if isinstance(dst, Native):
-        inventory = dst.call(dst.saver.store.inventory(target))
+        inventory = dst.call(dst.saver.port.inventory(target))
         return {(s.ns, s.checkpoint_id) for s in inventory.checkpoints}
     return set(_existing(dst, target))
 

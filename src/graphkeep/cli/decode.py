@@ -27,8 +27,8 @@ from typing import Any
 
 import ormsgpack
 
-from graphkeep.shared import serde as codec
-from graphkeep.shared.records import Typed
+from graphkeep.checkpoint.records import Typed
+from graphkeep.port import codec
 
 EXT_CONSTRUCTOR_SINGLE_ARG = 0
 EXT_CONSTRUCTOR_POS_ARGS = 1
@@ -118,7 +118,7 @@ def decrypt(tag: str, data: bytes) -> tuple[str, bytes] | Encrypted:
 def load_plain(tag: str, data: bytes) -> Any:
     """A stored value as Python data with extensions kept raw (never imports classes).
 
-    A compressed payload (tag ``z:<tag>``, see :func:`graphkeep.shared.serde.squeeze`)
+    A compressed payload (tag ``z:<tag>``, see :func:`graphkeep.port.codec.squeeze`)
     is decompressed first.
     """
     if tag.startswith(codec.COMPRESSED_PREFIX):

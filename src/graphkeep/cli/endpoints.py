@@ -2,7 +2,7 @@
 
 ``graphkeep`` URLs (every scheme in :data:`graphkeep.connect.BACKENDS`) open a
 saver through :func:`graphkeep.connect`; the CLI then talks to its store
-through the port (``saver.store`` ops run by ``saver._call``), which hands back
+through the port (``saver.port`` ops run by ``saver._call``), which hands back
 raw stored bytes and works identically on every backend.
 
 ``sqlite:///path`` and ``postgresql://...`` open LangGraph's ``SqliteSaver`` /
@@ -22,19 +22,18 @@ from typing import Any
 from langgraph.checkpoint.base import BaseCheckpointSaver, writes_sort_key
 
 import graphkeep
-from graphkeep.cli.console import MASK, NotFound, UsageError, parse_ts, safe_url, uuid6_time
-from graphkeep.cli.decode import Encrypted, LosslessSerde, load_plain
-from graphkeep.connect import BACKENDS
-from graphkeep.errors import ConfigurationError
-from graphkeep.shared import serde as codec
-from graphkeep.shared.lists import (
+from graphkeep.checkpoint.lists import (
     ELEMENT_CHANNEL,
     load_value,
     where,
 )
-from graphkeep.shared.port import Op
-from graphkeep.shared.records import ThreadDump, Typed, WriteRecord
-from graphkeep.shared.saver import BaseSaver
+from graphkeep.checkpoint.records import ThreadDump, Typed, WriteRecord
+from graphkeep.checkpoint.saver import SaverBase
+from graphkeep.cli.console import MASK, NotFound, UsageError, parse_ts, safe_url, uuid6_time
+from graphkeep.cli.decode import Encrypted, LosslessSerde, load_plain
+from graphkeep.connect import BACKENDS
+from graphkeep.errors import ConfigurationError
+from graphkeep.port import Op, codec
 
 SQLITE_SCHEMES = ("sqlite",)
 POSTGRES_SCHEMES = ("postgresql", "postgres")
@@ -49,7 +48,7 @@ class Native:
     """A graphkeep saver; the CLI uses its store through the port."""
 
     url: str
-    saver: BaseSaver
+    saver: SaverBase
 
     @property
     def label(self) -> str:
@@ -281,7 +280,7 @@ def iter_threads(endpoint: Endpoint, page_size: int = THREAD_PAGE_SIZE) -> Itera
     if isinstance(endpoint, Native):
         cursor: Any = None
         while True:
-            threads, cursor = endpoint.call(endpoint.saver.store.list_threads(cursor, page_size))
+            threads, cursor = endpoint.call(endpoint.saver.port.list_threads(cursor, page_size))
             yield from threads
             if cursor is None:
                 return
@@ -294,11 +293,11 @@ def iter_threads(endpoint: Endpoint, page_size: int = THREAD_PAGE_SIZE) -> Itera
 
 
 def export(endpoint: Native, thread_id: str) -> ThreadDump:
-    dump: ThreadDump = endpoint.call(endpoint.saver.store.export_thread(thread_id))
+    dump: ThreadDump = endpoint.call(endpoint.saver.port.export_thread(thread_id))
     return dump
 
 
-# -- shared lists (graphkeep.shared.lists): a manifest blob stands for a list ----------
+# -- shared lists (graphkeep.checkpoint.lists): a manifest blob stands for a list ----------
 
 
 def is_element(key: tuple[str, str, str]) -> bool:
@@ -463,13 +462,13 @@ def quick_info(endpoint: Endpoint, thread_id: str) -> ThreadInfo | None:
     """Counts from the store's index only (no payloads): no sizes, no write counts."""
     if not isinstance(endpoint, Native):
         return thread_info(endpoint, thread_id)
-    inventory = endpoint.call(endpoint.saver.store.inventory(thread_id))
+    inventory = endpoint.call(endpoint.saver.port.inventory(thread_id))
     if not inventory.checkpoints:
         return None
     last = max(inventory.checkpoints, key=lambda s: s.checkpoint_id)
     last_ts = uuid6_time(last.checkpoint_id)
     if last_ts is None:
-        loaded = endpoint.call(endpoint.saver.store.load(thread_id, last.ns, last.checkpoint_id))
+        loaded = endpoint.call(endpoint.saver.port.load(thread_id, last.ns, last.checkpoint_id))
         if loaded is not None:
             last_ts = checkpoint_ts(_plain(loaded.record.checkpoint), last.checkpoint_id)
     return ThreadInfo(

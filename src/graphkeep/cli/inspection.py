@@ -18,6 +18,9 @@ from typing import Any, TextIO
 
 from langgraph.checkpoint.base import writes_sort_key
 
+from graphkeep.checkpoint.lists import is_manifest, rebuild, where
+from graphkeep.checkpoint.records import ListQuery, Loaded, Summary, Typed, WriteRecord
+from graphkeep.checkpoint.saver import fetch_elements, sort_writes
 from graphkeep.cli.console import (
     CliError,
     NotFound,
@@ -52,10 +55,7 @@ from graphkeep.cli.endpoints import (
     thread_config,
     thread_info,
 )
-from graphkeep.shared import serde as codec
-from graphkeep.shared.lists import is_manifest, rebuild, where
-from graphkeep.shared.records import ListQuery, Loaded, Summary, Typed, WriteRecord
-from graphkeep.shared.saver import fetch_elements, sort_writes
+from graphkeep.port import codec
 
 HISTORY_PAGE_SIZE = 100
 
@@ -140,7 +140,7 @@ def history_rows(
 def _native_history(
     endpoint: Native, thread_id: str, ns: str | None, limit: int | None
 ) -> list[dict[str, Any]]:
-    store = endpoint.saver.store
+    store = endpoint.saver.port
     inventory = endpoint.call(store.inventory(thread_id))
     summaries: dict[tuple[str, str], Summary] = {
         (s.ns, s.checkpoint_id): s for s in inventory.checkpoints
@@ -324,7 +324,7 @@ def _native_dump(
     checkpoint_id: str | None,
     ns: str,
 ) -> dict[str, Any]:
-    store = endpoint.saver.store
+    store = endpoint.saver.port
     target: Loaded | None = endpoint.call(store.load(thread_id, ns, checkpoint_id))
     if target is None:
         raise _not_found(thread_id, checkpoint_id, ns, endpoint.label)

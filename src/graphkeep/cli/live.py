@@ -1,6 +1,6 @@
 """Live commands: ``watch`` (a thread's checkpoints as they land) and ``events`` (a run's log).
 
-``graphkeep watch URL THREAD`` follows :meth:`graphkeep.shared.saver.BaseSaver.watch`:
+``graphkeep watch URL THREAD`` follows :meth:`graphkeep.checkpoint.saver.SaverBase.watch`:
 every checkpoint committed to the thread after the call (or after ``--after ID``, so a
 restarted watcher that passes the last id it printed misses nothing), one line each with
 its id, step, source and the channels whose version changed from its parent's. The parent's

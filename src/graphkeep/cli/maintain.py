@@ -17,6 +17,9 @@ from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 from urllib.parse import parse_qs, urlsplit
 
+from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, MANIFEST_TAG
+from graphkeep.checkpoint.records import Inventory
+from graphkeep.checkpoint.saver import keep_latest, referenced_blobs
 from graphkeep.cli.console import (
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -45,9 +48,6 @@ from graphkeep.cli.endpoints import (
     thread_info,
 )
 from graphkeep.connect import BACKENDS
-from graphkeep.shared.lists import ELEMENT_CHANNEL, MANIFEST_TAG
-from graphkeep.shared.records import Inventory
-from graphkeep.shared.saver import keep_latest, referenced_blobs
 
 # -- prune -----------------------------------------------------------------------------
 
@@ -69,7 +69,7 @@ def last_activity(endpoint: Native, thread_id: str, inventory: Inventory) -> flo
     seconds = uuid6_time(newest.checkpoint_id)
     if seconds is not None:
         return seconds
-    loaded = endpoint.call(endpoint.saver.store.load(thread_id, newest.ns, newest.checkpoint_id))
+    loaded = endpoint.call(endpoint.saver.port.load(thread_id, newest.ns, newest.checkpoint_id))
     if loaded is None:
         return None
     body = load_plain(loaded.record.checkpoint.tag, loaded.record.checkpoint.data)
@@ -85,7 +85,7 @@ def referenced(
     endpoint: Native, thread_id: str, inventory: Inventory, keep: set[tuple[str, str]]
 ) -> set[tuple[str, str, str]]:
     """Blob keys (values and list elements) the kept checkpoints need, as the saver's prune."""
-    op = referenced_blobs(endpoint.saver.store, thread_id, inventory, keep)
+    op = referenced_blobs(endpoint.saver.port, thread_id, inventory, keep)
     return endpoint.call(op)  # type: ignore[no-any-return]
 
 
@@ -122,7 +122,7 @@ def plan_prune(
 def _select_threads(
     endpoint: Native, args: argparse.Namespace, err: TextIO
 ) -> Iterator[tuple[str, Inventory | None]]:
-    store = endpoint.saver.store
+    store = endpoint.saver.port
     if args.thread:
         for thread_id in dict.fromkeys(args.thread):
             yield thread_id, endpoint.call(store.inventory(thread_id))

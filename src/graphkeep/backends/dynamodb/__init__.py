@@ -20,7 +20,7 @@ CreateTable request; ``format="cloudformation"`` gives the resource with TTL) an
 ``refresh_ttl_on_read``, ``key_prefix`` (apps sharing a table use different ones),
 ``max_id_bytes``, ``compress`` (default True = zlib level 6 per item when it saves at least 10 %;
 False, or a level 1-9), ``share_lists`` (default True: list values stored as shared element
-items, see :mod:`graphkeep.shared.lists`) and ``run_index`` (create the ``run_id`` GSI;
+items, see :mod:`graphkeep.checkpoint.lists`) and ``run_index`` (create the ``run_id`` GSI;
 default True).
 
 Async client: **aiobotocore**, not aioboto3. aiobotocore 3.x pins botocore to the exact release
@@ -61,12 +61,11 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from graphkeep.backends.dynamodb.checkpoint import DynamoDBCheckpointPort, table_definition
 from graphkeep.backends.dynamodb.requests import Call, error_code
-from graphkeep.backends.dynamodb.store import DynamoDBCheckpoints, table_definition
-from graphkeep.errors import ConfigurationError, StorageUnavailable
-from graphkeep.shared.keys import mask_url
-from graphkeep.shared.port import Sleep
-from graphkeep.shared.saver import AsyncSaver, SyncSaver, ttl_seconds
+from graphkeep.checkpoint.saver import AsyncSaver, SyncSaver, ttl_seconds
+from graphkeep.errors import ConfigurationError, StorageUnavailable, mask_url
+from graphkeep.port import Sleep
 
 try:
     import boto3
@@ -85,7 +84,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the DynamoDB backend needs boto3: pip install 'graphkeep[dynamodb]'"
     ) from exc
 
-__all__ = ["AsyncDynamoDBSaver", "DynamoDBSaver", "DynamoDBCheckpoints", "table_definition"]
+__all__ = ["AsyncDynamoDBSaver", "DynamoDBSaver", "DynamoDBCheckpointPort", "table_definition"]
 
 #: transport failures and server-side throttling, retried (every request is idempotent:
 #: puts of identical content, conditional puts whose failure means "already there",
@@ -205,8 +204,10 @@ class _AsyncExecutor:
 STORE_OPTIONS = ("key_prefix", "ttl", "refresh_ttl_on_read", "compress", "run_index")
 
 
-def _store(table_name: str, options: dict[str, Any]) -> tuple[DynamoDBCheckpoints, dict[str, Any]]:
-    store = DynamoDBCheckpoints(
+def _store(
+    table_name: str, options: dict[str, Any]
+) -> tuple[DynamoDBCheckpointPort, dict[str, Any]]:
+    store = DynamoDBCheckpointPort(
         table_name,
         key_prefix=options.pop("key_prefix", "graphkeep"),
         ttl=ttl_seconds(options.pop("ttl", None)),
@@ -441,7 +442,7 @@ def _definition(table_name: str, run_index: bool, format: str) -> dict[str, Any]
 # the memory store, the node cache and the run event log build on the executors and clients above
 from graphkeep.backends.dynamodb.cache import AsyncDynamoDBCache, DynamoDBCache  # noqa: E402
 from graphkeep.backends.dynamodb.events import AsyncDynamoDBEventLog, DynamoDBEventLog  # noqa: E402
-from graphkeep.backends.dynamodb.memory import AsyncDynamoDBStore, DynamoDBStore  # noqa: E402
+from graphkeep.backends.dynamodb.store import AsyncDynamoDBStore, DynamoDBStore  # noqa: E402
 
 __all__ += [
     "AsyncDynamoDBCache",

@@ -40,6 +40,7 @@ from graphkeep.backends.dynamodb import (
     sync_client,
 )
 from graphkeep.backends.dynamodb import keys as keyspace
+from graphkeep.backends.dynamodb.checkpoint import DynamoDBCheckpointPort
 from graphkeep.backends.dynamodb.items import (
     CODEC,
     COMPRESS_MIN_BYTES,
@@ -59,18 +60,17 @@ from graphkeep.backends.dynamodb.items import (
     size_of,
 )
 from graphkeep.backends.dynamodb.requests import batch_get, batch_write, query_all
-from graphkeep.backends.dynamodb.store import DynamoDBCheckpoints
-from graphkeep.errors import ConfigurationError
-from graphkeep.shared.cache import (
-    AsyncNodeCache,
+from graphkeep.cache.base import (
+    AsyncCache,
     Entry,
     Stored,
-    SyncNodeCache,
+    SyncCache,
     namespace_text,
 )
-from graphkeep.shared.port import Op
+from graphkeep.errors import ConfigurationError
+from graphkeep.port import Op
 
-__all__ = ["CACHE_OPTIONS", "AsyncDynamoDBCache", "DynamoDBCache", "DynamoDBNodeCachePort"]
+__all__ = ["CACHE_OPTIONS", "AsyncDynamoDBCache", "DynamoDBCache", "DynamoDBCachePort"]
 
 log = logging.getLogger("graphkeep.dynamodb")
 
@@ -82,7 +82,7 @@ EXPIRES_MS = "xm"
 KEY_NAMES = {"#p": PK, "#s": SK}
 
 
-class DynamoDBNodeCachePort:
+class DynamoDBCachePort:
     """The cache port on one DynamoDB table (shared with the savers if you like)."""
 
     def __init__(self, table: str, *, key_prefix: str = "graphkeep") -> None:
@@ -103,7 +103,7 @@ class DynamoDBNodeCachePort:
     def setup(self) -> Op[None]:
         # the saver's table and TTL set-up, exactly (with its run_id index), so a saver that
         # later shares a table the cache created finds what it expects
-        yield from DynamoDBCheckpoints(self.table, key_prefix=self.key_prefix).setup()
+        yield from DynamoDBCheckpointPort(self.table, key_prefix=self.key_prefix).setup()
 
     def get(self, keys: list[FullKey]) -> Op[dict[FullKey, Stored]]:
         by_key = {(self.partition(ns), self.sort_key(k)): (ns, k) for ns, k in keys}
@@ -177,7 +177,7 @@ class DynamoDBNodeCachePort:
         yield from batch_write(self.table, deletes)
 
 
-class DynamoDBCache(SyncNodeCache):
+class DynamoDBCache(SyncCache):
     """Node cache on a boto3 low-level DynamoDB client (``boto3.client("dynamodb")``).
 
     Options: ``serde``, ``key_prefix`` (default ``"graphkeep"``); ``from_url`` also takes
@@ -193,7 +193,7 @@ class DynamoDBCache(SyncNodeCache):
         serde: Any = None,
         key_prefix: str = "graphkeep",
     ) -> None:
-        port = DynamoDBNodeCachePort(table_name, key_prefix=key_prefix)
+        port = DynamoDBCachePort(table_name, key_prefix=key_prefix)
         self.client = client
         self.table_name = table_name
         super().__init__(port, _SyncExecutor(client, _describe(client, table_name)), serde=serde)
@@ -217,7 +217,7 @@ class DynamoDBCache(SyncNodeCache):
             yield cache
 
 
-class AsyncDynamoDBCache(AsyncNodeCache):
+class AsyncDynamoDBCache(AsyncCache):
     """Node cache on an aiobotocore DynamoDB client (same options)."""
 
     def __init__(
@@ -228,7 +228,7 @@ class AsyncDynamoDBCache(AsyncNodeCache):
         serde: Any = None,
         key_prefix: str = "graphkeep",
     ) -> None:
-        port = DynamoDBNodeCachePort(table_name, key_prefix=key_prefix)
+        port = DynamoDBCachePort(table_name, key_prefix=key_prefix)
         self.client = client
         self.table_name = table_name
         super().__init__(port, _AsyncExecutor(client, _describe(client, table_name)), serde=serde)

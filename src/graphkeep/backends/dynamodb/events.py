@@ -88,6 +88,7 @@ from graphkeep.backends.dynamodb import (
     sync_client,
 )
 from graphkeep.backends.dynamodb import keys as keyspace
+from graphkeep.backends.dynamodb.checkpoint import DynamoDBCheckpointPort
 from graphkeep.backends.dynamodb.items import (
     CODEC,
     COMPRESS_MIN_BYTES,
@@ -119,10 +120,8 @@ from graphkeep.backends.dynamodb.requests import (
     query_page,
     transact,
 )
-from graphkeep.backends.dynamodb.store import DynamoDBCheckpoints
 from graphkeep.errors import ConfigurationError, GraphkeepError, InvalidInput, RunClosed
-from graphkeep.shared import serde as codec
-from graphkeep.shared.events import (
+from graphkeep.events.log import (
     AsyncEventLog,
     Retention,
     RunState,
@@ -130,9 +129,9 @@ from graphkeep.shared.events import (
     SyncEventLog,
     check_sequence,
 )
-from graphkeep.shared.events import now_ms as clock_ms
-from graphkeep.shared.lru import ThreadLRU
-from graphkeep.shared.port import Op, Sleep
+from graphkeep.events.log import now_ms as clock_ms
+from graphkeep.port import Op, Sleep, codec
+from graphkeep.port.lru import ThreadLRU
 
 try:
     from botocore.exceptions import ClientError
@@ -145,7 +144,7 @@ __all__ = [
     "EVENTS_OPTIONS",
     "AsyncDynamoDBEventLog",
     "DynamoDBEventLog",
-    "DynamoDBEventPort",
+    "DynamoDBEventsPort",
 ]
 
 #: options beyond the common ones (ttl, max_events, stale_after, poll_interval,
@@ -199,7 +198,7 @@ class _Pack:
     closing: bool
 
 
-class DynamoDBEventPort:
+class DynamoDBEventsPort:
     """The event port on one DynamoDB table (shared with the savers if you like)."""
 
     blocking = False
@@ -227,7 +226,7 @@ class DynamoDBEventPort:
 
     def setup(self) -> Op[None]:
         # the saver's table and TTL set-up, exactly, so savers, caches and logs can share it
-        yield from DynamoDBCheckpoints(self.table, key_prefix=self.key_prefix).setup()
+        yield from DynamoDBCheckpointPort(self.table, key_prefix=self.key_prefix).setup()
 
     # -- append --------------------------------------------------------------------------
 
@@ -748,7 +747,7 @@ class DynamoDBEventLog(SyncEventLog):
     """Run event log on a boto3 low-level DynamoDB client (``boto3.client("dynamodb")``).
 
     Options: ``ttl``, ``max_events``, ``stale_after``, ``poll_interval``,
-    ``max_poll_interval`` (see :class:`graphkeep.shared.events.EventLog`), ``key_prefix``;
+    ``max_poll_interval`` (see :class:`graphkeep.events.log.EventLogBase`), ``key_prefix``;
     ``from_url`` also takes the client options of ``DynamoDBSaver.from_table``
     (``session``, ``profile_name``, ``botocore_config``).
     """
@@ -761,7 +760,7 @@ class DynamoDBEventLog(SyncEventLog):
         key_prefix: str = "graphkeep",
         **options: Any,
     ) -> None:
-        port = DynamoDBEventPort(table_name, key_prefix=key_prefix)
+        port = DynamoDBEventsPort(table_name, key_prefix=key_prefix)
         self.client = client
         self.table_name = table_name
         super().__init__(port, _SyncExecutor(client, _describe(client, table_name)), **options)
@@ -791,7 +790,7 @@ class AsyncDynamoDBEventLog(AsyncEventLog):
         key_prefix: str = "graphkeep",
         **options: Any,
     ) -> None:
-        port = DynamoDBEventPort(table_name, key_prefix=key_prefix)
+        port = DynamoDBEventsPort(table_name, key_prefix=key_prefix)
         self.client = client
         self.table_name = table_name
         super().__init__(port, _AsyncExecutor(client, _describe(client, table_name)), **options)

@@ -12,7 +12,7 @@ Attributes (short names: DynamoDB bills attribute names as item bytes)::
     v        payload bytes, when it fits in the item
     nk, dg   chunk count and digest when the payload lives in chunk items (``sz``: bytes)
     z        "zlib" when the payload is compressed
-    ls       1 on a list manifest blob (see :mod:`graphkeep.shared.lists`): a TTL refresh
+    ls       1 on a list manifest blob (see :mod:`graphkeep.checkpoint.lists`): a TTL refresh
              learns which blobs name list elements without reading every payload
     rk       "<prefix>#1#<run_id>": key of the ``run_id`` GSI (delete_for_runs)
     exp      epoch seconds: DynamoDB's TTL attribute (only with ``ttl``)
@@ -30,7 +30,7 @@ from typing import Any
 
 from graphkeep.backends.dynamodb import keys
 from graphkeep.errors import GraphkeepError
-from graphkeep.shared import serde as codec
+from graphkeep.port import codec
 
 PK, SK = "pk", "sk"
 HEAD, VALUE, NCHUNKS, DIGEST, SIZE, CODEC = "h", "v", "nk", "dg", "sz", "z"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphkeep.errors import StorageUnavailable
-from graphkeep.shared.port import Op, Sleep
+from graphkeep.port import Op, Sleep
 
 try:
     from botocore.exceptions import ClientError

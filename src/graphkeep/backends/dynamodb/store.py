@@ -1,98 +1,91 @@
-"""The DynamoDB mapping of the storage port: one table, one partition per thread.
+"""LangGraph's long-term memory store on DynamoDB: :class:`DynamoDBStore` (boto3) and
+:class:`AsyncDynamoDBStore` (aiobotocore), the :class:`StorePort` mapping onto one table.
 
-Key layout in :mod:`.keys`, item attributes and the 400 KB guard in :mod:`.items`,
-request loops in :mod:`.requests`, TTL bookkeeping in :mod:`.ttl`. Requests per port call
-(measured in the tests):
+The store shares the saver's table (same URL, same ``pk``/``sk`` string schema, TTL on
+``exp``) and never meets its items: saver partitions are ``<prefix>#1#<thread>`` and its sort
+keys start with ``c#``, ``b#``, ``k#`` or ``l#``; store partitions are ``<prefix>#m1#...`` and
+store sort keys start with ``i#`` (items) or ``p#`` (the partition registry). Chunks of
+oversized values reuse the saver's ``k#`` chunk items, inside the store's own partitions.
 
-- ``put_checkpoint``: 1 TransactWriteItems (new blobs + their chunks + TTL refreshes + the
-  head, all or nothing) or a single PutItem when there is only the head. Over the transaction
-  limits (100 items / 4 MB, i.e. values of several MB) chunks and blobs go first with
-  BatchWriteItem and the head last, so readers still never see a head without its values.
-- ``put_writes``: 1 TransactWriteItems per 100 items; regular writes carry
-  ``attribute_not_exists(sk)`` and a failed condition means "already stored" (the group is
-  dropped and the rest re-sent), special writes (idx < 0) replace.
-- ``load``: 1 Query (strongly consistent; the newest head of a namespace comes with its writes
-  just before it in a descending Query of 16 items; a newest checkpoint with more pending
-  writes costs a second Query narrowed to it) + 1 BatchGetItem for channel values and
-  chunks, +1 BatchGetItem when a channel value itself is chunked.
-- ``chain``: one descending Query from the target through its ancestors (a first page of 256
-  items, about 100 ancestors, then 1 MB pages) + 1 BatchGetItem for the seed values.
-- ``list_page``: Query pages of the namespace + BatchGetItem for the page's values.
-- ``get_blobs`` (list elements, see :mod:`graphkeep.shared.lists`; the saver asks once per
-  ``get_tuple`` and per ``list`` page): element sort keys of one (namespace, epoch) sort by
-  sequence number, so a run of 50 or more is read by one Query ``BETWEEN`` its first and
-  last key (1 MB pages); shorter runs and other keys by BatchGetItem (100 keys a request);
-  +1 BatchGetItem for chunks. An append-only list (one run) costs one Query, whatever its
-  length: a ``get_tuple`` of a shared list is one request more than of a plain one.
-  ``list(None)`` and ``list_threads`` Scan the table (costly by nature), ``list`` of a thread
-  without a namespace reads the whole thread partition.
-- ``find_runs``: a Query on the sparse ``run_id`` GSI per run id (eventually consistent: a
-  checkpoint written milliseconds ago may be missed). Without the index: one filtered Scan.
-- ``commits`` / ``newest_commit`` (``saver.watch``): one consistent Query of one namespace's
-  heads above an id, keys only (a filter on ``h`` drops the writes); an idle poll reads no
-  item and costs one read unit. ``checkpoint_ns=None`` reads the thread's whole ``c#``
-  range per poll (the namespace precedes the id in the sort key) and sorts it here.
+Key design (labels escaped as the saver escapes names, so ``#`` never occurs inside one)::
 
-Watch uses the shared poller (:mod:`graphkeep.shared.watch`), not DynamoDB Streams: a stream
-must be enabled on the table (a table-level change teams that own their schema would have to
-make), each watcher would need its own shard discovery and shard iterators (``GetRecords``
-polling too, at most five reads per shard per second shared by every consumer, records up to
-24 h), and a stream shows every item change of the table, not one thread's commits. Polling
-a Query is exact (strongly consistent, ordered by checkpoint id, resumable from any id) and
-an idle watcher costs one read unit per poll, backing off to ``max_poll_interval``.
+    pk  <prefix>#m1#<label 1>#...#<label S>#          the first S = shard_labels labels
+    sk  i#<label S+1>#...#<label n>#<key>           the remaining labels, then the key
+    pk  <prefix>#m1r   sk  p#<label 1>#...#<label S>#  registry: one item per partition
 
-TTL (``ttl`` seconds): every item carries ``exp`` (DynamoDB's TTL attribute) and heads carry
-``vis``. Writing an item sets ``exp = now + ttl + slack`` (slack = ttl / 2); a head is visible
-until ``vis = now + ttl``. A put also refreshes what the new checkpoint needs: the values of
-its unchanged channels and, for DeltaChannels, the ancestor heads, writes and seed values back
-to the nearest snapshot; an item is refreshed only when its ``exp`` would fall before the new
-head's ``vis``, so each item is rewritten at most once per slack period. What was refreshed
-when is known from this process' own reads and writes (a bounded cache); unknown items are
-looked up first (one BatchGetItem). Older history expires ``ttl`` after it was written.
-List elements live as long as the checkpoints naming them: a put refreshes the elements of
-the manifests it writes and of its unchanged channels (manifest blobs carry ``ls``, so a
-process that has not seen one learns it with its expiry lookup: one BatchGetItem more for
-the manifest, one request for its elements' expiries).
-Reads hide heads past ``vis`` and other items past ``exp`` (DynamoDB deletes lazily).
+A namespace with at least ``shard_labels`` labels selects one partition, and its descendants
+are ``begins_with(sk, "i#<rest>#")`` there (a label is always followed by ``#`` and a key
+never contains it, so the prefix stops at label boundaries). A shorter prefix Queries the
+registry (``begins_with(sk, "p#<prefix>#")``) for its partitions and then each of them. A
+partition's registry item is written in the same TransactWriteItems as the first item this
+process puts there (an idempotent Put); registry items are never removed (a partition whose
+items all went away costs one empty Query per cross-partition search).
+
+Item attributes: ``ns`` and ``k`` (raw namespace text and key), ``v`` (value as JSON bytes,
+zlib-compressed from 4 KiB when it pays; chunk items when still over the 400 KB limit),
+``cu``/``uu`` (created/updated, epoch microseconds), ``xm`` (exact expiry, epoch ms, checked
+on every read), ``tm`` (TTL minutes, what a refresh re-arms), ``exp`` (DynamoDB's TTL
+attribute, epoch seconds; DynamoDB reaps within about 48 hours), ``vec`` (embeddings, msgpack
+of ``[path, digest, float32 bytes]``). Chunk items carry ``at`` (written, epoch ms) and no
+``exp``: ``sweep`` deletes them with their owner, or when their owner has disappeared.
+
+Requests per operation (RCU/WCU at DynamoDB's on-demand rates: a strongly consistent read
+costs 1 RCU per 4 KB read, a write 1 WCU per 1 KB written, twice that inside a transaction):
+
+- ``get``: 1 BatchGetItem per 100 keys (strongly consistent), +1 for chunks of large values;
+  a refresh of items with a TTL: 1 TransactWriteItems per 100 (1 UpdateItem when single).
+- ``put``/``delete``: 1 TransactWriteItems per 100 actions (UpdateItem/DeleteItem when single),
+  including the registry item of a partition this process has not registered yet. ``created``
+  survives through ``if_not_exists``; the condition "no chunks of another digest and not
+  expired" costs nothing, and when it fails (the old value was chunked, or the old item
+  expired) the item is read and rewritten alone. Large values: chunk items first (1
+  BatchWriteItem per 25 chunks of 350 KB), then the owner.
+- ``search``/``list_namespaces``: 1 Query per 1 MB page of the prefix's items in every
+  partition it covers (+1 registry Query when the prefix is shorter than ``shard_labels``).
+  Ordering by ``updated_at`` (or by score) and ``offset``/``limit`` happen client-side over
+  all of the prefix's items, so a search reads (and pays RCU for) the whole prefix, whatever
+  the limit: keep prefixes narrow (e.g. ``("users", user_id)``) on large stores.
+  Filters are applied client-side too (``matches``): a DynamoDB FilterExpression does not
+  lower the RCU of a Query, and the value is stored as exact JSON bytes, not as a map.
+  Semantic search ranks the vectors of the prefix's items client-side (``rank``).
+- ``sweep``: 1 registry Query + 1 filtered Query per partition page (``xm <= now`` and chunk
+  items; the RCU of the whole partition), then BatchWriteItem deletes per 25.
 """
 
 from __future__ import annotations
 
-import logging
-import math
-import re
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphkeep.backends.dynamodb import keys
+from graphkeep.backends.dynamodb import (
+    _AsyncExecutor,
+    _describe,
+    _SyncExecutor,
+    async_client,
+    client_options,
+    parse_url,
+    sync_client,
+)
+from graphkeep.backends.dynamodb import keys as dkeys
+from graphkeep.backends.dynamodb.checkpoint import DynamoDBCheckpointPort
+from graphkeep.backends.dynamodb.checkpoint import _compress_level as compress_level
 from graphkeep.backends.dynamodb.items import (
-    DEFAULT_COMPRESS_LEVEL,
+    CODEC,
     DIGEST,
     EXP,
-    HEAD,
-    LIST,
-    LOCK_TOKEN,
-    LOCK_UNTIL,
+    MAX_ITEM_BYTES,
     NCHUNKS,
     PK,
-    RAW,
-    RUN,
-    RUN_INDEX,
+    SIZE,
     SK,
-    SMALL_COMPRESS_MIN_BYTES,
     VALUE,
-    VIS,
     B,
-    Encoded,
     N,
     S,
     attach_payload,
     b,
-    chunk_sks,
-    head_hidden,
-    hidden,
     key,
     n,
     read_payload,
@@ -105,1721 +98,602 @@ from graphkeep.backends.dynamodb.requests import (
     Call,
     batch_get,
     batch_write,
-    error_code,
-    groups,
     query_all,
-    query_page,
-    single,
     transact,
 )
-from graphkeep.backends.dynamodb.ttl import Known, KnownCheckpoint, KnownItem, Refresh
-from graphkeep.errors import ConfigurationError, GraphkeepError
-from graphkeep.shared import serde as codec
-from graphkeep.shared.lists import ELEMENT_CHANNEL, is_manifest, manifest_keys
-from graphkeep.shared.lru import ThreadLRU
-from graphkeep.shared.port import Op, Sleep
-from graphkeep.shared.records import (
-    BlobRecord,
-    Chain,
-    CheckpointRecord,
-    Inventory,
-    ListQuery,
-    Loaded,
-    Summary,
-    ThreadDump,
-    Typed,
-    WriteRecord,
+from graphkeep.errors import ConfigurationError, InvalidInput, PayloadTooLarge
+from graphkeep.port import Op, codec
+from graphkeep.store.base import (
+    AsyncStore,
+    ItemKey,
+    Namespace,
+    SearchQuery,
+    StoredItem,
+    SyncStore,
+    Vector,
+    decode_value,
+    encode_value,
+    in_prefix,
+    namespace_of,
+    namespace_text,
+    rank,
 )
 
-try:
-    from botocore.exceptions import ClientError
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "the DynamoDB backend needs boto3: pip install 'graphkeep[dynamodb]'"
-    ) from exc
+__all__ = ["STORE_OPTIONS", "AsyncDynamoDBStore", "DynamoDBStorePort", "DynamoDBStore"]
 
-log = logging.getLogger("graphkeep.dynamodb")
+#: options of ``graphkeep.connect_store("dynamodb://...")`` beyond the common ones
+STORE_OPTIONS = frozenset(
+    {"shard_labels", "compress", "session", "profile_name", "botocore_config"}
+)
 
-#: items read by the first page of a "latest checkpoint" Query (head + up to 15 writes)
-LATEST_FIRST_PAGE = 16
-#: items read by the first page of an ancestor walk (about 100 ancestors with a write each)
-CHAIN_FIRST_PAGE = 256
-#: ``list`` pages of at least this many checkpoints read whole 1 MB Query pages
-LIST_PAGE_FULL = 100
-TABLE_WAIT_SECONDS = 600
-#: element keys (``lists.element_key``): 16 hex digits of epoch, 8 of sequence number
-ELEMENT_KEY_LENGTH = 24
-ELEMENT_SEQ_DIGITS = 8
-#: elements of one epoch this far apart (in sequence numbers) are read by separate Queries;
-#: closer ones by one Query over the whole span (reading a few unnamed items costs less
-#: than another request: a Query is billed by the bytes it reads, not per item)
-ELEMENT_GAP = 64
-#: runs of fewer elements are read by exact key with BatchGetItem (100 keys a request,
-#: pooled with the other keys), not by a Query each: a list written by many processes
-#: (one epoch each) costs ceil(n / 100) requests, not one per process
-ELEMENT_QUERY_MIN = 50
-#: how many manifests (blob sort key -> its elements) the TTL bookkeeping remembers
-MANIFEST_CAPACITY = 4096
-
-
-def table_definition(table_name: str, *, run_index: bool = True) -> dict[str, Any]:
-    """The CreateTable request ``setup()`` sends (TTL is enabled separately on ``exp``)."""
-    attributes = [
-        {"AttributeName": PK, "AttributeType": "S"},
-        {"AttributeName": SK, "AttributeType": "S"},
-    ]
-    definition: dict[str, Any] = {
-        "TableName": table_name,
-        "AttributeDefinitions": attributes,
-        "KeySchema": [
-            {"AttributeName": PK, "KeyType": "HASH"},
-            {"AttributeName": SK, "KeyType": "RANGE"},
-        ],
-        "BillingMode": "PAY_PER_REQUEST",
-    }
-    if run_index:
-        attributes.append({"AttributeName": RUN, "AttributeType": "S"})
-        definition["GlobalSecondaryIndexes"] = [
-            {
-                "IndexName": RUN_INDEX,
-                "KeySchema": [{"AttributeName": RUN, "KeyType": "HASH"}],
-                "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": [RAW]},
-            }
-        ]
-    return definition
-
-
-# --------------------------------------------------------------------------- decoding
-
-
-@dataclass(slots=True)
-class Collection:
-    """A checkpoint head with its writes, as read (``ns``/``checkpoint_id`` key-escaped)."""
-
-    pk: str
-    ns: str
-    checkpoint_id: str
-    head: dict[str, Any] | None
-    writes: list[dict[str, Any]] = field(default_factory=list)
+FORMAT = "m1"
+ITEM_KIND = "i#"
+REGISTRY_KIND = "p#"
+NS, KEY, CREATED, UPDATED, EXPIRES, TTL_MINUTES, VECTORS, WRITTEN = (
+    "ns", "k", "cu", "uu", "xm", "tm", "vec", "at",
+)  # fmt: skip
+#: attributes an item update replaces or removes (everything but the keys and ``cu``)
+REPLACED = (
+    NS,
+    KEY,
+    UPDATED,
+    EXPIRES,
+    TTL_MINUTES,
+    EXP,
+    VECTORS,
+    VALUE,
+    NCHUNKS,
+    DIGEST,
+    SIZE,
+    CODEC,
+)
+READ = (NS, KEY, VALUE, CREATED, UPDATED, EXPIRES, TTL_MINUTES, NCHUNKS, DIGEST, SIZE, CODEC)
+#: a label or key longer than this (escaped, bytes) keeps a head plus a digest in the key
+LABEL_LIMIT = 200
+MAX_PK_BYTES = 2048
+MAX_SK_BYTES = 1024
+DEFAULT_SHARD_LABELS = 2
+#: chunk items whose owner is gone are deleted by ``sweep`` once older than this
+ORPHAN_AGE_MS = 3_600_000
 
 
 @dataclass(frozen=True, slots=True)
-class Names:
-    """The raw names behind an item's keys."""
+class Address:
+    """Where an item lives: its partition (and the registry sort key naming it), sort key."""
 
-    thread: str
-    ns: str
-    checkpoint_id: str = ""
-    task_id: str = ""
-    channel: str = ""
-    version: str = ""
+    pk: str
+    sk: str
+    registry_sk: str
 
-
-def names_of(item: dict[str, Any], parsed: keys.ParsedKey) -> Names:
-    if RAW in item:
-        raw = codec.unpackb(b(item, RAW))
-        if parsed.kind == "c":
-            return Names(raw[0], raw[1], checkpoint_id=raw[2])
-        if parsed.kind == "w":
-            return Names(raw[0], raw[1], checkpoint_id=raw[2], task_id=raw[3])
-        if parsed.kind == "b":
-            return Names(raw[0], raw[1], channel=raw[2], version=raw[3])
-    thread = keys.decode(keys.thread_part_of(s(item, PK)))
-    parts = [parsed.ns, parsed.checkpoint_id, parsed.task_id, parsed.channel, parsed.version]
-    decoded = [keys.decode(p) for p in parts]
-    if thread is None or any(d is None for d in decoded):
-        raise GraphkeepError(f"item {s(item, SK)!r} has a shortened key but no raw names")
-    ns, checkpoint_id, task_id, channel, version = (d or "" for d in decoded)
-    return Names(thread, ns, checkpoint_id, task_id, channel, version)
+    @property
+    def fits(self) -> bool:
+        return (
+            len(self.pk.encode("utf-8")) <= MAX_PK_BYTES
+            and len(self.sk.encode("utf-8")) <= MAX_SK_BYTES
+        )
 
 
-def summary_of(ns: str, checkpoint_id: str, head: dict[str, Any]) -> Summary:
-    parent, versions, present, needs, run_id = codec.unpackb(b(head, HEAD))
-    return Summary(ns, checkpoint_id, parent or None, versions, present, needs, run_id or None)
+@dataclass(slots=True)
+class _Write:
+    """One put (the owner item and its chunk items) or delete (``stored`` is None)."""
+
+    address: Address
+    stored: StoredItem | None
+    item: dict[str, Any] = field(default_factory=dict)
+    chunks: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def digest(self) -> str | None:
+        return s(self.item, DIGEST) if DIGEST in self.item else None
 
 
-def pack_head(record: CheckpointRecord) -> bytes:
-    return codec.packb(
-        [
-            record.parent_id or "",
-            record.versions,
-            record.present,
-            record.needs_history,
-            record.run_id or "",
-        ]
-    )
+def _labels(labels: Namespace) -> str:
+    return "".join(dkeys.part(label, LABEL_LIMIT)[0] + dkeys.SEP for label in labels)
 
 
-def _plain(*tags: str) -> bool:
-    """Worth compressing: encrypted payloads (tag "<inner>+<cipher>") are not."""
-    return not any("+" in tag for tag in tags)
-
-
-class _Descending:
-    """Groups a descending stream of checkpoint items (writes come just before their head)."""
-
-    def __init__(self) -> None:
-        self.ident: tuple[str, str, str] | None = None
-        self.writes: list[dict[str, Any]] = []
-
-    def feed(self, pk: str, item: dict[str, Any]) -> Collection | None:
-        parsed = keys.parse_sk(s(item, SK))
-        ident = (pk, parsed.ns, parsed.checkpoint_id)
-        if parsed.kind == "w":
-            if ident != self.ident:
-                self.ident, self.writes = ident, []
-            self.writes.append(item)
-        elif parsed.kind == "c":
-            writes = self.writes if ident == self.ident else []
-            self.ident, self.writes = None, []
-            return Collection(pk, parsed.ns, parsed.checkpoint_id, item, writes)
-        return None
-
-
-def collections_of(items: Iterable[dict[str, Any]]) -> dict[tuple[str, str, str], Collection]:
-    """Heads and writes grouped per checkpoint, in any order (writes without a head kept)."""
-    found: dict[tuple[str, str, str], Collection] = {}
-    for item in items:
-        parsed = keys.parse_sk(s(item, SK))
-        if parsed.kind not in ("c", "w"):
-            continue
-        pk = s(item, PK)
-        ident = (pk, parsed.ns, parsed.checkpoint_id)
-        coll = found.get(ident)
-        if coll is None:
-            coll = found[ident] = Collection(pk, parsed.ns, parsed.checkpoint_id, None)
-        if parsed.kind == "c":
-            coll.head = item
-        else:
-            coll.writes.append(item)
-    return found
-
-
-# --------------------------------------------------------------------------- list elements
-
-_ELEMENT_SK = re.compile(
-    re.escape(f"{keys.SEP}{keys.escape(ELEMENT_CHANNEL)}{keys.SEP}")
-    + f"[0-9a-f]{{{ELEMENT_KEY_LENGTH}}}$"
-)
-
-
-def is_element_sk(sk: str) -> bool:
-    """A list element's sort key: ``b#<ns>#__graphkeep.element__#<epoch><seq>``.
-
-    Element keys are fixed-width lowercase hex and never shortened, so the elements of one
-    (namespace, epoch) share a sort key prefix and sort by sequence number: a range.
-    """
-    return sk.startswith("b#") and _ELEMENT_SK.search(sk) is not None
-
-
-def element_runs(sks: Iterable[str]) -> list[list[str]]:
-    """Element sort keys grouped into sorted runs, each readable by one range Query.
-
-    Keys of one (namespace, epoch) whose sequence numbers are at most :data:`ELEMENT_GAP`
-    apart share a run (an append-only list is one run, whatever its length).
-    """
-    by_prefix: dict[str, list[tuple[int, str]]] = {}
-    for sk in sks:
-        prefix, seq = sk[:-ELEMENT_SEQ_DIGITS], int(sk[-ELEMENT_SEQ_DIGITS:], 16)
-        by_prefix.setdefault(prefix, []).append((seq, sk))
-    runs: list[list[str]] = []
-    for entries in by_prefix.values():
-        entries.sort()
-        run = [entries[0][1]]
-        for (before, _), (seq, sk) in zip(entries, entries[1:], strict=False):
-            if seq - before > ELEMENT_GAP:
-                runs.append(run)
-                run = []
-            run.append(sk)
-        runs.append(run)
-    return runs
-
-
-class Manifests:
-    """TTL bookkeeping: which blobs are list manifests, and what they name (bounded LRU).
-
-    A put keeps alive the elements of the checkpoint's manifests; for the channels it does
-    not rewrite it learns them here (from this process' own writes and reads), else reads
-    the manifest once (blobs marked ``ls``).
-    """
-
-    def __init__(self, capacity: int = MANIFEST_CAPACITY) -> None:
-        #: (pk, sk) -> the manifest, or None for a blob known to be plain
-        self.known: ThreadLRU[tuple[str, str], Typed | None] = ThreadLRU(capacity)
-
-    def knows(self, pk: str, sk: str) -> bool:
-        return (pk, sk) in self.known
-
-    def element_sks(self, pk: str, sk: str) -> list[str]:
-        """Sort keys of the elements the blob ``sk`` names (none for a plain blob)."""
-        manifest = self.known.get((pk, sk))
-        if manifest is None:
-            return []
-        ns_part = keys.parse_sk(sk).ns
-        channel = keys.escape(ELEMENT_CHANNEL)
-        return [keys.blob_sk(ns_part, channel, key) for key in manifest_keys(manifest)]
-
-    def set(self, pk: str, sk: str, value: Typed | None) -> None:
-        self.known.put((pk, sk), value if is_manifest(value) else None)
-
-    def forget_thread(self, pk: str) -> None:
-        self.known.drop_thread(pk)
-
-
-# --------------------------------------------------------------------------- the store
-
-
-class DynamoDBCheckpoints:
-    """Storage port on one DynamoDB table (see the module docstring for the mapping)."""
-
-    #: payloads are compressed here, per item (``compress`` option, recorded in ``z``),
-    #: so the saver leaves them alone
-    compresses = True
+class DynamoDBStorePort:
+    """The :class:`~graphkeep.store.base.StorePort` on one DynamoDB table."""
 
     def __init__(
         self,
         table: str,
         *,
         key_prefix: str = "graphkeep",
-        ttl: float | None = None,
-        refresh_ttl_on_read: bool = False,
+        shard_labels: int = DEFAULT_SHARD_LABELS,
         compress: bool | int = True,
-        run_index: bool = True,
-        clock: Callable[[], float] = time.time,
     ) -> None:
-        if not isinstance(table, str) or not table:
-            raise ConfigurationError("table_name must be a non-empty string")
+        if isinstance(shard_labels, bool) or not isinstance(shard_labels, int):
+            raise ConfigurationError(f"shard_labels must be an int >= 1, got {shard_labels!r}")
+        if not 1 <= shard_labels <= 8:
+            raise ConfigurationError(f"shard_labels must be between 1 and 8, got {shard_labels}")
+        # the saver's port owns the table: setup() and Query requests come from it
+        self.tables = DynamoDBCheckpointPort(table, key_prefix=key_prefix)
         self.table = table
-        self.key_prefix = key_prefix
-        self.prefix = keys.check_prefix(key_prefix)
-        self.ttl = int(math.ceil(ttl)) if ttl else None
-        self.slack = max(1, self.ttl // 2) if self.ttl else 0
-        self.refresh_on_read = bool(refresh_ttl_on_read) and self.ttl is not None
-        self.level = _compress_level(compress)
-        self.run_index = run_index
-        self.clock = clock
-        self.known = Known()
-        self.manifests = Manifests()
+        self.prefix = self.tables.prefix
+        self.shard_labels = shard_labels
+        self.level = compress_level(compress)
+        self.registry_pk = f"{self.prefix}{dkeys.SEP}{FORMAT}r"
+        self.registered: set[str] = set()
 
-    # -- keys and items --------------------------------------------------------------
+    # -- keys ------------------------------------------------------------------------
 
-    def thread_key(self, thread_id: str) -> tuple[str, bool]:
-        part, shortened = keys.part(thread_id, keys.THREAD_LIMIT)
-        return keys.partition(self.prefix, part), shortened
-
-    def run_key(self, run_id: str) -> str:
-        return keys.partition(self.prefix, keys.part(run_id, keys.THREAD_LIMIT)[0])
-
-    def _exp(self, now: float) -> int:
-        assert self.ttl is not None
-        return math.ceil(now + self.ttl + self.slack)
-
-    def _vis(self, now: float) -> int:
-        assert self.ttl is not None
-        return math.ceil(now + self.ttl)
-
-    def _stamp(self, item: dict[str, Any], now: float, *, head: bool = False) -> None:
-        if self.ttl:
-            item[EXP] = N(self._exp(now))
-            if head:
-                item[VIS] = N(self._vis(now))
-
-    def _item(self, pk: str, sk: str, raw: list[str] | None) -> dict[str, Any]:
-        item: dict[str, Any] = {PK: S(pk), SK: S(sk)}
-        if raw is not None:
-            item[RAW] = B(codec.packb(raw))
-        return item
-
-    def _head(self, record: CheckpointRecord, now: float) -> Encoded:
-        pk, short_thread = self.thread_key(record.thread_id)
-        ns, short_ns = keys.part(record.ns)
-        cid, short_id = keys.part(record.checkpoint_id)
-        raw = [record.thread_id, record.ns, record.checkpoint_id]
-        item = self._item(
-            pk, keys.head_sk(ns, cid), raw if short_thread or short_ns or short_id else None
-        )
-        item[HEAD] = B(pack_head(record))
-        if record.run_id:
-            item[RUN] = S(self.run_key(record.run_id))
-        self._stamp(item, now, head=True)
-        checkpoint, metadata = record.checkpoint, record.metadata
-        payload = codec.packb([checkpoint.tag, checkpoint.data, metadata.tag, metadata.data])
-        return attach_payload(
-            item,
-            payload,
-            level=self.level,
-            compressible=_plain(record.checkpoint.tag, record.metadata.tag),
-            min_bytes=SMALL_COMPRESS_MIN_BYTES,
+    def address(self, namespace: Namespace, item_key: str) -> Address:
+        shard = _labels(namespace[: self.shard_labels])
+        return Address(
+            pk=self._partition(shard),
+            sk=ITEM_KIND
+            + _labels(namespace[self.shard_labels :])
+            + dkeys.part(item_key, LABEL_LIMIT)[0],
+            registry_sk=REGISTRY_KIND + shard,
         )
 
-    def _write(
-        self, thread_id: str, ns: str, checkpoint_id: str, write: WriteRecord, now: float
-    ) -> Encoded:
-        pk, short_thread = self.thread_key(thread_id)
-        ns_part, short_ns = keys.part(ns)
-        cid, short_id = keys.part(checkpoint_id)
-        task, short_task = keys.part(write.task_id)
-        shortened = short_thread or short_ns or short_id or short_task
-        item = self._item(
-            pk,
-            keys.write_sk(ns_part, cid, task, write.idx),
-            [thread_id, ns, checkpoint_id, write.task_id] if shortened else None,
+    def _partition(self, shard: str) -> str:
+        return f"{self.prefix}{dkeys.SEP}{FORMAT}{dkeys.SEP}{shard}"
+
+    def _partitions(self, prefix: Namespace) -> Op[list[tuple[str, str]]]:
+        """(pk, sort key prefix) of every partition holding namespaces under ``prefix``."""
+        if len(prefix) >= self.shard_labels:
+            shard = _labels(prefix[: self.shard_labels])
+            pk, begins = self._partition(shard), ITEM_KIND + _labels(prefix[self.shard_labels :])
+            if Address(pk, begins, "").fits:
+                return [(pk, begins)]
+            return []  # longer than any key: nothing is stored there
+        params = self.tables._query(
+            self.registry_pk, begins=REGISTRY_KIND + _labels(prefix), projection=[]
         )
-        self._stamp(item, now)
-        payload = codec.packb([write.channel, write.task_path, write.value.tag, write.value.data])
-        return attach_payload(
-            item,
-            payload,
-            level=self.level,
-            compressible=_plain(write.value.tag),
-            min_bytes=SMALL_COMPRESS_MIN_BYTES,
+        found = yield from query_all(params)
+        return [(self._partition(s(i, SK)[len(REGISTRY_KIND) :]), ITEM_KIND) for i in found]
+
+    # -- items -----------------------------------------------------------------------
+
+    def _encode(self, stored: StoredItem, address: Address) -> _Write:
+        item: dict[str, Any] = {
+            PK: S(address.pk),
+            SK: S(address.sk),
+            NS: S(namespace_text(stored.namespace)),
+            KEY: S(stored.key),
+            UPDATED: N(stored.updated_us),
+        }
+        if stored.vectors:
+            item[VECTORS] = B(codec.packb([[v.path, v.digest, v.data] for v in stored.vectors]))
+        if size_of(item) > MAX_ITEM_BYTES // 2:
+            raise PayloadTooLarge(
+                f"the embeddings of {stored.key!r} take {size_of(item)} bytes; DynamoDB items"
+                f" hold {MAX_ITEM_BYTES}: index fewer fields (index=[...]) or use fewer dims"
+            )
+        encoded = attach_payload(item, encode_value(stored.value), level=self.level)
+        for chunk in encoded.chunks:
+            chunk[WRITTEN] = N(stored.updated_us // 1000)
+        if stored.expires_ms is not None:
+            item[EXPIRES] = N(stored.expires_ms)
+            item[EXP] = N(-(-stored.expires_ms // 1000))
+        if stored.ttl_minutes is not None:
+            item[TTL_MINUTES] = {"N": repr(float(stored.ttl_minutes))}
+        return _Write(address, stored, item, encoded.chunks)
+
+    def _decode(self, item: dict[str, Any], chunks: dict[str, dict[str, Any]]) -> StoredItem:
+        vectors = (
+            [Vector(p, d, bytes(x)) for p, d, x in codec.unpackb(b(item, VECTORS))]
+            if VECTORS in item
+            else []
+        )
+        minutes = item.get(TTL_MINUTES)
+        return StoredItem(
+            namespace=namespace_of(s(item, NS)),
+            key=s(item, KEY),
+            value=decode_value(read_payload(item, chunks)) if chunks is not _NO_VALUE else {},
+            created_us=n(item, CREATED) or 0,
+            updated_us=n(item, UPDATED) or 0,
+            expires_ms=n(item, EXPIRES),
+            ttl_minutes=None if minutes is None else float(minutes["N"]),
+            vectors=vectors,
         )
 
-    def _blob(self, thread_id: str, ns: str, blob: BlobRecord, now: float) -> Encoded:
-        pk, short_thread = self.thread_key(thread_id)
-        sk, short = self._blob_sk(ns, blob.channel, blob.version)
-        item = self._item(
-            pk, sk, [thread_id, ns, blob.channel, blob.version] if short or short_thread else None
-        )
-        self._stamp(item, now)
-        if is_manifest(blob.value):
-            item[LIST] = N(1)
-        payload = codec.pack_typed(blob.value)
-        return attach_payload(
-            item,
-            payload,
-            level=self.level,
-            compressible=_plain(blob.value.tag),
-            min_bytes=SMALL_COMPRESS_MIN_BYTES,
-        )
+    def _chunks(self, items: list[dict[str, Any]]) -> Op[dict[str, dict[str, Any]]]:
+        """The chunk items of those ``items`` whose value lives in chunks, by sort key."""
+        wanted = [key(s(i, PK), sk) for i in items for sk in _chunk_sks(i)]
+        if not wanted:
+            return {}
+        found = yield from batch_get(self.table, wanted)
+        return {s(c, SK): c for c in found}
 
-    @staticmethod
-    def _blob_sk(ns: str, channel: str, version: str) -> tuple[str, bool]:
-        ns_part, a = keys.part(ns)
-        ch_part, b_ = keys.part(channel)
-        ver_part, c = keys.part(version)
-        return keys.blob_sk(ns_part, ch_part, ver_part), a or b_ or c
-
-    def _query(
-        self,
-        pk: str,
-        *,
-        begins: str | None = None,
-        between: tuple[str, str] | None = None,
-        forward: bool = True,
-        limit: int | None = None,
-        projection: Iterable[str] | None = None,
+    def _update(
+        self, write: _Write, now_ms: int, *, conditional: bool = True, reset_created: bool = False
     ) -> dict[str, Any]:
-        names = {"#pk": PK}
-        values: dict[str, Any] = {":pk": S(pk)}
-        condition = "#pk = :pk"
-        if begins is not None:
-            names["#sk"] = SK
-            values[":b"] = S(begins)
-            condition += " AND begins_with(#sk, :b)"
-        elif between is not None:
-            names["#sk"] = SK
-            values[":lo"], values[":hi"] = S(between[0]), S(between[1])
-            condition += " AND #sk BETWEEN :lo AND :hi"
-        params: dict[str, Any] = {
+        """The UpdateItem of a put. Conditional form: the old item has no chunks of another
+        digest and has not expired (else the caller re-reads it and writes unconditionally,
+        with ``reset_created`` when the old item had expired)."""
+        assert write.stored is not None
+        stored, address, item_attrs = write.stored, write.address, write.item
+        names: dict[str, str] = {"#cu": CREATED}
+        values: dict[str, Any] = {":cu": N(stored.created_us)}
+        sets = ["#cu = :cu" if reset_created else "#cu = if_not_exists(#cu, :cu)"]
+        removes = []
+        for i, name in enumerate(REPLACED):
+            names[f"#a{i}"] = name
+            if name in item_attrs:
+                values[f":a{i}"] = item_attrs[name]
+                sets.append(f"#a{i} = :a{i}")
+            else:
+                removes.append(f"#a{i}")
+        update: dict[str, Any] = {
             "TableName": self.table,
-            "KeyConditionExpression": condition,
-            "ExpressionAttributeValues": values,
-            "ConsistentRead": True,
-            "ScanIndexForward": forward,
+            "Key": key(address.pk, address.sk),
+            "UpdateExpression": "SET "
+            + ", ".join(sets)
+            + (" REMOVE " + ", ".join(removes) if removes else ""),
         }
-        if projection is not None:
-            wanted = list(dict.fromkeys([PK, SK, *projection]))
-            names.update({f"#p{i}": a for i, a in enumerate(wanted)})
-            params["ProjectionExpression"] = ", ".join(f"#p{i}" for i in range(len(wanted)))
-        params["ExpressionAttributeNames"] = names
-        if limit is not None:
-            params["Limit"] = limit
-        return params
+        if conditional:
+            names["#nk"], names["#xm"] = NCHUNKS, EXPIRES
+            values[":now"] = N(now_ms)
+            same_chunks = "attribute_not_exists(#nk)"
+            if write.digest is not None:
+                names["#dg"] = DIGEST
+                values[":dg"] = S(write.digest)
+                same_chunks = f"({same_chunks} OR #dg = :dg)"
+            update["ConditionExpression"] = (
+                f"{same_chunks} AND (attribute_not_exists(#xm) OR #xm > :now)"
+            )
+        update["ExpressionAttributeNames"] = names
+        update["ExpressionAttributeValues"] = values
+        return {"Update": update}
 
-    def _scan(self, projection: Iterable[str] | None = None) -> dict[str, Any]:
-        """A consistent Scan of this prefix' checkpoint items (heads and writes)."""
-        names = {"#pk": PK, "#sk": SK}
-        params: dict[str, Any] = {
-            "_op": "scan",
-            "TableName": self.table,
-            "ConsistentRead": True,
-            "FilterExpression": "begins_with(#pk, :p) AND begins_with(#sk, :c)",
-            "ExpressionAttributeValues": {
-                ":p": S(keys.partition_prefix(self.prefix)),
-                ":c": S("c#"),
-            },
+    def _delete(self, address: Address, *, conditional: bool) -> dict[str, Any]:
+        delete: dict[str, Any] = {"TableName": self.table, "Key": key(address.pk, address.sk)}
+        if conditional:  # an item with chunks is deleted with them, by the caller
+            delete["ConditionExpression"] = "attribute_not_exists(#nk)"
+            delete["ExpressionAttributeNames"] = {"#nk": NCHUNKS}
+        return {"Delete": delete}
+
+    def _register(self, registry_sk: str) -> dict[str, Any]:
+        return {
+            "Put": {
+                "TableName": self.table,
+                "Item": {PK: S(self.registry_pk), SK: S(registry_sk)},
+            }
         }
-        if projection is not None:
-            wanted = list(dict.fromkeys([PK, SK, *projection]))
-            names.update({f"#p{i}": a for i, a in enumerate(wanted)})
-            params["ProjectionExpression"] = ", ".join(f"#p{i}" for i in range(len(wanted)))
-        params["ExpressionAttributeNames"] = names
-        return params
 
-    # -- setup -----------------------------------------------------------------------
+    # -- the port --------------------------------------------------------------------
 
     def setup(self) -> Op[None]:
-        table = self.table
-        try:
-            described = yield Call("describe_table", {"TableName": table})
-        except ClientError as exc:
-            if error_code(exc) != "ResourceNotFoundException":
-                raise
-            try:
-                yield Call("create_table", table_definition(table, run_index=self.run_index))
-            except ClientError as exc2:
-                if error_code(exc2) != "ResourceInUseException":
-                    raise
-            described = yield Call("describe_table", {"TableName": table})
-        waited = 0.0
-        while described["Table"].get("TableStatus") not in ("ACTIVE", "UPDATING"):
-            if waited >= TABLE_WAIT_SECONDS:
-                raise GraphkeepError(
-                    f"DynamoDB table {table} is still {described['Table'].get('TableStatus')}"
-                    f" after {TABLE_WAIT_SECONDS}s"
-                )
-            yield Sleep(1.0)
-            waited += 1.0
-            described = yield Call("describe_table", {"TableName": table})
-        _check_table(described["Table"], self.run_index)
-        ttl = yield Call("describe_time_to_live", {"TableName": table})
-        state = ttl.get("TimeToLiveDescription") or {}
-        status = state.get("TimeToLiveStatus", "DISABLED")
-        if status in ("ENABLED", "ENABLING"):
-            if state.get("AttributeName") not in (None, EXP):
-                raise ConfigurationError(
-                    f"table {table} has TTL on attribute {state.get('AttributeName')!r};"
-                    f" graphkeep writes expiries to {EXP!r}"
-                )
-        elif status == "DISABLED":
-            yield Call(
-                "update_time_to_live",
+        yield from self.tables.setup()  # the saver's table: same schema, TTL on ``exp``
+
+    def get(
+        self, keys: list[ItemKey], refresh: list[bool], now_ms: int, vectors: bool = False
+    ) -> Op[list[StoredItem | None]]:
+        addresses = [self.address(ns, k) for ns, k in keys]
+        wanted = list({(a.pk, a.sk): a for a in addresses if a.fits})
+        attrs = [*READ, VECTORS] if vectors else list(READ)
+        names = {f"#p{i}": a for i, a in enumerate([PK, SK, *attrs])}
+        if len(wanted) == 1:  # one key: GetItem, the cheapest strongly consistent read
+            reply = yield Call(
+                "get_item",
                 {
-                    "TableName": table,
-                    "TimeToLiveSpecification": {"Enabled": True, "AttributeName": EXP},
+                    "TableName": self.table,
+                    "Key": key(*wanted[0]),
+                    "ConsistentRead": True,
+                    "ProjectionExpression": ", ".join(names),
+                    "ExpressionAttributeNames": names,
                 },
             )
-
-    # -- put -------------------------------------------------------------------------
-
-    def put_checkpoint(self, record: CheckpointRecord, blobs: list[BlobRecord]) -> Op[None]:
-        now = self.clock()
-        pk, _ = self.thread_key(record.thread_id)
-        bodies = [self._blob(record.thread_id, record.ns, blob, now) for blob in blobs]
-        head = self._head(record, now)
-        refresh: list[Refresh] = []
-        if self.ttl:
-            refresh = yield from self._due_for_put(pk, record, blobs, now)
-            written = {s(e.item, SK) for e in bodies} | {s(head.item, SK)}
-            refresh = [r for r in refresh if r.sk not in written]
-        body_items = [c for e in bodies for c in e.chunks] + [e.item for e in bodies]
-        yield from self._write_then_head(pk, body_items + head.chunks, head.item, refresh, now)
-        if self.ttl:
-            exp = self._exp(now)
-            for enc, blob in zip(bodies, blobs, strict=True):
-                sk = s(enc.item, SK)
-                self.known.set_blob(pk, sk, KnownItem(exp, enc.chunk_sks))
-                if blob.channel != ELEMENT_CHANNEL:
-                    self.manifests.set(pk, sk, blob.value)
-            summary = Summary(
-                record.ns,
-                record.checkpoint_id,
-                record.parent_id,
-                record.versions,
-                record.present,
-                record.needs_history,
-                record.run_id,
-            )
-            self.known.set_checkpoint(
-                pk, record.ns, KnownCheckpoint(summary, {s(head.item, SK): KnownItem(exp)})
-            )
-
-    def _write_then_head(
-        self,
-        pk: str,
-        body: list[dict[str, Any]],
-        head: dict[str, Any],
-        refresh: list[Refresh],
-        now: float,
-    ) -> Op[None]:
-        puts = [{"Put": {"TableName": self.table, "Item": item}} for item in body]
-        updates, update_owners = self._refresh_actions(pk, refresh, now, first_owner=len(puts))
-        actions = [*puts, *updates, {"Put": {"TableName": self.table, "Item": head}}]
-        owners = [*range(len(puts)), *update_owners, len(puts) + len(refresh)]
-        size = sum(size_of(item) for item in body) + size_of(head) + 200 * len(updates)
-        if len(actions) <= TRANSACT_MAX_ITEMS and size <= TRANSACT_MAX_BYTES:
-            failed = yield from transact(actions, owners)
+            found = [reply["Item"]] if reply.get("Item") else []
         else:
-            # Too big for one transaction: values first, the head last, so a reader never
-            # finds the head without them (a failure in between leaves unreferenced values
-            # that a retry rewrites under the same keys).
-            yield from batch_write(self.table, [{"PutRequest": {"Item": item}} for item in body])
-            failed = {}
-            for start in range(0, len(updates), TRANSACT_MAX_ITEMS):
-                part = updates[start : start + TRANSACT_MAX_ITEMS]
-                part_owners = update_owners[start : start + TRANSACT_MAX_ITEMS]
-                failed.update((yield from transact(part, part_owners)))
-            yield single({"Put": {"TableName": self.table, "Item": head}})
-        self._refreshed(refresh, failed, len(puts), now)
-
-    def _refresh_actions(
-        self, pk: str, refresh: list[Refresh], now: float, *, first_owner: int
-    ) -> tuple[list[dict[str, Any]], list[int]]:
-        actions: list[dict[str, Any]] = []
-        owners: list[int] = []
-        if not refresh:
-            return actions, owners
-        exp = self._exp(now)
-        for offset, entry in enumerate(refresh):
-            for sk in (entry.sk, *entry.info.chunks):
-                update = "SET #e = :e"
-                values: dict[str, Any] = {":e": N(exp)}
-                names = {"#e": EXP, "#sk": SK}
-                if entry.vis and sk == entry.sk:
-                    update += ", #v = :v"
-                    values[":v"] = N(self._vis(now))
-                    names["#v"] = VIS
-                actions.append(
-                    {
-                        "Update": {
-                            "TableName": self.table,
-                            "Key": key(pk, sk),
-                            "UpdateExpression": update,
-                            # never resurrect an item that is gone as a stub
-                            "ConditionExpression": "attribute_exists(#sk)",
-                            "ExpressionAttributeNames": names,
-                            "ExpressionAttributeValues": values,
-                        }
-                    }
-                )
-                owners.append(first_owner + offset)
-        return actions, owners
-
-    def _refreshed(
-        self, refresh: list[Refresh], failed: dict[int, Any], first_owner: int, now: float
-    ) -> None:
-        if not refresh:
-            return
-        exp = self._exp(now)
-        for offset, entry in enumerate(refresh):
-            entry.info.exp = None if first_owner + offset in failed else exp
-
-    def _due_for_put(
-        self, pk: str, record: CheckpointRecord, blobs: list[BlobRecord], now: float
-    ) -> Op[list[Refresh]]:
-        """Items the new checkpoint needs whose expiry would fall before its own.
-
-        That includes the list elements its manifests name: those of the manifests it
-        writes (all but the new elements were written before) and of unchanged channels.
-        """
-        new_channels = {x.channel for x in blobs}
-        present = set(record.present)
-        element_channel = keys.escape(ELEMENT_CHANNEL)
-        ns_part = keys.part(record.ns)[0]
-        writing = {x.version for x in blobs if x.channel == ELEMENT_CHANNEL}
-        elements = [
-            keys.blob_sk(ns_part, element_channel, element)
-            for blob in blobs
-            if blob.channel in present and is_manifest(blob.value)
-            for element in manifest_keys(blob.value)
-            if element not in writing
-        ]
-        blob_sks = [
-            self._blob_sk(record.ns, ch, record.versions[ch])[0]
-            for ch in record.present
-            if ch not in new_channels and ch in record.versions
-        ]
-        ancestors: list[KnownCheckpoint] = []
-        channels = set(record.needs_history) - set(record.present)
-        if channels and record.parent_id:
-            ancestors = yield from self._known_chain(pk, record.ns, record.parent_id, channels, now)
-            blob_sks += self._seed_sks(record.ns, ancestors, channels)
-        return (yield from self._due(pk, blob_sks, ancestors, now, elements))
-
-    def _due(
-        self,
-        pk: str,
-        blob_sks: list[str],
-        ancestors: list[KnownCheckpoint],
-        now: float,
-        elements: Iterable[str] = (),
-    ) -> Op[list[Refresh]]:
-        """What is due for a refresh: the blobs, the elements their manifests (and
-        ``elements``) name, and the ancestors' items; unknown expiries are read first."""
-        assert self.ttl is not None
-        blob_sks = list(dict.fromkeys(blob_sks))
-        unknown = [
-            sk
-            for sk in blob_sks
-            if self.known.blob(pk, sk) is None or not self.manifests.knows(pk, sk)
-        ]
-        if unknown:
-            yield from self._learn_blobs(pk, unknown)
-        named = [e for sk in blob_sks for e in self.manifests.element_sks(pk, sk)]
-        plain = set(blob_sks)
-        element_sks = [e for e in dict.fromkeys([*elements, *named]) if e not in plain]
-        unknown = [sk for sk in element_sks if self.known.blob(pk, sk) is None]
-        if unknown:
-            yield from self._learn_blobs(pk, unknown)
-        threshold = now + self.ttl
-        due: list[Refresh] = []
-        for sk in blob_sks + element_sks:
-            info = self.known.blob(pk, sk)
-            if info is not None and info.exp is not None and info.exp < threshold:
-                due.append(Refresh(sk, info))
-        for ancestor in ancestors:
-            for sk, info in ancestor.items.items():
-                if info.exp is not None and info.exp < threshold:
-                    due.append(Refresh(sk, info))
-        return due
-
-    def _seed_sks(self, ns: str, ancestors: list[KnownCheckpoint], channels: set[str]) -> list[str]:
-        remaining = set(channels)
-        found = []
-        for ancestor in ancestors:
-            for ch in ancestor.summary.present:
-                if ch in remaining and ch in ancestor.summary.versions:
-                    remaining.discard(ch)
-                    found.append(self._blob_sk(ns, ch, ancestor.summary.versions[ch])[0])
-        return found
-
-    def _learn_blobs(self, pk: str, sks: list[str]) -> Op[None]:
-        """Expiries and chunk keys of blobs (elements by range), and what manifests name."""
-        by_sk = yield from self._read(pk, sks, projection=[EXP, NCHUNKS, DIGEST, LIST])
-        manifests: list[str] = []
-        for sk in sks:
-            item = by_sk.get(sk)
-            if item is None:
-                self.known.set_blob(pk, sk, None)
-            else:
-                self.known.set_blob(pk, sk, KnownItem(n(item, EXP), _owner_chunks(item)))
-            if is_element_sk(sk):
-                continue
-            if item is not None and LIST in item:
-                manifests.append(sk)
-            else:
-                self.manifests.set(pk, sk, None)
-        if manifests:  # small items: read whole
-            full = yield from self._read(pk, manifests)
-            for sk in manifests:
-                item = full.get(sk)
-                value = None
-                if item is not None and _has_payload(item):
-                    value = codec.unpack_typed(read_payload(item, full))
-                self.manifests.set(pk, sk, value)
-
-    def _read(
-        self, pk: str, sks: Iterable[str], *, projection: list[str] | None = None
-    ) -> Op[dict[str, dict[str, Any]]]:
-        """Items of one partition by sort key: long runs of list elements with one Query
-        per range (:func:`element_runs`), everything else with BatchGetItem. Without
-        ``projection`` the chunks of chunked items come too (one more BatchGetItem when
-        there are any)."""
-        wanted = dict.fromkeys(sks)
-        others = [sk for sk in wanted if not is_element_sk(sk)]
-        ranges: list[tuple[str, str]] = []
-        for run in element_runs(sk for sk in wanted if is_element_sk(sk)):
-            if len(run) < ELEMENT_QUERY_MIN:
-                others += run
-            else:
-                ranges.append((run[0], run[-1]))
-        found: dict[str, dict[str, Any]] = {}
-        for low, high in ranges:
-            params = self._query(pk, between=(low, high), projection=projection)
-            items = yield from query_all(params)
-            found.update((s(item, SK), item) for item in items if s(item, SK) in wanted)
-        if others and projection is None:
-            got = yield from self._get({(pk, sk): None for sk in others})
-            found.update((sk, item) for (_pk, sk), item in got.items())
-        elif others and projection is not None:
-            fields = [PK, SK, *projection]
-            names = {f"#p{i}": name for i, name in enumerate(fields)}
-            items = yield from batch_get(
+            found = yield from batch_get(
                 self.table,
-                [key(pk, sk) for sk in others],
+                [key(pk, sk) for pk, sk in wanted],
                 projection=", ".join(names),
                 names=names,
             )
-            found.update((s(item, SK), item) for item in items)
-        if projection is None:
-            chunks = {
-                (pk, sk): None
-                for item in found.values()
-                for sk in chunk_sks(item)
-                if sk not in found
-            }
-            if chunks:
-                got = yield from self._get(chunks)
-                found.update((sk, item) for (_pk, sk), item in got.items())
-        return found
+        chunks = yield from self._chunks(found)
+        by_key = {(s(i, PK), s(i, SK)): self._decode(i, chunks) for i in found}
+        results: list[StoredItem | None] = []
+        due: dict[tuple[str, str], StoredItem] = {}
+        for address, again in zip(addresses, refresh, strict=True):
+            stored = by_key.get((address.pk, address.sk))
+            if stored is None or not stored.live(now_ms):
+                results.append(None)
+                continue
+            results.append(stored)
+            if again and stored.ttl_minutes is not None:
+                due[(address.pk, address.sk)] = stored
+        yield from self._refresh(due, now_ms)
+        return results
 
-    def _known_chain(
-        self, pk: str, ns: str, parent_id: str, channels: set[str], now: float
-    ) -> Op[list[KnownCheckpoint]]:
-        """The DeltaChannel ancestors from ``parent_id`` rootward (cache first, else read)."""
-        chain: list[KnownCheckpoint] = []
-        remaining = set(channels)
-        checkpoint_id: str | None = parent_id
-        seen: set[str] = set()
-        learned = False
-        while checkpoint_id and remaining and checkpoint_id not in seen:
-            seen.add(checkpoint_id)
-            known = self.known.checkpoint(pk, ns, checkpoint_id)
-            if known is None and not learned:
-                learned = True
-                ns_part = keys.part(ns)[0]
-                yield from self._walk(pk, ns_part, checkpoint_id, remaining, now, keep=True)
-                known = self.known.checkpoint(pk, ns, checkpoint_id)
-            if known is None:
-                break
-            chain.append(known)
-            remaining.difference_update(known.summary.present)
-            checkpoint_id = known.summary.parent_id
-        return chain
+    def _refresh(self, due: dict[tuple[str, str], StoredItem], now_ms: int) -> Op[None]:
+        """Move the expiry of ``due`` items to now + their TTL (unless changed meanwhile)."""
+        actions = []
+        for (pk, sk), stored in due.items():
+            assert stored.ttl_minutes is not None
+            stored.expires_ms = now_ms + int(stored.ttl_minutes * 60_000)
+            actions.append(
+                {
+                    "Update": {
+                        "TableName": self.table,
+                        "Key": key(pk, sk),
+                        "UpdateExpression": "SET #xm = :xm, #exp = :exp",
+                        "ConditionExpression": "#uu = :uu AND #xm > :now",
+                        "ExpressionAttributeNames": {"#xm": EXPIRES, "#exp": EXP, "#uu": UPDATED},
+                        "ExpressionAttributeValues": {
+                            ":xm": N(stored.expires_ms),
+                            ":exp": N(-(-stored.expires_ms // 1000)),
+                            ":uu": N(stored.updated_us),
+                            ":now": N(now_ms),
+                        },
+                    }
+                }
+            )
+        for start in range(0, len(actions), TRANSACT_MAX_ITEMS):
+            group = actions[start : start + TRANSACT_MAX_ITEMS]
+            yield from transact(group, list(range(len(group))))  # changed meanwhile: skipped
 
-    # -- put_writes ------------------------------------------------------------------
-
-    def put_writes(
-        self, thread_id: str, ns: str, checkpoint_id: str, writes: list[WriteRecord]
-    ) -> Op[None]:
-        now = self.clock()
-        pk, _ = self.thread_key(thread_id)
-        latest: dict[tuple[str, int], WriteRecord] = {}
-        for write in writes:  # one item per (task, idx): the last special write wins
-            latest[(write.task_id, write.idx)] = write
-        encoded = [(w, self._write(thread_id, ns, checkpoint_id, w, now)) for w in latest.values()]
-        prewritten: dict[int, Encoded] = {}
-        batches: list[tuple[list[dict[str, Any]], list[int]]] = []
+    def put(self, items: list[StoredItem], deletes: list[ItemKey], now_ms: int) -> Op[None]:
+        writes = [_Write(self.address(i.namespace, i.key), i) for i in items]
+        writes += [_Write(self.address(ns, k), None) for ns, k in deletes]
+        # everything is built (and refused) before the first request
+        for write in writes:
+            if not write.address.fits and write.stored is not None:
+                raise InvalidInput(
+                    f"namespace {namespace_text(write.stored.namespace)[:60]!r} with key"
+                    f" {write.stored.key[:60]!r} is too long for DynamoDB's keys (partition"
+                    f" {MAX_PK_BYTES} bytes, sort key {MAX_SK_BYTES} bytes once escaped):"
+                    " use shorter or fewer labels"
+                )
+        writes = [w for w in writes if w.address.fits]  # a too-long key was never stored
         actions: list[dict[str, Any]] = []
         owners: list[int] = []
-        size = 0
-        for group, (write, enc) in enumerate(encoded):
-            put: dict[str, Any] = {"TableName": self.table, "Item": enc.item}
-            if not write.special:
-                put["ConditionExpression"] = "attribute_not_exists(#sk)"
-                put["ExpressionAttributeNames"] = {"#sk": SK}
-                put["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
-            chunk_bytes = sum(size_of(c) for c in enc.chunks)
-            mine = [{"Put": {"TableName": self.table, "Item": c}} for c in enc.chunks]
-            if chunk_bytes > TRANSACT_MAX_BYTES // 2:
-                prewritten[group] = enc  # chunks go first with BatchWriteItem
-                mine = []
-                chunk_bytes = 0
-            mine.append({"Put": put})
-            mine_size = chunk_bytes + size_of(enc.item)
-            too_many = len(actions) + len(mine) > TRANSACT_MAX_ITEMS
-            if actions and (too_many or size + mine_size > TRANSACT_MAX_BYTES):
-                batches.append((actions, owners))
-                actions, owners, size = [], [], 0
-            actions += mine
-            owners += [group] * len(mine)
-            size += mine_size
-        if actions:
-            batches.append((actions, owners))
-        if prewritten:
-            yield from batch_write(
-                self.table,
-                [{"PutRequest": {"Item": c}} for enc in prewritten.values() for c in enc.chunks],
-            )
-        failed: dict[int, Any] = {}
-        for batch_actions, batch_owners in batches:
-            failed.update((yield from transact(batch_actions, batch_owners)))
-        stale = [
-            sk
-            for group, old in failed.items()
-            if group in prewritten
-            and (old is None or old.get(DIGEST) != prewritten[group].item[DIGEST])
-            for sk in prewritten[group].chunk_sks
-        ]
-        if stale:  # our chunks of a regular write that was already stored differently
-            yield from batch_write(
-                self.table, [{"DeleteRequest": {"Key": key(pk, sk)}} for sk in stale]
-            )
-        if self.ttl:
-            exp = self._exp(now)
-            known: dict[str, KnownItem] = {}
-            for group, (_write, enc) in enumerate(encoded):
-                if group in failed:
-                    old = failed[group]
-                    info = KnownItem(n(old, EXP), _owner_chunks(old)) if old else KnownItem(0)
-                else:
-                    info = KnownItem(exp, enc.chunk_sks)
-                known[s(enc.item, SK)] = info
-            self.known.add_writes(pk, ns, checkpoint_id, known)
-
-    # -- reads -----------------------------------------------------------------------
-
-    def load(self, thread_id: str, ns: str, checkpoint_id: str | None) -> Op[Loaded | None]:
-        now = self.clock()
-        pk, _ = self.thread_key(thread_id)
-        ns_part = keys.part(ns)[0]
-        coll: Collection | None
-        if checkpoint_id:
-            begins = keys.head_sk(ns_part, keys.part(checkpoint_id)[0])
-            items = yield from query_all(self._query(pk, begins=begins))
-            coll = next(iter(collections_of(items).values()), None)
-        else:
-            coll = yield from self._latest(pk, ns_part)
-        if coll is None or coll.head is None or head_hidden(coll.head, now):
-            return None
-        (loaded,) = yield from self._complete([coll], now)
-        if self.refresh_on_read:
-            yield from self._refresh_on_read(pk, coll, loaded, now)
-        return loaded
-
-    def _latest(self, pk: str, ns_part: str) -> Op[Collection | None]:
-        """The newest head of a namespace with its writes, reading as little as possible.
-
-        A descending Query yields the newest checkpoint's writes, then its head. The first
-        page is small; if it ends inside that checkpoint, the next Query is narrowed to it.
-        """
-        broad = self._query(
-            pk, begins=keys.namespace_prefix(ns_part), forward=False, limit=LATEST_FIRST_PAGE
-        )
-        params = broad
-        grouping = _Descending()
-        start: dict[str, Any] | None = None
-        narrowed = False
-        while True:
-            page = yield from query_page(params, start)
-            items = page.get("Items", [])
-            for item in items:
-                found = grouping.feed(pk, item)
-                if found is not None:
-                    return found
-            start = page.get("LastEvaluatedKey")
-            if start is None:
-                if not narrowed or not items and grouping.ident is None:
-                    return None
-                # the narrowed checkpoint has writes but no head: continue below it
-                params, narrowed = broad, False
-                start = key(pk, s((items or grouping.writes)[-1], SK))
-                grouping = _Descending()
-                continue
-            if grouping.ident is not None and not narrowed:
-                _pk, ns, cid = grouping.ident
-                params = self._query(pk, begins=keys.head_sk(ns, cid), forward=False)
-                narrowed = True
-
-    def _complete(self, colls: list[Collection], now: float) -> Op[list[Loaded]]:
-        """Fetch the channel values and chunks the heads and writes refer to."""
-        wanted: dict[tuple[str, str], None] = {}
-        plans = []
-        for coll in colls:
-            assert coll.head is not None
-            names = names_of(coll.head, keys.parse_sk(s(coll.head, SK)))
-            summary = summary_of(names.ns, names.checkpoint_id, coll.head)
-            blob_sks: dict[str, str] = {}
-            for ch in summary.present:
-                version = summary.versions.get(ch)
-                if version is not None:
-                    blob_sks[ch] = self._blob_sk(names.ns, ch, version)[0]
-                    wanted[(coll.pk, blob_sks[ch])] = None
-            for sk in chunk_sks(coll.head):
-                wanted[(coll.pk, sk)] = None
-            writes = [w for w in coll.writes if not hidden(w, now)]
-            for write in writes:
-                for sk in chunk_sks(write):
-                    wanted[(coll.pk, sk)] = None
-            plans.append((coll, names, summary, blob_sks, writes))
-        got = yield from self._get(wanted)
-        more: dict[tuple[str, str], None] = {}
-        for (pk, _sk), item in got.items():
-            for sk in chunk_sks(item):
-                if (pk, sk) not in got:
-                    more[(pk, sk)] = None
-        if more:
-            got.update((yield from self._get(more)))
-        by_pk: dict[str, dict[str, dict[str, Any]]] = {}
-        for (pk, sk), item in got.items():
-            by_pk.setdefault(pk, {})[sk] = item
-        loaded = []
-        for coll, names, summary, blob_sks, writes in plans:
-            assert coll.head is not None
-            fetched = by_pk.get(coll.pk, {})
-            values: dict[str, Typed] = {}
-            for ch, sk in blob_sks.items():
-                item = fetched.get(sk)
-                if item is not None and not hidden(item, now) and _has_payload(item):
-                    values[ch] = codec.unpack_typed(read_payload(item, fetched))
-            record = self._record(names, summary, coll.head, fetched)
-            loaded.append(Loaded(record, values, [self._write_record(w, fetched) for w in writes]))
-            if self.ttl:
-                self._remember(coll, summary, fetched, blob_sks)
-                for ch, sk in blob_sks.items():
-                    self.manifests.set(coll.pk, sk, values.get(ch))
-        return loaded
-
-    def _get(self, wanted: dict[tuple[str, str], None]) -> Op[dict[tuple[str, str], Any]]:
-        if not wanted:
-            return {}
-        got = yield from batch_get(self.table, [key(pk, sk) for pk, sk in wanted])
-        return {(s(item, PK), s(item, SK)): item for item in got}
-
-    def _record(
-        self,
-        names: Names,
-        summary: Summary,
-        head: dict[str, Any],
-        chunks: dict[str, dict[str, Any]],
-    ) -> CheckpointRecord:
-        ctag, cdata, mtag, mdata = codec.unpackb(read_payload(head, chunks))
-        return CheckpointRecord(
-            thread_id=names.thread,
-            ns=names.ns,
-            checkpoint_id=names.checkpoint_id,
-            parent_id=summary.parent_id,
-            versions=summary.versions,
-            present=summary.present,
-            needs_history=summary.needs_history,
-            run_id=summary.run_id,
-            checkpoint=Typed(ctag, cdata),
-            metadata=Typed(mtag, mdata),
-        )
-
-    @staticmethod
-    def _write_record(item: dict[str, Any], chunks: dict[str, dict[str, Any]]) -> WriteRecord:
-        parsed = keys.parse_sk(s(item, SK))
-        names = names_of(item, parsed)
-        channel, task_path, tag, data = codec.unpackb(read_payload(item, chunks))
-        return WriteRecord(names.task_id, parsed.idx, channel, task_path, Typed(tag, data))
-
-    def _remember(
-        self,
-        coll: Collection,
-        summary: Summary,
-        fetched: dict[str, dict[str, Any]],
-        blob_sks: dict[str, str],
-    ) -> None:
-        assert coll.head is not None
-        self.known.set_checkpoint(coll.pk, summary.ns, self._known_checkpoint(coll, summary))
-        for sk in blob_sks.values():
-            item = fetched.get(sk)
-            info = KnownItem(n(item, EXP), _owner_chunks(item)) if item is not None else None
-            self.known.set_blob(coll.pk, sk, info)
-
-    @staticmethod
-    def _known_checkpoint(coll: Collection, summary: Summary) -> KnownCheckpoint:
-        assert coll.head is not None
-        items = {s(coll.head, SK): KnownItem(n(coll.head, EXP))}
-        for write in coll.writes:
-            items[s(write, SK)] = KnownItem(n(write, EXP), chunk_sks(write))
-        return KnownCheckpoint(summary, items)
-
-    def _refresh_on_read(self, pk: str, coll: Collection, loaded: Loaded, now: float) -> Op[None]:
-        """``refresh_ttl_on_read``: a read keeps the checkpoint (and what it needs) alive."""
-        assert self.ttl is not None and coll.head is not None
-        vis = n(coll.head, VIS)
-        if vis is None or vis >= now + self.ttl - self.slack:
-            return  # refreshed (or written) less than a slack period ago
-        record = loaded.record
-        known = self.known.checkpoint(pk, record.ns, record.checkpoint_id)
-        if known is None:
-            return
-        head_sk = s(coll.head, SK)
-        refresh = [Refresh(head_sk, known.items[head_sk], vis=True)]
-        refresh += [Refresh(sk, info) for sk, info in known.items.items() if sk != head_sk]
-        blob_sks = [self._blob_sk(record.ns, ch, record.versions[ch])[0] for ch in loaded.blobs]
-        ancestors: list[KnownCheckpoint] = []
-        channels = set(record.needs_history) - set(record.present)
-        if channels and record.parent_id:
-            ancestors = yield from self._known_chain(pk, record.ns, record.parent_id, channels, now)
-            blob_sks += self._seed_sks(record.ns, ancestors, channels)
-        refresh += yield from self._due(pk, blob_sks, ancestors, now)
-        actions, owners = self._refresh_actions(pk, refresh, now, first_owner=0)
-        failed: dict[int, Any] = {}
-        for start in range(0, len(actions), TRANSACT_MAX_ITEMS):
-            failed.update(
-                (
-                    yield from transact(
-                        actions[start : start + TRANSACT_MAX_ITEMS],
-                        owners[start : start + TRANSACT_MAX_ITEMS],
-                    )
-                )
-            )
-        self._refreshed(refresh, failed, 0, now)
-
-    # -- list ------------------------------------------------------------------------
-
-    def list_page(
-        self, query: ListQuery, cursor: Any, page_size: int
-    ) -> Op[tuple[list[Loaded], Any]]:
-        now = self.clock()
-        if query.thread_id is None or query.ns is None:
-            return (yield from self._list_materialized(query, cursor, page_size, now))
-        if query.checkpoint_id is not None:
-            if query.before and query.checkpoint_id >= query.before:
-                return [], None
-            exact = yield from self.load(query.thread_id, query.ns, query.checkpoint_id)
-            return ([exact] if exact else []), None
-        pk, _ = self.thread_key(query.thread_id)
-        ns_part = keys.part(query.ns)[0]
-        upper = cursor if cursor is not None else query.before
-        lower = keys.namespace_prefix(ns_part)
-        limit = None if page_size >= LIST_PAGE_FULL else page_size * 4 + 4
-        if upper:
-            bound = keys.before_bound(ns_part, keys.part(upper)[0])
-            params = self._query(pk, between=(lower, bound), forward=False, limit=limit)
-        else:
-            params = self._query(pk, begins=lower, forward=False, limit=limit)
-        grouping = _Descending()
-        colls: list[Collection] = []
-        start: dict[str, Any] | None = None
-        exhausted = False
-        while len(colls) < page_size:
-            page = yield from query_page(params, start)
-            for item in page.get("Items", []):
-                found = grouping.feed(pk, item)
-                if found is not None and found.head is not None:
-                    if not head_hidden(found.head, now):
-                        colls.append(found)
-                        if len(colls) >= page_size:
-                            break
-            start = page.get("LastEvaluatedKey")
-            if start is None:
-                exhausted = len(colls) < page_size or not page.get("Items")
-                break
-        loaded = yield from self._complete(colls, now)
-        if exhausted or not loaded:
-            return loaded, None
-        return loaded, loaded[-1].record.checkpoint_id
-
-    def _list_materialized(
-        self, query: ListQuery, cursor: Any, page_size: int, now: float
-    ) -> Op[tuple[list[Loaded], Any]]:
-        # A thread without a namespace reads the whole partition; no thread at all is a
-        # Scan of the table (documented as costly). Both are sorted by id, newest first.
-        if cursor is None:
-            if query.thread_id is None:
-                items = yield from query_all(self._scan())
+        new_partitions = {}
+        for index, write in enumerate(writes):
+            if write.stored is None:
+                actions.append(self._delete(write.address, conditional=True))
             else:
-                pk, _ = self.thread_key(query.thread_id)
-                items = yield from query_all(self._query(pk, begins="c#"))
-            entries: list[tuple[str, str, Collection]] = []
-            for coll in collections_of(items).values():
-                if coll.head is None or head_hidden(coll.head, now):
-                    continue
-                names = names_of(coll.head, keys.parse_sk(s(coll.head, SK)))
-                if query.before is not None and not names.checkpoint_id < query.before:
-                    continue
-                if query.checkpoint_id is not None and names.checkpoint_id != query.checkpoint_id:
-                    continue
-                if query.ns is not None and names.ns != query.ns:
-                    continue
-                entries.append((names.checkpoint_id, names.ns, coll))
-            entries.sort(key=lambda e: (e[0], e[1]), reverse=True)
-            cursor = (entries, 0)
-        entries, pos = cursor
-        page = entries[pos : pos + page_size]
-        loaded = yield from self._complete([coll for _, _, coll in page], now)
-        pos += len(page)
-        return loaded, ((entries, pos) if pos < len(entries) else None)
+                writes[index] = write = self._encode(write.stored, write.address)
+                actions.append(self._update(write, now_ms))
+                if write.address.registry_sk not in self.registered:
+                    new_partitions[write.address.registry_sk] = index
+            owners.append(index)
+        # registry items go first: a partition is listed no later than its first item
+        registry = [self._register(sk) for sk in new_partitions]
+        actions = registry + actions
+        owners = [-1 - i for i in range(len(registry))] + owners
+        chunks = [c for w in writes for c in w.chunks]
+        if chunks:  # values first, owners after: no reader meets an owner without its chunks
+            yield from batch_write(self.table, [{"PutRequest": {"Item": c}} for c in chunks])
+        failed: dict[int, Any] = {}
+        for group, group_owners in _transactions(actions, owners):
+            failed.update((yield from transact(group, group_owners)))
+        for index in sorted(i for i in failed if i >= 0):
+            yield from self._rewrite(writes[index], now_ms)
+        self.registered.update(new_partitions)
 
-    # -- blobs by key (list elements, manifests) ---------------------------------------
-
-    def get_blobs(
-        self, thread_id: str, keys: list[tuple[str, str, str]]
-    ) -> Op[dict[tuple[str, str, str], Typed]]:
-        """Blobs by (ns, channel, version): list elements with one Query per range of
-        their sort keys (an append-only list is one range), others with BatchGetItem,
-        chunks reassembled and payloads decompressed as on every read."""
-        now = self.clock()
-        pk, _ = self.thread_key(thread_id)
-        wanted = {self._blob_sk(ns, ch, version)[0]: (ns, ch, version) for ns, ch, version in keys}
-        fetched = yield from self._read(pk, wanted)
-        found: dict[tuple[str, str, str], Typed] = {}
-        for sk, ident in wanted.items():
-            item = fetched.get(sk)
-            if item is None or hidden(item, now) or not _has_payload(item):
-                continue
-            found[ident] = codec.unpack_typed(read_payload(item, fetched))
-            if self.ttl:
-                self.known.set_blob(pk, sk, KnownItem(n(item, EXP), _owner_chunks(item)))
-                if not is_element_sk(sk):
-                    self.manifests.set(pk, sk, found[ident])
-        return found
-
-    # -- DeltaChannel ancestor walk ---------------------------------------------------
-
-    def chain(
-        self, thread_id: str, ns: str, checkpoint_id: str | None, channels: list[str]
-    ) -> Op[Chain]:
-        now = self.clock()
-        pk, _ = self.thread_key(thread_id)
-        ns_part = keys.part(ns)[0]
-        target, ancestors = yield from self._walk(
-            pk, ns_part, checkpoint_id, set(channels), now, keep=bool(self.ttl)
+    def _rewrite(self, write: _Write, now_ms: int) -> Op[None]:
+        """A put or delete whose condition failed: the old item had chunks (of another
+        value) or had expired. Read it, write unconditionally, then drop its old chunks."""
+        address = write.address
+        result = yield Call(
+            "get_item",
+            {"TableName": self.table, "Key": key(address.pk, address.sk), "ConsistentRead": True},
         )
-        if target is None or target.head is None:
-            return Chain(None, [], {}, {})
-        summaries: list[Summary] = []
-        wanted: dict[tuple[str, str], None] = {}
-        seeds: dict[tuple[str, str], str] = {}
-        remaining = set(channels)
-        for coll in ancestors:
-            assert coll.head is not None
-            names = names_of(coll.head, keys.parse_sk(s(coll.head, SK)))
-            summary = summary_of(names.ns, names.checkpoint_id, coll.head)
-            summaries.append(summary)
-            for ch in summary.present:
-                if ch in remaining and ch in summary.versions:
-                    remaining.discard(ch)
-                    sk = self._blob_sk(ns, ch, summary.versions[ch])[0]
-                    seeds[(ch, summary.versions[ch])] = sk
-                    wanted[(pk, sk)] = None
-            for write in coll.writes:
-                for sk in chunk_sks(write):
-                    wanted[(pk, sk)] = None
-        got = yield from self._get(wanted)
-        more = {(pk, sk): None for (_, _), item in got.items() for sk in chunk_sks(item)}
-        more = {k: None for k in more if k not in got}
-        if more:
-            got.update((yield from self._get(more)))
-        fetched = {sk: item for (_pk, sk), item in got.items()}
-        blobs: dict[tuple[str, str], Typed] = {}
-        for ident, sk in seeds.items():
-            item = fetched.get(sk)
-            if item is not None and not hidden(item, now) and _has_payload(item):
-                blobs[ident] = codec.unpack_typed(read_payload(item, fetched))
-                if self.ttl:
-                    self.known.set_blob(pk, sk, KnownItem(n(item, EXP), _owner_chunks(item)))
-                    self.manifests.set(pk, sk, blobs[ident])
-        writes = {
-            summary.checkpoint_id: [
-                self._write_record(w, fetched) for w in coll.writes if not hidden(w, now)
-            ]
-            for summary, coll in zip(summaries, ancestors, strict=True)
-        }
-        target_names = names_of(target.head, keys.parse_sk(s(target.head, SK)))
-        chain = Chain(target_names.checkpoint_id, summaries, writes, blobs)
-        if self.refresh_on_read and summaries:
-            known = [
-                k
-                for k in (self.known.checkpoint(pk, ns, x.checkpoint_id) for x in summaries)
-                if k is not None
-            ]
-            refresh = yield from self._due(pk, list(seeds.values()), known, now)
-            actions, owners = self._refresh_actions(pk, refresh, now, first_owner=0)
-            failed: dict[int, Any] = {}
-            for start in range(0, len(actions), TRANSACT_MAX_ITEMS):
-                failed.update(
-                    (
-                        yield from transact(
-                            actions[start : start + TRANSACT_MAX_ITEMS],
-                            owners[start : start + TRANSACT_MAX_ITEMS],
-                        )
-                    )
-                )
-            self._refreshed(refresh, failed, 0, now)
-        return chain
-
-    def _walk(
-        self,
-        pk: str,
-        ns_part: str,
-        checkpoint_id: str | None,
-        channels: set[str],
-        now: float,
-        *,
-        keep: bool,
-    ) -> Op[tuple[Collection | None, list[Collection]]]:
-        """The target collection and its ancestors (parent first) until ``channels`` are seeded.
-
-        One descending Query from the target down: collections of other branches are passed
-        over, parents are followed by id. ``keep`` records what was read in the TTL cache
-        (the target included, as the first link of a chain a put may need).
-        """
-        lower = keys.namespace_prefix(ns_part)
-        if checkpoint_id:
-            upper = keys.through_bound(ns_part, keys.part(checkpoint_id)[0])
-            params = self._query(pk, between=(lower, upper), forward=False, limit=CHAIN_FIRST_PAGE)
+        old = result.get("Item")
+        if write.stored is None:
+            yield Call("delete_item", self._delete(address, conditional=False)["Delete"])
         else:
-            params = self._query(pk, begins=lower, forward=False, limit=CHAIN_FIRST_PAGE)
-        grouping = _Descending()
-        target: Collection | None = None
-        ancestors: list[Collection] = []
-        expected: str | None = None
-        remaining = set(channels)
-        start: dict[str, Any] | None = None
-        done = False
-        while not done:
-            page = yield from query_page(params, start)
-            for item in page.get("Items", []):
-                coll = grouping.feed(pk, item)
-                if coll is None or coll.head is None:
-                    continue
-                if target is None:
-                    target_names = names_of(coll.head, keys.parse_sk(s(coll.head, SK)))
-                    if checkpoint_id and target_names.checkpoint_id != checkpoint_id:
-                        done = True
-                        break
-                    if hidden(coll.head, now):
-                        done = True
-                        break
-                    target = coll
-                    parent = summary_of("", "", coll.head).parent_id
-                    expected = keys.part(parent)[0] if parent else None
-                    if expected is None or not remaining:
-                        done = True
-                        break
-                    continue
-                assert expected is not None
-                if coll.checkpoint_id > expected:
-                    continue  # another branch
-                if coll.checkpoint_id < expected or hidden(coll.head, now):
-                    done = True  # the expected ancestor is not stored
-                    break
-                ancestors.append(coll)
-                summary = summary_of("", "", coll.head)
-                remaining.difference_update(summary.present)
-                expected = keys.part(summary.parent_id)[0] if summary.parent_id else None
-                if expected is None or not remaining:
-                    done = True
-                    break
-            start = page.get("LastEvaluatedKey")
-            if start is None:
-                break
-            params = {k: v for k, v in params.items() if k != "Limit"}
-        if keep and self.ttl:
-            for coll in ([target] if target else []) + ancestors:
-                assert coll.head is not None
-                names = names_of(coll.head, keys.parse_sk(s(coll.head, SK)))
-                summary = summary_of(names.ns, names.checkpoint_id, coll.head)
-                self.known.set_checkpoint(pk, names.ns, self._known_checkpoint(coll, summary))
-        return target, ancestors
+            expired = old is not None and EXPIRES in old and (n(old, EXPIRES) or 0) <= now_ms
+            update = self._update(write, now_ms, conditional=False, reset_created=expired)
+            yield Call("update_item", update["Update"])
+        if old is not None and old.get(DIGEST, {}).get("S") != write.digest:
+            stale = [key(address.pk, sk) for sk in _chunk_sks(old)]
+            yield from batch_write(self.table, [{"DeleteRequest": {"Key": k}} for k in stale])
 
-    # -- delete, inventory, runs, copy -----------------------------------------------
+    def _scan(self, prefix: Namespace, vectors: bool) -> Op[list[dict[str, Any]]]:
+        attrs = [*READ, VECTORS] if vectors else list(READ)
+        items: list[dict[str, Any]] = []
+        partitions = yield from self._partitions(prefix)
+        for pk, begins in partitions:
+            items += yield from query_all(self.tables._query(pk, begins=begins, projection=attrs))
+        return items
 
-    def delete_thread(self, thread_id: str) -> Op[None]:
-        pk, _ = self.thread_key(thread_id)
-        items = yield from query_all(self._query(pk, projection=[]))
-        # heads first: a concurrent reader never sees a head that lost its writes or values;
-        # a held lease stays (it belongs to a run, not to the data)
-        sks = sorted((s(i, SK) for i in items if s(i, SK) != keys.LOCK_SK), key=_delete_order)
-        yield from batch_write(self.table, [{"DeleteRequest": {"Key": key(pk, sk)}} for sk in sks])
-        self.known.forget_thread(pk)
-        self.manifests.forget_thread(pk)
+    def search(self, query: SearchQuery) -> Op[list[StoredItem]]:
+        items = yield from self._scan(query.prefix, query.vector is not None)
+        if query.conditions or query.vector is not None:
+            chunks = yield from self._chunks(items)
+            page = rank((self._decode(i, chunks) for i in items), query)
+        else:  # order needs no value: re-assemble chunked values of the page only
+            by_item = {(s(i, NS), s(i, KEY)): i for i in items}
+            page = rank((self._decode(i, _NO_VALUE) for i in items), query)
+            owners = [by_item[(namespace_text(p.namespace), p.key)] for p in page]
+            chunks = yield from self._chunks(owners)
+            for stored, owner in zip(page, owners, strict=True):
+                stored.value = decode_value(read_payload(owner, chunks))
+        if query.refresh:
+            due = {}
+            for stored in page:
+                if stored.ttl_minutes is not None:
+                    address = self.address(stored.namespace, stored.key)
+                    due[(address.pk, address.sk)] = stored
+            yield from self._refresh(due, query.now_ms)
+        return page
 
-    def inventory(self, thread_id: str) -> Op[Inventory]:
-        pk, _ = self.thread_key(thread_id)
-        items = yield from query_all(self._query(pk, projection=[HEAD, RAW]))
-        checkpoints: list[Summary] = []
-        write_keys: set[tuple[str, str]] = set()
-        blob_keys: set[tuple[str, str, str]] = set()
-        for item in items:
-            parsed = keys.parse_sk(s(item, SK))
-            if parsed.kind == "c" and HEAD in item:
-                names = names_of(item, parsed)
-                checkpoints.append(summary_of(names.ns, names.checkpoint_id, item))
-            elif parsed.kind == "w":
-                names = names_of(item, parsed)
-                write_keys.add((names.ns, names.checkpoint_id))
-            elif parsed.kind == "b":
-                names = names_of(item, parsed)
-                blob_keys.add((names.ns, names.channel, names.version))
-        return Inventory(checkpoints, write_keys, blob_keys)
+    def namespaces(self, prefix: Namespace, now_ms: int) -> Op[list[Namespace]]:
+        found: set[Namespace] = set()
+        partitions = yield from self._partitions(prefix)
+        for pk, begins in partitions:
+            params = self.tables._query(pk, begins=begins, projection=[NS, EXPIRES])
+            for item in (yield from query_all(params)):
+                expires = n(item, EXPIRES)
+                namespace = namespace_of(s(item, NS))
+                if (expires is None or expires > now_ms) and in_prefix(namespace, prefix):
+                    found.add(namespace)
+        return sorted(found)
 
-    def delete_records(
-        self,
-        thread_id: str,
-        checkpoints: list[tuple[str, str]],
-        blobs: list[tuple[str, str, str]],
-    ) -> Op[None]:
-        pk, _ = self.thread_key(thread_id)
-        doomed = set(checkpoints)
-        garbage = set(blobs)
-        items = yield from query_all(self._query(pk, projection=[RAW]))
-        delete: set[str] = set()
-        chunks: list[tuple[str, str]] = []
-        for item in items:
-            sk = s(item, SK)
-            parsed = keys.parse_sk(sk)
-            if parsed.kind in ("c", "w"):
-                names = names_of(item, parsed)
-                if (names.ns, names.checkpoint_id) in doomed:
-                    delete.add(sk)
-            elif parsed.kind == "b":
-                names = names_of(item, parsed)
-                if (names.ns, names.channel, names.version) in garbage:
-                    delete.add(sk)
-            elif parsed.kind == "k":
-                chunks.append((sk, parsed.owner))
-        # chunks of deleted owners go too (chunks of live items are left alone: a put in
-        # flight writes its chunks before their owner)
-        delete.update(sk for sk, owner in chunks if owner in delete)
-        ordered = sorted(delete, key=_delete_order)
-        yield from batch_write(
-            self.table, [{"DeleteRequest": {"Key": key(pk, sk)}} for sk in ordered]
+    def sweep(self, now_ms: int) -> Op[int]:
+        removed = 0
+        partitions = yield from self._partitions(())
+        for pk, _ in partitions:
+            params = self.tables._query(pk, projection=[EXPIRES, NCHUNKS, DIGEST, WRITTEN, SIZE])
+            params["FilterExpression"] = "#xm <= :now OR begins_with(#sk, :k)"
+            params["ExpressionAttributeNames"].update({"#xm": EXPIRES, "#sk": SK})
+            params["ExpressionAttributeValues"].update({":now": N(now_ms), ":k": S("k#")})
+            items = yield from query_all(params)
+            expired = [i for i in items if s(i, SK).startswith(ITEM_KIND)]
+            doomed = {s(i, SK) for i in expired}
+            doomed.update(sk for i in expired for sk in _chunk_sks(i))
+            # chunks of a value being written have no owner yet: only old orphans go
+            for chunk in items:
+                sk = s(chunk, SK)
+                if sk.startswith("k#") and sk not in doomed:
+                    if (n(chunk, WRITTEN) or 0) < now_ms - ORPHAN_AGE_MS:
+                        parsed = dkeys.parse_sk(sk)
+                        digest = yield from self._digest(pk, parsed.owner)
+                        if digest != parsed.digest:
+                            doomed.add(sk)
+            yield from batch_write(
+                self.table, [{"DeleteRequest": {"Key": key(pk, sk)}} for sk in sorted(doomed)]
+            )
+            removed += len(expired)
+        return removed
+
+    def _digest(self, pk: str, sk: str) -> Op[str | None]:
+        """The chunk digest of the owner item ``sk`` (None when absent or inline)."""
+        result = yield Call(
+            "get_item",
+            {
+                "TableName": self.table,
+                "Key": key(pk, sk),
+                "ConsistentRead": True,
+                "ProjectionExpression": "#dg",
+                "ExpressionAttributeNames": {"#dg": DIGEST},
+            },
         )
-
-    def find_runs(self, run_ids: list[str]) -> Op[dict[str, list[tuple[str, str]]]]:
-        rows: list[dict[str, Any]] = []
-        try:
-            for run_id in dict.fromkeys(run_ids):
-                rows += yield from query_all(
-                    {
-                        "TableName": self.table,
-                        "IndexName": RUN_INDEX,
-                        "KeyConditionExpression": "#rk = :r",
-                        "ExpressionAttributeNames": {"#rk": RUN},
-                        "ExpressionAttributeValues": {":r": S(self.run_key(run_id))},
-                    }
-                )
-        except ClientError as exc:
-            message = str(exc.response.get("Error", {}).get("Message", "")).lower()
-            if error_code(exc) not in ("ValidationException", "ResourceNotFoundException") or (
-                "index" not in message
-            ):
-                raise
-            log.warning(
-                "table %s has no %r index: delete_for_runs scans the table (create the table"
-                " with setup() or add the index from table_definition())",
-                self.table,
-                RUN_INDEX,
-            )
-            rows = []
-            for group in groups(list(dict.fromkeys(run_ids)), 100):
-                values = {f":r{i}": S(self.run_key(r)) for i, r in enumerate(group)}
-                rows += yield from query_all(
-                    {
-                        "_op": "scan",
-                        "TableName": self.table,
-                        "FilterExpression": f"#rk IN ({', '.join(values)})",
-                        "ProjectionExpression": "#pk, #sk, #rw",
-                        "ExpressionAttributeNames": {"#rk": RUN, "#pk": PK, "#sk": SK, "#rw": RAW},
-                        "ExpressionAttributeValues": values,
-                    }
-                )
-        found: dict[str, list[tuple[str, str]]] = {}
-        for item in rows:
-            parsed = keys.parse_sk(s(item, SK))
-            if parsed.kind != "c":
-                continue
-            names = names_of(item, parsed)
-            entry = (names.ns, names.checkpoint_id)
-            listed = found.setdefault(names.thread, [])
-            if entry not in listed:
-                listed.append(entry)
-        return found
-
-    def export_thread(self, thread_id: str) -> Op[ThreadDump]:
-        now = self.clock()
-        pk, _ = self.thread_key(thread_id)
-        items = yield from query_all(self._query(pk))
-        by_sk = {s(item, SK): item for item in items}
-        colls = collections_of(items)
-        summaries: dict[tuple[str, str], tuple[Names, Summary, Collection]] = {}
-        for coll in colls.values():
-            if coll.head is None or hidden(coll.head, now):
-                continue
-            names = names_of(coll.head, keys.parse_sk(s(coll.head, SK)))
-            summary = summary_of(names.ns, names.checkpoint_id, coll.head)
-            summaries[(names.ns, names.checkpoint_id)] = (names, summary, coll)
-        # visible heads, plus the hidden ancestors their DeltaChannels still need
-        keep: set[tuple[str, str]] = set()
-        for (ns, cid), (_names, summary, coll) in summaries.items():
-            assert coll.head is not None
-            if head_hidden(coll.head, now):
-                continue
-            keep.add((ns, cid))
-            missing = set(summary.needs_history) - set(summary.present)
-            parent = summary.parent_id
-            while parent and missing and (ns, parent) in summaries and (ns, parent) not in keep:
-                keep.add((ns, parent))
-                ancestor = summaries[(ns, parent)][1]
-                missing -= set(ancestor.present)
-                parent = ancestor.parent_id
-        dump = ThreadDump([], [], [])
-        headless: set[tuple[str, str, str]] = set()
-        for ident, coll in colls.items():
-            if coll.head is None:
-                headless.add(ident)
-        for ns_cid in sorted(keep):
-            names, summary, coll = summaries[ns_cid]
-            assert coll.head is not None
-            dump.checkpoints.append(self._record(names, summary, coll.head, by_sk))
-            for write in coll.writes:
-                if not hidden(write, now):
-                    record = self._write_record(write, by_sk)
-                    dump.writes.append((names.ns, names.checkpoint_id, record))
-        for ident in headless:  # writes that arrived before (or without) their checkpoint
-            for write in colls[ident].writes:
-                if not hidden(write, now):
-                    names = names_of(write, keys.parse_sk(s(write, SK)))
-                    record = self._write_record(write, by_sk)
-                    dump.writes.append((names.ns, names.checkpoint_id, record))
-        for sk, item in by_sk.items():
-            parsed = keys.parse_sk(sk)
-            if parsed.kind == "b" and not hidden(item, now) and _has_payload(item):
-                names = names_of(item, parsed)
-                value = codec.unpack_typed(read_payload(item, by_sk))
-                dump.blobs.append((names.ns, BlobRecord(names.channel, names.version, value)))
-        return dump
-
-    def import_thread(self, thread_id: str, dump: ThreadDump) -> Op[None]:
-        now = self.clock()
-        body: list[dict[str, Any]] = []
-        for ns, blob in dump.blobs:
-            enc = self._blob(thread_id, ns, blob, now)
-            body += [*enc.chunks, enc.item]
-        for ns, cid, write in dump.writes:
-            enc = self._write(thread_id, ns, cid, write, now)
-            body += [*enc.chunks, enc.item]
-        heads: list[dict[str, Any]] = []
-        for record in dump.checkpoints:
-            enc = self._head(record.renamed(thread_id), now)
-            body += enc.chunks
-            heads.append(enc.item)
-        yield from batch_write(self.table, [{"PutRequest": {"Item": item}} for item in body])
-        yield from batch_write(self.table, [{"PutRequest": {"Item": item}} for item in heads])
-
-    def list_threads(self, cursor: Any, page_size: int) -> Op[tuple[list[str], Any]]:
-        items = yield from query_all(self._scan(projection=[RAW]))
-        threads = set()
-        for item in items:
-            parsed = keys.parse_sk(s(item, SK))
-            if parsed.kind == "c":
-                threads.add(names_of(item, parsed).thread)
-        return sorted(threads), None
-
-    # -- watch: the thread's commits by checkpoint id ----------------------------------
-
-    def _heads(
-        self, pk: str, *, between: tuple[str, str] | None, forward: bool, limit: int | None
-    ) -> dict[str, Any]:
-        """A consistent Query for checkpoint heads only, returning their keys (no payload).
-
-        Heads are the ``c#`` items carrying ``h``; a write of the same range lacks it, so
-        the filter drops writes (they still count towards ``Limit`` and the read units:
-        DynamoDB filters after reading).
-        """
-        if between is None:
-            params = self._query(
-                pk, begins="c#", forward=forward, limit=limit, projection=[RAW, VIS, EXP]
-            )
-        else:
-            params = self._query(
-                pk, between=between, forward=forward, limit=limit, projection=[RAW, VIS, EXP]
-            )
-        params["ExpressionAttributeNames"]["#h"] = HEAD
-        params["FilterExpression"] = "attribute_exists(#h)"
-        return params
-
-    def _commit_of(self, item: dict[str, Any], now: float) -> tuple[str, str] | None:
-        """``(ns, checkpoint_id)`` of a head item; None when its TTL hides it."""
-        if head_hidden(item, now):
-            return None
-        names = names_of(item, keys.parse_sk(s(item, SK)))
-        return names.ns, names.checkpoint_id
-
-    def _all_commits(self, pk: str, now: float) -> Op[list[tuple[str, str]]]:
-        """Every visible head of the thread, any namespace, ascending by (id, namespace)."""
-        items = yield from query_all(self._heads(pk, between=None, forward=True, limit=None))
-        found = [c for c in (self._commit_of(i, now) for i in items) if c is not None]
-        found.sort(key=lambda c: (c[1], c[0]))
-        return found
-
-    def commits(
-        self, thread_id: str, ns: str | None, above: str | None, limit: int
-    ) -> Op[list[tuple[str, str]]]:
-        """The thread's heads with an id above ``above``, ascending, at most ``limit``.
-
-        One namespace: one consistent Query ``BETWEEN c#<ns>#<above>#~ AND c#<ns>$`` (just
-        past ``above`` and its writes, up to the namespace's end) returning keys only,
-        followed through ``LastEvaluatedKey`` only while fewer than ``limit`` heads were
-        found. Nothing new costs one Query that reads no item (one read unit).
-
-        ``ns=None``: the sort key puts the namespace before the id, so ids of different
-        namespaces interleave and no key range is "every id above X". The whole ``c#``
-        range of the thread is read (keys only, every page) and sorted by (id, namespace)
-        here; the first ``limit`` above ``above`` are returned. Paging on the id is then
-        exact: the poller asks again above the last id of a full page and this re-reads and
-        re-sorts. The cost grows with the thread's checkpoint items (heads and writes, as
-        billed by size), so watching one namespace is the cheap form on long threads.
-        """
-        now = self.clock()
-        pk, _ = self.thread_key(thread_id)
-        if ns is None:
-            everything = yield from self._all_commits(pk, now)
-            return [c for c in everything if above is None or c[1] > above][:limit]
-        ns_part = keys.part(ns)[0]
-        low = (
-            keys.namespace_prefix(ns_part)
-            if above is None
-            else keys.through_bound(ns_part, keys.part(above)[0])
-        )
-        params = self._heads(
-            pk, between=(low, keys.namespace_end(ns_part)), forward=True, limit=None
-        )
-        found: list[tuple[str, str]] = []
-        start: dict[str, Any] | None = None
-        while True:
-            page = yield from query_page(params, start)
-            for item in page.get("Items", []):
-                commit = self._commit_of(item, now)
-                if commit is not None and (above is None or commit[1] > above):
-                    found.append(commit)
-            start = page.get("LastEvaluatedKey")
-            if not start or len(found) >= limit:
-                break
-        found.sort(key=lambda c: c[1])  # key order is id order unless an id was shortened
-        return found[:limit]
-
-    def newest_commit(self, thread_id: str, ns: str | None) -> Op[str | None]:
-        """The highest visible checkpoint id of the thread (in ``ns``, or any when None).
-
-        One namespace: a descending Query of the namespace's heads (small first page: the
-        newest checkpoint's writes come before its head), paged only until a head shows up.
-        ``ns=None`` reads the thread's ``c#`` range like :meth:`commits`.
-        """
-        now = self.clock()
-        pk, _ = self.thread_key(thread_id)
-        if ns is None:
-            everything = yield from self._all_commits(pk, now)
-            return max((c[1] for c in everything), default=None)
-        ns_part = keys.part(ns)[0]
-        bounds = (keys.namespace_prefix(ns_part), keys.namespace_end(ns_part))
-        params = self._heads(pk, between=bounds, forward=False, limit=LATEST_FIRST_PAGE)
-        start: dict[str, Any] | None = None
-        newest: str | None = None
-        while True:
-            page = yield from query_page(params, start)
-            for item in page.get("Items", []):
-                commit = self._commit_of(item, now)
-                if commit is None:
-                    continue
-                if newest is None and keys.HASH_MARK not in s(item, SK):
-                    return commit[1]
-                # a shortened id sorts by its head only: then every head is compared
-                newest = commit[1] if newest is None else max(newest, commit[1])
-            start = page.get("LastEvaluatedKey")
-            if not start:
-                return newest
-
-    # -- per-thread lease (conditional writes on one item of the thread's partition) ---
-
-    def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
-        now_ms = int(self.clock() * 1000)
-        pk, _ = self.thread_key(thread_id)
-        until = now_ms + ttl_ms
-        item = {
-            PK: S(pk),
-            SK: S(keys.LOCK_SK),
-            LOCK_TOKEN: S(token),
-            LOCK_UNTIL: N(until),
-            EXP: N(until // 1000 + 3600),  # DynamoDB removes stale leases eventually
-        }
-        try:
-            yield Call(
-                "put_item",
-                {
-                    "TableName": self.table,
-                    "Item": item,
-                    # free, expired, or already ours (a retry after a lost reply)
-                    "ConditionExpression": (
-                        "attribute_not_exists(#sk) OR #u < :now OR #t = :token"
-                    ),
-                    "ExpressionAttributeNames": {"#sk": SK, "#u": LOCK_UNTIL, "#t": LOCK_TOKEN},
-                    "ExpressionAttributeValues": {":now": N(now_ms), ":token": S(token)},
-                },
-            )
-        except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
-
-    def release_lock(self, thread_id: str, token: str) -> Op[bool]:
-        pk, _ = self.thread_key(thread_id)
-        try:
-            yield Call(
-                "delete_item",
-                {
-                    "TableName": self.table,
-                    "Key": key(pk, keys.LOCK_SK),
-                    "ConditionExpression": "#t = :t AND #u >= :now",
-                    "ExpressionAttributeNames": {"#t": LOCK_TOKEN, "#u": LOCK_UNTIL},
-                    "ExpressionAttributeValues": {
-                        ":t": S(token),
-                        ":now": N(int(self.clock() * 1000)),
-                    },
-                },
-            )
-        except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
-
-    def extend_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
-        now_ms = int(self.clock() * 1000)
-        pk, _ = self.thread_key(thread_id)
-        until = now_ms + ttl_ms
-        try:
-            yield Call(
-                "update_item",
-                {
-                    "TableName": self.table,
-                    "Key": key(pk, keys.LOCK_SK),
-                    "UpdateExpression": "SET #u = :until, #e = :e",
-                    "ConditionExpression": "#t = :t AND #u >= :now",
-                    "ExpressionAttributeNames": {"#t": LOCK_TOKEN, "#u": LOCK_UNTIL, "#e": EXP},
-                    "ExpressionAttributeValues": {
-                        ":t": S(token),
-                        ":now": N(now_ms),
-                        ":until": N(until),
-                        ":e": N(until // 1000 + 3600),
-                    },
-                },
-            )
-        except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        item = result.get("Item") or {}
+        return s(item, DIGEST) if DIGEST in item else None
 
 
-def _owner_chunks(item: dict[str, Any]) -> tuple[str, ...]:
-    """Chunk keys of an owner item read with or without its payload attribute."""
+#: passed instead of chunks when the value is not needed (ordering only)
+_NO_VALUE: dict[str, dict[str, Any]] = {}
+
+
+def _chunk_sks(item: dict[str, Any]) -> tuple[str, ...]:
+    """Chunk sort keys of an owner item read with or without its value attribute."""
     count = n(item, NCHUNKS)
     if not count or VALUE in item or DIGEST not in item:
         return ()
-    return chunk_sks(item)
+    return tuple(dkeys.chunk_sk(s(item, SK), s(item, DIGEST), i) for i in range(count))
 
 
-def _has_payload(item: dict[str, Any]) -> bool:
-    return VALUE in item or NCHUNKS in item
+def _transactions(
+    actions: list[dict[str, Any]], owners: list[int]
+) -> Iterator[tuple[list[dict[str, Any]], list[int]]]:
+    """Groups of at most 100 actions and about 4 MB."""
+    group: list[dict[str, Any]] = []
+    group_owners: list[int] = []
+    size = 0
+    for action, owner in zip(actions, owners, strict=True):
+        body = next(iter(action.values()))
+        weight = sum(size_of({k: v}) for k, v in body.get("ExpressionAttributeValues", {}).items())
+        if group and (len(group) >= TRANSACT_MAX_ITEMS or size + weight > TRANSACT_MAX_BYTES):
+            yield group, group_owners
+            group, group_owners, size = [], [], 0
+        group.append(action)
+        group_owners.append(owner)
+        size += weight
+    if group:
+        yield group, group_owners
 
 
-def _delete_order(sk: str) -> tuple[int, str]:
-    parsed = keys.parse_sk(sk)
-    return ({"c": 0, "w": 1, "b": 2, "k": 3}.get(parsed.kind, 4), sk)
+# --------------------------------------------------------------------------- public classes
 
 
-def _compress_level(compress: bool | int | None) -> int | None:
-    if compress is None or compress is False:
-        return None
-    if compress is True:
-        return DEFAULT_COMPRESS_LEVEL
-    if isinstance(compress, int) and 0 <= compress <= 9:
-        return compress or None
-    raise ConfigurationError(f"compress must be True, False or a zlib level 1-9, got {compress!r}")
+def _port(table_name: str, options: dict[str, Any]) -> tuple[DynamoDBStorePort, dict[str, Any]]:
+    port = DynamoDBStorePort(
+        table_name,
+        key_prefix=options.pop("key_prefix", "graphkeep"),
+        shard_labels=options.pop("shard_labels", DEFAULT_SHARD_LABELS),
+        compress=options.pop("compress", True),
+    )
+    return port, options
 
 
-def _check_table(table: dict[str, Any], run_index: bool) -> None:
-    schema = {k["AttributeName"]: k["KeyType"] for k in table.get("KeySchema", [])}
-    types = {a["AttributeName"]: a["AttributeType"] for a in table.get("AttributeDefinitions", [])}
-    if schema != {PK: "HASH", SK: "RANGE"} or types.get(PK) != "S" or types.get(SK) != "S":
-        raise ConfigurationError(
-            f"table {table.get('TableName')} has key schema {schema}; graphkeep needs"
-            f" {PK!r} (S, HASH) and {SK!r} (S, RANGE). Use another table name, or create it"
-            " from DynamoDBSaver.table_definition()"
-        )
-    indexes = {i.get("IndexName") for i in table.get("GlobalSecondaryIndexes", []) or []}
-    if run_index and RUN_INDEX not in indexes:
-        log.warning(
-            "table %s has no %r index; delete_for_runs will scan the table",
-            table.get("TableName"),
-            RUN_INDEX,
-        )
+class DynamoDBStore(SyncStore):
+    """LangGraph ``BaseStore`` on a boto3 low-level DynamoDB client.
+
+    Options: ``index``, ``ttl``, ``max_key_bytes`` (see ``StoreBase``), ``key_prefix``
+    (stores sharing a table use different ones), ``shard_labels`` (leading namespace labels
+    that pick the partition, default 2) and ``compress`` (zlib level for values from 4 KiB).
+    """
+
+    def __init__(self, client: Any, table_name: str = "graphkeep", **options: Any) -> None:
+        port, rest = _port(table_name, dict(options))
+        self.client = client
+        self.table_name = table_name
+        super().__init__(port, _SyncExecutor(client, _describe(client, table_name)), **rest)
+
+    @classmethod
+    @contextmanager
+    def from_table(
+        cls,
+        table_name: str,
+        region_name: str | None = None,
+        endpoint_url: str | None = None,
+        *,
+        setup: bool = True,
+        **options: Any,
+    ) -> Iterator[DynamoDBStore]:
+        """A store on a new client (closed on exit); ``setup()`` first unless ``setup=False``.
+        Client options as for ``DynamoDBSaver.from_table``."""
+        with sync_client(region_name, endpoint_url, **client_options(options)) as client:
+            store = cls(client, table_name, **options)
+            if setup:
+                store.setup()
+            try:
+                yield store
+            finally:
+                store.close()
+
+    @classmethod
+    @contextmanager
+    def from_url(cls, url: str, *, setup: bool = True, **options: Any) -> Iterator[DynamoDBStore]:
+        """``dynamodb://<table>?region=..&endpoint_url=..``: a store on a new client."""
+        table, kwargs = parse_url(url)
+        with cls.from_table(table, setup=setup, **kwargs, **options) as store:
+            yield store
+
+
+class AsyncDynamoDBStore(AsyncStore):
+    """LangGraph ``BaseStore`` on an aiobotocore DynamoDB client (native asyncio)."""
+
+    def __init__(self, client: Any, table_name: str = "graphkeep", **options: Any) -> None:
+        port, rest = _port(table_name, dict(options))
+        self.client = client
+        self.table_name = table_name
+        super().__init__(port, _AsyncExecutor(client, _describe(client, table_name)), **rest)
+
+    @classmethod
+    @asynccontextmanager
+    async def from_table(
+        cls,
+        table_name: str,
+        region_name: str | None = None,
+        endpoint_url: str | None = None,
+        *,
+        setup: bool = True,
+        **options: Any,
+    ) -> AsyncIterator[AsyncDynamoDBStore]:
+        """A store on a new aiobotocore client (closed on exit); ``setup()`` unless told not to."""
+        async with async_client(region_name, endpoint_url, **client_options(options)) as client:
+            store = cls(client, table_name, **options)
+            if setup:
+                await store.setup()
+            try:
+                yield store
+            finally:
+                await store.aclose()
+
+    @classmethod
+    @asynccontextmanager
+    async def from_url(
+        cls, url: str, *, setup: bool = True, **options: Any
+    ) -> AsyncIterator[AsyncDynamoDBStore]:
+        """``dynamodb://<table>?region=..&endpoint_url=..``: a store on a new async client."""
+        table, kwargs = parse_url(url)
+        async with cls.from_table(table, setup=setup, **kwargs, **options) as store:
+            yield store

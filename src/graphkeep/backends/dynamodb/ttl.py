@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphkeep.shared.records import Summary
+from graphkeep.checkpoint.records import Summary
 
 KNOWN_CAPACITY = 20_000
 

@@ -44,7 +44,7 @@ schema, binary as base64: this layout stores W50 in about half the bytes of 0.1.
   also ``y`` (type tag) and ``d`` (bytes, left out when empty). Stored once per (thread,
   ns, channel, version), only for channels in ``new_versions``. A list value is a small
   *manifest* blob plus one *element* blob per element (channel ``__graphkeep.element__``,
-  version = element key; see :mod:`graphkeep.shared.lists`), each stored once per thread.
+  version = element key; see :mod:`graphkeep.checkpoint.lists`), each stored once per thread.
 - ``kind: "write"``: ``ref`` = checkpoint id, ``sub`` = ``"<len(task_id)>:<task_id>:<idx>"``;
   also ``channel`` (queried by the DeltaChannel history), ``p`` (task path, when set),
   ``y``, ``d``. Regular writes are insert-if-absent (``$setOnInsert`` upserts), special
@@ -177,11 +177,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlsplit
 
+from graphkeep.backends.mongodb.checkpoint import Command, MongoDBCheckpointPort
 from graphkeep.backends.mongodb.documents import index_specs
-from graphkeep.backends.mongodb.store import Command, MongoStore
-from graphkeep.errors import ConfigurationError, StorageUnavailable
-from graphkeep.shared.keys import mask_url
-from graphkeep.shared.saver import AsyncSaver, SyncSaver, ttl_seconds
+from graphkeep.checkpoint.saver import AsyncSaver, SyncSaver, ttl_seconds
+from graphkeep.errors import ConfigurationError, StorageUnavailable, mask_url
 
 try:
     import pymongo
@@ -206,7 +205,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the MongoDB backend needs PyMongo >= 4.13.2: pip install 'graphkeep[mongodb]'"
     ) from exc
 
-__all__ = ["AsyncMongoDBSaver", "Command", "MongoDBSaver", "MongoStore", "index_specs"]
+__all__ = ["AsyncMongoDBSaver", "Command", "MongoDBSaver", "MongoDBCheckpointPort", "index_specs"]
 
 DEFAULT_DB = "graphkeep"
 RETRY_DELAYS = (0.05, 0.2, 0.5)
@@ -401,8 +400,8 @@ class _AsyncExecutor:
         return result
 
 
-def _store(options: dict[str, Any]) -> tuple[MongoStore, dict[str, Any]]:
-    store = MongoStore(
+def _store(options: dict[str, Any]) -> tuple[MongoDBCheckpointPort, dict[str, Any]]:
+    store = MongoDBCheckpointPort(
         key_prefix=options.pop("key_prefix", "graphkeep"),
         ttl=ttl_seconds(options.pop("ttl", None)),
         refresh_ttl_on_read=bool(options.pop("refresh_ttl_on_read", False)),
@@ -422,7 +421,7 @@ class _Schema:
                 return index_specs(key_prefix)
 
             return for_prefix
-        store: MongoStore = obj.store
+        store: MongoDBCheckpointPort = obj.port
 
         def for_saver() -> list[dict[str, Any]]:
             return store.schema()
@@ -435,7 +434,7 @@ class _MongoSaverMixin:
 
     #: ``MongoDBSaver.schema(key_prefix="graphkeep")`` or ``saver.schema()``: index specs
     schema = _Schema()
-    store: Any
+    port: Any
 
     if TYPE_CHECKING:  # provided by SyncSaver / AsyncSaver
 
@@ -445,10 +444,10 @@ class _MongoSaverMixin:
 
     def purge_expired(self) -> int:
         """Delete expired documents now (servers without TTL indexes); returns the count."""
-        return int(self._call(cast(MongoStore, self.store).purge_expired()))
+        return int(self._call(cast(MongoDBCheckpointPort, self.port).purge_expired()))
 
     async def apurge_expired(self) -> int:
-        return int(await self._acall(cast(MongoStore, self.store).purge_expired()))
+        return int(await self._acall(cast(MongoDBCheckpointPort, self.port).purge_expired()))
 
 
 class MongoDBSaver(_MongoSaverMixin, SyncSaver):
@@ -559,7 +558,7 @@ def async_client(url: str) -> Any:
 # the memory store, the node cache and the run event log build on the executors and clients above
 from graphkeep.backends.mongodb.cache import AsyncMongoDBCache, MongoDBCache  # noqa: E402
 from graphkeep.backends.mongodb.events import AsyncMongoDBEventLog, MongoDBEventLog  # noqa: E402
-from graphkeep.backends.mongodb.memory import AsyncMongoDBStore, MongoDBStore  # noqa: E402
+from graphkeep.backends.mongodb.store import AsyncMongoDBStore, MongoDBStore  # noqa: E402
 
 __all__ += [
     "AsyncMongoDBCache",

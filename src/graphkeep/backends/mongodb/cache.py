@@ -41,18 +41,18 @@ from graphkeep.backends.mongodb import (
     database_from_url,
     sync_client,
 )
+from graphkeep.backends.mongodb.checkpoint import Command, ensure_indexes
 from graphkeep.backends.mongodb.documents import check_prefix
-from graphkeep.backends.mongodb.store import Command, ensure_indexes
-from graphkeep.shared.cache import (
-    AsyncNodeCache,
+from graphkeep.cache.base import (
+    AsyncCache,
     Entry,
     Stored,
-    SyncNodeCache,
+    SyncCache,
     key_text,
     namespace_text,
 )
-from graphkeep.shared.keys import mask_url
-from graphkeep.shared.port import Op
+from graphkeep.errors import mask_url
+from graphkeep.port import Op
 
 try:
     import bson
@@ -62,7 +62,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the MongoDB backend needs PyMongo >= 4.13.2: pip install 'graphkeep[mongodb]'"
     ) from exc
 
-__all__ = ["CACHE_OPTIONS", "AsyncMongoDBCache", "MongoDBCache", "MongoNodeCachePort"]
+__all__ = ["CACHE_OPTIONS", "AsyncMongoDBCache", "MongoDBCache", "MongoDBCachePort"]
 
 #: options beyond the common ones (serde, key_prefix, setup)
 CACHE_OPTIONS = frozenset({"db_name"})
@@ -75,7 +75,7 @@ NAMESPACE_INDEX = {"name": "gk_ns", "key": [["ns", 1]]}
 EXPIRY_INDEX = {"name": "gk_expires_at", "key": [["expires_at", 1]], "expireAfterSeconds": 0}
 
 
-class MongoNodeCachePort:
+class MongoDBCachePort:
     """The cache port on one MongoDB collection."""
 
     def __init__(self, *, key_prefix: str = "graphkeep") -> None:
@@ -136,7 +136,7 @@ class MongoNodeCachePort:
         yield Command(self.collection, "delete_many", (query,))
 
 
-class MongoDBCache(SyncNodeCache):
+class MongoDBCache(SyncCache):
     """Node cache on a ``pymongo.MongoClient``.
 
     Options: ``db_name`` (default ``"graphkeep"``; ``from_url`` takes the URL path),
@@ -154,7 +154,7 @@ class MongoDBCache(SyncNodeCache):
         check_client(client, True, "MongoDBCache")
         self.client = client
         self.db = client[check_db_name(db_name)]
-        port = MongoNodeCachePort(key_prefix=key_prefix)
+        port = MongoDBCachePort(key_prefix=key_prefix)
         super().__init__(port, _SyncExecutor(self.db, _describe(client)), serde=serde)
 
     @classmethod
@@ -174,7 +174,7 @@ class MongoDBCache(SyncNodeCache):
             client.close()
 
 
-class AsyncMongoDBCache(AsyncNodeCache):
+class AsyncMongoDBCache(AsyncCache):
     """Node cache on PyMongo's native ``pymongo.AsyncMongoClient`` (same options)."""
 
     def __init__(
@@ -188,7 +188,7 @@ class AsyncMongoDBCache(AsyncNodeCache):
         check_client(client, False, "AsyncMongoDBCache")
         self.client = client
         self.db = client[check_db_name(db_name)]
-        port = MongoNodeCachePort(key_prefix=key_prefix)
+        port = MongoDBCachePort(key_prefix=key_prefix)
         super().__init__(port, _AsyncExecutor(self.db, _describe(client)), serde=serde)
 
     @classmethod

@@ -18,9 +18,9 @@ from typing import Any
 
 import bson
 
+from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, element_key, split_key
 from graphkeep.errors import ConfigurationError
-from graphkeep.shared import serde as codec
-from graphkeep.shared.lists import ELEMENT_CHANNEL, element_key, split_key
+from graphkeep.port import codec
 
 #: bump when the document layout changes; readers keep accepting older formats.
 #: 1: checkpoints in ``<prefix>_checkpoints`` (0.1.x); 2: checkpoints are ``kind: "cp"``

@@ -45,7 +45,7 @@ removed by ``purge_expired()``).
   Upkeep after the insert (trim, slide, close mark) that fails is logged, not raised:
   the events are stored, and a caller retrying the call would store them twice.
 - ``read``: ``find({run, seq: {$gt: after}})`` sorted by ``seq`` with a limit (never
-  blocking: followers poll, see :class:`~graphkeep.shared.events.EventLog`).
+  blocking: followers poll, see :class:`~graphkeep.events.log.EventLogBase`).
 - ``state``: two ``find``\\ s of at most two documents (the meta document and the oldest
   event; the newest event): ``active_ms`` = max(meta ``hb``, newest event's ``at``),
   ``closed`` from the newest event, ``trimmed_through`` = oldest kept ``seq`` - 1.
@@ -90,10 +90,10 @@ from graphkeep.backends.mongodb import (
     database_from_url,
     sync_client,
 )
+from graphkeep.backends.mongodb.checkpoint import Command, ensure_indexes
 from graphkeep.backends.mongodb.documents import check_prefix, doc_id, live
-from graphkeep.backends.mongodb.store import Command, ensure_indexes
-from graphkeep.errors import InvalidInput, RunClosed
-from graphkeep.shared.events import (
+from graphkeep.errors import InvalidInput, RunClosed, mask_url
+from graphkeep.events.log import (
     AsyncEventLog,
     Retention,
     RunState,
@@ -101,9 +101,8 @@ from graphkeep.shared.events import (
     SyncEventLog,
     check_sequence,
 )
-from graphkeep.shared.keys import mask_url
-from graphkeep.shared.lru import ThreadLRU
-from graphkeep.shared.port import Op, adrive, drive
+from graphkeep.port import Op, adrive, drive
+from graphkeep.port.lru import ThreadLRU
 
 try:
     import bson
@@ -114,7 +113,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the MongoDB backend needs PyMongo >= 4.13.2: pip install 'graphkeep[mongodb]'"
     ) from exc
 
-__all__ = ["EVENTS_OPTIONS", "AsyncMongoDBEventLog", "MongoDBEventLog", "MongoDBEventPort"]
+__all__ = ["EVENTS_OPTIONS", "AsyncMongoDBEventLog", "MongoDBEventLog", "MongoDBEventsPort"]
 
 #: options beyond the common ones (ttl, max_events, stale_after, poll intervals, key_prefix)
 EVENTS_OPTIONS = frozenset({"db_name"})
@@ -177,7 +176,7 @@ def _conflict(exc: BulkWriteError) -> int:
     return int(min(e.get("index", 0) for e in errors))
 
 
-class MongoDBEventPort:
+class MongoDBEventsPort:
     """The event port on one MongoDB collection (see the module docstring)."""
 
     blocking = False
@@ -534,7 +533,7 @@ class MongoDBEventLog(SyncEventLog):
     ``poll_interval`` / ``max_poll_interval`` (followers poll: reads do not block).
     """
 
-    port: MongoDBEventPort
+    port: MongoDBEventsPort
 
     def __init__(
         self,
@@ -547,7 +546,7 @@ class MongoDBEventLog(SyncEventLog):
         check_client(client, True, "MongoDBEventLog")
         self.client = client
         self.db = client[check_db_name(db_name)]
-        port = MongoDBEventPort(key_prefix=key_prefix)
+        port = MongoDBEventsPort(key_prefix=key_prefix)
         super().__init__(port, _SyncExecutor(self.db, _describe(client)), **options)
 
     @classmethod
@@ -574,7 +573,7 @@ class MongoDBEventLog(SyncEventLog):
 class AsyncMongoDBEventLog(AsyncEventLog):
     """Run event log on PyMongo's native ``pymongo.AsyncMongoClient`` (same options)."""
 
-    port: MongoDBEventPort
+    port: MongoDBEventsPort
 
     def __init__(
         self,
@@ -587,7 +586,7 @@ class AsyncMongoDBEventLog(AsyncEventLog):
         check_client(client, False, "AsyncMongoDBEventLog")
         self.client = client
         self.db = client[check_db_name(db_name)]
-        port = MongoDBEventPort(key_prefix=key_prefix)
+        port = MongoDBEventsPort(key_prefix=key_prefix)
         super().__init__(port, _AsyncExecutor(self.db, _describe(client)), **options)
 
     @classmethod

@@ -21,19 +21,18 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
-from graphkeep.backends.redis.scripts import SCRIPTS
-from graphkeep.backends.redis.store import (
+from graphkeep.backends.redis.checkpoint import (
     Command,
     Delete,
     Pipeline,
-    RedisCheckpoints,
+    RedisCheckpointPort,
     Scan,
     Script,
     XRead,
 )
-from graphkeep.errors import ConfigurationError, StorageUnavailable
-from graphkeep.shared.keys import mask_url
-from graphkeep.shared.saver import AsyncSaver, SyncSaver, ttl_seconds
+from graphkeep.backends.redis.checkpoint_scripts import SCRIPTS
+from graphkeep.checkpoint.saver import AsyncSaver, SyncSaver, ttl_seconds
+from graphkeep.errors import ConfigurationError, StorageUnavailable, mask_url
 
 try:
     import redis
@@ -56,7 +55,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("the Redis backend needs redis-py: pip install 'graphkeep[redis]'") from exc
 
-__all__ = ["AsyncRedisSaver", "RedisSaver", "RedisCheckpoints"]
+__all__ = ["AsyncRedisSaver", "RedisSaver", "RedisCheckpointPort"]
 
 #: errors worth a retry: every store call is idempotent (upserts, insert-if-absent)
 TRANSIENT = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, ClusterDownError)
@@ -270,8 +269,8 @@ class _AsyncExecutor:
         return pipe
 
 
-def _store(options: dict[str, Any]) -> tuple[RedisCheckpoints, dict[str, Any]]:
-    store = RedisCheckpoints(
+def _store(options: dict[str, Any]) -> tuple[RedisCheckpointPort, dict[str, Any]]:
+    store = RedisCheckpointPort(
         key_prefix=options.pop("key_prefix", "graphkeep"),
         ttl=ttl_seconds(options.pop("ttl", None)),
         refresh_ttl_on_read=bool(options.pop("refresh_ttl_on_read", False)),
@@ -368,7 +367,7 @@ def async_client(url: str) -> Any:
 # the memory store, the node cache and the run event log build on the executors and clients above
 from graphkeep.backends.redis.cache import AsyncRedisCache, RedisCache  # noqa: E402
 from graphkeep.backends.redis.events import AsyncRedisEventLog, RedisEventLog  # noqa: E402
-from graphkeep.backends.redis.memory import AsyncRedisStore, RedisStore  # noqa: E402
+from graphkeep.backends.redis.store import AsyncRedisStore, RedisStore  # noqa: E402
 
 __all__ += [
     "AsyncRedisCache",

@@ -5,8 +5,8 @@ Plain Redis >= 7 or Redis Cluster, the client types and URLs of the Redis savers
     with RedisCache.from_url("redis://localhost:6379/0") as cache:
         graph = builder.compile(cache=cache)
 
-Keys (``P`` = ``key_prefix``; ``<ns>`` / ``<key>`` as :func:`~graphkeep.shared.cache.namespace_text`
-and :func:`~graphkeep.shared.cache.key_text` write them, so never with ``{``, ``}`` or NUL)::
+Keys (``P`` = ``key_prefix``; ``<ns>`` / ``<key>`` as :func:`~graphkeep.cache.base.namespace_text`
+and :func:`~graphkeep.cache.base.key_text` write them, so never with ``{``, ``}`` or NUL)::
 
     P:nc1:{/<ns>}:e:<key>   STRING  msgpack [expires_ms | nil, typed value], native PX expiry
     P:nc1:{/<ns>}:i         ZSET    member <key>, score expires_ms (inf: no ttl)
@@ -36,18 +36,17 @@ from graphkeep.backends.redis import (
     async_client,
     sync_client,
 )
-from graphkeep.backends.redis.store import Command, Scan, Script, check_prefix
-from graphkeep.shared import serde as codec
-from graphkeep.shared.cache import (
-    AsyncNodeCache,
+from graphkeep.backends.redis.checkpoint import Command, Scan, Script, check_prefix
+from graphkeep.cache.base import (
+    AsyncCache,
     Entry,
     Stored,
-    SyncNodeCache,
+    SyncCache,
     key_text,
     namespace_text,
 )
-from graphkeep.shared.keys import mask_url
-from graphkeep.shared.port import Op
+from graphkeep.errors import mask_url
+from graphkeep.port import Op, codec
 
 try:
     import redis
@@ -56,7 +55,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("the Redis backend needs redis-py: pip install 'graphkeep[redis]'") from exc
 
-__all__ = ["CACHE_OPTIONS", "AsyncRedisCache", "RedisCache", "RedisNodeCachePort"]
+__all__ = ["CACHE_OPTIONS", "AsyncRedisCache", "RedisCache", "RedisCachePort"]
 
 #: options beyond the common ones (serde, key_prefix, setup)
 CACHE_OPTIONS: frozenset[str] = frozenset()
@@ -108,7 +107,7 @@ return #members
 SCRIPTS = {"cache_set": SET, "cache_clear": CLEAR}
 
 
-class RedisNodeCachePort:
+class RedisCachePort:
     """The cache port on Redis; ``cluster`` groups reads by slot."""
 
     def __init__(self, *, key_prefix: str = "graphkeep", cluster: bool = False) -> None:
@@ -168,13 +167,13 @@ class RedisNodeCachePort:
             yield Script("cache_clear", [index], [index.removesuffix("i") + "e:"])
 
 
-def _port(client: Any, key_prefix: str) -> RedisNodeCachePort:
+def _port(client: Any, key_prefix: str) -> RedisCachePort:
     _check_client(client)
     cluster = isinstance(client, (redis.RedisCluster, aredis.RedisCluster))
-    return RedisNodeCachePort(key_prefix=key_prefix, cluster=cluster)
+    return RedisCachePort(key_prefix=key_prefix, cluster=cluster)
 
 
-class RedisCache(SyncNodeCache):
+class RedisCache(SyncCache):
     """Node cache on a ``redis.Redis`` or ``redis.cluster.RedisCluster`` client.
 
     Options: ``serde`` (default LangGraph's JsonPlusSerializer), ``key_prefix``
@@ -200,7 +199,7 @@ class RedisCache(SyncNodeCache):
             client.close()
 
 
-class AsyncRedisCache(AsyncNodeCache):
+class AsyncRedisCache(AsyncCache):
     """Node cache on a ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster`` client."""
 
     def __init__(self, client: Any, *, serde: Any = None, key_prefix: str = "graphkeep") -> None:

@@ -5,7 +5,7 @@ Plain Redis >= 7 or Redis Cluster, the client types and URLs of the Redis savers
     with RedisEventLog.from_url("redis://localhost:6379/0") as events:
         events.append("run-1", {"type": "token", "text": "Hel"})   # -> "1764571123456-0"
 
-Keys (``P`` = ``key_prefix``; ``<run>`` the run id as :func:`~graphkeep.shared.cache.key_text`
+Keys (``P`` = ``key_prefix``; ``<run>`` the run id as :func:`~graphkeep.cache.base.key_text`
 writes it, so never with ``{``, ``}`` or NUL: the run id is the hash tag and both keys of a
 run live in one cluster slot)::
 
@@ -31,7 +31,7 @@ run, across writers, and fit an SSE ``id:`` as they are.
   first id again instead of appending twice.
 - ``read``: ``XRANGE key (after + COUNT limit`` (``-`` when ``after`` is None); when that is
   empty and the reader follows, ``XREAD COUNT limit BLOCK wait_ms STREAMS key after`` (sent
-  to the node owning the key, see :class:`~graphkeep.backends.redis.store.XRead`). When
+  to the node owning the key, see :class:`~graphkeep.backends.redis.checkpoint.XRead`). When
   the event before the first one read is newer than ``after``, retention dropped events the
   reader never saw (a follower more than ``max_events`` behind): it raises
   :class:`~graphkeep.errors.EventsTrimmed` rather than skip them.
@@ -65,18 +65,17 @@ from graphkeep.backends.redis import (
     async_client,
     sync_client,
 )
-from graphkeep.backends.redis.store import Command, Delete, Script, XRead, check_prefix
-from graphkeep.errors import EventsTrimmed, InvalidInput, RunClosed
-from graphkeep.shared.cache import key_text
-from graphkeep.shared.events import (
+from graphkeep.backends.redis.checkpoint import Command, Delete, Script, XRead, check_prefix
+from graphkeep.cache.base import key_text
+from graphkeep.errors import EventsTrimmed, InvalidInput, RunClosed, mask_url
+from graphkeep.events.log import (
     AsyncEventLog,
     Retention,
     RunState,
     StoredEvent,
     SyncEventLog,
 )
-from graphkeep.shared.keys import mask_url
-from graphkeep.shared.port import Op, Sleep
+from graphkeep.port import Op, Sleep
 
 try:
     import redis
@@ -85,7 +84,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("the Redis backend needs redis-py: pip install 'graphkeep[redis]'") from exc
 
-__all__ = ["EVENTS_OPTIONS", "AsyncRedisEventLog", "RedisEventLog", "RedisEventPort"]
+__all__ = ["EVENTS_OPTIONS", "AsyncRedisEventLog", "RedisEventLog", "RedisEventsPort"]
 
 #: options beyond the common ones (ttl, max_events, stale_after, poll intervals, key_prefix, setup)
 EVENTS_OPTIONS: frozenset[str] = frozenset()
@@ -244,7 +243,7 @@ def _xread_entries(raw: Any) -> tuple[list[StoredEvent], str | None]:
     return _entries(streams[0])
 
 
-class RedisEventPort:
+class RedisEventsPort:
     """The event port on Redis (one stream and one hash per run, see the module docstring)."""
 
     blocking = True
@@ -378,10 +377,10 @@ def _close_status(payload: bytes) -> str:
     return str(json.loads(payload)["status"])
 
 
-def _port(client: Any, key_prefix: str) -> RedisEventPort:
+def _port(client: Any, key_prefix: str) -> RedisEventsPort:
     _check_client(client)
     cluster = isinstance(client, (redis.RedisCluster, aredis.RedisCluster))
-    return RedisEventPort(key_prefix=key_prefix, cluster=cluster)
+    return RedisEventsPort(key_prefix=key_prefix, cluster=cluster)
 
 
 class RedisEventLog(SyncEventLog):

@@ -1,609 +1,447 @@
-"""The Redis mapping of the storage port (plain Redis >= 7: hashes, sorted sets, Lua).
+"""The Redis mapping of the memory store (plain Redis >= 7, no modules; Cluster-safe).
 
-A thread is eight keys sharing one hash tag (layout in :mod:`.scripts`); every
-port call is one script call or command, i.e. one round trip, except the
-cross-thread admin paths (``list(None)``, ``delete_for_runs``) which SCAN for
-threads first and are documented as costly. Nothing global is touched on the
-write path.
+Namespaces are grouped into *partitions*: the first ``shard_labels`` labels (default 1) of a
+namespace. A partition's keys share one hash tag, so every operation on it is one Lua
+script in one slot::
 
-``watch`` reads the thread's feed, a Redis Stream the put script appends to
-(:class:`Feed <graphkeep.shared.port.Feed>`): ``feed_read`` blocks in ``XREAD``
-on the stream's node and wakes as soon as a put lands; ``commits`` and
-``newest_commit`` answer from the lex indexes ``a`` / ``x``.
+    <prefix>:m1:{<partition>}:i        HASH  "ns\\0key" -> created, updated, value JSON
+    <prefix>:m1:{<partition>}:u        ZSET  "ns\\0key" by updated_us (the partition's order)
+    <prefix>:m1:{<partition>}:e / :t   expiry index and TTLs of items that have one
+    <prefix>:m1:{<partition>}:n / :l   item count per namespace, namespaces in lexical order
+    <prefix>:m1:{<partition>}:o:<ns>   ZSET  a namespace's items by updated_us
+    <prefix>:m1:{<partition>}:w:<ns>   HASH  a namespace's embeddings (float32)
+    <prefix>:m1:parts                  SET   partitions (read only by searches and listings
+                                             whose prefix is shorter than a partition)
 
-Requests yielded here are plain data (:class:`Script`, :class:`Scan`,
-:class:`XRead`, ...); the executors in :mod:`graphkeep.backends.redis` run them
-on a sync or asyncio client.
+``ns`` is the namespace's labels joined by ``.`` (labels hold neither ``.`` nor NUL); the
+scripts and the exact layout are in :mod:`.memory_scripts`. Every script first removes the
+partition's expired items (so nothing expired is ever returned, and the partition never
+holds them for long), then does its work: a get, a put, a search (filters evaluated next to
+the data, semantic scoring in Lua over float32 vectors; a search of one namespace reads
+only that namespace's items) or a listing — one round trip. Requests that touch several
+partitions are sent as one pipeline (one round trip on a single node; one per node on a
+cluster).
+
+``vector_index=True`` (a single server with the Query Engine: Redis 8, Redis Stack, Valkey
+with valkey-search) also keeps every embedding as a hash ``<prefix>:m1:vectors:<dims>:<metric>:
+<sha1(member)>:<n>`` (fields ``m`` member, ``p`` the tags of the namespace's prefixes, ``v``
+the vector) under an exact FLAT index; the same search script then asks ``FT.SEARCH`` for
+the nearest neighbours instead of scoring every item, widening ``K`` until the page is full
+after filters and ties are settled, so answers equal the scan's. ``setup()`` creates the
+index and indexes items written before it.
 """
 
 from __future__ import annotations
 
-import re
-import uuid
-from dataclasses import dataclass
-from typing import Any
+import hashlib
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, cast
 
-from graphkeep.backends.redis.scripts import FEED_COUNT
-from graphkeep.errors import ConfigurationError
-from graphkeep.shared import serde as codec
-from graphkeep.shared.port import Op
-from graphkeep.shared.records import (
-    BlobRecord,
-    Chain,
-    CheckpointRecord,
-    Inventory,
-    ListQuery,
-    Loaded,
-    Summary,
-    ThreadDump,
-    Typed,
-    WriteRecord,
+import orjson
+import redis
+import redis.asyncio as aredis
+from redis.exceptions import ResponseError
+
+from graphkeep.backends.redis import (
+    _AsyncExecutor,
+    _check_client,
+    _describe,
+    _SyncExecutor,
+    async_client,
+    sync_client,
+)
+from graphkeep.backends.redis.checkpoint import (
+    Command,
+    Pipeline,
+    Script,
+    check_prefix,
+    encode_thread,
+)
+from graphkeep.backends.redis.store_scripts import SCRIPTS
+from graphkeep.errors import ConfigurationError, mask_url
+from graphkeep.port import Op, codec
+from graphkeep.store.base import (
+    AsyncStore,
+    ItemKey,
+    Namespace,
+    SearchQuery,
+    StoreBase,
+    StoredItem,
+    SyncStore,
+    Vector,
+    decode_value,
+    encode_value,
+    namespace_of,
+    namespace_text,
+    pack_vector,
+    rank,
 )
 
-FORMAT = "1"  # bump when the key layout changes; old keys stay readable by old code
-SEP = b"\x00"
+__all__ = ["STORE_OPTIONS", "AsyncRedisStore", "RedisStorePort", "RedisStore"]
+
+#: options beyond the common ones (see ``graphkeep.connect_store``)
+STORE_OPTIONS = frozenset({"shard_labels", "vector_index"})
+FORMAT = "m1"
+#: Query Engine metric names for PostgresStore's distance types
+METRICS = {"cosine": "COSINE", "l2": "L2", "inner_product": "IP"}
 
 
-@dataclass(frozen=True, slots=True)
-class Script:
-    name: str
-    keys: list[str]
-    args: list[Any]
+def _member(namespace: Namespace, key: str) -> bytes:
+    return namespace_text(namespace).encode() + b"\x00" + key.encode("utf-8", "surrogatepass")
 
 
-@dataclass(frozen=True, slots=True)
-class Scan:
-    """Every key matching ``pattern`` (on every primary of a cluster)."""
-
-    pattern: str
+def _split_member(member: bytes) -> ItemKey:
+    ns, _, key = member.partition(b"\x00")
+    return namespace_of(ns.decode()), key.decode("utf-8", "surrogatepass")
 
 
-@dataclass(frozen=True, slots=True)
-class Delete:
-    keys: list[str]
+def _pack_vectors(vectors: list[Vector]) -> bytes:
+    """Header length (4 bytes), msgpack [[path, digest], ...], then every vector's float32
+    data back to back (what the search script scores)."""
+    header = codec.packb([[v.path, v.digest] for v in vectors])
+    return len(header).to_bytes(4, "big") + header + b"".join(v.data for v in vectors)
 
 
-@dataclass(frozen=True, slots=True)
-class Command:
-    args: tuple[Any, ...]
+def _unpack_vectors(blob: bytes) -> list[Vector]:
+    size = int.from_bytes(blob[:4], "big")
+    header = codec.unpackb(blob[4 : 4 + size])
+    data = blob[4 + size :]
+    width = len(data) // len(header)
+    return [
+        Vector(path, digest, data[i * width : (i + 1) * width])
+        for i, (path, digest) in enumerate(header)
+    ]
 
 
-@dataclass(frozen=True, slots=True)
-class XRead:
-    """``XREAD COUNT count [BLOCK block_ms] STREAMS key position`` on one stream.
-
-    Sent straight to the node that owns ``key`` on a cluster (redis-py would otherwise
-    ask the server for XREAD's keys on every call). ``block_ms`` 0 does not block; a
-    blocking read is kept below the client's socket timeout by the executor, and
-    takes a pooled connection of its own for its duration (other calls on the same
-    client use other connections). The reply is redis-py's XREAD reply, None when
-    nothing came.
-    """
-
-    key: str
-    position: str
-    count: int
-    block_ms: int = 0
+def _stored(member: bytes, record: bytes, expires: Any, vectors: bytes | None = None) -> StoredItem:
+    namespace, key = _split_member(member)
+    return StoredItem(
+        namespace=namespace,
+        key=key,
+        value=decode_value(record[16:]),
+        created_us=int.from_bytes(record[:8], "big"),
+        updated_us=int.from_bytes(record[8:16], "big"),
+        expires_ms=int(float(expires)) if expires else None,
+        vectors=_unpack_vectors(vectors) if vectors else [],
+    )
 
 
-@dataclass(frozen=True, slots=True)
-class Pipeline:
-    """Several ``Script`` calls (on any slots) sent at once; their results in order."""
-
-    scripts: tuple[Script, ...]
-
-
-def encode_thread(thread_id: str) -> str:
-    """Percent-escape the characters that would end or confuse the ``{hash tag}``."""
-    return thread_id.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
-
-
-def decode_thread(text: str) -> str:
-    return text.replace("%7D", "}").replace("%7B", "{").replace("%25", "%")
-
-
-def check_prefix(prefix: str) -> str:
-    if not isinstance(prefix, str) or not prefix:
-        raise ConfigurationError("key_prefix must be a non-empty string")
-    if any(c in prefix for c in "{}\x00"):
-        raise ConfigurationError(
-            f"key_prefix {prefix!r} must not contain '{{', '}}' or NUL (they define"
-            " Redis Cluster hash tags)"
-        )
-    return prefix
-
-
-#: a feed position: (stream entry id, highest checkpoint id delivered so far or None)
-FeedPosition = tuple[str, str | None]
-
-
-class RedisCheckpoints:
-    """Storage port on Redis. ``ttl`` in seconds slides on every write of a thread.
-
-    It has a native commit feed (``feed = True``): the thread's stream, see
-    :meth:`feed_read`.
-    """
-
-    feed = True
+class RedisStorePort:
+    """The :class:`~graphkeep.store.base.StorePort` on Redis."""
 
     def __init__(
-        self,
-        *,
-        key_prefix: str = "graphkeep",
-        ttl: float | None = None,
-        refresh_ttl_on_read: bool = False,
+        self, *, key_prefix: str = "graphkeep", shard_labels: int = 1, vector_index: bool = False
     ) -> None:
         self.prefix = check_prefix(key_prefix)
-        self.ttl_ms = int(ttl * 1000) if ttl else 0
-        self.read_ttl_ms = self.ttl_ms if refresh_ttl_on_read else 0
+        if isinstance(shard_labels, bool) or not isinstance(shard_labels, int) or shard_labels < 1:
+            raise ConfigurationError(f"shard_labels must be an int >= 1, got {shard_labels!r}")
+        if not isinstance(vector_index, bool):
+            raise ConfigurationError(f"vector_index must be True or False, got {vector_index!r}")
+        self.shard_labels = shard_labels
+        self.registry = f"{self.prefix}:{FORMAT}:parts"
+        self._registered: set[str] = set()
+        self.vector_index = vector_index
+        #: the Query Engine index and the key prefix of its entries (set by ``use_index``)
+        self.index_name = ""
+        self.index_prefix = ""
+        self.index_schema: tuple[Any, ...] = ()
+
+    def use_index(self, dims: int, distance: str) -> None:
+        """Keep every embedding also as a hash indexed by the Query Engine (FLAT: exact)."""
+        metric = METRICS[distance]
+        self.index_name = f"{self.prefix}:{FORMAT}:vectors:{dims}:{metric}"
+        self.index_prefix = f"{self.index_name}:"
+        self.index_schema = (
+            "FT.CREATE", self.index_name, "ON", "HASH", "PREFIX", "1", self.index_prefix,
+            "SCHEMA", "p", "TAG", "SEPARATOR", " ",
+            "v", "VECTOR", "FLAT", "6", "TYPE", "FLOAT32", "DIM", dims, "DISTANCE_METRIC", metric,
+        )  # fmt: skip
 
     # -- keys ----------------------------------------------------------------------
 
-    def thread_keys(self, thread_id: str) -> list[str]:
-        base = f"{self.prefix}:{FORMAT}:{{{encode_thread(thread_id)}}}"
-        return [f"{base}:{suffix}" for suffix in ("h", "p", "x", "a", "w", "wi", "b", "f")]
+    def partition(self, namespace: Namespace) -> Namespace:
+        return namespace[: self.shard_labels]
 
-    def feed_key(self, thread_id: str) -> str:
-        """The thread's feed: a Stream of ``n`` = namespace, ``c`` = checkpoint id (or ``u``
-        = its 16 bytes when it is a UUID)."""
-        return self.thread_keys(thread_id)[7]
+    def keys(self, partition: Namespace) -> list[str]:
+        base = f"{self.prefix}:{FORMAT}:{{{encode_thread(namespace_text(partition))}}}"
+        keys = [f"{base}:{suffix}" for suffix in ("i", "u", "e", "t", "n", "l")]
+        # the index entries' prefix rides along as KEYS[7] (single node only: it has no tag)
+        return [*keys, self.index_prefix] if self.index_prefix else keys
 
-    def _thread_pattern(self) -> str:
-        escaped = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix)
-        return f"{escaped}:{FORMAT}:{{*}}:h"
+    def partitions(self, prefix: Namespace) -> Op[list[Namespace]]:
+        """The partitions that can hold namespaces under ``prefix``."""
+        if len(prefix) >= self.shard_labels:
+            return [self.partition(prefix)]
+        raw = yield Command(("SMEMBERS", self.registry))
+        found = [namespace_of(p.decode() if isinstance(p, bytes) else p) for p in raw]
+        return sorted(p for p in found if p[: len(prefix)] == prefix)
 
-    def _thread_of(self, key: bytes | str) -> str:
-        text = key.decode() if isinstance(key, bytes) else key
-        start = len(self.prefix) + len(FORMAT) + 3
-        return decode_thread(text[start:-3])
+    def _calls(self, calls: list[Any]) -> Op[list[Any]]:
+        if len(calls) == 1:
+            return [(yield calls[0])]
+        if not calls:
+            return []
+        return list((yield Pipeline(tuple(calls))))
 
     # -- port ----------------------------------------------------------------------
 
     def setup(self) -> Op[None]:
-        yield Script("__load__", [], [])
+        yield _script("__load__", [], [])
+        if not self.index_name:
+            return
+        try:
+            existing = yield Command(("FT._LIST",))
+        except ResponseError as exc:
+            raise ConfigurationError(
+                "vector_index=True needs a Redis with the Query Engine (Redis 8, Redis Stack,"
+                f" Valkey with valkey-search): {exc}"
+            ) from exc
+        if self.index_name.encode() in existing or self.index_name in existing:
+            return
+        yield Command(self.index_schema)
+        # entries for items embedded before the index existed
+        partitions = yield from self.partitions(())
+        yield from self._calls([_script("m_reindex", self.keys(p), []) for p in partitions])
 
-    def put_checkpoint(self, record: CheckpointRecord, blobs: list[BlobRecord]) -> Op[None]:
-        args: list[Any] = [
-            record.ns,
-            record.checkpoint_id,
-            _pack_head(record),
-            codec.packb(
-                [
-                    record.checkpoint.tag,
-                    record.checkpoint.data,
-                    record.metadata.tag,
-                    record.metadata.data,
-                ]
-            ),
-            self.ttl_ms,
-            len(blobs),
-        ]
-        for blob in blobs:
-            args += [_field(record.ns, blob.channel, blob.version), codec.pack_typed(blob.value)]
-        yield Script("put", self.thread_keys(record.thread_id), args)
-
-    def put_writes(
-        self, thread_id: str, ns: str, checkpoint_id: str, writes: list[WriteRecord]
-    ) -> Op[None]:
-        args: list[Any] = [ns, checkpoint_id, self.ttl_ms, len(writes)]
-        for w in writes:
-            args += [
-                w.task_id,
-                str(w.idx),
-                "1" if w.special else "0",
-                codec.packb([w.channel, w.task_path, w.value.tag, w.value.data]),
-            ]
-        yield Script("put_writes", self.thread_keys(thread_id), args)
-
-    def load(self, thread_id: str, ns: str, checkpoint_id: str | None) -> Op[Loaded | None]:
-        raw = yield Script(
-            "get", self.thread_keys(thread_id), [ns, checkpoint_id or "", self.read_ttl_ms]
-        )
-        return _loaded(thread_id, raw, {}) if raw else None
-
-    def list_page(
-        self, query: ListQuery, cursor: Any, page_size: int
-    ) -> Op[tuple[list[Loaded], Any]]:
-        if query.thread_id is None:
-            return (yield from self._list_all_threads(query, cursor, page_size))
-        if query.ns is not None:
-            mode = "ns"
-            upper = cursor if cursor is not None else (query.before or "")
-            if query.checkpoint_id is not None:
-                # one exact checkpoint: fetch it and stop
-                if query.before and query.checkpoint_id >= query.before:
-                    return [], None
-                loaded = yield from self.load(query.thread_id, query.ns, query.checkpoint_id)
-                return ([loaded] if loaded else []), None
-        else:
-            mode = "id" if query.checkpoint_id is not None else "all"
-            upper = cursor if cursor is not None else (query.before or "")
-        raw = yield Script(
-            "list",
-            self.thread_keys(query.thread_id),
-            [mode, query.ns or "", query.checkpoint_id or "", upper, page_size, self.read_ttl_ms],
-        )
-        next_upper = raw[0]
-        pages: dict[str, dict[str, Typed]] = {}
-        items = [_loaded(query.thread_id, it, pages) for it in raw[1:]]
-        return items, (next_upper.decode() if next_upper else None)
-
-    def _list_all_threads(
-        self, query: ListQuery, cursor: Any, page_size: int
-    ) -> Op[tuple[list[Loaded], Any]]:
-        # Costly by nature: SCAN for threads, read every id, then fetch pages by id.
-        if cursor is None:
-            entries: list[tuple[str, str, str]] = []
-            for thread_id in (yield from self._threads()):
-                members = yield Script("all_ids", self.thread_keys(thread_id), [])
-                for member in members:
-                    cid, _, ns = member.partition(SEP)
-                    entries.append((cid.decode(), thread_id, ns.decode()))
-            entries.sort(reverse=True)
-            if query.before is not None:
-                entries = [e for e in entries if e[0] < query.before]
-            if query.checkpoint_id is not None:
-                entries = [e for e in entries if e[0] == query.checkpoint_id]
-            cursor = (entries, 0)
-        entries, pos = cursor
-        page = entries[pos : pos + page_size]
-        items: list[Loaded] = []
-        by_thread: dict[str, list[tuple[str, str]]] = {}
-        for cid, thread_id, ns in page:
-            by_thread.setdefault(thread_id, []).append((ns, cid))
-        fetched: dict[tuple[str, str, str], Loaded] = {}
-        for thread_id, wanted in by_thread.items():
-            args: list[Any] = [len(wanted)]
-            for ns, cid in wanted:
-                args += [ns, cid]
-            raw = yield Script("fetch", self.thread_keys(thread_id), args)
-            pages: dict[str, dict[str, Typed]] = {}
-            for it in raw:
-                if it:
-                    loaded = _loaded(thread_id, it, pages)
-                    rec = loaded.record
-                    fetched[(rec.checkpoint_id, thread_id, rec.ns)] = loaded
-        items = [fetched[e] for e in page if e in fetched]
-        pos += len(page)
-        return items, ((entries, pos) if pos < len(entries) else None)
-
-    def chain(
-        self, thread_id: str, ns: str, checkpoint_id: str | None, channels: list[str]
-    ) -> Op[Chain]:
-        raw = yield Script(
-            "chain",
-            self.thread_keys(thread_id),
-            [ns, checkpoint_id or "", self.read_ttl_ms, *channels],
-        )
-        target, steps = raw
-        ancestors: list[Summary] = []
-        writes: dict[str, list[WriteRecord]] = {}
-        blobs: dict[tuple[str, str], Typed] = {}
-        for parent, head, wfields, wvalues, chans, seed_blobs in steps:
-            summary = _summary(ns, parent.decode(), head)
-            ancestors.append(summary)
-            writes[summary.checkpoint_id] = _writes(wfields, wvalues)
-            for ch, blob in zip(chans, seed_blobs, strict=True):
-                if blob:
-                    channel = ch.decode()
-                    blobs[(channel, summary.versions[channel])] = codec.unpack_typed(blob)
-        return Chain(target.decode() if target else None, ancestors, writes, blobs)
-
-    def get_blobs(
-        self, thread_id: str, keys: list[tuple[str, str, str]]
-    ) -> Op[dict[tuple[str, str, str], Typed]]:
-        if not keys:
-            return {}
-        args: list[Any] = [self.read_ttl_ms]
-        args += [_field(*key) for key in keys]
-        raw = yield Script("blobs", self.thread_keys(thread_id), args)
-        return {
-            key: codec.unpack_typed(value)
-            for key, value in zip(keys, raw, strict=True)
-            if value is not None
-        }
-
-    def delete_thread(self, thread_id: str) -> Op[None]:
-        yield Delete(self.thread_keys(thread_id))
-
-    def inventory(self, thread_id: str) -> Op[Inventory]:
-        heads, wmembers, bkeys = yield Script("inventory", self.thread_keys(thread_id), [])
-        checkpoints = []
-        for i in range(0, len(heads), 2):
-            ns, _, cid = heads[i].partition(SEP)
-            checkpoints.append(_summary(ns.decode(), cid.decode(), heads[i + 1]))
-        write_keys = set()
-        for member in wmembers:
-            ns, cid, _rest = member.split(SEP, 2)
-            write_keys.add((ns.decode(), cid.decode()))
-        blob_keys = set()
-        for key in bkeys:
-            ns, ch, version = key.split(SEP, 2)
-            blob_keys.add((ns.decode(), ch.decode(), version.decode()))
-        return Inventory(checkpoints, write_keys, blob_keys)
-
-    def delete_records(
-        self,
-        thread_id: str,
-        checkpoints: list[tuple[str, str]],
-        blobs: list[tuple[str, str, str]],
-    ) -> Op[None]:
-        args: list[Any] = [len(checkpoints)]
-        for ns, cid in checkpoints:
-            args += [ns, cid]
-        args += [_field(ns, ch, version) for ns, ch, version in blobs]
-        yield Script("delete", self.thread_keys(thread_id), args)
-
-    def find_runs(self, run_ids: list[str]) -> Op[dict[str, list[tuple[str, str]]]]:
-        found: dict[str, list[tuple[str, str]]] = {}
-        for thread_id in (yield from self._threads()):
-            fields = yield Script("find_runs", self.thread_keys(thread_id), list(run_ids))
-            for field in fields:
-                ns, _, cid = field.partition(SEP)
-                found.setdefault(thread_id, []).append((ns.decode(), cid.decode()))
+    def get(
+        self, keys: list[ItemKey], refresh: list[bool], now_ms: int, vectors: bool = False
+    ) -> Op[list[StoredItem | None]]:
+        groups: dict[Namespace, list[int]] = {}
+        for i, (namespace, _) in enumerate(keys):
+            groups.setdefault(self.partition(namespace), []).append(i)
+        calls = []
+        for partition, indexes in groups.items():
+            args: list[Any] = [now_ms, int(vectors)]
+            for i in indexes:
+                args += [_member(*keys[i]), int(refresh[i])]
+            calls.append(_script("m_get", self.keys(partition), args))
+        replies = yield from self._calls(calls)
+        found: list[StoredItem | None] = [None] * len(keys)
+        for indexes, reply in zip(groups.values(), replies, strict=True):
+            for i, entry in zip(indexes, reply, strict=True):
+                if entry:
+                    record, expires, blob = entry
+                    found[i] = _stored(_member(*keys[i]), record, expires, blob)
         return found
 
-    def export_thread(self, thread_id: str) -> Op[ThreadDump]:
-        heads, payloads, writes, blobs = yield Script("export", self.thread_keys(thread_id), [])
-        payload_of = {payloads[i]: payloads[i + 1] for i in range(0, len(payloads), 2)}
-        dump = ThreadDump([], [], [])
-        for i in range(0, len(heads), 2):
-            field = heads[i]
-            ns, _, cid = field.partition(SEP)
-            payload = payload_of.get(field)
-            if payload is None:
-                continue
-            dump.checkpoints.append(
-                _record(thread_id, ns.decode(), cid.decode(), heads[i + 1], payload)
-            )
-        for i in range(0, len(writes), 2):
-            ns, cid, _rest = writes[i].split(SEP, 2)
-            (write,) = _writes([writes[i]], [writes[i + 1]])
-            dump.writes.append((ns.decode(), cid.decode(), write))
-        for i in range(0, len(blobs), 2):
-            ns, ch, version = blobs[i].split(SEP, 2)
-            value = codec.unpack_typed(blobs[i + 1])
-            dump.blobs.append((ns.decode(), BlobRecord(ch.decode(), version.decode(), value)))
-        return dump
-
-    def import_thread(self, thread_id: str, dump: ThreadDump) -> Op[None]:
-        blob_args: list[Any] = []
-        for ns, blob in dump.blobs:
-            blob_args += [_field(ns, blob.channel, blob.version), codec.pack_typed(blob.value)]
-        write_args: list[Any] = []
-        for ns, cid, w in dump.writes:
-            write_args += [
-                _field(ns, cid, w.task_id, str(w.idx)),
-                codec.packb([w.channel, w.task_path, w.value.tag, w.value.data]),
-            ]
-        cp_args: list[Any] = []
-        # in id order: the script announces each new checkpoint on the feed as it goes
-        for rec in sorted(dump.checkpoints, key=lambda r: (r.checkpoint_id, r.ns)):
-            cp_args += [
-                _field(rec.ns, rec.checkpoint_id),
-                _pack_head(rec),
-                codec.packb(
-                    [rec.checkpoint.tag, rec.checkpoint.data, rec.metadata.tag, rec.metadata.data]
-                ),
-            ]
-        args = [
-            self.ttl_ms,
-            len(dump.blobs),
-            len(dump.checkpoints),
-            len(dump.writes),
-            *blob_args,
-            *write_args,
-            *cp_args,
+    def put(self, items: list[StoredItem], deletes: list[ItemKey], now_ms: int) -> Op[None]:
+        groups: dict[Namespace, tuple[list[StoredItem], list[ItemKey]]] = {}
+        for item in items:
+            groups.setdefault(self.partition(item.namespace), ([], []))[0].append(item)
+        for key in deletes:
+            groups.setdefault(self.partition(key[0]), ([], []))[1].append(key)
+        fresh = [
+            namespace_text(p)
+            for p, (puts, _) in groups.items()
+            if puts and namespace_text(p) not in self._registered
         ]
-        yield Script("import", self.thread_keys(thread_id), args)
+        if fresh:
+            # registered before the items are written: a listing may find an empty partition,
+            # never miss a full one
+            yield Command(("SADD", self.registry, *fresh))
+        calls = []
+        for partition, (puts, dels) in groups.items():
+            args: list[Any] = [now_ms, len(puts)]
+            for item in puts:
+                args += [
+                    _member(item.namespace, item.key),
+                    item.created_us.to_bytes(8, "big"),
+                    item.updated_us.to_bytes(8, "big") + encode_value(item.value),
+                    item.updated_us,
+                    item.expires_ms if item.expires_ms is not None else "",
+                    int(item.ttl_minutes * 60_000) if item.ttl_minutes is not None else "",
+                    _pack_vectors(item.vectors) if item.vectors else "",
+                ]
+            args += [_member(*key) for key in dels]
+            calls.append(_script("m_put", self.keys(partition), args))
+        yield from self._calls(calls)
+        self._registered.update(fresh)
 
-    def list_threads(self, cursor: Any, page_size: int) -> Op[tuple[list[str], Any]]:
-        threads = yield from self._threads()
-        return threads, None
-
-    def commits(
-        self, thread_id: str, ns: str | None, above: str | None, limit: int
-    ) -> Op[list[tuple[str, str]]]:
-        """``(ns, id)`` above ``above``, ascending, from one ``ZRANGEBYLEX``: on ``a``
-        (members ``id NUL ns``: every namespace, in (id, ns) order) or on ``x``
-        (``ns NUL id``: one namespace). Ids never contain NUL, so ``id NUL ...`` sorts
-        below ``id \\x01`` and every longer id above it: ``[above \\x01`` on ``a`` and
-        ``(ns NUL above`` on ``x`` start strictly above ``above``."""
-        keys = self.thread_keys(thread_id)
-        if ns is None:
-            low = "-" if above is None else "[" + above + "\x01"
-            raw = yield Command(("ZRANGEBYLEX", keys[3], low, "+", "LIMIT", 0, limit))
-            return [_split_member(m, id_first=True) for m in raw]
-        low = "[" + ns + "\x00" if above is None else "(" + ns + "\x00" + above
-        raw = yield Command(("ZRANGEBYLEX", keys[2], low, "(" + ns + "\x01", "LIMIT", 0, limit))
-        return [_split_member(m, id_first=False) for m in raw]
-
-    def newest_commit(self, thread_id: str, ns: str | None) -> Op[str | None]:
-        """The last member of ``a`` (any namespace) or of ``ns``'s range of ``x``."""
-        keys = self.thread_keys(thread_id)
-        if ns is None:
-            raw = yield Command(("ZREVRANGEBYLEX", keys[3], "+", "-", "LIMIT", 0, 1))
-        else:
-            raw = yield Command(
-                ("ZREVRANGEBYLEX", keys[2], "(" + ns + "\x01", "[" + ns + "\x00", "LIMIT", 0, 1)
-            )
-        return _split_member(raw[0], id_first=ns is None)[1] if raw else None
-
-    def feed_end(self, thread_id: str) -> Op[FeedPosition]:
-        """The feed's newest entry id ("0-0" when empty) with the thread's highest
-        checkpoint id (the floor a catch-up from the index would start above)."""
-        pos, newest = yield Script("feed_end", self.thread_keys(thread_id), [])
-        return pos.decode(), (newest.decode() or None)
-
-    def feed_read(
-        self, thread_id: str, position: FeedPosition, wait_ms: int
-    ) -> Op[tuple[list[tuple[str, str]], FeedPosition]]:
-        """Feed entries after ``position``: ``XREAD COUNT FEED_COUNT [BLOCK wait_ms]``.
-
-        A blocking read that returns fewer than ``FEED_COUNT`` entries is complete (the
-        stream keeps more than that, so nothing after ``position`` can have been trimmed).
-        A full one, and every non-blocking read, go through the ``feed`` script, which
-        reads the stream and notices trimming in the same step, catching up from the
-        index then (see ``scripts.FEED``).
-        """
-        entry_id, newest = position
-        if wait_ms > 0:
-            raw = yield XRead(self.feed_key(thread_id), entry_id, FEED_COUNT, wait_ms)
-            entries = _stream_entries(raw)
-            if len(entries) < FEED_COUNT:
-                found = [(ns, cid) for _, ns, cid in entries]
-                if entries:
-                    entry_id = entries[-1][0]
-                return found, (entry_id, _highest(newest, found))
-        raw = yield Script(
-            "feed", self.thread_keys(thread_id), [entry_id, newest or "", FEED_COUNT]
+    def search(self, query: SearchQuery) -> Op[list[StoredItem]]:
+        partitions = yield from self.partitions(query.prefix)
+        several = len(partitions) > 1
+        args: list[Any] = [
+            query.now_ms,
+            namespace_text(query.prefix),
+            0 if several else query.offset,
+            query.offset + query.limit if several else query.limit,
+            int(query.refresh and not several),
+            orjson.dumps([[list(c.path), c.op, c.value] for c in query.conditions]),
+            query.distance if query.vector is not None else "",
+            pack_vector(query.vector) if query.vector is not None else b"",
+            len(query.vector) if query.vector is not None else 0,
+            self.index_name if query.vector is not None and not several else "",
+            _tag(query.prefix) if query.prefix else "",
+            orjson.dumps(_needles(query)),
+        ]
+        replies = yield from self._calls(
+            [_script("m_search", self.keys(p), args) for p in partitions]
         )
-        found = [(raw[i].decode(), _feed_id(raw[i + 1], raw[i + 2])) for i in range(2, len(raw), 3)]
-        return found, (raw[1].decode(), _highest(newest, found))
+        found: list[StoredItem] = []
+        ttl_members: dict[bytes, Namespace] = {}
+        for partition, reply in zip(partitions, replies, strict=True):
+            for member, record, score, expires, has_ttl in reply:
+                item = _stored(member, record, expires)
+                item.score = float(score) if score else None
+                found.append(item)
+                if has_ttl:
+                    ttl_members[member] = partition
+        if not several:
+            return found
+        page = _merge(found, query)
+        if query.refresh:
+            refresh: dict[Namespace, list[bytes]] = {}
+            for item in page:
+                member = _member(item.namespace, item.key)
+                if member in ttl_members:
+                    refresh.setdefault(ttl_members[member], []).append(member)
+            yield from self._calls(
+                [
+                    _script("m_refresh", self.keys(p), [query.now_ms, *members])
+                    for p, members in refresh.items()
+                ]
+            )
+        return page
 
-    def lock_key(self, thread_id: str) -> str:
-        # same hash tag as the thread, but not one of its eight data keys: a
-        # delete_thread or TTL refresh leaves a held lease alone
-        return f"{self.prefix}:{FORMAT}:{{{encode_thread(thread_id)}}}:lock"
+    def namespaces(self, prefix: Namespace, now_ms: int) -> Op[list[Namespace]]:
+        partitions = yield from self.partitions(prefix)
+        replies = yield from self._calls(
+            [
+                _script("m_namespaces", self.keys(p), [now_ms, namespace_text(prefix)])
+                for p in partitions
+            ]
+        )
+        found = []
+        for reply in replies:
+            for raw in reply:
+                namespace = namespace_of(raw.decode())
+                if namespace[: len(prefix)] == prefix:
+                    found.append(namespace)
+        return found
 
-    def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
-        taken = yield Script("lock", [self.lock_key(thread_id)], [token, ttl_ms])
-        return bool(taken)
-
-    def release_lock(self, thread_id: str, token: str) -> Op[bool]:
-        released = yield Script("unlock", [self.lock_key(thread_id)], [token])
-        return bool(released)
-
-    def extend_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
-        extended = yield Script("extend_lock", [self.lock_key(thread_id)], [token, ttl_ms])
-        return bool(extended)
-
-    def _threads(self) -> Op[list[str]]:
-        keys = yield Scan(self._thread_pattern())
-        return sorted({self._thread_of(k) for k in keys})
-
-
-def _field(*parts: str) -> bytes:
-    return SEP.join(p.encode() for p in parts)
-
-
-def _split_member(member: bytes, *, id_first: bool) -> tuple[str, str]:
-    """``(ns, checkpoint_id)`` of an index member ("id\\0ns" in ``a``, "ns\\0id" in ``x``)."""
-    left, _, right = member.partition(SEP)
-    if id_first:
-        return right.decode(), left.decode()
-    return left.decode(), right.decode()
-
-
-def _highest(newest: str | None, found: list[tuple[str, str]]) -> str | None:
-    """The highest checkpoint id among ``newest`` and the entries just read."""
-    ids = [cid for _, cid in found]
-    if newest is not None:
-        ids.append(newest)
-    return max(ids, default=None)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _feed_id(field: Any, value: bytes) -> str:
-    """A checkpoint id as the feed holds it: text (``c``) or a UUID's 16 bytes (``u``)."""
-    if _text(field) == "u":
-        return str(uuid.UUID(bytes=value))
-    return value.decode()
-
-
-def _stream_entries(raw: Any) -> list[tuple[str, str, str]]:
-    """``(entry_id, ns, checkpoint_id)`` of an XREAD reply on one stream.
-
-    redis-py answers ``[[key, [(id, {field: value}), ...]]]`` on RESP2 and
-    ``{key: [[(id, {field: value}), ...]]}`` on RESP3 (some versions without the inner
-    list); empty or None when nothing came.
-    """
-    if not raw:
-        return []
-    streams = list(raw.values()) if isinstance(raw, dict) else [item[1] for item in raw]
-    out = []
-    for entries in streams:
-        if entries and isinstance(entries[0], list | tuple) and entries[0]:
-            if isinstance(entries[0][0], list | tuple):  # wrapped once more
-                entries = [entry for part in entries for entry in part]
-        for entry_id, fields in entries:
-            if not isinstance(fields, dict):  # a flat [field, value, ...] list
-                fields = dict(zip(fields[::2], fields[1::2], strict=True))
-            values = {_text(k): v for k, v in fields.items()}
-            ns = _text(values.get("n", b""))
-            field = "u" if "u" in values else "c"
-            out.append((_text(entry_id), ns, _feed_id(field, values.get(field, b""))))
-    return out
-
-
-def _pack_head(record: CheckpointRecord) -> bytes:
-    # strings only: the Lua side decodes heads with cmsgpack, which has no bin type
-    return codec.packb(
-        [
-            record.parent_id or "",
-            record.versions,
-            record.present,
-            record.needs_history,
-            record.run_id or "",
+    def sweep(self, now_ms: int) -> Op[int]:
+        partitions = yield from self.partitions(())
+        replies = yield from self._calls(
+            [_script("m_sweep", self.keys(p), [now_ms]) for p in partitions]
+        )
+        empty = [
+            namespace_text(p) for p, (_, left) in zip(partitions, replies, strict=True) if not left
         ]
+        if empty:
+            yield Command(("SREM", self.registry, *empty))
+            self._registered.difference_update(empty)
+        return sum(int(removed) for removed, _ in replies)
+
+
+def _merge(found: list[StoredItem], query: SearchQuery) -> list[StoredItem]:
+    """The page across partitions: each partition returned its best offset + limit."""
+    if query.vector is None:
+        return rank(found, query)
+    found.sort(key=lambda c: (c.namespace, c.key))
+    found.sort(key=lambda c: c.score or 0.0, reverse=True)
+    return found[query.offset : query.offset + query.limit]
+
+
+def _script(name: str, keys: list[str], args: list[Any]) -> Script:
+    return Script(name, keys, args)
+
+
+def _needles(query: SearchQuery) -> list[str]:
+    """Strings every match's stored JSON contains: the JSON text of each string an equality
+    asks for (values are stored as orjson writes them, so the same string reads the same)."""
+    return [
+        orjson.dumps(c.value).decode()
+        for c in query.conditions
+        if c.op == "$eq" and isinstance(c.value, str)
+    ]
+
+
+def _tag(namespace: Namespace) -> str:
+    """The index tag of a namespace prefix (what the ``tags`` Lua function writes)."""
+    return hashlib.sha1(namespace_text(namespace).encode()).hexdigest()[:20]
+
+
+def _memory(client: Any, options: dict[str, Any]) -> tuple[RedisStorePort, dict[str, Any]]:
+    vector_index = options.pop("vector_index", False)
+    if vector_index and isinstance(client, (redis.RedisCluster, aredis.RedisCluster)):
+        raise ConfigurationError(
+            "vector_index=True needs a single Redis server: the Query Engine does not index"
+            " across an open-source Redis Cluster"
+        )
+    port = RedisStorePort(
+        key_prefix=options.pop("key_prefix", "graphkeep"),
+        shard_labels=options.pop("shard_labels", 1),
+        vector_index=vector_index,
     )
+    return port, options
 
 
-def _summary(ns: str, checkpoint_id: str, head: bytes) -> Summary:
-    parent, versions, present, needs, run_id = codec.unpackb(head)
-    return Summary(ns, checkpoint_id, parent or None, versions, present, needs, run_id or None)
+def _use_index(store: StoreBase) -> None:
+    port = cast(RedisStorePort, store.port)
+    if port.vector_index:
+        if not store.index_config:
+            raise ConfigurationError("vector_index=True needs an index (dims, embed) to index")
+        port.use_index(int(store.index_config["dims"]), store.index_config["distance_type"])
 
 
-def _record(
-    thread_id: str, ns: str, checkpoint_id: str, head: bytes, payload: bytes
-) -> CheckpointRecord:
-    parent, versions, present, needs, run_id = codec.unpackb(head)
-    ctag, cdata, mtag, mdata = codec.unpackb(payload)
-    return CheckpointRecord(
-        thread_id=thread_id,
-        ns=ns,
-        checkpoint_id=checkpoint_id,
-        parent_id=parent or None,
-        versions=versions,
-        present=present,
-        needs_history=needs,
-        run_id=run_id or None,
-        checkpoint=Typed(ctag, cdata),
-        metadata=Typed(mtag, mdata),
-    )
+class RedisStore(SyncStore):
+    """LangGraph ``BaseStore`` on a ``redis.Redis`` or ``redis.cluster.RedisCluster`` client.
+
+    Options: ``index`` (IndexConfig), ``ttl`` (TTLConfig), ``key_prefix``, ``shard_labels``
+    (how many leading namespace labels pick a partition / cluster slot; default 1),
+    ``vector_index`` (use the server's Query Engine for semantic search; single server
+    only; every process writing the store must set it alike), ``max_key_bytes``.
+    """
+
+    def __init__(self, client: Any, **options: Any) -> None:
+        _check_client(client)
+        port, rest = _memory(client, dict(options))
+        self.client = client
+        super().__init__(port, _SyncExecutor(client, _describe(client), SCRIPTS), **rest)
+        _use_index(self)
+
+    @classmethod
+    @contextmanager
+    def from_url(cls, url: str, *, setup: bool = True, **options: Any) -> Iterator[RedisStore]:
+        client = sync_client(url)
+        store = None
+        try:
+            store = cls(client, **options)
+            store._execute.where = mask_url(url)  # type: ignore[attr-defined]
+            if setup:
+                store.setup()
+            yield store
+        finally:
+            if store is not None:
+                store.close()
+            client.close()
 
 
-def _writes(fields: list[bytes], values: list[bytes | None]) -> list[WriteRecord]:
-    out = []
-    for field, value in zip(fields, values, strict=True):
-        if value is None:
-            continue
-        _ns, _cid, task_id, idx = field.split(SEP, 3)
-        channel, task_path, tag, data = codec.unpackb(value)
-        out.append(WriteRecord(task_id.decode(), int(idx), channel, task_path, Typed(tag, data)))
-    return out
+class AsyncRedisStore(AsyncStore):
+    """LangGraph ``BaseStore`` on a ``redis.asyncio`` client (``Redis`` or ``RedisCluster``)."""
 
+    def __init__(self, client: Any, **options: Any) -> None:
+        _check_client(client)
+        port, rest = _memory(client, dict(options))
+        self.client = client
+        super().__init__(port, _AsyncExecutor(client, _describe(client), SCRIPTS), **rest)
+        _use_index(self)
 
-def _loaded(thread_id: str, raw: list[Any], pages: dict[str, dict[str, Typed]]) -> Loaded:
-    """One item of a script reply. ``pages`` holds the list elements of the whole
-    reply by namespace: the script sends each element once per call, so every
-    item of a namespace shares one dict (absent elements are left out)."""
-    ns_raw, cid, head, payload, chans, blobs, wfields, wvalues, packed = raw
-    ns = ns_raw.decode()
-    record = _record(thread_id, ns, cid.decode(), head, payload)
-    values = {
-        ch.decode(): codec.unpack_typed(blob)
-        for ch, blob in zip(chans, blobs, strict=True)
-        if blob is not None
-    }
-    elements = pages.setdefault(ns, {})
-    if packed:  # [key, [tag, data] or nil, ...]: see ``elements`` in the scripts
-        flat = codec.unpackb(packed)
-        for i in range(0, len(flat), 2):
-            value = flat[i + 1]
-            if value is not None:
-                elements[flat[i]] = Typed(value[0], value[1])
-    return Loaded(record, values, _writes(wfields, wvalues), elements)
+    @classmethod
+    @asynccontextmanager
+    async def from_url(
+        cls, url: str, *, setup: bool = True, **options: Any
+    ) -> AsyncIterator[AsyncRedisStore]:
+        client = async_client(url)
+        store = None
+        try:
+            store = cls(client, **options)
+            store._aexecute.where = mask_url(url)  # type: ignore[attr-defined]
+            if setup:
+                await store.setup()
+            yield store
+        finally:
+            if store is not None:
+                await store.aclose()
+            await client.aclose()

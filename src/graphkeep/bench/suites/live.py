@@ -10,7 +10,7 @@ cluster; database / table ``graphkeep_bench_live`` on MongoDB / DynamoDB, droppe
   latency of a checkpoint is from ``put`` returning to the watcher holding its
   ``CheckpointTuple``. p50 / p95 over the N puts (a first, warm-up put is not counted);
 - **event appends**: events/s and store requests per 1,000 events for ``append`` one by
-  one, ``append_many`` in batches of 100 and :func:`graphkeep.streaming.stream_run` of a
+  one, ``append_many`` in batches of 100 and :func:`graphkeep.events.streaming.stream_run` of a
   graph streaming tokens (``stream_mode="custom"``; its writer batches per 20 ms window);
   the times include the run's close;
 - **read-back**: ``read(run, follow=False)`` of the 5,000 events just appended, median ms
@@ -56,7 +56,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from graphkeep.bench.suites import Options, Skip, Suite
-from graphkeep.shared.keys import mask_url
+from graphkeep.errors import mask_url
 
 BACKENDS = ("redis", "redis-cluster", "mongodb", "dynamodb")
 KEY_PREFIX = "bench-live"
@@ -252,7 +252,7 @@ def _checkpoint(saver: Any, step: int, previous: str | None) -> tuple[Any, str]:
 def measure_watch(backend: Backend, puts: int, rng: random.Random) -> WatchResult:
     thread = f"watch-{uuid.uuid4().hex[:10]}"
     with saver_at(backend) as writer, saver_at(backend, setup=False) as reader:
-        feed = bool(getattr(reader.store, "feed", False))
+        feed = bool(getattr(reader.port, "feed", False))
         pause = 0.02 if feed else WATCH_POLL_INTERVAL
         config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
         version: str | None = None
@@ -382,7 +382,7 @@ def token_graph(tokens: int) -> Any:
 
 
 def measure_stream_run(log: Any, counter: Requests, n: int) -> AppendResult:
-    from graphkeep.streaming import stream_run
+    from graphkeep.events.streaming import stream_run
 
     run = f"stream-{uuid.uuid4().hex[:10]}"
     graph = token_graph(n)

@@ -37,7 +37,7 @@ from graphkeep.bench.suites import (
     requests_budget,
 )
 from graphkeep.bench.workloads import Opened, Result, Workload
-from graphkeep.shared.keys import mask_url
+from graphkeep.errors import mask_url
 
 MARKER = "graphkeep_bench_scratch"
 KEY_PREFIX = "bench"

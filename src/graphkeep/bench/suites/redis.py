@@ -36,7 +36,7 @@ from graphkeep.bench.suites import (
     requests_budget,
 )
 from graphkeep.bench.workloads import Opened, Result, Workload
-from graphkeep.shared.keys import mask_url
+from graphkeep.errors import mask_url
 
 MARKER = "graphkeep-bench:scratch"
 #: issue 13: W50 (50 turns) stores at most this much on Redis

@@ -55,7 +55,7 @@ from graphkeep.bench.store_workload import (
     same_top_k,
 )
 from graphkeep.bench.suites import Options, Skip, Suite
-from graphkeep.shared.keys import mask_url
+from graphkeep.errors import mask_url
 
 KEY_PREFIX = "bench"
 REFERENCE = "InMemoryStore"
@@ -125,11 +125,11 @@ def _redis_ping(url: str) -> str | None:
     return None
 
 
-def _memory_module(backend: str) -> Any:
+def _store_module(backend: str) -> Any:
     try:
-        return importlib.import_module(f"graphkeep.backends.{backend}.memory")
+        return importlib.import_module(f"graphkeep.backends.{backend}.store")
     except ImportError as exc:
-        raise Unavailable(f"graphkeep.backends.{backend}.memory not available yet") from exc
+        raise Unavailable(f"graphkeep.backends.{backend}.store not available yet") from exc
 
 
 def _find(obj: Any, test: Callable[[Any], bool], depth: int = 3) -> Any:
@@ -208,7 +208,7 @@ def open_graphkeep_redis(
     import graphkeep
     from graphkeep.bench.suites.redis import scratch_database
 
-    _memory_module("redis")
+    _store_module("redis")
     db_url = scratch_database(url, db, force)
     probe = Probe()
     with graphkeep.connect_store(
@@ -247,7 +247,7 @@ def open_graphkeep_mongodb(force: bool) -> Iterator[OpenedStore]:
     import graphkeep
     from graphkeep.bench.suites.mongodb import mongodb_url
 
-    _memory_module("mongodb")
+    _store_module("mongodb")
     name = MONGODB_DATABASES["graphkeep-mongodb"]
     _mongodb_scratch(name, force)
     probe = Probe()
@@ -305,7 +305,7 @@ def open_graphkeep_dynamodb() -> Iterator[OpenedStore]:
         table_url,
     )
 
-    _memory_module("dynamodb")
+    _store_module("dynamodb")
     local_credentials()
     table = DYNAMODB_TABLES["graphkeep-dynamodb"]
     drop_table(_client(), table)

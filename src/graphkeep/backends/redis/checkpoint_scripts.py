@@ -17,7 +17,7 @@ thread are always passed in this order (see ``store.thread_keys``)::
 Names never contain NUL (checked before any call), so "\\0" separators are
 unambiguous. TTL is a sliding window on the whole thread: every write (and,
 when asked, every read) re-arms PEXPIRE on all eight keys in the same script,
-so list elements (blobs of :data:`~graphkeep.shared.lists.ELEMENT_CHANNEL` in
+so list elements (blobs of :data:`~graphkeep.checkpoint.lists.ELEMENT_CHANNEL` in
 ``b``) live exactly as long as the checkpoints whose manifests name them, and
 the feed ``f`` exactly as long as the thread.
 
@@ -41,9 +41,9 @@ is returned once per call, however many checkpoints of the call name it.
 
 from __future__ import annotations
 
-from graphkeep.shared import serde as codec
-from graphkeep.shared.lists import ELEMENT_CHANNEL, MANIFEST_TAG
-from graphkeep.shared.records import Typed
+from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, MANIFEST_TAG
+from graphkeep.checkpoint.records import Typed
+from graphkeep.port import codec
 
 #: keys per thread, in the order of ``store.thread_keys`` (the ``KEYS`` of every thread script)
 THREAD_KEYS = 8

@@ -25,11 +25,11 @@ What is the same for every store lives here:
   unknown run :class:`~graphkeep.errors.UnknownRun`; a followed run whose writer stopped
   appending and heart-beating for ``stale_after`` seconds
   :class:`~graphkeep.errors.RunStale` (a writer that is alive but quiet calls
-  ``heartbeat``; :func:`graphkeep.streaming.stream_run` does);
+  ``heartbeat``; :func:`graphkeep.events.streaming.stream_run` does);
 - retention: at most ``max_events`` per run (oldest dropped first) and ``ttl`` seconds
   after the run's last append or heartbeat (sliding while it appends);
 - :class:`SyncEventLog` / :class:`AsyncEventLog`, the shells driving an
-  :class:`EventPort` (whose methods yield the store's requests) sync or async.
+  :class:`EventsPort` (whose methods yield the store's requests) sync or async.
 """
 
 from __future__ import annotations
@@ -49,8 +49,7 @@ from graphkeep.errors import (
     RunStale,
     UnknownRun,
 )
-from graphkeep.shared.keys import check_seconds
-from graphkeep.shared.port import (
+from graphkeep.port import (
     Backoff,
     Emit,
     Op,
@@ -64,6 +63,7 @@ from graphkeep.shared.port import (
     stream_in_thread,
     stream_on_loop,
 )
+from graphkeep.port.checks import check_seconds
 
 #: the largest event accepted, as compact UTF-8 JSON (fits one DynamoDB item with room)
 MAX_EVENT_BYTES = 256 * 1024
@@ -112,7 +112,7 @@ class RunState:
     trimmed_through: str | None
 
 
-class EventPort(Protocol):
+class EventsPort(Protocol):
     """What a backend maps onto its store; run ids and payloads arrive validated.
 
     - ``append`` stores ``payloads`` in order as the run's next events and returns their
@@ -235,8 +235,8 @@ def check_sequence(run_id: str, after: str | None, events: list[StoredEvent]) ->
     )
 
 
-class EventLog:
-    """The contract over an :class:`EventPort`; the shells below say how ops are run.
+class EventLogBase:
+    """The contract over an :class:`EventsPort`; the shells below say how ops are run.
 
     Options: ``ttl`` (seconds after a run's last append or heartbeat, sliding; default one
     day; None keeps runs until deleted), ``max_events`` (per run, default 10,000),
@@ -246,7 +246,7 @@ class EventLog:
 
     def __init__(
         self,
-        port: EventPort,
+        port: EventsPort,
         *,
         ttl: float | None = DEFAULT_TTL,
         max_events: int = DEFAULT_MAX_EVENTS,
@@ -369,10 +369,10 @@ class EventLog:
                 yield Sleep(backoff.pause())
 
 
-class SyncEventLog(EventLog):
+class SyncEventLog(EventLogBase):
     """An event log on a blocking client; the ``a``-prefixed methods run it in a worker thread."""
 
-    def __init__(self, port: EventPort, execute: Callable[[Any], Any], **options: Any) -> None:
+    def __init__(self, port: EventsPort, execute: Callable[[Any], Any], **options: Any) -> None:
         super().__init__(port, **options)
         self._execute = execute
 
@@ -429,12 +429,12 @@ class SyncEventLog(EventLog):
         return stream_in_thread(self.read(run_id, after=after, follow=follow))
 
 
-class AsyncEventLog(EventLog):
+class AsyncEventLog(EventLogBase):
     """An event log on an asyncio client: ``append``, ``close``… are coroutines and ``read``
     an async iterator (``aappend``, ``aread``… are the same methods under LangGraph's
     ``a`` names). ``sync_read`` serves a blocking caller from another thread."""
 
-    def __init__(self, port: EventPort, aexecute: Callable[[Any], Any], **options: Any) -> None:
+    def __init__(self, port: EventsPort, aexecute: Callable[[Any], Any], **options: Any) -> None:
         super().__init__(port, **options)
         self._aexecute = aexecute
         self.loop = running_loop()

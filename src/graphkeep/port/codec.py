@@ -15,8 +15,8 @@ from typing import Any
 
 import ormsgpack
 
+from graphkeep.checkpoint.records import Typed
 from graphkeep.errors import InvalidFilter, SerializationError
-from graphkeep.shared.records import Typed
 
 #: tag of a channel that is versioned but has no value (written by other savers)
 EMPTY_TAG = "empty"

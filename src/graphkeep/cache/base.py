@@ -8,12 +8,12 @@ whole namespaces (all of them when ``None``). What is the same for every store l
 - input checks (a namespace is a tuple of strings, a key a string, a ttl ``None`` or
   seconds), raised as :class:`graphkeep.errors.InvalidInput` before anything is written;
 - values encoded with the cache's ``serde`` (``dumps_typed``, packed as
-  :func:`graphkeep.shared.serde.pack_typed` does);
+  :func:`graphkeep.port.codec.pack_typed` does);
 - expiry: an entry written with a ttl carries its exact expiry in epoch milliseconds and
   is never returned once past it, whether or not the server has reaped it yet;
 - :func:`namespace_text` / :func:`key_text`, one unambiguous text form of any namespace
   and key (labels may hold any character: ``{``, ``}``, ``#``, ``/``, ``.``, NUL, unicode);
-- :class:`SyncNodeCache` / :class:`AsyncNodeCache`, the two shells driving a
+- :class:`SyncCache` / :class:`AsyncCache`, the two shells driving a
   :class:`CachePort` (whose methods yield the store's requests) sync or async.
 """
 
@@ -29,10 +29,9 @@ from typing import Any, Protocol
 
 from langgraph.cache.base import BaseCache, FullKey, Namespace
 
+from graphkeep.checkpoint.records import Typed
 from graphkeep.errors import InvalidInput
-from graphkeep.shared import serde as codec
-from graphkeep.shared.port import Op, adrive, drive, on_loop, running_loop
-from graphkeep.shared.records import Typed
+from graphkeep.port import Op, adrive, codec, drive, on_loop, running_loop
 
 log = logging.getLogger("graphkeep.cache")
 
@@ -133,7 +132,7 @@ def live(stored: Stored, now: int) -> bool:
     return stored.expires_ms is None or stored.expires_ms > now
 
 
-class NodeCache(BaseCache[Any]):
+class CacheBase(BaseCache[Any]):
     """The contract over a :class:`CachePort`; the shells below say how ops are run."""
 
     def __init__(self, port: CachePort, *, serde: Any = None) -> None:
@@ -185,7 +184,7 @@ class NodeCache(BaseCache[Any]):
             yield from self.port.clear(checked)
 
 
-class SyncNodeCache(NodeCache):
+class SyncCache(CacheBase):
     """A node cache on a blocking client; the async methods run it in a worker thread."""
 
     def __init__(self, port: CachePort, execute: Callable[[Any], Any], **options: Any) -> None:
@@ -217,7 +216,7 @@ class SyncNodeCache(NodeCache):
         await asyncio.to_thread(self.clear, namespaces)
 
 
-class AsyncNodeCache(NodeCache):
+class AsyncCache(CacheBase):
     """A node cache on an asyncio client; sync callers hop onto the cache's event loop.
 
     Sync methods must be called from another thread than the loop's (LangGraph's sync

@@ -39,9 +39,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import astuple, dataclass, field
 from typing import Any
 
+from graphkeep.checkpoint.records import BlobRecord, Typed
 from graphkeep.errors import CorruptData
-from graphkeep.shared import serde as codec
-from graphkeep.shared.records import BlobRecord, Typed
+from graphkeep.port import codec
 
 #: the reserved channel name element records are stored under (never a user channel)
 ELEMENT_CHANNEL = "__graphkeep.element__"

@@ -1,4 +1,4 @@
-"""Identifiers: validation of thread ids and namespaces, version strings, URL masking.
+"""Checkpoint identifiers: validation of thread ids, namespaces and names; version strings.
 
 Thread ids are normalised to ``str`` (``7`` and ``"7"`` are the same thread) and
 checked before any I/O, so a bad id never reaches a driver.
@@ -6,13 +6,11 @@ checked before any I/O, so a bad id never reaches a driver.
 
 from __future__ import annotations
 
-import math
 import random
-import re
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-from graphkeep.errors import InvalidInput, InvalidNamespace, InvalidThreadId
+from graphkeep.errors import InvalidNamespace, InvalidThreadId
+from graphkeep.port.checks import short
 
 DEFAULT_MAX_ID_BYTES = 1024
 
@@ -22,7 +20,7 @@ def normalize_thread_id(value: Any, *, max_bytes: int = DEFAULT_MAX_ID_BYTES) ->
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise InvalidThreadId(
             f"thread_id must be a non-empty str or an int, got {type(value).__name__}"
-            f" ({_short(value)}); pass config={{'configurable': {{'thread_id': ...}}}}"
+            f" ({short(value)}); pass config={{'configurable': {{'thread_id': ...}}}}"
         )
     text = str(value)
     if not text:
@@ -37,7 +35,7 @@ def normalize_namespace(value: Any, *, max_bytes: int = DEFAULT_MAX_ID_BYTES) ->
         return ""
     if not isinstance(value, str):
         raise InvalidNamespace(
-            f"checkpoint_ns must be a str, got {type(value).__name__} ({_short(value)})"
+            f"checkpoint_ns must be a str, got {type(value).__name__} ({short(value)})"
         )
     _check_text(value, "checkpoint_ns", max_bytes, InvalidNamespace)
     return value
@@ -49,7 +47,7 @@ def normalize_checkpoint_id(value: Any, *, max_bytes: int = DEFAULT_MAX_ID_BYTES
         return None
     if not isinstance(value, str):
         raise InvalidNamespace(
-            f"checkpoint_id must be a str, got {type(value).__name__} ({_short(value)})"
+            f"checkpoint_id must be a str, got {type(value).__name__} ({short(value)})"
         )
     _check_text(value, "checkpoint_id", max_bytes, InvalidNamespace)
     return value
@@ -65,37 +63,16 @@ def check_name(value: Any, what: str, *, max_bytes: int = DEFAULT_MAX_ID_BYTES) 
 
 def _check_text(text: str, what: str, max_bytes: int, error: type[Exception]) -> None:
     if "\x00" in text:
-        raise error(f"{what} must not contain NUL characters: {_short(text)}")
+        raise error(f"{what} must not contain NUL characters: {short(text)}")
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:
-        raise error(f"{what} is not valid unicode (lone surrogate): {_short(text)}") from exc
+        raise error(f"{what} is not valid unicode (lone surrogate): {short(text)}") from exc
     if size > max_bytes:
         raise error(
             f"{what} is {size} bytes long; the limit is {max_bytes} bytes"
             " (raise it with the max_id_bytes option)"
         )
-
-
-def check_seconds(
-    value: Any, what: str, *, error: type[Exception] = InvalidInput, finite: bool = False
-) -> float:
-    """A duration argument: a number of seconds > 0 (``inf`` too unless ``finite``)."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or math.isnan(value)
-        or value <= 0
-        or (finite and math.isinf(value))
-    ):
-        kind = "a finite number" if finite else "a number"
-        raise error(f"{what} must be {kind} of seconds > 0, got {_short(value)}")
-    return float(value)
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def next_version(current: str | int | float | None) -> str:
@@ -117,25 +94,3 @@ def next_version(current: str | int | float | None) -> str:
 def version_key(version: Any) -> str:
     """The storage form of a channel version (``1`` and ``"1"`` are one key)."""
     return str(version)
-
-
-_USERINFO = re.compile(r"^(?P<user>[^:@]*)(:(?P<password>[^@]*))?@")
-
-
-def mask_url(url: str) -> str:
-    """Return ``url`` with any password (and secret query values) replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable url>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, host = netloc.rpartition("@")
-        user, sep, _password = userinfo.partition(":")
-        netloc = f"{user}{':***' if sep else ''}@{host}"
-    query = re.sub(
-        r"(?i)((?:password|secret|token|aws_secret_access_key|aws_session_token)=)[^&]*",
-        r"\1***",
-        parts.query,
-    )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

@@ -23,10 +23,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from graphkeep.errors import ConfigurationError, LockNotAcquired
-from graphkeep.shared.port import Op, Sleep
+from graphkeep.port import Op, Sleep
 
 if TYPE_CHECKING:
-    from graphkeep.shared.saver import BaseSaver
+    from graphkeep.checkpoint.saver import SaverBase
 
 MAX_POLL_SECONDS = 1.0
 
@@ -36,7 +36,7 @@ class ThreadLock:
 
     def __init__(
         self,
-        saver: BaseSaver,
+        saver: SaverBase,
         thread_id: Any,
         *,
         ttl: float = 30.0,
@@ -58,7 +58,7 @@ class ThreadLock:
     def _acquire(self) -> Op[bool]:
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         delay = self.poll
-        store = self.saver.store
+        store = self.saver.port
         while not (yield from store.acquire_lock(self.thread_id, self.token, self.ttl_ms)):
             now = time.monotonic()
             if not self.blocking or (deadline is not None and now >= deadline):
@@ -73,13 +73,13 @@ class ThreadLock:
         return True
 
     def _release(self) -> Op[bool]:
-        released = yield from self.saver.store.release_lock(self.thread_id, self.token)
+        released = yield from self.saver.port.release_lock(self.thread_id, self.token)
         self.held = False
         return bool(released)
 
     def _extend(self, ttl: float | None) -> Op[bool]:
         ttl_ms = self.ttl_ms if ttl is None else max(1, int(ttl * 1000))
-        extended = yield from self.saver.store.extend_lock(self.thread_id, self.token, ttl_ms)
+        extended = yield from self.saver.port.extend_lock(self.thread_id, self.token, ttl_ms)
         return bool(extended)
 
     def acquire(self) -> bool:

@@ -88,7 +88,7 @@ class Loaded:
     writes: list[WriteRecord]
     #: list elements the store returned with the checkpoint (element key -> value);
     #: stores that cannot fetch them in the same request leave it empty and the
-    #: saver asks ``get_blobs`` (see :mod:`graphkeep.shared.lists`)
+    #: saver asks ``get_blobs`` (see :mod:`graphkeep.checkpoint.lists`)
     elements: dict[str, Typed] = field(default_factory=dict)
 
 

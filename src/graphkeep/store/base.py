@@ -1,11 +1,11 @@
 """Long-term memory: LangGraph's ``BaseStore`` contract, written once for every store.
 
-:class:`MemoryStore` holds everything that is the same on Redis, MongoDB and DynamoDB:
+:class:`StoreBase` holds everything that is the same on Redis, MongoDB and DynamoDB:
 validation of namespaces, keys, values and filters (before anything is written), TTL
 arithmetic, embedding (only texts that changed since the stored version are sent to the
-model), ranking and paging rules. A backend implements the small :class:`MemoryPort`
+model), ranking and paging rules. A backend implements the small :class:`StorePort`
 (get, put, search, namespaces, sweep) as generators yielding its own requests, exactly
-like the checkpoint port in :mod:`graphkeep.shared.port`; one sync and one async shell
+like the checkpoint port in :mod:`graphkeep.port`; one sync and one async shell
 drive the same generators, so sync and async share every line.
 
 Semantics follow ``PostgresStore`` (LangGraph's reference store):
@@ -64,7 +64,7 @@ from langgraph.store.base import (
 from langgraph.store.base.batch import AsyncBatchedBaseStore
 
 from graphkeep.errors import ConfigurationError, InvalidFilter, InvalidInput, SerializationError
-from graphkeep.shared.port import Op, Sleep, adrive, drive, on_loop, running_loop
+from graphkeep.port import Op, Sleep, adrive, drive, on_loop, running_loop
 
 Namespace = tuple[str, ...]
 ItemKey = tuple[Namespace, str]
@@ -147,7 +147,7 @@ class Embed:
     query: bool = False
 
 
-class MemoryPort(Protocol):
+class StorePort(Protocol):
     """What a backend maps onto its store. Input arrives validated.
 
     - ``get``: the live items for ``keys`` (None where missing or expired), in order; items
@@ -675,15 +675,15 @@ class _Plan:
     lists: list[tuple[int, ListNamespacesOp]] = field(default_factory=list)
 
 
-class MemoryStore(BaseStore):
-    """LangGraph ``BaseStore`` over a :class:`MemoryPort`. Use a backend's class or
+class StoreBase(BaseStore):
+    """LangGraph ``BaseStore`` over a :class:`StorePort`. Use a backend's class or
     ``graphkeep.connect_store``; this class holds the contract logic."""
 
     supports_ttl: bool = True
 
     def __init__(
         self,
-        port: MemoryPort,
+        port: StorePort,
         *,
         index: IndexConfig | Mapping[str, Any] | None = None,
         ttl: TTLConfig | Mapping[str, Any] | None = None,
@@ -947,10 +947,10 @@ def _search_item(stored: StoredItem, scored: bool) -> SearchItem:
     )
 
 
-class SyncMemoryStore(MemoryStore):
+class SyncStore(StoreBase):
     """A store on a blocking client; ``abatch`` runs it in a worker thread."""
 
-    def __init__(self, port: MemoryPort, execute: Callable[[Any], Any], **options: Any) -> None:
+    def __init__(self, port: StorePort, execute: Callable[[Any], Any], **options: Any) -> None:
         super().__init__(port, **options)
         self._execute = execute
 
@@ -1016,7 +1016,7 @@ class SyncMemoryStore(MemoryStore):
         return True
 
 
-class AsyncMemoryStore(MemoryStore, AsyncBatchedBaseStore):
+class AsyncStore(StoreBase, AsyncBatchedBaseStore):
     """A store on an asyncio client, batched as LangGraph's own async stores are.
 
     ``aget``/``aput``/``asearch``/... calls made in the same event-loop tick are gathered
@@ -1027,9 +1027,9 @@ class AsyncMemoryStore(MemoryStore, AsyncBatchedBaseStore):
     sync ``invoke`` in a worker does); create the store inside a running event loop.
     """
 
-    def __init__(self, port: MemoryPort, aexecute: Callable[[Any], Any], **options: Any) -> None:
+    def __init__(self, port: StorePort, aexecute: Callable[[Any], Any], **options: Any) -> None:
         self._task = None  # AsyncBatchedBaseStore.__del__ reads it even if __init__ fails
-        MemoryStore.__init__(self, port, **options)
+        StoreBase.__init__(self, port, **options)
         AsyncBatchedBaseStore.__init__(self)
         self._aexecute = aexecute
         self.loop = running_loop()
@@ -1156,17 +1156,17 @@ class AsyncMemoryStore(MemoryStore, AsyncBatchedBaseStore):
 
 # re-exported helpers for backends that page through candidates themselves
 __all__ = [
-    "AsyncMemoryStore",
+    "AsyncStore",
     "Condition",
     "Embed",
     "ItemKey",
-    "MemoryPort",
-    "MemoryStore",
+    "StorePort",
+    "StoreBase",
     "Namespace",
     "SearchQuery",
     "Sleep",
     "StoredItem",
-    "SyncMemoryStore",
+    "SyncStore",
     "Vector",
     "decode_value",
     "encode_value",

@@ -1,7 +1,7 @@
 """The checkpoint saver: the whole LangGraph contract, written once for every store.
 
 Each public method is a thin shell over a generator (``_put``, ``_get_tuple``…)
-that validates input, builds records, asks the store through the port and
+that validates input, builds records, asks the store through the checkpoint port and
 turns the answer into LangGraph objects. :class:`SyncSaver` drives those
 generators with a blocking executor, :class:`AsyncSaver` with an awaiting one.
 """
@@ -26,9 +26,7 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 
-from graphkeep.errors import ConfigurationError, InvalidInput
-from graphkeep.shared import serde as codec
-from graphkeep.shared.keys import (
+from graphkeep.checkpoint.ids import (
     DEFAULT_MAX_ID_BYTES,
     check_name,
     next_version,
@@ -37,7 +35,7 @@ from graphkeep.shared.keys import (
     normalize_thread_id,
     version_key,
 )
-from graphkeep.shared.lists import (
+from graphkeep.checkpoint.lists import (
     ELEMENT_CHANNEL,
     ListSharer,
     SharedList,
@@ -47,21 +45,9 @@ from graphkeep.shared.lists import (
     rebuild,
     where,
 )
-from graphkeep.shared.lock import ThreadLock
-from graphkeep.shared.port import (
-    Emit,
-    Op,
-    Store,
-    adrive,
-    adrive_iter,
-    drive,
-    drive_iter,
-    on_loop,
-    running_loop,
-    stream_in_thread,
-    stream_on_loop,
-)
-from graphkeep.shared.records import (
+from graphkeep.checkpoint.lock import ThreadLock
+from graphkeep.checkpoint.port import CheckpointPort
+from graphkeep.checkpoint.records import (
     BlobRecord,
     CheckpointRecord,
     Inventory,
@@ -71,7 +57,21 @@ from graphkeep.shared.records import (
     Typed,
     WriteRecord,
 )
-from graphkeep.shared.watch import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL, watch_op
+from graphkeep.checkpoint.watch import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL, watch_op
+from graphkeep.errors import ConfigurationError, InvalidInput
+from graphkeep.port import (
+    Emit,
+    Op,
+    adrive,
+    adrive_iter,
+    codec,
+    drive,
+    drive_iter,
+    on_loop,
+    running_loop,
+    stream_in_thread,
+    stream_on_loop,
+)
 
 LIST_PAGE_SIZE = 100
 PRUNE_STRATEGIES = ("keep_latest", "delete")
@@ -92,21 +92,21 @@ def ttl_seconds(ttl: float | int | timedelta | None) -> float | None:
     return seconds
 
 
-class BaseSaver(BaseCheckpointSaver[str]):
-    """Contract logic over a :class:`~graphkeep.shared.port.Store`."""
+class SaverBase(BaseCheckpointSaver[str]):
+    """Contract logic over a :class:`~graphkeep.checkpoint.port.CheckpointPort`."""
 
-    store: Store
+    port: CheckpointPort
 
     def __init__(
         self,
-        store: Store,
+        port: CheckpointPort,
         *,
         serde: Any = None,
         max_id_bytes: int = DEFAULT_MAX_ID_BYTES,
         share_lists: bool = True,
     ) -> None:
         super().__init__(serde=serde)
-        self.store = store
+        self.port = port
         self.max_id_bytes = max_id_bytes
         if not isinstance(share_lists, bool):
             raise ConfigurationError(f"share_lists must be True or False, got {share_lists!r}")
@@ -114,7 +114,7 @@ class BaseSaver(BaseCheckpointSaver[str]):
         self.share_lists = share_lists
         #: payloads are zlib-compressed here unless the store compresses them itself
         self.squeeze: Callable[[Typed, int], Typed] = (
-            _as_is if getattr(store, "compresses", False) else codec.squeeze
+            _as_is if getattr(port, "compresses", False) else codec.squeeze
         )
         self.lists = ListSharer(self.serde, self.squeeze)
 
@@ -214,7 +214,7 @@ class BaseSaver(BaseCheckpointSaver[str]):
         )
         # elements first: a store that writes in order never names a missing one
         elements = [e for listed in shared for e in listed.elements]
-        yield from self.store.put_checkpoint(record, elements + blobs)
+        yield from self.port.put_checkpoint(record, elements + blobs)
         if shared:
             self.lists.committed(thread_id, ns, shared)
         return {
@@ -253,13 +253,13 @@ class BaseSaver(BaseCheckpointSaver[str]):
             for idx, (channel, value) in enumerate(writes)
         ]
         if records:
-            yield from self.store.put_writes(thread_id, ns, checkpoint_id, records)
+            yield from self.port.put_writes(thread_id, ns, checkpoint_id, records)
 
     # -- reads ---------------------------------------------------------------------
 
     def _get_tuple(self, config: RunnableConfig) -> Op[CheckpointTuple | None]:
         thread_id, ns, checkpoint_id = self._address(config)
-        loaded = yield from self.store.load(thread_id, ns, checkpoint_id)
+        loaded = yield from self.port.load(thread_id, ns, checkpoint_id)
         if loaded is None:
             return None
         yield from self._expand([loaded])
@@ -279,7 +279,7 @@ class BaseSaver(BaseCheckpointSaver[str]):
         for thread_id, keys in wanted.items():
             if not keys:
                 continue
-            got = yield from self.store.get_blobs(thread_id, list(keys))
+            got = yield from self.port.get_blobs(thread_id, list(keys))
             for item in items:
                 if item.record.thread_id == thread_id:
                     ns = item.record.ns
@@ -347,7 +347,7 @@ class BaseSaver(BaseCheckpointSaver[str]):
         remaining = limit
         cursor: Any = None
         while True:
-            items, cursor = yield from self.store.list_page(query, cursor, page_size)
+            items, cursor = yield from self.port.list_page(query, cursor, page_size)
             yield from self._expand(items)
             for item in items:
                 metadata = codec.load(self.serde, item.record.metadata)
@@ -368,12 +368,12 @@ class BaseSaver(BaseCheckpointSaver[str]):
             return {}
         thread_id, ns, checkpoint_id = self._address(config)
         wanted = list(dict.fromkeys(channels))
-        chain = yield from self.store.chain(thread_id, ns, checkpoint_id, wanted)
+        chain = yield from self.port.chain(thread_id, ns, checkpoint_id, wanted)
         collected: dict[str, list[WriteRecord]] = {ch: [] for ch in wanted}
         seeds: dict[str, Any] = {}
         remaining = set(wanted)
         # a list seed written as a manifest (DeltaChannels normally are not)
-        elements = yield from fetch_elements(self.store, thread_id, ns, chain.blobs.values())
+        elements = yield from fetch_elements(self.port, thread_id, ns, chain.blobs.values())
         for ancestor in chain.ancestors:
             if not remaining:
                 break
@@ -404,7 +404,7 @@ class BaseSaver(BaseCheckpointSaver[str]):
     def _delete_thread(self, thread_id: Any) -> Op[None]:
         thread = self._thread(thread_id)
         self.lists.forget(thread)
-        yield from self.store.delete_thread(thread)
+        yield from self.port.delete_thread(thread)
 
     def _delete_for_runs(self, run_ids: Sequence[str]) -> Op[None]:
         if isinstance(run_ids, str):
@@ -412,9 +412,9 @@ class BaseSaver(BaseCheckpointSaver[str]):
         wanted = [str(r) for r in run_ids if r is not None and str(r)]
         if not wanted:
             return
-        found = yield from self.store.find_runs(wanted)
+        found = yield from self.port.find_runs(wanted)
         for thread_id, doomed in found.items():
-            inventory = yield from self.store.inventory(thread_id)
+            inventory = yield from self.port.inventory(thread_id)
             yield from self._delete_keeping(thread_id, inventory, set(doomed))
 
     def _copy_thread(self, source_thread_id: Any, target_thread_id: Any) -> Op[None]:
@@ -422,9 +422,9 @@ class BaseSaver(BaseCheckpointSaver[str]):
         target = self._thread(target_thread_id)
         if source == target:
             return
-        dump = yield from self.store.export_thread(source)
+        dump = yield from self.port.export_thread(source)
         if dump:
-            yield from self.store.import_thread(target, dump)
+            yield from self.port.import_thread(target, dump)
 
     def _prune(self, thread_ids: Sequence[str], strategy: str) -> Op[None]:
         if isinstance(thread_ids, str):
@@ -435,9 +435,9 @@ class BaseSaver(BaseCheckpointSaver[str]):
         for thread_id in threads:
             self.lists.forget(thread_id)
             if strategy == "delete":
-                yield from self.store.delete_thread(thread_id)
+                yield from self.port.delete_thread(thread_id)
                 continue
-            inventory = yield from self.store.inventory(thread_id)
+            inventory = yield from self.port.inventory(thread_id)
             keep = keep_latest(inventory.checkpoints)
             doomed = {(s.ns, s.checkpoint_id) for s in inventory.checkpoints} - keep
             doomed |= inventory.write_keys - keep
@@ -452,10 +452,10 @@ class BaseSaver(BaseCheckpointSaver[str]):
         """Delete ``doomed`` checkpoints (with their writes) and blobs nothing else uses."""
         self.lists.forget(thread_id)
         keep = {(s.ns, s.checkpoint_id) for s in inventory.checkpoints} - doomed
-        referenced = yield from referenced_blobs(self.store, thread_id, inventory, keep)
+        referenced = yield from referenced_blobs(self.port, thread_id, inventory, keep)
         garbage = sorted(inventory.blob_keys - referenced)
         if doomed or garbage:
-            yield from self.store.delete_records(thread_id, sorted(doomed), garbage)
+            yield from self.port.delete_records(thread_id, sorted(doomed), garbage)
 
     # -- the public API: every method is one contract op, run sync or async ---------
 
@@ -473,10 +473,10 @@ class BaseSaver(BaseCheckpointSaver[str]):
 
     def setup(self) -> None:
         """Create the store's schema (idempotent); a no-op where there is none."""
-        self._call(self.store.setup())
+        self._call(self.port.setup())
 
     async def asetup(self) -> None:
-        await self._acall(self.store.setup())
+        await self._acall(self.port.setup())
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self._call(self._get_tuple(config))  # type: ignore[no-any-return]
@@ -580,7 +580,7 @@ class BaseSaver(BaseCheckpointSaver[str]):
 
         Ends after ``timeout`` seconds without a new checkpoint (None: never); leaving
         the loop early releases everything. ``poll_interval`` / ``max_poll_interval``
-        pace stores without a native feed (see :mod:`graphkeep.shared.watch`).
+        pace stores without a native feed (see :mod:`graphkeep.checkpoint.watch`).
         """
         op = watch_op(
             self,
@@ -633,7 +633,7 @@ class BaseSaver(BaseCheckpointSaver[str]):
 
 
 def fetch_elements(
-    store: Store,
+    port: CheckpointPort,
     thread_id: str,
     ns: str,
     blobs: Iterable[Typed | None],
@@ -644,13 +644,13 @@ def fetch_elements(
     manifests = [b for b in blobs if b is not None and is_manifest(b)]
     wanted = [k for k in element_blob_keys(ns, manifests) if k[2] not in found]
     if wanted:
-        got = yield from store.get_blobs(thread_id, wanted)
+        got = yield from port.get_blobs(thread_id, wanted)
         found.update((key[2], value) for key, value in got.items())
     return found
 
 
 def referenced_blobs(
-    store: Store, thread_id: str, inventory: Inventory, keep: set[tuple[str, str]]
+    port: CheckpointPort, thread_id: str, inventory: Inventory, keep: set[tuple[str, str]]
 ) -> Op[set[tuple[str, str, str]]]:
     """Blob keys the checkpoints ``keep`` (ns, id) need: their values and list elements.
 
@@ -664,7 +664,7 @@ def referenced_blobs(
         stored = sorted(referenced & inventory.blob_keys)
         got: dict[tuple[str, str, str], Typed] = {}
         if stored:
-            got = yield from store.get_blobs(thread_id, stored)
+            got = yield from port.get_blobs(thread_id, stored)
         for (ns, _, _), blob in got.items():
             if is_manifest(blob):
                 referenced.update(element_blob_keys(ns, [blob]))
@@ -738,11 +738,11 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
     }
 
 
-class SyncSaver(BaseSaver):
+class SyncSaver(SaverBase):
     """A saver on a blocking client; async callers run it in a worker thread."""
 
-    def __init__(self, store: Store, execute: Callable[[Any], Any], **kwargs: Any) -> None:
-        super().__init__(store, **kwargs)
+    def __init__(self, port: CheckpointPort, execute: Callable[[Any], Any], **kwargs: Any) -> None:
+        super().__init__(port, **kwargs)
         self._execute = execute
 
     def _call(self, op: Op[Any]) -> Any:
@@ -765,7 +765,7 @@ class SyncSaver(BaseSaver):
         return stream_in_thread(drive_iter(op, self._execute))
 
 
-class AsyncSaver(BaseSaver):
+class AsyncSaver(SaverBase):
     """A saver on an asyncio client; sync callers hop onto the saver's event loop.
 
     Sync methods must be called from another thread than the loop's (LangGraph's
@@ -773,8 +773,8 @@ class AsyncSaver(BaseSaver):
     deadlock, so they raise :class:`asyncio.InvalidStateError` instead.
     """
 
-    def __init__(self, store: Store, aexecute: Callable[[Any], Any], **kwargs: Any) -> None:
-        super().__init__(store, **kwargs)
+    def __init__(self, port: CheckpointPort, aexecute: Callable[[Any], Any], **kwargs: Any) -> None:
+        super().__init__(port, **kwargs)
         self._aexecute = aexecute
         self.loop = running_loop()
 

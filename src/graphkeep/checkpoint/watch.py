@@ -2,11 +2,11 @@
 
 One op for every store, run sync or async like every saver op. Two ways in:
 
-- a store with a native feed (:class:`~graphkeep.shared.port.Feed`, Redis: a Stream per
+- a store with a native feed (:class:`~graphkeep.port.Feed`, Redis: a Stream per
   thread appended by the put script) is read blocking; its order is the commit order;
 - every other store is polled with :meth:`Store.commits` (an indexed query on the
   checkpoint id), ``poll_interval`` apart while the thread is busy, backing off to
-  ``max_poll_interval`` once it has been idle for a while (:class:`~graphkeep.shared.port.Backoff`).
+  ``max_poll_interval`` once it has been idle for a while (:class:`~graphkeep.port.Backoff`).
 
 Polling reads ids above a *settled* floor, not above the last id seen: a checkpoint whose
 id is lower than one already seen (two writers, or a subgraph's put finishing after its
@@ -27,11 +27,12 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from graphkeep.shared.keys import check_seconds, normalize_checkpoint_id, normalize_namespace
-from graphkeep.shared.port import Backoff, Emit, Op, Sleep
+from graphkeep.checkpoint.ids import normalize_checkpoint_id, normalize_namespace
+from graphkeep.port import Backoff, Emit, Op, Sleep
+from graphkeep.port.checks import check_seconds
 
 if TYPE_CHECKING:
-    from graphkeep.shared.saver import BaseSaver
+    from graphkeep.checkpoint.saver import SaverBase
 
 #: checkpoints read per ``commits`` page
 PAGE = 200
@@ -44,7 +45,7 @@ DEFAULT_MAX_POLL_INTERVAL = 2.0
 
 
 def watch_op(
-    saver: BaseSaver,
+    saver: SaverBase,
     thread_id: Any,
     *,
     after: Any = None,
@@ -64,14 +65,14 @@ def watch_op(
     wait = None if timeout is None else check_seconds(timeout, "timeout")
     interval = check_seconds(poll_interval, "poll_interval", finite=True)
     longest = max(check_seconds(max_poll_interval, "max_poll_interval", finite=True), interval)
-    if getattr(saver.store, "feed", False):
+    if getattr(saver.port, "feed", False):
         return _follow_feed(saver, thread, ns, start, wait)
     return _poll(saver, thread, ns, start, wait, interval, longest)
 
 
-def _emit(saver: BaseSaver, thread: str, commits: Iterable[tuple[str, str]]) -> Op[int]:
+def _emit(saver: SaverBase, thread: str, commits: Iterable[tuple[str, str]]) -> Op[int]:
     """Load and emit each checkpoint; returns how many were emitted."""
-    from graphkeep.shared.saver import _config
+    from graphkeep.checkpoint.saver import _config
 
     count = 0
     for ns, checkpoint_id in commits:
@@ -83,12 +84,12 @@ def _emit(saver: BaseSaver, thread: str, commits: Iterable[tuple[str, str]]) -> 
 
 
 def _backlog(
-    saver: BaseSaver, thread: str, ns: str | None, above: str
+    saver: SaverBase, thread: str, ns: str | None, above: str
 ) -> Op[list[tuple[str, str]]]:
     """Every commit with an id above ``above``, ascending."""
     found: list[tuple[str, str]] = []
     while True:
-        page = yield from saver.store.commits(thread, ns, above, PAGE)
+        page = yield from saver.port.commits(thread, ns, above, PAGE)
         found += page
         if len(page) < PAGE:
             return found
@@ -96,9 +97,9 @@ def _backlog(
 
 
 def _follow_feed(
-    saver: BaseSaver, thread: str, ns: str | None, start: str | None, wait: float | None
+    saver: SaverBase, thread: str, ns: str | None, start: str | None, wait: float | None
 ) -> Op[None]:
-    store: Any = saver.store
+    store: Any = saver.port
     position = yield from store.feed_end(thread)
     pending: set[tuple[str, str]] = set()
     if start is not None:
@@ -125,7 +126,7 @@ def _follow_feed(
 
 
 def _poll(
-    saver: BaseSaver,
+    saver: SaverBase,
     thread: str,
     ns: str | None,
     start: str | None,
@@ -133,7 +134,7 @@ def _poll(
     interval: float,
     longest: float,
 ) -> Op[None]:
-    store = saver.store
+    store = saver.port
     floor = start
     if floor is None:
         floor = yield from store.newest_commit(thread, ns)

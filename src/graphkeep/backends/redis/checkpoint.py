@@ -1,0 +1,608 @@
+"""The Redis mapping of the storage port (plain Redis >= 7: hashes, sorted sets, Lua).
+
+A thread is eight keys sharing one hash tag (layout in :mod:`.scripts`); every
+port call is one script call or command, i.e. one round trip, except the
+cross-thread admin paths (``list(None)``, ``delete_for_runs``) which SCAN for
+threads first and are documented as costly. Nothing global is touched on the
+write path.
+
+``watch`` reads the thread's feed, a Redis Stream the put script appends to
+(:class:`Feed <graphkeep.port.Feed>`): ``feed_read`` blocks in ``XREAD``
+on the stream's node and wakes as soon as a put lands; ``commits`` and
+``newest_commit`` answer from the lex indexes ``a`` / ``x``.
+
+Requests yielded here are plain data (:class:`Script`, :class:`Scan`,
+:class:`XRead`, ...); the executors in :mod:`graphkeep.backends.redis` run them
+on a sync or asyncio client.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from graphkeep.backends.redis.checkpoint_scripts import FEED_COUNT
+from graphkeep.checkpoint.records import (
+    BlobRecord,
+    Chain,
+    CheckpointRecord,
+    Inventory,
+    ListQuery,
+    Loaded,
+    Summary,
+    ThreadDump,
+    Typed,
+    WriteRecord,
+)
+from graphkeep.errors import ConfigurationError
+from graphkeep.port import Op, codec
+
+FORMAT = "1"  # bump when the key layout changes; old keys stay readable by old code
+SEP = b"\x00"
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    name: str
+    keys: list[str]
+    args: list[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """Every key matching ``pattern`` (on every primary of a cluster)."""
+
+    pattern: str
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    keys: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class XRead:
+    """``XREAD COUNT count [BLOCK block_ms] STREAMS key position`` on one stream.
+
+    Sent straight to the node that owns ``key`` on a cluster (redis-py would otherwise
+    ask the server for XREAD's keys on every call). ``block_ms`` 0 does not block; a
+    blocking read is kept below the client's socket timeout by the executor, and
+    takes a pooled connection of its own for its duration (other calls on the same
+    client use other connections). The reply is redis-py's XREAD reply, None when
+    nothing came.
+    """
+
+    key: str
+    position: str
+    count: int
+    block_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    """Several ``Script`` calls (on any slots) sent at once; their results in order."""
+
+    scripts: tuple[Script, ...]
+
+
+def encode_thread(thread_id: str) -> str:
+    """Percent-escape the characters that would end or confuse the ``{hash tag}``."""
+    return thread_id.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+
+
+def decode_thread(text: str) -> str:
+    return text.replace("%7D", "}").replace("%7B", "{").replace("%25", "%")
+
+
+def check_prefix(prefix: str) -> str:
+    if not isinstance(prefix, str) or not prefix:
+        raise ConfigurationError("key_prefix must be a non-empty string")
+    if any(c in prefix for c in "{}\x00"):
+        raise ConfigurationError(
+            f"key_prefix {prefix!r} must not contain '{{', '}}' or NUL (they define"
+            " Redis Cluster hash tags)"
+        )
+    return prefix
+
+
+#: a feed position: (stream entry id, highest checkpoint id delivered so far or None)
+FeedPosition = tuple[str, str | None]
+
+
+class RedisCheckpointPort:
+    """Storage port on Redis. ``ttl`` in seconds slides on every write of a thread.
+
+    It has a native commit feed (``feed = True``): the thread's stream, see
+    :meth:`feed_read`.
+    """
+
+    feed = True
+
+    def __init__(
+        self,
+        *,
+        key_prefix: str = "graphkeep",
+        ttl: float | None = None,
+        refresh_ttl_on_read: bool = False,
+    ) -> None:
+        self.prefix = check_prefix(key_prefix)
+        self.ttl_ms = int(ttl * 1000) if ttl else 0
+        self.read_ttl_ms = self.ttl_ms if refresh_ttl_on_read else 0
+
+    # -- keys ----------------------------------------------------------------------
+
+    def thread_keys(self, thread_id: str) -> list[str]:
+        base = f"{self.prefix}:{FORMAT}:{{{encode_thread(thread_id)}}}"
+        return [f"{base}:{suffix}" for suffix in ("h", "p", "x", "a", "w", "wi", "b", "f")]
+
+    def feed_key(self, thread_id: str) -> str:
+        """The thread's feed: a Stream of ``n`` = namespace, ``c`` = checkpoint id (or ``u``
+        = its 16 bytes when it is a UUID)."""
+        return self.thread_keys(thread_id)[7]
+
+    def _thread_pattern(self) -> str:
+        escaped = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix)
+        return f"{escaped}:{FORMAT}:{{*}}:h"
+
+    def _thread_of(self, key: bytes | str) -> str:
+        text = key.decode() if isinstance(key, bytes) else key
+        start = len(self.prefix) + len(FORMAT) + 3
+        return decode_thread(text[start:-3])
+
+    # -- port ----------------------------------------------------------------------
+
+    def setup(self) -> Op[None]:
+        yield Script("__load__", [], [])
+
+    def put_checkpoint(self, record: CheckpointRecord, blobs: list[BlobRecord]) -> Op[None]:
+        args: list[Any] = [
+            record.ns,
+            record.checkpoint_id,
+            _pack_head(record),
+            codec.packb(
+                [
+                    record.checkpoint.tag,
+                    record.checkpoint.data,
+                    record.metadata.tag,
+                    record.metadata.data,
+                ]
+            ),
+            self.ttl_ms,
+            len(blobs),
+        ]
+        for blob in blobs:
+            args += [_field(record.ns, blob.channel, blob.version), codec.pack_typed(blob.value)]
+        yield Script("put", self.thread_keys(record.thread_id), args)
+
+    def put_writes(
+        self, thread_id: str, ns: str, checkpoint_id: str, writes: list[WriteRecord]
+    ) -> Op[None]:
+        args: list[Any] = [ns, checkpoint_id, self.ttl_ms, len(writes)]
+        for w in writes:
+            args += [
+                w.task_id,
+                str(w.idx),
+                "1" if w.special else "0",
+                codec.packb([w.channel, w.task_path, w.value.tag, w.value.data]),
+            ]
+        yield Script("put_writes", self.thread_keys(thread_id), args)
+
+    def load(self, thread_id: str, ns: str, checkpoint_id: str | None) -> Op[Loaded | None]:
+        raw = yield Script(
+            "get", self.thread_keys(thread_id), [ns, checkpoint_id or "", self.read_ttl_ms]
+        )
+        return _loaded(thread_id, raw, {}) if raw else None
+
+    def list_page(
+        self, query: ListQuery, cursor: Any, page_size: int
+    ) -> Op[tuple[list[Loaded], Any]]:
+        if query.thread_id is None:
+            return (yield from self._list_all_threads(query, cursor, page_size))
+        if query.ns is not None:
+            mode = "ns"
+            upper = cursor if cursor is not None else (query.before or "")
+            if query.checkpoint_id is not None:
+                # one exact checkpoint: fetch it and stop
+                if query.before and query.checkpoint_id >= query.before:
+                    return [], None
+                loaded = yield from self.load(query.thread_id, query.ns, query.checkpoint_id)
+                return ([loaded] if loaded else []), None
+        else:
+            mode = "id" if query.checkpoint_id is not None else "all"
+            upper = cursor if cursor is not None else (query.before or "")
+        raw = yield Script(
+            "list",
+            self.thread_keys(query.thread_id),
+            [mode, query.ns or "", query.checkpoint_id or "", upper, page_size, self.read_ttl_ms],
+        )
+        next_upper = raw[0]
+        pages: dict[str, dict[str, Typed]] = {}
+        items = [_loaded(query.thread_id, it, pages) for it in raw[1:]]
+        return items, (next_upper.decode() if next_upper else None)
+
+    def _list_all_threads(
+        self, query: ListQuery, cursor: Any, page_size: int
+    ) -> Op[tuple[list[Loaded], Any]]:
+        # Costly by nature: SCAN for threads, read every id, then fetch pages by id.
+        if cursor is None:
+            entries: list[tuple[str, str, str]] = []
+            for thread_id in (yield from self._threads()):
+                members = yield Script("all_ids", self.thread_keys(thread_id), [])
+                for member in members:
+                    cid, _, ns = member.partition(SEP)
+                    entries.append((cid.decode(), thread_id, ns.decode()))
+            entries.sort(reverse=True)
+            if query.before is not None:
+                entries = [e for e in entries if e[0] < query.before]
+            if query.checkpoint_id is not None:
+                entries = [e for e in entries if e[0] == query.checkpoint_id]
+            cursor = (entries, 0)
+        entries, pos = cursor
+        page = entries[pos : pos + page_size]
+        items: list[Loaded] = []
+        by_thread: dict[str, list[tuple[str, str]]] = {}
+        for cid, thread_id, ns in page:
+            by_thread.setdefault(thread_id, []).append((ns, cid))
+        fetched: dict[tuple[str, str, str], Loaded] = {}
+        for thread_id, wanted in by_thread.items():
+            args: list[Any] = [len(wanted)]
+            for ns, cid in wanted:
+                args += [ns, cid]
+            raw = yield Script("fetch", self.thread_keys(thread_id), args)
+            pages: dict[str, dict[str, Typed]] = {}
+            for it in raw:
+                if it:
+                    loaded = _loaded(thread_id, it, pages)
+                    rec = loaded.record
+                    fetched[(rec.checkpoint_id, thread_id, rec.ns)] = loaded
+        items = [fetched[e] for e in page if e in fetched]
+        pos += len(page)
+        return items, ((entries, pos) if pos < len(entries) else None)
+
+    def chain(
+        self, thread_id: str, ns: str, checkpoint_id: str | None, channels: list[str]
+    ) -> Op[Chain]:
+        raw = yield Script(
+            "chain",
+            self.thread_keys(thread_id),
+            [ns, checkpoint_id or "", self.read_ttl_ms, *channels],
+        )
+        target, steps = raw
+        ancestors: list[Summary] = []
+        writes: dict[str, list[WriteRecord]] = {}
+        blobs: dict[tuple[str, str], Typed] = {}
+        for parent, head, wfields, wvalues, chans, seed_blobs in steps:
+            summary = _summary(ns, parent.decode(), head)
+            ancestors.append(summary)
+            writes[summary.checkpoint_id] = _writes(wfields, wvalues)
+            for ch, blob in zip(chans, seed_blobs, strict=True):
+                if blob:
+                    channel = ch.decode()
+                    blobs[(channel, summary.versions[channel])] = codec.unpack_typed(blob)
+        return Chain(target.decode() if target else None, ancestors, writes, blobs)
+
+    def get_blobs(
+        self, thread_id: str, keys: list[tuple[str, str, str]]
+    ) -> Op[dict[tuple[str, str, str], Typed]]:
+        if not keys:
+            return {}
+        args: list[Any] = [self.read_ttl_ms]
+        args += [_field(*key) for key in keys]
+        raw = yield Script("blobs", self.thread_keys(thread_id), args)
+        return {
+            key: codec.unpack_typed(value)
+            for key, value in zip(keys, raw, strict=True)
+            if value is not None
+        }
+
+    def delete_thread(self, thread_id: str) -> Op[None]:
+        yield Delete(self.thread_keys(thread_id))
+
+    def inventory(self, thread_id: str) -> Op[Inventory]:
+        heads, wmembers, bkeys = yield Script("inventory", self.thread_keys(thread_id), [])
+        checkpoints = []
+        for i in range(0, len(heads), 2):
+            ns, _, cid = heads[i].partition(SEP)
+            checkpoints.append(_summary(ns.decode(), cid.decode(), heads[i + 1]))
+        write_keys = set()
+        for member in wmembers:
+            ns, cid, _rest = member.split(SEP, 2)
+            write_keys.add((ns.decode(), cid.decode()))
+        blob_keys = set()
+        for key in bkeys:
+            ns, ch, version = key.split(SEP, 2)
+            blob_keys.add((ns.decode(), ch.decode(), version.decode()))
+        return Inventory(checkpoints, write_keys, blob_keys)
+
+    def delete_records(
+        self,
+        thread_id: str,
+        checkpoints: list[tuple[str, str]],
+        blobs: list[tuple[str, str, str]],
+    ) -> Op[None]:
+        args: list[Any] = [len(checkpoints)]
+        for ns, cid in checkpoints:
+            args += [ns, cid]
+        args += [_field(ns, ch, version) for ns, ch, version in blobs]
+        yield Script("delete", self.thread_keys(thread_id), args)
+
+    def find_runs(self, run_ids: list[str]) -> Op[dict[str, list[tuple[str, str]]]]:
+        found: dict[str, list[tuple[str, str]]] = {}
+        for thread_id in (yield from self._threads()):
+            fields = yield Script("find_runs", self.thread_keys(thread_id), list(run_ids))
+            for field in fields:
+                ns, _, cid = field.partition(SEP)
+                found.setdefault(thread_id, []).append((ns.decode(), cid.decode()))
+        return found
+
+    def export_thread(self, thread_id: str) -> Op[ThreadDump]:
+        heads, payloads, writes, blobs = yield Script("export", self.thread_keys(thread_id), [])
+        payload_of = {payloads[i]: payloads[i + 1] for i in range(0, len(payloads), 2)}
+        dump = ThreadDump([], [], [])
+        for i in range(0, len(heads), 2):
+            field = heads[i]
+            ns, _, cid = field.partition(SEP)
+            payload = payload_of.get(field)
+            if payload is None:
+                continue
+            dump.checkpoints.append(
+                _record(thread_id, ns.decode(), cid.decode(), heads[i + 1], payload)
+            )
+        for i in range(0, len(writes), 2):
+            ns, cid, _rest = writes[i].split(SEP, 2)
+            (write,) = _writes([writes[i]], [writes[i + 1]])
+            dump.writes.append((ns.decode(), cid.decode(), write))
+        for i in range(0, len(blobs), 2):
+            ns, ch, version = blobs[i].split(SEP, 2)
+            value = codec.unpack_typed(blobs[i + 1])
+            dump.blobs.append((ns.decode(), BlobRecord(ch.decode(), version.decode(), value)))
+        return dump
+
+    def import_thread(self, thread_id: str, dump: ThreadDump) -> Op[None]:
+        blob_args: list[Any] = []
+        for ns, blob in dump.blobs:
+            blob_args += [_field(ns, blob.channel, blob.version), codec.pack_typed(blob.value)]
+        write_args: list[Any] = []
+        for ns, cid, w in dump.writes:
+            write_args += [
+                _field(ns, cid, w.task_id, str(w.idx)),
+                codec.packb([w.channel, w.task_path, w.value.tag, w.value.data]),
+            ]
+        cp_args: list[Any] = []
+        # in id order: the script announces each new checkpoint on the feed as it goes
+        for rec in sorted(dump.checkpoints, key=lambda r: (r.checkpoint_id, r.ns)):
+            cp_args += [
+                _field(rec.ns, rec.checkpoint_id),
+                _pack_head(rec),
+                codec.packb(
+                    [rec.checkpoint.tag, rec.checkpoint.data, rec.metadata.tag, rec.metadata.data]
+                ),
+            ]
+        args = [
+            self.ttl_ms,
+            len(dump.blobs),
+            len(dump.checkpoints),
+            len(dump.writes),
+            *blob_args,
+            *write_args,
+            *cp_args,
+        ]
+        yield Script("import", self.thread_keys(thread_id), args)
+
+    def list_threads(self, cursor: Any, page_size: int) -> Op[tuple[list[str], Any]]:
+        threads = yield from self._threads()
+        return threads, None
+
+    def commits(
+        self, thread_id: str, ns: str | None, above: str | None, limit: int
+    ) -> Op[list[tuple[str, str]]]:
+        """``(ns, id)`` above ``above``, ascending, from one ``ZRANGEBYLEX``: on ``a``
+        (members ``id NUL ns``: every namespace, in (id, ns) order) or on ``x``
+        (``ns NUL id``: one namespace). Ids never contain NUL, so ``id NUL ...`` sorts
+        below ``id \\x01`` and every longer id above it: ``[above \\x01`` on ``a`` and
+        ``(ns NUL above`` on ``x`` start strictly above ``above``."""
+        keys = self.thread_keys(thread_id)
+        if ns is None:
+            low = "-" if above is None else "[" + above + "\x01"
+            raw = yield Command(("ZRANGEBYLEX", keys[3], low, "+", "LIMIT", 0, limit))
+            return [_split_member(m, id_first=True) for m in raw]
+        low = "[" + ns + "\x00" if above is None else "(" + ns + "\x00" + above
+        raw = yield Command(("ZRANGEBYLEX", keys[2], low, "(" + ns + "\x01", "LIMIT", 0, limit))
+        return [_split_member(m, id_first=False) for m in raw]
+
+    def newest_commit(self, thread_id: str, ns: str | None) -> Op[str | None]:
+        """The last member of ``a`` (any namespace) or of ``ns``'s range of ``x``."""
+        keys = self.thread_keys(thread_id)
+        if ns is None:
+            raw = yield Command(("ZREVRANGEBYLEX", keys[3], "+", "-", "LIMIT", 0, 1))
+        else:
+            raw = yield Command(
+                ("ZREVRANGEBYLEX", keys[2], "(" + ns + "\x01", "[" + ns + "\x00", "LIMIT", 0, 1)
+            )
+        return _split_member(raw[0], id_first=ns is None)[1] if raw else None
+
+    def feed_end(self, thread_id: str) -> Op[FeedPosition]:
+        """The feed's newest entry id ("0-0" when empty) with the thread's highest
+        checkpoint id (the floor a catch-up from the index would start above)."""
+        pos, newest = yield Script("feed_end", self.thread_keys(thread_id), [])
+        return pos.decode(), (newest.decode() or None)
+
+    def feed_read(
+        self, thread_id: str, position: FeedPosition, wait_ms: int
+    ) -> Op[tuple[list[tuple[str, str]], FeedPosition]]:
+        """Feed entries after ``position``: ``XREAD COUNT FEED_COUNT [BLOCK wait_ms]``.
+
+        A blocking read that returns fewer than ``FEED_COUNT`` entries is complete (the
+        stream keeps more than that, so nothing after ``position`` can have been trimmed).
+        A full one, and every non-blocking read, go through the ``feed`` script, which
+        reads the stream and notices trimming in the same step, catching up from the
+        index then (see ``scripts.FEED``).
+        """
+        entry_id, newest = position
+        if wait_ms > 0:
+            raw = yield XRead(self.feed_key(thread_id), entry_id, FEED_COUNT, wait_ms)
+            entries = _stream_entries(raw)
+            if len(entries) < FEED_COUNT:
+                found = [(ns, cid) for _, ns, cid in entries]
+                if entries:
+                    entry_id = entries[-1][0]
+                return found, (entry_id, _highest(newest, found))
+        raw = yield Script(
+            "feed", self.thread_keys(thread_id), [entry_id, newest or "", FEED_COUNT]
+        )
+        found = [(raw[i].decode(), _feed_id(raw[i + 1], raw[i + 2])) for i in range(2, len(raw), 3)]
+        return found, (raw[1].decode(), _highest(newest, found))
+
+    def lock_key(self, thread_id: str) -> str:
+        # same hash tag as the thread, but not one of its eight data keys: a
+        # delete_thread or TTL refresh leaves a held lease alone
+        return f"{self.prefix}:{FORMAT}:{{{encode_thread(thread_id)}}}:lock"
+
+    def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
+        taken = yield Script("lock", [self.lock_key(thread_id)], [token, ttl_ms])
+        return bool(taken)
+
+    def release_lock(self, thread_id: str, token: str) -> Op[bool]:
+        released = yield Script("unlock", [self.lock_key(thread_id)], [token])
+        return bool(released)
+
+    def extend_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
+        extended = yield Script("extend_lock", [self.lock_key(thread_id)], [token, ttl_ms])
+        return bool(extended)
+
+    def _threads(self) -> Op[list[str]]:
+        keys = yield Scan(self._thread_pattern())
+        return sorted({self._thread_of(k) for k in keys})
+
+
+def _field(*parts: str) -> bytes:
+    return SEP.join(p.encode() for p in parts)
+
+
+def _split_member(member: bytes, *, id_first: bool) -> tuple[str, str]:
+    """``(ns, checkpoint_id)`` of an index member ("id\\0ns" in ``a``, "ns\\0id" in ``x``)."""
+    left, _, right = member.partition(SEP)
+    if id_first:
+        return right.decode(), left.decode()
+    return left.decode(), right.decode()
+
+
+def _highest(newest: str | None, found: list[tuple[str, str]]) -> str | None:
+    """The highest checkpoint id among ``newest`` and the entries just read."""
+    ids = [cid for _, cid in found]
+    if newest is not None:
+        ids.append(newest)
+    return max(ids, default=None)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _feed_id(field: Any, value: bytes) -> str:
+    """A checkpoint id as the feed holds it: text (``c``) or a UUID's 16 bytes (``u``)."""
+    if _text(field) == "u":
+        return str(uuid.UUID(bytes=value))
+    return value.decode()
+
+
+def _stream_entries(raw: Any) -> list[tuple[str, str, str]]:
+    """``(entry_id, ns, checkpoint_id)`` of an XREAD reply on one stream.
+
+    redis-py answers ``[[key, [(id, {field: value}), ...]]]`` on RESP2 and
+    ``{key: [[(id, {field: value}), ...]]}`` on RESP3 (some versions without the inner
+    list); empty or None when nothing came.
+    """
+    if not raw:
+        return []
+    streams = list(raw.values()) if isinstance(raw, dict) else [item[1] for item in raw]
+    out = []
+    for entries in streams:
+        if entries and isinstance(entries[0], list | tuple) and entries[0]:
+            if isinstance(entries[0][0], list | tuple):  # wrapped once more
+                entries = [entry for part in entries for entry in part]
+        for entry_id, fields in entries:
+            if not isinstance(fields, dict):  # a flat [field, value, ...] list
+                fields = dict(zip(fields[::2], fields[1::2], strict=True))
+            values = {_text(k): v for k, v in fields.items()}
+            ns = _text(values.get("n", b""))
+            field = "u" if "u" in values else "c"
+            out.append((_text(entry_id), ns, _feed_id(field, values.get(field, b""))))
+    return out
+
+
+def _pack_head(record: CheckpointRecord) -> bytes:
+    # strings only: the Lua side decodes heads with cmsgpack, which has no bin type
+    return codec.packb(
+        [
+            record.parent_id or "",
+            record.versions,
+            record.present,
+            record.needs_history,
+            record.run_id or "",
+        ]
+    )
+
+
+def _summary(ns: str, checkpoint_id: str, head: bytes) -> Summary:
+    parent, versions, present, needs, run_id = codec.unpackb(head)
+    return Summary(ns, checkpoint_id, parent or None, versions, present, needs, run_id or None)
+
+
+def _record(
+    thread_id: str, ns: str, checkpoint_id: str, head: bytes, payload: bytes
+) -> CheckpointRecord:
+    parent, versions, present, needs, run_id = codec.unpackb(head)
+    ctag, cdata, mtag, mdata = codec.unpackb(payload)
+    return CheckpointRecord(
+        thread_id=thread_id,
+        ns=ns,
+        checkpoint_id=checkpoint_id,
+        parent_id=parent or None,
+        versions=versions,
+        present=present,
+        needs_history=needs,
+        run_id=run_id or None,
+        checkpoint=Typed(ctag, cdata),
+        metadata=Typed(mtag, mdata),
+    )
+
+
+def _writes(fields: list[bytes], values: list[bytes | None]) -> list[WriteRecord]:
+    out = []
+    for field, value in zip(fields, values, strict=True):
+        if value is None:
+            continue
+        _ns, _cid, task_id, idx = field.split(SEP, 3)
+        channel, task_path, tag, data = codec.unpackb(value)
+        out.append(WriteRecord(task_id.decode(), int(idx), channel, task_path, Typed(tag, data)))
+    return out
+
+
+def _loaded(thread_id: str, raw: list[Any], pages: dict[str, dict[str, Typed]]) -> Loaded:
+    """One item of a script reply. ``pages`` holds the list elements of the whole
+    reply by namespace: the script sends each element once per call, so every
+    item of a namespace shares one dict (absent elements are left out)."""
+    ns_raw, cid, head, payload, chans, blobs, wfields, wvalues, packed = raw
+    ns = ns_raw.decode()
+    record = _record(thread_id, ns, cid.decode(), head, payload)
+    values = {
+        ch.decode(): codec.unpack_typed(blob)
+        for ch, blob in zip(chans, blobs, strict=True)
+        if blob is not None
+    }
+    elements = pages.setdefault(ns, {})
+    if packed:  # [key, [tag, data] or nil, ...]: see ``elements`` in the scripts
+        flat = codec.unpackb(packed)
+        for i in range(0, len(flat), 2):
+            value = flat[i + 1]
+            if value is not None:
+                elements[flat[i]] = Typed(value[0], value[1])
+    return Loaded(record, values, _writes(wfields, wvalues), elements)

@@ -1,0 +1,134 @@
+"""The checkpoint port: what a backend maps onto its store for the savers.
+
+Every method is an op (:mod:`graphkeep.port.ops`): a generator yielding the store's own
+requests. :class:`graphkeep.checkpoint.saver.SaverBase` holds the contract and asks the
+port; a backend's ``checkpoint`` module implements it (``RedisCheckpointPort``…).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from graphkeep.checkpoint.records import (
+    BlobRecord,
+    Chain,
+    CheckpointRecord,
+    Inventory,
+    ListQuery,
+    Loaded,
+    ThreadDump,
+    Typed,
+    WriteRecord,
+)
+from graphkeep.port.ops import Op
+
+
+class CheckpointPort(Protocol):
+    """What a backend maps onto its store. Thread ids and names arrive validated.
+
+    Semantics every implementation must keep (see storage-contract.md):
+    - ``put_checkpoint`` stores ``blobs`` and then the record so that no reader
+      ever sees the record without its blobs; upsert on (thread, ns, id).
+    - ``put_writes``: regular writes (idx >= 0) are insert-if-absent per
+      (thread, ns, checkpoint_id, task_id, idx); special writes replace.
+    - ``load`` returns the exact checkpoint, or the max id in (thread, ns).
+    - ``list_page`` returns newest-first pages; it may pre-filter on metadata.
+    - TTL: every write refreshes the expiry of all the thread needs, including
+      the list elements its manifests name (``lists.ELEMENT_CHANNEL`` blobs).
+    """
+
+    def setup(self) -> Op[None]: ...
+
+    def put_checkpoint(self, record: CheckpointRecord, blobs: list[BlobRecord]) -> Op[None]: ...
+
+    def put_writes(
+        self, thread_id: str, ns: str, checkpoint_id: str, writes: list[WriteRecord]
+    ) -> Op[None]: ...
+
+    def load(self, thread_id: str, ns: str, checkpoint_id: str | None) -> Op[Loaded | None]: ...
+
+    def list_page(
+        self, query: ListQuery, cursor: Any, page_size: int
+    ) -> Op[tuple[list[Loaded], Any]]: ...
+
+    def chain(
+        self, thread_id: str, ns: str, checkpoint_id: str | None, channels: list[str]
+    ) -> Op[Chain]: ...
+
+    def get_blobs(
+        self, thread_id: str, keys: list[tuple[str, str, str]]
+    ) -> Op[dict[tuple[str, str, str], Typed]]:
+        """Blobs by ``(ns, channel, version)``; absent keys are left out.
+
+        Used for list elements (channel ``lists.ELEMENT_CHANNEL``, whose keys are
+        sorted and mostly contiguous: a store may read them as ranges) and for
+        the manifests a prune must look into. One request where the store allows.
+        """
+        ...
+
+    def delete_thread(self, thread_id: str) -> Op[None]: ...
+
+    def inventory(self, thread_id: str) -> Op[Inventory]: ...
+
+    def delete_records(
+        self,
+        thread_id: str,
+        checkpoints: list[tuple[str, str]],
+        blobs: list[tuple[str, str, str]],
+    ) -> Op[None]: ...
+
+    def find_runs(self, run_ids: list[str]) -> Op[dict[str, list[tuple[str, str]]]]: ...
+
+    def export_thread(self, thread_id: str) -> Op[ThreadDump]: ...
+
+    def import_thread(self, thread_id: str, dump: ThreadDump) -> Op[None]: ...
+
+    def list_threads(self, cursor: Any, page_size: int) -> Op[tuple[list[str], Any]]: ...
+
+    def commits(
+        self, thread_id: str, ns: str | None, above: str | None, limit: int
+    ) -> Op[list[tuple[str, str]]]:
+        """``(ns, checkpoint_id)`` of the thread's checkpoints with an id above ``above``.
+
+        Ascending by checkpoint id (then namespace), at most ``limit``; ``above=None``
+        starts at the first; ``ns=None`` means every namespace. Served by an index
+        (never a scan of the thread's values): ``watch`` polls and catches up with it.
+        """
+        ...
+
+    def newest_commit(self, thread_id: str, ns: str | None) -> Op[str | None]:
+        """The thread's highest checkpoint id (in ``ns``, or any when None); None if none."""
+        ...
+
+    def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
+        """Take the thread's lease if free (or expired); True when taken."""
+        ...
+
+    def release_lock(self, thread_id: str, token: str) -> Op[bool]:
+        """Free the lease only if ``token`` still holds it; True when released."""
+        ...
+
+    def extend_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
+        """Push the lease's expiry out if ``token`` still holds it."""
+        ...
+
+
+class Feed(Protocol):
+    """A store with a native commit feed (``store.feed`` is True): ``watch`` blocks on it.
+
+    ``put_checkpoint`` appends ``(ns, checkpoint_id)`` to the thread's feed in the
+    same atomic step as the record, so the feed's order is the commit order.
+    """
+
+    feed: bool
+
+    def feed_end(self, thread_id: str) -> Op[Any]:
+        """The position of the newest entry of the thread's feed (one before any when empty)."""
+        ...
+
+    def feed_read(
+        self, thread_id: str, position: Any, wait_ms: int
+    ) -> Op[tuple[list[tuple[str, str]], Any]]:
+        """Entries after ``position`` in commit order and the new position; when there
+        are none, wait up to ``wait_ms`` for one (0: do not wait)."""
+        ...

@@ -1,0 +1,30 @@
+"""The port: sans-IO machinery every product and backend runs on.
+
+Ops (generators yielding store-native requests) and their sync and async drivers
+(:mod:`.ops`), the bridges between sync and async callers (:mod:`.loop`), the poller's
+pacing (:mod:`.backoff`), the one retry policy executors follow (:mod:`.retry`), and the
+small pieces every layer above needs: the payload codec (:mod:`.codec`), option checks
+(:mod:`.checks`) and a bounded per-thread LRU (:mod:`.lru`). See docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+from graphkeep.port.backoff import IDLE_AFTER, Backoff
+from graphkeep.port.loop import on_loop, running_loop, stream_in_thread, stream_on_loop
+from graphkeep.port.ops import Emit, Op, Sleep, adrive, adrive_iter, drive, drive_iter
+
+__all__ = [
+    "IDLE_AFTER",
+    "Backoff",
+    "Emit",
+    "Op",
+    "Sleep",
+    "adrive",
+    "adrive_iter",
+    "drive",
+    "drive_iter",
+    "on_loop",
+    "running_loop",
+    "stream_in_thread",
+    "stream_on_loop",
+]

@@ -1,0 +1,97 @@
+"""The one retry policy every executor follows, and the two executors that follow it.
+
+A backend says, as data, what its requests' failures mean (:class:`Retry`): the pauses
+between attempts, which failures are worth another attempt, and what the caller sees when
+none is left (``StorageUnavailable`` naming the server, or the error itself). Each backend
+hands :class:`SyncExecutor` / :class:`AsyncExecutor` a function that sends one request
+once; the attempts, pauses and the final error are written here, once.
+
+Every request a port yields is idempotent (upserts, insert-if-absent, deletes by key), so a
+retried request never applies twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from graphkeep.port.ops import Sleep
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How one backend's failed requests are retried.
+
+    ``delays``: the pause in seconds before each further attempt (so ``len(delays) + 1``
+    attempts in all). ``retryable(exc, request, seconds)``: whether the failure of an
+    attempt that took ``seconds`` is worth another one. ``failure(exc, where)``: the
+    exception the caller gets once no attempt is left or the failure is not retryable
+    (``exc`` itself for errors that are the caller's to see).
+    """
+
+    delays: tuple[float, ...]
+    retryable: Callable[[BaseException, Any, float], bool]
+    failure: Callable[[BaseException, str], BaseException]
+
+    def pause(
+        self, exc: BaseException, request: Any, took: float, delay: float | None, where: str
+    ) -> float:
+        """``delay`` when another attempt is due; else raise what the caller sees."""
+        if delay is not None and self.retryable(exc, request, took):
+            return delay
+        error = self.failure(exc, where)
+        if error is exc:
+            raise exc
+        raise error from exc
+
+
+class SyncExecutor:
+    """Runs a request with ``send`` (one attempt), retried as ``retry`` says.
+
+    ``where`` names the server in errors (password masked); ``Sleep`` requests pause.
+    """
+
+    def __init__(self, send: Callable[[Any], Any], retry: Retry, where: str) -> None:
+        self.send = send
+        self.retry = retry
+        self.where = where
+
+    def __call__(self, request: Any) -> Any:
+        if isinstance(request, Sleep):
+            time.sleep(request.seconds)
+            return None
+        for delay in (*self.retry.delays, None):
+            started = time.monotonic()
+            try:
+                return self.send(request)
+            except Exception as exc:  # the policy decides: retry, or raise what the caller sees
+                took = time.monotonic() - started
+                pause = self.retry.pause(exc, request, took, delay, self.where)
+            time.sleep(pause)
+        raise AssertionError("unreachable")
+
+
+class AsyncExecutor:
+    """The async twin of :class:`SyncExecutor`: ``send`` returns an awaitable."""
+
+    def __init__(self, send: Callable[[Any], Awaitable[Any]], retry: Retry, where: str) -> None:
+        self.send = send
+        self.retry = retry
+        self.where = where
+
+    async def __call__(self, request: Any) -> Any:
+        if isinstance(request, Sleep):
+            await asyncio.sleep(request.seconds)
+            return None
+        for delay in (*self.retry.delays, None):
+            started = time.monotonic()
+            try:
+                return await self.send(request)
+            except Exception as exc:  # the policy decides: retry, or raise what the caller sees
+                took = time.monotonic() - started
+                pause = self.retry.pause(exc, request, took, delay, self.where)
+            await asyncio.sleep(pause)
+        raise AssertionError("unreachable")
