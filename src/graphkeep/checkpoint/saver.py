@@ -53,10 +53,10 @@ from graphkeep.checkpoint.records import (
     Inventory,
     ListQuery,
     Loaded,
-    Summary,
     Typed,
     WriteRecord,
 )
+from graphkeep.checkpoint.walk import keep_latest
 from graphkeep.checkpoint.watch import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL, watch_op
 from graphkeep.errors import ConfigurationError, InvalidInput
 from graphkeep.port import (
@@ -684,41 +684,6 @@ def _channel(name: Any) -> str:
 
 def sort_writes(writes: list[WriteRecord]) -> list[WriteRecord]:
     return sorted(writes, key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
-
-
-def keep_latest(checkpoints: list[Summary]) -> set[tuple[str, str]]:
-    """Per namespace, the head plus every ancestor its DeltaChannels still need.
-
-    A head whose DeltaChannel value lives in ancestor writes keeps its parent
-    chain back to the nearest checkpoint storing a value for that channel (or
-    to the root when none does), so pruning never silently empties a channel.
-    """
-    by_ns: dict[str, dict[str, Summary]] = {}
-    for summary in checkpoints:
-        by_ns.setdefault(summary.ns, {})[summary.checkpoint_id] = summary
-    keep: set[tuple[str, str]] = set()
-    for ns, by_id in by_ns.items():
-        head = by_id[max(by_id)]
-        keep.add((ns, head.checkpoint_id))
-        for ancestor in walk(by_id, head.parent_id, set(head.needs_history) - set(head.present)):
-            keep.add((ns, ancestor.checkpoint_id))
-    return keep
-
-
-def walk(lookup: Mapping[str, Summary], parent_id: str | None, channels: set[str]) -> list[Summary]:
-    """Ancestors from ``parent_id`` rootward until each channel has a stored value."""
-    remaining = set(channels)
-    visited: list[Summary] = []
-    seen: set[str] = set()
-    while parent_id and remaining and parent_id not in seen:
-        seen.add(parent_id)
-        ancestor = lookup.get(parent_id)
-        if ancestor is None:
-            break
-        visited.append(ancestor)
-        remaining.difference_update(ancestor.present)
-        parent_id = ancestor.parent_id
-    return visited
 
 
 def _configurable(config: RunnableConfig | Mapping[str, Any] | None) -> Mapping[str, Any]:

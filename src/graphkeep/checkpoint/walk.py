@@ -1,0 +1,73 @@
+"""The parent-walk rule, once: which ancestors a read or a prune of a checkpoint needs.
+
+A DeltaChannel's value (or a channel stored with an older version) lives in ancestors:
+:func:`walk_op` follows parent ids rootward until every wanted channel has a stored value,
+with each backend supplying only the read of one ancestor; :func:`keep_latest` is prune's
+rule built on it. See docs/architecture.md ("Where each contract rule lives").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from graphkeep.checkpoint.records import Summary
+from graphkeep.port.ops import Op, drive
+
+
+def keep_latest(checkpoints: list[Summary]) -> set[tuple[str, str]]:
+    """Per namespace, the head plus every ancestor its DeltaChannels still need.
+
+    A head whose DeltaChannel value lives in ancestor writes keeps its parent
+    chain back to the nearest checkpoint storing a value for that channel (or
+    to the root when none does), so pruning never silently empties a channel.
+    """
+    by_ns: dict[str, dict[str, Summary]] = {}
+    for summary in checkpoints:
+        by_ns.setdefault(summary.ns, {})[summary.checkpoint_id] = summary
+    keep: set[tuple[str, str]] = set()
+    for ns, by_id in by_ns.items():
+        head = by_id[max(by_id)]
+        keep.add((ns, head.checkpoint_id))
+        for ancestor in walk(by_id, head.parent_id, set(head.needs_history) - set(head.present)):
+            keep.add((ns, ancestor.checkpoint_id))
+    return keep
+
+
+def walk(lookup: Mapping[str, Summary], parent_id: str | None, channels: set[str]) -> list[Summary]:
+    """Ancestors from ``parent_id`` rootward until each channel has a stored value."""
+
+    def read(checkpoint_id: str) -> Op[Summary | None]:
+        return lookup.get(checkpoint_id)
+        yield  # an op that needs no request
+
+    return drive(walk_op(parent_id, channels, read), _no_requests)
+
+
+def walk_op(
+    start: str | None, channels: Iterable[str], read: Callable[[str], Op[Summary | None]]
+) -> Op[list[Summary]]:
+    """THE parent-walk rule: ancestors from ``start`` (inclusive) rootward, until every one
+    of ``channels`` has a value stored in one of them.
+
+    The walk stops at the root, at an ancestor that is not stored (``read`` answers None),
+    or at an id already visited. ``read`` is the backend's part: it answers one checkpoint's
+    :class:`Summary` by id, reading ahead in pages or from a cache as its store allows.
+    """
+    remaining = set(channels)
+    visited: list[Summary] = []
+    seen: set[str] = set()
+    checkpoint_id = start
+    while checkpoint_id and remaining and checkpoint_id not in seen:
+        seen.add(checkpoint_id)
+        ancestor = yield from read(checkpoint_id)
+        if ancestor is None:
+            break
+        visited.append(ancestor)
+        remaining.difference_update(ancestor.present)
+        checkpoint_id = ancestor.parent_id
+    return visited
+
+
+def _no_requests(request: Any) -> Any:
+    raise AssertionError(f"an in-memory walk made a request: {request!r}")
