@@ -1,0 +1,9 @@
+"""The plugin's own error: a set-up problem (no engine, missing image, program or URL) as one
+clear line, which the fixtures turn into a failed test without a traceback
+(docs/architecture.md)."""
+
+from __future__ import annotations
+
+
+class GraphkeepTestingError(Exception):
+    """A set-up problem of the plugin (no engine, missing image or URL): one clear line."""
