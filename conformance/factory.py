@@ -80,7 +80,7 @@ def _import_from_source_tree(cause: ModuleNotFoundError) -> ModuleType:
     return importlib.import_module("graphkeep")
 
 
-def _import_graphkeep() -> ModuleType:
+def import_graphkeep() -> ModuleType:
     try:
         module = importlib.import_module("graphkeep")
     except ModuleNotFoundError as exc:
@@ -99,7 +99,7 @@ def _graphkeep_errors() -> tuple[type[Exception], type[Exception]]:
 
 
 def _graphkeep_connector(scheme: str) -> Connector:
-    module = _import_graphkeep()
+    module = import_graphkeep()
     backends = getattr(module, "BACKENDS", None)  # scheme -> backend, where graphkeep says
     if backends is not None and scheme not in backends:
         raise BackendNotReady(f"graphkeep has no {scheme}:// backend yet")

@@ -23,7 +23,7 @@ from conformance.store import (
     runs,
     store_connector_for,
 )
-from conformance.store._api import StoreConnector
+from conformance.store.api import StoreConnector
 
 Progress = Callable[[str], None]
 

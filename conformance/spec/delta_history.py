@@ -13,7 +13,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from conformance.factory import Api, SaverFactory
-from conformance.spec._fixtures import (
+from conformance.spec._registry import case
+from conformance.spec.fixtures import (
     checkpoint,
     config,
     delta_chain,
@@ -22,7 +23,6 @@ from conformance.spec._fixtures import (
     new_checkpoint_id,
     new_thread,
 )
-from conformance.spec._registry import case
 
 
 def _seed_value(api: Api, conf: RunnableConfig, channel: str) -> object:

@@ -18,8 +18,8 @@ from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.graph import END, START, StateGraph
 
 from conformance.factory import Api, AsyncApi, SaverFactory
-from conformance.spec._fixtures import config, new_thread
 from conformance.spec._registry import case
+from conformance.spec.fixtures import config, new_thread
 
 INVOKES = 15
 

@@ -7,7 +7,8 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 
 from conformance.factory import SaverFactory
-from conformance.spec._fixtures import (
+from conformance.spec._registry import case
+from conformance.spec.fixtures import (
     checkpoint,
     config,
     ids,
@@ -16,7 +17,6 @@ from conformance.spec._fixtures import (
     new_thread,
     put_one,
 )
-from conformance.spec._registry import case
 
 
 @case("metadata")

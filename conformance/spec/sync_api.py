@@ -14,7 +14,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 
 from conformance.factory import BOTH, SYNC, Api, SaverFactory
-from conformance.spec._fixtures import (
+from conformance.spec._registry import case
+from conformance.spec.fixtures import (
     checkpoint,
     checkpoint_id_of,
     config,
@@ -26,7 +27,6 @@ from conformance.spec._fixtures import (
     put_one,
     write_values,
 )
-from conformance.spec._registry import case
 
 VALUES: dict[str, Any] = {
     "text": "hello",

@@ -15,7 +15,8 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 
 from conformance.factory import Api, SaverFactory
-from conformance.spec._fixtures import (
+from conformance.spec._registry import case
+from conformance.spec.fixtures import (
     checkpoint,
     config,
     expect_raises,
@@ -26,7 +27,6 @@ from conformance.spec._fixtures import (
     put_one,
     write_values,
 )
-from conformance.spec._registry import case
 
 SEPARATORS = [":", "#", "|", "{", "}", " ", "/", "$", "."]
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.factory import SaverFactory
-from conformance.spec._fixtures import (
+from conformance.spec._registry import case
+from conformance.spec.fixtures import (
     checkpoint,
     checkpoint_id_of,
     config,
@@ -13,7 +14,6 @@ from conformance.spec._fixtures import (
     must_get,
     new_thread,
 )
-from conformance.spec._registry import case
 
 
 def _number(version: Any) -> int:

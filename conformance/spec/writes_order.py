@@ -12,7 +12,8 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP, writes_sort_key
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED
 
 from conformance.factory import SaverFactory
-from conformance.spec._fixtures import (
+from conformance.spec._registry import case
+from conformance.spec.fixtures import (
     checkpoint,
     checkpoint_id_of,
     config,
@@ -23,7 +24,6 @@ from conformance.spec._fixtures import (
     put_one,
     write_values,
 )
-from conformance.spec._registry import case
 
 MID_TASK = "55555555-5555-5555-5555-555555555555"
 HIGH_TASK = "ffffffff-ffff-ffff-ffff-ffffffffffff"

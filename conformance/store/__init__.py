@@ -26,13 +26,13 @@ from conformance.store import (  # noqa: F401  (importing registers the cases)
     ttl,
     watch,
 )
-from conformance.store._api import (
+from conformance.store._registry import CAPABILITIES, CASES, StoreCase
+from conformance.store.api import (
     CapabilityMissing,
     NotOffered,
     StoreFactory,
     store_connector_for,
 )
-from conformance.store._registry import CAPABILITIES, CASES, StoreCase
 
 
 def runs(capabilities: list[str] | None = None) -> list[tuple[StoreCase, Mode]]:

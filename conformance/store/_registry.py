@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from conformance.factory import BOTH, Mode
-from conformance.store._api import StoreFactory
+from conformance.store.api import StoreFactory
 
 CaseFn = Callable[[StoreFactory], None]
 

@@ -8,9 +8,9 @@ from typing import Any
 
 from langgraph.store.base import InvalidNamespaceError, PutOp, SearchOp
 
-from conformance.store._api import StoreApi, StoreFactory
-from conformance.store._fixtures import DIMS, CountingEmbeddings, index
 from conformance.store._registry import case
+from conformance.store.api import StoreApi, StoreFactory
+from conformance.store.fixtures import DIMS, CountingEmbeddings, index
 from graphkeep.errors import GraphkeepError
 
 REJECTED = (GraphkeepError, InvalidNamespaceError)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from langgraph.store.base import GetOp, Item, ListNamespacesOp, PutOp, SearchOp
 
-from conformance.store._api import StoreFactory
-from conformance.store._fixtures import keys
 from conformance.store._registry import case
+from conformance.store.api import StoreFactory
+from conformance.store.fixtures import keys
 
 
 @case("batch")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 
-from conformance.store._api import StoreFactory
 from conformance.store._registry import case
+from conformance.store.api import StoreFactory
 
 
 @case("cache")

@@ -9,7 +9,7 @@ keeps the newest events (Redis up to one stream node more, :data:`RETENTION_SLAC
 down to a tenth fewer, :func:`retention_floor`) and a
 resume point older than them raises ``EventsTrimmed``; a
 followed run nobody appends to or heart-beats ends with ``RunStale``. Followers are drained
-in the background (:class:`~conformance.store._api.Collector`) while the case writes.
+in the background (:class:`~conformance.store.api.Collector`) while the case writes.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from functools import partial
 from typing import Any
 from uuid import uuid4
 
-from conformance.store._api import EventsApi, StoreFactory
 from conformance.store._registry import case
+from conformance.store.api import EventsApi, StoreFactory
 from graphkeep.errors import EventsTrimmed, InvalidInput, RunClosed, RunStale, UnknownRun
 
 #: events whose JSON has every kind of value, keys a document store could trip on, unicode

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.store._api import StoreApi, StoreFactory
-from conformance.store._fixtures import key_set
 from conformance.store._registry import case
+from conformance.store.api import StoreApi, StoreFactory
+from conformance.store.fixtures import key_set
 
 NS = ("items",)
 

@@ -6,9 +6,9 @@ from datetime import datetime, timezone
 
 from langgraph.store.base import Item, SearchItem
 
-from conformance.store._api import StoreFactory
-from conformance.store._fixtures import keys
 from conformance.store._registry import case
+from conformance.store.api import StoreFactory
+from conformance.store.fixtures import keys
 
 VALUE = {
     "text": "hello",

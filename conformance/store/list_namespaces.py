@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from langgraph.store.base import ListNamespacesOp, MatchCondition, PutOp
 
-from conformance.store._api import StoreApi, StoreFactory
 from conformance.store._registry import case
+from conformance.store.api import StoreApi, StoreFactory
 
 SPACES = [
     ("test", "documents", "public"),

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from conformance.store._api import StoreApi, StoreFactory
-from conformance.store._fixtures import keys, namespaces
 from conformance.store._registry import case
+from conformance.store.api import StoreApi, StoreFactory
+from conformance.store.fixtures import keys, namespaces
 
 
 def _put_all(api: StoreApi, spaces: list[tuple[str, ...]]) -> None:

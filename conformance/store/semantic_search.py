@@ -1,6 +1,6 @@
 """semantic_search: index fields, per-put index, scores as PostgresStore defines them.
 
-The model is `_fixtures.embed_text` (hashing bag of words, 32 dims); expected scores are
+The model is `fixtures.embed_text` (hashing bag of words, 32 dims); expected scores are
 computed from it directly: cosine similarity, minus the L2 distance, the inner product.
 """
 
@@ -11,8 +11,9 @@ from typing import Any, cast
 import pytest
 from langgraph.store.memory import InMemoryStore
 
-from conformance.store._api import StoreFactory
-from conformance.store._fixtures import (
+from conformance.store._registry import case
+from conformance.store.api import StoreFactory
+from conformance.store.fixtures import (
     DIMS,
     CountingEmbeddings,
     aembed_texts,
@@ -22,7 +23,6 @@ from conformance.store._fixtures import (
     key_set,
     keys,
 )
-from conformance.store._registry import case
 
 TOLERANCE = 1e-3
 DOCS: dict[str, dict[str, Any]] = {

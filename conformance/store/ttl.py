@@ -10,9 +10,9 @@ import asyncio
 import concurrent.futures
 import time
 
-from conformance.store._api import StoreFactory
-from conformance.store._fixtures import keys
 from conformance.store._registry import case
+from conformance.store.api import StoreFactory
+from conformance.store.fixtures import keys
 
 SHORT = 0.002  # minutes: 120 ms
 #: a TTL long enough to outlive a slow round trip, short enough to watch expire

@@ -1,7 +1,7 @@
 """watch: ``saver.watch`` / ``saver.awatch`` — a thread's checkpoints as they are committed.
 
 A case runs a small graph on a saver while a watcher drains ``watch`` in the background (a
-thread in sync mode, a task in async mode; see :class:`~conformance.store._api.Collector`),
+thread in sync mode, a task in async mode; see :class:`~conformance.store.api.Collector`),
 then compares what the watcher got with what ``list`` says the thread holds: every
 checkpoint committed after the watch began, each once, in commit order. A watcher stops at
 the run's closing ``update_state`` checkpoint (metadata source ``"update"``), so no case
@@ -23,8 +23,8 @@ from uuid import uuid4
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.graph import END, START, StateGraph
 
-from conformance.store._api import Collector, SaverApi, StoreFactory, checkpoint_id, commit_of
 from conformance.store._registry import case
+from conformance.store.api import Collector, SaverApi, StoreFactory, checkpoint_id, commit_of
 from graphkeep.errors import InvalidInput
 
 #: checkpoints a turn of the chat graph writes: input, loop step 0, loop step 1

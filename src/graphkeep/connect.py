@@ -1,33 +1,75 @@
 """``graphkeep.connect`` / ``connect_store`` / ``connect_cache`` / ``connect_events`` (and their
 async twins): one URL, the right backend, a ready saver, store, node cache or run event log.
 
-The URL scheme picks the backend; the backend module is imported only then, so
-``pip install graphkeep[redis]`` is enough for Redis users. Stores live in each backend's
-``memory`` module, caches in its ``cache`` module, event logs in its ``events`` module; each
-declares the options it accepts beyond the common ones (``STORE_OPTIONS`` / ``CACHE_OPTIONS`` /
-``EVENTS_OPTIONS``).
+The URL scheme picks the backend (:data:`SCHEMES`) and :data:`CLASSES` names the class of each
+product there; the backend module is imported only then, so ``pip install graphkeep[redis]`` is
+enough for Redis users. Each product module declares the options it accepts beyond the common
+ones (``STORE_OPTIONS`` / ``CACHE_OPTIONS`` / ``EVENTS_OPTIONS``; savers: :data:`BACKEND_OPTIONS`).
+See docs/architecture.md.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from types import ModuleType
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from graphkeep.errors import ConfigurationError, mask_url
 
+#: scheme -> (backend package, pip extra)
+SCHEMES: dict[str, tuple[str, str]] = {
+    "redis": ("graphkeep.backends.redis", "redis"),
+    "rediss": ("graphkeep.backends.redis", "redis"),
+    "unix": ("graphkeep.backends.redis", "redis"),
+    "redis+cluster": ("graphkeep.backends.redis", "redis"),
+    "rediss+cluster": ("graphkeep.backends.redis", "redis"),
+    "dynamodb": ("graphkeep.backends.dynamodb", "dynamodb"),
+    "mongodb": ("graphkeep.backends.mongodb", "mongodb"),
+    "mongodb+srv": ("graphkeep.backends.mongodb", "mongodb"),
+}
+
+#: the products a URL can open: the saver (``connect``), the BaseStore (``connect_store``), the
+#: node cache (``connect_cache``), the run event log (``connect_events``)
+PRODUCTS = ("checkpoint", "store", "cache", "events")
+
+#: backend package -> product -> (module, sync class, async class): every class a ``connect*``
+#: function returns, written out, so that renaming one fails tests/test_connect_table.py
+#: rather than a user's first connect call
+CLASSES: dict[str, dict[str, tuple[str, str, str]]] = {
+    "graphkeep.backends.redis": {
+        "checkpoint": ("graphkeep.backends.redis", "RedisSaver", "AsyncRedisSaver"),
+        "store": ("graphkeep.backends.redis.store", "RedisStore", "AsyncRedisStore"),
+        "cache": ("graphkeep.backends.redis.cache", "RedisCache", "AsyncRedisCache"),
+        "events": ("graphkeep.backends.redis.events", "RedisEventLog", "AsyncRedisEventLog"),
+    },
+    "graphkeep.backends.mongodb": {
+        "checkpoint": ("graphkeep.backends.mongodb", "MongoDBSaver", "AsyncMongoDBSaver"),
+        "store": ("graphkeep.backends.mongodb.store", "MongoDBStore", "AsyncMongoDBStore"),
+        "cache": ("graphkeep.backends.mongodb.cache", "MongoDBCache", "AsyncMongoDBCache"),
+        "events": (
+            "graphkeep.backends.mongodb.events",
+            "MongoDBEventLog",
+            "AsyncMongoDBEventLog",
+        ),
+    },
+    "graphkeep.backends.dynamodb": {
+        "checkpoint": ("graphkeep.backends.dynamodb", "DynamoDBSaver", "AsyncDynamoDBSaver"),
+        "store": ("graphkeep.backends.dynamodb.store", "DynamoDBStore", "AsyncDynamoDBStore"),
+        "cache": ("graphkeep.backends.dynamodb.cache", "DynamoDBCache", "AsyncDynamoDBCache"),
+        "events": (
+            "graphkeep.backends.dynamodb.events",
+            "DynamoDBEventLog",
+            "AsyncDynamoDBEventLog",
+        ),
+    },
+}
+
 #: scheme -> (module, sync saver class, async saver class, pip extra)
 BACKENDS: dict[str, tuple[str, str, str, str]] = {
-    "redis": ("graphkeep.backends.redis", "RedisSaver", "AsyncRedisSaver", "redis"),
-    "rediss": ("graphkeep.backends.redis", "RedisSaver", "AsyncRedisSaver", "redis"),
-    "unix": ("graphkeep.backends.redis", "RedisSaver", "AsyncRedisSaver", "redis"),
-    "redis+cluster": ("graphkeep.backends.redis", "RedisSaver", "AsyncRedisSaver", "redis"),
-    "rediss+cluster": ("graphkeep.backends.redis", "RedisSaver", "AsyncRedisSaver", "redis"),
-    "dynamodb": ("graphkeep.backends.dynamodb", "DynamoDBSaver", "AsyncDynamoDBSaver", "dynamodb"),
-    "mongodb": ("graphkeep.backends.mongodb", "MongoDBSaver", "AsyncMongoDBSaver", "mongodb"),
-    "mongodb+srv": ("graphkeep.backends.mongodb", "MongoDBSaver", "AsyncMongoDBSaver", "mongodb"),
+    scheme: (*CLASSES[package]["checkpoint"], extra) for scheme, (package, extra) in SCHEMES.items()
 }
 
 #: options every backend accepts
@@ -52,12 +94,8 @@ COMMON_EVENTS_OPTIONS = frozenset(
     {"ttl", "max_events", "stale_after", "poll_interval", "max_poll_interval"}
     | {"key_prefix", "setup"}
 )
-#: what each kind is called in a backend: (module suffix, options constant, class name stems)
-KINDS: dict[str, tuple[str, str, str]] = {
-    "store": ("store", "STORE_OPTIONS", "Store"),
-    "cache": ("cache", "CACHE_OPTIONS", "Cache"),
-    "events": ("events", "EVENTS_OPTIONS", "EventLogBase"),
-}
+#: the constant in a product's module naming the options it accepts beyond the common ones
+OPTIONS_CONSTANTS = {"store": "STORE_OPTIONS", "cache": "CACHE_OPTIONS", "events": "EVENTS_OPTIONS"}
 COMMON_KIND_OPTIONS = {
     "store": COMMON_STORE_OPTIONS,
     "cache": COMMON_CACHE_OPTIONS,
@@ -97,64 +135,66 @@ def _url_options(url: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]
     return urlunsplit(parts._replace(query=rest)), merged
 
 
-def _scheme(url: str) -> tuple[str, tuple[str, str, str, str]]:
+def _scheme(url: str) -> tuple[str, str, str]:
+    """``(scheme, backend package, pip extra)`` of ``url``."""
     if not isinstance(url, str) or "://" not in url:
         raise ConfigurationError(
             f"expected a URL such as redis://host:6379/0, got {mask_url(str(url))!r}"
         )
     scheme = url.split("://", 1)[0].lower()
-    if scheme not in BACKENDS:
-        known = ", ".join(f"{s}://" for s in sorted(BACKENDS))
+    if scheme not in SCHEMES:
+        known = ", ".join(f"{s}://" for s in sorted(SCHEMES))
         raise ConfigurationError(
             f"unsupported URL scheme {scheme!r} in {mask_url(url)}; use {known}"
         )
-    return scheme, BACKENDS[scheme]
+    return (scheme, *SCHEMES[scheme])
 
 
-def _resolve_kind(url: str, options: dict[str, Any], kind: str, is_async: bool) -> Any:
-    """The store or cache class for ``url``, after checking ``options``."""
-    scheme, entry = _scheme(url)
-    suffix, constant, stem = KINDS[kind]
+def _import(scheme: str, module_name: str, extra: str) -> ModuleType:
     try:
-        module = importlib.import_module(f"{entry[0]}.{suffix}")
+        return importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigurationError(
-            f"{scheme}:// needs an optional dependency: pip install 'graphkeep[{entry[3]}]' ({exc})"
+            f"{scheme}:// needs an optional dependency: pip install 'graphkeep[{extra}]' ({exc})"
         ) from exc
-    allowed = COMMON_KIND_OPTIONS[kind] | frozenset(getattr(module, constant, ()))
-    unknown = sorted(set(options) - allowed)
-    if unknown:
-        raise ConfigurationError(
-            f"unknown option(s) {', '.join(unknown)} for a {kind} at {scheme}://;"
-            f" accepted: {', '.join(sorted(allowed))}"
-        )
-    backend = entry[1].removesuffix("Saver")  # "Redis", "MongoDB", "DynamoDB"
-    return getattr(module, f"{'Async' if is_async else ''}{backend}{stem}")
 
 
-def _resolve(url: str, options: dict[str, Any], which: int) -> Any:
-    scheme, entry = _scheme(url)
-    allowed = COMMON_OPTIONS | BACKEND_OPTIONS.get(entry[0], frozenset())
-    unknown = sorted(set(options) - allowed)
-    if unknown:
-        raise ConfigurationError(
-            f"unknown option(s) {', '.join(unknown)} for {scheme}://;"
-            f" accepted: {', '.join(sorted(allowed))}"
+def _unknown(unknown: list[str], where: str, allowed: frozenset[str]) -> ConfigurationError:
+    return ConfigurationError(
+        f"unknown option(s) {', '.join(unknown)} for {where};"
+        f" accepted: {', '.join(sorted(allowed))}"
+    )
+
+
+def class_for(
+    url: str, product: str = "checkpoint", *, is_async: bool = False, options: Iterable[str] = ()
+) -> Any:
+    """The class ``connect*`` opens ``url`` with, for ``product`` (one of :data:`PRODUCTS`),
+    after checking the names in ``options`` against what it accepts (:data:`CLASSES`)."""
+    scheme, package, extra = _scheme(url)
+    module_name, sync_name, async_name = CLASSES[package][product]
+    if product == "checkpoint":
+        allowed = COMMON_OPTIONS | BACKEND_OPTIONS.get(package, frozenset())
+        unknown = sorted(set(options) - allowed)
+        if unknown:
+            raise _unknown(unknown, f"{scheme}://", allowed)
+        module = _import(scheme, module_name, extra)
+    else:
+        module = _import(scheme, module_name, extra)
+        allowed = COMMON_KIND_OPTIONS[product] | frozenset(
+            getattr(module, OPTIONS_CONSTANTS[product], ())
         )
-    try:
-        module = importlib.import_module(entry[0])
-    except ImportError as exc:
-        raise ConfigurationError(
-            f"{scheme}:// needs an optional dependency: pip install 'graphkeep[{entry[3]}]' ({exc})"
-        ) from exc
-    return getattr(module, entry[which])
+        unknown = sorted(set(options) - allowed)
+        if unknown:
+            raise _unknown(unknown, f"a {product} at {scheme}://", allowed)
+    return getattr(module, async_name if is_async else sync_name)
 
 
 @contextmanager
 def connect(url: str, **options: Any) -> Iterator[Any]:
     """Yield a ready sync saver for ``url`` (schema created unless ``setup=False``)."""
     url, options = _url_options(url, options)
-    saver_class = _resolve(url, options, 1)
+    saver_class = class_for(url, options=options)
     with saver_class.from_url(url, **options) as saver:
         yield saver
 
@@ -163,7 +203,7 @@ def connect(url: str, **options: Any) -> Iterator[Any]:
 async def aconnect(url: str, **options: Any) -> AsyncIterator[Any]:
     """Yield a ready async saver for ``url`` (schema created unless ``setup=False``)."""
     url, options = _url_options(url, options)
-    saver_class = _resolve(url, options, 2)
+    saver_class = class_for(url, is_async=True, options=options)
     async with saver_class.from_url(url, **options) as saver:
         yield saver
 
@@ -177,7 +217,7 @@ def connect_store(url: str, **options: Any) -> Iterator[Any]:
     in minutes), ``key_prefix``, ``setup``, ``max_key_bytes`` and the backend's own.
     """
     url, options = _url_options(url, options)
-    store_class = _resolve_kind(url, options, "store", False)
+    store_class = class_for(url, "store", options=options)
     with store_class.from_url(url, **options) as store:
         yield store
 
@@ -186,7 +226,7 @@ def connect_store(url: str, **options: Any) -> Iterator[Any]:
 async def aconnect_store(url: str, **options: Any) -> AsyncIterator[Any]:
     """Yield a ready async LangGraph store for ``url`` (native async driver)."""
     url, options = _url_options(url, options)
-    store_class = _resolve_kind(url, options, "store", True)
+    store_class = class_for(url, "store", is_async=True, options=options)
     async with store_class.from_url(url, **options) as store:
         yield store
 
@@ -195,7 +235,7 @@ async def aconnect_store(url: str, **options: Any) -> AsyncIterator[Any]:
 def connect_cache(url: str, **options: Any) -> Iterator[Any]:
     """Yield a ready LangGraph node cache (``BaseCache``) on a sync client for ``url``."""
     url, options = _url_options(url, options)
-    cache_class = _resolve_kind(url, options, "cache", False)
+    cache_class = class_for(url, "cache", options=options)
     with cache_class.from_url(url, **options) as cache:
         yield cache
 
@@ -204,7 +244,7 @@ def connect_cache(url: str, **options: Any) -> Iterator[Any]:
 async def aconnect_cache(url: str, **options: Any) -> AsyncIterator[Any]:
     """Yield a ready LangGraph node cache on an async client for ``url``."""
     url, options = _url_options(url, options)
-    cache_class = _resolve_kind(url, options, "cache", True)
+    cache_class = class_for(url, "cache", is_async=True, options=options)
     async with cache_class.from_url(url, **options) as cache:
         yield cache
 
@@ -218,7 +258,7 @@ def connect_events(url: str, **options: Any) -> Iterator[Any]:
     ``poll_interval`` / ``max_poll_interval``, ``key_prefix``, ``setup``.
     """
     url, options = _url_options(url, options)
-    log_class = _resolve_kind(url, options, "events", False)
+    log_class = class_for(url, "events", options=options)
     with log_class.from_url(url, **options) as log:
         yield log
 
@@ -228,6 +268,6 @@ async def aconnect_events(url: str, **options: Any) -> AsyncIterator[Any]:
     """Yield a ready async run event log (``await log.append(...)``,
     ``async for event_id, event in log.read(...)``)."""
     url, options = _url_options(url, options)
-    log_class = _resolve_kind(url, options, "events", True)
+    log_class = class_for(url, "events", is_async=True, options=options)
     async with log_class.from_url(url, **options) as log:
         yield log

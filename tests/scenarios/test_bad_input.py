@@ -29,7 +29,7 @@ import pytest
 from langchain_core.runnables import RunnableConfig
 
 from conformance.factory import Api
-from conformance.spec._fixtures import checkpoint, config, expect_raises, metadata, put_one
+from conformance.spec.fixtures import checkpoint, config, expect_raises, metadata, put_one
 from graphkeep.connect import BACKEND_OPTIONS, BACKENDS
 from graphkeep.errors import (
     InvalidFilter,

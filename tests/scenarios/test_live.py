@@ -15,8 +15,8 @@
 - bad input (unknown runs, malformed ``after`` ids, non-JSON and over-limit events) raises a
   ``graphkeep.errors`` error and leaves every stored byte as it was.
 
-The event-log and watch call shapes come from the matrix (:mod:`conformance.store._api`): an
-:class:`~conformance.store._api.EventsApi` serves the sync or async log behind one call shape
+The event-log and watch call shapes come from the matrix (:mod:`conformance.store.api`): an
+:class:`~conformance.store.api.EventsApi` serves the sync or async log behind one call shape
 and drains followers in the background (a thread, or a task on its private loop).
 """
 
@@ -43,7 +43,7 @@ from uuid import uuid4
 import pytest
 
 from conformance.factory import Api, AsyncApi, Mode
-from conformance.store._api import Collector, EventsApi, StoreFactory, store_connector_for
+from conformance.store.api import Collector, EventsApi, StoreFactory, store_connector_for
 from conformance.store.events import RETENTION_SLACK, retention_floor
 from graphkeep.errors import InvalidInput, RunStale, UnknownRun
 from graphkeep.events.log import MAX_EVENT_BYTES

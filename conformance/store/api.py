@@ -30,7 +30,7 @@ from uuid import uuid4
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.store.base import PutOp
 
-from conformance.factory import BackendNotReady, EventLoop, Mode, _import_graphkeep
+from conformance.factory import BackendNotReady, EventLoop, Mode, import_graphkeep
 from conformance.setups import Setup
 
 T = TypeVar("T")
@@ -109,7 +109,7 @@ def store_connector_for(setup: Setup) -> StoreConnector:
     scheme = setup.url.split("://", 1)[0]
     if scheme == "memory":
         return _reference_connector()
-    module = _import_graphkeep()
+    module = import_graphkeep()
     if not hasattr(module, "connect_store"):
         raise BackendNotReady("graphkeep has no connect_store yet")
     if _backend_module(scheme, "store") is None:
