@@ -1,10 +1,10 @@
 """graphkeep.testing, the pytest plugin: a user's project, run by pytest in a subprocess.
 
-The project is the README's own test file ("Test your graph on every backend"), so the
-instructions a user follows are what is tested. ``env`` runs against the loopback servers of
-``./dev services up``; ``containers`` against the images ``./dev containers up`` builds, when
-a Docker engine answers here (CI's loopback path starts none: that case then says so and
-skips).
+The project is the documentation's own test file (docs/testing.md, "Test your graph on
+every backend"), so the instructions a user follows are what is tested. ``env`` runs against
+the loopback servers of ``./dev services up``; ``containers`` against the images ``./dev
+containers up`` builds, when a Docker engine answers here (CI's loopback path starts none:
+that case then says so and skips).
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ ENV_URLS = {
 
 
 def readme_test_file() -> str:
-    text = (REPO / "README.md").read_text()
-    section = text.split("## Test your graph on every backend", 1)[1].split("\n## ", 1)[0]
-    match = re.search(r"```python\n(# tests/test_my_graph.py\n.*?)```", section, re.S)
-    assert match, "the README's section lost its user test file"
+    """The user's test file that docs/testing.md ("Test your graph on every backend") shows."""
+    text = (REPO / "docs" / "testing.md").read_text()
+    match = re.search(r"```python\n(# tests/test_my_graph.py\n.*?)```", text, re.S)
+    assert match, "docs/testing.md lost its user test file"
     return match.group(1)
 
 
