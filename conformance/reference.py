@@ -4,7 +4,7 @@
 saver lacks: str thread ids with validation (raising the stand-in error classes below, which play
 the role of `graphkeep.errors`), fresh normalized configs, globally ordered `list`, a lock for
 thread safety, `delete_for_runs`, `copy_thread`, a DeltaChannel-aware `prune` and the
-`get_next_version` scheme of storage-contract.md section 6.
+`get_next_version` scheme of docs/contract.md section 6.
 
 `connect("memory://", key_prefix=...)` hands out savers that share one in-memory store per
 key prefix, so "a new saver on the same URL and prefix" sees the same data, like a server.

@@ -1,4 +1,4 @@
-"""Our own spec: what the official conformance suite does not cover (storage-contract.md s13).
+"""Our own spec: what the official conformance suite does not cover (docs/contract.md s13).
 
 Each case is a plain function `case(factory: SaverFactory) -> None` that raises AssertionError
 on a violation; `factory.mode` says whether it goes through the sync or the async saver methods.
