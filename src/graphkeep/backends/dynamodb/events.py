@@ -121,16 +121,10 @@ from graphkeep.backends.dynamodb.requests import (
     transact,
 )
 from graphkeep.errors import ConfigurationError, GraphkeepError, InvalidInput, RunClosed
-from graphkeep.events.log import (
-    AsyncEventLog,
-    Retention,
-    RunState,
-    StoredEvent,
-    SyncEventLog,
-    check_sequence,
-)
-from graphkeep.events.log import now_ms as clock_ms
+from graphkeep.events.log import AsyncEventLog, SyncEventLog
+from graphkeep.events.port import Retention, RunState, StoredEvent, check_sequence
 from graphkeep.port import Op, Sleep, codec
+from graphkeep.port.clock import now_ms as clock_ms
 from graphkeep.port.lru import ThreadLRU
 
 try:

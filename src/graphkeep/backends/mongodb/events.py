@@ -93,14 +93,8 @@ from graphkeep.backends.mongodb import (
 from graphkeep.backends.mongodb.checkpoint import Command, ensure_indexes
 from graphkeep.backends.mongodb.documents import check_prefix, doc_id, live
 from graphkeep.errors import InvalidInput, RunClosed, mask_url
-from graphkeep.events.log import (
-    AsyncEventLog,
-    Retention,
-    RunState,
-    StoredEvent,
-    SyncEventLog,
-    check_sequence,
-)
+from graphkeep.events.log import AsyncEventLog, SyncEventLog
+from graphkeep.events.port import Retention, RunState, StoredEvent, check_sequence
 from graphkeep.port import Op, adrive, drive
 from graphkeep.port.lru import ThreadLRU
 

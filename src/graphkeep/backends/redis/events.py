@@ -68,13 +68,8 @@ from graphkeep.backends.redis import (
 from graphkeep.backends.redis.checkpoint import Command, Delete, Script, XRead, check_prefix
 from graphkeep.cache.port import escaped_key
 from graphkeep.errors import EventsTrimmed, InvalidInput, RunClosed, mask_url
-from graphkeep.events.log import (
-    AsyncEventLog,
-    Retention,
-    RunState,
-    StoredEvent,
-    SyncEventLog,
-)
+from graphkeep.events.log import AsyncEventLog, SyncEventLog
+from graphkeep.events.port import Retention, RunState, StoredEvent
 from graphkeep.port import Op, Sleep
 
 try:
