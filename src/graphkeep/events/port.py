@@ -22,10 +22,33 @@ CLOSE_TYPE = "close"
 @dataclass(frozen=True, slots=True)
 class Retention:
     """How much of a run a store keeps: ``ttl_ms`` after its last append or heartbeat
-    (None: forever) and at most ``max_events`` events (oldest dropped first)."""
+    (None: forever) and at most ``max_events`` events (oldest dropped first).
+
+    ``max_events`` is one policy with one trigger for every store that numbers a run's
+    events 1, 2, 3… (:meth:`trim_through`, asked after each append): once a run keeps more
+    than ``max_events``, its oldest are dropped so that ``max_events - trim_step + 1``
+    remain. A run thus keeps at most ``max_events`` once an append returns, a store trims
+    once per ``trim_step`` appended events (not on every append), and the newest event
+    (the close event) is never dropped. Redis streams trim natively (``XADD MAXLEN ~``).
+    """
 
     ttl_ms: int | None
     max_events: int
+
+    @property
+    def trim_step(self) -> int:
+        """How many events one trim drops at least: a tenth of ``max_events``, at least one.
+        A store that packs several events in one record packs at most this many, so that
+        dropping whole records never keeps more than ``max_events``."""
+        return max(1, self.max_events // 10)
+
+    def trim_through(self, newest: int, trimmed: int) -> int | None:
+        """The position through which a run's events are to be dropped now, None when no
+        trim is due: ``newest`` is the run's last position, ``trimmed`` the last one known
+        to be dropped (0: none)."""
+        if newest - trimmed <= self.max_events:
+            return None
+        return newest - self.max_events + self.trim_step - 1
 
 
 @dataclass(frozen=True, slots=True)
