@@ -18,16 +18,9 @@ from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 from graphkeep.port import Op
-from graphkeep.store.base import (
-    AsyncStore,
-    ItemKey,
-    Namespace,
-    SearchQuery,
-    StoredItem,
-    SyncStore,
-    in_prefix,
-    rank,
-)
+from graphkeep.store.port import ItemKey, Namespace, SearchQuery, StoredItem
+from graphkeep.store.ranking import in_prefix, rank
+from graphkeep.store.shells import AsyncStore, SyncStore
 
 T = TypeVar("T")
 Items = dict[ItemKey, StoredItem]

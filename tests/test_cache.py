@@ -14,7 +14,7 @@ from langgraph.types import CachePolicy
 
 import graphkeep
 from conformance.setups import all_setups
-from graphkeep.cache.base import key_text, namespace_text
+from graphkeep.cache.port import escaped_key, escaped_namespace
 from graphkeep.errors import ConfigurationError, InvalidInput
 
 from .conftest import unique_prefix
@@ -176,7 +176,7 @@ async def test_odd_namespaces_and_keys_never_collide(cache: Cache) -> None:
 
 
 def test_namespace_text_is_unambiguous() -> None:
-    texts = {namespace_text(ns) + key_text(k) for ns in ODD_NAMESPACES for k in ODD_KEYS}
+    texts = {escaped_namespace(ns) + escaped_key(k) for ns in ODD_NAMESPACES for k in ODD_KEYS}
     assert len(texts) == len(ODD_NAMESPACES) * len(ODD_KEYS)
     for text in texts:
         assert not {"{", "}", "#", "\x00"} & set(text)

@@ -33,7 +33,7 @@ from graphkeep.errors import (
     RunStale,
     UnknownRun,
 )
-from graphkeep.events.log import MAX_EVENT_BYTES, StoredEvent
+from graphkeep.events.port import MAX_EVENT_BYTES, StoredEvent
 from graphkeep.port import adrive, drive
 
 from .conftest import unique_prefix

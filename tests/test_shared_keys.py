@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from graphkeep.checkpoint.filters import check_filter, matches
 from graphkeep.checkpoint.ids import next_version, normalize_thread_id
 from graphkeep.errors import InvalidFilter, InvalidThreadId, mask_url
 from graphkeep.port import codec
@@ -53,17 +54,17 @@ def test_mask_url_hides_passwords() -> None:
 
 def test_filter_keys_that_look_like_operators_are_rejected() -> None:
     with pytest.raises(InvalidFilter):
-        codec.check_filter({"$where": "1"})
+        check_filter({"$where": "1"})
     with pytest.raises(InvalidFilter):
-        codec.check_filter({"": 1})
+        check_filter({"": 1})
 
 
 def test_filter_matches_top_level_keys_with_deep_equality() -> None:
     metadata = {"source": "loop", "step": 2, "nested": {"a": [1, 2]}, "flag": True}
-    assert codec.matches(metadata, codec.check_filter({"step": 2.0, "source": "loop"}))
-    assert codec.matches(metadata, codec.check_filter({"nested": {"a": (1, 2)}}))
-    assert not codec.matches(metadata, codec.check_filter({"flag": 1}))
-    assert codec.matches(metadata, codec.check_filter({"missing": None}))
+    assert matches(metadata, check_filter({"step": 2.0, "source": "loop"}))
+    assert matches(metadata, check_filter({"nested": {"a": (1, 2)}}))
+    assert not matches(metadata, check_filter({"flag": 1}))
+    assert matches(metadata, check_filter({"missing": None}))
 
 
 def test_split_and_join_are_inverse() -> None:

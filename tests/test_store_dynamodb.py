@@ -23,7 +23,7 @@ import graphkeep
 from graphkeep.backends.dynamodb import DynamoDBSaver
 from graphkeep.backends.dynamodb.store import AsyncDynamoDBStore, DynamoDBStore
 from graphkeep.errors import ConfigurationError, InvalidInput
-from graphkeep.store import base as memory
+from graphkeep.store import shells as memory
 
 from .conftest import unique_prefix
 from .test_dynamodb import ENDPOINT, REGION, Calls, _reachable

@@ -39,7 +39,7 @@ from graphkeep.errors import (
     StorageUnavailable,
     mask_url,
 )
-from graphkeep.store.base import compile_filter, matches
+from graphkeep.store.filters import compile_filter, matches
 
 from .conftest import unique_prefix
 

@@ -1,4 +1,4 @@
-"""Unit tests of graphkeep.store.base: filters, matching, ranking, namespace listing."""
+"""Unit tests of graphkeep.store: filters, matching, ranking, namespace listing."""
 
 from __future__ import annotations
 
@@ -9,22 +9,13 @@ import pytest
 from langgraph.store.base import ListNamespacesOp, MatchCondition
 
 from graphkeep.errors import InvalidFilter
-from graphkeep.store.base import (
-    Condition,
-    SearchQuery,
-    StoredItem,
-    Vector,
-    compile_filter,
-    list_page,
-    literal_prefix,
-    matches,
-    namespace_matches,
-    namespace_of,
-    namespace_text,
+from graphkeep.store.filters import compile_filter, matches, satisfies
+from graphkeep.store.port import Condition, SearchQuery, StoredItem, Vector
+from graphkeep.store.ranking import list_page, literal_prefix, namespace_matches, rank, score
+from graphkeep.store.values import (
+    dotted_namespace,
+    namespace_from_dotted,
     pack_vector,
-    rank,
-    satisfies,
-    score,
     unpack_vector,
 )
 
@@ -183,7 +174,7 @@ def test_vectors_pack_as_float32() -> None:
 
 def test_namespace_text_round_trips() -> None:
     for ns in [("a",), ("a", "b c", "ü", "x\n"), ("a_1", "%", "*")]:
-        assert namespace_of(namespace_text(ns)) == ns
+        assert namespace_from_dotted(dotted_namespace(ns)) == ns
 
 
 def _list_op(

@@ -3,8 +3,8 @@
 - int 7 and str "7" are one thread (contract s1: store `str(thread_id)`).
 - (thread, namespace, checkpoint id) and (thread, namespace, channel, version) never share a key,
   whatever separators (`:`, `#`, `|`, `{`, `}`, space), unicode or length the ids contain
-  (docs/contract.md s14); pairs below reuse one checkpoint id and one version so only the key encoding
-  can keep them apart.
+  (docs/contract.md s14); pairs below reuse one checkpoint id and one version so only the key
+  encoding can keep them apart.
 - invalid thread ids raise `InvalidThreadId` (a `GraphkeepError`) before anything is written.
 """
 

@@ -46,7 +46,7 @@ from conformance.factory import Api, AsyncApi, Mode
 from conformance.store.api import Collector, EventsApi, StoreFactory, store_connector_for
 from conformance.store.events import RETENTION_SLACK, retention_floor
 from graphkeep.errors import InvalidInput, RunStale, UnknownRun
-from graphkeep.events.log import MAX_EVENT_BYTES
+from graphkeep.events.port import MAX_EVENT_BYTES
 from tests.scenarios import live_worker
 from tests.scenarios.backends import (
     MODES,

@@ -9,6 +9,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
+
 from graphkeep.errors import InvalidNamespace, InvalidThreadId
 from graphkeep.port.checks import short
 
@@ -94,3 +96,14 @@ def next_version(current: str | int | float | None) -> str:
 def version_key(version: Any) -> str:
     """The storage form of a channel version (``1`` and ``"1"`` are one key)."""
     return str(version)
+
+
+def checkpoint_config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
+    """The ``RunnableConfig`` naming one checkpoint, as the savers return and accept it."""
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }

@@ -47,7 +47,7 @@ class ThreadLock:
         if ttl <= 0:
             raise ConfigurationError(f"lock ttl must be positive, got {ttl!r}")
         self.saver = saver
-        self.thread_id = saver._thread(thread_id)
+        self.thread_id = saver.check_thread_id(thread_id)
         self.ttl_ms = max(1, int(ttl * 1000))
         self.blocking = blocking
         self.timeout = timeout
@@ -83,24 +83,24 @@ class ThreadLock:
         return bool(extended)
 
     def acquire(self) -> bool:
-        return bool(self.saver._call(self._acquire()))
+        return bool(self.saver.drive(self._acquire()))
 
     def release(self) -> bool:
         """Release if still ours; False when the lease had expired (or was taken over)."""
-        return bool(self.saver._call(self._release()))
+        return bool(self.saver.drive(self._release()))
 
     def extend(self, ttl: float | None = None) -> bool:
         """Renew the lease; False when it was lost in the meantime."""
-        return bool(self.saver._call(self._extend(ttl)))
+        return bool(self.saver.drive(self._extend(ttl)))
 
     async def aacquire(self) -> bool:
-        return bool(await self.saver._acall(self._acquire()))
+        return bool(await self.saver.adrive(self._acquire()))
 
     async def arelease(self) -> bool:
-        return bool(await self.saver._acall(self._release()))
+        return bool(await self.saver.adrive(self._release()))
 
     async def aextend(self, ttl: float | None = None) -> bool:
-        return bool(await self.saver._acall(self._extend(ttl)))
+        return bool(await self.saver.adrive(self._extend(ttl)))
 
     def __enter__(self) -> ThreadLock:
         self.acquire()

@@ -26,7 +26,15 @@ from graphkeep.port.ops import Op
 class CheckpointPort(Protocol):
     """What a backend maps onto its store. Thread ids and names arrive validated.
 
-    Semantics every implementation must keep (see storage-contract.md):
+    Capabilities, class attributes a port inherits from this protocol (a backend's port
+    subclasses it) and overrides when it has them:
+
+    - ``compresses`` (default False): the port compresses payloads itself, so the saver
+      stores them as they are; otherwise the saver zlib-compresses large payloads;
+    - ``feed`` (default False): the port has a native commit feed (:class:`Feed`) that
+      ``watch`` blocks on; otherwise ``watch`` polls :meth:`commits`.
+
+    Semantics every implementation must keep (see docs/architecture.md):
     - ``put_checkpoint`` stores ``blobs`` and then the record so that no reader
       ever sees the record without its blobs; upsert on (thread, ns, id).
     - ``put_writes``: regular writes (idx >= 0) are insert-if-absent per
@@ -36,6 +44,9 @@ class CheckpointPort(Protocol):
     - TTL: every write refreshes the expiry of all the thread needs, including
       the list elements its manifests name (``lists.ELEMENT_CHANNEL`` blobs).
     """
+
+    compresses: bool = False
+    feed: bool = False
 
     def setup(self) -> Op[None]: ...
 
@@ -114,7 +125,7 @@ class CheckpointPort(Protocol):
 
 
 class Feed(Protocol):
-    """A store with a native commit feed (``store.feed`` is True): ``watch`` blocks on it.
+    """A port with a native commit feed (``port.feed`` is True): ``watch`` blocks on it.
 
     ``put_checkpoint`` appends ``(ns, checkpoint_id)`` to the thread's feed in the
     same atomic step as the record, so the feed's order is the commit order.

@@ -13,13 +13,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from graphkeep.port.codec import Typed
 
-@dataclass(frozen=True, slots=True)
-class Typed:
-    """A value as ``serde.dumps_typed`` returned it: a type tag and raw bytes."""
-
-    tag: str
-    data: bytes
+__all__ = [
+    "BlobRecord",
+    "Chain",
+    "CheckpointRecord",
+    "Inventory",
+    "ListQuery",
+    "Loaded",
+    "Summary",
+    "ThreadDump",
+    "Typed",
+    "WriteRecord",
+]
 
 
 @dataclass(slots=True)

@@ -26,9 +26,11 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 
+from graphkeep.checkpoint.filters import check_filter, matches
 from graphkeep.checkpoint.ids import (
     DEFAULT_MAX_ID_BYTES,
     check_name,
+    checkpoint_config,
     next_version,
     normalize_checkpoint_id,
     normalize_namespace,
@@ -114,7 +116,7 @@ class SaverBase(BaseCheckpointSaver[str]):
         self.share_lists = share_lists
         #: payloads are zlib-compressed here unless the store compresses them itself
         self.squeeze: Callable[[Typed, int], Typed] = (
-            _as_is if getattr(port, "compresses", False) else codec.squeeze
+            _as_is if port.compresses else codec.squeeze
         )
         self.lists = ListSharer(self.serde, self.squeeze)
 
@@ -129,7 +131,9 @@ class SaverBase(BaseCheckpointSaver[str]):
         )
         return thread_id, ns, checkpoint_id
 
-    def _thread(self, thread_id: Any) -> str:
+    def check_thread_id(self, thread_id: Any) -> str:
+        """``thread_id`` normalised as every method of this saver takes it (a str of at most
+        ``max_id_bytes``), or :class:`~graphkeep.errors.InvalidInput`."""
         return normalize_thread_id(thread_id, max_bytes=self.max_id_bytes)
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:
@@ -265,6 +269,11 @@ class SaverBase(BaseCheckpointSaver[str]):
         yield from self._expand([loaded])
         return self._tuple(loaded, learn=True)
 
+    def load_op(self, thread_id: str, ns: str, checkpoint_id: str) -> Op[CheckpointTuple | None]:
+        """The op loading the checkpoint at ``(thread_id, ns, checkpoint_id)`` as ``get_tuple``
+        does (None when it is gone); ``watch`` loads each commit it sees with it."""
+        return self._get_tuple(checkpoint_config(thread_id, ns, checkpoint_id))
+
     def _expand(self, items: list[Loaded]) -> Op[None]:
         """Fetch the list elements the items' manifests name and the store did not return."""
         wanted: dict[str, dict[tuple[str, str, str], None]] = {}
@@ -311,9 +320,9 @@ class SaverBase(BaseCheckpointSaver[str]):
             metadata = codec.load(self.serde, record.metadata)
         parent_config: RunnableConfig | None = None
         if record.parent_id:
-            parent_config = _config(record.thread_id, record.ns, record.parent_id)
+            parent_config = checkpoint_config(record.thread_id, record.ns, record.parent_id)
         return CheckpointTuple(
-            config=_config(record.thread_id, record.ns, record.checkpoint_id),
+            config=checkpoint_config(record.thread_id, record.ns, record.checkpoint_id),
             checkpoint=checkpoint,
             metadata=metadata,
             parent_config=parent_config,
@@ -330,10 +339,10 @@ class SaverBase(BaseCheckpointSaver[str]):
         before: RunnableConfig | None,
         limit: int | None,
     ) -> Op[None]:
-        checked = codec.check_filter(filter)
+        checked = check_filter(filter)
         if config is not None:
             conf = _configurable(config)
-            thread_id: str | None = self._thread(conf.get("thread_id"))
+            thread_id: str | None = self.check_thread_id(conf.get("thread_id"))
             raw_ns = conf.get("checkpoint_ns")
             ns = None if raw_ns is None else normalize_namespace(raw_ns)
             checkpoint_id = normalize_checkpoint_id(conf.get("checkpoint_id"))
@@ -351,7 +360,7 @@ class SaverBase(BaseCheckpointSaver[str]):
             yield from self._expand(items)
             for item in items:
                 metadata = codec.load(self.serde, item.record.metadata)
-                if checked and not codec.matches(metadata, checked):
+                if checked and not matches(metadata, checked):
                     continue
                 yield Emit(self._tuple(item, metadata))
                 if remaining is not None:
@@ -402,7 +411,7 @@ class SaverBase(BaseCheckpointSaver[str]):
     # -- deletion, copy, prune -----------------------------------------------------
 
     def _delete_thread(self, thread_id: Any) -> Op[None]:
-        thread = self._thread(thread_id)
+        thread = self.check_thread_id(thread_id)
         self.lists.forget(thread)
         yield from self.port.delete_thread(thread)
 
@@ -418,8 +427,8 @@ class SaverBase(BaseCheckpointSaver[str]):
             yield from self._delete_keeping(thread_id, inventory, set(doomed))
 
     def _copy_thread(self, source_thread_id: Any, target_thread_id: Any) -> Op[None]:
-        source = self._thread(source_thread_id)
-        target = self._thread(target_thread_id)
+        source = self.check_thread_id(source_thread_id)
+        target = self.check_thread_id(target_thread_id)
         if source == target:
             return
         dump = yield from self.port.export_thread(source)
@@ -431,7 +440,7 @@ class SaverBase(BaseCheckpointSaver[str]):
             raise TypeError("thread_ids must be a sequence of thread ids, not a single str")
         if strategy not in PRUNE_STRATEGIES:
             raise ValueError(f"unknown prune strategy {strategy!r}; use one of {PRUNE_STRATEGIES}")
-        threads = list(dict.fromkeys(self._thread(t) for t in thread_ids))
+        threads = list(dict.fromkeys(self.check_thread_id(t) for t in thread_ids))
         for thread_id in threads:
             self.lists.forget(thread_id)
             if strategy == "delete":
@@ -458,6 +467,15 @@ class SaverBase(BaseCheckpointSaver[str]):
             yield from self.port.delete_records(thread_id, sorted(doomed), garbage)
 
     # -- the public API: every method is one contract op, run sync or async ---------
+
+    def drive(self, op: Op[Any]) -> Any:
+        """Run ``op`` (an op over :attr:`port`, such as the thread lease's) to its result the
+        way this saver runs its own methods: blocking (an async saver hops onto its loop)."""
+        return self._call(op)
+
+    async def adrive(self, op: Op[Any]) -> Any:
+        """:meth:`drive` for async callers."""
+        return await self._acall(op)
 
     def _call(self, op: Op[Any]) -> Any:
         raise NotImplementedError
@@ -691,16 +709,6 @@ def _configurable(config: RunnableConfig | Mapping[str, Any] | None) -> Mapping[
         return {}
     conf = config.get("configurable")
     return conf if isinstance(conf, Mapping) else {}
-
-
-def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
-    return {
-        "configurable": {
-            "thread_id": thread_id,
-            "checkpoint_ns": ns,
-            "checkpoint_id": checkpoint_id,
-        }
-    }
 
 
 class SyncSaver(SaverBase):

@@ -2,9 +2,10 @@
 
 One op for every store, run sync or async like every saver op. Two ways in:
 
-- a store with a native feed (:class:`~graphkeep.port.Feed`, Redis: a Stream per
+- a store with a native feed (:class:`~graphkeep.checkpoint.port.Feed`, Redis: a Stream per
   thread appended by the put script) is read blocking; its order is the commit order;
-- every other store is polled with :meth:`Store.commits` (an indexed query on the
+- every other store is polled with
+  :meth:`~graphkeep.checkpoint.port.CheckpointPort.commits` (an indexed query on the
   checkpoint id), ``poll_interval`` apart while the thread is busy, backing off to
   ``max_poll_interval`` once it has been idle for a while (:class:`~graphkeep.port.Backoff`).
 
@@ -58,25 +59,23 @@ def watch_op(
 
     Arguments are checked here, before the op runs (bad input raises at the call).
     """
-    thread = saver._thread(thread_id)
+    thread = saver.check_thread_id(thread_id)
     limit = saver.max_id_bytes
     ns = None if checkpoint_ns is None else normalize_namespace(checkpoint_ns, max_bytes=limit)
     start = None if after is None else normalize_checkpoint_id(after, max_bytes=limit)
     wait = None if timeout is None else check_seconds(timeout, "timeout")
     interval = check_seconds(poll_interval, "poll_interval", finite=True)
     longest = max(check_seconds(max_poll_interval, "max_poll_interval", finite=True), interval)
-    if getattr(saver.port, "feed", False):
+    if saver.port.feed:
         return _follow_feed(saver, thread, ns, start, wait)
     return _poll(saver, thread, ns, start, wait, interval, longest)
 
 
 def _emit(saver: SaverBase, thread: str, commits: Iterable[tuple[str, str]]) -> Op[int]:
     """Load and emit each checkpoint; returns how many were emitted."""
-    from graphkeep.checkpoint.saver import _config
-
     count = 0
     for ns, checkpoint_id in commits:
-        found = yield from saver._get_tuple(_config(thread, ns, checkpoint_id))
+        found = yield from saver.load_op(thread, ns, checkpoint_id)
         if found is not None:
             yield Emit(found)
             count += 1

@@ -2,7 +2,7 @@
 
 ``graphkeep`` URLs (every scheme in :data:`graphkeep.connect.BACKENDS`) open a
 saver through :func:`graphkeep.connect`; the CLI then talks to its store
-through the port (``saver.port`` ops run by ``saver._call``), which hands back
+through the port (``saver.port`` ops run by ``saver.drive``), which hands back
 raw stored bytes and works identically on every backend.
 
 ``sqlite:///path`` and ``postgresql://...`` open LangGraph's ``SqliteSaver`` /
@@ -59,7 +59,7 @@ class Native:
         return scheme_of(self.url)
 
     def call(self, op: Op[Any]) -> Any:
-        return self.saver._call(op)
+        return self.saver.drive(op)
 
 
 @dataclass

@@ -41,8 +41,9 @@ from graphkeep.cli.console import (
 )
 from graphkeep.cli.endpoints import POSTGRES_SCHEMES, SQLITE_SCHEMES, scheme_of, sqlite_path
 from graphkeep.errors import ConfigurationError, InvalidInput, StorageUnavailable
-from graphkeep.store.base import DEFAULT_MAX_KEY_BYTES, check_namespace, compile_filter
-from graphkeep.store.base import json_equal as same_value
+from graphkeep.store.filters import compile_filter
+from graphkeep.store.filters import json_equal as same_value
+from graphkeep.store.validation import DEFAULT_MAX_KEY_BYTES, check_namespace
 
 Namespace = tuple[str, ...]
 #: items read, compared and written per store round trip

@@ -1,35 +1,5 @@
-"""The run event log: resumable, ordered event streams per run, the contract once.
-
-A worker appends a run's events (LLM tokens, node updates, custom progress) while any
-number of readers — SSE endpoints in other processes — read them from any point::
-
-    with graphkeep.connect_events("redis://localhost:6379/0") as events:
-        events.append("run-1", {"type": "token", "text": "Hel"})      # -> "1764571123456-0"
-        events.close("run-1", "success")
-        for event_id, event in events.read("run-1", after=last_seen_id):
-            ...                                 # ends after the close event
-
-What is the same for every store lives here:
-
-- input checks, before anything is written: a run id is a non-empty string of at most
-  :data:`MAX_RUN_ID_BYTES` UTF-8 bytes without NUL; an event is a JSON object (``dict``
-  with string keys; strict JSON: no NaN/Infinity) of at most :data:`MAX_EVENT_BYTES`
-  encoded; ``after`` is an id of the store's form; a close status is one of
-  :data:`STATUSES`;
-- the close event ``{"type": "close", "status": ..., ["error": ...]}`` is the run's last:
-  an append after it raises :class:`~graphkeep.errors.RunClosed`, and ``read`` yields it
-  and ends;
-- ``read(run_id, after=None, follow=True)``: every kept event after ``after``, then (with
-  ``follow``) live ones until the close event. It never skips silently: a resume point
-  older than what retention kept raises :class:`~graphkeep.errors.EventsTrimmed`; an
-  unknown run :class:`~graphkeep.errors.UnknownRun`; a followed run whose writer stopped
-  appending and heart-beating for ``stale_after`` seconds
-  :class:`~graphkeep.errors.RunStale` (a writer that is alive but quiet calls
-  ``heartbeat``; :func:`graphkeep.events.streaming.stream_run` does);
-- retention: at most ``max_events`` per run (oldest dropped first) and ``ttl`` seconds
-  after the run's last append or heartbeat (sliding while it appends);
-- :class:`SyncEventLog` / :class:`AsyncEventLog`, the shells driving an
-  :class:`EventsPort` (whose methods yield the store's requests) sync or async.
+"""The run event log's contract and its two shells: :class:`EventLogBase` (over an
+:class:`~graphkeep.events.port.EventsPort`), :class:`SyncEventLog` and :class:`AsyncEventLog`.
 """
 
 from __future__ import annotations
@@ -39,15 +9,16 @@ import json
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from graphkeep.errors import (
-    ConfigurationError,
-    EventsTrimmed,
-    InvalidInput,
-    RunStale,
-    UnknownRun,
+from graphkeep.errors import ConfigurationError, EventsTrimmed, InvalidInput, RunStale, UnknownRun
+from graphkeep.events.port import (
+    EventsPort,
+    Retention,
+    RunState,
+    check_run_id,
+    close_event,
+    encode_event,
 )
 from graphkeep.port import (
     Backoff,
@@ -64,12 +35,8 @@ from graphkeep.port import (
     stream_on_loop,
 )
 from graphkeep.port.checks import check_seconds
+from graphkeep.port.clock import now_ms
 
-#: the largest event accepted, as compact UTF-8 JSON (fits one DynamoDB item with room)
-MAX_EVENT_BYTES = 256 * 1024
-MAX_RUN_ID_BYTES = 512
-STATUSES = ("success", "error", "interrupted")
-CLOSE_TYPE = "close"
 #: events read per request
 PAGE = 500
 #: longest single blocking read (ms); the loop checks the run's liveness in between
@@ -82,161 +49,39 @@ DEFAULT_POLL_INTERVAL = 0.1
 DEFAULT_MAX_POLL_INTERVAL = 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class Retention:
-    """How much of a run a store keeps: ``ttl_ms`` after its last append or heartbeat
-    (None: forever) and at most ``max_events`` events (oldest dropped first)."""
-
-    ttl_ms: int | None
-    max_events: int
-
-
-@dataclass(frozen=True, slots=True)
-class StoredEvent:
-    """One event as a port reads it back: its id, its JSON bytes, whether it closes the run."""
-
-    event_id: str
-    data: bytes
-    closing: bool
-
-
-@dataclass(frozen=True, slots=True)
-class RunState:
-    """What a port knows of a run."""
-
-    #: epoch ms of the last append or heartbeat
-    active_ms: int
-    #: the close status, once closed
-    closed: str | None
-    #: id of the newest event retention dropped (None: nothing dropped)
-    trimmed_through: str | None
-
-
-class EventsPort(Protocol):
-    """What a backend maps onto its store; run ids and payloads arrive validated.
-
-    - ``append`` stores ``payloads`` in order as the run's next events and returns their
-      ids (strictly increasing per run, also across writers and processes); when
-      ``closing`` the last payload is the close event. It raises
-      :class:`~graphkeep.errors.RunClosed` (writing nothing) when the run is already
-      closed, applies ``retention`` and marks the run active at ``now_ms``.
-    - ``read`` returns up to ``limit`` events after ``after`` (from the first when None)
-      in id order; a store with ``blocking = True`` waits up to ``wait_ms`` for one when
-      there are none (``wait_ms=0``: never waits); others return at once. When events
-      right after ``after`` were dropped by retention before this read (a follower more
-      than ``max_events`` behind), it raises :class:`~graphkeep.errors.EventsTrimmed`
-      rather than return the later ones.
-    - ``state`` returns the run's :class:`RunState`, None for an unknown (or expired) run.
-    - ``heartbeat`` marks the run active (creating it when new) and slides its TTL.
-    - ``id_key`` turns an event id into a sortable key, raising
-      :class:`~graphkeep.errors.InvalidInput` for a string that is not one of its ids.
-    - ``delete`` removes runs entirely.
-    """
-
-    blocking: bool
-
-    def setup(self) -> Op[None]: ...
-
-    def append(
-        self,
-        run_id: str,
-        payloads: list[bytes],
-        closing: bool,
-        now_ms: int,
-        retention: Retention,
-    ) -> Op[list[str]]: ...
-
-    def read(
-        self, run_id: str, after: str | None, limit: int, wait_ms: int
-    ) -> Op[list[StoredEvent]]: ...
-
-    def state(self, run_id: str) -> Op[RunState | None]: ...
-
-    def heartbeat(self, run_id: str, now_ms: int, retention: Retention) -> Op[None]: ...
-
-    def delete(self, run_ids: list[str]) -> Op[None]: ...
-
-    def id_key(self, event_id: str) -> tuple[int, ...]: ...
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def check_run_id(run_id: Any) -> str:
-    if not isinstance(run_id, str):
-        raise InvalidInput(f"a run id must be a str, got {type(run_id).__name__}")
-    if not run_id:
-        raise InvalidInput("a run id must not be empty")
-    if "\x00" in run_id:
-        raise InvalidInput(f"a run id must not contain NUL characters: {run_id[:60]!r}")
-    try:
-        size = len(run_id.encode("utf-8"))
-    except UnicodeEncodeError as exc:
-        raise InvalidInput(f"a run id is not valid unicode: {run_id[:60]!r}") from exc
-    if size > MAX_RUN_ID_BYTES:
-        raise InvalidInput(f"a run id is {size} bytes long; the limit is {MAX_RUN_ID_BYTES}")
-    return run_id
-
-
-def encode_event(event: Any, position: int | None = None) -> bytes:
-    """An event as compact UTF-8 JSON, or :class:`InvalidInput` saying what is wrong."""
-    where = "event" if position is None else f"event [{position}]"
-    if not isinstance(event, dict):
-        raise InvalidInput(f"an {where} must be a dict (a JSON object), got {type(event).__name__}")
-    _check_keys(event, where)
-    try:
-        text = json.dumps(event, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        data = text.encode("utf-8")
-    except (TypeError, ValueError, UnicodeEncodeError) as exc:
-        raise InvalidInput(f"{where} is not JSON-serialisable: {exc}") from exc
-    if len(data) > MAX_EVENT_BYTES:
-        raise InvalidInput(
-            f"{where} is {len(data)} bytes as JSON; the limit is {MAX_EVENT_BYTES} bytes"
-            " (store large payloads in the store and put a reference in the event)"
-        )
-    return data
-
-
-def _check_keys(event: dict[str, Any], where: str) -> None:
-    """Every object key is a str (JSON would turn ``1`` into ``"1"``, and ``{1: .., "1": ..}``
-    into an object with a duplicate key)."""
-    stack: list[Any] = [event]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if not isinstance(key, str):
-                    raise InvalidInput(
-                        f"{where} has a key that is not a str: {key!r} ({type(key).__name__})"
-                    )
-                stack.append(item)
-        elif isinstance(value, (list, tuple)):
-            stack.extend(value)
-
-
-def close_event(status: Any, error: Any = None) -> dict[str, Any]:
-    if status not in STATUSES:
-        raise InvalidInput(f"a close status must be one of {', '.join(STATUSES)}, got {status!r}")
-    event: dict[str, Any] = {"type": CLOSE_TYPE, "status": status}
-    if error is not None:
-        event["error"] = str(error)
-    return event
-
-
-def check_sequence(run_id: str, after: str | None, events: list[StoredEvent]) -> None:
-    """For stores numbering events 1, 2, 3…: the first event read must follow ``after``
-    directly, else retention dropped the ones between (raise, never skip silently)."""
-    if after is None or not events or int(events[0].event_id) == int(after) + 1:
-        return
-    raise EventsTrimmed(
-        f"run {run_id!r}: events {int(after) + 1} to {int(events[0].event_id) - 1} were"
-        " dropped by retention (max_events / ttl) before they were read; resume from the start"
-    )
-
-
 class EventLogBase:
-    """The contract over an :class:`EventsPort`; the shells below say how ops are run.
+    """The contract over an :class:`~graphkeep.events.port.EventsPort`; the shells below say
+    how ops are run.
+
+    A worker appends a run's events (LLM tokens, node updates, custom progress) while any
+    number of readers — SSE endpoints in other processes — read them from any point::
+
+        with graphkeep.connect_events("redis://localhost:6379/0") as events:
+            events.append("run-1", {"type": "token", "text": "Hel"})  # -> "1764571123456-0"
+            events.close("run-1", "success")
+            for event_id, event in events.read("run-1", after=last_seen_id):
+                ...                                 # ends after the close event
+
+    What is the same for every store lives here:
+
+    - input checks, before anything is written (:mod:`graphkeep.events.port`): a run id is
+      a non-empty string of at most ``MAX_RUN_ID_BYTES`` UTF-8 bytes without NUL; an event
+      is a JSON object (``dict`` with string keys; strict JSON: no NaN/Infinity) of at most
+      ``MAX_EVENT_BYTES`` encoded; ``after`` is an id of the store's form; a close status is
+      one of ``STATUSES``;
+    - the close event ``{"type": "close", "status": ..., ["error": ...]}`` is the run's last:
+      an append after it raises :class:`~graphkeep.errors.RunClosed`, and ``read`` yields it
+      and ends;
+    - ``read(run_id, after=None, follow=True)``: every kept event after ``after``, then (with
+      ``follow``) live ones until the close event. It never skips silently: a resume point
+      older than what retention kept raises :class:`~graphkeep.errors.EventsTrimmed`; an
+      unknown run :class:`~graphkeep.errors.UnknownRun`; a followed run whose writer stopped
+      appending and heart-beating for ``stale_after`` seconds
+      :class:`~graphkeep.errors.RunStale` (a writer that is alive but quiet calls
+      ``heartbeat``; :func:`graphkeep.events.streaming.stream_run` does);
+    - retention (:class:`~graphkeep.events.port.Retention`): at most ``max_events`` per run
+      (oldest dropped first) and ``ttl`` seconds after the run's last append or heartbeat
+      (sliding while it appends).
 
     Options: ``ttl`` (seconds after a run's last append or heartbeat, sliding; default one
     day; None keeps runs until deleted), ``max_events`` (per run, default 10,000),

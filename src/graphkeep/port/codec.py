@@ -11,12 +11,21 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import ormsgpack
 
-from graphkeep.checkpoint.records import Typed
-from graphkeep.errors import InvalidFilter, SerializationError
+from graphkeep.errors import SerializationError
+
+
+@dataclass(frozen=True, slots=True)
+class Typed:
+    """A value as ``serde.dumps_typed`` returned it: a type tag and raw bytes."""
+
+    tag: str
+    data: bytes
+
 
 #: tag of a channel that is versioned but has no value (written by other savers)
 EMPTY_TAG = "empty"
@@ -106,35 +115,3 @@ def plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
     return str(value)
-
-
-def check_filter(filter: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Validate a ``list(filter=...)`` mapping; keys are top-level metadata keys."""
-    if not filter:
-        return {}
-    if not isinstance(filter, Mapping):
-        raise InvalidFilter(f"filter must be a mapping, got {type(filter).__name__}")
-    checked: dict[str, Any] = {}
-    for key, value in filter.items():
-        if not isinstance(key, str) or not key:
-            raise InvalidFilter(f"filter keys must be non-empty strings, got {key!r}")
-        if key.startswith("$"):
-            raise InvalidFilter(
-                f"filter key {key!r} starts with '$': operators are not supported,"
-                " filters compare top-level metadata keys for equality"
-            )
-        if "\x00" in key:
-            raise InvalidFilter("filter keys must not contain NUL characters")
-        checked[key] = plain(value)
-    return checked
-
-
-def matches(metadata: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:
-    """Top-level equality (deep for nested values); a missing key matches ``None``."""
-    return all(_equal(plain(metadata.get(k)), v) for k, v in filter.items())
-
-
-def _equal(a: Any, b: Any) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a is b if isinstance(a, bool) and isinstance(b, bool) else False
-    return bool(a == b)

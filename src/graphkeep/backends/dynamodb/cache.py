@@ -7,7 +7,7 @@ Same table and URLs as the savers (``dynamodb://<table>?region=..&endpoint_url=.
 
 One partition per cache namespace, one item per entry (``P`` = escaped ``key_prefix``)::
 
-    pk  P#n1#<ns>     namespace_text, key-escaped (never P#1#.. of the saver, P#m1#.. of the store)
+    pk  P#n1#<ns>     escaped_namespace, key-escaped (never P#1#.. of saver, P#m1#.. of store)
     sk  n#<key>       the key, key-escaped (long ones shortened with a digest, see .keys)
     v   B             packed typed value (``z`` = "zlib" when compressed)
     xm  N             exact expiry, epoch ms: checked on every read
@@ -60,13 +60,8 @@ from graphkeep.backends.dynamodb.items import (
     size_of,
 )
 from graphkeep.backends.dynamodb.requests import batch_get, batch_write, query_all
-from graphkeep.cache.base import (
-    AsyncCache,
-    Entry,
-    Stored,
-    SyncCache,
-    namespace_text,
-)
+from graphkeep.cache.port import Entry, Stored, escaped_namespace
+from graphkeep.cache.shells import AsyncCache, SyncCache
 from graphkeep.errors import ConfigurationError
 from graphkeep.port import Op
 
@@ -93,7 +88,7 @@ class DynamoDBCachePort:
         self.prefix = keyspace.check_prefix(key_prefix)
 
     def partition(self, namespace: Namespace) -> str:
-        text = keyspace.part(namespace_text(namespace), keyspace.THREAD_LIMIT)[0]
+        text = keyspace.part(escaped_namespace(namespace), keyspace.THREAD_LIMIT)[0]
         return f"{self.prefix}{keyspace.SEP}{FORMAT}{keyspace.SEP}{text}"
 
     @staticmethod

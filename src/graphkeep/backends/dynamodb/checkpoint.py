@@ -114,6 +114,7 @@ from graphkeep.backends.dynamodb.requests import (
 )
 from graphkeep.backends.dynamodb.ttl import Known, KnownCheckpoint, KnownItem, Refresh
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, is_manifest, manifest_keys
+from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.records import (
     BlobRecord,
     Chain,
@@ -368,7 +369,7 @@ class Manifests:
 # --------------------------------------------------------------------------- the store
 
 
-class DynamoDBCheckpointPort:
+class DynamoDBCheckpointPort(CheckpointPort):
     """Storage port on one DynamoDB table (see the module docstring for the mapping)."""
 
     #: payloads are compressed here, per item (``compress`` option, recorded in ``z``),

@@ -52,11 +52,13 @@ first returned; its events up to ``after`` are skipped here). Not blocking: foll
 (``poll_interval``, backing off to ``max_poll_interval`` when idle); an idle poll reads no
 item (one read unit). ``state`` is one GetItem of the meta item.
 
-**Retention.** ``max_events``: once a run keeps more than ``max_events`` plus a tenth, the
-writer trims it back (one Query for the keys of items wholly below the cut, ``tr`` raised
-in the meta item first, then BatchWriteItem deletes), so trimming is amortised over
-``max_events / 10`` events and whole items are dropped: a run keeps at most ``max_events``
-plus a fifth.
+**Retention.** ``max_events``: the writer applies
+:meth:`~graphkeep.events.port.Retention.trim_through` after each append (one Query for the
+keys of items wholly below the cut, ``tr`` raised in the meta item first, then
+BatchWriteItem deletes): once a run keeps more than ``max_events``, whole items are dropped
+up to the cut, so trimming is amortised over ``max_events / 10`` events; an item packs at
+most ``max_events / 10`` events (``Retention.trim_step``), so the item left across the cut
+never makes a run keep more than ``max_events``.
 ``ttl``: the run expires ``ttl`` after its last append or heartbeat (``xm``, checked by
 every reader and writer; DynamoDB's TTL on ``exp`` reaps later). Event items get
 ``exp = now + 1.5 ttl`` when written; a writer refreshes the older items (one Query plus a
@@ -121,16 +123,10 @@ from graphkeep.backends.dynamodb.requests import (
     transact,
 )
 from graphkeep.errors import ConfigurationError, GraphkeepError, InvalidInput, RunClosed
-from graphkeep.events.log import (
-    AsyncEventLog,
-    Retention,
-    RunState,
-    StoredEvent,
-    SyncEventLog,
-    check_sequence,
-)
-from graphkeep.events.log import now_ms as clock_ms
+from graphkeep.events.log import AsyncEventLog, SyncEventLog
+from graphkeep.events.port import Retention, RunState, StoredEvent, check_sequence
 from graphkeep.port import Op, Sleep, codec
+from graphkeep.port.clock import now_ms as clock_ms
 from graphkeep.port.lru import ThreadLRU
 
 try:
@@ -241,7 +237,7 @@ class DynamoDBEventsPort:
         pk = self.partition(run_id)
         known = self._known(pk)
         status = str(json.loads(payloads[-1])["status"]) if closing else None
-        packs = _packs(payloads, closing, max(1, retention.max_events // 10))
+        packs = _packs(payloads, closing, retention.trim_step)
         ids: list[str] = []
         for group in _transactions(packs):
             first = yield from self._commit(pk, known, group, status, now_ms, retention)
@@ -438,9 +434,9 @@ class DynamoDBEventsPort:
 
     def _retain(self, pk: str, known: _Run, now_ms: int, retention: Retention) -> Op[None]:
         """Trim to ``max_events`` and slide the items' TTL, each only when due."""
-        limit = retention.max_events
-        if known.hi - known.trimmed > limit + max(1, limit // 10):
-            yield from self._trim(pk, known, known.hi - limit)
+        cut = retention.trim_through(known.hi, known.trimmed)
+        if cut is not None:
+            yield from self._trim(pk, known, cut)
         if retention.ttl_ms is not None:
             needed = math.ceil((now_ms + retention.ttl_ms) / 1000)
             if known.refreshed < needed:

@@ -103,20 +103,14 @@ from graphkeep.backends.dynamodb.requests import (
 )
 from graphkeep.errors import ConfigurationError, InvalidInput, PayloadTooLarge
 from graphkeep.port import Op, codec
-from graphkeep.store.base import (
-    AsyncStore,
-    ItemKey,
-    Namespace,
-    SearchQuery,
-    StoredItem,
-    SyncStore,
-    Vector,
+from graphkeep.store.port import ItemKey, Namespace, SearchQuery, StoredItem, Vector
+from graphkeep.store.ranking import in_prefix, rank
+from graphkeep.store.shells import AsyncStore, SyncStore
+from graphkeep.store.values import (
     decode_value,
+    dotted_namespace,
     encode_value,
-    in_prefix,
-    namespace_of,
-    namespace_text,
-    rank,
+    namespace_from_dotted,
 )
 
 __all__ = ["STORE_OPTIONS", "AsyncDynamoDBStore", "DynamoDBStorePort", "DynamoDBStore"]
@@ -192,7 +186,7 @@ def _labels(labels: Namespace) -> str:
 
 
 class DynamoDBStorePort:
-    """The :class:`~graphkeep.store.base.StorePort` on one DynamoDB table."""
+    """The :class:`~graphkeep.store.port.StorePort` on one DynamoDB table."""
 
     def __init__(
         self,
@@ -250,7 +244,7 @@ class DynamoDBStorePort:
         item: dict[str, Any] = {
             PK: S(address.pk),
             SK: S(address.sk),
-            NS: S(namespace_text(stored.namespace)),
+            NS: S(dotted_namespace(stored.namespace)),
             KEY: S(stored.key),
             UPDATED: N(stored.updated_us),
         }
@@ -279,7 +273,7 @@ class DynamoDBStorePort:
         )
         minutes = item.get(TTL_MINUTES)
         return StoredItem(
-            namespace=namespace_of(s(item, NS)),
+            namespace=namespace_from_dotted(s(item, NS)),
             key=s(item, KEY),
             value=decode_value(read_payload(item, chunks)) if chunks is not _NO_VALUE else {},
             created_us=n(item, CREATED) or 0,
@@ -433,7 +427,7 @@ class DynamoDBStorePort:
         for write in writes:
             if not write.address.fits and write.stored is not None:
                 raise InvalidInput(
-                    f"namespace {namespace_text(write.stored.namespace)[:60]!r} with key"
+                    f"namespace {dotted_namespace(write.stored.namespace)[:60]!r} with key"
                     f" {write.stored.key[:60]!r} is too long for DynamoDB's keys (partition"
                     f" {MAX_PK_BYTES} bytes, sort key {MAX_SK_BYTES} bytes once escaped):"
                     " use shorter or fewer labels"
@@ -500,7 +494,7 @@ class DynamoDBStorePort:
         else:  # order needs no value: re-assemble chunked values of the page only
             by_item = {(s(i, NS), s(i, KEY)): i for i in items}
             page = rank((self._decode(i, _NO_VALUE) for i in items), query)
-            owners = [by_item[(namespace_text(p.namespace), p.key)] for p in page]
+            owners = [by_item[(dotted_namespace(p.namespace), p.key)] for p in page]
             chunks = yield from self._chunks(owners)
             for stored, owner in zip(page, owners, strict=True):
                 stored.value = decode_value(read_payload(owner, chunks))
@@ -520,7 +514,7 @@ class DynamoDBStorePort:
             params = self.tables._query(pk, begins=begins, projection=[NS, EXPIRES])
             for item in (yield from query_all(params)):
                 expires = n(item, EXPIRES)
-                namespace = namespace_of(s(item, NS))
+                namespace = namespace_from_dotted(s(item, NS))
                 if (expires is None or expires > now_ms) and in_prefix(namespace, prefix):
                     found.add(namespace)
         return sorted(found)

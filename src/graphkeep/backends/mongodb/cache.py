@@ -7,8 +7,8 @@ PyMongo's ``MongoClient`` / native ``AsyncMongoClient``, URLs and ``db_name`` as
 
 One collection ``<key_prefix>_cache``, one document per entry::
 
-    {_id: "<ns><key>",          # namespace_text + key_text: unique per (namespace, key)
-     ns: "<ns>",                # namespace_text, indexed: clear(namespaces)
+    {_id: "<ns><key>",          # escaped_namespace + escaped_key: unique per (namespace, key)
+     ns: "<ns>",                # escaped_namespace, indexed: clear(namespaces)
      v: Binary,                 # the packed typed value
      exp_ms: int | null,        # exact expiry (epoch ms), checked on every read
      expires_at: Date}          # TTL index (absent: kept until cleared)
@@ -43,14 +43,8 @@ from graphkeep.backends.mongodb import (
 )
 from graphkeep.backends.mongodb.checkpoint import Command, ensure_indexes
 from graphkeep.backends.mongodb.documents import check_prefix
-from graphkeep.cache.base import (
-    AsyncCache,
-    Entry,
-    Stored,
-    SyncCache,
-    key_text,
-    namespace_text,
-)
+from graphkeep.cache.port import Entry, Stored, escaped_key, escaped_namespace
+from graphkeep.cache.shells import AsyncCache, SyncCache
 from graphkeep.errors import mask_url
 from graphkeep.port import Op
 
@@ -83,7 +77,7 @@ class MongoDBCachePort:
 
     @staticmethod
     def doc_id(namespace: Namespace, key: str) -> str:
-        return namespace_text(namespace) + key_text(key)
+        return escaped_namespace(namespace) + escaped_key(key)
 
     def setup(self) -> Op[None]:
         # as the saver and the store: a server without TTL indexes gets a plain one
@@ -119,7 +113,7 @@ class MongoDBCachePort:
                 continue
             doc: dict[str, Any] = {
                 "_id": doc_id,
-                "ns": namespace_text(entry.namespace),
+                "ns": escaped_namespace(entry.namespace),
                 "v": bson.Binary(entry.data),
                 "exp_ms": entry.expires_ms,
             }
@@ -132,7 +126,7 @@ class MongoDBCachePort:
         if namespaces is None:
             query: dict[str, Any] = {}
         else:
-            query = {"ns": {"$in": [namespace_text(ns) for ns in namespaces]}}
+            query = {"ns": {"$in": [escaped_namespace(ns) for ns in namespaces]}}
         yield Command(self.collection, "delete_many", (query,))
 
 

@@ -82,6 +82,7 @@ from graphkeep.backends.mongodb.documents import (
     write_sub,
 )
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, is_manifest, manifest_keys
+from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.records import (
     BlobRecord,
     Chain,
@@ -299,7 +300,7 @@ def ensure_indexes(collection: str, wanted: list[dict[str, Any]]) -> Op[bool]:
     return ttl_ok
 
 
-class MongoDBCheckpointPort:
+class MongoDBCheckpointPort(CheckpointPort):
     """Storage port on MongoDB. ``ttl`` (seconds) slides per thread on every write."""
 
     def __init__(

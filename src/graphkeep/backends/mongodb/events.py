@@ -51,11 +51,12 @@ removed by ``purge_expired()``).
   ``closed`` from the newest event, ``trimmed_through`` = oldest kept ``seq`` - 1.
 - ``heartbeat``: one upsert of the meta document (``$max`` on ``hb``, fresh expiry), in
   the same command as the TTL slide when one is due.
-- ``max_events``: once a run holds more than ``max_events`` events the append deletes
-  its oldest (``delete_many`` on ``seq <= cut``, a range of the index) so that
-  ``max_events`` - ``max_events // 10`` remain: one more command every ``max_events // 10``
-  events (every append when ``max_events`` < 20), and never more than ``max_events``
-  events once the append returns. The close event, the newest, is never trimmed.
+- ``max_events``: the append applies :meth:`~graphkeep.events.port.Retention.trim_through`
+  (one ``delete_many`` on ``seq <= cut``, a range of the index): once a run holds more than
+  ``max_events`` events its oldest are deleted so that ``max_events - max_events // 10 + 1``
+  remain: one more command every ``max_events // 10`` events (every append when
+  ``max_events`` < 20), and never more than ``max_events`` events once the append returns.
+  The close event, the newest, is never trimmed.
 - ``ttl``: every event gets ``expires_at`` = now + ``ttl`` and the meta document 1.5
   ``ttl``; while the run appends or heart-beats, the log slides the whole run
   (``update_many`` on its events and the meta document) at most once per ``ttl`` / 2, so
@@ -93,14 +94,8 @@ from graphkeep.backends.mongodb import (
 from graphkeep.backends.mongodb.checkpoint import Command, ensure_indexes
 from graphkeep.backends.mongodb.documents import check_prefix, doc_id, live
 from graphkeep.errors import InvalidInput, RunClosed, mask_url
-from graphkeep.events.log import (
-    AsyncEventLog,
-    Retention,
-    RunState,
-    StoredEvent,
-    SyncEventLog,
-    check_sequence,
-)
+from graphkeep.events.log import AsyncEventLog, SyncEventLog
+from graphkeep.events.port import Retention, RunState, StoredEvent, check_sequence
 from graphkeep.port import Op, adrive, drive
 from graphkeep.port.lru import ThreadLRU
 
@@ -406,11 +401,8 @@ class MongoDBEventsPort:
 
     def _retain(self, run_id: str, entry: _Run, now_ms: int, retention: Retention) -> Op[None]:
         """Amortized retention after an append: trim past ``max_events``, slide the TTL."""
-        newest = (entry.next or 1) - 1
-        limit = retention.max_events
-        if newest - entry.trimmed > limit:
-            step = max(1, limit // 10)
-            cut = newest - limit + step - 1
+        cut = retention.trim_through((entry.next or 1) - 1, entry.trimmed)
+        if cut is not None:
             if (yield from self._quietly("trim", run_id, self._trim(run_id, cut))):
                 entry = replace(entry, trimmed=max(entry.trimmed, cut))
                 self._remember(run_id, entry)

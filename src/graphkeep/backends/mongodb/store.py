@@ -1,6 +1,6 @@
 """LangGraph long-term memory on MongoDB: :class:`MongoDBStore` and :class:`AsyncMongoDBStore`.
 
-The ``BaseStore`` contract lives once in :mod:`graphkeep.store.base`; this module is
+The ``BaseStore`` contract lives once in :mod:`graphkeep.store.shells`; this module is
 its mapping onto one MongoDB collection, ``<key_prefix>_store``, one document per item::
 
     {_id: "<namespace text>\\x00<key>",   # deterministic: every upsert names its _id
@@ -31,7 +31,7 @@ must. Integers beyond int64 are compared as the nearest float.
 
 A search without query is one ``find`` with sort, skip and limit on the server; with a
 query vector, the filtered candidates come back with their vectors and are ranked here
-(:func:`~graphkeep.store.base.rank`): no vector index exists on FerretDB or a
+(:func:`~graphkeep.store.ranking.rank`): no vector index exists on FerretDB or a
 standalone MongoDB (Atlas ``$vectorSearch`` is not used). TTL: reads exclude expired
 items themselves (FerretDB has no TTL monitor; MongoDB's runs once a minute); a refresh
 is one ``bulk_write``; ``sweep_ttl()`` is one ``delete_many``. Every operation is at most
@@ -65,21 +65,15 @@ from graphkeep.backends.mongodb.checkpoint import ensure_indexes
 from graphkeep.backends.mongodb.documents import check_prefix
 from graphkeep.errors import PayloadTooLarge, mask_url
 from graphkeep.port import Op
-from graphkeep.store.base import (
-    AsyncStore,
-    Condition,
-    ItemKey,
-    Namespace,
-    SearchQuery,
-    StoredItem,
-    SyncStore,
-    Vector,
+from graphkeep.port.clock import datetime_of_us
+from graphkeep.store.port import Condition, ItemKey, Namespace, SearchQuery, StoredItem, Vector
+from graphkeep.store.ranking import rank
+from graphkeep.store.shells import AsyncStore, SyncStore
+from graphkeep.store.values import (
     decode_value,
+    dotted_namespace,
     encode_value,
-    namespace_of,
-    namespace_text,
-    rank,
-    to_datetime,
+    namespace_from_dotted,
 )
 
 __all__ = [
@@ -186,7 +180,7 @@ def prefix_filter(prefix: Namespace) -> dict[str, Any]:
     """Namespaces equal to ``prefix`` or below it: ``ns`` in [P + ".", P + "/")."""
     if not prefix:
         return {}
-    text = namespace_text(prefix)
+    text = dotted_namespace(prefix)
     return {"$or": [{"ns": text}, {"ns": {"$gte": text + ".", "$lt": text + "/"}}]}
 
 
@@ -200,12 +194,12 @@ def search_filter(query: SearchQuery) -> dict[str, Any]:
 
 def item_id(namespace: Namespace, key: str) -> str:
     # labels never hold NUL, so the first NUL ends the namespace
-    return f"{namespace_text(namespace)}\x00{key}"
+    return f"{dotted_namespace(namespace)}\x00{key}"
 
 
 def item_of(doc: Mapping[str, Any]) -> StoredItem:
     return StoredItem(
-        namespace=namespace_of(doc["ns"]),
+        namespace=namespace_from_dotted(doc["ns"]),
         key=doc["key"],
         value=decode_value(bytes(doc["value"])),
         created_us=int(doc["created_us"]),
@@ -222,7 +216,7 @@ def item_of(doc: Mapping[str, Any]) -> StoredItem:
 
 
 class MongoDBStorePort:
-    """:class:`~graphkeep.store.base.StorePort` on one MongoDB collection."""
+    """:class:`~graphkeep.store.port.StorePort` on one MongoDB collection."""
 
     def __init__(self, *, key_prefix: str = "graphkeep") -> None:
         self.prefix = check_prefix(key_prefix)
@@ -246,7 +240,7 @@ class MongoDBStorePort:
             item.expires_ms = now_ms + int(item.ttl_minutes * 60_000)
             expiry = {
                 "expires_ms": item.expires_ms,
-                "expires_at": to_datetime(item.expires_ms * 1000),
+                "expires_at": datetime_of_us(item.expires_ms * 1000),
             }
             updates.append(UpdateOne({"_id": item_id(item.namespace, item.key)}, {"$set": expiry}))
         if updates:
@@ -285,13 +279,13 @@ class MongoDBStorePort:
             _id = item_id(item.namespace, item.key)
             expires = item.expires_ms
             fields = {
-                "ns": namespace_text(item.namespace),
+                "ns": dotted_namespace(item.namespace),
                 "key": item.key,
                 "value": bson.Binary(data),
                 "doc": queryable(decode_value(data)),
                 "updated_us": item.updated_us,
                 "expires_ms": expires,
-                "expires_at": None if expires is None else to_datetime(expires * 1000),
+                "expires_at": None if expires is None else datetime_of_us(expires * 1000),
                 "ttl_minutes": item.ttl_minutes,
                 "embedded": bool(item.vectors),
                 "vectors": [
@@ -347,11 +341,13 @@ class MongoDBStorePort:
         texts: list[str] = yield Command(
             self.collection, "distinct", ("ns", {**live(now_ms), **prefix_filter(prefix)})
         )
-        return [namespace_of(t) for t in texts]
+        return [namespace_from_dotted(t) for t in texts]
 
     def sweep(self, now_ms: int) -> Op[int]:
         result = yield Command(
-            self.collection, "delete_many", ({"expires_at": {"$lte": to_datetime(now_ms * 1000)}},)
+            self.collection,
+            "delete_many",
+            ({"expires_at": {"$lte": datetime_of_us(now_ms * 1000)}},),
         )
         return int(result.deleted_count)
 

@@ -5,8 +5,9 @@ Plain Redis >= 7 or Redis Cluster, the client types and URLs of the Redis savers
     with RedisCache.from_url("redis://localhost:6379/0") as cache:
         graph = builder.compile(cache=cache)
 
-Keys (``P`` = ``key_prefix``; ``<ns>`` / ``<key>`` as :func:`~graphkeep.cache.base.namespace_text`
-and :func:`~graphkeep.cache.base.key_text` write them, so never with ``{``, ``}`` or NUL)::
+Keys (``P`` = ``key_prefix``; ``<ns>`` / ``<key>`` as
+:func:`~graphkeep.cache.port.escaped_namespace` and :func:`~graphkeep.cache.port.escaped_key`
+write them, so never with ``{``, ``}`` or NUL)::
 
     P:nc1:{/<ns>}:e:<key>   STRING  msgpack [expires_ms | nil, typed value], native PX expiry
     P:nc1:{/<ns>}:i         ZSET    member <key>, score expires_ms (inf: no ttl)
@@ -37,14 +38,8 @@ from graphkeep.backends.redis import (
     sync_client,
 )
 from graphkeep.backends.redis.checkpoint import Command, Scan, Script, check_prefix
-from graphkeep.cache.base import (
-    AsyncCache,
-    Entry,
-    Stored,
-    SyncCache,
-    key_text,
-    namespace_text,
-)
+from graphkeep.cache.port import Entry, Stored, escaped_key, escaped_namespace
+from graphkeep.cache.shells import AsyncCache, SyncCache
 from graphkeep.errors import mask_url
 from graphkeep.port import Op, codec
 
@@ -115,10 +110,10 @@ class RedisCachePort:
         self.cluster = cluster
 
     def _base(self, namespace: Namespace) -> str:
-        return f"{self.prefix}:{FORMAT}:{{/{namespace_text(namespace)}}}:"
+        return f"{self.prefix}:{FORMAT}:{{/{escaped_namespace(namespace)}}}:"
 
     def entry_key(self, namespace: Namespace, key: str) -> str:
-        return f"{self._base(namespace)}e:{key_text(key)}"
+        return f"{self._base(namespace)}e:{escaped_key(key)}"
 
     def index_key(self, namespace: Namespace) -> str:
         return f"{self._base(namespace)}i"
@@ -154,7 +149,8 @@ class RedisCachePort:
             for entry in group:
                 keys.append(self.entry_key(namespace, entry.key))
                 expires = "" if entry.expires_ms is None else entry.expires_ms
-                args += [key_text(entry.key), codec.packb([entry.expires_ms, entry.data]), expires]
+                packed = codec.packb([entry.expires_ms, entry.data])
+                args += [escaped_key(entry.key), packed, expires]
             yield Script("cache_set", keys, args)
 
     def clear(self, namespaces: list[Namespace] | None) -> Op[None]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphkeep.backends.redis.checkpoint_scripts import FEED_COUNT
+from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.records import (
     BlobRecord,
     Chain,
@@ -116,7 +117,7 @@ def check_prefix(prefix: str) -> str:
 FeedPosition = tuple[str, str | None]
 
 
-class RedisCheckpointPort:
+class RedisCheckpointPort(CheckpointPort):
     """Storage port on Redis. ``ttl`` in seconds slides on every write of a thread.
 
     It has a native commit feed (``feed = True``): the thread's stream, see

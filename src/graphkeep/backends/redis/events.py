@@ -5,7 +5,7 @@ Plain Redis >= 7 or Redis Cluster, the client types and URLs of the Redis savers
     with RedisEventLog.from_url("redis://localhost:6379/0") as events:
         events.append("run-1", {"type": "token", "text": "Hel"})   # -> "1764571123456-0"
 
-Keys (``P`` = ``key_prefix``; ``<run>`` the run id as :func:`~graphkeep.cache.base.key_text`
+Keys (``P`` = ``key_prefix``; ``<run>`` the run id as :func:`~graphkeep.cache.port.escaped_key`
 writes it, so never with ``{``, ``}`` or NUL: the run id is the hash tag and both keys of a
 run live in one cluster slot)::
 
@@ -66,15 +66,10 @@ from graphkeep.backends.redis import (
     sync_client,
 )
 from graphkeep.backends.redis.checkpoint import Command, Delete, Script, XRead, check_prefix
-from graphkeep.cache.base import key_text
+from graphkeep.cache.port import escaped_key
 from graphkeep.errors import EventsTrimmed, InvalidInput, RunClosed, mask_url
-from graphkeep.events.log import (
-    AsyncEventLog,
-    Retention,
-    RunState,
-    StoredEvent,
-    SyncEventLog,
-)
+from graphkeep.events.log import AsyncEventLog, SyncEventLog
+from graphkeep.events.port import Retention, RunState, StoredEvent
 from graphkeep.port import Op, Sleep
 
 try:
@@ -253,7 +248,7 @@ class RedisEventsPort:
         self.cluster = cluster
 
     def _base(self, run_id: str) -> str:
-        return f"{self.prefix}:{FORMAT}:{{{key_text(run_id)}}}:"
+        return f"{self.prefix}:{FORMAT}:{{{escaped_key(run_id)}}}:"
 
     def stream_key(self, run_id: str) -> str:
         return f"{self._base(run_id)}s"

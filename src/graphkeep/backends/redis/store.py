@@ -61,21 +61,15 @@ from graphkeep.backends.redis.checkpoint import (
 from graphkeep.backends.redis.store_scripts import SCRIPTS
 from graphkeep.errors import ConfigurationError, mask_url
 from graphkeep.port import Op, codec
-from graphkeep.store.base import (
-    AsyncStore,
-    ItemKey,
-    Namespace,
-    SearchQuery,
-    StoreBase,
-    StoredItem,
-    SyncStore,
-    Vector,
+from graphkeep.store.port import ItemKey, Namespace, SearchQuery, StoredItem, Vector
+from graphkeep.store.ranking import rank
+from graphkeep.store.shells import AsyncStore, StoreBase, SyncStore
+from graphkeep.store.values import (
     decode_value,
+    dotted_namespace,
     encode_value,
-    namespace_of,
-    namespace_text,
+    namespace_from_dotted,
     pack_vector,
-    rank,
 )
 
 __all__ = ["STORE_OPTIONS", "AsyncRedisStore", "RedisStorePort", "RedisStore"]
@@ -88,12 +82,12 @@ METRICS = {"cosine": "COSINE", "l2": "L2", "inner_product": "IP"}
 
 
 def _member(namespace: Namespace, key: str) -> bytes:
-    return namespace_text(namespace).encode() + b"\x00" + key.encode("utf-8", "surrogatepass")
+    return dotted_namespace(namespace).encode() + b"\x00" + key.encode("utf-8", "surrogatepass")
 
 
 def _split_member(member: bytes) -> ItemKey:
     ns, _, key = member.partition(b"\x00")
-    return namespace_of(ns.decode()), key.decode("utf-8", "surrogatepass")
+    return namespace_from_dotted(ns.decode()), key.decode("utf-8", "surrogatepass")
 
 
 def _pack_vectors(vectors: list[Vector]) -> bytes:
@@ -128,7 +122,7 @@ def _stored(member: bytes, record: bytes, expires: Any, vectors: bytes | None = 
 
 
 class RedisStorePort:
-    """The :class:`~graphkeep.store.base.StorePort` on Redis."""
+    """The :class:`~graphkeep.store.port.StorePort` on Redis."""
 
     def __init__(
         self, *, key_prefix: str = "graphkeep", shard_labels: int = 1, vector_index: bool = False
@@ -164,7 +158,7 @@ class RedisStorePort:
         return namespace[: self.shard_labels]
 
     def keys(self, partition: Namespace) -> list[str]:
-        base = f"{self.prefix}:{FORMAT}:{{{encode_thread(namespace_text(partition))}}}"
+        base = f"{self.prefix}:{FORMAT}:{{{encode_thread(dotted_namespace(partition))}}}"
         keys = [f"{base}:{suffix}" for suffix in ("i", "u", "e", "t", "n", "l")]
         # the index entries' prefix rides along as KEYS[7] (single node only: it has no tag)
         return [*keys, self.index_prefix] if self.index_prefix else keys
@@ -174,7 +168,7 @@ class RedisStorePort:
         if len(prefix) >= self.shard_labels:
             return [self.partition(prefix)]
         raw = yield Command(("SMEMBERS", self.registry))
-        found = [namespace_of(p.decode() if isinstance(p, bytes) else p) for p in raw]
+        found = [namespace_from_dotted(p.decode() if isinstance(p, bytes) else p) for p in raw]
         return sorted(p for p in found if p[: len(prefix)] == prefix)
 
     def _calls(self, calls: list[Any]) -> Op[list[Any]]:
@@ -232,9 +226,9 @@ class RedisStorePort:
         for key in deletes:
             groups.setdefault(self.partition(key[0]), ([], []))[1].append(key)
         fresh = [
-            namespace_text(p)
+            dotted_namespace(p)
             for p, (puts, _) in groups.items()
-            if puts and namespace_text(p) not in self._registered
+            if puts and dotted_namespace(p) not in self._registered
         ]
         if fresh:
             # registered before the items are written: a listing may find an empty partition,
@@ -263,7 +257,7 @@ class RedisStorePort:
         several = len(partitions) > 1
         args: list[Any] = [
             query.now_ms,
-            namespace_text(query.prefix),
+            dotted_namespace(query.prefix),
             0 if several else query.offset,
             query.offset + query.limit if several else query.limit,
             int(query.refresh and not several),
@@ -308,14 +302,14 @@ class RedisStorePort:
         partitions = yield from self.partitions(prefix)
         replies = yield from self._calls(
             [
-                _script("m_namespaces", self.keys(p), [now_ms, namespace_text(prefix)])
+                _script("m_namespaces", self.keys(p), [now_ms, dotted_namespace(prefix)])
                 for p in partitions
             ]
         )
         found = []
         for reply in replies:
             for raw in reply:
-                namespace = namespace_of(raw.decode())
+                namespace = namespace_from_dotted(raw.decode())
                 if namespace[: len(prefix)] == prefix:
                     found.append(namespace)
         return found
@@ -326,7 +320,9 @@ class RedisStorePort:
             [_script("m_sweep", self.keys(p), [now_ms]) for p in partitions]
         )
         empty = [
-            namespace_text(p) for p, (_, left) in zip(partitions, replies, strict=True) if not left
+            dotted_namespace(p)
+            for p, (_, left) in zip(partitions, replies, strict=True)
+            if not left
         ]
         if empty:
             yield Command(("SREM", self.registry, *empty))
@@ -359,7 +355,7 @@ def _needles(query: SearchQuery) -> list[str]:
 
 def _tag(namespace: Namespace) -> str:
     """The index tag of a namespace prefix (what the ``tags`` Lua function writes)."""
-    return hashlib.sha1(namespace_text(namespace).encode()).hexdigest()[:20]
+    return hashlib.sha1(dotted_namespace(namespace).encode()).hexdigest()[:20]
 
 
 def _memory(client: Any, options: dict[str, Any]) -> tuple[RedisStorePort, dict[str, Any]]:

@@ -252,7 +252,7 @@ def _checkpoint(saver: Any, step: int, previous: str | None) -> tuple[Any, str]:
 def measure_watch(backend: Backend, puts: int, rng: random.Random) -> WatchResult:
     thread = f"watch-{uuid.uuid4().hex[:10]}"
     with saver_at(backend) as writer, saver_at(backend, setup=False) as reader:
-        feed = bool(getattr(reader.port, "feed", False))
+        feed = reader.port.feed
         pause = 0.02 if feed else WATCH_POLL_INTERVAL
         config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
         version: str | None = None

@@ -1,0 +1,104 @@
+"""The store port: the :class:`StorePort` protocol a backend implements and the records it
+exchanges with the contract (items, vectors, queries, filter conditions, embedding requests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from graphkeep.port import Op
+
+Namespace = tuple[str, ...]
+ItemKey = tuple[Namespace, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Vector:
+    """One embedded text of an item: the field path, a digest of the text, float32 bytes."""
+
+    path: str
+    digest: str
+    data: bytes
+
+
+@dataclass(slots=True)
+class StoredItem:
+    """An item as a backend stores it. Times: ``created_us``/``updated_us`` in epoch
+    microseconds, ``expires_ms`` in epoch milliseconds (None = never), ``ttl_minutes`` is
+    what a refresh re-arms."""
+
+    namespace: Namespace
+    key: str
+    value: dict[str, Any]
+    created_us: int
+    updated_us: int
+    expires_ms: int | None = None
+    ttl_minutes: float | None = None
+    vectors: list[Vector] = field(default_factory=list)
+    score: float | None = None
+
+    def live(self, now_ms: int) -> bool:
+        return self.expires_ms is None or self.expires_ms > now_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """One filter test: the value at ``path`` (nested keys) compared with ``value``."""
+
+    path: tuple[str, ...]
+    op: str
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class SearchQuery:
+    """A validated ``SearchOp``. ``vector`` is the query embedding for a semantic search."""
+
+    prefix: Namespace
+    conditions: tuple[Condition, ...]
+    limit: int
+    offset: int
+    refresh: bool
+    now_ms: int
+    vector: tuple[float, ...] | None = None
+    distance: str = "cosine"
+
+
+@dataclass(frozen=True, slots=True)
+class Embed:
+    """Yielded by the store logic: embed ``texts`` (documents, or one search query)."""
+
+    texts: tuple[str, ...]
+    query: bool = False
+
+
+class StorePort(Protocol):
+    """What a backend maps onto its store. Input arrives validated.
+
+    - ``get``: the live items for ``keys`` (None where missing or expired), in order; items
+      whose ``refresh`` flag is set and that have a ``ttl_minutes`` get their expiry moved to
+      ``now + ttl`` (returned with the new expiry). ``vectors=True`` returns their vectors.
+    - ``put``: upserts ``items`` (keeping the stored ``created_us`` of a live item with the
+      same key; everything else, vectors included, is replaced) and removes ``deletes``.
+    - ``search``: the page of live items under ``query.prefix`` (label-wise prefix; ``()``
+      is everything) matching every condition, ordered and sliced as
+      :func:`~graphkeep.store.ranking.rank` does; refreshes the TTL of returned items when
+      ``query.refresh``.
+    - ``namespaces``: every distinct namespace holding a live item, starting with ``prefix``.
+    - ``sweep``: removes expired items, returns how many.
+    """
+
+    def setup(self) -> Op[None]: ...
+
+    def get(
+        self, keys: list[ItemKey], refresh: list[bool], now_ms: int, vectors: bool = False
+    ) -> Op[list[StoredItem | None]]: ...
+
+    def put(self, items: list[StoredItem], deletes: list[ItemKey], now_ms: int) -> Op[None]: ...
+
+    def search(self, query: SearchQuery) -> Op[list[StoredItem]]: ...
+
+    def namespaces(self, prefix: Namespace, now_ms: int) -> Op[list[Namespace]]: ...
+
+    def sweep(self, now_ms: int) -> Op[int]: ...

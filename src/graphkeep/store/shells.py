@@ -1,0 +1,476 @@
+"""The store contract and its two shells: :class:`StoreBase` (LangGraph's ``BaseStore`` over a
+:class:`~graphkeep.store.port.StorePort`), :class:`SyncStore` and :class:`AsyncStore`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal, cast
+
+from langgraph.store.base import (
+    NOT_PROVIDED,
+    BaseStore,
+    GetOp,
+    IndexConfig,
+    Item,
+    NotProvided,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    TTLConfig,
+    ensure_embeddings,
+    get_text_at_path,
+)
+from langgraph.store.base.batch import AsyncBatchedBaseStore
+
+from graphkeep.errors import InvalidInput
+from graphkeep.port import Op, adrive, drive, on_loop, running_loop
+from graphkeep.port.clock import IncreasingClock, datetime_of_us, now_ms
+from graphkeep.store.filters import compile_filter
+from graphkeep.store.port import Embed, ItemKey, SearchQuery, StoredItem, StorePort, Vector
+from graphkeep.store.ranking import list_page, literal_prefix
+from graphkeep.store.sweeper import TaskSweeper, ThreadSweeper
+from graphkeep.store.validation import (
+    DEFAULT_MAX_KEY_BYTES,
+    Plan,
+    field_tokens,
+    index_config,
+    plan_batch,
+    ttl_config,
+)
+from graphkeep.store.values import pack_vector, text_digest
+
+DEFAULT_SWEEP_MINUTES = 5
+
+#: ``created_at`` / ``updated_at`` stamps: strictly increasing within the process
+STAMPS = IncreasingClock()
+
+
+def expiry_after_minutes(ttl_minutes: float | None, now_ms: int) -> int | None:
+    """Epoch ms at which an item written at ``now_ms`` with ``ttl_minutes`` expires (None:
+    never)."""
+    return None if ttl_minutes is None else now_ms + int(ttl_minutes * 60_000)
+
+
+class StoreBase(BaseStore):
+    """LangGraph ``BaseStore`` over a :class:`~graphkeep.store.port.StorePort`. Use a
+    backend's class or ``graphkeep.connect_store``; this class holds the contract logic.
+
+    Everything that is the same on Redis, MongoDB and DynamoDB is here: validation of
+    namespaces, keys, values and filters before anything is written
+    (:mod:`~graphkeep.store.validation`), TTL arithmetic, embedding (only texts that changed
+    since the stored version are sent to the model), ranking and paging rules
+    (:mod:`~graphkeep.store.ranking`). The port's methods yield a backend's own requests;
+    the two shells drive the same generators, so sync and async share every line.
+
+    Semantics follow ``PostgresStore`` (LangGraph's reference store):
+
+    - ``created_at`` survives updates, ``updated_at`` changes on every put and is strictly
+      increasing within a process;
+    - ``search`` without a query is ordered by ``updated_at`` newest first; with a query
+      (and an ``index``) by score, the best score among an item's embedded fields; items
+      with no embedding are not returned by a query search;
+    - scores: cosine similarity (``cosine``), minus the L2 distance (``l2``), the inner
+      product (``inner_product``);
+    - filters compare values on (nested) keys: plain values and ``$eq`` mean equality,
+      ``$ne`` matches present values that differ, ``$gt $gte $lt $lte`` compare numbers
+      with numbers and strings with strings; nested keys are given as nested dicts or
+      dotted paths;
+    - expired items are never returned, even before a store reaps them.
+    """
+
+    supports_ttl: bool = True
+
+    def __init__(
+        self,
+        port: StorePort,
+        *,
+        index: IndexConfig | Mapping[str, Any] | None = None,
+        ttl: TTLConfig | Mapping[str, Any] | None = None,
+        max_key_bytes: int = DEFAULT_MAX_KEY_BYTES,
+    ) -> None:
+        self.port = port
+        self.index_config = cast(Any, index_config(index))
+        self.ttl_config = cast(Any, ttl_config(ttl))
+        self.embeddings = (
+            ensure_embeddings(self.index_config["embed"]) if self.index_config else None
+        )
+        self.max_key_bytes = max_key_bytes
+        self._sweeper: Any = None
+
+    # -- options -------------------------------------------------------------------
+
+    @property
+    def dims(self) -> int | None:
+        return int(self.index_config["dims"]) if self.index_config else None
+
+    @property
+    def sweep_interval_minutes(self) -> float:
+        value = (self.ttl_config or {}).get("sweep_interval_minutes")
+        return float(value) if value else DEFAULT_SWEEP_MINUTES
+
+    def _refresh_default(self) -> bool:
+        if self.ttl_config is None:
+            return True
+        return bool(self.ttl_config.get("refresh_on_read", True))
+
+    def _plan(self, ops: Iterable[Any]) -> Plan:
+        return plan_batch(ops, self.max_key_bytes)
+
+    # -- the batch -----------------------------------------------------------------
+
+    def _batch(self, ops: Iterable[Any]) -> Op[list[Result]]:
+        plan = self._plan(ops)
+        now = now_ms()
+        # reads see the store as it was before this batch's puts (as PostgresStore does)
+        if plan.gets:
+            keys = [(op.namespace, op.key) for _, op in plan.gets]
+            refresh = [
+                op.refresh_ttl if op.refresh_ttl is not None else self._refresh_default()
+                for _, op in plan.gets
+            ]
+            found = yield from self.port.get(keys, refresh, now)
+            for (i, _), stored in zip(plan.gets, found, strict=True):
+                plan.results[i] = None if stored is None else _item(stored)
+        for i, op in plan.searches:
+            query = yield from self._query(op, now)
+            page = yield from self.port.search(query)
+            plan.results[i] = [_search_item(s, query.vector is not None) for s in page]
+        for i, lop in plan.lists:
+            prefix = literal_prefix(lop)
+            namespaces = yield from self.port.namespaces(prefix, now)
+            plan.results[i] = list_page(namespaces, lop)
+        if plan.puts:
+            yield from self._apply_puts(list(plan.puts.values()))
+        return plan.results
+
+    def _query(self, op: SearchOp, now: int) -> Op[SearchQuery]:
+        vector: tuple[float, ...] | None = None
+        if op.query and self.index_config:
+            embedded = yield Embed((op.query,), query=True)
+            vector = tuple(self._check_dims(embedded)[0])
+        refresh = op.refresh_ttl if op.refresh_ttl is not None else self._refresh_default()
+        return SearchQuery(
+            prefix=op.namespace_prefix,
+            conditions=compile_filter(op.filter),
+            limit=op.limit,
+            offset=op.offset,
+            refresh=bool(refresh),
+            now_ms=now,
+            vector=vector,
+            distance=self.index_config["distance_type"] if self.index_config else "cosine",
+        )
+
+    def _apply_puts(self, puts: list[PutOp]) -> Op[None]:
+        texts = {(op.namespace, op.key): self._texts(op) for op in puts if op.value is not None}
+        vectors: dict[ItemKey, list[Vector]] = {k: [] for k in texts}
+        wanted = {k: t for k, t in texts.items() if t}
+        if wanted:
+            # reuse the stored vector of every text that did not change
+            keys = list(wanted)
+            stored = yield from self.port.get(keys, [False] * len(keys), now_ms(), True)
+            known = {
+                (k, v.path, v.digest): v.data
+                for k, s in zip(keys, stored, strict=True)
+                if s is not None
+                for v in s.vectors
+            }
+            missing = sorted(
+                {
+                    text
+                    for k, pairs in wanted.items()
+                    for path, text in pairs
+                    if (k, path, text_digest(text)) not in known
+                }
+            )
+            fresh: dict[str, bytes] = {}
+            if missing:
+                embedded = yield Embed(tuple(missing))
+                fresh = {
+                    t: pack_vector(v)
+                    for t, v in zip(missing, self._check_dims(embedded), strict=True)
+                }
+            for k, pairs in wanted.items():
+                for path, text in pairs:
+                    digest = text_digest(text)
+                    data = known.get((k, path, digest)) or fresh[text]
+                    vectors[k].append(Vector(path, digest, data))
+        now = now_ms()
+        items: list[StoredItem] = []
+        deletes: list[ItemKey] = []
+        for op in puts:
+            key = (op.namespace, op.key)
+            if op.value is None:
+                deletes.append(key)
+                continue
+            stamp = STAMPS.now_us()
+            items.append(
+                StoredItem(
+                    namespace=op.namespace,
+                    key=op.key,
+                    value=dict(op.value),
+                    created_us=stamp,
+                    updated_us=stamp,
+                    expires_ms=expiry_after_minutes(op.ttl, now),
+                    ttl_minutes=op.ttl,
+                    vectors=vectors[key],
+                )
+            )
+        yield from self.port.put(items, deletes, now)
+
+    def _texts(self, op: PutOp) -> list[tuple[str, str]]:
+        """(path, text) pairs to embed for a put, named as PostgresStore names them.
+
+        Configured fields an item lacks are simply not embedded (as PostgresStore does);
+        a put that names its own ``index`` paths and none of them holds text is refused.
+        """
+        if not self.index_config or op.index is False:
+            return []
+        explicit = op.index is not None
+        if explicit:
+            paths = [(p, field_tokens(p, InvalidInput)) for p in cast(list[str], op.index)]
+        else:
+            paths = self.index_config["__tokenized_fields"]
+        pairs: list[tuple[str, str]] = []
+        for path, tokens in paths:
+            texts = get_text_at_path(op.value, tokens)
+            if len(texts) > 1:
+                pairs += [(f"{path}.{i}", text) for i, text in enumerate(texts)]
+            elif texts:
+                pairs.append((path, texts[0]))
+        if explicit and not pairs:
+            keys = ", ".join(map(str, cast(dict[str, Any], op.value)))
+            raise InvalidInput(
+                f"none of the index fields {list(cast(list[str], op.index))} has text in the"
+                f" value of {op.key!r} (its keys: {keys})"
+            )
+        return pairs
+
+    def _check_dims(self, embedded: Any) -> list[list[float]]:
+        dims = self.dims
+        vectors = [list(map(float, v)) for v in embedded]
+        for v in vectors:
+            if len(v) != dims:
+                raise InvalidInput(
+                    f"the embedding model returned {len(v)} dimensions, index['dims'] is {dims}"
+                )
+            if not all(math.isfinite(x) for x in v):
+                raise InvalidInput("the embedding model returned a non-finite number")
+        return vectors
+
+    def _sweep(self) -> Op[int]:
+        return (yield from self.port.sweep(now_ms()))
+
+    # -- drivers -------------------------------------------------------------------
+
+    def _embed(self, request: Embed) -> list[list[float]]:
+        assert self.embeddings is not None
+        if request.query:
+            return [self.embeddings.embed_query(request.texts[0])]
+        return self.embeddings.embed_documents(list(request.texts))
+
+    async def _aembed(self, request: Embed) -> list[list[float]]:
+        assert self.embeddings is not None
+        if request.query:
+            return [await self.embeddings.aembed_query(request.texts[0])]
+        return await self.embeddings.aembed_documents(list(request.texts))
+
+
+def _item(stored: StoredItem) -> Item:
+    return Item(
+        value=stored.value,
+        key=stored.key,
+        namespace=stored.namespace,
+        created_at=datetime_of_us(stored.created_us),
+        updated_at=datetime_of_us(stored.updated_us),
+    )
+
+
+def _search_item(stored: StoredItem, scored: bool) -> SearchItem:
+    return SearchItem(
+        namespace=stored.namespace,
+        key=stored.key,
+        value=stored.value,
+        created_at=datetime_of_us(stored.created_us),
+        updated_at=datetime_of_us(stored.updated_us),
+        score=stored.score if scored else None,
+    )
+
+
+class SyncStore(StoreBase):
+    """A store on a blocking client; ``abatch`` runs it in a worker thread."""
+
+    def __init__(self, port: StorePort, execute: Callable[[Any], Any], **options: Any) -> None:
+        super().__init__(port, **options)
+        self._execute = execute
+
+    def _run(self, request: Any) -> Any:
+        return self._embed(request) if isinstance(request, Embed) else self._execute(request)
+
+    def _call(self, op: Op[Any]) -> Any:
+        return drive(op, self._run)
+
+    def setup(self) -> None:
+        self._call(self.port.setup())
+
+    def batch(self, ops: Iterable[Any]) -> list[Result]:
+        return cast(list[Result], self._call(self._batch(ops)))
+
+    async def abatch(self, ops: Iterable[Any]) -> list[Result]:
+        ops = list(ops)
+        return await asyncio.to_thread(self.batch, ops)
+
+    def sweep_ttl(self) -> int:
+        """Remove expired items now; the number removed."""
+        return int(self._call(self._sweep()))
+
+    def close(self) -> None:
+        """Stop the TTL sweeper (``from_url`` does on exit)."""
+        self.stop_ttl_sweeper(1)
+
+    def start_ttl_sweeper(
+        self, sweep_interval_minutes: int | None = None
+    ) -> concurrent.futures.Future[None]:
+        """Sweep expired items every ``sweep_interval_minutes`` in a daemon thread."""
+        if self._sweeper is not None and not self._sweeper.future.done():
+            return cast(concurrent.futures.Future[None], self._sweeper.future)
+        interval = 60 * (sweep_interval_minutes or self.sweep_interval_minutes)
+        self._sweeper = ThreadSweeper(self.sweep_ttl, interval)
+        return cast(concurrent.futures.Future[None], self._sweeper.future)
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper; True when it stopped within ``timeout``."""
+        if self._sweeper is None:
+            return True
+        if not self._sweeper.stop(timeout):
+            return False
+        self._sweeper = None
+        return True
+
+
+class AsyncStore(StoreBase, AsyncBatchedBaseStore):
+    """A store on an asyncio client, batched as LangGraph's own async stores are.
+
+    ``aget``/``aput``/``asearch``/... calls made in the same event-loop tick are gathered
+    into one ``abatch`` (one round trip per partition on Redis) by LangGraph's
+    ``AsyncBatchedBaseStore``, so a burst of thousands of concurrent calls never needs
+    thousands of connections. Inputs are checked when each call is made, so a bad call fails
+    alone. Sync calls hop onto the store's event loop from another thread (as LangGraph's
+    sync ``invoke`` in a worker does); create the store inside a running event loop.
+    """
+
+    def __init__(self, port: StorePort, aexecute: Callable[[Any], Any], **options: Any) -> None:
+        self._task = None  # AsyncBatchedBaseStore.__del__ reads it even if __init__ fails
+        StoreBase.__init__(self, port, **options)
+        AsyncBatchedBaseStore.__init__(self)
+        self._aexecute = aexecute
+        self.loop = running_loop()
+
+    # each call checked alone before it joins a batch (a bad one must not fail the others)
+
+    async def aget(
+        self, namespace: tuple[str, ...], key: str, *, refresh_ttl: bool | None = None
+    ) -> Item | None:
+        self._plan([GetOp(namespace, key)])
+        return await super().aget(namespace, key, refresh_ttl=refresh_ttl)
+
+    async def aput(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: Mapping[str, Any],
+        index: Literal[False] | list[str] | None = None,
+        *,
+        ttl: float | None | NotProvided = NOT_PROVIDED,
+    ) -> None:
+        checked = None if isinstance(ttl, NotProvided) else ttl
+        self._plan([PutOp(namespace, key, cast(dict[str, Any], value), index, checked)])
+        await super().aput(namespace, key, value, index, ttl=ttl)
+
+    async def adelete(self, namespace: tuple[str, ...], key: str) -> None:
+        self._plan([PutOp(namespace, key, None)])
+        await super().adelete(namespace, key)
+
+    async def asearch(
+        self,
+        namespace_prefix: tuple[str, ...],
+        /,
+        *,
+        query: str | None = None,
+        filter: dict[str, Any] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+        refresh_ttl: bool | None = None,
+    ) -> list[SearchItem]:
+        self._plan([SearchOp(namespace_prefix, filter, limit, offset, query)])
+        return await super().asearch(
+            namespace_prefix,
+            query=query,
+            filter=filter,
+            limit=limit,
+            offset=offset,
+            refresh_ttl=refresh_ttl,
+        )
+
+    async def aclose(self) -> None:
+        """Stop the TTL sweeper and the batching task (``from_url`` does on exit)."""
+        await self.stop_ttl_sweeper(1)
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _arun(self, request: Any) -> Any:
+        if isinstance(request, Embed):
+            return await self._aembed(request)
+        return await self._aexecute(request)
+
+    async def _acall(self, op: Op[Any]) -> Any:
+        return await adrive(op, self._arun)
+
+    async def setup(self) -> None:
+        await self._acall(self.port.setup())
+
+    async def abatch(self, ops: Iterable[Any]) -> list[Result]:
+        return cast(list[Result], await self._acall(self._batch(ops)))
+
+    def batch(self, ops: Iterable[Any]) -> list[Result]:
+        return cast(
+            list[Result],
+            on_loop(
+                self.loop,
+                self.abatch(list(ops)),
+                "store",
+                "the async methods (aget, asearch, aput, ...) or a sync store from"
+                " graphkeep.connect_store()",
+            ),
+        )
+
+    async def sweep_ttl(self) -> int:
+        """Remove expired items now; the number removed."""
+        return int(await self._acall(self._sweep()))
+
+    async def start_ttl_sweeper(
+        self, sweep_interval_minutes: int | None = None
+    ) -> asyncio.Task[None]:
+        """Sweep expired items every ``sweep_interval_minutes`` in a background task."""
+        if self._sweeper is not None and not self._sweeper.task.done():
+            return cast(asyncio.Task[None], self._sweeper.task)
+        interval = 60 * (sweep_interval_minutes or self.sweep_interval_minutes)
+        self._sweeper = TaskSweeper(self.sweep_ttl, interval)
+        return cast(asyncio.Task[None], self._sweeper.task)
+
+    async def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper task; True when it stopped within ``timeout``."""
+        if self._sweeper is None:
+            return True
+        if not await self._sweeper.stop(timeout):
+            return False
+        self._sweeper = None
+        return True
