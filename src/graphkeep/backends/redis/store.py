@@ -1,4 +1,5 @@
-"""The Redis mapping of the memory store (plain Redis >= 7, no modules; Cluster-safe).
+"""The Redis mapping of LangGraph's BaseStore (plain Redis >= 7, no modules; Cluster-safe):
+the store port :class:`RedisStorePort` and :class:`RedisStore` / :class:`AsyncRedisStore`.
 
 Namespaces are grouped into *partitions*: the first ``shard_labels`` labels (default 1) of a
 namespace. A partition's keys share one hash tag, so every operation on it is one Lua
@@ -14,7 +15,7 @@ script in one slot::
                                              whose prefix is shorter than a partition)
 
 ``ns`` is the namespace's labels joined by ``.`` (labels hold neither ``.`` nor NUL); the
-scripts and the exact layout are in :mod:`.memory_scripts`. Every script first removes the
+scripts and the exact layout are in :mod:`.store_scripts`. Every script first removes the
 partition's expired items (so nothing expired is ever returned, and the partition never
 holds them for long), then does its work: a get, a put, a search (filters evaluated next to
 the data, semantic scoring in Lua over float32 vectors; a search of one namespace reads
@@ -34,33 +35,26 @@ index and indexes items written before it.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, cast
 
 import orjson
-import redis
-import redis.asyncio as aredis
-from redis.exceptions import ResponseError
 
-from graphkeep.backends.redis import (
-    _AsyncExecutor,
-    _check_client,
-    _describe,
-    _SyncExecutor,
-    async_client,
-    sync_client,
+from graphkeep.backends.redis.client import (
+    ResponseError,
+    aconnected,
+    async_executor,
+    check_client,
+    connected,
+    is_cluster,
+    sync_executor,
 )
-from graphkeep.backends.redis.checkpoint import (
-    Command,
-    Pipeline,
-    Script,
-    check_prefix,
-    encode_thread,
-)
+from graphkeep.backends.redis.keys import check_prefix, encode_thread
+from graphkeep.backends.redis.requests import Command, Pipeline, Script
 from graphkeep.backends.redis.store_scripts import SCRIPTS
 from graphkeep.errors import ConfigurationError, mask_url
 from graphkeep.port import Op, codec
+from graphkeep.port.factory import aopened, opened
 from graphkeep.store.base import (
     AsyncStore,
     ItemKey,
@@ -362,9 +356,9 @@ def _tag(namespace: Namespace) -> str:
     return hashlib.sha1(namespace_text(namespace).encode()).hexdigest()[:20]
 
 
-def _memory(client: Any, options: dict[str, Any]) -> tuple[RedisStorePort, dict[str, Any]]:
+def _port(client: Any, options: dict[str, Any]) -> tuple[RedisStorePort, dict[str, Any]]:
     vector_index = options.pop("vector_index", False)
-    if vector_index and isinstance(client, (redis.RedisCluster, aredis.RedisCluster)):
+    if vector_index and is_cluster(client):
         raise ConfigurationError(
             "vector_index=True needs a single Redis server: the Query Engine does not index"
             " across an open-source Redis Cluster"
@@ -391,57 +385,42 @@ class RedisStore(SyncStore):
     Options: ``index`` (IndexConfig), ``ttl`` (TTLConfig), ``key_prefix``, ``shard_labels``
     (how many leading namespace labels pick a partition / cluster slot; default 1),
     ``vector_index`` (use the server's Query Engine for semantic search; single server
-    only; every process writing the store must set it alike), ``max_key_bytes``.
+    only; every process writing the store must set it alike), ``max_key_bytes``. ``where``
+    names the server in errors (default: the client's host and port).
     """
 
-    def __init__(self, client: Any, **options: Any) -> None:
-        _check_client(client)
-        port, rest = _memory(client, dict(options))
+    def __init__(self, client: Any, *, where: str | None = None, **options: Any) -> None:
+        check_client(client)
+        port, rest = _port(client, dict(options))
         self.client = client
-        super().__init__(port, _SyncExecutor(client, _describe(client), SCRIPTS), **rest)
+        super().__init__(port, sync_executor(client, SCRIPTS, where), **rest)
         _use_index(self)
 
     @classmethod
-    @contextmanager
-    def from_url(cls, url: str, *, setup: bool = True, **options: Any) -> Iterator[RedisStore]:
-        client = sync_client(url)
-        store = None
-        try:
-            store = cls(client, **options)
-            store._execute.where = mask_url(url)  # type: ignore[attr-defined]
-            if setup:
-                store.setup()
-            yield store
-        finally:
-            if store is not None:
-                store.close()
-            client.close()
+    def from_url(
+        cls, url: str, *, setup: bool = True, **options: Any
+    ) -> AbstractContextManager[RedisStore]:
+        def build(client: Any) -> RedisStore:
+            return cls(client, where=mask_url(url), **options)
+
+        return opened(connected(url), build, setup, close=cls.close)
 
 
 class AsyncRedisStore(AsyncStore):
     """LangGraph ``BaseStore`` on a ``redis.asyncio`` client (``Redis`` or ``RedisCluster``)."""
 
-    def __init__(self, client: Any, **options: Any) -> None:
-        _check_client(client)
-        port, rest = _memory(client, dict(options))
+    def __init__(self, client: Any, *, where: str | None = None, **options: Any) -> None:
+        check_client(client)
+        port, rest = _port(client, dict(options))
         self.client = client
-        super().__init__(port, _AsyncExecutor(client, _describe(client), SCRIPTS), **rest)
+        super().__init__(port, async_executor(client, SCRIPTS, where), **rest)
         _use_index(self)
 
     @classmethod
-    @asynccontextmanager
-    async def from_url(
+    def from_url(
         cls, url: str, *, setup: bool = True, **options: Any
-    ) -> AsyncIterator[AsyncRedisStore]:
-        client = async_client(url)
-        store = None
-        try:
-            store = cls(client, **options)
-            store._aexecute.where = mask_url(url)  # type: ignore[attr-defined]
-            if setup:
-                await store.setup()
-            yield store
-        finally:
-            if store is not None:
-                await store.aclose()
-            await client.aclose()
+    ) -> AbstractAsyncContextManager[AsyncRedisStore]:
+        def build(client: Any) -> AsyncRedisStore:
+            return cls(client, where=mask_url(url), **options)
+
+        return aopened(aconnected(url), build, setup, prepare=cls.setup, close=cls.aclose)
