@@ -38,7 +38,7 @@ from graphkeep.backends.redis.checkpoint_codec import (
     loaded_of,
     pack_head,
     record_of,
-    split_member,
+    split_index_member,
     stream_entries,
     summary_of,
     writes_of,
@@ -382,10 +382,10 @@ class RedisCheckpointPort:
         if ns is None:
             low = "-" if above is None else "[" + above + "\x01"
             raw = yield Command(("ZRANGEBYLEX", keys[3], low, "+", "LIMIT", 0, limit))
-            return [split_member(m, id_first=True) for m in raw]
+            return [split_index_member(m, id_first=True) for m in raw]
         low = "[" + ns + "\x00" if above is None else "(" + ns + "\x00" + above
         raw = yield Command(("ZRANGEBYLEX", keys[2], low, "(" + ns + "\x01", "LIMIT", 0, limit))
-        return [split_member(m, id_first=False) for m in raw]
+        return [split_index_member(m, id_first=False) for m in raw]
 
     def newest_commit(self, thread_id: str, ns: str | None) -> Op[str | None]:
         """The last member of ``a`` (any namespace) or of ``ns``'s range of ``x``."""
@@ -396,7 +396,7 @@ class RedisCheckpointPort:
             raw = yield Command(
                 ("ZREVRANGEBYLEX", keys[2], "(" + ns + "\x01", "[" + ns + "\x00", "LIMIT", 0, 1)
             )
-        return split_member(raw[0], id_first=ns is None)[1] if raw else None
+        return split_index_member(raw[0], id_first=ns is None)[1] if raw else None
 
     def feed_end(self, thread_id: str) -> Op[FeedPosition]:
         """The feed's newest entry id ("0-0" when empty) with the thread's highest

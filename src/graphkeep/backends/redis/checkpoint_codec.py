@@ -23,7 +23,7 @@ __all__ = [
     "loaded_of",
     "pack_head",
     "record_of",
-    "split_member",
+    "split_index_member",
     "stream_entries",
     "summary_of",
     "text",
@@ -38,7 +38,7 @@ def join_field(*parts: str) -> bytes:
     return SEP.join(p.encode() for p in parts)
 
 
-def split_member(member: bytes, *, id_first: bool) -> tuple[str, str]:
+def split_index_member(member: bytes, *, id_first: bool) -> tuple[str, str]:
     """``(ns, checkpoint_id)`` of an index member ("id\\0ns" in ``a``, "ns\\0id" in ``x``)."""
     left, _, right = member.partition(SEP)
     if id_first:

@@ -81,11 +81,11 @@ FORMAT = "m1"
 METRICS = {"cosine": "COSINE", "l2": "L2", "inner_product": "IP"}
 
 
-def _member(namespace: Namespace, key: str) -> bytes:
+def _item_member(namespace: Namespace, key: str) -> bytes:
     return namespace_text(namespace).encode() + b"\x00" + key.encode("utf-8", "surrogatepass")
 
 
-def _split_member(member: bytes) -> ItemKey:
+def _item_key(member: bytes) -> ItemKey:
     ns, _, key = member.partition(b"\x00")
     return namespace_of(ns.decode()), key.decode("utf-8", "surrogatepass")
 
@@ -109,7 +109,7 @@ def _unpack_vectors(blob: bytes) -> list[Vector]:
 
 
 def _stored(member: bytes, record: bytes, expires: Any, vectors: bytes | None = None) -> StoredItem:
-    namespace, key = _split_member(member)
+    namespace, key = _item_key(member)
     return StoredItem(
         namespace=namespace,
         key=key,
@@ -208,7 +208,7 @@ class RedisStorePort:
         for partition, indexes in groups.items():
             args: list[Any] = [now_ms, int(vectors)]
             for i in indexes:
-                args += [_member(*keys[i]), int(refresh[i])]
+                args += [_item_member(*keys[i]), int(refresh[i])]
             calls.append(_script("m_get", self.keys(partition), args))
         replies = yield from self._calls(calls)
         found: list[StoredItem | None] = [None] * len(keys)
@@ -216,7 +216,7 @@ class RedisStorePort:
             for i, entry in zip(indexes, reply, strict=True):
                 if entry:
                     record, expires, blob = entry
-                    found[i] = _stored(_member(*keys[i]), record, expires, blob)
+                    found[i] = _stored(_item_member(*keys[i]), record, expires, blob)
         return found
 
     def put(self, items: list[StoredItem], deletes: list[ItemKey], now_ms: int) -> Op[None]:
@@ -239,7 +239,7 @@ class RedisStorePort:
             args: list[Any] = [now_ms, len(puts)]
             for item in puts:
                 args += [
-                    _member(item.namespace, item.key),
+                    _item_member(item.namespace, item.key),
                     item.created_us.to_bytes(8, "big"),
                     item.updated_us.to_bytes(8, "big") + encode_value(item.value),
                     item.updated_us,
@@ -247,7 +247,7 @@ class RedisStorePort:
                     int(item.ttl_minutes * 60_000) if item.ttl_minutes is not None else "",
                     _pack_vectors(item.vectors) if item.vectors else "",
                 ]
-            args += [_member(*key) for key in dels]
+            args += [_item_member(*key) for key in dels]
             calls.append(_script("m_put", self.keys(partition), args))
         yield from self._calls(calls)
         self._registered.update(fresh)
@@ -287,7 +287,7 @@ class RedisStorePort:
         if query.refresh:
             refresh: dict[Namespace, list[bytes]] = {}
             for item in page:
-                member = _member(item.namespace, item.key)
+                member = _item_member(item.namespace, item.key)
                 if member in ttl_members:
                     refresh.setdefault(ttl_members[member], []).append(member)
             yield from self._calls(
