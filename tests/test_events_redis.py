@@ -18,13 +18,13 @@ import pytest
 import graphkeep
 from conformance.setups import by_name
 from graphkeep.backends.redis import sync_client
-from graphkeep.backends.redis.checkpoint import Script
 from graphkeep.backends.redis.events import (
     CALL_EVENTS,
     AsyncRedisEventLog,
     RedisEventLog,
     RedisEventsPort,
 )
+from graphkeep.backends.redis.requests import Script
 from graphkeep.errors import (
     ConfigurationError,
     EventsTrimmed,

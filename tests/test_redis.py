@@ -45,7 +45,7 @@ class AsyncCountingConnection(aredis.Connection):
         await super().send_packed_command(command, check_health)
 
 
-def _client(connection_class: Any = CountingConnection, module: Any = redis) -> Any:
+def counting_client(connection_class: Any = CountingConnection, module: Any = redis) -> Any:
     kwargs = redis.connection.parse_url(REDIS_URL)
     pool = module.ConnectionPool(connection_class=connection_class, **kwargs)
     return module.Redis(connection_pool=pool)
@@ -53,7 +53,7 @@ def _client(connection_class: Any = CountingConnection, module: Any = redis) -> 
 
 @pytest.fixture
 def counted() -> Any:
-    client = _client()
+    client = counting_client()
     try:
         client.ping()
     except redis.ConnectionError as exc:  # pragma: no cover - environment problem
@@ -270,7 +270,7 @@ def test_decode_responses_client_is_refused() -> None:
 async def test_async_saver_round_trips_and_serves_sync_calls_from_other_threads(
     thread_id: str,
 ) -> None:
-    client = _client(AsyncCountingConnection, aredis)
+    client = counting_client(AsyncCountingConnection, aredis)
     saver = AsyncRedisSaver(client, key_prefix=unique_prefix("as"))
     await saver.asetup()
     config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
@@ -449,7 +449,7 @@ def test_missing_list_element_raises_corrupt_data(thread_id: str) -> None:
 
 async def test_async_growing_list_round_trips(thread_id: str) -> None:
     want, want_history = _reference()
-    client = _client(AsyncCountingConnection, aredis)
+    client = counting_client(AsyncCountingConnection, aredis)
     saver = AsyncRedisSaver(client, key_prefix=unique_prefix("als"))
     await saver.asetup()
     graph = _chat_graph(saver)

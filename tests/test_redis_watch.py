@@ -27,8 +27,8 @@ from langgraph.graph import START, StateGraph
 
 import graphkeep
 from graphkeep.backends.redis import AsyncRedisSaver, RedisSaver
-from graphkeep.backends.redis.checkpoint import Script, XRead
 from graphkeep.backends.redis.checkpoint_scripts import FEED_MAXLEN
+from graphkeep.backends.redis.requests import Script, XRead
 from graphkeep.checkpoint.watch import MAX_BLOCK_MS
 
 from .conftest import REDIS_CLUSTER_URL, REDIS_URL, unique_prefix

@@ -18,7 +18,7 @@ from graphkeep.backends.redis.store import AsyncRedisStore, RedisStore
 from graphkeep.errors import ConfigurationError, InvalidFilter, InvalidInput, SerializationError
 
 from .conftest import REDIS_CLUSTER_URL, REDIS_STACK_URL, REDIS_URL, unique_prefix
-from .test_redis import CountingConnection, _client
+from .test_redis import CountingConnection, counting_client
 
 pytestmark = pytest.mark.redis
 
@@ -49,7 +49,7 @@ DOCS = [
 
 @pytest.fixture
 def counted() -> Any:
-    client = _client()
+    client = counting_client()
     store = RedisStore(client, key_prefix=unique_prefix("ms"), index=INDEX)
     store.setup()
     yield store

@@ -3,19 +3,21 @@
 A backend's ``from_url`` (and ``from_table``) is ``opened(client, build, setup)`` (sync) or
 ``aopened(...)`` (async): the client context (closed on exit), a function that builds the
 object on that client — naming the server for errors with ``where``, never patching an
-executor afterwards — and whether to create the schema first.
+executor afterwards — and whether to create the schema first. ``close`` is what to run on
+the built object when the block ends, before the client closes (a store's TTL sweeper);
+``prepare`` says how an async object creates its schema when that is not ``asetup()``.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
     asynccontextmanager,
     contextmanager,
 )
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 C = TypeVar("C")
 
@@ -29,27 +31,51 @@ class AsyncSetup(Protocol):
 
 
 S = TypeVar("S", bound=SyncSetup)
-A = TypeVar("A", bound=AsyncSetup)
+A = TypeVar("A")
 
 
 @contextmanager
-def opened(client: AbstractContextManager[C], build: Callable[[C], S], setup: bool) -> Iterator[S]:
-    """``build(client)`` on an open client, its schema created when ``setup``; the client
-    is closed when the block ends."""
+def opened(
+    client: AbstractContextManager[C],
+    build: Callable[[C], S],
+    setup: bool,
+    *,
+    close: Callable[[S], object] | None = None,
+) -> Iterator[S]:
+    """``build(client)`` on an open client, its schema created when ``setup``; ``close``
+    (if given) runs on it when the block ends, then the client is closed."""
     with client as connected:
         built = build(connected)
-        if setup:
-            built.setup()
-        yield built
+        try:
+            if setup:
+                built.setup()
+            yield built
+        finally:
+            if close is not None:
+                close(built)
+
+
+async def _asetup(built: Any) -> object:
+    return await cast(AsyncSetup, built).asetup()
 
 
 @asynccontextmanager
 async def aopened(
-    client: AbstractAsyncContextManager[C], build: Callable[[C], A], setup: bool
+    client: AbstractAsyncContextManager[C],
+    build: Callable[[C], A],
+    setup: bool,
+    *,
+    prepare: Callable[[A], Awaitable[object]] = _asetup,
+    close: Callable[[A], Awaitable[object]] | None = None,
 ) -> AsyncIterator[A]:
-    """The async :func:`opened`: ``await asetup()`` when ``setup``."""
+    """The async :func:`opened`: ``await prepare(built)`` (``asetup()`` by default) when
+    ``setup``; ``await close(built)`` (if given) when the block ends."""
     async with client as connected:
         built = build(connected)
-        if setup:
-            await built.asetup()
-        yield built
+        try:
+            if setup:
+                await prepare(built)
+            yield built
+        finally:
+            if close is not None:
+                await close(built)

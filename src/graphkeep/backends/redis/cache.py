@@ -22,30 +22,28 @@ indexed keys; ``clear(None)`` SCANs for this prefix's indexes on every primary.
 
 from __future__ import annotations
 
-import re
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
 from langgraph.cache.base import FullKey, Namespace
 
-from graphkeep.backends.redis import (
-    _AsyncExecutor,
-    _check_client,
-    _describe,
-    _SyncExecutor,
-    async_client,
-    sync_client,
+from graphkeep.backends.redis.client import (
+    aconnected,
+    async_executor,
+    check_client,
+    connected,
+    is_cluster,
+    sync_executor,
 )
-from graphkeep.backends.redis.checkpoint import Command, Scan, Script, check_prefix
+from graphkeep.backends.redis.keys import check_prefix, pattern_prefix
+from graphkeep.backends.redis.requests import Command, Scan, Script
 from graphkeep.cache.port import Entry, Stored, escaped_key, escaped_namespace
 from graphkeep.cache.shells import AsyncCache, SyncCache
 from graphkeep.errors import mask_url
 from graphkeep.port import Op, codec
+from graphkeep.port.factory import aopened, opened
 
 try:
-    import redis
-    import redis.asyncio as aredis
     from redis.crc import key_slot
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("the Redis backend needs redis-py: pip install 'graphkeep[redis]'") from exc
@@ -119,8 +117,7 @@ class RedisCachePort:
         return f"{self._base(namespace)}i"
 
     def _index_pattern(self) -> str:
-        escaped = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix)
-        return f"{escaped}:{FORMAT}:{{*}}:i"
+        return f"{pattern_prefix(self.prefix)}:{FORMAT}:{{*}}:i"
 
     def setup(self) -> Op[None]:
         yield Script("__load__", [], [])
@@ -164,56 +161,60 @@ class RedisCachePort:
 
 
 def _port(client: Any, key_prefix: str) -> RedisCachePort:
-    _check_client(client)
-    cluster = isinstance(client, (redis.RedisCluster, aredis.RedisCluster))
-    return RedisCachePort(key_prefix=key_prefix, cluster=cluster)
+    check_client(client)
+    return RedisCachePort(key_prefix=key_prefix, cluster=is_cluster(client))
 
 
 class RedisCache(SyncCache):
     """Node cache on a ``redis.Redis`` or ``redis.cluster.RedisCluster`` client.
 
     Options: ``serde`` (default LangGraph's JsonPlusSerializer), ``key_prefix``
-    (default ``"graphkeep"``).
+    (default ``"graphkeep"``); ``where`` names the server in errors (default: the
+    client's host and port).
     """
 
-    def __init__(self, client: Any, *, serde: Any = None, key_prefix: str = "graphkeep") -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        serde: Any = None,
+        key_prefix: str = "graphkeep",
+        where: str | None = None,
+    ) -> None:
         port = _port(client, key_prefix)
         self.client = client
-        super().__init__(port, _SyncExecutor(client, _describe(client), SCRIPTS), serde=serde)
+        super().__init__(port, sync_executor(client, SCRIPTS, where), serde=serde)
 
     @classmethod
-    @contextmanager
-    def from_url(cls, url: str, *, setup: bool = True, **options: Any) -> Iterator[RedisCache]:
-        client = sync_client(url)
-        try:
-            cache = cls(client, **options)
-            cache._execute.where = mask_url(url)  # type: ignore[attr-defined]
-            if setup:
-                cache.setup()
-            yield cache
-        finally:
-            client.close()
+    def from_url(
+        cls, url: str, *, setup: bool = True, **options: Any
+    ) -> AbstractContextManager[RedisCache]:
+        def build(client: Any) -> RedisCache:
+            return cls(client, where=mask_url(url), **options)
+
+        return opened(connected(url), build, setup)
 
 
 class AsyncRedisCache(AsyncCache):
     """Node cache on a ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster`` client."""
 
-    def __init__(self, client: Any, *, serde: Any = None, key_prefix: str = "graphkeep") -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        serde: Any = None,
+        key_prefix: str = "graphkeep",
+        where: str | None = None,
+    ) -> None:
         port = _port(client, key_prefix)
         self.client = client
-        super().__init__(port, _AsyncExecutor(client, _describe(client), SCRIPTS), serde=serde)
+        super().__init__(port, async_executor(client, SCRIPTS, where), serde=serde)
 
     @classmethod
-    @asynccontextmanager
-    async def from_url(
+    def from_url(
         cls, url: str, *, setup: bool = True, **options: Any
-    ) -> AsyncIterator[AsyncRedisCache]:
-        client = async_client(url)
-        try:
-            cache = cls(client, **options)
-            cache._aexecute.where = mask_url(url)  # type: ignore[attr-defined]
-            if setup:
-                await cache.setup()
-            yield cache
-        finally:
-            await client.aclose()
+    ) -> AbstractAsyncContextManager[AsyncRedisCache]:
+        def build(client: Any) -> AsyncRedisCache:
+            return cls(client, where=mask_url(url), **options)
+
+        return aopened(aconnected(url), build, setup, prepare=cls.setup)

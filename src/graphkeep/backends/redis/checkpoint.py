@@ -1,29 +1,63 @@
-"""The Redis mapping of the storage port (plain Redis >= 7: hashes, sorted sets, Lua).
+"""The Redis checkpoint port (plain Redis >= 7: hashes, sorted sets, Lua) and the savers on it.
 
-A thread is eight keys sharing one hash tag (layout in :mod:`.scripts`); every
+A thread is eight keys sharing one hash tag (layout in :mod:`.checkpoint_scripts`); every
 port call is one script call or command, i.e. one round trip, except the
 cross-thread admin paths (``list(None)``, ``delete_for_runs``) which SCAN for
 threads first and are documented as costly. Nothing global is touched on the
-write path.
+write path. The parent walk of a read is the ``chain`` script: server-side, in one round
+trip, it follows the rule of :func:`graphkeep.checkpoint.walk.walk_op`.
 
 ``watch`` reads the thread's feed, a Redis Stream the put script appends to
-(:class:`Feed <graphkeep.port.Feed>`): ``feed_read`` blocks in ``XREAD``
+(:class:`Feed <graphkeep.checkpoint.port.Feed>`): ``feed_read`` blocks in ``XREAD``
 on the stream's node and wakes as soon as a put lands; ``commits`` and
 ``newest_commit`` answer from the lex indexes ``a`` / ``x``.
 
-Requests yielded here are plain data (:class:`Script`, :class:`Scan`,
-:class:`XRead`, ...); the executors in :mod:`graphkeep.backends.redis` run them
-on a sync or asyncio client.
+Requests yielded here are plain data (:mod:`.requests`); the executors of :mod:`.client`
+run them on a sync or asyncio client (see docs/architecture.md).
+
+:class:`RedisSaver` (sync) and :class:`AsyncRedisSaver` (asyncio) take an existing
+redis-py client (``Redis``, ``RedisCluster`` or their asyncio twins) or are opened with
+``from_url`` as a context manager::
+
+    with RedisSaver.from_url("redis://localhost:6379/0") as saver:
+        graph = builder.compile(checkpointer=saver)
+
+URLs: ``redis://``, ``rediss://``, ``unix://`` for one server and
+``redis+cluster://host:port`` (``rediss+cluster://`` with TLS) for a cluster seed.
 """
 
 from __future__ import annotations
 
-import re
-import uuid
-from dataclasses import dataclass
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
-from graphkeep.backends.redis.checkpoint_scripts import FEED_COUNT
+from graphkeep.backends.redis.checkpoint_codec import (
+    SEP,
+    feed_id,
+    join_field,
+    loaded_of,
+    pack_head,
+    record_of,
+    split_index_member,
+    stream_entries,
+    summary_of,
+    writes_of,
+)
+from graphkeep.backends.redis.checkpoint_scripts import FEED_COUNT, SCRIPTS
+from graphkeep.backends.redis.client import (
+    aconnected,
+    async_executor,
+    check_client,
+    connected,
+    sync_executor,
+)
+from graphkeep.backends.redis.keys import (
+    check_prefix,
+    decode_thread,
+    encode_thread,
+    pattern_prefix,
+)
+from graphkeep.backends.redis.requests import Command, Delete, Scan, Script, XRead
 from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.records import (
     BlobRecord,
@@ -37,80 +71,16 @@ from graphkeep.checkpoint.records import (
     Typed,
     WriteRecord,
 )
-from graphkeep.errors import ConfigurationError
+from graphkeep.checkpoint.saver import AsyncSaver, SyncSaver, ttl_seconds
+from graphkeep.errors import mask_url
 from graphkeep.port import Op, codec
+from graphkeep.port.factory import aopened, opened
 
+__all__ = ["SAVER_OPTIONS", "AsyncRedisSaver", "RedisCheckpointPort", "RedisSaver"]
+
+#: the savers' options beyond the common ones (``graphkeep.connect``): none
+SAVER_OPTIONS: frozenset[str] = frozenset()
 FORMAT = "1"  # bump when the key layout changes; old keys stay readable by old code
-SEP = b"\x00"
-
-
-@dataclass(frozen=True, slots=True)
-class Script:
-    name: str
-    keys: list[str]
-    args: list[Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Scan:
-    """Every key matching ``pattern`` (on every primary of a cluster)."""
-
-    pattern: str
-
-
-@dataclass(frozen=True, slots=True)
-class Delete:
-    keys: list[str]
-
-
-@dataclass(frozen=True, slots=True)
-class Command:
-    args: tuple[Any, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class XRead:
-    """``XREAD COUNT count [BLOCK block_ms] STREAMS key position`` on one stream.
-
-    Sent straight to the node that owns ``key`` on a cluster (redis-py would otherwise
-    ask the server for XREAD's keys on every call). ``block_ms`` 0 does not block; a
-    blocking read is kept below the client's socket timeout by the executor, and
-    takes a pooled connection of its own for its duration (other calls on the same
-    client use other connections). The reply is redis-py's XREAD reply, None when
-    nothing came.
-    """
-
-    key: str
-    position: str
-    count: int
-    block_ms: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Pipeline:
-    """Several ``Script`` calls (on any slots) sent at once; their results in order."""
-
-    scripts: tuple[Script, ...]
-
-
-def encode_thread(thread_id: str) -> str:
-    """Percent-escape the characters that would end or confuse the ``{hash tag}``."""
-    return thread_id.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
-
-
-def decode_thread(text: str) -> str:
-    return text.replace("%7D", "}").replace("%7B", "{").replace("%25", "%")
-
-
-def check_prefix(prefix: str) -> str:
-    if not isinstance(prefix, str) or not prefix:
-        raise ConfigurationError("key_prefix must be a non-empty string")
-    if any(c in prefix for c in "{}\x00"):
-        raise ConfigurationError(
-            f"key_prefix {prefix!r} must not contain '{{', '}}' or NUL (they define"
-            " Redis Cluster hash tags)"
-        )
-    return prefix
 
 
 #: a feed position: (stream entry id, highest checkpoint id delivered so far or None)
@@ -118,7 +88,7 @@ FeedPosition = tuple[str, str | None]
 
 
 class RedisCheckpointPort(CheckpointPort):
-    """Storage port on Redis. ``ttl`` in seconds slides on every write of a thread.
+    """The checkpoint port on Redis. ``ttl`` in seconds slides on every write of a thread.
 
     It has a native commit feed (``feed = True``): the thread's stream, see
     :meth:`feed_read`.
@@ -149,8 +119,7 @@ class RedisCheckpointPort(CheckpointPort):
         return self.thread_keys(thread_id)[7]
 
     def _thread_pattern(self) -> str:
-        escaped = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix)
-        return f"{escaped}:{FORMAT}:{{*}}:h"
+        return f"{pattern_prefix(self.prefix)}:{FORMAT}:{{*}}:h"
 
     def _thread_of(self, key: bytes | str) -> str:
         text = key.decode() if isinstance(key, bytes) else key
@@ -166,7 +135,7 @@ class RedisCheckpointPort(CheckpointPort):
         args: list[Any] = [
             record.ns,
             record.checkpoint_id,
-            _pack_head(record),
+            pack_head(record),
             codec.packb(
                 [
                     record.checkpoint.tag,
@@ -179,7 +148,8 @@ class RedisCheckpointPort(CheckpointPort):
             len(blobs),
         ]
         for blob in blobs:
-            args += [_field(record.ns, blob.channel, blob.version), codec.pack_typed(blob.value)]
+            field = join_field(record.ns, blob.channel, blob.version)
+            args += [field, codec.pack_typed(blob.value)]
         yield Script("put", self.thread_keys(record.thread_id), args)
 
     def put_writes(
@@ -199,7 +169,7 @@ class RedisCheckpointPort(CheckpointPort):
         raw = yield Script(
             "get", self.thread_keys(thread_id), [ns, checkpoint_id or "", self.read_ttl_ms]
         )
-        return _loaded(thread_id, raw, {}) if raw else None
+        return loaded_of(thread_id, raw, {}) if raw else None
 
     def list_page(
         self, query: ListQuery, cursor: Any, page_size: int
@@ -225,7 +195,7 @@ class RedisCheckpointPort(CheckpointPort):
         )
         next_upper = raw[0]
         pages: dict[str, dict[str, Typed]] = {}
-        items = [_loaded(query.thread_id, it, pages) for it in raw[1:]]
+        items = [loaded_of(query.thread_id, it, pages) for it in raw[1:]]
         return items, (next_upper.decode() if next_upper else None)
 
     def _list_all_threads(
@@ -260,7 +230,7 @@ class RedisCheckpointPort(CheckpointPort):
             pages: dict[str, dict[str, Typed]] = {}
             for it in raw:
                 if it:
-                    loaded = _loaded(thread_id, it, pages)
+                    loaded = loaded_of(thread_id, it, pages)
                     rec = loaded.record
                     fetched[(rec.checkpoint_id, thread_id, rec.ns)] = loaded
         items = [fetched[e] for e in page if e in fetched]
@@ -280,9 +250,9 @@ class RedisCheckpointPort(CheckpointPort):
         writes: dict[str, list[WriteRecord]] = {}
         blobs: dict[tuple[str, str], Typed] = {}
         for parent, head, wfields, wvalues, chans, seed_blobs in steps:
-            summary = _summary(ns, parent.decode(), head)
+            summary = summary_of(ns, parent.decode(), head)
             ancestors.append(summary)
-            writes[summary.checkpoint_id] = _writes(wfields, wvalues)
+            writes[summary.checkpoint_id] = writes_of(wfields, wvalues)
             for ch, blob in zip(chans, seed_blobs, strict=True):
                 if blob:
                     channel = ch.decode()
@@ -295,7 +265,7 @@ class RedisCheckpointPort(CheckpointPort):
         if not keys:
             return {}
         args: list[Any] = [self.read_ttl_ms]
-        args += [_field(*key) for key in keys]
+        args += [join_field(*key) for key in keys]
         raw = yield Script("blobs", self.thread_keys(thread_id), args)
         return {
             key: codec.unpack_typed(value)
@@ -311,7 +281,7 @@ class RedisCheckpointPort(CheckpointPort):
         checkpoints = []
         for i in range(0, len(heads), 2):
             ns, _, cid = heads[i].partition(SEP)
-            checkpoints.append(_summary(ns.decode(), cid.decode(), heads[i + 1]))
+            checkpoints.append(summary_of(ns.decode(), cid.decode(), heads[i + 1]))
         write_keys = set()
         for member in wmembers:
             ns, cid, _rest = member.split(SEP, 2)
@@ -331,7 +301,7 @@ class RedisCheckpointPort(CheckpointPort):
         args: list[Any] = [len(checkpoints)]
         for ns, cid in checkpoints:
             args += [ns, cid]
-        args += [_field(ns, ch, version) for ns, ch, version in blobs]
+        args += [join_field(ns, ch, version) for ns, ch, version in blobs]
         yield Script("delete", self.thread_keys(thread_id), args)
 
     def find_runs(self, run_ids: list[str]) -> Op[dict[str, list[tuple[str, str]]]]:
@@ -354,11 +324,11 @@ class RedisCheckpointPort(CheckpointPort):
             if payload is None:
                 continue
             dump.checkpoints.append(
-                _record(thread_id, ns.decode(), cid.decode(), heads[i + 1], payload)
+                record_of(thread_id, ns.decode(), cid.decode(), heads[i + 1], payload)
             )
         for i in range(0, len(writes), 2):
             ns, cid, _rest = writes[i].split(SEP, 2)
-            (write,) = _writes([writes[i]], [writes[i + 1]])
+            (write,) = writes_of([writes[i]], [writes[i + 1]])
             dump.writes.append((ns.decode(), cid.decode(), write))
         for i in range(0, len(blobs), 2):
             ns, ch, version = blobs[i].split(SEP, 2)
@@ -369,19 +339,19 @@ class RedisCheckpointPort(CheckpointPort):
     def import_thread(self, thread_id: str, dump: ThreadDump) -> Op[None]:
         blob_args: list[Any] = []
         for ns, blob in dump.blobs:
-            blob_args += [_field(ns, blob.channel, blob.version), codec.pack_typed(blob.value)]
+            blob_args += [join_field(ns, blob.channel, blob.version), codec.pack_typed(blob.value)]
         write_args: list[Any] = []
         for ns, cid, w in dump.writes:
             write_args += [
-                _field(ns, cid, w.task_id, str(w.idx)),
+                join_field(ns, cid, w.task_id, str(w.idx)),
                 codec.packb([w.channel, w.task_path, w.value.tag, w.value.data]),
             ]
         cp_args: list[Any] = []
         # in id order: the script announces each new checkpoint on the feed as it goes
         for rec in sorted(dump.checkpoints, key=lambda r: (r.checkpoint_id, r.ns)):
             cp_args += [
-                _field(rec.ns, rec.checkpoint_id),
-                _pack_head(rec),
+                join_field(rec.ns, rec.checkpoint_id),
+                pack_head(rec),
                 codec.packb(
                     [rec.checkpoint.tag, rec.checkpoint.data, rec.metadata.tag, rec.metadata.data]
                 ),
@@ -413,10 +383,10 @@ class RedisCheckpointPort(CheckpointPort):
         if ns is None:
             low = "-" if above is None else "[" + above + "\x01"
             raw = yield Command(("ZRANGEBYLEX", keys[3], low, "+", "LIMIT", 0, limit))
-            return [_split_member(m, id_first=True) for m in raw]
+            return [split_index_member(m, id_first=True) for m in raw]
         low = "[" + ns + "\x00" if above is None else "(" + ns + "\x00" + above
         raw = yield Command(("ZRANGEBYLEX", keys[2], low, "(" + ns + "\x01", "LIMIT", 0, limit))
-        return [_split_member(m, id_first=False) for m in raw]
+        return [split_index_member(m, id_first=False) for m in raw]
 
     def newest_commit(self, thread_id: str, ns: str | None) -> Op[str | None]:
         """The last member of ``a`` (any namespace) or of ``ns``'s range of ``x``."""
@@ -427,7 +397,7 @@ class RedisCheckpointPort(CheckpointPort):
             raw = yield Command(
                 ("ZREVRANGEBYLEX", keys[2], "(" + ns + "\x01", "[" + ns + "\x00", "LIMIT", 0, 1)
             )
-        return _split_member(raw[0], id_first=ns is None)[1] if raw else None
+        return split_index_member(raw[0], id_first=ns is None)[1] if raw else None
 
     def feed_end(self, thread_id: str) -> Op[FeedPosition]:
         """The feed's newest entry id ("0-0" when empty) with the thread's highest
@@ -449,7 +419,7 @@ class RedisCheckpointPort(CheckpointPort):
         entry_id, newest = position
         if wait_ms > 0:
             raw = yield XRead(self.feed_key(thread_id), entry_id, FEED_COUNT, wait_ms)
-            entries = _stream_entries(raw)
+            entries = stream_entries(raw)
             if len(entries) < FEED_COUNT:
                 found = [(ns, cid) for _, ns, cid in entries]
                 if entries:
@@ -458,7 +428,7 @@ class RedisCheckpointPort(CheckpointPort):
         raw = yield Script(
             "feed", self.thread_keys(thread_id), [entry_id, newest or "", FEED_COUNT]
         )
-        found = [(raw[i].decode(), _feed_id(raw[i + 1], raw[i + 2])) for i in range(2, len(raw), 3)]
+        found = [(raw[i].decode(), feed_id(raw[i + 1], raw[i + 2])) for i in range(2, len(raw), 3)]
         return found, (raw[1].decode(), _highest(newest, found))
 
     def lock_key(self, thread_id: str) -> str:
@@ -483,18 +453,6 @@ class RedisCheckpointPort(CheckpointPort):
         return sorted({self._thread_of(k) for k in keys})
 
 
-def _field(*parts: str) -> bytes:
-    return SEP.join(p.encode() for p in parts)
-
-
-def _split_member(member: bytes, *, id_first: bool) -> tuple[str, str]:
-    """``(ns, checkpoint_id)`` of an index member ("id\\0ns" in ``a``, "ns\\0id" in ``x``)."""
-    left, _, right = member.partition(SEP)
-    if id_first:
-        return right.decode(), left.decode()
-    return left.decode(), right.decode()
-
-
 def _highest(newest: str | None, found: list[tuple[str, str]]) -> str | None:
     """The highest checkpoint id among ``newest`` and the entries just read."""
     ids = [cid for _, cid in found]
@@ -503,107 +461,55 @@ def _highest(newest: str | None, found: list[tuple[str, str]]) -> str | None:
     return max(ids, default=None)
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+def _port(options: dict[str, Any]) -> tuple[RedisCheckpointPort, dict[str, Any]]:
+    port = RedisCheckpointPort(
+        key_prefix=options.pop("key_prefix", "graphkeep"),
+        ttl=ttl_seconds(options.pop("ttl", None)),
+        refresh_ttl_on_read=bool(options.pop("refresh_ttl_on_read", False)),
+    )
+    return port, options
 
 
-def _feed_id(field: Any, value: bytes) -> str:
-    """A checkpoint id as the feed holds it: text (``c``) or a UUID's 16 bytes (``u``)."""
-    if _text(field) == "u":
-        return str(uuid.UUID(bytes=value))
-    return value.decode()
+class RedisSaver(SyncSaver):
+    """Sync saver on a ``redis.Redis`` or ``redis.cluster.RedisCluster`` client.
 
-
-def _stream_entries(raw: Any) -> list[tuple[str, str, str]]:
-    """``(entry_id, ns, checkpoint_id)`` of an XREAD reply on one stream.
-
-    redis-py answers ``[[key, [(id, {field: value}), ...]]]`` on RESP2 and
-    ``{key: [[(id, {field: value}), ...]]}`` on RESP3 (some versions without the inner
-    list); empty or None when nothing came.
+    Options: ``serde``, ``ttl`` (seconds or timedelta, sliding per thread),
+    ``refresh_ttl_on_read``, ``key_prefix`` (default ``"graphkeep"``),
+    ``max_id_bytes`` (default 1024). ``where`` names the server in errors (default:
+    the client's host and port).
     """
-    if not raw:
-        return []
-    streams = list(raw.values()) if isinstance(raw, dict) else [item[1] for item in raw]
-    out = []
-    for entries in streams:
-        if entries and isinstance(entries[0], list | tuple) and entries[0]:
-            if isinstance(entries[0][0], list | tuple):  # wrapped once more
-                entries = [entry for part in entries for entry in part]
-        for entry_id, fields in entries:
-            if not isinstance(fields, dict):  # a flat [field, value, ...] list
-                fields = dict(zip(fields[::2], fields[1::2], strict=True))
-            values = {_text(k): v for k, v in fields.items()}
-            ns = _text(values.get("n", b""))
-            field = "u" if "u" in values else "c"
-            out.append((_text(entry_id), ns, _feed_id(field, values.get(field, b""))))
-    return out
+
+    def __init__(self, client: Any, *, where: str | None = None, **options: Any) -> None:
+        check_client(client)
+        port, rest = _port(dict(options))
+        self.client = client
+        super().__init__(port, sync_executor(client, SCRIPTS, where), **rest)
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, setup: bool = True, **options: Any
+    ) -> AbstractContextManager[RedisSaver]:
+        def build(client: Any) -> RedisSaver:
+            return cls(client, where=mask_url(url), **options)
+
+        return opened(connected(url), build, setup)
 
 
-def _pack_head(record: CheckpointRecord) -> bytes:
-    # strings only: the Lua side decodes heads with cmsgpack, which has no bin type
-    return codec.packb(
-        [
-            record.parent_id or "",
-            record.versions,
-            record.present,
-            record.needs_history,
-            record.run_id or "",
-        ]
-    )
+class AsyncRedisSaver(AsyncSaver):
+    """Asyncio saver on a ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster`` client
+    (options as :class:`RedisSaver`)."""
 
+    def __init__(self, client: Any, *, where: str | None = None, **options: Any) -> None:
+        check_client(client)
+        port, rest = _port(dict(options))
+        self.client = client
+        super().__init__(port, async_executor(client, SCRIPTS, where), **rest)
 
-def _summary(ns: str, checkpoint_id: str, head: bytes) -> Summary:
-    parent, versions, present, needs, run_id = codec.unpackb(head)
-    return Summary(ns, checkpoint_id, parent or None, versions, present, needs, run_id or None)
+    @classmethod
+    def from_url(
+        cls, url: str, *, setup: bool = True, **options: Any
+    ) -> AbstractAsyncContextManager[AsyncRedisSaver]:
+        def build(client: Any) -> AsyncRedisSaver:
+            return cls(client, where=mask_url(url), **options)
 
-
-def _record(
-    thread_id: str, ns: str, checkpoint_id: str, head: bytes, payload: bytes
-) -> CheckpointRecord:
-    parent, versions, present, needs, run_id = codec.unpackb(head)
-    ctag, cdata, mtag, mdata = codec.unpackb(payload)
-    return CheckpointRecord(
-        thread_id=thread_id,
-        ns=ns,
-        checkpoint_id=checkpoint_id,
-        parent_id=parent or None,
-        versions=versions,
-        present=present,
-        needs_history=needs,
-        run_id=run_id or None,
-        checkpoint=Typed(ctag, cdata),
-        metadata=Typed(mtag, mdata),
-    )
-
-
-def _writes(fields: list[bytes], values: list[bytes | None]) -> list[WriteRecord]:
-    out = []
-    for field, value in zip(fields, values, strict=True):
-        if value is None:
-            continue
-        _ns, _cid, task_id, idx = field.split(SEP, 3)
-        channel, task_path, tag, data = codec.unpackb(value)
-        out.append(WriteRecord(task_id.decode(), int(idx), channel, task_path, Typed(tag, data)))
-    return out
-
-
-def _loaded(thread_id: str, raw: list[Any], pages: dict[str, dict[str, Typed]]) -> Loaded:
-    """One item of a script reply. ``pages`` holds the list elements of the whole
-    reply by namespace: the script sends each element once per call, so every
-    item of a namespace shares one dict (absent elements are left out)."""
-    ns_raw, cid, head, payload, chans, blobs, wfields, wvalues, packed = raw
-    ns = ns_raw.decode()
-    record = _record(thread_id, ns, cid.decode(), head, payload)
-    values = {
-        ch.decode(): codec.unpack_typed(blob)
-        for ch, blob in zip(chans, blobs, strict=True)
-        if blob is not None
-    }
-    elements = pages.setdefault(ns, {})
-    if packed:  # [key, [tag, data] or nil, ...]: see ``elements`` in the scripts
-        flat = codec.unpackb(packed)
-        for i in range(0, len(flat), 2):
-            value = flat[i + 1]
-            if value is not None:
-                elements[flat[i]] = Typed(value[0], value[1])
-    return Loaded(record, values, _writes(wfields, wvalues), elements)
+        return aopened(aconnected(url), build, setup)

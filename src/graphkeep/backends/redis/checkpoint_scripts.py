@@ -2,7 +2,7 @@
 
 Every key of a thread shares the hash tag ``{<thread>}``, so each script
 touches a single slot and runs unchanged on Redis Cluster. The eight keys of a
-thread are always passed in this order (see ``store.thread_keys``)::
+thread are always passed in this order (see ``RedisCheckpointPort.thread_keys``)::
 
     KEYS[1] h   HASH  "ns\\0id"            -> head (msgpack, strings only:
                                               parent, versions, present, needs, run_id)
@@ -45,7 +45,8 @@ from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, MANIFEST_TAG
 from graphkeep.checkpoint.records import Typed
 from graphkeep.port import codec
 
-#: keys per thread, in the order of ``store.thread_keys`` (the ``KEYS`` of every thread script)
+#: keys per thread, in the order of ``RedisCheckpointPort.thread_keys`` (every thread script's
+#: ``KEYS``)
 THREAD_KEYS = 8
 #: entries a thread's feed keeps (``XADD ... MAXLEN ~``: trimming only drops whole stream
 #: nodes, so at least this many, typically up to ~100 more): ~40 bytes an entry with UUID
@@ -333,6 +334,10 @@ refresh(tonumber(ARGV[1]))
 return got
 """
 
+# The parent walk of a read, server-side in one round trip: it mirrors the one rule of
+# graphkeep.checkpoint.walk.walk_op (ancestors rootward until every channel has a stored
+# value; stop at the root, at a missing ancestor or at an id already visited). Keep the
+# two alike.
 CHAIN = r"""
 -- ARGV: ns, id ('' = latest), refresh_ttl_ms, channels...
 -- Walks parent links from the target's parent until every channel has a stored

@@ -31,7 +31,7 @@ run, across writers, and fit an SSE ``id:`` as they are.
   first id again instead of appending twice.
 - ``read``: ``XRANGE key (after + COUNT limit`` (``-`` when ``after`` is None); when that is
   empty and the reader follows, ``XREAD COUNT limit BLOCK wait_ms STREAMS key after`` (sent
-  to the node owning the key, see :class:`~graphkeep.backends.redis.checkpoint.XRead`). When
+  to the node owning the key, see :class:`~graphkeep.backends.redis.requests.XRead`). When
   the event before the first one read is newer than ``after``, retention dropped events the
   reader never saw (a follower more than ``max_events`` behind): it raises
   :class:`~graphkeep.errors.EventsTrimmed` rather than skip them.
@@ -53,31 +53,26 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
-from graphkeep.backends.redis import (
-    _AsyncExecutor,
-    _check_client,
-    _describe,
-    _SyncExecutor,
-    async_client,
-    sync_client,
+from graphkeep.backends.redis.client import (
+    ResponseError,
+    aconnected,
+    async_executor,
+    check_client,
+    connected,
+    is_cluster,
+    sync_executor,
 )
-from graphkeep.backends.redis.checkpoint import Command, Delete, Script, XRead, check_prefix
+from graphkeep.backends.redis.keys import check_prefix
+from graphkeep.backends.redis.requests import Command, Delete, Script, XRead
 from graphkeep.cache.port import escaped_key
 from graphkeep.errors import EventsTrimmed, InvalidInput, RunClosed, mask_url
 from graphkeep.events.log import AsyncEventLog, SyncEventLog
 from graphkeep.events.port import Retention, RunState, StoredEvent
 from graphkeep.port import Op, Sleep
-
-try:
-    import redis
-    import redis.asyncio as aredis
-    from redis.exceptions import ResponseError
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("the Redis backend needs redis-py: pip install 'graphkeep[redis]'") from exc
+from graphkeep.port.factory import aopened, opened
 
 __all__ = ["EVENTS_OPTIONS", "AsyncRedisEventLog", "RedisEventLog", "RedisEventsPort"]
 
@@ -373,9 +368,8 @@ def _close_status(payload: bytes) -> str:
 
 
 def _port(client: Any, key_prefix: str) -> RedisEventsPort:
-    _check_client(client)
-    cluster = isinstance(client, (redis.RedisCluster, aredis.RedisCluster))
-    return RedisEventsPort(key_prefix=key_prefix, cluster=cluster)
+    check_client(client)
+    return RedisEventsPort(key_prefix=key_prefix, cluster=is_cluster(client))
 
 
 class RedisEventLog(SyncEventLog):
@@ -385,48 +379,53 @@ class RedisEventLog(SyncEventLog):
     day; None keeps runs until deleted), ``max_events`` (per run, default 10,000; Redis
     trims by whole stream nodes, so up to ~100 more are kept), ``stale_after`` (seconds),
     ``key_prefix`` (default ``"graphkeep"``); ``poll_interval`` / ``max_poll_interval`` are
-    accepted and unused (reads block on the stream).
+    accepted and unused (reads block on the stream); ``where`` names the server in errors
+    (default: the client's host and port).
     """
 
-    def __init__(self, client: Any, *, key_prefix: str = "graphkeep", **options: Any) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        key_prefix: str = "graphkeep",
+        where: str | None = None,
+        **options: Any,
+    ) -> None:
         port = _port(client, key_prefix)
         self.client = client
-        super().__init__(port, _SyncExecutor(client, _describe(client), SCRIPTS), **options)
+        super().__init__(port, sync_executor(client, SCRIPTS, where), **options)
 
     @classmethod
-    @contextmanager
-    def from_url(cls, url: str, *, setup: bool = True, **options: Any) -> Iterator[RedisEventLog]:
-        client = sync_client(url)
-        try:
-            log = cls(client, **options)
-            log._execute.where = mask_url(url)  # type: ignore[attr-defined]
-            if setup:
-                log.setup()
-            yield log
-        finally:
-            client.close()
+    def from_url(
+        cls, url: str, *, setup: bool = True, **options: Any
+    ) -> AbstractContextManager[RedisEventLog]:
+        def build(client: Any) -> RedisEventLog:
+            return cls(client, where=mask_url(url), **options)
+
+        return opened(connected(url), build, setup)
 
 
 class AsyncRedisEventLog(AsyncEventLog):
     """Run event log on a ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster`` client
     (options as :class:`RedisEventLog`)."""
 
-    def __init__(self, client: Any, *, key_prefix: str = "graphkeep", **options: Any) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        key_prefix: str = "graphkeep",
+        where: str | None = None,
+        **options: Any,
+    ) -> None:
         port = _port(client, key_prefix)
         self.client = client
-        super().__init__(port, _AsyncExecutor(client, _describe(client), SCRIPTS), **options)
+        super().__init__(port, async_executor(client, SCRIPTS, where), **options)
 
     @classmethod
-    @asynccontextmanager
-    async def from_url(
+    def from_url(
         cls, url: str, *, setup: bool = True, **options: Any
-    ) -> AsyncIterator[AsyncRedisEventLog]:
-        client = async_client(url)
-        try:
-            log = cls(client, **options)
-            log._aexecute.where = mask_url(url)  # type: ignore[attr-defined]
-            if setup:
-                await log.setup()
-            yield log
-        finally:
-            await client.aclose()
+    ) -> AbstractAsyncContextManager[AsyncRedisEventLog]:
+        def build(client: Any) -> AsyncRedisEventLog:
+            return cls(client, where=mask_url(url), **options)
+
+        return aopened(aconnected(url), build, setup, prepare=cls.setup)

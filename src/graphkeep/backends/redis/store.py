@@ -1,4 +1,5 @@
-"""The Redis mapping of the memory store (plain Redis >= 7, no modules; Cluster-safe).
+"""The Redis mapping of LangGraph's BaseStore (plain Redis >= 7, no modules; Cluster-safe):
+the store port :class:`RedisStorePort` and :class:`RedisStore` / :class:`AsyncRedisStore`.
 
 Namespaces are grouped into *partitions*: the first ``shard_labels`` labels (default 1) of a
 namespace. A partition's keys share one hash tag, so every operation on it is one Lua
@@ -14,7 +15,7 @@ script in one slot::
                                              whose prefix is shorter than a partition)
 
 ``ns`` is the namespace's labels joined by ``.`` (labels hold neither ``.`` nor NUL); the
-scripts and the exact layout are in :mod:`.memory_scripts`. Every script first removes the
+scripts and the exact layout are in :mod:`.store_scripts`. Every script first removes the
 partition's expired items (so nothing expired is ever returned, and the partition never
 holds them for long), then does its work: a get, a put, a search (filters evaluated next to
 the data, semantic scoring in Lua over float32 vectors; a search of one namespace reads
@@ -34,33 +35,26 @@ index and indexes items written before it.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, cast
 
 import orjson
-import redis
-import redis.asyncio as aredis
-from redis.exceptions import ResponseError
 
-from graphkeep.backends.redis import (
-    _AsyncExecutor,
-    _check_client,
-    _describe,
-    _SyncExecutor,
-    async_client,
-    sync_client,
+from graphkeep.backends.redis.client import (
+    ResponseError,
+    aconnected,
+    async_executor,
+    check_client,
+    connected,
+    is_cluster,
+    sync_executor,
 )
-from graphkeep.backends.redis.checkpoint import (
-    Command,
-    Pipeline,
-    Script,
-    check_prefix,
-    encode_thread,
-)
+from graphkeep.backends.redis.keys import check_prefix, encode_thread
+from graphkeep.backends.redis.requests import Command, Pipeline, Script
 from graphkeep.backends.redis.store_scripts import SCRIPTS
 from graphkeep.errors import ConfigurationError, mask_url
 from graphkeep.port import Op, codec
+from graphkeep.port.factory import aopened, opened
 from graphkeep.store.port import ItemKey, Namespace, SearchQuery, StoredItem, Vector
 from graphkeep.store.ranking import rank
 from graphkeep.store.shells import AsyncStore, StoreBase, SyncStore
@@ -81,11 +75,11 @@ FORMAT = "m1"
 METRICS = {"cosine": "COSINE", "l2": "L2", "inner_product": "IP"}
 
 
-def _member(namespace: Namespace, key: str) -> bytes:
+def _item_member(namespace: Namespace, key: str) -> bytes:
     return dotted_namespace(namespace).encode() + b"\x00" + key.encode("utf-8", "surrogatepass")
 
 
-def _split_member(member: bytes) -> ItemKey:
+def _item_key(member: bytes) -> ItemKey:
     ns, _, key = member.partition(b"\x00")
     return namespace_from_dotted(ns.decode()), key.decode("utf-8", "surrogatepass")
 
@@ -109,7 +103,7 @@ def _unpack_vectors(blob: bytes) -> list[Vector]:
 
 
 def _stored(member: bytes, record: bytes, expires: Any, vectors: bytes | None = None) -> StoredItem:
-    namespace, key = _split_member(member)
+    namespace, key = _item_key(member)
     return StoredItem(
         namespace=namespace,
         key=key,
@@ -208,7 +202,7 @@ class RedisStorePort:
         for partition, indexes in groups.items():
             args: list[Any] = [now_ms, int(vectors)]
             for i in indexes:
-                args += [_member(*keys[i]), int(refresh[i])]
+                args += [_item_member(*keys[i]), int(refresh[i])]
             calls.append(_script("m_get", self.keys(partition), args))
         replies = yield from self._calls(calls)
         found: list[StoredItem | None] = [None] * len(keys)
@@ -216,7 +210,7 @@ class RedisStorePort:
             for i, entry in zip(indexes, reply, strict=True):
                 if entry:
                     record, expires, blob = entry
-                    found[i] = _stored(_member(*keys[i]), record, expires, blob)
+                    found[i] = _stored(_item_member(*keys[i]), record, expires, blob)
         return found
 
     def put(self, items: list[StoredItem], deletes: list[ItemKey], now_ms: int) -> Op[None]:
@@ -239,7 +233,7 @@ class RedisStorePort:
             args: list[Any] = [now_ms, len(puts)]
             for item in puts:
                 args += [
-                    _member(item.namespace, item.key),
+                    _item_member(item.namespace, item.key),
                     item.created_us.to_bytes(8, "big"),
                     item.updated_us.to_bytes(8, "big") + encode_value(item.value),
                     item.updated_us,
@@ -247,7 +241,7 @@ class RedisStorePort:
                     int(item.ttl_minutes * 60_000) if item.ttl_minutes is not None else "",
                     _pack_vectors(item.vectors) if item.vectors else "",
                 ]
-            args += [_member(*key) for key in dels]
+            args += [_item_member(*key) for key in dels]
             calls.append(_script("m_put", self.keys(partition), args))
         yield from self._calls(calls)
         self._registered.update(fresh)
@@ -287,7 +281,7 @@ class RedisStorePort:
         if query.refresh:
             refresh: dict[Namespace, list[bytes]] = {}
             for item in page:
-                member = _member(item.namespace, item.key)
+                member = _item_member(item.namespace, item.key)
                 if member in ttl_members:
                     refresh.setdefault(ttl_members[member], []).append(member)
             yield from self._calls(
@@ -358,9 +352,9 @@ def _tag(namespace: Namespace) -> str:
     return hashlib.sha1(dotted_namespace(namespace).encode()).hexdigest()[:20]
 
 
-def _memory(client: Any, options: dict[str, Any]) -> tuple[RedisStorePort, dict[str, Any]]:
+def _port(client: Any, options: dict[str, Any]) -> tuple[RedisStorePort, dict[str, Any]]:
     vector_index = options.pop("vector_index", False)
-    if vector_index and isinstance(client, (redis.RedisCluster, aredis.RedisCluster)):
+    if vector_index and is_cluster(client):
         raise ConfigurationError(
             "vector_index=True needs a single Redis server: the Query Engine does not index"
             " across an open-source Redis Cluster"
@@ -387,57 +381,42 @@ class RedisStore(SyncStore):
     Options: ``index`` (IndexConfig), ``ttl`` (TTLConfig), ``key_prefix``, ``shard_labels``
     (how many leading namespace labels pick a partition / cluster slot; default 1),
     ``vector_index`` (use the server's Query Engine for semantic search; single server
-    only; every process writing the store must set it alike), ``max_key_bytes``.
+    only; every process writing the store must set it alike), ``max_key_bytes``. ``where``
+    names the server in errors (default: the client's host and port).
     """
 
-    def __init__(self, client: Any, **options: Any) -> None:
-        _check_client(client)
-        port, rest = _memory(client, dict(options))
+    def __init__(self, client: Any, *, where: str | None = None, **options: Any) -> None:
+        check_client(client)
+        port, rest = _port(client, dict(options))
         self.client = client
-        super().__init__(port, _SyncExecutor(client, _describe(client), SCRIPTS), **rest)
+        super().__init__(port, sync_executor(client, SCRIPTS, where), **rest)
         _use_index(self)
 
     @classmethod
-    @contextmanager
-    def from_url(cls, url: str, *, setup: bool = True, **options: Any) -> Iterator[RedisStore]:
-        client = sync_client(url)
-        store = None
-        try:
-            store = cls(client, **options)
-            store._execute.where = mask_url(url)  # type: ignore[attr-defined]
-            if setup:
-                store.setup()
-            yield store
-        finally:
-            if store is not None:
-                store.close()
-            client.close()
+    def from_url(
+        cls, url: str, *, setup: bool = True, **options: Any
+    ) -> AbstractContextManager[RedisStore]:
+        def build(client: Any) -> RedisStore:
+            return cls(client, where=mask_url(url), **options)
+
+        return opened(connected(url), build, setup, close=cls.close)
 
 
 class AsyncRedisStore(AsyncStore):
     """LangGraph ``BaseStore`` on a ``redis.asyncio`` client (``Redis`` or ``RedisCluster``)."""
 
-    def __init__(self, client: Any, **options: Any) -> None:
-        _check_client(client)
-        port, rest = _memory(client, dict(options))
+    def __init__(self, client: Any, *, where: str | None = None, **options: Any) -> None:
+        check_client(client)
+        port, rest = _port(client, dict(options))
         self.client = client
-        super().__init__(port, _AsyncExecutor(client, _describe(client), SCRIPTS), **rest)
+        super().__init__(port, async_executor(client, SCRIPTS, where), **rest)
         _use_index(self)
 
     @classmethod
-    @asynccontextmanager
-    async def from_url(
+    def from_url(
         cls, url: str, *, setup: bool = True, **options: Any
-    ) -> AsyncIterator[AsyncRedisStore]:
-        client = async_client(url)
-        store = None
-        try:
-            store = cls(client, **options)
-            store._aexecute.where = mask_url(url)  # type: ignore[attr-defined]
-            if setup:
-                await store.setup()
-            yield store
-        finally:
-            if store is not None:
-                await store.aclose()
-            await client.aclose()
+    ) -> AbstractAsyncContextManager[AsyncRedisStore]:
+        def build(client: Any) -> AsyncRedisStore:
+            return cls(client, where=mask_url(url), **options)
+
+        return aopened(aconnected(url), build, setup, prepare=cls.setup, close=cls.aclose)

@@ -1,6 +1,6 @@
 """Server-side Lua of the Redis memory store: one script call = one round trip, one slot.
 
-A partition's keys share one hash tag (see :mod:`.memory`); the six fixed ones are always
+A partition's keys share one hash tag (see :mod:`.store`); the six fixed ones are always
 passed in this order, optionally followed by the vector index's key prefix::
 
     KEYS[1] i  HASH  "ns\\0key" -> created_us (8 bytes BE) updated_us (8 bytes BE) value JSON

@@ -1,0 +1,352 @@
+"""The driver side of the Redis backend: redis-py clients from URLs, the server's name in
+errors, the retry data, and the executors that send the ports' requests once each.
+
+Retries follow the one policy of :mod:`graphkeep.port.retry`; Redis gives only its data
+(:data:`RETRY`): connection losses, timeouts, a loading server and a cluster that is down
+are retried after 50 ms, 200 ms and 500 ms, then the caller sees
+:class:`~graphkeep.errors.StorageUnavailable` naming the server; every other error is the
+caller's at once. See docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+from graphkeep.backends.redis.requests import Command, Delete, Pipeline, Scan, Script, XRead
+from graphkeep.errors import ConfigurationError, StorageUnavailable, mask_url
+from graphkeep.port.retry import AsyncExecutor, Retry, SyncExecutor
+
+try:
+    import redis
+    import redis.asyncio as aredis
+    from redis.exceptions import (
+        AskError,
+        BusyLoadingError,
+        ClusterDownError,
+        MovedError,
+        NoScriptError,
+        RedisClusterException,
+        ResponseError,
+        TryAgainError,
+    )
+    from redis.exceptions import (
+        ConnectionError as RedisConnectionError,
+    )
+    from redis.exceptions import (
+        TimeoutError as RedisTimeoutError,
+    )
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("the Redis backend needs redis-py: pip install 'graphkeep[redis]'") from exc
+
+__all__ = [
+    "RETRY",
+    "AsyncSend",
+    "ResponseError",
+    "SyncSend",
+    "aconnected",
+    "async_client",
+    "async_executor",
+    "block_limit_ms",
+    "check_client",
+    "connected",
+    "describe",
+    "is_cluster",
+    "sync_client",
+    "sync_executor",
+]
+
+#: errors worth a retry: every request is idempotent (upserts, insert-if-absent)
+TRANSIENT = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, ClusterDownError)
+RETRY_DELAYS = (0.05, 0.2, 0.5)
+#: how long before the client's socket timeout a blocking read must end (see block_limit_ms)
+BLOCK_MARGIN_MS = 200
+#: a slot moved under a request sent to the node we thought owned it
+REDIRECTED = (MovedError, AskError, TryAgainError)
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+SINGLE_SCHEMES = ("redis", "rediss", "unix")
+
+
+# -- clients ---------------------------------------------------------------------------
+
+
+def _split(url: str) -> tuple[str, str]:
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise ConfigurationError(f"not a Redis URL: {mask_url(url)}")
+    return scheme.lower(), rest
+
+
+def sync_client(url: str) -> Any:
+    """A ``redis.Redis`` (``redis://``, ``rediss://``, ``unix://``) or ``redis.RedisCluster``
+    (``redis+cluster://``, ``rediss+cluster://``) for ``url``."""
+    scheme, rest = _split(url)
+    try:
+        if scheme in CLUSTER_SCHEMES:
+            return redis.RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}")
+        if scheme in SINGLE_SCHEMES:
+            return redis.Redis.from_url(url)
+    except (*TRANSIENT, RedisClusterException) as exc:
+        raise unavailable(mask_url(url), exc) from exc
+    except ValueError as exc:
+        raise ConfigurationError(f"bad Redis URL {mask_url(url)}: {exc}") from exc
+    raise ConfigurationError(f"not a Redis URL: {mask_url(url)}")
+
+
+def async_client(url: str) -> Any:
+    """The ``redis.asyncio`` twin of :func:`sync_client` (it connects on first use)."""
+    scheme, rest = _split(url)
+    try:
+        if scheme in CLUSTER_SCHEMES:
+            return aredis.RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}")
+        if scheme in SINGLE_SCHEMES:
+            return aredis.Redis.from_url(url)
+    except ValueError as exc:
+        raise ConfigurationError(f"bad Redis URL {mask_url(url)}: {exc}") from exc
+    raise ConfigurationError(f"not a Redis URL: {mask_url(url)}")
+
+
+@contextmanager
+def connected(url: str) -> Iterator[Any]:
+    """:func:`sync_client` for ``url``, made when the block starts and closed when it ends."""
+    client = sync_client(url)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@asynccontextmanager
+async def aconnected(url: str) -> AsyncIterator[Any]:
+    """:func:`async_client` for ``url``, closed (``aclose``) when the block ends."""
+    client = async_client(url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+def is_cluster(client: Any) -> bool:
+    """Whether ``client`` is a Redis Cluster client (sync or asyncio)."""
+    return isinstance(client, (redis.RedisCluster, aredis.RedisCluster))
+
+
+def describe(client: Any) -> str:
+    """The server a client talks to, as errors name it (no password)."""
+    try:
+        kwargs = client.connection_pool.connection_kwargs
+        if "path" in kwargs:
+            return f"unix://{kwargs['path']}"
+        return f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
+    except AttributeError:
+        nodes = getattr(client, "startup_nodes", None) or []
+        if nodes:
+            node = nodes[0]
+            return f"redis+cluster://{node.host}:{node.port}"
+        return type(client).__name__
+
+
+def _connection_kwargs(client: Any) -> dict[str, Any]:
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        return dict(pool.connection_kwargs)
+    if hasattr(client, "get_connection_kwargs"):
+        return dict(client.get_connection_kwargs())
+    return {}
+
+
+def check_client(client: Any) -> None:
+    """Refuse a client that decodes replies: graphkeep stores bytes."""
+    kwargs = _connection_kwargs(client)
+    if kwargs.get("decode_responses"):
+        raise ConfigurationError(
+            "graphkeep stores binary values: create the Redis client with"
+            " decode_responses=False (the default)"
+        )
+
+
+#: redis-py's default socket timeout (a connection's own default when a client names none)
+_DEFAULT_SOCKET_TIMEOUT = (
+    inspect.signature(redis.connection.AbstractConnection.__init__)
+    .parameters["socket_timeout"]
+    .default
+)
+
+
+def block_limit_ms(client: Any) -> int | None:
+    """The longest ``XREAD BLOCK`` the client's socket timeout allows (None: no limit).
+
+    A read blocked longer than ``socket_timeout`` would fail as a timeout (and drop its
+    connection), so blocking reads stop early and the caller simply reads again: at 80%
+    of the timeout and at least 200 ms before it, as the server ends a block only on its
+    next tick (every 1000/hz ms, 100 ms by default).
+    """
+    kwargs = _connection_kwargs(client)
+    # redis-py keeps a URL's or the default timeout (5 s since redis-py 6) per connection:
+    # "socket_timeout" when given explicitly, else "orig_socket_timeout", else the default
+    for name in ("socket_timeout", "orig_socket_timeout"):
+        if name in kwargs:
+            timeout = kwargs[name]
+            break
+    else:
+        timeout = _DEFAULT_SOCKET_TIMEOUT
+    if not timeout:
+        return None
+    ms = float(timeout) * 1000
+    return max(1, int(min(ms * 0.8, ms - BLOCK_MARGIN_MS)))
+
+
+# -- the retry data --------------------------------------------------------------------
+
+
+def unavailable(where: str, exc: BaseException) -> StorageUnavailable:
+    return StorageUnavailable(
+        f"Redis at {where} is unavailable ({type(exc).__name__}: {exc});"
+        " is the server running and reachable? (locally: ./dev services up)"
+    )
+
+
+def _retryable(exc: BaseException, request: Any, seconds: float) -> bool:
+    return isinstance(exc, TRANSIENT)
+
+
+def _failure(exc: BaseException, where: str) -> BaseException:
+    return unavailable(where, exc) if isinstance(exc, TRANSIENT) else exc
+
+
+#: how Redis requests are retried (see the module docstring)
+RETRY = Retry(delays=RETRY_DELAYS, retryable=_retryable, failure=_failure)
+
+
+# -- sending one request once ----------------------------------------------------------
+
+
+def _xread_args(request: XRead, limit: int | None) -> tuple[Any, ...]:
+    args: tuple[Any, ...] = ("XREAD", "COUNT", request.count)
+    if request.block_ms > 0:
+        block = request.block_ms if limit is None else min(request.block_ms, limit)
+        args += ("BLOCK", block)
+    return (*args, "STREAMS", request.key, request.position)
+
+
+class SyncSend:
+    """Sends one request once on a sync client; ``scripts`` (name -> Lua source) are what
+    ``Script`` requests may name (each product brings its own)."""
+
+    def __init__(self, client: Any, scripts: dict[str, str]) -> None:
+        self.client = client
+        self.scripts = {name: client.register_script(src) for name, src in scripts.items()}
+        self.block_limit_ms = block_limit_ms(client)
+
+    def __call__(self, request: Any) -> Any:
+        if isinstance(request, Script):
+            if request.name == "__load__":
+                for script in self.scripts.values():
+                    self.client.script_load(script.script)
+                return None
+            return self.scripts[request.name](keys=request.keys, args=request.args)
+        if isinstance(request, Delete):
+            return self.client.delete(*request.keys)
+        if isinstance(request, Command):
+            return self.client.execute_command(*request.args)
+        if isinstance(request, XRead):
+            args = _xread_args(request, self.block_limit_ms)
+            if isinstance(self.client, redis.RedisCluster):
+                cluster: Any = self.client
+                try:
+                    node = cluster.get_node_from_key(request.key)
+                    return cluster.execute_command(*args, target_nodes=node)
+                except REDIRECTED:
+                    pass  # the slot moved: redis-py finds its node (and learns the new map)
+            return self.client.execute_command(*args)
+        if isinstance(request, Scan):
+            return list(self.client.scan_iter(match=request.pattern, count=1000))
+        if isinstance(request, Pipeline):
+            if isinstance(self.client, redis.RedisCluster):
+                # redis-py refuses scripts in cluster pipelines: one call per slot
+                return [self(call) for call in request.scripts]
+            try:
+                return self._pipeline(request).execute()
+            except NoScriptError:  # a restarted server: load the scripts, send again
+                for script in self.scripts.values():
+                    self.client.script_load(script.script)
+                return self._pipeline(request).execute()
+        raise TypeError(f"unknown Redis request {request!r}")
+
+    def _pipeline(self, request: Pipeline) -> Any:
+        pipe = self.client.pipeline(transaction=False)
+        for call in request.scripts:
+            sha = self.scripts[call.name].sha
+            pipe.evalsha(sha, len(call.keys), *call.keys, *call.args)
+        return pipe
+
+
+class AsyncSend:
+    """The asyncio twin of :class:`SyncSend`."""
+
+    def __init__(self, client: Any, scripts: dict[str, str]) -> None:
+        self.client = client
+        self.scripts = {name: client.register_script(src) for name, src in scripts.items()}
+        self.block_limit_ms = block_limit_ms(client)
+
+    async def __call__(self, request: Any) -> Any:
+        if isinstance(request, Script):
+            if request.name == "__load__":
+                for script in self.scripts.values():
+                    await self.client.script_load(script.script)
+                return None
+            return await self.scripts[request.name](keys=request.keys, args=request.args)
+        if isinstance(request, Delete):
+            return await self.client.delete(*request.keys)
+        if isinstance(request, Command):
+            return await self.client.execute_command(*request.args)
+        if isinstance(request, XRead):
+            args = _xread_args(request, self.block_limit_ms)
+            if isinstance(self.client, aredis.RedisCluster):
+                try:
+                    await self.client.initialize()  # the slot map (no-op once known)
+                    node = self.client.get_node_from_key(request.key)
+                    return await self.client.execute_command(*args, target_nodes=node)
+                except REDIRECTED:
+                    pass  # the slot moved: redis-py finds its node (and learns the new map)
+            return await self.client.execute_command(*args)
+        if isinstance(request, Scan):
+            return [k async for k in self.client.scan_iter(match=request.pattern, count=1000)]
+        if isinstance(request, Pipeline):
+            if isinstance(self.client, aredis.RedisCluster):
+                # redis-py refuses scripts in cluster pipelines: the slots' calls run at once
+                calls: list[Awaitable[Any]] = [self(call) for call in request.scripts]
+                return list(await asyncio.gather(*calls))
+            try:
+                return await self._pipeline(request).execute()
+            except NoScriptError:  # a restarted server: load the scripts, send again
+                for script in self.scripts.values():
+                    await self.client.script_load(script.script)
+                return await self._pipeline(request).execute()
+        raise TypeError(f"unknown Redis request {request!r}")
+
+    def _pipeline(self, request: Pipeline) -> Any:
+        pipe = self.client.pipeline(transaction=False)
+        for call in request.scripts:
+            sha = self.scripts[call.name].sha
+            pipe.evalsha(sha, len(call.keys), *call.keys, *call.args)
+        return pipe
+
+
+# -- executors -------------------------------------------------------------------------
+
+
+def sync_executor(client: Any, scripts: dict[str, str], where: str | None = None) -> SyncExecutor:
+    """Runs requests on a sync client, retried as :data:`RETRY` says; ``where`` names the
+    server in errors (default: :func:`describe` of the client)."""
+    send = SyncSend(client, scripts)
+    return SyncExecutor(send, RETRY, describe(client) if where is None else where)
+
+
+def async_executor(client: Any, scripts: dict[str, str], where: str | None = None) -> AsyncExecutor:
+    """The asyncio twin of :func:`sync_executor`."""
+    send: Callable[[Any], Awaitable[Any]] = AsyncSend(client, scripts)
+    return AsyncExecutor(send, RETRY, describe(client) if where is None else where)

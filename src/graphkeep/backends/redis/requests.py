@@ -1,0 +1,64 @@
+"""The requests the Redis ports yield: plain data the executors in :mod:`.client` send.
+
+Every request is idempotent (scripts upsert or insert-if-absent, deletes are by key), so
+the executors may send one again after a lost connection (see docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Command", "Delete", "Pipeline", "Scan", "Script", "XRead"]
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """One call of the Lua script ``name`` (``"__load__"``: load every script the
+    executor knows, ``SCRIPT LOAD``)."""
+
+    name: str
+    keys: list[str]
+    args: list[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """Every key matching ``pattern`` (on every primary of a cluster)."""
+
+    pattern: str
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    keys: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class XRead:
+    """``XREAD COUNT count [BLOCK block_ms] STREAMS key position`` on one stream.
+
+    Sent straight to the node that owns ``key`` on a cluster (redis-py would otherwise
+    ask the server for XREAD's keys on every call). ``block_ms`` 0 does not block; a
+    blocking read is kept below the client's socket timeout by the executor, and
+    takes a pooled connection of its own for its duration (other calls on the same
+    client use other connections). The reply is redis-py's XREAD reply, None when
+    nothing came.
+    """
+
+    key: str
+    position: str
+    count: int
+    block_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    """Several ``Script`` calls (on any slots) sent at once; their results in order."""
+
+    scripts: tuple[Script, ...]
