@@ -56,7 +56,7 @@ COMMON_EVENTS_OPTIONS = frozenset(
 KINDS: dict[str, tuple[str, str, str]] = {
     "store": ("store", "STORE_OPTIONS", "Store"),
     "cache": ("cache", "CACHE_OPTIONS", "Cache"),
-    "events": ("events", "EVENTS_OPTIONS", "EventLogBase"),
+    "events": ("events", "EVENTS_OPTIONS", "EventLog"),
 }
 COMMON_KIND_OPTIONS = {
     "store": COMMON_STORE_OPTIONS,
