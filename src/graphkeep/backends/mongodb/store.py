@@ -155,7 +155,9 @@ def condition_filter(condition: Condition) -> dict[str, Any]:
     return {path: {condition.op: operand}}
 
 
-def live(now_ms: int) -> dict[str, Any]:
+def live_at_ms(now_ms: int) -> dict[str, Any]:
+    """Items not expired at ``now_ms`` (epoch milliseconds; the saver's ``live`` takes a
+    datetime, as its documents keep ``expires_at`` only)."""
     return {"expires_ms": {"$not": {"$lte": now_ms}}}
 
 
@@ -168,7 +170,7 @@ def prefix_filter(prefix: Namespace) -> dict[str, Any]:
 
 
 def search_filter(query: SearchQuery) -> dict[str, Any]:
-    clauses = [live(query.now_ms), prefix_filter(query.prefix)]
+    clauses = [live_at_ms(query.now_ms), prefix_filter(query.prefix)]
     clauses += [condition_filter(c) for c in query.conditions]
     if query.vector is not None:
         clauses.append({"embedded": True})
@@ -322,7 +324,7 @@ class MongoDBStorePort:
 
     def namespaces(self, prefix: Namespace, now_ms: int) -> Op[list[Namespace]]:
         texts: list[str] = yield Command(
-            self.collection, "distinct", ("ns", {**live(now_ms), **prefix_filter(prefix)})
+            self.collection, "distinct", ("ns", {**live_at_ms(now_ms), **prefix_filter(prefix)})
         )
         return [namespace_of(t) for t in texts]
 
