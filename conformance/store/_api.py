@@ -615,9 +615,9 @@ class StoreFactory:
             self.connector.connect_saver, self.connector.aconnect_saver, options
         )
         with self._opened(manager) as (saver, loop):
-            if not callable(getattr(getattr(saver, "store", None), "commits", None)):
+            if not callable(getattr(getattr(saver, "port", None), "commits", None)):
                 raise CapabilityMissing(
-                    f"{self.setup.name}: the backend's Store has no commits() yet (watch)"
+                    f"{self.setup.name}: the backend's checkpoint port has no commits() yet (watch)"
                 )
             api = SaverApi(saver, self.mode, loop)
             try:
