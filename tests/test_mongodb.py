@@ -27,13 +27,9 @@ from pymongo import monitoring
 
 import graphkeep
 from graphkeep.backends.mongodb import AsyncMongoDBSaver, MongoDBSaver
-from graphkeep.backends.mongodb.documents import (
-    collection_names,
-    heading_of,
-    parse_blob_ref,
-    parse_write_sub,
-    upgrade_payload,
-)
+from graphkeep.backends.mongodb.documents import heading_of, parse_blob_ref, parse_write_sub
+from graphkeep.backends.mongodb.migrate import upgrade_payload
+from graphkeep.backends.mongodb.schema import collection_names
 from graphkeep.checkpoint import lists
 from graphkeep.checkpoint.records import Typed
 from graphkeep.errors import (
@@ -889,8 +885,8 @@ def test_chunks_reassemble_only_within_one_generation() -> None:
 def test_busy_servers_and_upsert_races_are_retried_other_failures_are_not() -> None:
     from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 
-    from graphkeep.backends.mongodb import _retryable
-    from graphkeep.backends.mongodb.checkpoint import Command
+    from graphkeep.backends.mongodb.client import retryable as _retryable
+    from graphkeep.backends.mongodb.requests import Command
 
     upsert = Command("c", "bulk_write")
     answer = Command("c", "update_one", retry_conflicts=False)  # a conflict is the answer

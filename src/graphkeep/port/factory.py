@@ -56,7 +56,11 @@ def opened(
 
 
 async def _asetup(built: Any) -> object:
-    return await cast(AsyncSetup, built).asetup()
+    """An async saver's ``asetup()``; an async store's, cache's or event log's ``setup()``
+    (awaitable itself)."""
+    if hasattr(built, "asetup"):
+        return await cast(AsyncSetup, built).asetup()
+    return await built.setup()
 
 
 @asynccontextmanager
@@ -68,8 +72,9 @@ async def aopened(
     prepare: Callable[[A], Awaitable[object]] = _asetup,
     close: Callable[[A], Awaitable[object]] | None = None,
 ) -> AsyncIterator[A]:
-    """The async :func:`opened`: ``await prepare(built)`` (``asetup()`` by default) when
-    ``setup``; ``await close(built)`` (if given) when the block ends."""
+    """The async :func:`opened`: ``await prepare(built)`` when ``setup`` (by default
+    ``asetup()`` of a saver, ``setup()`` of the others); ``await close(built)`` (if given)
+    when the block ends, or when the set-up fails."""
     async with client as connected:
         built = build(connected)
         try:

@@ -30,23 +30,25 @@ from typing import Any
 
 from langgraph.cache.base import FullKey, Namespace
 
-from graphkeep.backends.mongodb import (
+from graphkeep.backends.mongodb.client import (
     DEFAULT_DB,
-    _AsyncExecutor,
-    _describe,
-    _SyncExecutor,
     async_client,
+    async_executor,
     check_client,
     check_db_name,
     database_from_url,
+    describe,
     sync_client,
+    sync_executor,
 )
-from graphkeep.backends.mongodb.checkpoint import Command, ensure_indexes
 from graphkeep.backends.mongodb.documents import check_prefix
+from graphkeep.backends.mongodb.requests import Command
+from graphkeep.backends.mongodb.schema import CACHE_INDEXES, ensure_indexes
 from graphkeep.cache.port import Entry, Stored, escaped_key, escaped_namespace
 from graphkeep.cache.shells import AsyncCache, SyncCache
 from graphkeep.errors import mask_url
 from graphkeep.port import Op
+from graphkeep.port.factory import aopened, opened
 
 try:
     import bson
@@ -65,8 +67,6 @@ log = logging.getLogger("graphkeep.mongodb")
 
 #: a value larger than this is not cached (documents must stay under BSON's 16 MiB)
 MAX_VALUE_BYTES = 16 * 1024 * 1024 - 64 * 1024
-NAMESPACE_INDEX = {"name": "gk_ns", "key": [["ns", 1]]}
-EXPIRY_INDEX = {"name": "gk_expires_at", "key": [["expires_at", 1]], "expireAfterSeconds": 0}
 
 
 class MongoDBCachePort:
@@ -81,7 +81,7 @@ class MongoDBCachePort:
 
     def setup(self) -> Op[None]:
         # as the saver and the store: a server without TTL indexes gets a plain one
-        yield from ensure_indexes(self.collection, [NAMESPACE_INDEX, EXPIRY_INDEX])
+        yield from ensure_indexes(self.collection, CACHE_INDEXES)
 
     def get(self, keys: list[FullKey]) -> Op[dict[FullKey, Stored]]:
         by_id = {self.doc_id(*address): address for address in keys}
@@ -144,12 +144,13 @@ class MongoDBCache(SyncCache):
         *,
         serde: Any = None,
         key_prefix: str = "graphkeep",
+        where: str | None = None,
     ) -> None:
         check_client(client, True, "MongoDBCache")
         self.client = client
         self.db = client[check_db_name(db_name)]
         port = MongoDBCachePort(key_prefix=key_prefix)
-        super().__init__(port, _SyncExecutor(self.db, _describe(client)), serde=serde)
+        super().__init__(port, sync_executor(self.db, where or describe(client)), serde=serde)
 
     @classmethod
     @contextmanager
@@ -157,15 +158,12 @@ class MongoDBCache(SyncCache):
         cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
     ) -> Iterator[MongoDBCache]:
         name = check_db_name(db_name) if db_name is not None else database_from_url(url)
-        client = sync_client(url)
-        try:
-            cache = cls(client, name, **options)
-            cache._execute.where = mask_url(url)  # type: ignore[attr-defined]
-            if setup:
-                cache.setup()
+
+        def build(client: Any) -> MongoDBCache:
+            return cls(client, name, where=mask_url(url), **options)
+
+        with opened(sync_client(url), build, setup) as cache:
             yield cache
-        finally:
-            client.close()
 
 
 class AsyncMongoDBCache(AsyncCache):
@@ -178,12 +176,13 @@ class AsyncMongoDBCache(AsyncCache):
         *,
         serde: Any = None,
         key_prefix: str = "graphkeep",
+        where: str | None = None,
     ) -> None:
         check_client(client, False, "AsyncMongoDBCache")
         self.client = client
         self.db = client[check_db_name(db_name)]
         port = MongoDBCachePort(key_prefix=key_prefix)
-        super().__init__(port, _AsyncExecutor(self.db, _describe(client)), serde=serde)
+        super().__init__(port, async_executor(self.db, where or describe(client)), serde=serde)
 
     @classmethod
     @asynccontextmanager
@@ -191,12 +190,9 @@ class AsyncMongoDBCache(AsyncCache):
         cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
     ) -> AsyncIterator[AsyncMongoDBCache]:
         name = check_db_name(db_name) if db_name is not None else database_from_url(url)
-        client = async_client(url)
-        try:
-            cache = cls(client, name, **options)
-            cache._aexecute.where = mask_url(url)  # type: ignore[attr-defined]
-            if setup:
-                await cache.setup()
+
+        def build(client: Any) -> AsyncMongoDBCache:
+            return cls(client, name, where=mask_url(url), **options)
+
+        async with aopened(async_client(url), build, setup) as cache:
             yield cache
-        finally:
-            await client.close()

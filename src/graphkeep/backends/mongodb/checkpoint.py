@@ -1,10 +1,164 @@
-"""The MongoDB mapping of the storage port (one collection per thread's data, plain CRUD).
+"""The checkpoint port on MongoDB (:class:`MongoDBCheckpointPort`) and the two savers built on
+it, :class:`MongoDBSaver` (``pymongo.MongoClient``) and :class:`AsyncMongoDBSaver`
+(``pymongo.AsyncMongoClient``).
 
-Requests yielded here are :class:`Command` values (a collection method and its
-arguments); the executors in :mod:`graphkeep.backends.mongodb` run them on a
-``MongoClient`` or an ``AsyncMongoClient``. The layout is described in the
-package docstring; the pure document builders are in :mod:`.documents`.
+The port yields :class:`~graphkeep.backends.mongodb.requests.Command` requests; the
+executors of :mod:`.client` run them. What a document looks like is in :mod:`.documents`
+and :mod:`.upserts`, the indexes in :mod:`.schema`, the TTL in :mod:`.ttl`, heads and
+the parent walk in :mod:`.heads` and :mod:`.ancestors`, leases in :mod:`.locks`, the
+format-1 rewrite in :mod:`.migrate`. See docs/architecture.md.
 
+Collections (``P`` = ``key_prefix``, default ``graphkeep``)
+-----------------------------------------------------------
+``P_payloads`` holds everything of a thread (format 2), told apart by ``kind``, so that
+one ordered command writes a checkpoint with its values::
+
+    {_id, thread_id, ns, kind, ref, sub, part, expires_at, ...}
+
+Only the indexed and queried fields keep readable names; what only the client reads is
+short-named or packed (FerretDB keeps a document as JSON with its field names and a type
+schema, binary as base64: this layout stores W50 in about half the bytes of 0.1.x's).
+``sub`` is left out when empty, ``part`` on heads (both index as null).
+
+- ``kind: "cp"``, a checkpoint; ``ref`` = checkpoint id::
+
+    {..., s: Binary,         # msgpack [format 2, parent_id, {channel: version}, present,
+                             #   needs_history, delta {channel: [id, v]},
+                             #   lists {channel: [version, [[epoch, lo, hi], ...]]}, chunked]
+     d: Binary,              # msgpack [checkpoint tag, bytes, metadata tag, bytes] (exact)
+     run_id,                 # indexed (sparse): delete_for_runs
+     metadata_doc: {...}, metadata_opaque: [key, ...]}   # queryable copy (see below)
+
+  ``delta`` is the DeltaChannel bookkeeping for the TTL, ``lists`` the element runs of
+  its list channels; ``d`` is absent when the payload moved to chunk documents.
+- ``kind: "blob"``, a channel value: ``ref`` = ``"<len(channel)>:<channel>:<version>"``;
+  also ``y`` (type tag) and ``d`` (bytes, left out when empty). Stored once per (thread,
+  ns, channel, version), only for channels in ``new_versions``. A list value is a small
+  *manifest* blob plus one *element* blob per element (channel ``__graphkeep.element__``,
+  version = element key; see :mod:`graphkeep.checkpoint.lists`), each stored once per thread.
+- ``kind: "write"``: ``ref`` = checkpoint id, ``sub`` = ``"<len(task_id)>:<task_id>:<idx>"``;
+  also ``channel`` (queried by the DeltaChannel history), ``p`` (task path, when set),
+  ``y``, ``d``. Regular writes are insert-if-absent (``$setOnInsert`` upserts), special
+  writes (idx < 0) replace; one ``bulk_write``.
+- ``kind: "checkpoint"``: the packed checkpoint + metadata of a checkpoint too large to
+  inline (``ref`` = checkpoint id).
+
+One collection makes ``put`` ONE ordered ``update`` command: element and blob upserts,
+expiry refreshes, then the checkpoint document last; an ordered batch stops at its first
+error, so no reader ever finds a checkpoint whose values are missing (no transaction).
+``get_tuple`` is two ``find`` commands: the checkpoint, then its writes, blobs *and* list
+elements (read as index ranges of ``ref``, from the checkpoint's ``lists`` runs); FerretDB
+1.24, our test server, has no ``$lookup``/``$unionWith``. A checkpoint whose list
+channels its writer did not know (a new process putting with the list unchanged) has no
+``lists`` entry for them and costs one more find to read.
+
+Format 1 (graphkeep 0.1.x) kept checkpoints in ``P_checkpoints`` and spelled every field
+out (``_id`` the identity itself, ``type``/``data``/``count``/``gen``, ``channel`` and
+``version`` on blobs, ``task_id``/``idx``/``task_path`` on writes, chunk tails
+``part: "<gen>:<n>"``). ``setup()`` rewrites it: payload documents in place (new
+document first, then the old one deleted; the two never collide in the unique index, and
+readers accept both layouts meanwhile), checkpoints moved into ``P_payloads``, the
+emptied ``P_checkpoints`` dropped; resumable. Stop 0.1.x writers before upgrading: what
+they write afterwards is not read.
+
+``P_locks`` holds the per-thread leases of ``saver.lock()`` (``_id`` = thread id, a
+token and ``expires_at``), apart from the thread's data.
+
+Indexes (``MongoDBSaver.schema()`` returns them as dicts; ``setup()`` creates them
+idempotently, comparing key *and* options; ``setup=False`` skips it)::
+
+    P_payloads     gk_thread_ns_kind_ref    {thread_id, ns, kind, ref, sub, part}  unique
+                   gk_run_id                {run_id}  sparse (only checkpoints carry it)
+                   gk_expires_at            {expires_at}  expireAfterSeconds: 0 (TTL)
+    P_locks        gk_expires_at            {expires_at}  expireAfterSeconds: 0 (TTL)
+
+Every document has a deterministic ``_id``: a 128-bit digest (22 base64url characters) of
+its identity, length-prefixed: ``c``, thread, ns, checkpoint id for a checkpoint; ``p``,
+thread, ns, kind, ref, sub, part for a payload. Every upsert names its document by ``_id``, the
+primary key that every MongoDB-compatible server looks up through an index (FerretDB's
+SQLite handler pushes down no other filter, so upserts on the compound key would scan
+the collection there). Queries use the compound indexes above.
+
+Sharding: shard ``P_payloads`` on ``{thread_id: 1}`` and pass
+``sharded=True`` (``graphkeep.connect(url, sharded=True)``): MongoDB requires an upsert
+on a sharded collection to name the full shard key, so the upserts then filter on
+``{_id, thread_id}``. Every unique index leads with ``thread_id``, so MongoDB can
+enforce it on this ranged shard key, every query carries ``thread_id`` and every
+operation of a thread targets one shard. A hashed ``{thread_id: "hashed"}`` key spreads
+hot threads more evenly, but MongoDB cannot enforce compound unique indexes there:
+create the ``schema()`` indexes without ``unique`` yourself and pass ``setup=False``.
+Nothing is lost: the ``_id`` encodes the thread, so all copies of one record would live
+on the thread's shard, where ``_id`` is unique.
+
+The 16 MB guard: our own chunk documents, not GridFS
+---------------------------------------------------
+Any payload (blob, write, or checkpoint + metadata) over ``chunk_size`` (8 MiB) is
+split into a *head* document (no ``part``, first chunk, count ``n``, ``g`` = digest of
+the whole payload) and tail documents (``part: "<g>/<i>"``) in the same payloads
+collection, under the same ``ref``. So the queries that fetch a checkpoint's writes and
+blobs fetch their chunks too (no extra round trip), deleting by ``ref`` deletes every
+chunk, and the TTL refresh of a ``ref`` covers every chunk. A reader assembles only the
+head's generation, so a retried or overwritten payload never mixes chunks; an incomplete
+payload reads as not yet written. GridFS would need two more collections, a second
+query per file and its own deletion and expiry, and knows nothing of threads.
+Documents stay far below 16 MiB: identity fields are bounded (1 KiB ids, 64 KiB task
+paths), the queryable metadata copy is capped at 1 MiB.
+
+Metadata filters
+----------------
+``metadata_doc`` is a plain BSON copy of the metadata, so ``list(filter=...)`` runs on the
+server for any top-level key, as ``{"metadata_doc.<key>": {"$eq": value}}`` (values are
+always wrapped in ``$eq``, never operators). Keys containing "." or "$" are left out of
+the copy and never pushed down; values a document cannot hold portably (ints beyond
+int64, NaN/inf, arrays nested directly in arrays, keys with "."/"$" inside) are listed
+in ``metadata_opaque`` so the server still selects those checkpoints. The saver
+re-checks every filter in Python, and the serialized ``metadata`` is the source of truth.
+
+TTL
+---
+``ttl`` sets an absolute ``expires_at`` on every document written; a TTL index with
+``expireAfterSeconds: 0`` lets MongoDB delete it. The window slides per thread without
+touching the whole thread: each ``put`` writes fresh expiries on its documents and, in
+the same command, extends what the new checkpoint needs: the blobs of unchanged
+channels, the list elements its manifests name, and, for DeltaChannels rebuilt from
+history, the ancestors (checkpoints, writes, chunks) from the nearest stored value up to
+the parent plus that seed value. List elements get 1.5 ``ttl`` and are refreshed only
+once less than one ``ttl`` is left (a filter on ``expires_at``), so a growing list is
+not rewritten at every put and an element never expires before a checkpoint naming it
+(it may outlive its last one by ttl/2). A put whose writer does not know the list
+channels of an unchanged value (cold cache) refreshes every element of the namespace.
+Where that history starts is kept in each checkpoint's ``delta`` field and in a small
+in-process cache, so ``put`` reads its parent only after a restart (one extra find).
+``put_writes`` stamps its writes. Old history a live head does not need expires on
+schedule. Documents past ``expires_at`` are hidden from every read even before the TTL
+monitor (which runs about once a minute) deletes them. Servers without TTL indexes
+(FerretDB 1.x) get a plain index instead and a warning; call ``purge_expired()``
+periodically there. ``refresh_ttl_on_read`` extends what each read returns (one more
+command per read).
+
+Errors: a lost server raises :class:`graphkeep.errors.StorageUnavailable` naming the URL
+(password masked). Every request is idempotent, so quick connection drops and upsert
+races on a unique key are retried with backoff; after the driver itself waited for a
+server, the error is raised at once. ``from_url`` sets ``serverSelectionTimeoutMS`` to
+10 s unless the URL sets it (PyMongo's default is 30 s).
+
+Wire-compatible servers: everything used here exists on MongoDB and on FerretDB 1.24;
+the code avoids ``$lookup``, pipeline updates, ``collMod``, partial and hashed indexes
+and never stores nested arrays, NaN or dotted keys. Where FerretDB differs, the code
+adapts without changing behaviour on MongoDB: no TTL indexes (see TTL), and reply
+batches not capped at 16 MiB (a reply over the 48 MB wire limit is re-read in small
+batches). FerretDB 1.x answers every query but ``_id`` equality by scanning the
+collection, so it gets slow as a collection grows; MongoDB uses the indexes above.
+
+Round trips: ``put`` 1 command (one ordered batch), ``put_writes`` 1, ``get_tuple`` 2
+(+1 for list channels its checkpoint does not name), a ``list`` page 2 (writes, blobs and
+elements of the whole page in one ``find``), ``get_delta_channel_history`` 2 for up to
+1,000 ancestors, ``delete_thread`` 1. Multi-document transactions are never used: blobs
+and chunks are written before the checkpoint and deleted after it, in ordered batches,
+so a reader never sees a checkpoint whose values are missing.
+
+Watching a thread
+-----------------
 Watching a thread (``saver.watch`` / ``awatch``) polls :meth:`MongoDBCheckpointPort.commits`: one
 ``find`` on ``{thread_id, ns, kind: "cp", ref: {$gt: above}}`` sorted by ``ref``, projecting
 only ``ns`` and ``ref``, which the unique ``gk_thread_ns_kind_ref`` index serves as a range
@@ -27,61 +181,68 @@ idle watcher costs one indexed ``find`` per ``max_poll_interval``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-import bson
-from pymongo import DeleteMany, IndexModel, ReplaceOne, UpdateMany, UpdateOne
-from pymongo.errors import DuplicateKeyError, OperationFailure
+import pymongo
+from pymongo import DeleteMany, ReplaceOne
 
+from graphkeep.backends.mongodb.ancestors import CHAIN_PAGE, HeadPages, read_ancestors
+from graphkeep.backends.mongodb.client import (
+    DEFAULT_DB,
+    async_client,
+    async_executor,
+    check_db_name,
+    database_from_url,
+    describe,
+    sync_client,
+    sync_executor,
+)
 from graphkeep.backends.mongodb.documents import (
-    BSON_LIMIT,
-    CHECKPOINT_KINDS,
     CHUNK_SIZE,
-    ELEMENT_PREFIX,
     FORMAT,
-    INDEX_OPTIONS,
     KIND_BLOB,
     KIND_CHECKPOINT,
     KIND_CP,
     KIND_WRITE,
-    OPAQUE,
-    Heading,
     Run,
-    assemble,
     blob_ref,
     check_prefix,
-    checkpoint_id_key,
-    checkpoint_payload,
-    collection_names,
+    checkpoint_record,
+    complete_payloads,
     conjunction,
     disjunction,
-    group_payloads,
+    element_clauses,
+    element_key_of,
     heading_of,
-    identity,
     in_batches,
-    index_signature,
-    index_specs,
     key_runs,
     keyset_after,
-    legacy_checkpoints,
     live,
-    merge_runs,
-    metadata_fields,
     metadata_filter,
-    pack_heading,
     parse_blob_ref,
-    parse_write_sub,
-    payload_docs,
     payload_type,
-    run_clauses,
-    upgrade_checkpoint,
-    upgrade_payload,
-    write_sub,
+    write_record,
 )
-from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, is_manifest, manifest_keys
+from graphkeep.backends.mongodb.heads import (
+    SUMMARY_FIELDS,
+    DeltaMap,
+    Head,
+    HeadCache,
+    ListMap,
+    head_of,
+    manifest_runs,
+)
+from graphkeep.backends.mongodb.locks import acquire_lease, extend_lease, release_lease
+from graphkeep.backends.mongodb.migrate import legacy_checkpoints, migrate
+from graphkeep.backends.mongodb.requests import Command, find
+from graphkeep.backends.mongodb.schema import collection_names, ensure_indexes, index_specs
+from graphkeep.backends.mongodb.ttl import Expiry, Refresh, loaded_refreshes
+from graphkeep.backends.mongodb.upserts import Upserts
+from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, is_manifest
 from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.records import (
     BlobRecord,
@@ -95,213 +256,22 @@ from graphkeep.checkpoint.records import (
     Typed,
     WriteRecord,
 )
-from graphkeep.errors import ConfigurationError, PayloadTooLarge
-from graphkeep.port import Op, codec
-from graphkeep.port.lru import ThreadLRU
+from graphkeep.checkpoint.saver import AsyncSaver, SyncSaver, ttl_seconds
+from graphkeep.errors import ConfigurationError, mask_url
+from graphkeep.port import Op
+from graphkeep.port.factory import aopened, opened
+
+__all__ = ["AsyncMongoDBSaver", "MongoDBCheckpointPort", "MongoDBSaver"]
 
 log = logging.getLogger("graphkeep.mongodb")
 
-#: checkpoint summaries fetched per query by ancestor walks
-CHAIN_PAGE = 1000
-#: first-batch size of unbounded finds (the server still caps a batch at 16 MiB)
-FIND_BATCH = 100_000
-#: tag of a chunked checkpoint payload (msgpack of checkpoint and metadata typed pairs)
-CHECKPOINT_PAYLOAD_TAG = "graphkeep.checkpoint+metadata"
-#: headroom kept under the BSON limit for a checkpoint document
-DOC_HEADROOM = 64 * 1024
-#: list elements get this many ``ttl`` of life when written or refreshed, and are
-#: refreshed only once less than one ``ttl`` is left: a checkpoint (which gets one
-#: ``ttl``) never outlives its elements, and an element is rewritten about once per
-#: half ``ttl`` instead of at every put (it may outlive its last checkpoint by ttl/2)
-ELEMENT_TTL_FACTOR = 1.5
-#: checkpoint documents moved per command by the format-1 migration in ``setup()``
-MIGRATE_BATCH = 500
-
-SUMMARY_FIELDS: dict[str, Any] = {
-    "_id": 0,
-    "thread_id": 1,
-    "ns": 1,
-    "ref": 1,
-    "s": 1,
-    # format 1 spelled these out (checkpoints moved by setup() keep them until rewritten)
-    "parent_id": 1,
-    "versions": 1,
-    "present": 1,
-    "needs_history": 1,
-    "run_id": 1,
-    "delta": 1,
-    "lists": 1,
-}
-NO_ID: dict[str, Any] = {"_id": 0}
 #: what ``commits`` reads of a checkpoint document: only fields of the index (covered)
 COMMIT_FIELDS: dict[str, Any] = {"_id": 0, "ns": 1, "ref": 1}
 WRITE_KINDS = [KIND_WRITE, KIND_CHECKPOINT]
 
-#: DeltaChannel bookkeeping: channel -> (oldest checkpoint id needed, seed version or None)
-DeltaMap = dict[str, tuple[str, str | None]]
-
-
-@dataclass(frozen=True, slots=True)
-class Command:
-    """One driver call: ``db[collection].<method>(*args, **kwargs)`` (``db`` when None).
-
-    Cursors (``find``, ``aggregate``, ``list_indexes``) are materialised by the
-    executor; every other method returns the driver's result object.
-    """
-
-    collection: str | None
-    method: str
-    args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-    #: re-send on a duplicate-key error (an upsert race); False where a conflict is an answer
-    retry_conflicts: bool = True
-
-
-#: list channels of a checkpoint: channel -> (version, runs of the element keys it names)
-ListMap = dict[str, tuple[str, list[Run]]]
-
-
-@dataclass(frozen=True, slots=True)
-class Head:
-    """A checkpoint's summary plus where its DeltaChannels' history starts, and which of
-    its present channels are lists stored as elements (``complete``: all of them known)."""
-
-    summary: Summary
-    delta: DeltaMap
-    lists: ListMap = field(default_factory=dict)
-    complete: bool = False
-
-
-@dataclass(slots=True)
-class Refresh:
-    """Documents of one (thread, ns) whose expiry a write or read extends."""
-
-    thread_id: str
-    ns: str
-    ids: set[str] = field(default_factory=set)
-    ranges: list[tuple[str, str]] = field(default_factory=list)
-    blobs: set[str] = field(default_factory=set)
-    #: list elements (by runs of keys); ``all_elements``: every element of the namespace
-    elements: list[Run] = field(default_factory=list)
-    all_elements: bool = False
-
-
-class HeadCache(ThreadLRU[tuple[str, str, str], Head]):
-    """Recently written or read checkpoint heads (bounded LRU, thread-safe).
-
-    Lets ``put`` find its parent's DeltaChannel bookkeeping without a read in
-    the usual case (the parent was put or loaded by this process); on a miss
-    the parent document is read. Only consulted when a TTL is configured.
-    """
-
-    def __init__(self, size: int = 4096) -> None:
-        super().__init__(size)
-
-
-class _Summaries:
-    """Summaries fetched so far by an ancestor walk, and which id ranges are complete."""
-
-    def __init__(self) -> None:
-        self.heads: dict[str, Head] = {}
-        self.covered: list[tuple[str, str]] = []
-
-    def add_page(self, upper: str, docs: list[Mapping[str, Any]], full: bool) -> None:
-        for doc in docs:
-            head = head_of(doc)
-            self.heads[head.summary.checkpoint_id] = head
-        low = docs[-1]["ref"] if (full and docs) else ""
-        self.covered.append((low, upper))
-
-    def get(self, checkpoint_id: str) -> Head | None:
-        return self.heads.get(checkpoint_id)
-
-    def covers(self, checkpoint_id: str) -> bool:
-        return any(low <= checkpoint_id <= high for low, high in self.covered)
-
-
-def head_of(doc: Mapping[str, Any], complete: bool = False) -> Head:
-    """The head of a checkpoint document; ``complete`` when its ``lists`` are known
-    to name every list channel (they are only a hint otherwise)."""
-    h = heading_of(doc)
-    summary = Summary(
-        ns=doc["ns"],
-        checkpoint_id=doc["ref"],
-        parent_id=h.parent_id,
-        versions=h.versions,
-        present=h.present,
-        needs_history=h.needs_history,
-        run_id=doc.get("run_id"),
-    )
-    return Head(summary, dict(h.delta), dict(h.lists), complete)
-
-
-def manifest_runs(manifest: Typed) -> list[Run]:
-    return key_runs(manifest_keys(manifest))
-
-
-def element_key_of(ref: str) -> str | None:
-    """The element key of a blob ``ref``, or None when it is not an element."""
-    return ref[len(ELEMENT_PREFIX) :] if ref.startswith(ELEMENT_PREFIX) else None
-
-
-def element_clauses(thread_id: str, ns: str, runs: list[Run]) -> list[dict[str, Any]]:
-    """Filters (each index-backed alone) selecting the element blobs of ``runs``."""
-    base = {"thread_id": thread_id, "ns": ns, "kind": KIND_BLOB}
-    return [{**base, "ref": clause} for clause in run_clauses(merge_runs(runs))]
-
-
-def _model(spec: Mapping[str, Any]) -> IndexModel:
-    options = {name: spec[name] for name in INDEX_OPTIONS if name in spec}
-    return IndexModel([(k, v) for k, v in spec["key"]], name=spec["name"], **options)
-
-
-def _ttl_unsupported(exc: OperationFailure) -> bool:
-    return exc.code in (115, 238) or "expireAfterSeconds" in str(exc)
-
-
-def ensure_indexes(collection: str, wanted: list[dict[str, Any]]) -> Op[bool]:
-    """Create the ``wanted`` index specs on ``collection`` unless equal ones exist (key and
-    options); a TTL index the server refuses becomes a plain ``<name>_plain`` index.
-    Returns whether the server keeps TTL indexes."""
-    existing: list[Mapping[str, Any]] = yield Command(collection, "list_indexes")
-    by_name = {ix["name"]: ix for ix in existing}
-    signatures = {index_signature(ix) for ix in existing}
-    missing = []
-    for spec in wanted:
-        have = by_name.get(spec["name"])
-        if have is not None:
-            # a server that keeps no sparse flag (FerretDB 1.x) lists the index without it
-            unflagged = {**spec, "sparse": have.get("sparse")}
-            if index_signature(have) not in (index_signature(spec), index_signature(unflagged)):
-                raise ConfigurationError(
-                    f"index {spec['name']!r} on collection {collection!r} exists with"
-                    f" other keys or options ({dict(have)}); expected {spec}. Drop it,"
-                    " or pass setup=False and manage the indexes yourself"
-                    " (MongoDBSaver.schema() lists them)"
-                )
-            continue
-        if index_signature(spec) not in signatures:
-            missing.append(spec)
-    plain = [s for s in missing if "expireAfterSeconds" not in s]
-    if plain:
-        yield Command(collection, "create_indexes", ([_model(s) for s in plain],))
-    ttl_ok = True
-    for spec in [s for s in missing if "expireAfterSeconds" in s]:
-        try:
-            yield Command(collection, "create_indexes", ([_model(spec)],))
-        except OperationFailure as exc:
-            if not _ttl_unsupported(exc):
-                raise
-            ttl_ok = False
-            fallback = {k: v for k, v in spec.items() if k != "expireAfterSeconds"}
-            fallback["name"] = f"{spec['name']}_plain"
-            if fallback["name"] not in by_name:
-                yield Command(collection, "create_indexes", ([_model(fallback)],))
-    return ttl_ok
-
 
 class MongoDBCheckpointPort(CheckpointPort):
-    """Storage port on MongoDB. ``ttl`` (seconds) slides per thread on every write."""
+    """The checkpoint port on MongoDB. ``ttl`` (seconds) slides per thread on every write."""
 
     def __init__(
         self,
@@ -328,6 +298,8 @@ class MongoDBCheckpointPort(CheckpointPort):
                 f"chunk_size must be an int between 1 KiB and {CHUNK_SIZE // 1024 // 1024} MiB"
             )
         self.chunk_size = chunk_size
+        self.upserts = Upserts(chunk_size, sharded)
+        self.expiry = Expiry(self.ttl)
         self.heads = HeadCache()
         #: whether the server keeps TTL indexes (None until setup() ran)
         self.ttl_index: bool | None = None
@@ -338,242 +310,18 @@ class MongoDBCheckpointPort(CheckpointPort):
     def _now() -> datetime:
         return datetime.now(timezone.utc)
 
-    def _expiry(self, now: datetime) -> datetime | None:
-        return now + self.ttl if self.ttl else None
-
-    def _element_expiry(self, now: datetime) -> datetime | None:
-        return now + self.ttl * ELEMENT_TTL_FACTOR if self.ttl else None
-
     def schema(self) -> list[dict[str, Any]]:
         return index_specs(self.prefix)
 
-    @staticmethod
-    def _find(
-        collection: str,
-        filter: Mapping[str, Any],
-        *,
-        projection: Mapping[str, Any] | None = None,
-        sort: list[tuple[str, int]] | None = None,
-        limit: int = 0,
-    ) -> Command:
-        kwargs: dict[str, Any] = {
-            "projection": dict(projection or NO_ID),
-            "batch_size": limit or FIND_BATCH,
-        }
-        if sort:
-            kwargs["sort"] = sort
-        if limit:
-            kwargs["limit"] = limit
-        return Command(collection, "find", (dict(filter),), kwargs)
-
-    def _payload_ops(
-        self,
-        ident: Mapping[str, Any],
-        fields: Mapping[str, Any],
-        value: Typed,
-        expires_at: datetime | None,
-        *,
-        overwrite: bool,
-    ) -> list[Any]:
-        """Upserts for one payload: overwrite replaces, otherwise insert-if-absent."""
-        ops: list[Any] = []
-        for part in payload_docs(ident, fields, value.tag, value.data, self.chunk_size):
-            doc = dict(part.doc)
-            key = self._key(part.filter, ident["thread_id"])
-            if expires_at is not None:
-                doc["expires_at"] = expires_at
-            if part.head and overwrite:
-                ops.append(ReplaceOne(key, doc, upsert=True))
-                continue
-            update: dict[str, Any] = {
-                "$setOnInsert": {k: v for k, v in doc.items() if k not in key and k != "expires_at"}
-            }
-            if expires_at is not None:
-                update["$set"] = {"expires_at": expires_at}
-            ops.append(UpdateOne(key, update, upsert=True))
-        return ops
-
-    def _blob_ops(
-        self, thread_id: str, ns: str, blob: BlobRecord, expires_at: datetime | None
-    ) -> list[Any]:
-        """Upserts storing one channel value (blobs are immutable per version: overwrite)."""
-        return self._payload_ops(
-            identity(thread_id, ns, KIND_BLOB, blob_ref(blob.channel, blob.version)),
-            {},  # channel and version are in ``ref``
-            blob.value,
-            expires_at,
-            overwrite=True,
-        )
-
-    def _write_ops(
-        self,
-        thread_id: str,
-        ns: str,
-        checkpoint_id: str,
-        write: WriteRecord,
-        expires_at: datetime | None,
-        *,
-        overwrite: bool,
-    ) -> list[Any]:
-        """Upserts storing one pending write of ``checkpoint_id``."""
-        return self._payload_ops(
-            identity(thread_id, ns, KIND_WRITE, checkpoint_id, write_sub(write.task_id, write.idx)),
-            # task id and index are in ``sub``; ``channel`` stays a field (history filters on it)
-            {"channel": write.channel, "p": write.task_path}
-            if write.task_path
-            else {"channel": write.channel},
-            write.value,
-            expires_at,
-            overwrite=overwrite,
-        )
-
-    def _chunked_checkpoint_ops(
-        self,
-        thread_id: str,
-        ns: str,
-        checkpoint_id: str,
-        packed: bytes,
-        expires_at: datetime | None,
-    ) -> list[Any]:
-        """Upserts storing the payload of a checkpoint too large to inline."""
-        return self._payload_ops(
-            identity(thread_id, ns, KIND_CHECKPOINT, checkpoint_id),
-            {},
-            Typed(CHECKPOINT_PAYLOAD_TAG, packed),
-            expires_at,
-            overwrite=True,
-        )
-
-    def _key(self, by_id: dict[str, Any], thread_id: str) -> dict[str, Any]:
-        """The filter of an upsert: the ``_id``, plus the shard key on a sharded cluster."""
-        return {**by_id, "thread_id": thread_id} if self.sharded else by_id
-
-    def _checkpoint_key(self, thread_id: str, ns: str, checkpoint_id: str) -> dict[str, Any]:
-        return self._key({"_id": checkpoint_id_key(thread_id, ns, checkpoint_id)}, thread_id)
-
-    def _checkpoint_doc(
-        self,
-        record: CheckpointRecord,
-        expires_at: datetime | None,
-        delta: DeltaMap,
-        lists: ListMap | None = None,
-    ) -> tuple[dict[str, Any], bytes | None]:
-        """The checkpoint document, and the payload to chunk when it is too big to inline."""
-        metadata_doc, opaque = metadata_fields(record.metadata_doc)
-        payload = len(record.checkpoint.data) + len(record.metadata.data)
-        inline = payload <= self.chunk_size
-        heading = Heading(
-            record.parent_id,
-            dict(record.versions),
-            list(record.present),
-            list(record.needs_history),
-            dict(delta),
-            dict(lists or {}),
-            chunked=not inline,
-        )
-        doc: dict[str, Any] = {
-            "thread_id": record.thread_id,
-            "ns": record.ns,
-            "kind": KIND_CP,
-            "ref": record.checkpoint_id,
-            # parent, versions, present, needs_history, delta and lists, packed: read only
-            # by the client, and far smaller packed than as BSON arrays of documents
-            "s": pack_heading(heading),
-            "metadata_doc": metadata_doc,
-        }
-        if opaque:
-            doc["metadata_opaque"] = opaque
-        if record.run_id is not None:
-            doc["run_id"] = record.run_id
-        if expires_at is not None:
-            doc["expires_at"] = expires_at
-        budget = BSON_LIMIT - DOC_HEADROOM - (payload if inline else 0)
-        size = len(bson.encode(doc))
-        if size > budget:
-            # only the queryable metadata copy can be large: keep it out of the document
-            opaque = list(metadata_doc) + opaque
-            doc["metadata_doc"], doc["metadata_opaque"] = {}, opaque
-            size = len(bson.encode(doc))
-            if size > budget:
-                raise PayloadTooLarge(
-                    f"checkpoint {record.checkpoint_id!r} of thread {record.thread_id!r}"
-                    f" lists {len(record.versions)} channels: its document would be {size}"
-                    " bytes without payload, over what MongoDB can store; use fewer or"
-                    " shorter channel names"
-                )
-        packed = codec.packb(
-            [
-                record.checkpoint.tag,
-                record.checkpoint.data,
-                record.metadata.tag,
-                record.metadata.data,
-            ]
-        )
-        if inline:
-            doc["d"] = packed
-            return doc, None
-        return doc, packed
-
-    def _refresh_ops(self, refreshes: Iterable[Refresh], now: datetime) -> list[Any]:
-        """Updates extending the expiry of what ``refreshes`` name (empty without a ttl)."""
-        expires_at, element_expires_at = self._expiry(now), self._element_expiry(now)
-        if expires_at is None or element_expires_at is None:
-            return []
-        ops: list[Any] = []
-        update = {"$set": {"expires_at": expires_at}}
-        for r in refreshes:
-            base = {"thread_id": r.thread_id, "ns": r.ns}
-            # checkpoints with their writes and chunked payloads: all share ``ref``
-            own = {**base, "kind": {"$in": CHECKPOINT_KINDS}}
-            for batch in in_batches(sorted(r.ids)):
-                ops.append(UpdateMany({**own, "ref": {"$in": batch}}, update))
-            for low, high in r.ranges:
-                ops.append(UpdateMany({**own, "ref": {"$gte": low, "$lte": high}}, update))
-            for batch in in_batches(sorted(r.blobs)):
-                ops.append(UpdateMany({**base, "kind": KIND_BLOB, "ref": {"$in": batch}}, update))
-            # elements: only those with less than one ttl left, to ELEMENT_TTL_FACTOR ttl
-            stale = {"expires_at": {"$lt": expires_at}}
-            refresh_elements = {"$set": {"expires_at": element_expires_at}}
-            if r.all_elements:
-                every = {"$gte": ELEMENT_PREFIX, "$lt": ELEMENT_PREFIX[:-1] + ";"}
-                clauses = [{**base, "kind": KIND_BLOB, "ref": every}]
-            else:
-                clauses = element_clauses(r.thread_id, r.ns, r.elements)
-            if clauses:
-                ops.append(
-                    UpdateMany(conjunction([disjunction(clauses) or {}, stale]), refresh_elements)
-                )
-        return ops
-
-    @staticmethod
-    def _delta_refresh(refresh: Refresh, delta: DeltaMap, upper: str) -> None:
-        if not delta:
-            return
-        refresh.ranges.append((min(cid for cid, _ in delta.values()), upper))
-        refresh.blobs.update(blob_ref(ch, v) for ch, (_, v) in delta.items() if v is not None)
-
     def _apply_refresh(self, refreshes: list[Refresh]) -> Op[None]:
-        ops = self._refresh_ops(refreshes, self._now())
+        ops = self.expiry.refresh_ops(refreshes, self._now())
         if ops:
             yield Command(self.payloads, "bulk_write", (ops,), {"ordered": False})
 
     def _refresh_loaded(
         self, items: list[Loaded], heads: dict[tuple[str, str, str], Head]
     ) -> Op[None]:
-        groups: dict[tuple[str, str], Refresh] = {}
-        for item in items:
-            rec = item.record
-            refresh = groups.setdefault((rec.thread_id, rec.ns), Refresh(rec.thread_id, rec.ns))
-            refresh.ids.add(rec.checkpoint_id)
-            refresh.blobs.update(
-                blob_ref(ch, rec.versions[ch]) for ch in rec.present if ch in rec.versions
-            )
-            head = heads.get((rec.thread_id, rec.ns, rec.checkpoint_id))
-            if head is not None:
-                self._delta_refresh(refresh, head.delta, rec.checkpoint_id)
-                for _version, runs in head.lists.values():
-                    refresh.elements += runs
-        yield from self._apply_refresh(list(groups.values()))
+        yield from self._apply_refresh(loaded_refreshes(items, heads))
 
     # -- port: schema --------------------------------------------------------------
 
@@ -591,56 +339,10 @@ class MongoDBCheckpointPort(CheckpointPort):
                 "this MongoDB-compatible server has no TTL indexes: expired checkpoints are"
                 " hidden from reads but stay stored until purge_expired() removes them"
             )
-        yield from self._migrate()
-
-    def _migrate(self) -> Op[None]:
-        """Rewrite what format 1 (graphkeep 0.1.x) stored: its checkpoints, kept in
-        ``<prefix>_checkpoints``, move into the thread collection (then that collection is
-        dropped), and its payload documents (long ``_id``, named fields) are rewritten in
-        the format-2 layout. Idempotent and resumable: each new document is written before
-        its old one is deleted, and the two never collide in the unique index (a format-2
-        head has no ``part``, a tail's ``part`` is ``<gen>/<n>``, not ``<gen>:<n>``), so a
-        reader finds the payload under either layout meanwhile. Stop 0.1.x writers
-        first: what they write after this is not read."""
-        # payload documents (the ones with a ``data`` field) in place, then checkpoints
-        moved = yield from self._rewrite(
-            self.payloads, {"data": {"$exists": True}}, upgrade_payload
-        )
-        found = yield Command(None, "list_collection_names", (), {"filter": {"name": self.legacy}})
-        if found:
-            moved += yield from self._rewrite(self.legacy, {}, upgrade_checkpoint)
-            yield Command(None, "drop_collection", (self.legacy,))
+        moved = yield from migrate(self.payloads, self.legacy, self.upserts.key)
         if moved:
             self.heads = HeadCache(self.heads.size)
             log.info("rewrote %d format-1 documents of %s in format %d", moved, self.prefix, FORMAT)
-
-    def _rewrite(
-        self,
-        source: str,
-        match: dict[str, Any],
-        upgrade: Callable[[Mapping[str, Any]], dict[str, Any]],
-    ) -> Op[int]:
-        """Format-1 documents of ``source`` matching ``match``, rewritten into the payloads
-        collection: new document first, then the old one deleted, in ``_id`` order (an
-        index walk on MongoDB, never a rescan), so an interrupted run resumes."""
-        moved = 0
-        last: Any = None
-        while True:
-            query = dict(match) if last is None else {**match, "_id": {"$gt": last}}
-            docs = yield Command(
-                source, "find", (query,), {"sort": [("_id", 1)], "limit": MIGRATE_BATCH}
-            )
-            if not docs:
-                return moved
-            ops = [
-                ReplaceOne(self._key({"_id": u["_id"]}, u["thread_id"]), u, upsert=True)
-                for u in map(upgrade, docs)
-            ]
-            yield Command(self.payloads, "bulk_write", (ops,), {"ordered": False})
-            ids = [d["_id"] for d in docs]
-            yield Command(source, "delete_many", ({"_id": {"$in": ids}},))
-            moved += len(docs)
-            last = ids[-1]
 
     # -- port: writes --------------------------------------------------------------
 
@@ -649,16 +351,16 @@ class MongoDBCheckpointPort(CheckpointPort):
         refreshes, then the checkpoint document last. An ordered batch stops at its
         first error, so no reader ever finds the checkpoint without its values."""
         now = self._now()
-        expires_at = self._expiry(now)
-        element_expires_at = self._element_expiry(now)
+        expires_at = self.expiry.documents(now)
+        element_expires_at = self.expiry.elements(now)
         t, ns, cid = record.thread_id, record.ns, record.checkpoint_id
         ops: list[Any] = []
         written: dict[str, Typed] = {}
         for blob in blobs:
             if blob.channel == ELEMENT_CHANNEL:
-                ops += self._blob_ops(t, ns, blob, element_expires_at)
+                ops += self.upserts.blob(t, ns, blob, element_expires_at)
             else:
-                ops += self._blob_ops(t, ns, blob, expires_at)
+                ops += self.upserts.blob(t, ns, blob, expires_at)
                 written[blob.channel] = blob.value
         lists, complete = self._lists_for(record, written)
         delta: DeltaMap = {}
@@ -671,15 +373,15 @@ class MongoDBCheckpointPort(CheckpointPort):
                 if ch not in written and ch in record.versions
             )
             if record.parent_id:
-                self._delta_refresh(refresh, delta, record.parent_id)
+                refresh.add_delta(delta, record.parent_id)
             for _version, runs in lists.values():
                 refresh.elements += runs
             refresh.all_elements = not complete  # unknown lists: refresh every element
-            ops += self._refresh_ops([refresh], now)
-        doc, chunked = self._checkpoint_doc(record, expires_at, delta, lists)
+            ops += self.expiry.refresh_ops([refresh], now)
+        doc, chunked = self.upserts.checkpoint_doc(record, expires_at, delta, lists)
         if chunked is not None:
-            ops += self._chunked_checkpoint_ops(t, ns, cid, chunked, expires_at)
-        ops.append(ReplaceOne(self._checkpoint_key(t, ns, cid), doc, upsert=True))
+            ops += self.upserts.chunked_checkpoint(t, ns, cid, chunked, expires_at)
+        ops.append(ReplaceOne(self.upserts.checkpoint_key(t, ns, cid), doc, upsert=True))
         yield Command(self.payloads, "bulk_write", (ops,), {"ordered": True})
         summary = Summary(
             ns,
@@ -731,7 +433,7 @@ class MongoDBCheckpointPort(CheckpointPort):
         t, ns = record.thread_id, record.ns
         parent = self.heads.get((t, ns, record.parent_id))
         if parent is None:
-            docs = yield self._find(
+            docs = yield find(
                 self.payloads,
                 {"thread_id": t, "ns": ns, "kind": KIND_CP, "ref": record.parent_id},
                 projection=SUMMARY_FIELDS,
@@ -754,9 +456,10 @@ class MongoDBCheckpointPort(CheckpointPort):
             else:
                 unknown.append(ch)
         if unknown:  # the parent was written without bookkeeping: walk its ancestors once
-            summaries = _Summaries()
-            ancestors, seeds = yield from self._walk(t, ns, p.parent_id, unknown, summaries, now)
-            floor = ancestors[-1].checkpoint_id if ancestors else p.checkpoint_id
+            found, seeds = yield from read_ancestors(
+                self.payloads, t, ns, p.parent_id, unknown, HeadPages(), now
+            )
+            floor = found[-1].checkpoint_id if found else p.checkpoint_id
             for ch in unknown:
                 delta[ch] = seeds.get(ch, (floor, None))
         return delta
@@ -764,10 +467,12 @@ class MongoDBCheckpointPort(CheckpointPort):
     def put_writes(
         self, thread_id: str, ns: str, checkpoint_id: str, writes: list[WriteRecord]
     ) -> Op[None]:
-        expires_at = self._expiry(self._now())
+        expires_at = self.expiry.documents(self._now())
         ops: list[Any] = []
         for w in writes:
-            ops += self._write_ops(thread_id, ns, checkpoint_id, w, expires_at, overwrite=w.special)
+            ops += self.upserts.write(
+                thread_id, ns, checkpoint_id, w, expires_at, overwrite=w.special
+            )
         yield Command(self.payloads, "bulk_write", (ops,), {"ordered": False})
 
     # -- port: reads ---------------------------------------------------------------
@@ -777,7 +482,7 @@ class MongoDBCheckpointPort(CheckpointPort):
         match: dict[str, Any] = {"thread_id": thread_id, "ns": ns, "kind": KIND_CP}
         if checkpoint_id is not None:
             match["ref"] = checkpoint_id
-        docs = yield self._find(
+        docs = yield find(
             self.payloads,
             conjunction([match, live(now)]),
             sort=[("ref", -1)],
@@ -817,16 +522,14 @@ class MongoDBCheckpointPort(CheckpointPort):
                     {"thread_id": t, "ns": ns, "kind": KIND_BLOB, "ref": {"$in": sorted(refs)}}
                 )
             clauses += element_clauses(t, ns, runs)
-        found = yield self._find(
-            self.payloads, conjunction([disjunction(clauses) or {}, live(now)])
-        )
+        found = yield find(self.payloads, conjunction([disjunction(clauses) or {}, live(now)]))
         writes: dict[tuple[str, str, str], list[WriteRecord]] = {}
         blobs: dict[tuple[str, str, str], Typed] = {}
         elements: dict[tuple[str, str], dict[str, Typed]] = {}
         chunks: dict[tuple[str, str, str], bytes] = {}
-        for t, ns, kind, ref, head, data in _payloads(found):
+        for t, ns, kind, ref, head, data in complete_payloads(found):
             if kind == KIND_WRITE:
-                writes.setdefault((t, ns, ref), []).append(_write(head, data))
+                writes.setdefault((t, ns, ref), []).append(write_record(head, data))
             elif kind == KIND_BLOB:
                 element = element_key_of(ref)
                 if element is None:
@@ -839,7 +542,7 @@ class MongoDBCheckpointPort(CheckpointPort):
         heads: dict[tuple[str, str, str], Head] = {}
         for doc in docs:
             key = (doc["thread_id"], doc["ns"], doc["ref"])
-            record = _record(doc, chunks.get(key))
+            record = checkpoint_record(doc, chunks.get(key))
             if record is None:
                 continue
             values = {}
@@ -892,12 +595,12 @@ class MongoDBCheckpointPort(CheckpointPort):
                 clauses.append(
                     {"thread_id": thread_id, "ns": ns, "kind": KIND_BLOB, "ref": {"$in": batch}}
                 )
-        found = yield self._find(
+        found = yield find(
             self.payloads, conjunction([disjunction(clauses) or {}, live(self._now())])
         )
         wanted = set(keys)
         got: dict[tuple[str, str, str], Typed] = {}
-        for _t, ns, kind, ref, head, data in _payloads(found):
+        for _t, ns, kind, ref, head, data in complete_payloads(found):
             if kind != KIND_BLOB:
                 continue
             key = (ns, *parse_blob_ref(ref))
@@ -926,7 +629,7 @@ class MongoDBCheckpointPort(CheckpointPort):
             clauses.append({"ref": {"$lt": query.before}})
         if cursor is not None:
             clauses.append(keyset_after(keys, cursor))
-        docs = yield self._find(
+        docs = yield find(
             self.payloads,
             conjunction(clauses),
             sort=[(k, -1) for k in keys],
@@ -945,7 +648,7 @@ class MongoDBCheckpointPort(CheckpointPort):
         match: dict[str, Any] = {"thread_id": thread_id, "ns": ns, "kind": KIND_CP}
         if checkpoint_id is not None:
             match["ref"] = {"$lte": checkpoint_id}
-        docs = yield self._find(
+        docs = yield find(
             self.payloads,
             conjunction([match, live(now)]),
             projection=SUMMARY_FIELDS,
@@ -956,10 +659,10 @@ class MongoDBCheckpointPort(CheckpointPort):
             return Chain(None, [], {}, {})
         target = head_of(docs[0])
         target_id = target.summary.checkpoint_id
-        summaries = _Summaries()
-        summaries.add_page(target_id, docs, full=len(docs) == CHAIN_PAGE + 1)
-        ancestors, seeds = yield from self._walk(
-            thread_id, ns, target.summary.parent_id, channels, summaries, now
+        pages = HeadPages()
+        pages.add_page(target_id, docs, full=len(docs) == CHAIN_PAGE + 1)
+        ancestors, seeds = yield from read_ancestors(
+            self.payloads, thread_id, ns, target.summary.parent_id, channels, pages, now
         )
         if not ancestors:
             return Chain(target_id, [], {}, {})
@@ -977,14 +680,12 @@ class MongoDBCheckpointPort(CheckpointPort):
             clauses.append(
                 {"thread_id": thread_id, "ns": ns, "kind": KIND_BLOB, "ref": {"$in": seed_refs}}
             )
-        found = yield self._find(
-            self.payloads, conjunction([disjunction(clauses) or {}, live(now)])
-        )
+        found = yield find(self.payloads, conjunction([disjunction(clauses) or {}, live(now)]))
         writes: dict[str, list[WriteRecord]] = {}
         blobs: dict[tuple[str, str], Typed] = {}
-        for _t, _ns, kind, ref, head, data in _payloads(found):
+        for _t, _ns, kind, ref, head, data in complete_payloads(found):
             if kind == KIND_WRITE:
-                writes.setdefault(ref, []).append(_write(head, data))
+                writes.setdefault(ref, []).append(write_record(head, data))
             elif kind == KIND_BLOB:
                 blobs[parse_blob_ref(ref)] = Typed(payload_type(head), data)
         if self.refresh_on_read:
@@ -992,62 +693,6 @@ class MongoDBCheckpointPort(CheckpointPort):
             refresh.blobs.update(seed_refs)
             yield from self._apply_refresh([refresh])
         return Chain(target_id, ancestors, writes, blobs)
-
-    def _walk(
-        self,
-        thread_id: str,
-        ns: str,
-        start: str | None,
-        channels: Iterable[str],
-        summaries: _Summaries,
-        now: datetime,
-    ) -> Op[tuple[list[Summary], dict[str, tuple[str, str | None]]]]:
-        """Ancestors from ``start`` (inclusive) rootward until each channel has a stored value.
-
-        Returns them with channel -> (seed checkpoint id, seed version). Summaries are
-        read in pages of CHAIN_PAGE (ids <= the missing one, newest first), so a chain
-        of up to CHAIN_PAGE ancestors costs at most one more query.
-        """
-        remaining = set(channels)
-        ancestors: list[Summary] = []
-        seeds: dict[str, tuple[str, str | None]] = {}
-        seen: set[str] = set()
-        cid = start
-        while cid and remaining and cid not in seen:
-            seen.add(cid)
-            head = summaries.get(cid)
-            if head is None:
-                if summaries.covers(cid):
-                    break
-                docs = yield self._find(
-                    self.payloads,
-                    conjunction(
-                        [
-                            {
-                                "thread_id": thread_id,
-                                "ns": ns,
-                                "kind": KIND_CP,
-                                "ref": {"$lte": cid},
-                            },
-                            live(now),
-                        ]
-                    ),
-                    projection=SUMMARY_FIELDS,
-                    sort=[("ref", -1)],
-                    limit=CHAIN_PAGE,
-                )
-                summaries.add_page(cid, docs, full=len(docs) == CHAIN_PAGE)
-                head = summaries.get(cid)
-                if head is None:
-                    break
-            s = head.summary
-            ancestors.append(s)
-            for ch in s.present:
-                if ch in remaining and ch in s.versions:
-                    seeds[ch] = (s.checkpoint_id, s.versions[ch])
-                    remaining.discard(ch)
-            cid = s.parent_id
-        return ancestors, seeds
 
     # -- port: deletion, copy, admin -----------------------------------------------
 
@@ -1061,7 +706,7 @@ class MongoDBCheckpointPort(CheckpointPort):
         yield Command(self.payloads, "bulk_write", (ops,), {"ordered": True})
 
     def inventory(self, thread_id: str) -> Op[Inventory]:
-        found = yield self._find(
+        found = yield find(
             self.payloads,
             {"thread_id": thread_id},
             projection={**SUMMARY_FIELDS, "kind": 1},
@@ -1115,7 +760,7 @@ class MongoDBCheckpointPort(CheckpointPort):
     def find_runs(self, run_ids: list[str]) -> Op[dict[str, list[tuple[str, str]]]]:
         found: dict[str, list[tuple[str, str]]] = {}
         for batch in in_batches([str(r) for r in run_ids]):
-            docs = yield self._find(
+            docs = yield find(
                 self.payloads,
                 {"run_id": {"$in": batch}, "kind": KIND_CP},
                 projection={"_id": 0, "thread_id": 1, "ns": 1, "ref": 1},
@@ -1125,35 +770,36 @@ class MongoDBCheckpointPort(CheckpointPort):
         return found
 
     def export_thread(self, thread_id: str) -> Op[ThreadDump]:
-        found = yield self._find(self.payloads, {"thread_id": thread_id})
+        found = yield find(self.payloads, {"thread_id": thread_id})
         dump = ThreadDump([], [], [])
         docs = [d for d in found if d["kind"] == KIND_CP]
         chunks: dict[tuple[str, str], bytes] = {}
-        for _t, ns, kind, ref, head, data in _payloads(d for d in found if d["kind"] != KIND_CP):
+        payloads = complete_payloads(d for d in found if d["kind"] != KIND_CP)
+        for _t, ns, kind, ref, head, data in payloads:
             if kind == KIND_WRITE:
-                dump.writes.append((ns, ref, _write(head, data)))
+                dump.writes.append((ns, ref, write_record(head, data)))
             elif kind == KIND_BLOB:
                 value = Typed(payload_type(head), data)
                 dump.blobs.append((ns, BlobRecord(*parse_blob_ref(ref), value)))
             elif kind == KIND_CHECKPOINT:
                 chunks[(ns, ref)] = data
         for doc in docs:
-            record = _record(doc, chunks.get((doc["ns"], doc["ref"])))
+            record = checkpoint_record(doc, chunks.get((doc["ns"], doc["ref"])))
             if record is not None:
                 dump.checkpoints.append(record)
         return dump
 
     def import_thread(self, thread_id: str, dump: ThreadDump) -> Op[None]:
         now = self._now()
-        expires_at = self._expiry(now)
+        expires_at = self.expiry.documents(now)
         ops: list[Any] = []
         for ns, blob in dump.blobs:
             elements = blob.channel == ELEMENT_CHANNEL
-            ops += self._blob_ops(
-                thread_id, ns, blob, self._element_expiry(now) if elements else expires_at
+            ops += self.upserts.blob(
+                thread_id, ns, blob, self.expiry.elements(now) if elements else expires_at
             )
         for ns, cid, w in dump.writes:
-            ops += self._write_ops(thread_id, ns, cid, w, expires_at, overwrite=True)
+            ops += self.upserts.write(thread_id, ns, cid, w, expires_at, overwrite=True)
         manifests = {
             (ns, blob.channel, blob.version): blob.value
             for ns, blob in dump.blobs
@@ -1168,12 +814,12 @@ class MongoDBCheckpointPort(CheckpointPort):
                 manifest = manifests.get((record.ns, ch, version))
                 if manifest is not None:
                     lists[ch] = (version, manifest_runs(manifest))
-            doc, chunked = self._checkpoint_doc(record, expires_at, {}, lists)
+            doc, chunked = self.upserts.checkpoint_doc(record, expires_at, {}, lists)
             if chunked is not None:
-                ops += self._chunked_checkpoint_ops(
+                ops += self.upserts.chunked_checkpoint(
                     thread_id, record.ns, record.checkpoint_id, chunked, expires_at
                 )
-            key = self._checkpoint_key(thread_id, record.ns, record.checkpoint_id)
+            key = self.upserts.checkpoint_key(thread_id, record.ns, record.checkpoint_id)
             checkpoint_ops.append(ReplaceOne(key, doc, upsert=True))
         if ops or checkpoint_ops:
             # values first, the checkpoints last, in one ordered command
@@ -1213,9 +859,7 @@ class MongoDBCheckpointPort(CheckpointPort):
         match["kind"] = KIND_CP
         if above is not None:
             match["ref"] = {"$gt": above}
-        docs = yield self._find(
-            self.payloads, match, projection=COMMIT_FIELDS, sort=sort, limit=limit
-        )
+        docs = yield find(self.payloads, match, projection=COMMIT_FIELDS, sort=sort, limit=limit)
         return [(doc["ns"], doc["ref"]) for doc in docs]
 
     def newest_commit(self, thread_id: str, ns: str | None) -> Op[str | None]:
@@ -1225,53 +869,21 @@ class MongoDBCheckpointPort(CheckpointPort):
         if ns is not None:
             match["ns"] = ns
         match["kind"] = KIND_CP
-        docs = yield self._find(
+        docs = yield find(
             self.payloads, match, projection=COMMIT_FIELDS, sort=[("ref", -1)], limit=1
         )
         return str(docs[0]["ref"]) if docs else None
 
-    # -- port: per-thread lease ----------------------------------------------------
-    # One document per held thread in ``<prefix>_locks`` (``_id`` = thread id), apart
-    # from the thread's data so delete_thread or a TTL refresh never touches a lease.
-    # Expiry uses the client's clock (no server-side clock in plain update documents
-    # on every wire-compatible server): keep worker clocks in sync well within ``ttl``.
+    # -- port: per-thread lease (:mod:`.locks`) ------------------------------------
 
     def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
-        now = self._now()
-        try:
-            yield Command(
-                self.locks,
-                "update_one",
-                (
-                    # free, expired, or already ours (a retry after a lost reply)
-                    {
-                        "_id": thread_id,
-                        "$or": [{"expires_at": {"$lte": now}}, {"token": {"$eq": token}}],
-                    },
-                    {"$set": {"token": token, "expires_at": now + timedelta(milliseconds=ttl_ms)}},
-                ),
-                {"upsert": True},
-                retry_conflicts=False,
-            )
-        except DuplicateKeyError:
-            return False  # a live lease exists: the upsert's insert collided with it
-        return True
+        return (yield from acquire_lease(self.locks, thread_id, token, ttl_ms, self._now()))
 
     def release_lock(self, thread_id: str, token: str) -> Op[bool]:
-        result = yield Command(self.locks, "delete_one", ({"_id": thread_id, "token": token},))
-        return bool(result.deleted_count)
+        return (yield from release_lease(self.locks, thread_id, token))
 
     def extend_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
-        now = self._now()
-        result = yield Command(
-            self.locks,
-            "update_one",
-            (
-                {"_id": thread_id, "token": token, "expires_at": {"$gt": now}},
-                {"$set": {"expires_at": now + timedelta(milliseconds=ttl_ms)}},
-            ),
-        )
-        return bool(result.matched_count)
+        return (yield from extend_lease(self.locks, thread_id, token, ttl_ms, self._now()))
 
     def purge_expired(self) -> Op[int]:
         """Delete expired documents now (for servers without a TTL monitor)."""
@@ -1284,51 +896,124 @@ class MongoDBCheckpointPort(CheckpointPort):
         return deleted + int(locks.deleted_count)
 
 
-def _payloads(
-    found: Iterable[Mapping[str, Any]],
-) -> Iterator[tuple[str, str, str, str, Mapping[str, Any], bytes]]:
-    """(thread, ns, kind, ref, head document, payload bytes) of each complete payload;
-    chunks are reassembled, a payload still being written is left out."""
-    for (t, ns, kind, ref, _sub), group in group_payloads(found).items():
-        assembled = assemble(group)
-        if assembled is not None:
-            yield t, ns, kind, ref, assembled[0], assembled[1]
+# -- the savers -------------------------------------------------------------------------
 
 
-def _write(head: Mapping[str, Any], data: bytes) -> WriteRecord:
-    if "y" in head:  # format 2: task id and index are in ``sub``
-        task_id, idx = parse_write_sub(head["sub"])
-        task_path = head.get("p", "")
-    else:
-        task_id, idx, task_path = head["task_id"], int(head["idx"]), head.get("task_path", "")
-    return WriteRecord(
-        task_id=task_id,
-        idx=idx,
-        channel=head["channel"],
-        task_path=task_path,
-        value=Typed(payload_type(head), data),
+def _port(options: dict[str, Any]) -> tuple[MongoDBCheckpointPort, dict[str, Any]]:
+    """The port the saver options describe, and the options left for the saver contract."""
+    port = MongoDBCheckpointPort(
+        key_prefix=options.pop("key_prefix", "graphkeep"),
+        ttl=ttl_seconds(options.pop("ttl", None)),
+        refresh_ttl_on_read=bool(options.pop("refresh_ttl_on_read", False)),
+        **({"chunk_size": options.pop("chunk_size")} if "chunk_size" in options else {}),
+        sharded=options.pop("sharded", False),
     )
+    return port, options
 
 
-def _record(doc: Mapping[str, Any], chunked: bytes | None) -> CheckpointRecord | None:
-    heading = heading_of(doc)
-    packed = chunked if heading.chunked else checkpoint_payload(doc)
-    if packed is None:
-        return None  # payload not (fully) written: treat as absent
-    ctag, cdata, mtag, mdata = codec.unpackb(packed)
-    metadata_doc: dict[str, Any] = dict(doc.get("metadata_doc") or {})
-    for key in doc.get("metadata_opaque") or []:
-        metadata_doc[key] = OPAQUE  # re-marked opaque if this record is stored again
-    return CheckpointRecord(
-        thread_id=doc["thread_id"],
-        ns=doc["ns"],
-        checkpoint_id=doc["ref"],
-        parent_id=heading.parent_id,
-        versions=heading.versions,
-        present=heading.present,
-        needs_history=heading.needs_history,
-        run_id=doc.get("run_id"),
-        checkpoint=Typed(ctag, bytes(cdata)),
-        metadata=Typed(mtag, bytes(mdata)),
-        metadata_doc=metadata_doc,
-    )
+class _Schema:
+    """``Saver.schema()`` -> the index specs; on an instance, for its own ``key_prefix``."""
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Callable[..., list[dict[str, Any]]]:
+        if obj is None:
+
+            def for_prefix(key_prefix: str = "graphkeep") -> list[dict[str, Any]]:
+                return index_specs(key_prefix)
+
+            return for_prefix
+        port: MongoDBCheckpointPort = obj.port
+
+        def for_saver() -> list[dict[str, Any]]:
+            return port.schema()
+
+        return for_saver
+
+
+class _MongoSaverMixin:
+    """What both MongoDB savers add to the shared contract."""
+
+    #: ``MongoDBSaver.schema(key_prefix="graphkeep")`` or ``saver.schema()``: index specs
+    schema = _Schema()
+    port: Any
+
+    if TYPE_CHECKING:  # provided by SyncSaver / AsyncSaver
+
+        def _call(self, op: Any) -> Any: ...
+
+        async def _acall(self, op: Any) -> Any: ...
+
+    def purge_expired(self) -> int:
+        """Delete expired documents now (servers without TTL indexes); returns the count."""
+        return int(self._call(cast(MongoDBCheckpointPort, self.port).purge_expired()))
+
+    async def apurge_expired(self) -> int:
+        return int(await self._acall(cast(MongoDBCheckpointPort, self.port).purge_expired()))
+
+
+class MongoDBSaver(_MongoSaverMixin, SyncSaver):
+    """Sync saver on a ``pymongo.MongoClient``.
+
+    Options: ``db_name`` (default ``"graphkeep"``), ``serde``, ``ttl`` (seconds or
+    timedelta, sliding per thread), ``refresh_ttl_on_read``, ``key_prefix`` (default
+    ``"graphkeep"``: collections ``<prefix>_payloads`` and ``<prefix>_locks``),
+    ``chunk_size`` (default 8 MiB), ``max_id_bytes`` (default 1024), ``sharded``
+    (default False; True when the collections are sharded on ``thread_id``). ``where``
+    names the server in errors (default: the client's hosts).
+    """
+
+    def __init__(
+        self, client: Any, db_name: str = DEFAULT_DB, *, where: str | None = None, **options: Any
+    ) -> None:
+        if not isinstance(client, pymongo.MongoClient):
+            raise ConfigurationError(
+                f"MongoDBSaver needs a pymongo.MongoClient, got {type(client).__name__};"
+                " use AsyncMongoDBSaver with pymongo.AsyncMongoClient (motor is not supported)"
+            )
+        port, rest = _port(dict(options))
+        self.client = client
+        self.db = client[check_db_name(db_name)]
+        super().__init__(port, sync_executor(self.db, where or describe(client)), **rest)
+
+    @classmethod
+    @contextmanager
+    def from_url(
+        cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
+    ) -> Iterator[MongoDBSaver]:
+        name = check_db_name(db_name) if db_name is not None else database_from_url(url)
+
+        def build(client: Any) -> MongoDBSaver:
+            return cls(client, db_name=name, where=mask_url(url), **options)
+
+        with opened(sync_client(url), build, setup) as saver:
+            yield saver
+
+
+class AsyncMongoDBSaver(_MongoSaverMixin, AsyncSaver):
+    """Asyncio saver on PyMongo's native ``pymongo.AsyncMongoClient`` (same options)."""
+
+    def __init__(
+        self, client: Any, db_name: str = DEFAULT_DB, *, where: str | None = None, **options: Any
+    ) -> None:
+        if not isinstance(client, pymongo.AsyncMongoClient):
+            raise ConfigurationError(
+                f"AsyncMongoDBSaver needs a pymongo.AsyncMongoClient, got"
+                f" {type(client).__name__}; use MongoDBSaver with pymongo.MongoClient"
+                " (motor is not supported)"
+            )
+        port, rest = _port(dict(options))
+        self.client = client
+        self.db = client[check_db_name(db_name)]
+        super().__init__(port, async_executor(self.db, where or describe(client)), **rest)
+
+    @classmethod
+    @asynccontextmanager
+    async def from_url(
+        cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
+    ) -> AsyncIterator[AsyncMongoDBSaver]:
+        name = check_db_name(db_name) if db_name is not None else database_from_url(url)
+
+        def build(client: Any) -> AsyncMongoDBSaver:
+            return cls(client, db_name=name, where=mask_url(url), **options)
+
+        async with aopened(async_client(url), build, setup) as saver:
+            yield saver

@@ -1,9 +1,9 @@
-"""Pure document and query builders for the MongoDB backend (no I/O, no client).
+"""What the saver's documents and filters look like, and how they read back (no I/O).
 
-Everything that decides what a document or a filter looks like lives here so it
-can be unit-tested without a server: identity encodings, payload chunking and
-re-assembly, the queryable metadata copy, the server-side filter pushdown and
-the index specs.
+Pure builders and decoders, testable without a server: identity encodings, payload
+chunking and re-assembly into records, list element ranges, the queryable metadata
+copy and the server-side filter pushdown. The indexes are in :mod:`.schema`, the
+format-1 rewrite in :mod:`.migrate`; see docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 import bson
 
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, element_key, split_key
+from graphkeep.checkpoint.records import CheckpointRecord, Typed, WriteRecord
 from graphkeep.errors import ConfigurationError
 from graphkeep.port import codec
 
@@ -68,7 +69,7 @@ class Opaque:
 OPAQUE = Opaque()
 
 
-# -- collection names ------------------------------------------------------------------
+# -- names ------------------------------------------------------------------------
 
 
 def check_prefix(prefix: Any) -> str:
@@ -234,68 +235,6 @@ def checkpoint_payload(doc: Mapping[str, Any]) -> bytes | None:
     )
 
 
-#: fields of a format-1 checkpoint document that format 2 packs into ``s`` and ``d``
-_FORMAT_1_CP_FIELDS = (
-    "checkpoint_id",
-    "sub",
-    "part",
-    "format",
-    "parent_id",
-    "versions",
-    "present",
-    "needs_history",
-    "delta",
-    "lists",
-    "chunked",
-    "checkpoint",
-    "checkpoint_type",
-    "metadata",
-    "metadata_type",
-)
-
-
-def upgrade_checkpoint(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """A format-1 checkpoint document (``<prefix>_checkpoints``) as a format-2 one (its
-    ``_id`` included)."""
-    ref = doc["checkpoint_id"] if "checkpoint_id" in doc else doc["ref"]
-    new = {k: v for k, v in doc.items() if k not in _FORMAT_1_CP_FIELDS}
-    new.update(
-        _id=checkpoint_id_key(doc["thread_id"], doc["ns"], ref),
-        kind=KIND_CP,
-        ref=ref,
-        s=pack_heading(heading_of(doc)),
-    )
-    payload = checkpoint_payload(doc)
-    if payload is not None:
-        new["d"] = payload
-    return new
-
-
-def upgrade_payload(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """A format-1 payload document (long ``_id``, named fields) as a format-2 one."""
-    t, ns, kind, ref = doc["thread_id"], doc["ns"], doc["kind"], doc["ref"]
-    sub, part = doc.get("sub") or "", doc.get("part") or ""
-    new: dict[str, Any] = identity(t, ns, kind, ref, sub)
-    if "expires_at" in doc:
-        new["expires_at"] = doc["expires_at"]
-    if kind == KIND_WRITE:
-        new["channel"] = doc["channel"]
-        if doc.get("task_path"):
-            new["p"] = doc["task_path"]
-    if part:
-        gen, _, n = part.rpartition(":")
-        part = tail_part(gen, int(n))
-        new["part"] = part
-    else:
-        new["y"] = doc["type"]
-        if int(doc.get("count", 1)) > 1:
-            new["n"], new["g"] = int(doc["count"]), doc["gen"]
-    if doc.get("data"):
-        new["d"] = doc["data"]
-    new["_id"] = payload_id(t, ns, kind, ref, sub, part)
-    return new
-
-
 # -- list elements -----------------------------------------------------------------------
 
 #: ``ref`` of every element blob starts with this; keys are fixed-width after it
@@ -347,6 +286,17 @@ def run_clauses(runs: Iterable[Run]) -> list[dict[str, Any]]:
     for batch in in_batches(single):
         clauses.append({"$in": batch})
     return clauses
+
+
+def element_clauses(thread_id: str, ns: str, runs: list[Run]) -> list[dict[str, Any]]:
+    """Filters (each index-backed alone) selecting the element blobs of ``runs``."""
+    base = {"thread_id": thread_id, "ns": ns, "kind": KIND_BLOB}
+    return [{**base, "ref": clause} for clause in run_clauses(merge_runs(runs))]
+
+
+def element_key_of(ref: str) -> str | None:
+    """The element key of a blob ``ref``, or None when it is not an element."""
+    return ref[len(ELEMENT_PREFIX) :] if ref.startswith(ELEMENT_PREFIX) else None
 
 
 # -- payload chunking ------------------------------------------------------------------
@@ -446,6 +396,59 @@ def assemble(docs: list[Mapping[str, Any]]) -> tuple[Mapping[str, Any], bytes] |
             return None
         pieces.append(bytes(piece))
     return head, b"".join(pieces)
+
+
+def complete_payloads(
+    found: Iterable[Mapping[str, Any]],
+) -> Iterator[tuple[str, str, str, str, Mapping[str, Any], bytes]]:
+    """(thread, ns, kind, ref, head document, payload bytes) of each complete payload;
+    chunks are reassembled, a payload still being written is left out."""
+    for (t, ns, kind, ref, _sub), group in group_payloads(found).items():
+        assembled = assemble(group)
+        if assembled is not None:
+            yield t, ns, kind, ref, assembled[0], assembled[1]
+
+
+def write_record(head: Mapping[str, Any], data: bytes) -> WriteRecord:
+    """The pending write a payload head (format 2 or 1) and its bytes hold."""
+    if "y" in head:  # format 2: task id and index are in ``sub``
+        task_id, idx = parse_write_sub(head["sub"])
+        task_path = head.get("p", "")
+    else:
+        task_id, idx, task_path = head["task_id"], int(head["idx"]), head.get("task_path", "")
+    return WriteRecord(
+        task_id=task_id,
+        idx=idx,
+        channel=head["channel"],
+        task_path=task_path,
+        value=Typed(payload_type(head), data),
+    )
+
+
+def checkpoint_record(doc: Mapping[str, Any], chunked: bytes | None) -> CheckpointRecord | None:
+    """The record of a checkpoint document (``chunked``: its payload when stored apart),
+    None while its payload is not fully written."""
+    heading = heading_of(doc)
+    packed = chunked if heading.chunked else checkpoint_payload(doc)
+    if packed is None:
+        return None  # payload not (fully) written: treat as absent
+    ctag, cdata, mtag, mdata = codec.unpackb(packed)
+    metadata_doc: dict[str, Any] = dict(doc.get("metadata_doc") or {})
+    for key in doc.get("metadata_opaque") or []:
+        metadata_doc[key] = OPAQUE  # re-marked opaque if this record is stored again
+    return CheckpointRecord(
+        thread_id=doc["thread_id"],
+        ns=doc["ns"],
+        checkpoint_id=doc["ref"],
+        parent_id=heading.parent_id,
+        versions=heading.versions,
+        present=heading.present,
+        needs_history=heading.needs_history,
+        run_id=doc.get("run_id"),
+        checkpoint=Typed(ctag, bytes(cdata)),
+        metadata=Typed(mtag, bytes(mdata)),
+        metadata_doc=metadata_doc,
+    )
 
 
 # -- metadata --------------------------------------------------------------------------
@@ -597,82 +600,3 @@ def keyset_after(keys: list[str], last: tuple[str, ...]) -> dict[str, Any]:
 
 def in_batches(values: list[str], size: int = 10_000) -> list[list[str]]:
     return [values[i : i + size] for i in range(0, len(values), size)] if values else []
-
-
-# -- schema ----------------------------------------------------------------------------
-
-
-def collection_names(prefix: str) -> tuple[str, str]:
-    """(thread documents, locks) collection names for ``prefix``."""
-    return f"{prefix}_payloads", f"{prefix}_locks"
-
-
-def legacy_checkpoints(prefix: str) -> str:
-    """Where format 1 (graphkeep 0.1.x) kept checkpoint documents; ``setup()`` empties it."""
-    return f"{prefix}_checkpoints"
-
-
-def index_specs(prefix: str = "graphkeep") -> list[dict[str, Any]]:
-    """Every index ``setup()`` creates, as plain dicts (print them, or create them yourself).
-
-    ``expires_at`` carries a TTL index (``expireAfterSeconds: 0``: the field holds the
-    absolute expiry). On a server without TTL indexes ``setup()`` creates the plain
-    ``gk_expires_at_plain`` index instead and expired documents are hidden from reads
-    until ``purge_expired()`` removes them.
-    """
-    payloads, locks = collection_names(check_prefix(prefix))
-    return [
-        {
-            # checkpoints (kind "cp", ref = checkpoint id), writes, blobs, elements, chunks
-            "collection": payloads,
-            "name": "gk_thread_ns_kind_ref",
-            "key": [["thread_id", 1], ["ns", 1], ["kind", 1], ["ref", 1], ["sub", 1], ["part", 1]],
-            "unique": True,
-        },
-        {
-            # only checkpoint documents carry run_id (delete_for_runs)
-            "collection": payloads,
-            "name": "gk_run_id",
-            "key": [["run_id", 1]],
-            "sparse": True,
-        },
-        {
-            "collection": payloads,
-            "name": "gk_expires_at",
-            "key": [["expires_at", 1]],
-            "expireAfterSeconds": 0,
-        },
-        {
-            "collection": locks,
-            "name": "gk_expires_at",
-            "key": [["expires_at", 1]],
-            "expireAfterSeconds": 0,
-        },
-    ]
-
-
-#: index options compared by ``setup()`` (absent = default)
-INDEX_OPTIONS = ("unique", "sparse", "expireAfterSeconds", "partialFilterExpression")
-
-
-def index_signature(spec: Mapping[str, Any]) -> tuple[Any, ...]:
-    """(key, options) of an index spec or of a ``listIndexes`` entry, for comparison."""
-    key = spec.get("key", [])
-    items = key.items() if isinstance(key, Mapping) else key
-    fields = tuple((str(k), _direction(v)) for k, v in items)
-    options = tuple((name, _option(name, spec.get(name))) for name in INDEX_OPTIONS)
-    return fields, options
-
-
-def _direction(value: Any) -> Any:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return int(value)
-    return value
-
-
-def _option(name: str, value: Any) -> Any:
-    if name in ("unique", "sparse"):
-        return bool(value)
-    if name == "expireAfterSeconds":
-        return None if value is None else int(value)
-    return value

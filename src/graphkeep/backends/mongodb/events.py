@@ -80,23 +80,25 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from graphkeep.backends.mongodb import (
+from graphkeep.backends.mongodb.client import (
     DEFAULT_DB,
-    _AsyncExecutor,
-    _describe,
-    _SyncExecutor,
     async_client,
+    async_executor,
     check_client,
     check_db_name,
     database_from_url,
+    describe,
     sync_client,
+    sync_executor,
 )
-from graphkeep.backends.mongodb.checkpoint import Command, ensure_indexes
 from graphkeep.backends.mongodb.documents import check_prefix, doc_id, live
+from graphkeep.backends.mongodb.requests import Command
+from graphkeep.backends.mongodb.schema import EVENTS_INDEXES, ensure_indexes
 from graphkeep.errors import InvalidInput, RunClosed, mask_url
 from graphkeep.events.log import AsyncEventLog, SyncEventLog
 from graphkeep.events.port import Retention, RunState, StoredEvent, check_sequence
 from graphkeep.port import Op, adrive, drive
+from graphkeep.port.factory import aopened, opened
 from graphkeep.port.lru import ThreadLRU
 
 try:
@@ -115,16 +117,6 @@ EVENTS_OPTIONS = frozenset({"db_name"})
 
 log = logging.getLogger("graphkeep.mongodb")
 
-RUN_SEQ_INDEX: dict[str, Any] = {
-    "name": "gk_run_seq",
-    "key": [["run", 1], ["seq", 1]],
-    "unique": True,
-}
-EXPIRY_INDEX: dict[str, Any] = {
-    "name": "gk_expires_at",
-    "key": [["expires_at", 1]],
-    "expireAfterSeconds": 0,
-}
 #: the meta document outlives its run's events by this many ``ttl``
 META_TTL_FACTOR = 1.5
 #: runs whose next position a log object remembers
@@ -260,7 +252,7 @@ class MongoDBEventsPort:
 
     def setup(self) -> Op[None]:
         """Create ``gk_run_seq`` and ``gk_expires_at`` unless equal ones exist."""
-        self.ttl_index = yield from ensure_indexes(self.collection, [RUN_SEQ_INDEX, EXPIRY_INDEX])
+        self.ttl_index = yield from ensure_indexes(self.collection, EVENTS_INDEXES)
         if not self.ttl_index:
             log.info(
                 "this MongoDB-compatible server has no TTL indexes: expired events of %s are"
@@ -533,13 +525,14 @@ class MongoDBEventLog(SyncEventLog):
         db_name: str = DEFAULT_DB,
         *,
         key_prefix: str = "graphkeep",
+        where: str | None = None,
         **options: Any,
     ) -> None:
         check_client(client, True, "MongoDBEventLog")
         self.client = client
         self.db = client[check_db_name(db_name)]
         port = MongoDBEventsPort(key_prefix=key_prefix)
-        super().__init__(port, _SyncExecutor(self.db, _describe(client)), **options)
+        super().__init__(port, sync_executor(self.db, where or describe(client)), **options)
 
     @classmethod
     @contextmanager
@@ -547,15 +540,12 @@ class MongoDBEventLog(SyncEventLog):
         cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
     ) -> Iterator[MongoDBEventLog]:
         name = check_db_name(db_name) if db_name is not None else database_from_url(url)
-        client = sync_client(url)
-        try:
-            events = cls(client, name, **options)
-            events._execute.where = mask_url(url)  # type: ignore[attr-defined]
-            if setup:
-                events.setup()
+
+        def build(client: Any) -> MongoDBEventLog:
+            return cls(client, name, where=mask_url(url), **options)
+
+        with opened(sync_client(url), build, setup) as events:
             yield events
-        finally:
-            client.close()
 
     def purge_expired(self) -> int:
         """Delete expired events now; only needed on servers without TTL indexes."""
@@ -573,13 +563,14 @@ class AsyncMongoDBEventLog(AsyncEventLog):
         db_name: str = DEFAULT_DB,
         *,
         key_prefix: str = "graphkeep",
+        where: str | None = None,
         **options: Any,
     ) -> None:
         check_client(client, False, "AsyncMongoDBEventLog")
         self.client = client
         self.db = client[check_db_name(db_name)]
         port = MongoDBEventsPort(key_prefix=key_prefix)
-        super().__init__(port, _AsyncExecutor(self.db, _describe(client)), **options)
+        super().__init__(port, async_executor(self.db, where or describe(client)), **options)
 
     @classmethod
     @asynccontextmanager
@@ -587,15 +578,12 @@ class AsyncMongoDBEventLog(AsyncEventLog):
         cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
     ) -> AsyncIterator[AsyncMongoDBEventLog]:
         name = check_db_name(db_name) if db_name is not None else database_from_url(url)
-        client = async_client(url)
-        try:
-            events = cls(client, name, **options)
-            events._aexecute.where = mask_url(url)  # type: ignore[attr-defined]
-            if setup:
-                await events.setup()
+
+        def build(client: Any) -> AsyncMongoDBEventLog:
+            return cls(client, name, where=mask_url(url), **options)
+
+        async with aopened(async_client(url), build, setup) as events:
             yield events
-        finally:
-            await client.close()
 
     async def purge_expired(self) -> int:
         """Delete expired events now; only needed on servers without TTL indexes."""

@@ -12,7 +12,7 @@ its mapping onto one MongoDB collection, ``<key_prefix>_store``, one document pe
      ttl_minutes,                         # what a refresh re-arms
      embedded: bool, vectors: [{path, digest, data: Binary}]}
 
-Indexes (``setup()``, idempotent; ``MongoDBStore.schema()`` lists them)::
+Indexes (``setup()``, idempotent; ``MongoDBStore.schema()`` lists them; specs in :mod:`.schema`)::
 
     gk_ns_key      {ns, key}     unique; serves prefix search (a range on ns) too
     gk_ns_updated  {ns, updated_us}  a namespace's newest-first order (search without query)
@@ -49,23 +49,24 @@ import bson
 import orjson
 from pymongo import DeleteOne, UpdateOne
 
-from graphkeep.backends.mongodb import (
+from graphkeep.backends.mongodb.client import (
     DEFAULT_DB,
-    Command,
-    _AsyncExecutor,
-    _describe,
-    _SyncExecutor,
     async_client,
+    async_executor,
     check_client,
     check_db_name,
     database_from_url,
+    describe,
     sync_client,
+    sync_executor,
 )
-from graphkeep.backends.mongodb.checkpoint import ensure_indexes
 from graphkeep.backends.mongodb.documents import check_prefix
+from graphkeep.backends.mongodb.requests import Command
+from graphkeep.backends.mongodb.schema import ensure_indexes, store_indexes
 from graphkeep.errors import PayloadTooLarge, mask_url
 from graphkeep.port import Op
 from graphkeep.port.clock import datetime_of_us
+from graphkeep.port.factory import aopened, opened
 from graphkeep.store.port import Condition, ItemKey, Namespace, SearchQuery, StoredItem, Vector
 from graphkeep.store.ranking import rank
 from graphkeep.store.shells import AsyncStore, SyncStore
@@ -97,30 +98,6 @@ WITH_VECTORS: dict[str, Any] = {"doc": 0}
 #: documents per reply when a query search reads its candidates (the executor retries with
 #: smaller batches if a server answers with a reply over the wire limit)
 CANDIDATE_BATCH = 10_000
-
-
-def store_indexes(key_prefix: str = "graphkeep") -> list[dict[str, Any]]:
-    """The indexes ``setup()`` creates, as plain dicts (the saver's ``schema()`` format)."""
-    collection = f"{check_prefix(key_prefix)}_store"
-    return [
-        {
-            "collection": collection,
-            "name": "gk_ns_key",
-            "key": [["ns", 1], ["key", 1]],
-            "unique": True,
-        },
-        {
-            "collection": collection,
-            "name": "gk_ns_updated",
-            "key": [["ns", 1], ["updated_us", -1]],
-        },
-        {
-            "collection": collection,
-            "name": "gk_expires_at",
-            "key": [["expires_at", 1]],
-            "expireAfterSeconds": 0,
-        },
-    ]
 
 
 # --------------------------------------------------------------------------- the queryable copy
@@ -172,7 +149,9 @@ def condition_filter(condition: Condition) -> dict[str, Any]:
     return {path: {condition.op: operand}}
 
 
-def live(now_ms: int) -> dict[str, Any]:
+def live_at_ms(now_ms: int) -> dict[str, Any]:
+    """Items not expired at ``now_ms`` (epoch milliseconds; the saver's ``live`` takes a
+    datetime, as its documents keep ``expires_at`` only)."""
     return {"expires_ms": {"$not": {"$lte": now_ms}}}
 
 
@@ -185,7 +164,7 @@ def prefix_filter(prefix: Namespace) -> dict[str, Any]:
 
 
 def search_filter(query: SearchQuery) -> dict[str, Any]:
-    clauses = [live(query.now_ms), prefix_filter(query.prefix)]
+    clauses = [live_at_ms(query.now_ms), prefix_filter(query.prefix)]
     clauses += [condition_filter(c) for c in query.conditions]
     if query.vector is not None:
         clauses.append({"embedded": True})
@@ -339,7 +318,7 @@ class MongoDBStorePort:
 
     def namespaces(self, prefix: Namespace, now_ms: int) -> Op[list[Namespace]]:
         texts: list[str] = yield Command(
-            self.collection, "distinct", ("ns", {**live(now_ms), **prefix_filter(prefix)})
+            self.collection, "distinct", ("ns", {**live_at_ms(now_ms), **prefix_filter(prefix)})
         )
         return [namespace_from_dotted(t) for t in texts]
 
@@ -381,13 +360,14 @@ class MongoDBStore(SyncStore):
         db_name: str = DEFAULT_DB,
         *,
         key_prefix: str = "graphkeep",
+        where: str | None = None,
         **options: Any,
     ) -> None:
         check_client(client, True, "MongoDBStore")
         self.client = client
         self.db = client[check_db_name(db_name)]
         port = MongoDBStorePort(key_prefix=key_prefix)
-        super().__init__(port, _SyncExecutor(self.db, _describe(client)), **options)
+        super().__init__(port, sync_executor(self.db, where or describe(client)), **options)
 
     @classmethod
     @contextmanager
@@ -396,18 +376,12 @@ class MongoDBStore(SyncStore):
     ) -> Iterator[MongoDBStore]:
         """A store on a new client for ``url`` (database from the URL path), closed on exit."""
         name = check_db_name(db_name) if db_name is not None else database_from_url(url)
-        client = sync_client(url)
-        store: MongoDBStore | None = None
-        try:
-            store = cls(client, db_name=name, **options)
-            store._execute.where = mask_url(url)  # type: ignore[attr-defined]
-            if setup:
-                store.setup()
+
+        def build(client: Any) -> MongoDBStore:
+            return cls(client, db_name=name, where=mask_url(url), **options)
+
+        with opened(sync_client(url), build, setup, close=cls.close) as store:
             yield store
-        finally:
-            if store is not None:
-                store.close()
-            client.close()
 
 
 class AsyncMongoDBStore(AsyncStore):
@@ -422,13 +396,14 @@ class AsyncMongoDBStore(AsyncStore):
         db_name: str = DEFAULT_DB,
         *,
         key_prefix: str = "graphkeep",
+        where: str | None = None,
         **options: Any,
     ) -> None:
         check_client(client, False, "AsyncMongoDBStore")
         self.client = client
         self.db = client[check_db_name(db_name)]
         port = MongoDBStorePort(key_prefix=key_prefix)
-        super().__init__(port, _AsyncExecutor(self.db, _describe(client)), **options)
+        super().__init__(port, async_executor(self.db, where or describe(client)), **options)
 
     @classmethod
     @asynccontextmanager
@@ -437,15 +412,9 @@ class AsyncMongoDBStore(AsyncStore):
     ) -> AsyncIterator[AsyncMongoDBStore]:
         """A store on a new async client for ``url``, closed on exit."""
         name = check_db_name(db_name) if db_name is not None else database_from_url(url)
-        client = async_client(url)
-        store: AsyncMongoDBStore | None = None
-        try:
-            store = cls(client, db_name=name, **options)
-            store._aexecute.where = mask_url(url)  # type: ignore[attr-defined]
-            if setup:
-                await store.setup()
+
+        def build(client: Any) -> AsyncMongoDBStore:
+            return cls(client, db_name=name, where=mask_url(url), **options)
+
+        async with aopened(async_client(url), build, setup, close=cls.aclose) as store:
             yield store
-        finally:
-            if store is not None:
-                await store.aclose()
-            await client.close()

@@ -1,0 +1,268 @@
+"""The MongoDB driver side: clients from URLs, the server's name in errors, and the executors.
+
+A port's :class:`~graphkeep.backends.mongodb.requests.Command` is sent once by
+:func:`send` / :func:`asend`; the executors retry it by the one policy of
+:mod:`graphkeep.port.retry`, this backend giving only its data (:data:`RETRY`: the
+delays, which failures are worth another attempt, and what the caller sees). See
+docs/architecture.md ("The port and its executors").
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from functools import partial
+from typing import Any, cast
+from urllib.parse import unquote, urlsplit
+
+from graphkeep.backends.mongodb.requests import Command
+from graphkeep.errors import ConfigurationError, StorageUnavailable, mask_url
+from graphkeep.port.retry import AsyncExecutor, Retry, SyncExecutor
+
+try:
+    import pymongo
+    from pymongo.asynchronous.command_cursor import AsyncCommandCursor
+    from pymongo.asynchronous.cursor import AsyncCursor
+    from pymongo.command_cursor import CommandCursor
+    from pymongo.cursor import Cursor
+    from pymongo.driver_info import DriverInfo
+    from pymongo.errors import (
+        AutoReconnect,
+        BulkWriteError,
+        ConnectionFailure,
+        DuplicateKeyError,
+        InvalidURI,
+        OperationFailure,
+        ProtocolError,
+        ServerSelectionTimeoutError,
+    )
+    from pymongo.errors import ConfigurationError as PyMongoConfigurationError
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "the MongoDB backend needs PyMongo >= 4.13.2: pip install 'graphkeep[mongodb]'"
+    ) from exc
+
+DEFAULT_DB = "graphkeep"
+RETRY_DELAYS = (0.05, 0.2, 0.5)
+#: MongoDB's error code for a write that lost a race with a concurrent one
+WRITE_CONFLICT = 112
+#: a dropped connection is retried only when the failed attempt was this quick: after a
+#: longer wait the driver has already looked for a server (and retried reads/writes itself)
+QUICK_FAILURE_S = 1.0
+#: from_url's serverSelectionTimeoutMS unless the URL sets one (PyMongo's default is 30 s):
+#: a call fails within ~10 s when the server is gone, and PyMongo's own retry still covers
+#: a replica-set election (typically under 12 s)
+SERVER_SELECTION_TIMEOUT_MS = 10_000
+#: documents per reply batch that always fit a 48 MB message (see _smaller_batches)
+SAFE_BATCH = 4
+SCHEMES = ("mongodb", "mongodb+srv")
+_BAD_DB_CHARS = set('/\\. "$*<>:|?\x00')
+
+
+# -- names -----------------------------------------------------------------------------
+
+
+def database_from_url(url: str) -> str:
+    """The database named by the URL path, or ``graphkeep``."""
+    try:
+        path = urlsplit(url).path
+    except ValueError as exc:
+        raise ConfigurationError(f"bad MongoDB URL {mask_url(url)}: {exc}") from exc
+    return check_db_name(unquote(path.lstrip("/")) or DEFAULT_DB)
+
+
+def check_client(client: Any, sync: bool, name: str) -> None:
+    """``name`` (a store or cache class) runs on a ``MongoClient`` when ``sync``, else on an
+    ``AsyncMongoClient``; the other kind is refused, naming the class to use instead."""
+    wanted = pymongo.MongoClient if sync else pymongo.AsyncMongoClient
+    if not isinstance(client, wanted):
+        other = name.removeprefix("Async") if name.startswith("Async") else f"Async{name}"
+        other_client = "MongoClient" if wanted is pymongo.AsyncMongoClient else "AsyncMongoClient"
+        raise ConfigurationError(
+            f"{name} needs a pymongo.{wanted.__name__}, got {type(client).__name__};"
+            f" use {other} with pymongo.{other_client}"
+        )
+
+
+def check_db_name(name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise ConfigurationError("db_name must be a non-empty string")
+    if _BAD_DB_CHARS & set(name) or len(name.encode("utf-8")) > 63:
+        raise ConfigurationError(
+            f"{name!r} is not a valid MongoDB database name (at most 63 bytes, none of"
+            ' / \\ . " $ * < > : | ? or spaces)'
+        )
+    return name
+
+
+def describe(client: Any) -> str:
+    """The server a client talks to, for errors (``mongodb://host:port,...``)."""
+    try:
+        hosts = ",".join(f"{h}:{p}" for h, p in client.topology_description.server_descriptions())
+    except Exception:  # noqa: BLE001 - a description is best effort
+        hosts = ""
+    return f"mongodb://{hosts}" if hosts else type(client).__name__
+
+
+def unavailable(where: str, exc: BaseException) -> StorageUnavailable:
+    return StorageUnavailable(
+        f"MongoDB at {where} is unavailable ({type(exc).__name__}: {exc}); is the server"
+        " running and reachable? (locally: ./dev services up)"
+    )
+
+
+# -- the retry data --------------------------------------------------------------------
+
+
+def retryable(exc: BaseException, request: Command, took: float) -> bool:
+    """Worth another attempt: a dropped connection, a busy server, or an upsert race.
+
+    Every request is idempotent (upserts, insert-if-absent, deletes by key), so
+    re-sending it is safe.
+    """
+    if isinstance(exc, ServerSelectionTimeoutError):
+        return False  # the driver already waited serverSelectionTimeoutMS
+    if isinstance(exc, AutoReconnect):
+        return took < QUICK_FAILURE_S
+    if isinstance(exc, BulkWriteError):
+        errors = exc.details.get("writeErrors") or []
+        duplicates = sum(1 for e in errors if e.get("code") == 11000)
+        busy = sum(1 for e in errors if _busy(e.get("code"), str(e.get("errmsg", ""))))
+        if duplicates and not request.retry_conflicts:
+            return False
+        return bool(errors) and duplicates + busy == len(errors)
+    if isinstance(exc, DuplicateKeyError):
+        return request.retry_conflicts
+    if isinstance(exc, OperationFailure):
+        return _busy(exc.code, str(exc)) or exc.has_error_label("RetryableWriteError")
+    return False
+
+
+def failure(exc: BaseException, where: str) -> BaseException:
+    """What the caller sees: ``StorageUnavailable`` for a connection failure, else ``exc``."""
+    return unavailable(where, exc) if isinstance(exc, ConnectionFailure) else exc
+
+
+def _busy(code: Any, message: str) -> bool:
+    """A server too busy to take the write now: MongoDB's WriteConflict, or lock
+    contention of a wire-compatible server (FerretDB's SQLite handler: SQLITE_BUSY)."""
+    return code == WRITE_CONFLICT or "SQLITE_BUSY" in message
+
+
+#: how every MongoDB request is retried (graphkeep.port.retry runs it)
+RETRY = Retry(delays=RETRY_DELAYS, retryable=retryable, failure=failure)
+
+
+# -- sending one request once ----------------------------------------------------------
+
+
+def _call(db: Any, request: Any) -> Any:
+    if not isinstance(request, Command):
+        raise TypeError(f"unknown MongoDB request {request!r}")
+    target = db if request.collection is None else db[request.collection]
+    return getattr(target, request.method)(*request.args, **request.kwargs)
+
+
+def _smaller_batches(request: Command, exc: ProtocolError) -> Command | None:
+    """The same find with small batches, after a reply too large for the wire.
+
+    MongoDB caps a reply batch at 16 MiB, but some wire-compatible servers
+    (FerretDB 1.x) do not and answer a large ``batch_size`` with one reply over
+    the 48 MB message limit, which the driver refuses. Documents are at most
+    ``chunk_size`` (8 MiB) plus bounded identity fields, so a few per batch fit.
+    """
+    if request.method != "find" or "max message size" not in str(exc):
+        return None
+    return replace(request, kwargs={**request.kwargs, "batch_size": SAFE_BATCH})
+
+
+def _once(db: Any, request: Any) -> Any:
+    result = _call(db, request)
+    if isinstance(result, (Cursor, CommandCursor)):
+        return list(result)
+    return result
+
+
+async def _aonce(db: Any, request: Any) -> Any:
+    result = _call(db, request)
+    if asyncio.iscoroutine(result):
+        result = await result
+    if isinstance(result, (AsyncCursor, AsyncCommandCursor)):
+        return await result.to_list(None)
+    return result
+
+
+def send(db: Any, request: Any) -> Any:
+    """Run ``request`` once on a ``MongoClient`` database (cursors read to the end); a find
+    whose reply is too large for the wire is read again in small batches."""
+    try:
+        return _once(db, request)
+    except ProtocolError as exc:
+        smaller = _smaller_batches(request, exc)
+        if smaller is None:
+            raise
+        return _once(db, smaller)
+
+
+async def asend(db: Any, request: Any) -> Any:
+    """The async :func:`send`, on an ``AsyncMongoClient`` database."""
+    try:
+        return await _aonce(db, request)
+    except ProtocolError as exc:
+        smaller = _smaller_batches(request, exc)
+        if smaller is None:
+            raise
+        return await _aonce(db, smaller)
+
+
+def sync_executor(db: Any, where: str) -> SyncExecutor:
+    """Runs the ports' requests on ``db``, retried by :data:`RETRY`; errors name ``where``."""
+    return SyncExecutor(partial(send, db), RETRY, where)
+
+
+def async_executor(db: Any, where: str) -> AsyncExecutor:
+    return AsyncExecutor(partial(asend, db), RETRY, where)
+
+
+# -- clients ---------------------------------------------------------------------------
+
+
+def _driver_info() -> DriverInfo:
+    import graphkeep
+
+    return cast(DriverInfo, DriverInfo("graphkeep", str(graphkeep.__version__)))
+
+
+def _check_scheme(url: str) -> None:
+    if not isinstance(url, str) or url.split("://", 1)[0].lower() not in SCHEMES:
+        raise ConfigurationError(
+            f"not a MongoDB URL (mongodb:// or mongodb+srv://): {mask_url(str(url))}"
+        )
+
+
+def _client_options(url: str) -> dict[str, Any]:
+    options: dict[str, Any] = {"driver": _driver_info()}
+    query = urlsplit(url).query.lower()
+    if "serverselectiontimeoutms=" not in query:
+        options["serverSelectionTimeoutMS"] = SERVER_SELECTION_TIMEOUT_MS
+    return options
+
+
+def sync_client(url: str) -> Any:
+    _check_scheme(url)
+    try:
+        return pymongo.MongoClient(url, **_client_options(url))
+    except (InvalidURI, PyMongoConfigurationError, ValueError, TypeError) as exc:
+        raise ConfigurationError(f"bad MongoDB URL {mask_url(url)}: {exc}") from exc
+    except ConnectionFailure as exc:
+        raise unavailable(mask_url(url), exc) from exc
+
+
+def async_client(url: str) -> Any:
+    _check_scheme(url)
+    try:
+        return pymongo.AsyncMongoClient(url, **_client_options(url))
+    except (InvalidURI, PyMongoConfigurationError, ValueError, TypeError) as exc:
+        raise ConfigurationError(f"bad MongoDB URL {mask_url(url)}: {exc}") from exc
+    except ConnectionFailure as exc:
+        raise unavailable(mask_url(url), exc) from exc
