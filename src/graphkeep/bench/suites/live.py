@@ -148,8 +148,7 @@ def open_backend(name: str, options: Options) -> Backend:
         prefix = f"{KEY_PREFIX}-{uuid.uuid4().hex[:8]}"
         return Backend(name, url, prefix, f"{mask_url(url)} (key prefix {prefix})")
     if name == "mongodb":
-        from graphkeep.bench.suites.mongodb import _client as mongo_client
-        from graphkeep.bench.suites.mongodb import mongodb_url
+        from graphkeep.bench.suites.mongodb import mongo_client, mongodb_url
         from graphkeep.bench.suites.mongodb import scratch_database as mongo_scratch
 
         client = mongo_client()
@@ -160,11 +159,11 @@ def open_backend(name: str, options: Options) -> Backend:
         url = _with_path(mongodb_url(), f"/{MONGODB_DATABASE}")
         return Backend(name, url, KEY_PREFIX, f"{mask_url(url)}")
     if name == "dynamodb":
-        from graphkeep.bench.suites.dynamodb import _client, drop_table, local_credentials
+        from graphkeep.bench.suites.dynamodb import drop_table, dynamodb_client, local_credentials
         from graphkeep.bench.suites.dynamodb import table_url as dynamodb_table_url
 
         local_credentials()
-        drop_table(_client(), DYNAMODB_TABLE)
+        drop_table(dynamodb_client(), DYNAMODB_TABLE)
         url = dynamodb_table_url(DYNAMODB_TABLE)
         return Backend(name, url, KEY_PREFIX, url)
     raise ValueError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")

@@ -109,10 +109,10 @@ class Contender:
 
 
 def _redis_ping(url: str) -> str | None:
-    from graphkeep.bench.suites.redis import _admin
+    from graphkeep.bench.suites.redis import admin_client
 
     try:
-        client = _admin(url)
+        client = admin_client(url)
         try:
             client.ping()
             modules = {m[b"name"].decode().lower() for m in client.module_list()}
@@ -233,9 +233,9 @@ def open_redis_rival(url: str, db: int, force: bool) -> Iterator[OpenedStore]:
 
 
 def _mongodb_scratch(name: str, force: bool) -> None:
-    from graphkeep.bench.suites.mongodb import _client, scratch_database
+    from graphkeep.bench.suites.mongodb import mongo_client, scratch_database
 
-    client = _client()
+    client = mongo_client()
     try:
         scratch_database(client, name, force)
     finally:
@@ -298,9 +298,9 @@ def open_mongodb_rival(force: bool) -> Iterator[OpenedStore]:
 def open_graphkeep_dynamodb() -> Iterator[OpenedStore]:
     import graphkeep
     from graphkeep.bench.suites.dynamodb import (
-        _client,
         count_requests,
         drop_table,
+        dynamodb_client,
         local_credentials,
         table_url,
     )
@@ -308,7 +308,7 @@ def open_graphkeep_dynamodb() -> Iterator[OpenedStore]:
     _store_module("dynamodb")
     local_credentials()
     table = DYNAMODB_TABLES["graphkeep-dynamodb"]
-    drop_table(_client(), table)
+    drop_table(dynamodb_client(), table)
     probe = Probe()
     with graphkeep.connect_store(
         table_url(table), index=index_config(), key_prefix=KEY_PREFIX
@@ -323,9 +323,9 @@ def open_dynamodb_rival() -> Iterator[OpenedStore]:
     from langgraph_checkpoint_aws import DynamoDBStore
 
     from graphkeep.bench.suites.dynamodb import (
-        _client,
         count_requests,
         drop_table,
+        dynamodb_client,
         endpoint_url,
         local_credentials,
         region,
@@ -333,7 +333,7 @@ def open_dynamodb_rival() -> Iterator[OpenedStore]:
 
     local_credentials()
     table = DYNAMODB_TABLES["DynamoDBStore"]
-    admin = _client()
+    admin = dynamodb_client()
     notes: list[str] = []
 
     def build(index: dict[str, Any] | None) -> Any:
