@@ -50,11 +50,23 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from importlib import metadata
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from graphkeep.bench import render
+from graphkeep.bench.render import (
+    NA,
+    Bars,
+    Figure,
+    Panel,
+    number,
+    section,
+    table,
+    target_lines,
+    versions,
+)
 from graphkeep.bench.suites import Options, Skip, Suite
 from graphkeep.errors import mask_url
 
@@ -755,10 +767,6 @@ def _rq(result: AppendResult | None) -> float | None:
     return None if result is None else result.per_1000
 
 
-def _num(value: float | None, digits: int = 1) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else f"{value:,.{digits}f}"
-
-
 #: the main table's rows: label -> cell of a column
 ROWS: list[tuple[str, Callable[[Column], str]]] = [
     (
@@ -771,8 +779,8 @@ ROWS: list[tuple[str, Callable[[Column], str]]] = [
             else f"polling, {WATCH_POLL_INTERVAL * 1000:g} ms"
         ),
     ),
-    ("watch latency p50 (ms)", lambda c: _num(c.watch.p50 if c.watch else None)),
-    ("watch latency p95 (ms)", lambda c: _num(c.watch.p95 if c.watch else None)),
+    ("watch latency p50 (ms)", lambda c: number(c.watch.p50 if c.watch else None)),
+    ("watch latency p95 (ms)", lambda c: number(c.watch.p95 if c.watch else None)),
     (
         "watch: checkpoints missed",
         lambda c: "n/a" if c.watch is None else str(c.watch.missed),
@@ -781,26 +789,26 @@ ROWS: list[tuple[str, Callable[[Column], str]]] = [
         "watch: seen before put returned",
         lambda c: "n/a" if c.watch is None else f"{c.watch.early} of {len(c.watch.latencies_ms)}",
     ),
-    ("append one by one (events/s)", lambda c: _num(_eps(c.one_by_one), 0)),
+    ("append one by one (events/s)", lambda c: number(_eps(c.one_by_one), 0)),
     (
         "append one by one (requests / 1,000 events)",
-        lambda c: _num(_rq(c.one_by_one), 0),
+        lambda c: number(_rq(c.one_by_one), 0),
     ),
     (
         f"append_many, batches of {BATCH} (events/s)",
-        lambda c: _num(_eps(c.batched), 0),
+        lambda c: number(_eps(c.batched), 0),
     ),
     (
         f"append_many, batches of {BATCH} (requests / 1,000 events)",
-        lambda c: _num(_rq(c.batched), 1),
+        lambda c: number(_rq(c.batched), 1),
     ),
-    ("stream_run, token graph (events/s)", lambda c: _num(_eps(c.streamed), 0)),
+    ("stream_run, token graph (events/s)", lambda c: number(_eps(c.streamed), 0)),
     (
         "stream_run, token graph (requests / 1,000 events)",
-        lambda c: _num(_rq(c.streamed), 1),
+        lambda c: number(_rq(c.streamed), 1),
     ),
-    ("read-back of the batched run (ms, median)", lambda c: _num(c.read_back_ms, 1)),
-    ("idle watchers (requests/s, all together)", lambda c: _num(c.idle_rps, 1)),
+    ("read-back of the batched run (ms, median)", lambda c: number(c.read_back_ms, 1)),
+    ("idle watchers (requests/s, all together)", lambda c: number(c.idle_rps, 1)),
 ]
 
 
@@ -845,11 +853,10 @@ def targets(columns: Sequence[Column], rival: Rival) -> list[tuple[str, bool]]:
 
 def markdown(columns: Sequence[Column], rival: Rival, sizes: Sizes, where: str) -> str:
     names = [c.backend for c in columns]
-    versions = ", ".join(f"{d} {_version(d)}" for d in ("langgraph", "graphkeep", "redis"))
     lines = [
         "## graphkeep bench: live threads and run event logs",
         "",
-        f"{where}. One run, one machine; {versions}.",
+        f"{where}. One run, one machine; {versions(('langgraph', 'graphkeep', 'redis'))}.",
         "",
         f"- watch latency: from `put` returning to a watcher thread (own connection) holding"
         f" the `CheckpointTuple`, over {sizes.watch_puts} puts, each after a random pause;"
@@ -869,11 +876,12 @@ def markdown(columns: Sequence[Column], rival: Rival, sizes: Sizes, where: str) 
         " Redis watchers block in XREAD and wake every 5 s)",
         "- timings are from a shared, noisy machine: compare within one run only",
         "",
-        "| measure | " + " | ".join(names) + " |",
-        "|---|" + "---:|" * len(names),
     ]
-    for label, cell in ROWS:
-        lines.append(f"| {label} | " + " | ".join(cell(c) for c in columns) + " |")
+    lines += table(
+        ["measure", *names],
+        [[label, *(cell(c) for c in columns)] for label, cell in ROWS],
+        "l" + "r" * len(names),
+    )
     redis = next((c for c in columns if c.backend == "redis"), None)
     lines += [
         "",
@@ -884,98 +892,94 @@ def markdown(columns: Sequence[Column], rival: Rival, sizes: Sizes, where: str) 
         f" {DISCONNECT_GAP * 1000:g} ms and reconnects (PUBLISH: SUBSCRIBE again;"
         " graphkeep: `read(run, after=last_id)`).",
         "",
-        "| approach | events/s (one by one) | requests / 1,000 events"
-        " | disconnect: received | lost | duplicated | in order |",
-        "|---|---:|---:|---:|---:|---:|---|",
     ]
 
-    def drop_cells(d: Disconnect | None) -> str:
+    def drop_cells(d: Disconnect | None) -> list[str]:
         if d is None:
-            return "n/a | n/a | n/a | n/a"
-        return f"{d.received:,} | {d.lost:,} | {d.duplicated:,} | {'yes' if d.in_order else 'no'}"
+            return [NA] * 4
+        return [
+            f"{d.received:,}",
+            f"{d.lost:,}",
+            f"{d.duplicated:,}",
+            "yes" if d.in_order else "no",
+        ]
 
-    lines.append(
-        f"| PUBLISH + SUBSCRIBE | {_num(rival.publish_per_second, 0)} | 1,000"
-        f" | {drop_cells(rival.publish_disconnect)} |"
-    )
     one = redis.one_by_one if redis else None
     many = redis.batched if redis else None
-    lines.append(
-        f"| graphkeep `append` + `read(after=)` | {_num(_eps(one), 0)}"
-        f" | {_num(_rq(one), 0)} | {drop_cells(rival.log_disconnect)} |"
+    lines += table(
+        [
+            "approach",
+            "events/s (one by one)",
+            "requests / 1,000 events",
+            "disconnect: received",
+            "lost",
+            "duplicated",
+            "in order",
+        ],
+        [
+            [
+                "PUBLISH + SUBSCRIBE",
+                number(rival.publish_per_second, 0),
+                "1,000",
+                *drop_cells(rival.publish_disconnect),
+            ],
+            [
+                "graphkeep `append` + `read(after=)`",
+                number(_eps(one), 0),
+                number(_rq(one), 0),
+                *drop_cells(rival.log_disconnect),
+            ],
+            [
+                f"graphkeep `append_many` ({BATCH})",
+                number(_eps(many), 0),
+                number(_rq(many), 1),
+                "(same reader)",
+                "",
+                "",
+                "",
+            ],
+        ],
+        "lrrrrrl",
     )
-    lines.append(
-        f"| graphkeep `append_many` ({BATCH}) | {_num(_eps(many), 0)}"
-        f" | {_num(_rq(many), 1)} | (same reader) | | | |"
-    )
-    found = targets(columns, rival)
-    if found:
-        lines += ["", "Targets:", ""]
-        lines += [f"- [{'met' if met else 'MISSED'}] {text}" for text, met in found]
+    lines += target_lines(targets(columns, rival))
     notes = [f"{c.backend}: {e}" for c in columns for e in c.errors]
     notes += [f"redis (PUBLISH comparison): {e}" for e in rival.errors]
-    if notes:
-        lines += ["", "Notes:", "", *[f"- {n.replace('|', '/')}" for n in notes]]
+    lines += section("Notes", [n.replace("|", "/") for n in notes])
     return "\n".join(lines) + "\n"
-
-
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "-"
 
 
 def chart(columns: Sequence[Column], path: Path) -> None:
     """Watch latency p50/p95 and requests per 1,000 events, per backend."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     names = [c.backend for c in columns]
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
-    panels: list[tuple[str, list[tuple[str, Callable[[Column], float | None]]]]] = [
-        (
+
+    def bars(label: str, pick: Callable[[Column], float | None]) -> Bars:
+        return Bars(label, [pick(c) for c in columns])
+
+    panels = [
+        Panel(
             "watch latency, ms (log scale)",
+            names,
             [
-                ("p50", lambda c: c.watch.p50 if c.watch else None),
-                ("p95", lambda c: c.watch.p95 if c.watch else None),
+                bars("p50", lambda c: c.watch.p50 if c.watch else None),
+                bars("p95", lambda c: c.watch.p95 if c.watch else None),
             ],
+            log=True,
+            legend=True,
+            line=(WATCH_P95_MS, "Redis p95 target"),
         ),
-        (
+        Panel(
             "store requests per 1,000 events (log scale)",
+            names,
             [
-                ("append one by one", lambda c: _rq(c.one_by_one)),
-                (f"append_many ({BATCH})", lambda c: _rq(c.batched)),
-                ("stream_run", lambda c: _rq(c.streamed)),
+                bars("append one by one", lambda c: _rq(c.one_by_one)),
+                bars(f"append_many ({BATCH})", lambda c: _rq(c.batched)),
+                bars("stream_run", lambda c: _rq(c.streamed)),
             ],
+            log=True,
+            legend=True,
         ),
     ]
-    for ax, (title, series) in zip(axes, panels, strict=True):
-        width = 0.8 / len(series)
-        for i, (label, pick) in enumerate(series):
-            xs, ys = [], []
-            for j, column in enumerate(columns):
-                value = pick(column)
-                if value is not None and value > 0:
-                    xs.append(j + (i - (len(series) - 1) / 2) * width)
-                    ys.append(value)
-            ax.bar(xs, ys, width * 0.95, label=label)
-        ax.set_title(title)
-        ax.set_xticks(range(len(names)), names)
-        ax.set_yscale("log")
-        ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=8)
-    axes[0].axhline(
-        WATCH_P95_MS, color="grey", linestyle="--", linewidth=0.8, label="Redis p95 target"
-    )
-    axes[0].legend(fontsize=8)
-    fig.suptitle("graphkeep bench: live threads and run event logs")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    render.chart(Figure("graphkeep bench: live threads and run event logs", panels), path)
 
 
 def run(
@@ -989,14 +993,7 @@ def run(
     rival = measure_rival(options, sizes) if "redis" in chosen else Rival()
     where = "; ".join(f"{c.backend}: {c.where}" for c in columns if c.where)
     text = markdown(columns, rival, sizes, where or "no backend reachable")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "live.md").write_text(text)
-    print()
-    print(text)
-    print(f"written: {out / 'live.md'}")
-    if chart_too:
-        chart(columns, out / "live.png")
-        print(f"written: {out / 'live.png'}")
+    render.publish(text, out, "live", partial(chart, columns) if chart_too else None)
     return columns, rival
 
 

@@ -42,7 +42,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from graphkeep.bench import render
 from graphkeep.bench.probes import Probe, count_round_trips
+from graphkeep.bench.render import NA, Bars, Figure, Panel, number, ratio, section, table, versions
 from graphkeep.bench.store_workload import (
     KINDS,
     OpenedStore,
@@ -497,14 +499,6 @@ def run_contenders(
 # --------------------------------------------------------------------------- report
 
 
-def _num(value: float | None, digits: int = 2) -> str:
-    return "n/a" if value is None else f"{value:,.{digits}f}"
-
-
-def _ratio(theirs: float | None, ours: float | None) -> str:
-    return "n/a" if theirs is None or not ours else f"{theirs / ours:.2f}x"
-
-
 def top_k_column(outcomes: Sequence[Outcome], sizes: Sizes) -> dict[str, str]:
     """Contender -> "yes" / "no" / "n/a (why)" for "semantic top-10 = InMemoryStore"."""
     by = {o.name: o.result for o in outcomes if o.result}
@@ -529,15 +523,7 @@ def top_k_column(outcomes: Sequence[Outcome], sizes: Sizes) -> dict[str, str]:
 def markdown(outcomes: Sequence[Outcome], sizes: Sizes, rounds: int, where: str) -> str:
     by = {o.name: o.result for o in outcomes if o.result}
     top = top_k_column(outcomes, sizes)
-    versions = ", ".join(
-        f"{d} {_version(d)}"
-        for d in (
-            "langgraph",
-            "graphkeep",
-            "langgraph-checkpoint-redis",
-            "langgraph-store-mongodb",
-        )
-    )
+    dists = ("langgraph", "graphkeep", "langgraph-checkpoint-redis", "langgraph-store-mongodb")
     lines = [
         "## graphkeep bench: Store (workload S1)",
         "",
@@ -547,7 +533,7 @@ def markdown(outcomes: Sequence[Outcome], sizes: Sizes, rounds: int, where: str)
         f" category equality and score `$gt`, limit 10), {sizes.semantic:,} semantic"
         f' searches over `("users",)` (top 10), {sizes.list_namespaces:,} list_namespaces;'
         f" index = 64-dim hashing bag-of-words on `text` (local, deterministic);"
-        f" {rounds} round(s), one thread, medians pooled over rounds. {versions}.",
+        f" {rounds} round(s), one thread, medians pooled over rounds. {versions(dists)}.",
         "",
         "- requests/op = Redis commands at the connection (pipeline = 1), MongoDB commands"
         " (CommandListener), DynamoDB HTTP requests (botocore before-send); n/a in process",
@@ -555,27 +541,35 @@ def markdown(outcomes: Sequence[Outcome], sizes: Sizes, rounds: int, where: str)
         " its order (items of equal score may trade places)",
         "- timings are medians on a shared, noisy machine: compare within one run only",
         "",
-        "| operation | contender | ms/op (median) | requests/op | error |",
-        "|---|---|---:|---:|---|",
     ]
-    for kind in KINDS:
-        for o in outcomes:
-            op = o.result.ops.get(kind) if o.result else None
-            if op is None:
-                continue
-            error = (op.error or "").replace("|", "\\|")
-            lines.append(
-                f"| {kind} | {o.name} | {_num(op.ms_median, 3)}"
-                f" | {_num(op.requests_per_op)} | {error} |"
-            )
-    lines += [
-        "",
-        "| contender | top-10 = InMemoryStore | run time s |",
-        "|---|---|---:|",
+    ops = [
+        [
+            kind,
+            o.name,
+            number(op.ms_median, 3),
+            number(op.requests_per_op, 2),
+            (op.error or "").replace("|", "\\|"),
+        ]
+        for kind in KINDS
+        for o in outcomes
+        if o.result and (op := o.result.ops.get(kind)) is not None
     ]
-    for o in outcomes:
-        cell = top.get(o.name, f"not run: {o.skipped}" if o.skipped else "n/a")
-        lines.append(f"| {o.name} | {cell.replace('|', '/')} | {o.seconds:,.1f} |")
+    lines += table(
+        ["operation", "contender", "ms/op (median)", "requests/op", "error"], ops, "llrrl"
+    )
+    lines.append("")
+    lines += table(
+        ["contender", "top-10 = InMemoryStore", "run time s"],
+        [
+            [
+                o.name,
+                top.get(o.name, f"not run: {o.skipped}" if o.skipped else NA).replace("|", "/"),
+                f"{o.seconds:,.1f}",
+            ]
+            for o in outcomes
+        ],
+        "llr",
+    )
     ratio_lines: list[str] = []
     for ours_name, (rival, label) in PAIRS.items():
         ours, theirs = by.get(ours_name), by.get(rival)
@@ -586,72 +580,46 @@ def markdown(outcomes: Sequence[Outcome], sizes: Sizes, rounds: int, where: str)
             a, b = ours.ops.get(kind), theirs.ops.get(kind)
             if a and b and not a.error and not b.error:
                 parts.append(
-                    f"{kind} ms {_ratio(b.ms_median, a.ms_median)},"
-                    f" requests {_ratio(b.requests_per_op, a.requests_per_op)}"
+                    f"{kind} ms {ratio(b.ms_median, a.ms_median)},"
+                    f" requests {ratio(b.requests_per_op, a.requests_per_op)}"
                 )
-        ratio_lines.append(f"- {label}, {rival} / {ours_name}: " + "; ".join(parts))
+        ratio_lines.append(f"{label}, {rival} / {ours_name}: " + "; ".join(parts))
     floor = by.get(REFERENCE)
     for ours_name in PAIRS:
         ours = by.get(ours_name)
         if ours and floor:
             parts = [
-                f"{kind} {_ratio(ours.ops[kind].ms_median, floor.ops[kind].ms_median)}"
+                f"{kind} {ratio(ours.ops[kind].ms_median, floor.ops[kind].ms_median)}"
                 for kind in KINDS
                 if kind in ours.ops and kind in floor.ops and not ours.ops[kind].error
             ]
-            ratio_lines.append(f"- {ours_name} / InMemoryStore ms: " + ", ".join(parts))
-    if ratio_lines:
-        lines += ["", "Ratios (rival / graphkeep: above 1 = graphkeep better):", "", *ratio_lines]
+            ratio_lines.append(f"{ours_name} / InMemoryStore ms: " + ", ".join(parts))
+    lines += section("Ratios (rival / graphkeep: above 1 = graphkeep better)", ratio_lines)
     notes = [n for o in outcomes if o.result for n in o.result.notes]
     notes += [f"{o.name} not run: {o.skipped}" for o in outcomes if o.skipped]
-    if notes:
-        lines += ["", "Notes:", "", *[f"- {n}" for n in notes]]
+    lines += section("Notes", notes)
     return "\n".join(lines) + "\n"
-
-
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "-"
 
 
 def chart(outcomes: Sequence[Outcome], path: Path) -> None:
     """ms/op and requests/op per operation kind, one bar per contender."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     ran = [o for o in outcomes if o.result]
-    fig, axes = plt.subplots(1, 2, figsize=(15, 5.5))
-    width = 0.8 / max(len(ran), 1)
-    panels: list[tuple[str, Callable[[OpResult], float | None]]] = [
-        ("ms/op (median, log scale)", lambda op: op.ms_median),
-        ("requests/op", lambda op: op.requests_per_op),
-    ]
-    for ax, (title, pick) in zip(axes, panels, strict=True):
-        for i, o in enumerate(ran):
+
+    def bars(pick: Callable[[OpResult], float | None]) -> list[Bars]:
+        out = []
+        for o in ran:
             assert o.result is not None
-            xs: list[float] = []
-            ys: list[float] = []
-            for j, kind in enumerate(KINDS):
-                op = o.result.ops.get(kind)
-                value = pick(op) if op and not op.error else None
-                if value is not None:
-                    xs.append(j + (i - (len(ran) - 1) / 2) * width)
-                    ys.append(value)
-            ax.bar(xs, ys, width * 0.95, label=o.name)
-        ax.set_title(title)
-        ax.set_xticks(range(len(KINDS)), KINDS, fontsize=8)
-        ax.grid(axis="y", alpha=0.3)
-    axes[0].set_yscale("log")
-    axes[1].legend(fontsize=8)
-    fig.suptitle("graphkeep bench: Store (workload S1)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+            found = [o.result.ops.get(kind) for kind in KINDS]
+            out.append(Bars(o.name, [pick(op) if op and not op.error else None for op in found]))
+        return out
+
+    panels = [
+        Panel("ms/op (median, log scale)", KINDS, bars(lambda op: op.ms_median), log=True),
+        Panel("requests/op", KINDS, bars(lambda op: op.requests_per_op), legend=True),
+    ]
+    for panel in panels:
+        panel.tick_size = 8
+    render.chart(Figure("graphkeep bench: Store (workload S1)", panels, size=(15, 5.5)), path)
 
 
 def run(
@@ -662,14 +630,7 @@ def run(
     listed, where = contenders(options)
     outcomes = run_contenders(listed, sizes, options.rounds, only)
     text = markdown(outcomes, sizes, options.rounds, where)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "store.md").write_text(text)
-    print()
-    print(text)
-    print(f"written: {out / 'store.md'}")
-    if chart_too:
-        chart(outcomes, out / "store.png")
-        print(f"written: {out / 'store.png'}")
+    render.publish(text, out, "store", partial(chart, outcomes) if chart_too else None)
     return outcomes
 
 
