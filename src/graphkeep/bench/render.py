@@ -1,6 +1,6 @@
 """How every bench report is drawn: number cells, markdown tables and sections, grouped-bar
 charts, and writing ``<out>/<suite>.md`` / ``.png`` (the saver suites' :mod:`.report`, the
-store and live suites alike; see docs/architecture.md, "bench")."""
+store and live suites alike)."""
 
 from __future__ import annotations
 

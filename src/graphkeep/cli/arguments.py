@@ -1,5 +1,5 @@
 """The argparse pieces every ``graphkeep`` command shares: value types, common options and
-how a sub-command is registered (see docs/architecture.md, "cli")."""
+how a sub-command is registered."""
 
 from __future__ import annotations
 

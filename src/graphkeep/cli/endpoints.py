@@ -6,7 +6,8 @@ commands: the CLI then talks to the saver's checkpoint port, ``saver.port`` ops 
 ``saver._call``, which hands back raw stored bytes on every backend),
 :func:`graphkeep.connect_store` (``graphkeep store``) or :func:`graphkeep.connect_events`
 (``graphkeep events``); ``sqlite:///path`` and ``postgresql://...`` open LangGraph's own
-savers and stores (:mod:`graphkeep.cli.foreign`). See docs/architecture.md, "cli".
+savers and stores (:mod:`graphkeep.cli.foreign`). The CLI is the top layer of
+docs/architecture.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 (the checkpoint commands) or ``SqliteStore`` / ``PostgresStore`` (``graphkeep store``),
 used through LangGraph's public API only; their packages are imported only then.
 :func:`graphkeep.cli.endpoints.open_endpoint` and :func:`~graphkeep.cli.endpoints.open_store`
-dispatch here (see docs/architecture.md, "cli").
+dispatch here.
 """
 
 from __future__ import annotations
