@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from graphkeep.bench.live_workload import percentile
 from graphkeep.bench.suites import live as live_suite
 from graphkeep.bench.suites import load
 
@@ -42,9 +43,9 @@ def cells(markdown: str, first_header: str) -> dict[str, list[str]]:
 
 def test_percentiles_are_nearest_rank_and_sizes_scale_down_for_quick() -> None:
     values = [float(v) for v in range(1, 101)]
-    assert live_suite.percentile(values, 0.5) == 50.0
-    assert live_suite.percentile(values, 0.95) == 95.0
-    assert live_suite.percentile([7.0], 0.95) == 7.0
+    assert percentile(values, 0.5) == 50.0
+    assert percentile(values, 0.95) == 95.0
+    assert percentile([7.0], 0.95) == 7.0
     full, quick = live_suite.Sizes.full(), live_suite.Sizes.scaled(0.2)
     assert (full.batched, full.idle_watchers, full.disconnect_events) == (5000, 100, 5000)
     assert quick.batched < full.batched and quick.watch_puts < full.watch_puts

@@ -42,7 +42,7 @@ from graphkeep.checkpoint.records import BlobRecord, ThreadDump, Typed
 from graphkeep.cli import main, show_thread
 from graphkeep.cli.console import Progress, parse_duration, parse_size, uuid6_time
 from graphkeep.cli.copy import task_batches
-from graphkeep.cli.endpoints import WriteItem
+from graphkeep.cli.threads import WriteItem
 
 from .conftest import unique_prefix
 

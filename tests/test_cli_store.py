@@ -28,7 +28,7 @@ import graphkeep
 from conformance.setups import all_setups
 from graphkeep.cli import run
 from graphkeep.cli.console import UsageError
-from graphkeep.cli.store import format_namespace, parse_namespace
+from graphkeep.cli.store_values import format_namespace, parse_namespace
 
 from .conftest import unique_prefix
 

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-#: the saver methods the runtime calls (storage-contract.md section 10)
+#: the BaseCheckpointSaver methods the LangGraph runtime calls
 TRACED_METHODS = ("get_tuple", "list", "put", "put_writes", "get_delta_channel_history")
 OUTSIDE = "(no saver call)"
 

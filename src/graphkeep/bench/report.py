@@ -1,5 +1,5 @@
-"""Bench output: a markdown report (table, ratios, growth, targets, where requests go) and a
-PNG chart."""
+"""The saver suites' report: the markdown (table, ratios, growth, targets, where the
+requests go) and the chart, drawn with :mod:`graphkeep.bench.render`."""
 
 from __future__ import annotations
 
@@ -7,10 +7,23 @@ import platform
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
+from graphkeep.bench import render
 from graphkeep.bench.probes import OUTSIDE, TRACED_METHODS, Tally
+from graphkeep.bench.render import (
+    NA,
+    Bars,
+    Figure,
+    Legend,
+    Panel,
+    kib,
+    number,
+    ratio,
+    table,
+    target_lines,
+    version,
+)
 from graphkeep.bench.workloads import (
     GROWTH_WORKLOAD,
     HISTORY_LIMIT,
@@ -19,8 +32,6 @@ from graphkeep.bench.workloads import (
     Workload,
     new_message_bytes,
 )
-
-NA = "n/a"
 
 
 @dataclass(frozen=True)
@@ -43,33 +54,8 @@ class Context:
 
 #: bytes sent per turn: the median is over this many last turns
 SENT_WINDOW = 10
-#: a chart panel's value for one saver, by x group (None: not measured)
-Series = Callable[[str], float | int | None]
-
-
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "?"
-
-
-def _num(value: float | int | None, digits: int = 1) -> str:
-    if value is None:
-        return NA
-    if isinstance(value, int):
-        return f"{value:,}"
-    return f"{value:,.{digits}f}"
-
-
-def _kib(value: int | None) -> str:
-    return NA if value is None else f"{value / 1024:,.1f}"
-
-
-def _ratio(theirs: float | int | None, ours: float | int | None) -> str:
-    if theirs is None or ours is None or not ours:
-        return NA
-    return f"{theirs / ours:.2f}x"
+#: a chart panel's value for one saver and x group (None: not measured)
+Series = Callable[[str, str], float | int | None]
 
 
 def markdown(
@@ -87,8 +73,8 @@ def markdown(
         f" round(s) per saver and workload in rotating order, medians pooled over rounds;"
         f" history = `get_state_history(limit={HISTORY_LIMIT})`,"
         f" {ctx.history_runs} read(s) per round."
-        f" langgraph {_version('langgraph')}, langgraph-checkpoint"
-        f" {_version('langgraph-checkpoint')}, graphkeep {_version('graphkeep')},"
+        f" langgraph {version('langgraph', '?')}, langgraph-checkpoint"
+        f" {version('langgraph-checkpoint', '?')}, graphkeep {version('graphkeep', '?')},"
         f" Python {platform.python_version()}.",
         "",
     ]
@@ -99,17 +85,33 @@ def markdown(
         *[f"- {note}" for note in ctx.notes],
         "- timings are medians on a shared, noisy machine: compare within one run only",
         "",
-        "| workload | saver | ms/turn (median) | requests/turn | stored KiB"
-        " | history entries | history ms (median) | history requests |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in results:
-        lines.append(
-            f"| {r.workload} | {r.saver} | {_num(r.ms_per_turn, 2)}"
-            f" | {_num(r.requests_per_turn, 2)} | {_kib(r.stored_bytes)}"
-            f" | {r.history_entries} | {_num(r.history_ms, 1)}"
-            f" | {_num(r.history_requests)} |"
-        )
+    lines += table(
+        [
+            "workload",
+            "saver",
+            "ms/turn (median)",
+            "requests/turn",
+            "stored KiB",
+            "history entries",
+            "history ms (median)",
+            "history requests",
+        ],
+        [
+            [
+                r.workload,
+                r.saver,
+                number(r.ms_per_turn, 2),
+                number(r.requests_per_turn, 2),
+                kib(r.stored_bytes),
+                r.history_entries,
+                number(r.history_ms, 1),
+                number(r.history_requests),
+            ]
+            for r in results
+        ],
+        "llrrrrrr",
+    )
     if ctx.rival:
         lines += ["", f"Ratios {ctx.rival} / {ctx.baseline} (above 1 = graphkeep better):", ""]
         by = {(r.saver, r.workload): r for r in results}
@@ -118,17 +120,15 @@ def markdown(
             if not ours or not theirs:
                 continue
             lines.append(
-                f"- {work.name}: ms/turn {_ratio(theirs.ms_per_turn, ours.ms_per_turn)},"
-                f" requests/turn {_ratio(theirs.requests_per_turn, ours.requests_per_turn)},"
-                f" stored {_ratio(theirs.stored_bytes, ours.stored_bytes)},"
-                f" history ms {_ratio(theirs.history_ms, ours.history_ms)},"
-                f" history requests {_ratio(theirs.history_requests, ours.history_requests)}"
+                f"- {work.name}: ms/turn {ratio(theirs.ms_per_turn, ours.ms_per_turn)},"
+                f" requests/turn {ratio(theirs.requests_per_turn, ours.requests_per_turn)},"
+                f" stored {ratio(theirs.stored_bytes, ours.stored_bytes)},"
+                f" history ms {ratio(theirs.history_ms, ours.history_ms)},"
+                f" history requests {ratio(theirs.history_requests, ours.history_requests)}"
             )
     lines += growth_table(ctx, [*results, *growth])
     lines += large_table(large)
-    if targets:
-        lines += ["", "Targets:", ""]
-        lines += [f"- [{'met' if met else 'MISSED'}] {text}" for text, met in targets]
+    lines += target_lines(targets)
     lines += ["", *where_requests_go(results)]
     return "\n".join(lines) + "\n"
 
@@ -170,23 +170,36 @@ def growth_table(ctx: Context, results: Sequence[Result]) -> list[str]:
         f"- stored = {ctx.growth_stored_label or ctx.stored_label}",
         *([f"- sent = {ctx.sent_label}"] if ctx.sent_label else []),
         "",
-        f"| workload | saver | stored KiB, {n} turns | stored KiB, {far} turns"
-        f" | stored {far}/{n} | KiB sent at turn {n} | KiB sent/turn, median {first_window}"
-        f" | KiB sent at turn {far} | sent / new at turn {n} |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    headers = [
+        "workload",
+        "saver",
+        f"stored KiB, {n} turns",
+        f"stored KiB, {far} turns",
+        f"stored {far}/{n}",
+        f"KiB sent at turn {n}",
+        f"KiB sent/turn, median {first_window}",
+        f"KiB sent at turn {far}",
+        f"sent / new at turn {n}",
+    ]
+    cells = []
     for r in rows:
         stored_far = r.stored_last if r.extra_turns == extra else None
-        ratio = _ratio(stored_far, r.stored_first)
         at_n, at_far = sent_at(r, n), sent_at(r, far)
-        median = sent_median(r, n)
-        lines.append(
-            f"| {r.workload}{'' if stored_far is None else f' / {GROWTH_WORKLOAD}-{far}'}"
-            f" | {r.saver} | {_kib(r.stored_first)} | {_kib(stored_far)}"
-            f" | {ratio.rstrip('x')} | {_kib(at_n)}"
-            f" | {NA if median is None else f'{median / 1024:,.1f}'} | {_kib(at_far)}"
-            f" | {NA if at_n is None else f'{at_n / new:,.1f}'} |"
+        cells.append(
+            [
+                r.workload + ("" if stored_far is None else f" / {GROWTH_WORKLOAD}-{far}"),
+                r.saver,
+                kib(r.stored_first),
+                kib(stored_far),
+                ratio(stored_far, r.stored_first).rstrip("x"),
+                kib(at_n),
+                kib(sent_median(r, n)),
+                kib(at_far),
+                NA if at_n is None else f"{at_n / new:,.1f}",
+            ]
         )
+    lines += table(headers, cells, "llrrrrrrr")
     return lines
 
 
@@ -202,16 +215,21 @@ def large_table(large: Sequence[LargeResult]) -> list[str]:
         f" {first.size_bytes:,} bytes of text, then {first.turns - 1} ordinary turns; the"
         " state is read back and compared.",
         "",
-        "| saver | outcome | ms of the large turn | requests/turn | stored KiB |",
-        "|---|---|---:|---:|---:|",
     ]
-    for r in large:
-        outcome = r.outcome.replace("|", "\\|")
-        lines.append(
-            f"| {r.saver} | {'ok: ' if r.ok else 'FAILED, '}{outcome}"
-            f" | {_num(r.ms_large_turn, 1)} | {_num(r.requests_per_turn, 2)}"
-            f" | {_kib(r.stored_bytes)} |"
-        )
+    lines += table(
+        ["saver", "outcome", "ms of the large turn", "requests/turn", "stored KiB"],
+        [
+            [
+                r.saver,
+                ("ok: " if r.ok else "FAILED, ") + r.outcome.replace("|", "\\|"),
+                number(r.ms_large_turn, 1),
+                number(r.requests_per_turn, 2),
+                kib(r.stored_bytes),
+            ]
+            for r in large
+        ],
+        "llrrr",
+    )
     return lines
 
 
@@ -255,9 +273,8 @@ def where_requests_go(results: Sequence[Result]) -> list[str]:
         " writes run on background threads and their wall time includes waiting for the"
         " GIL while nodes run.",
         "",
-        "| workload | saver | phase | " + " | ".join(header) + " |",
-        "|---|---|---|" + "---:|" * len(header),
     ]
+    body = []
     for r in results:
         counted = r.requests_per_turn is not None
         for phase, tally, per in (
@@ -268,8 +285,14 @@ def where_requests_go(results: Sequence[Result]) -> list[str]:
             if outside:
                 extra = tally.requests.get(OUTSIDE, 0)
                 cells.append(NA if not counted else f"{extra / per:.2f}" if per > 1 else str(extra))
-            lines.append(f"| {r.workload} | {r.saver} | {phase} | " + " | ".join(cells) + " |")
+            body.append([r.workload, r.saver, phase, *cells])
+    lines += table(["workload", "saver", "phase", *header], body, "lll" + "r" * len(header))
     return lines
+
+
+#: bar colors: graphkeep and the reference saver fixed, the others from the palette
+COLORS = {"graphkeep": "#2a7ab9", "InMemorySaver": "#9aa5b1"}
+PALETTE = ["#e07b39", "#5aa469", "#b5446e", "#7d5ba6"]
 
 
 def chart(
@@ -277,104 +300,82 @@ def chart(
 ) -> None:
     """Grouped bars per metric: one group per workload (or growth point), one bar per saver;
     ``growth``: savers shown in the growth panels only."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-
     main = list(dict.fromkeys(r.saver for r in results))
     savers = list(dict.fromkeys([*main, *(r.saver for r in growth)]))
     workloads = [w.name for w in ctx.workloads if any(r.workload == w.name for r in results)]
     by = {(r.saver, r.workload): r for r in [*results, *growth]}
     turns = results[0].turns if results else ctx.turns
     extra = max((r.extra_turns for r in [*results, *growth]), default=0)
+    colors = {s: COLORS.get(s) or PALETTE[i % len(PALETTE)] for i, s in enumerate(savers)}
 
-    def field(attr: str) -> Callable[[str], Series]:
-        def per_saver(saver: str) -> Series:
-            def per_group(group: str) -> float | int | None:
-                r = by.get((saver, group))
-                value: float | int | None = getattr(r, attr) if r else None
-                return value
+    def field(attr: str) -> Series:
+        def value(saver: str, group: str) -> float | int | None:
+            r = by.get((saver, group))
+            found: float | int | None = getattr(r, attr) if r else None
+            return found
 
-            return per_group
+        return value
 
-        return per_saver
-
-    def stored_growth(saver: str) -> Series:
+    def stored_growth(saver: str, group: str) -> float | int | None:
         r = by.get((saver, GROWTH_WORKLOAD))
-        points = {
-            f"{GROWTH_WORKLOAD}": r.stored_first if r else None,
-            f"{GROWTH_WORKLOAD}-{turns + extra}": r.stored_last if r else None,
-        }
-        return lambda group: points.get(group)
+        if r is None:
+            return None
+        return r.stored_first if group == GROWTH_WORKLOAD else r.stored_last
 
-    def sent(saver: str) -> Series:
-        return lambda group: sent_at(by[(saver, group)], turns) if (saver, group) in by else None
+    def sent(saver: str, group: str) -> float | int | None:
+        r = by.get((saver, group))
+        return sent_at(r, turns) if r else None
+
+    def panel(
+        title: str, shown: list[str], groups: list[str], values: Series, in_kib: bool
+    ) -> Panel:
+        bars = []
+        for saver in shown:
+            raw = [values(saver, group) for group in groups]
+            scaled = [None if v is None else v / 1024 if in_kib else float(v) for v in raw]
+            labels = [
+                ""
+                if v is None or x is None
+                else f"{x:,.0f}"
+                if x >= 100 or isinstance(v, int) and not in_kib
+                else f"{x:,.1f}"
+                for v, x in zip(raw, scaled, strict=True)
+            ]
+            bars.append(Bars(saver, scaled, colors[saver], labels))
+        return Panel(title, groups, bars)
 
     growth_groups = [GROWTH_WORKLOAD, f"{GROWTH_WORKLOAD}-{turns + extra}"] if extra else []
-    # (title, savers, x groups, value per saver and group, shown in KiB)
-    panels: list[tuple[str, list[str], list[str], Callable[[str], Series], bool]] = [
-        ("ms per turn (median)", main, workloads, field("ms_per_turn"), False),
-        ("requests per turn", main, workloads, field("requests_per_turn"), False),
-        ("stored (KiB)", main, workloads, field("stored_bytes"), True),
-        ("history read (ms, median)", main, workloads, field("history_ms"), False),
-        ("requests to read the history", main, workloads, field("history_requests"), False),
-        (
+    panels = [
+        panel("ms per turn (median)", main, workloads, field("ms_per_turn"), False),
+        panel("requests per turn", main, workloads, field("requests_per_turn"), False),
+        panel("stored (KiB)", main, workloads, field("stored_bytes"), True),
+        panel("history read (ms, median)", main, workloads, field("history_ms"), False),
+        panel("requests to read the history", main, workloads, field("history_requests"), False),
+        panel(
             f"stored (KiB) after {turns} and {turns + extra} turns",
             savers,
             growth_groups,
             stored_growth,
             True,
         ),
-        (f"KiB sent to the store at turn {turns}", savers, workloads, sent, True),
+        panel(f"KiB sent to the store at turn {turns}", savers, workloads, sent, True),
     ]
-    colors = {"graphkeep": "#2a7ab9", "InMemorySaver": "#9aa5b1"}
-    palette = ["#e07b39", "#5aa469", "#b5446e", "#7d5ba6"]
-    fig, axes = plt.subplots(2, 4, figsize=(20, 8.5))
-    for ax, (title, shown, groups, values, in_kib) in zip(axes.flat, panels, strict=False):
-        width = 0.8 / max(len(shown), 1)
-        for i, saver in enumerate(shown):
-            color = colors.get(saver) or palette[savers.index(saver) % len(palette)]
-            of = values(saver)
-            for j, name in enumerate(groups):
-                raw = of(name)
-                x = j + (i - (len(shown) - 1) / 2) * width
-                if raw is None:
-                    ax.text(x, 0, NA, ha="center", va="bottom", fontsize=8, color="#666")
-                    continue
-                value = raw / 1024 if in_kib else float(raw)
-                ax.bar(x, value, width * 0.95, color=color, label=saver if j == 0 else None)
-                whole = value >= 100 or isinstance(raw, int) and not in_kib
-                label = f"{value:,.0f}" if whole else f"{value:,.1f}"
-                ax.text(x, value, label, ha="center", va="bottom", fontsize=8)
-        ax.set_title(title, fontsize=11)
-        ax.set_xticks(range(len(groups)), groups)
-        ax.set_xlim(-0.5, max(len(groups), 1) - 0.5)
-        ax.margins(y=0.15)
-        ax.grid(axis="y", alpha=0.3)
-    legend_ax = axes.flat[len(panels)]
-    legend_ax.axis("off")
-    handles = [
-        Patch(color=colors.get(s) or palette[i % len(palette)]) for i, s in enumerate(savers)
-    ]
-    legend_ax.legend(handles, savers, loc="upper left", fontsize=11, frameon=False)
-    legend_ax.text(
-        0.0,
-        0.45,
+    note = (
         f"{ctx.suite_title}: {ctx.turns} turns per workload, {ctx.rounds} round(s)\n"
         f"history = get_state_history(limit={HISTORY_LIMIT})\n"
         "requests: round trips counted at the client\n"
         "sent: request bytes counted at the client\n"
         f"growth: the {GROWTH_WORKLOAD} thread of round 1, {extra} more turns\n"
         "n/a: no store behind the saver\n"
-        "medians on a noisy machine",
-        fontsize=10,
-        va="top",
-        transform=legend_ax.transAxes,
+        "medians on a noisy machine"
     )
-    fig.suptitle(f"graphkeep bench: {ctx.suite_title}", fontsize=14)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    figure = Figure(
+        f"graphkeep bench: {ctx.suite_title}",
+        panels,
+        rows=2,
+        columns=4,
+        size=(20, 8.5),
+        title_size=14,
+        legend=Legend([(s, colors[s]) for s in savers], note),
+    )
+    render.chart(figure, path)

@@ -4,24 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-import textwrap
 import traceback
-from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
 from graphkeep import __version__
-from graphkeep.cli.console import (
-    EXIT_ERROR,
-    EXIT_USAGE,
-    CliError,
-    mask,
-    parse_duration,
-    parse_size,
-)
+from graphkeep.cli.arguments import add_command, common_options, duration, positive, size
+from graphkeep.cli.console import EXIT_ERROR, EXIT_USAGE, CliError, mask
 from graphkeep.cli.decode import EncryptedValueError
 from graphkeep.errors import ConfigurationError, GraphkeepError, InvalidInput, StorageUnavailable
-
-Command = Callable[[argparse.Namespace, TextIO, TextIO], int]
 
 DESCRIPTION = """\
 Inspect, dump, prune, copy and size the checkpoints LangGraph apps keep in
@@ -47,72 +38,13 @@ masked in every message. Progress bars go to stderr, only when it is a terminal.
 Run `graphkeep COMMAND --help` for examples."""
 
 
-def _size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from exc
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
-
-
-def _common() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    group = common.add_argument_group("common options")
-    group.add_argument(
-        "--key-prefix",
-        metavar="PREFIX",
-        help="graphkeep key prefix of the store (the key_prefix option of graphkeep.connect)",
-    )
-    group.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
-    group.add_argument(
-        "--no-progress", dest="progress", action="store_false", help="never draw progress bars"
-    )
-    group.add_argument(
-        "--traceback", action="store_true", help="show the Python traceback of an error"
-    )
-    return common
-
-
-def _add(
-    subparsers: Any,
-    name: str,
-    command: Command,
-    summary: str,
-    examples: str,
-    common: argparse.ArgumentParser,
-) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = subparsers.add_parser(
-        name,
-        help=summary,
-        description=textwrap.fill(summary, 79),
-        epilog="examples:\n" + examples,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[common],
-    )
-    parser.set_defaults(func=command)
-    return parser
-
-
 def build_parser() -> argparse.ArgumentParser:
     from graphkeep.cli.copy import cmd_copy
-    from graphkeep.cli.inspection import cmd_dump, cmd_history, cmd_threads
+    from graphkeep.cli.dump import cmd_dump
+    from graphkeep.cli.inspection import cmd_history, cmd_threads
+    from graphkeep.cli.live import add_live_commands
     from graphkeep.cli.maintain import cmd_prune, cmd_setup, cmd_stats
+    from graphkeep.cli.store import add_store_commands
 
     parser = argparse.ArgumentParser(
         prog="graphkeep",
@@ -122,9 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"graphkeep {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    common = _common()
+    common = common_options()
 
-    p = _add(
+    p = add_command(
         sub,
         "threads",
         cmd_threads,
@@ -136,9 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
         common,
     )
     p.add_argument("url", metavar="URL")
-    p.add_argument("--limit", type=_positive, help="show at most N threads")
+    p.add_argument("--limit", type=positive, help="show at most N threads")
     p.add_argument(
-        "--page-size", type=_positive, default=500, help="threads per store page (default 500)"
+        "--page-size", type=positive, default=500, help="threads per store page (default 500)"
     )
     p.add_argument(
         "--quick",
@@ -146,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="read only the store's index: no sizes or write counts, much faster on big stores",
     )
 
-    p = _add(
+    p = add_command(
         sub,
         "history",
         cmd_history,
@@ -162,9 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     ns = p.add_mutually_exclusive_group()
     ns.add_argument("--ns", default="", help='checkpoint namespace (default: root "")')
     ns.add_argument("--all-ns", action="store_true", help="every namespace (subgraphs too)")
-    p.add_argument("--limit", type=_positive, help="newest N checkpoints only")
+    p.add_argument("--limit", type=positive, help="newest N checkpoints only")
 
-    p = _add(
+    p = add_command(
         sub,
         "dump",
         cmd_dump,
@@ -189,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", metavar="FILE", help="write the JSON here (default: -)")
     p.add_argument("--compact", action="store_true", help="one-line JSON")
 
-    p = _add(
+    p = add_command(
         sub,
         "prune",
         cmd_prune,
@@ -210,12 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--thread", nargs="+", metavar="THREAD", help="these threads")
     which.add_argument(
-        "--older-than", type=_duration, metavar="AGE", help="threads idle this long (30d, 12h)"
+        "--older-than", type=duration, metavar="AGE", help="threads idle this long (30d, 12h)"
     )
     p.add_argument("--dry-run", action="store_true", help="print the plan, remove nothing")
     p.add_argument("--verbose", "-v", action="store_true", help="list every checkpoint removed")
 
-    p = _add(
+    p = add_command(
         sub,
         "copy",
         cmd_copy,
@@ -243,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-verify", dest="verify", action="store_false", help="skip the final verification"
     )
 
-    p = _add(
+    p = add_command(
         sub,
         "stats",
         cmd_stats,
@@ -255,13 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
         common,
     )
     p.add_argument("url", metavar="URL")
-    p.add_argument("--top", type=_positive, default=10, help="largest N threads (default 10)")
-    p.add_argument("--max-checkpoints-per-thread", type=_positive, metavar="N")
+    p.add_argument("--top", type=positive, default=10, help="largest N threads (default 10)")
+    p.add_argument("--max-checkpoints-per-thread", type=positive, metavar="N")
     p.add_argument(
-        "--max-bytes-per-thread", type=_size, metavar="SIZE", help="e.g. 500KB, 10MB, 1GiB"
+        "--max-bytes-per-thread", type=size, metavar="SIZE", help="e.g. 500KB, 10MB, 1GiB"
     )
 
-    p = _add(
+    p = add_command(
         sub,
         "setup",
         cmd_setup,
@@ -274,11 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("url", metavar="URL")
     p.add_argument("--print", action="store_true", help="print the schema instead of creating it")
 
-    from graphkeep.cli.live import add_live_commands
-    from graphkeep.cli.store import add_store_commands
-
-    add_live_commands(sub, common, _add)
-    add_store_commands(sub, common, _add)
+    add_live_commands(sub, common)
+    add_store_commands(sub, common)
     return parser
 
 

@@ -46,12 +46,9 @@ from graphkeep.cli.console import (
     print_json,
 )
 from graphkeep.cli.decode import LosslessSerde
-from graphkeep.cli.endpoints import (
-    POSTGRES_SCHEMES,
-    SQLITE_SCHEMES,
+from graphkeep.cli.endpoints import Endpoint, Native, is_foreign, open_endpoint
+from graphkeep.cli.threads import (
     CheckpointItem,
-    Endpoint,
-    Native,
     WriteItem,
     dump_elements,
     export,
@@ -59,8 +56,6 @@ from graphkeep.cli.endpoints import (
     is_element,
     iter_threads,
     native_items,
-    open_endpoint,
-    scheme_of,
     thread_config,
 )
 from graphkeep.port import codec
@@ -104,17 +99,13 @@ def _prefixes(args: argparse.Namespace) -> tuple[str | None, str | None]:
     return src, dst
 
 
-def _is_foreign_url(url: str) -> bool:
-    return scheme_of(url) in SQLITE_SCHEMES or scheme_of(url) in POSTGRES_SCHEMES
-
-
 def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.rename_to is not None and (args.all or len(args.thread or []) != 1):
         raise UsageError("--rename-to needs exactly one --thread")
     src_prefix, dst_prefix = _prefixes(args)
-    if args.key_prefix is not None and args.src_key_prefix is None and _is_foreign_url(args.src):
+    if args.key_prefix is not None and args.src_key_prefix is None and is_foreign(args.src):
         src_prefix = None  # --key-prefix means the graphkeep side
-    if args.key_prefix is not None and args.dst_key_prefix is None and _is_foreign_url(args.dst):
+    if args.key_prefix is not None and args.dst_key_prefix is None and is_foreign(args.dst):
         dst_prefix = None
     same_store = args.src.rstrip("/") == args.dst.rstrip("/") and src_prefix == dst_prefix
     if same_store and args.rename_to is None:
@@ -122,7 +113,7 @@ def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             "source and destination are the same store: use --rename-to (one thread)"
             " or a different --dst-key-prefix"
         )
-    both_native = not _is_foreign_url(args.src) and not _is_foreign_url(args.dst)
+    both_native = not is_foreign(args.src) and not is_foreign(args.dst)
     serde = LosslessSerde(strict=not both_native)
     results: list[ThreadCopy] = []
     missing: list[str] = []

@@ -339,3 +339,8 @@ class LosslessSerde:
         if self.strict and isinstance(value, Encrypted):
             raise EncryptedValueError(_unreadable_message(value))
         return value
+
+
+def inspection_serde() -> LosslessSerde:
+    """Read-only commands decode with this: no class imports, encrypted values as markers."""
+    return LosslessSerde(strict=False)

@@ -1,46 +1,34 @@
-"""Opening a URL for the CLI: a graphkeep saver, or one of LangGraph's own savers.
+"""Opening a URL for the CLI: a saver, a store or an event log, graphkeep's or LangGraph's own.
 
-``graphkeep`` URLs (every scheme in :data:`graphkeep.connect.BACKENDS`) open a
-saver through :func:`graphkeep.connect`; the CLI then talks to its store
-through the port (``saver.port`` ops run by ``saver.drive``), which hands back
-raw stored bytes and works identically on every backend.
-
-``sqlite:///path`` and ``postgresql://...`` open LangGraph's ``SqliteSaver`` /
-``PostgresSaver`` (when installed) and are used through the public
-``BaseCheckpointSaver`` API only; their packages are imported only then.
+Every command opens its URL here. ``graphkeep`` URLs (every scheme in
+:data:`graphkeep.connect.BACKENDS`) open through :func:`graphkeep.connect` (checkpoint
+commands: the CLI then talks to the saver's checkpoint port, ``saver.port`` ops run by
+``saver.drive``, which hands back raw stored bytes on every backend),
+:func:`graphkeep.connect_store` (``graphkeep store``) or :func:`graphkeep.connect_events`
+(``graphkeep events``); ``sqlite:///path`` and ``postgresql://...`` open LangGraph's own
+savers and stores (:mod:`graphkeep.cli.foreign`). The CLI is the top layer of
+docs/architecture.md.
 """
 
 from __future__ import annotations
 
-import os
-import sqlite3
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from typing import Any
 
-from langgraph.checkpoint.base import BaseCheckpointSaver, writes_sort_key
+from langgraph.store.base import BaseStore
 
 import graphkeep
-from graphkeep.checkpoint.lists import (
-    ELEMENT_CHANNEL,
-    load_value,
-    where,
-)
-from graphkeep.checkpoint.records import ThreadDump, Typed, WriteRecord
 from graphkeep.checkpoint.saver import SaverBase
-from graphkeep.cli.console import MASK, NotFound, UsageError, parse_ts, safe_url, uuid6_time
-from graphkeep.cli.decode import Encrypted, LosslessSerde, load_plain
+from graphkeep.cli import foreign
+from graphkeep.cli.console import MASK, UsageError, safe_url
+from graphkeep.cli.foreign import FOREIGN_SCHEMES, SQLITE_SCHEMES, Foreign
 from graphkeep.connect import BACKENDS
 from graphkeep.errors import ConfigurationError
-from graphkeep.port import Op, codec
+from graphkeep.port import Op
 
-SQLITE_SCHEMES = ("sqlite",)
-POSTGRES_SCHEMES = ("postgresql", "postgres")
-THREAD_PAGE_SIZE = 500
-
-#: (task_id, idx, task_path, channel) rows of one checkpoint's writes, when the store says
-WriteRows = Callable[[str, str, str], list[tuple[str, int, str, str]] | None]
+GRAPHKEEP_OR_SQLITE = "redis://host:6379/0 or sqlite:///file.db"
 
 
 @dataclass
@@ -62,24 +50,6 @@ class Native:
         return self.saver.drive(op)
 
 
-@dataclass
-class Foreign:
-    """One of LangGraph's own savers (SQLite, Postgres), used through its public API."""
-
-    url: str
-    saver: BaseCheckpointSaver[Any]
-    kind: str
-    write_rows: WriteRows | None = None
-
-    @property
-    def label(self) -> str:
-        return safe_url(self.url)
-
-    @property
-    def scheme(self) -> str:
-        return scheme_of(self.url)
-
-
 Endpoint = Native | Foreign
 
 
@@ -87,8 +57,66 @@ def scheme_of(url: str) -> str:
     return url.split("://", 1)[0].lower() if "://" in url else ""
 
 
+def is_foreign(url: str) -> bool:
+    """Is ``url`` one of LangGraph's own savers / stores (SQLite, Postgres)?"""
+    return scheme_of(url) in FOREIGN_SCHEMES
+
+
 def known_schemes() -> list[str]:
-    return sorted({*BACKENDS, *SQLITE_SCHEMES, *POSTGRES_SCHEMES})
+    return sorted({*BACKENDS, *FOREIGN_SCHEMES})
+
+
+def require_graphkeep(url: str, command: str) -> None:
+    """Refuse a SQLite / Postgres URL for a command only graphkeep stores have."""
+    scheme = scheme_of(url)
+    if scheme in FOREIGN_SCHEMES:
+        raise UsageError(
+            f"graphkeep {command} needs a graphkeep URL (redis://, redis+cluster://,"
+            f" mongodb://, dynamodb://), not {scheme}://"
+        )
+
+
+def _scheme(url: str, example: str) -> str:
+    """``url``'s scheme; its secrets are remembered for masking first."""
+    MASK.remember(url)
+    scheme = scheme_of(url)
+    if not scheme:
+        raise UsageError(f"expected a URL such as {example}, got {safe_url(url)!r}")
+    return scheme
+
+
+def _refuse_key_prefix(scheme: str, key_prefix: str | None) -> None:
+    if key_prefix is not None:
+        raise UsageError(f"--key-prefix applies to graphkeep URLs, not to {scheme}://")
+
+
+@contextmanager
+def _connected(
+    connect: Callable[..., AbstractContextManager[Any]],
+    url: str,
+    options: Mapping[str, Any],
+    hint: str = "",
+) -> Iterator[Any]:
+    """``connect(url, **options)`` entered; a bad URL or option is a usage error."""
+    try:
+        manager = connect(url, **{k: v for k, v in options.items() if v is not None})
+        opened = manager.__enter__()
+    except ConfigurationError as exc:
+        message = str(exc)
+        if hint and "unsupported URL scheme" in message:
+            message += hint
+        raise UsageError(message) from exc
+    try:
+        yield opened
+    except BaseException as exc:
+        if not manager.__exit__(type(exc), exc, exc.__traceback__):
+            raise
+    else:
+        manager.__exit__(None, None, None)
+
+
+def _own(kind: str) -> str:
+    return f", sqlite:///path or postgresql://... (LangGraph's own {kind})"
 
 
 @contextmanager
@@ -100,445 +128,49 @@ def open_endpoint(
     serde: Any = None,
     must_exist: bool = True,
 ) -> Iterator[Endpoint]:
-    """Open ``url``; ``setup`` creates the schema (destinations), reads never do."""
-    MASK.remember(url)
-    scheme = scheme_of(url)
-    if not scheme:
-        raise UsageError(
-            f"expected a URL such as redis://host:6379/0 or sqlite:///file.db, got {mask(url)!r}"
+    """The saver at ``url``; ``setup`` creates the schema (destinations), reads never do."""
+    scheme = _scheme(url, GRAPHKEEP_OR_SQLITE)
+    if scheme in FOREIGN_SCHEMES:
+        _refuse_key_prefix(scheme, key_prefix)
+        opener = (
+            foreign.open_sqlite_saver if scheme in SQLITE_SCHEMES else foreign.open_postgres_saver
         )
-    if scheme in SQLITE_SCHEMES or scheme in POSTGRES_SCHEMES:
-        if key_prefix is not None:
-            raise UsageError(f"--key-prefix applies to graphkeep URLs, not to {scheme}://")
-        opener = _open_sqlite if scheme in SQLITE_SCHEMES else _open_postgres
-        with opener(url, setup=setup, serde=serde, must_exist=must_exist) as foreign:
-            yield foreign
+        with opener(url, setup=setup, serde=serde, must_exist=must_exist) as found:
+            yield found
         return
-    options: dict[str, Any] = {"setup": setup}
-    if key_prefix is not None:
-        options["key_prefix"] = key_prefix
-    if serde is not None:
-        options["serde"] = serde
-    try:
-        manager = graphkeep.connect(url, **options)
-        saver = manager.__enter__()
-    except ConfigurationError as exc:
-        raise UsageError(_with_sqlite_hint(str(exc), scheme)) from exc
-    try:
+    options = {"setup": setup, "key_prefix": key_prefix, "serde": serde}
+    with _connected(graphkeep.connect, url, options, _own("savers")) as saver:
         yield Native(url, saver)
-    except BaseException as exc:
-        if not manager.__exit__(type(exc), exc, exc.__traceback__):
-            raise
-    else:
-        manager.__exit__(None, None, None)
-
-
-def mask(url: str) -> str:
-    return safe_url(url)
-
-
-def _with_sqlite_hint(message: str, scheme: str) -> str:
-    if "unsupported URL scheme" in message:
-        return f"{message}, sqlite:///path or postgresql://... (LangGraph's own savers)"
-    return message
-
-
-# -- LangGraph's own savers ------------------------------------------------------------
-
-
-def sqlite_path(url: str) -> str:
-    """``sqlite:///rel.db`` -> ``rel.db``; ``sqlite:////abs/x.db`` -> ``/abs/x.db``."""
-    rest = url.split("://", 1)[1]
-    if not rest.startswith("/"):
-        raise UsageError(
-            f"SQLite URLs look like sqlite:///relative/file.db or sqlite:////abs/file.db,"
-            f" got {mask(url)}"
-        )
-    path = rest[1:].split("?", 1)[0]
-    if not path:
-        raise UsageError(f"no database file in {mask(url)}")
-    return path
 
 
 @contextmanager
-def _open_sqlite(url: str, *, setup: bool, serde: Any, must_exist: bool) -> Iterator[Foreign]:
-    path = sqlite_path(url)
-    try:
-        from langgraph.checkpoint.sqlite import SqliteSaver
-    except ImportError as exc:
-        raise UsageError(
-            "sqlite:// URLs need LangGraph's SQLite saver: pip install langgraph-checkpoint-sqlite"
-        ) from exc
-    if must_exist and not setup and not os.path.exists(path):
-        raise NotFound(f"no SQLite database at {path}")
-    conn = sqlite3.connect(path, check_same_thread=False)
-    try:
-        saver = SqliteSaver(conn, serde=serde)
-        if setup:
-            saver.setup()
-
-        def rows(thread_id: str, ns: str, checkpoint_id: str) -> list[tuple[str, int, str, str]]:
-            query = (
-                "SELECT task_id, idx, {path}, channel FROM writes"
-                " WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
-            )
-            params = (thread_id, ns, checkpoint_id)
-            with saver.lock:
-                try:
-                    found = conn.execute(query.format(path="task_path"), params).fetchall()
-                except sqlite3.OperationalError:  # databases from before task_path
-                    found = conn.execute(query.format(path="''"), params).fetchall()
-            return [(str(t), int(i), str(p or ""), str(c)) for t, i, p, c in found]
-
-        yield Foreign(url, saver, "sqlite", rows)
-    finally:
-        conn.close()
+def open_store(
+    url: str,
+    *,
+    key_prefix: str | None = None,
+    setup: bool = False,
+    index: dict[str, Any] | None = None,
+) -> Iterator[BaseStore]:
+    """A sync ``BaseStore`` for ``url``; ``setup`` creates the schema (destinations only)."""
+    scheme = _scheme(url, GRAPHKEEP_OR_SQLITE)
+    if scheme in FOREIGN_SCHEMES:
+        _refuse_key_prefix(scheme, key_prefix)
+        opener = (
+            foreign.open_sqlite_store if scheme in SQLITE_SCHEMES else foreign.open_postgres_store
+        )
+        with opener(url, setup=setup, index=index) as store:
+            yield store
+        return
+    options = {"setup": setup, "key_prefix": key_prefix, "index": index}
+    with _connected(graphkeep.connect_store, url, options, _own("stores")) as store:
+        yield store
 
 
 @contextmanager
-def _open_postgres(url: str, *, setup: bool, serde: Any, must_exist: bool) -> Iterator[Foreign]:
-    try:
-        from langgraph.checkpoint.postgres import PostgresSaver
-    except ImportError as exc:
-        raise UsageError(
-            "postgresql:// URLs need LangGraph's Postgres saver:"
-            " pip install langgraph-checkpoint-postgres 'psycopg[binary]'"
-        ) from exc
-    conn_string = "postgresql://" + url.split("://", 1)[1]
-    try:
-        manager = PostgresSaver.from_conn_string(conn_string)
-        saver = manager.__enter__()
-    except Exception as exc:
-        from graphkeep.errors import StorageUnavailable
-
-        raise StorageUnavailable(
-            f"PostgreSQL at {mask(url)} is unavailable ({type(exc).__name__}: {exc})"
-        ) from exc
-    try:
-        if serde is not None:
-            saver.serde = serde
-        if setup:
-            saver.setup()
-
-        def rows(thread_id: str, ns: str, checkpoint_id: str) -> list[tuple[str, int, str, str]]:
-            with saver._cursor() as cur:
-                cur.execute(
-                    "SELECT task_id, idx, task_path, channel FROM checkpoint_writes"
-                    " WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s",
-                    (thread_id, ns, checkpoint_id),
-                )
-                found = cur.fetchall()
-            return [
-                (str(r["task_id"]), int(r["idx"]), str(r["task_path"] or ""), str(r["channel"]))
-                for r in found
-            ]
-
-        yield Foreign(url, saver, "postgres", rows)
-    finally:
-        manager.__exit__(None, None, None)
-
-
-# -- shared views of a thread ----------------------------------------------------------
-
-
-@dataclass
-class WriteItem:
-    task_id: str
-    channel: str
-    idx: int | None
-    task_path: str
-    value: Any
-
-
-@dataclass
-class CheckpointItem:
-    """One checkpoint as Python data (values loaded losslessly), with its writes."""
-
-    ns: str
-    checkpoint_id: str
-    parent_id: str | None
-    checkpoint: Any
-    metadata: Any
-    writes: list[WriteItem] = field(default_factory=list)
-
-    @property
-    def versions(self) -> dict[str, Any]:
-        if isinstance(self.checkpoint, dict):
-            return dict(self.checkpoint.get("channel_versions") or {})
-        return {}
-
-
-def thread_config(thread_id: str, ns: str | None = None) -> Any:
-    conf: dict[str, Any] = {"thread_id": thread_id}
-    if ns is not None:
-        conf["checkpoint_ns"] = ns
-    return {"configurable": conf}
-
-
-def iter_threads(endpoint: Endpoint, page_size: int = THREAD_PAGE_SIZE) -> Iterator[str]:
-    """Every thread id of the store, page by page (foreign savers: one ``list(None)`` pass)."""
-    if isinstance(endpoint, Native):
-        cursor: Any = None
-        while True:
-            threads, cursor = endpoint.call(endpoint.saver.port.list_threads(cursor, page_size))
-            yield from threads
-            if cursor is None:
-                return
-    seen: set[str] = set()
-    for item in endpoint.saver.list(None):
-        thread_id = str(item.config["configurable"]["thread_id"])
-        if thread_id not in seen:
-            seen.add(thread_id)
-    yield from sorted(seen)
-
-
-def export(endpoint: Native, thread_id: str) -> ThreadDump:
-    dump: ThreadDump = endpoint.call(endpoint.saver.port.export_thread(thread_id))
-    return dump
-
-
-# -- shared lists (graphkeep.checkpoint.lists): a manifest blob stands for a list ----------
-
-
-def is_element(key: tuple[str, str, str]) -> bool:
-    """Is this ``(ns, channel, version)`` blob key a list element record?"""
-    return key[1] == ELEMENT_CHANNEL
-
-
-def dump_elements(dump: ThreadDump) -> dict[str, dict[str, Typed]]:
-    """The element records of an export: namespace -> element key -> stored value."""
-    elements: dict[str, dict[str, Typed]] = {}
-    for ns, blob in dump.blobs:
-        if blob.channel == ELEMENT_CHANNEL:
-            elements.setdefault(ns, {})[blob.version] = blob.value
-    return elements
-
-
-def native_items(
-    endpoint: Native, thread_id: str, dump: ThreadDump | None = None
-) -> list[CheckpointItem]:
-    """A graphkeep thread as :class:`CheckpointItem` s, oldest first (values via saver.serde).
-
-    Shared lists come back whole: their manifests are rebuilt from the export's
-    element records.
-    """
-    dump = dump if dump is not None else export(endpoint, thread_id)
-    serde = endpoint.saver.serde
-    blobs = {(ns, b.channel, b.version): b.value for ns, b in dump.blobs}
-    elements = dump_elements(dump)
-    writes: dict[tuple[str, str], list[WriteRecord]] = {}
-    for ns, checkpoint_id, w in dump.writes:
-        writes.setdefault((ns, checkpoint_id), []).append(w)
-    items = []
-    for record in sorted(dump.checkpoints, key=lambda r: (r.checkpoint_id, r.ns)):
-        checkpoint = codec.load(serde, record.checkpoint)
-        if isinstance(checkpoint, dict):
-            values = {}
-            for channel in record.present:
-                blob = blobs.get((record.ns, channel, record.versions.get(channel, "")))
-                if blob is not None and blob.tag != codec.EMPTY_TAG:
-                    at = where(thread_id, record.ns, record.checkpoint_id, channel)
-                    values[channel] = load_value(serde, blob, elements.get(record.ns, {}), at)
-            checkpoint["channel_values"] = values
-        own = sorted(
-            writes.get((record.ns, record.checkpoint_id), []),
-            key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx),
-        )
-        items.append(
-            CheckpointItem(
-                ns=record.ns,
-                checkpoint_id=record.checkpoint_id,
-                parent_id=record.parent_id,
-                checkpoint=checkpoint,
-                metadata=codec.load(serde, record.metadata),
-                writes=[
-                    WriteItem(w.task_id, w.channel, w.idx, w.task_path, codec.load(serde, w.value))
-                    for w in own
-                ],
-            )
-        )
-    return items
-
-
-def foreign_items(
-    endpoint: Foreign, thread_id: str, *, ns: str | None = None, limit: int | None = None
-) -> list[CheckpointItem]:
-    """A foreign saver's thread, newest first (``list`` order)."""
-    items = []
-    # materialised first: SqliteSaver holds its lock while its list() generator runs
-    for tup in list(endpoint.saver.list(thread_config(thread_id, ns), limit=limit)):
-        conf = tup.config["configurable"]
-        parent = (tup.parent_config or {}).get("configurable", {}).get("checkpoint_id")
-        ns_of = str(conf.get("checkpoint_ns", ""))
-        checkpoint_id = str(conf["checkpoint_id"])
-        items.append(
-            CheckpointItem(
-                ns=ns_of,
-                checkpoint_id=checkpoint_id,
-                parent_id=parent or None,
-                checkpoint=tup.checkpoint,
-                metadata=tup.metadata,
-                writes=foreign_writes(endpoint, thread_id, ns_of, checkpoint_id, tup),
-            )
-        )
-    return items
-
-
-def foreign_writes(
-    endpoint: Foreign, thread_id: str, ns: str, checkpoint_id: str, tup: Any
-) -> list[WriteItem]:
-    pending: Sequence[tuple[str, str, Any]] = tup.pending_writes or []
-    rows: list[tuple[str, int, str, str]] | None = None
-    if endpoint.write_rows is not None and pending:
-        try:
-            rows = endpoint.write_rows(thread_id, ns, checkpoint_id)
-        except Exception:  # the saver's own tables changed shape: fall back to the API
-            rows = None
-    if rows is not None:
-        rows = sorted(rows, key=lambda r: writes_sort_key(r[2], r[0], r[1]))
-        aligned = len(rows) == len(pending) and all(
-            r[0] == str(p[0]) and r[3] == p[1] for r, p in zip(rows, pending, strict=False)
-        )
-        if aligned:
-            return [
-                WriteItem(str(p[0]), p[1], r[1], r[2], p[2])
-                for r, p in zip(rows, pending, strict=True)
-            ]
-    return [
-        WriteItem(str(task_id), channel, None, "", value) for task_id, channel, value in pending
-    ]
-
-
-# -- thread summaries ------------------------------------------------------------------
-
-
-@dataclass
-class ThreadInfo:
-    thread_id: str
-    checkpoints: int
-    namespaces: list[str]
-    writes: int | None
-    blobs: int | None
-    bytes: int | None
-    last_checkpoint_id: str | None
-    last_ts: float | None
-    bytes_by_kind: dict[str, int] = field(default_factory=dict)
-    #: list element records (shared lists); not counted in ``blobs``
-    elements: int | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        from graphkeep.cli.console import iso
-
-        return {
-            "thread_id": self.thread_id,
-            "checkpoints": self.checkpoints,
-            "namespaces": self.namespaces,
-            "writes": self.writes,
-            "blobs": self.blobs,
-            "list_elements": self.elements,
-            "bytes": self.bytes,
-            "bytes_by_kind": self.bytes_by_kind,
-            "last_checkpoint_id": self.last_checkpoint_id,
-            "last_checkpoint_ts": iso(self.last_ts),
-        }
-
-
-def checkpoint_ts(body: Any, checkpoint_id: str | None) -> float | None:
-    """The ``ts`` of a decoded checkpoint body, else the time in its uuid6 id."""
-    if isinstance(body, dict):
-        ts = parse_ts(body.get("ts"))
-        if ts is not None:
-            return ts
-    return uuid6_time(checkpoint_id) if checkpoint_id else None
-
-
-def thread_info(endpoint: Endpoint, thread_id: str) -> ThreadInfo | None:
-    if isinstance(endpoint, Native):
-        return native_info(thread_id, export(endpoint, thread_id))
-    return foreign_info(thread_id, foreign_items(endpoint, thread_id))
-
-
-def quick_info(endpoint: Endpoint, thread_id: str) -> ThreadInfo | None:
-    """Counts from the store's index only (no payloads): no sizes, no write counts."""
-    if not isinstance(endpoint, Native):
-        return thread_info(endpoint, thread_id)
-    inventory = endpoint.call(endpoint.saver.port.inventory(thread_id))
-    if not inventory.checkpoints:
-        return None
-    last = max(inventory.checkpoints, key=lambda s: s.checkpoint_id)
-    last_ts = uuid6_time(last.checkpoint_id)
-    if last_ts is None:
-        loaded = endpoint.call(endpoint.saver.port.load(thread_id, last.ns, last.checkpoint_id))
-        if loaded is not None:
-            last_ts = checkpoint_ts(_plain(loaded.record.checkpoint), last.checkpoint_id)
-    return ThreadInfo(
-        thread_id=thread_id,
-        checkpoints=len(inventory.checkpoints),
-        namespaces=sorted({s.ns for s in inventory.checkpoints}),
-        writes=None,
-        blobs=sum(1 for key in inventory.blob_keys if not is_element(key)),
-        bytes=None,
-        last_checkpoint_id=last.checkpoint_id,
-        last_ts=last_ts,
-        elements=sum(1 for key in inventory.blob_keys if is_element(key)),
-    )
-
-
-def native_info(thread_id: str, dump: ThreadDump) -> ThreadInfo | None:
-    if not dump:
-        return None
-    elements = [b for _, b in dump.blobs if b.channel == ELEMENT_CHANNEL]
-    kinds = {
-        "checkpoints": sum(len(r.checkpoint.data) + len(r.metadata.data) for r in dump.checkpoints),
-        "writes": sum(len(w.value.data) for _, _, w in dump.writes),
-        "blobs": sum(len(b.value.data) for _, b in dump.blobs if b.channel != ELEMENT_CHANNEL),
-        "list_elements": sum(len(b.value.data) for b in elements),
-    }
-    last = max(dump.checkpoints, key=lambda r: r.checkpoint_id, default=None)
-    last_ts = None
-    if last is not None:
-        last_ts = checkpoint_ts(_plain(last.checkpoint), last.checkpoint_id)
-    return ThreadInfo(
-        thread_id=thread_id,
-        checkpoints=len(dump.checkpoints),
-        namespaces=sorted({r.ns for r in dump.checkpoints}),
-        writes=len(dump.writes),
-        blobs=len(dump.blobs) - len(elements),
-        bytes=sum(kinds.values()),
-        last_checkpoint_id=last.checkpoint_id if last else None,
-        last_ts=last_ts,
-        bytes_by_kind=kinds,
-        elements=len(elements),
-    )
-
-
-def foreign_info(thread_id: str, items: list[CheckpointItem]) -> ThreadInfo | None:
-    if not items:
-        return None
-    sizer = LosslessSerde(strict=False)
-    kinds = {"checkpoints": 0, "writes": 0}
-    sized = True
-    for item in items:
-        try:
-            kinds["checkpoints"] += len(sizer.dumps_typed(item.checkpoint)[1])
-            kinds["checkpoints"] += len(sizer.dumps_typed(item.metadata)[1])
-            kinds["writes"] += sum(len(sizer.dumps_typed(w.value)[1]) for w in item.writes)
-        except Exception:  # encrypted without the key: count, but do not size
-            sized = False
-    last = max(items, key=lambda i: i.checkpoint_id)
-    return ThreadInfo(
-        thread_id=thread_id,
-        checkpoints=len(items),
-        namespaces=sorted({i.ns for i in items}),
-        writes=sum(len(i.writes) for i in items),
-        blobs=None,
-        bytes=sum(kinds.values()) if sized else None,
-        last_checkpoint_id=last.checkpoint_id,
-        last_ts=checkpoint_ts(last.checkpoint, last.checkpoint_id),
-        bytes_by_kind=kinds if sized else {},
-    )
-
-
-def _plain(value: Typed) -> Any:
-    loaded = load_plain(value.tag, value.data)
-    return None if isinstance(loaded, Encrypted) else loaded
+def open_events(url: str, key_prefix: str | None) -> Iterator[Any]:
+    """The run event log at ``url`` (never creates anything: ``setup=False``)."""
+    _scheme(url, "redis://host:6379/0")
+    require_graphkeep(url, "events")
+    options = {"setup": False, "key_prefix": key_prefix}
+    with _connected(graphkeep.connect_events, url, options) as log:
+        yield log

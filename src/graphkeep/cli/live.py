@@ -22,56 +22,24 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, TextIO
 
-import graphkeep
-from graphkeep.cli.console import (
-    EXIT_OK,
-    MASK,
-    NotFound,
-    UsageError,
-    iso,
-    parse_duration,
-    safe_url,
-)
-from graphkeep.cli.decode import to_json
-from graphkeep.cli.endpoints import (
-    POSTGRES_SCHEMES,
-    SQLITE_SCHEMES,
-    Foreign,
-    checkpoint_ts,
-    open_endpoint,
-    scheme_of,
-)
-from graphkeep.errors import ConfigurationError, UnknownRun
+from graphkeep.cli.arguments import add_command, seconds
+from graphkeep.cli.console import EXIT_OK, NotFound, UsageError, iso, safe_url
+from graphkeep.cli.decode import inspection_serde, to_json
+from graphkeep.cli.endpoints import open_endpoint, open_events, require_graphkeep
+from graphkeep.cli.foreign import Foreign
+from graphkeep.cli.threads import checkpoint_ts
+from graphkeep.errors import UnknownRun
 
 #: exit code of a command ended by Ctrl-C (128 + SIGINT), printed nothing
 EXIT_INTERRUPTED = 130
 
-Adder = Callable[..., argparse.ArgumentParser]
 
-
-def seconds(text: str) -> float:
-    """``"5"``, ``"2.5"``, ``"90s"``, ``"5m"`` -> seconds (> 0), for ``--timeout``."""
-    try:
-        value = float(text)
-    except ValueError:
-        try:
-            value = parse_duration(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(
-                f"not a duration: {text!r} (seconds, or e.g. 90s, 5m, 1h)"
-            ) from exc
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    return value
-
-
-def add_live_commands(sub: Any, common: argparse.ArgumentParser, add: Adder) -> None:
+def add_live_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     """Register ``watch`` and ``events`` on the ``graphkeep`` sub-parsers."""
-    p = add(
+    p = add_command(
         sub,
         "watch",
         cmd_watch,
@@ -100,7 +68,7 @@ def add_live_commands(sub: Any, common: argparse.ArgumentParser, add: Adder) -> 
         help="stop after S seconds without a new checkpoint (5, 90s, 10m; default: never)",
     )
 
-    p = add(
+    p = add_command(
         sub,
         "events",
         cmd_events,
@@ -130,15 +98,6 @@ def _line(out: TextIO, text: str) -> None:
 
 def _compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def _graphkeep_only(url: str, command: str) -> None:
-    scheme = scheme_of(url)
-    if scheme in SQLITE_SCHEMES or scheme in POSTGRES_SCHEMES:
-        raise UsageError(
-            f"graphkeep {command} needs a graphkeep URL (redis://, redis+cluster://,"
-            f" mongodb://, dynamodb://), not {scheme}://"
-        )
 
 
 # -- watch -----------------------------------------------------------------------------
@@ -211,9 +170,7 @@ def watch_text(row: dict[str, Any], *, show_ns: bool) -> str:
 
 
 def cmd_watch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from graphkeep.cli.inspection import inspection_serde
-
-    _graphkeep_only(args.url, "watch")
+    require_graphkeep(args.url, "watch")
     ns = None if args.all_ns else args.ns
     try:
         with open_endpoint(
@@ -248,30 +205,6 @@ def cmd_watch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 # -- events ----------------------------------------------------------------------------
-
-
-@contextmanager
-def open_events(url: str, key_prefix: str | None) -> Iterator[Any]:
-    """The run event log at ``url`` (never creates anything: ``setup=False``)."""
-    MASK.remember(url)
-    if not scheme_of(url):
-        raise UsageError(f"expected a URL such as redis://host:6379/0, got {safe_url(url)!r}")
-    _graphkeep_only(url, "events")
-    options: dict[str, Any] = {"setup": False}
-    if key_prefix is not None:
-        options["key_prefix"] = key_prefix
-    try:
-        manager = graphkeep.connect_events(url, **options)
-        log = manager.__enter__()
-    except ConfigurationError as exc:
-        raise UsageError(str(exc)) from exc
-    try:
-        yield log
-    except BaseException as exc:
-        if not manager.__exit__(type(exc), exc, exc.__traceback__):
-            raise
-    else:
-        manager.__exit__(None, None, None)
 
 
 def cmd_events(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -36,18 +36,9 @@ from graphkeep.cli.console import (
     uuid6_time,
 )
 from graphkeep.cli.decode import LosslessSerde, load_plain, to_json
-from graphkeep.cli.endpoints import (
-    POSTGRES_SCHEMES,
-    SQLITE_SCHEMES,
-    Native,
-    ThreadInfo,
-    checkpoint_ts,
-    is_element,
-    iter_threads,
-    open_endpoint,
-    scheme_of,
-    thread_info,
-)
+from graphkeep.cli.endpoints import Native, is_foreign, open_endpoint, scheme_of
+from graphkeep.cli.foreign import describe_schema as describe_foreign_schema
+from graphkeep.cli.threads import ThreadInfo, checkpoint_ts, is_element, iter_threads, thread_info
 from graphkeep.connect import BACKENDS
 
 # -- prune -----------------------------------------------------------------------------
@@ -383,8 +374,8 @@ def _hook_arguments(fn: Callable[..., Any], url: str, key_prefix: str | None) ->
 
 def describe_schema(url: str, key_prefix: str | None) -> dict[str, Any]:
     scheme = scheme_of(url)
-    if scheme in SQLITE_SCHEMES or scheme in POSTGRES_SCHEMES:
-        return _foreign_schema(url, scheme)
+    if is_foreign(url):
+        return describe_foreign_schema(url)
     if scheme not in BACKENDS:
         known = ", ".join(f"{s}://" for s in sorted(BACKENDS))
         raise UsageError(f"unsupported URL scheme {scheme!r} in {safe_url(url)}; use {known}")
@@ -417,28 +408,6 @@ def describe_schema(url: str, key_prefix: str | None) -> dict[str, Any]:
         key.format(prefix=prefix): meaning for key, meaning in layout["keys_per_thread"].items()
     }
     return described
-
-
-def _foreign_schema(url: str, scheme: str) -> dict[str, Any]:
-    if scheme in POSTGRES_SCHEMES:
-        try:
-            from langgraph.checkpoint.postgres.base import BasePostgresSaver
-        except ImportError as exc:
-            raise UsageError(
-                "postgresql:// URLs need LangGraph's Postgres saver:"
-                " pip install langgraph-checkpoint-postgres"
-            ) from exc
-        return {
-            "backend": "langgraph-checkpoint-postgres",
-            "url": safe_url(url),
-            "migrations": list(BasePostgresSaver.MIGRATIONS),
-        }
-    return {
-        "backend": "langgraph-checkpoint-sqlite",
-        "url": safe_url(url),
-        "schema": None,
-        "note": "SqliteSaver.setup() creates its tables (checkpoints, writes) itself",
-    }
 
 
 def cmd_setup(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

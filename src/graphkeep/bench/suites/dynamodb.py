@@ -81,7 +81,8 @@ def local_credentials() -> None:
         os.environ["AWS_SECRET_ACCESS_KEY"] = "test"
 
 
-def _client() -> Any:
+def dynamodb_client() -> Any:
+    """A boto3 DynamoDB client of the bench endpoint (local credentials set when needed)."""
     import boto3
 
     local_credentials()
@@ -149,7 +150,7 @@ def item_size(item: dict[str, Any]) -> int:
 
 
 def stored_bytes(table: str) -> int:
-    client = _client()
+    client = dynamodb_client()
     total = 0
     for page in client.get_paginator("scan").paginate(TableName=table):
         total += sum(item_size(item) for item in page.get("Items", []))
@@ -160,7 +161,7 @@ def unavailable() -> Skip | None:
     if skip := not_yet("dynamodb"):
         return skip
     try:
-        _client().list_tables(Limit=1)
+        dynamodb_client().list_tables(Limit=1)
     except Exception as exc:  # noqa: BLE001 - any failure means "cannot run", with the reason
         return Skip(f"no DynamoDB answers at {endpoint_url()} ({type(exc).__name__}: {exc})")
     return None
@@ -172,7 +173,7 @@ def open_rival(work: Workload) -> Iterator[Opened]:
     from langgraph_checkpoint_aws import DynamoDBSaver
 
     table = TABLES["DynamoDBSaver"]
-    admin = _client()
+    admin = dynamodb_client()
     drop_table(admin, table)
     admin.create_table(
         TableName=table,
@@ -203,7 +204,7 @@ def graphkeep_opener(name: str, **saver_options: Any) -> Any:
     @contextmanager
     def open_graphkeep(work: Workload) -> Iterator[Opened]:
         table = TABLES[name]
-        drop_table(_client(), table)
+        drop_table(dynamodb_client(), table)
         probe = Probe()
         url = table_url(table)
         with graphkeep.connect(url, key_prefix=KEY_PREFIX, **saver_options) as saver:

@@ -60,7 +60,8 @@ def mongodb_url() -> str:
     return os.environ.get("MONGODB_URI", "mongodb://127.0.0.1:27117")
 
 
-def _client(probe: Probe | None = None) -> Any:
+def mongo_client(probe: Probe | None = None) -> Any:
+    """A client of ``MONGODB_URI``; with ``probe``, every non-housekeeping command is counted."""
     import bson
     import pymongo
     from pymongo import monitoring
@@ -97,7 +98,7 @@ def unavailable() -> Skip | None:
             "langgraph-checkpoint-mongodb is missing (pip install langgraph-checkpoint-mongodb)"
         )
     try:
-        client = _client()
+        client = mongo_client()
         try:
             client.admin.command("ping")
         finally:
@@ -122,7 +123,7 @@ def scratch_database(client: Any, name: str, force: bool) -> None:
 
 def stored_bytes(name: str, indexes: bool = True) -> int:
     """``dataSize`` (``+ indexSize``) of the database, without the marker collection."""
-    client = _client()
+    client = mongo_client()
     try:
         db = client[name]
         stats = db.command("dbStats")
@@ -147,7 +148,7 @@ def graphkeep_opener(name: str, options: Options, **saver_options: Any) -> Any:
 
         db_name = DATABASES[name]
         probe = Probe()
-        client = _client(probe)
+        client = mongo_client(probe)
         try:
             scratch_database(client, db_name, options.force_flush)
             saver = MongoDBSaver(client, db_name=db_name, key_prefix=KEY_PREFIX, **saver_options)
@@ -177,7 +178,7 @@ def contenders(options: Options) -> list[Contender]:
 
         name = DATABASES["MongoDBSaver"]
         probe = Probe()
-        client = _client(probe)
+        client = mongo_client(probe)
         try:
             scratch_database(client, name, options.force_flush)
             saver = LangGraphMongoDBSaver(client, db_name=name)

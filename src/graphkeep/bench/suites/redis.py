@@ -59,7 +59,8 @@ def with_db(url: str, db: int) -> str:
     return urlunsplit(parts._replace(path=f"/{db}"))
 
 
-def _admin(url: str) -> Any:
+def admin_client(url: str) -> Any:
+    """A plain redis-py client for the bench's own housekeeping (flush, sizes, ping)."""
     import redis
 
     return redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=2)
@@ -77,7 +78,7 @@ def unavailable() -> Skip | None:
     except ImportError:
         return Skip("langgraph-checkpoint-plainredis is missing (pip install 'graphkeep[dev]')")
     try:
-        client = _admin(url)
+        client = admin_client(url)
         try:
             client.ping()
         finally:
@@ -90,7 +91,7 @@ def unavailable() -> Skip | None:
 def scratch_database(url: str, db: int, force: bool) -> str:
     """Flush logical database ``db`` (only if it is the bench's own) and return its URL."""
     db_url = with_db(url, db)
-    client = _admin(db_url)
+    client = admin_client(db_url)
     try:
         if client.dbsize() and not client.exists(MARKER) and not force:
             raise BenchError(
@@ -106,7 +107,7 @@ def scratch_database(url: str, db: int, force: bool) -> str:
 
 def stored_bytes(db_url: str) -> int:
     """Sum of ``MEMORY USAGE`` (all elements sampled) over the database's keys."""
-    client = _admin(db_url)
+    client = admin_client(db_url)
     try:
         keys = [k for k in client.scan_iter(count=1000) if k != MARKER.encode()]
         pipe = client.pipeline(transaction=False)

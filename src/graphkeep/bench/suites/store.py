@@ -16,11 +16,12 @@ Contenders, each on a fresh, empty scratch space of the same server in one run:
   its own table, deleted first.
 - ``InMemoryStore`` with the same index: the floor, and the reference answers.
 
-Requests are counted as the other suites count them: Redis commands at the connection
-(a pipeline = 1), MongoDB commands seen by a ``CommandListener``, DynamoDB HTTP requests
-(botocore ``before-send``). A rival that cannot build its vector index on this server is
-run without it and its semantic row says why; a graphkeep backend that has not landed is
-left out with "not available yet".
+How each is opened and its requests counted (as the other suites count them: Redis
+commands at the connection, MongoDB commands, DynamoDB HTTP requests):
+:mod:`graphkeep.bench.suites.store_contenders`; this module runs them, pools the rounds and
+renders the report (:mod:`graphkeep.bench.render`). A rival that cannot build its vector
+index on this server is run without it and its semantic row says why; a graphkeep backend
+that has not landed is left out with "not available yet".
 
 Run it with ``./dev bench --suite store`` or ``python -m graphkeep.bench.suites.store``
 (``--only NAME,...`` picks contenders; ``--scale`` shrinks S1).
@@ -29,408 +30,32 @@ Run it with ``./dev bench --suite store`` or ``python -m graphkeep.bench.suites.
 from __future__ import annotations
 
 import argparse
-import importlib
-import os
-import subprocess
 import sys
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from importlib import metadata
 from pathlib import Path
-from typing import Any
 
-from graphkeep.bench.probes import Probe, count_round_trips
+from graphkeep.bench import render
+from graphkeep.bench.render import NA, Bars, Figure, Panel, number, ratio, section, table, versions
 from graphkeep.bench.store_workload import (
     KINDS,
-    OpenedStore,
     OpResult,
     Sizes,
     StoreResult,
-    index_config,
-    measure_store,
-    parse_worker_output,
     same_top_k,
 )
 from graphkeep.bench.suites import Options, Skip, Suite
-from graphkeep.errors import mask_url
+from graphkeep.bench.suites.store_contenders import (
+    CONTENDERS,
+    PAIRS,
+    REFERENCE,
+    Contender,
+    Unavailable,
+    contenders,
+)
 
-KEY_PREFIX = "bench"
-REFERENCE = "InMemoryStore"
-#: graphkeep contender -> (rival on the same server, store label)
-PAIRS = {
-    "graphkeep-redis": ("RedisStore", "Redis Stack"),
-    "graphkeep-mongodb": ("MongoDBStore", "MongoDB (FerretDB)"),
-    "graphkeep-dynamodb": ("DynamoDBStore", "DynamoDB (moto)"),
-}
-CONTENDERS = (*[n for pair in PAIRS.items() for n in (pair[0], pair[1][0])], REFERENCE)
-MONGODB_DATABASES = {
-    "graphkeep-mongodb": "graphkeep_bench_store_graphkeep",
-    "MongoDBStore": "graphkeep_bench_store_mongodbstore",
-}
-DYNAMODB_TABLES = {
-    "graphkeep-dynamodb": "graphkeep_bench_store_graphkeep",
-    "DynamoDBStore": "graphkeep_bench_store_dynamodbstore",
-}
-#: scratch databases on Redis Stack (RediSearch indexes only database 0, so both use it, one
-#: after the other, each flushing it first) and on REDIS_URL
-REDIS_STACK_DBS = {"RedisStore": 0, "graphkeep-redis": 0}
-PLAIN_REDIS_DB = 13
 FULL_TURNS = 50  # Options.turns of a full run: S1 is scaled by turns / 50 (--quick: 0.2)
-
-
-def redis_stack_url() -> str:
-    return os.environ.get("REDIS_STACK_URL", "redis://127.0.0.1:16380/0")
-
-
-# --------------------------------------------------------------------------- contenders
-
-
-class Unavailable(Exception):
-    """This contender cannot run here (message: why)."""
-
-
-@dataclass
-class Contender:
-    name: str
-    #: opens the contender in this process, or ``None`` when ``run`` is given
-    open: Callable[[], AbstractContextManager[OpenedStore]] | None = None
-    #: runs S1 elsewhere (another virtualenv) and returns its result
-    run: Callable[[Sizes], StoreResult] | None = None
-
-    def measure(self, sizes: Sizes) -> StoreResult:
-        if self.run is not None:
-            return self.run(sizes)
-        assert self.open is not None
-        with self.open() as opened:
-            return measure_store(opened, self.name, sizes)
-
-
-def _redis_ping(url: str) -> str | None:
-    from graphkeep.bench.suites.redis import _admin
-
-    try:
-        client = _admin(url)
-        try:
-            client.ping()
-            modules = {m[b"name"].decode().lower() for m in client.module_list()}
-        finally:
-            client.close()
-    except Exception as exc:  # noqa: BLE001 - the reason is reported
-        return f"no Redis answers at {mask_url(url)} ({type(exc).__name__})"
-    if not {"search", "rejson", "redisjson"} & modules or "search" not in modules:
-        return f"{mask_url(url)} has no RediSearch/RedisJSON modules (not Redis Stack)"
-    return None
-
-
-def _store_module(backend: str) -> Any:
-    try:
-        return importlib.import_module(f"graphkeep.backends.{backend}.store")
-    except ImportError as exc:
-        raise Unavailable(f"graphkeep.backends.{backend}.store not available yet") from exc
-
-
-def _find(obj: Any, test: Callable[[Any], bool], depth: int = 3) -> Any:
-    """The first attribute (breadth-first, a few levels deep) of ``obj`` passing ``test``."""
-    level, seen = [obj], {id(obj)}
-    for _ in range(depth):
-        found_next: list[Any] = []
-        for item in level:
-            if test(item):
-                return item
-            for value in list(getattr(item, "__dict__", {}).values()):
-                if id(value) not in seen and not isinstance(value, (str, bytes, int, float)):
-                    seen.add(id(value))
-                    found_next.append(value)
-        level = found_next
-    for item in level:
-        if test(item):
-            return item
-    raise LookupError(f"no client found inside {type(obj).__name__}")
-
-
-def _is_redis_client(value: Any) -> bool:
-    return hasattr(value, "connection_pool") and hasattr(value, "execute_command")
-
-
-def _is_botocore_client(value: Any) -> bool:
-    meta = getattr(value, "meta", None)
-    return meta is not None and hasattr(meta, "events") and hasattr(meta, "service_model")
-
-
-# MongoDB: one process-wide listener (pymongo registers listeners for every client made
-# after ``monitoring.register``), forwarding to the probe of the store being measured.
-_MONGO_PROBE: dict[str, Probe | None] = {"probe": None}
-_MONGO_LISTENING = threading.Lock()
-_mongo_registered = False
-
-
-def _listen_to_mongodb(probe: Probe) -> None:
-    global _mongo_registered
-    from pymongo import monitoring
-
-    from graphkeep.bench.suites.mongodb import HOUSEKEEPING
-
-    with _MONGO_LISTENING:
-        _MONGO_PROBE["probe"] = probe
-        if _mongo_registered:
-            return
-
-        class Commands(monitoring.CommandListener):
-            def started(self, event: monitoring.CommandStartedEvent) -> None:
-                current = _MONGO_PROBE["probe"]
-                if current is not None and event.command_name.lower() not in HOUSEKEEPING:
-                    current.request()
-
-            def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-                pass
-
-            def failed(self, event: monitoring.CommandFailedEvent) -> None:
-                pass
-
-        monitoring.register(Commands())
-        _mongo_registered = True
-
-
-@contextmanager
-def open_memory() -> Iterator[OpenedStore]:
-    from langgraph.store.memory import InMemoryStore
-
-    yield OpenedStore(InMemoryStore(index=index_config()), Probe(counts_requests=False))  # type: ignore[arg-type]
-
-
-@contextmanager
-def open_graphkeep_redis(
-    url: str, db: int, force: bool, vector_index: bool = False
-) -> Iterator[OpenedStore]:
-    import graphkeep
-    from graphkeep.bench.suites.redis import scratch_database
-
-    _store_module("redis")
-    db_url = scratch_database(url, db, force)
-    probe = Probe()
-    with graphkeep.connect_store(
-        db_url, index=index_config(), key_prefix=KEY_PREFIX, vector_index=vector_index
-    ) as store:
-        count_round_trips(_find(store, _is_redis_client), probe)
-        yield OpenedStore(store, probe)
-
-
-@contextmanager
-def open_redis_rival(url: str, db: int, force: bool) -> Iterator[OpenedStore]:
-    from langgraph.store.redis import RedisStore
-
-    from graphkeep.bench.suites.redis import scratch_database
-
-    db_url = scratch_database(url, db, force)
-    probe = Probe()
-    with RedisStore.from_conn_string(db_url, index=index_config()) as store:  # type: ignore[arg-type]
-        store.setup()
-        count_round_trips(store._redis, probe)
-        yield OpenedStore(store, probe)
-
-
-def _mongodb_scratch(name: str, force: bool) -> None:
-    from graphkeep.bench.suites.mongodb import _client, scratch_database
-
-    client = _client()
-    try:
-        scratch_database(client, name, force)
-    finally:
-        client.close()
-
-
-@contextmanager
-def open_graphkeep_mongodb(force: bool) -> Iterator[OpenedStore]:
-    import graphkeep
-    from graphkeep.bench.suites.mongodb import mongodb_url
-
-    _store_module("mongodb")
-    name = MONGODB_DATABASES["graphkeep-mongodb"]
-    _mongodb_scratch(name, force)
-    probe = Probe()
-    _listen_to_mongodb(probe)
-    try:
-        with graphkeep.connect_store(
-            mongodb_url(), index=index_config(), key_prefix=KEY_PREFIX, db_name=name
-        ) as store:
-            yield OpenedStore(store, probe)
-    finally:
-        _MONGO_PROBE["probe"] = None
-
-
-@contextmanager
-def open_mongodb_rival(force: bool) -> Iterator[OpenedStore]:
-    import pymongo
-    from langgraph.store.mongodb import MongoDBStore, create_vector_index_config
-
-    from graphkeep.bench.suites.mongodb import mongodb_url
-
-    name = MONGODB_DATABASES["MongoDBStore"]
-    _mongodb_scratch(name, force)
-    probe = Probe()
-    _listen_to_mongodb(probe)
-    client: Any = pymongo.MongoClient(mongodb_url(), serverSelectionTimeoutMS=3000)
-    try:
-        collection = client[name]["store"]
-        notes: list[str] = []
-        try:
-            config = create_vector_index_config(dims=64, embed=index_config()["embed"])
-            store = MongoDBStore(collection, index_config=config)
-            semantic = True
-        except Exception as exc:  # noqa: BLE001 - reported: the store runs without its index
-            first = str(exc).splitlines()[0][:140] if str(exc) else ""
-            notes.append(
-                "MongoDBStore: no semantic search on this server: its vector index is an"
-                f" Atlas Search index (createSearchIndexes / $vectorSearch): {first}"
-            )
-            store = MongoDBStore(collection)
-            semantic = False
-        yield OpenedStore(store, probe, semantic=semantic, notes=notes)
-    finally:
-        _MONGO_PROBE["probe"] = None
-        client.close()
-
-
-@contextmanager
-def open_graphkeep_dynamodb() -> Iterator[OpenedStore]:
-    import graphkeep
-    from graphkeep.bench.suites.dynamodb import (
-        _client,
-        count_requests,
-        drop_table,
-        local_credentials,
-        table_url,
-    )
-
-    _store_module("dynamodb")
-    local_credentials()
-    table = DYNAMODB_TABLES["graphkeep-dynamodb"]
-    drop_table(_client(), table)
-    probe = Probe()
-    with graphkeep.connect_store(
-        table_url(table), index=index_config(), key_prefix=KEY_PREFIX
-    ) as store:
-        count_requests(_find(store, _is_botocore_client), probe)
-        yield OpenedStore(store, probe)
-
-
-@contextmanager
-def open_dynamodb_rival() -> Iterator[OpenedStore]:
-    """Factory run inside ``.bench-venvs/aws`` (langgraph-checkpoint-aws)."""
-    from langgraph_checkpoint_aws import DynamoDBStore
-
-    from graphkeep.bench.suites.dynamodb import (
-        _client,
-        count_requests,
-        drop_table,
-        endpoint_url,
-        local_credentials,
-        region,
-    )
-
-    local_credentials()
-    table = DYNAMODB_TABLES["DynamoDBStore"]
-    admin = _client()
-    notes: list[str] = []
-
-    def build(index: dict[str, Any] | None) -> Any:
-        drop_table(admin, table)
-        store = DynamoDBStore(
-            table_name=table, region_name=region(), endpoint_url=endpoint_url(), index=index
-        )
-        # it polls for an ACTIVE vector index for up to 600 s: an endpoint that never
-        # reports one (moto ignores VectorIndexes) fails after one poll instead
-        store._wait_for_vector_index = partial(store._wait_for_vector_index, timeout=5)
-        store.setup()
-        return store
-
-    try:
-        store, semantic = build(index_config()), True
-    except Exception as exc:  # noqa: BLE001 - reported: the store runs without its index
-        first = str(exc).splitlines()[0][:140] if str(exc) else ""
-        notes.append(
-            "DynamoDBStore: no semantic search on this server: it needs a DynamoDB vector"
-            f" index (VectorIndexes / SearchVectors): {type(exc).__name__}: {first}"
-        )
-        store, semantic = build(None), False
-    try:
-        store.put(("float-check",), "k", {"score": 0.5})
-    except Exception as exc:  # noqa: BLE001 - reported: why S1's scores are integers
-        notes.append(
-            "DynamoDBStore cannot store a float in a value"
-            f" ({type(exc).__name__}: {exc}), so S1's scores are integers for everyone"
-        )
-    probe = Probe()
-    count_requests(store.client, probe)
-    yield OpenedStore(store, probe, semantic=semantic, notes=notes)
-
-
-def _aws_rival(sizes: Sizes) -> StoreResult:
-    from graphkeep.bench.suites.dynamodb import venv_dir
-    from graphkeep.bench.worker import SRC_DIR, ensure_venv
-
-    pins = [f"{d}=={metadata.version(d)}" for d in ("langgraph", "langgraph-checkpoint")]
-    python = ensure_venv(venv_dir(), ["langgraph-checkpoint-aws", *pins])
-    path = os.pathsep.join(p for p in (str(SRC_DIR), os.environ.get("PYTHONPATH")) if p)
-    scale = sizes.items / Sizes.full().items
-    done = subprocess.run(
-        [
-            str(python), "-m", "graphkeep.bench.store_workload",
-            "--factory", "graphkeep.bench.suites.store:open_dynamodb_rival",
-            "--scale", repr(scale), "--contender", "DynamoDBStore",
-        ],
-        env={**os.environ, "PYTHONPATH": path},
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )  # fmt: skip
-    for data in parse_worker_output(done.stdout):
-        return StoreResult.from_json(data)
-    tail = "\n".join((done.stderr or done.stdout).splitlines()[-5:])
-    raise Unavailable(f"worker failed (exit {done.returncode}): {tail}")
-
-
-def contenders(options: Options) -> tuple[list[Contender], str]:
-    """Every contender of S1, and where each runs (for the report)."""
-    from graphkeep.bench.suites.redis import redis_url
-
-    force = options.force_flush
-    stack = redis_stack_url()
-    no_stack = _redis_ping(stack)
-    if no_stack is None:
-        redis_where = (
-            f"Redis Stack at {mask_url(stack)} (db 0; graphkeep with its Query Engine vector"
-            " index, vector_index=True)"
-        )
-        redis_at, graphkeep_db = stack, REDIS_STACK_DBS["graphkeep-redis"]
-    else:
-        redis_where = f"Redis at {mask_url(redis_url())} db {PLAIN_REDIS_DB} ({no_stack})"
-        redis_at, graphkeep_db = redis_url(), PLAIN_REDIS_DB
-
-    def redis_rival() -> AbstractContextManager[OpenedStore]:
-        if no_stack is not None:
-            raise Unavailable(f"needs Redis Stack: {no_stack}")
-        return open_redis_rival(stack, REDIS_STACK_DBS["RedisStore"], force)
-
-    from graphkeep.bench.suites.dynamodb import endpoint_url
-    from graphkeep.bench.suites.mongodb import mongodb_url
-
-    where = f"{redis_where}; MongoDB at {mask_url(mongodb_url())}; DynamoDB at {endpoint_url()}"
-    return [
-        Contender(REFERENCE, open_memory),
-        Contender(
-            "graphkeep-redis",
-            lambda: open_graphkeep_redis(redis_at, graphkeep_db, force, no_stack is None),
-        ),
-        Contender("RedisStore", redis_rival),
-        Contender("graphkeep-mongodb", lambda: open_graphkeep_mongodb(force)),
-        Contender("MongoDBStore", lambda: open_mongodb_rival(force)),
-        Contender("graphkeep-dynamodb", open_graphkeep_dynamodb),
-        Contender("DynamoDBStore", run=_aws_rival),
-    ], where
 
 
 # --------------------------------------------------------------------------- running
@@ -497,14 +122,6 @@ def run_contenders(
 # --------------------------------------------------------------------------- report
 
 
-def _num(value: float | None, digits: int = 2) -> str:
-    return "n/a" if value is None else f"{value:,.{digits}f}"
-
-
-def _ratio(theirs: float | None, ours: float | None) -> str:
-    return "n/a" if theirs is None or not ours else f"{theirs / ours:.2f}x"
-
-
 def top_k_column(outcomes: Sequence[Outcome], sizes: Sizes) -> dict[str, str]:
     """Contender -> "yes" / "no" / "n/a (why)" for "semantic top-10 = InMemoryStore"."""
     by = {o.name: o.result for o in outcomes if o.result}
@@ -529,15 +146,7 @@ def top_k_column(outcomes: Sequence[Outcome], sizes: Sizes) -> dict[str, str]:
 def markdown(outcomes: Sequence[Outcome], sizes: Sizes, rounds: int, where: str) -> str:
     by = {o.name: o.result for o in outcomes if o.result}
     top = top_k_column(outcomes, sizes)
-    versions = ", ".join(
-        f"{d} {_version(d)}"
-        for d in (
-            "langgraph",
-            "graphkeep",
-            "langgraph-checkpoint-redis",
-            "langgraph-store-mongodb",
-        )
-    )
+    dists = ("langgraph", "graphkeep", "langgraph-checkpoint-redis", "langgraph-store-mongodb")
     lines = [
         "## graphkeep bench: Store (workload S1)",
         "",
@@ -547,7 +156,7 @@ def markdown(outcomes: Sequence[Outcome], sizes: Sizes, rounds: int, where: str)
         f" category equality and score `$gt`, limit 10), {sizes.semantic:,} semantic"
         f' searches over `("users",)` (top 10), {sizes.list_namespaces:,} list_namespaces;'
         f" index = 64-dim hashing bag-of-words on `text` (local, deterministic);"
-        f" {rounds} round(s), one thread, medians pooled over rounds. {versions}.",
+        f" {rounds} round(s), one thread, medians pooled over rounds. {versions(dists)}.",
         "",
         "- requests/op = Redis commands at the connection (pipeline = 1), MongoDB commands"
         " (CommandListener), DynamoDB HTTP requests (botocore before-send); n/a in process",
@@ -555,27 +164,35 @@ def markdown(outcomes: Sequence[Outcome], sizes: Sizes, rounds: int, where: str)
         " its order (items of equal score may trade places)",
         "- timings are medians on a shared, noisy machine: compare within one run only",
         "",
-        "| operation | contender | ms/op (median) | requests/op | error |",
-        "|---|---|---:|---:|---|",
     ]
-    for kind in KINDS:
-        for o in outcomes:
-            op = o.result.ops.get(kind) if o.result else None
-            if op is None:
-                continue
-            error = (op.error or "").replace("|", "\\|")
-            lines.append(
-                f"| {kind} | {o.name} | {_num(op.ms_median, 3)}"
-                f" | {_num(op.requests_per_op)} | {error} |"
-            )
-    lines += [
-        "",
-        "| contender | top-10 = InMemoryStore | run time s |",
-        "|---|---|---:|",
+    ops = [
+        [
+            kind,
+            o.name,
+            number(op.ms_median, 3),
+            number(op.requests_per_op, 2),
+            (op.error or "").replace("|", "\\|"),
+        ]
+        for kind in KINDS
+        for o in outcomes
+        if o.result and (op := o.result.ops.get(kind)) is not None
     ]
-    for o in outcomes:
-        cell = top.get(o.name, f"not run: {o.skipped}" if o.skipped else "n/a")
-        lines.append(f"| {o.name} | {cell.replace('|', '/')} | {o.seconds:,.1f} |")
+    lines += table(
+        ["operation", "contender", "ms/op (median)", "requests/op", "error"], ops, "llrrl"
+    )
+    lines.append("")
+    lines += table(
+        ["contender", "top-10 = InMemoryStore", "run time s"],
+        [
+            [
+                o.name,
+                top.get(o.name, f"not run: {o.skipped}" if o.skipped else NA).replace("|", "/"),
+                f"{o.seconds:,.1f}",
+            ]
+            for o in outcomes
+        ],
+        "llr",
+    )
     ratio_lines: list[str] = []
     for ours_name, (rival, label) in PAIRS.items():
         ours, theirs = by.get(ours_name), by.get(rival)
@@ -586,72 +203,46 @@ def markdown(outcomes: Sequence[Outcome], sizes: Sizes, rounds: int, where: str)
             a, b = ours.ops.get(kind), theirs.ops.get(kind)
             if a and b and not a.error and not b.error:
                 parts.append(
-                    f"{kind} ms {_ratio(b.ms_median, a.ms_median)},"
-                    f" requests {_ratio(b.requests_per_op, a.requests_per_op)}"
+                    f"{kind} ms {ratio(b.ms_median, a.ms_median)},"
+                    f" requests {ratio(b.requests_per_op, a.requests_per_op)}"
                 )
-        ratio_lines.append(f"- {label}, {rival} / {ours_name}: " + "; ".join(parts))
+        ratio_lines.append(f"{label}, {rival} / {ours_name}: " + "; ".join(parts))
     floor = by.get(REFERENCE)
     for ours_name in PAIRS:
         ours = by.get(ours_name)
         if ours and floor:
             parts = [
-                f"{kind} {_ratio(ours.ops[kind].ms_median, floor.ops[kind].ms_median)}"
+                f"{kind} {ratio(ours.ops[kind].ms_median, floor.ops[kind].ms_median)}"
                 for kind in KINDS
                 if kind in ours.ops and kind in floor.ops and not ours.ops[kind].error
             ]
-            ratio_lines.append(f"- {ours_name} / InMemoryStore ms: " + ", ".join(parts))
-    if ratio_lines:
-        lines += ["", "Ratios (rival / graphkeep: above 1 = graphkeep better):", "", *ratio_lines]
+            ratio_lines.append(f"{ours_name} / InMemoryStore ms: " + ", ".join(parts))
+    lines += section("Ratios (rival / graphkeep: above 1 = graphkeep better)", ratio_lines)
     notes = [n for o in outcomes if o.result for n in o.result.notes]
     notes += [f"{o.name} not run: {o.skipped}" for o in outcomes if o.skipped]
-    if notes:
-        lines += ["", "Notes:", "", *[f"- {n}" for n in notes]]
+    lines += section("Notes", notes)
     return "\n".join(lines) + "\n"
-
-
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "-"
 
 
 def chart(outcomes: Sequence[Outcome], path: Path) -> None:
     """ms/op and requests/op per operation kind, one bar per contender."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     ran = [o for o in outcomes if o.result]
-    fig, axes = plt.subplots(1, 2, figsize=(15, 5.5))
-    width = 0.8 / max(len(ran), 1)
-    panels: list[tuple[str, Callable[[OpResult], float | None]]] = [
-        ("ms/op (median, log scale)", lambda op: op.ms_median),
-        ("requests/op", lambda op: op.requests_per_op),
-    ]
-    for ax, (title, pick) in zip(axes, panels, strict=True):
-        for i, o in enumerate(ran):
+
+    def bars(pick: Callable[[OpResult], float | None]) -> list[Bars]:
+        out = []
+        for o in ran:
             assert o.result is not None
-            xs: list[float] = []
-            ys: list[float] = []
-            for j, kind in enumerate(KINDS):
-                op = o.result.ops.get(kind)
-                value = pick(op) if op and not op.error else None
-                if value is not None:
-                    xs.append(j + (i - (len(ran) - 1) / 2) * width)
-                    ys.append(value)
-            ax.bar(xs, ys, width * 0.95, label=o.name)
-        ax.set_title(title)
-        ax.set_xticks(range(len(KINDS)), KINDS, fontsize=8)
-        ax.grid(axis="y", alpha=0.3)
-    axes[0].set_yscale("log")
-    axes[1].legend(fontsize=8)
-    fig.suptitle("graphkeep bench: Store (workload S1)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+            found = [o.result.ops.get(kind) for kind in KINDS]
+            out.append(Bars(o.name, [pick(op) if op and not op.error else None for op in found]))
+        return out
+
+    panels = [
+        Panel("ms/op (median, log scale)", KINDS, bars(lambda op: op.ms_median), log=True),
+        Panel("requests/op", KINDS, bars(lambda op: op.requests_per_op), legend=True),
+    ]
+    for panel in panels:
+        panel.tick_size = 8
+    render.chart(Figure("graphkeep bench: Store (workload S1)", panels, size=(15, 5.5)), path)
 
 
 def run(
@@ -662,14 +253,7 @@ def run(
     listed, where = contenders(options)
     outcomes = run_contenders(listed, sizes, options.rounds, only)
     text = markdown(outcomes, sizes, options.rounds, where)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "store.md").write_text(text)
-    print()
-    print(text)
-    print(f"written: {out / 'store.md'}")
-    if chart_too:
-        chart(outcomes, out / "store.png")
-        print(f"written: {out / 'store.png'}")
+    render.publish(text, out, "store", partial(chart, outcomes) if chart_too else None)
     return outcomes
 
 
