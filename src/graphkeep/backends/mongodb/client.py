@@ -10,6 +10,7 @@ docs/architecture.md ("The port and its executors").
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 from dataclasses import replace
 from functools import partial
 from typing import Any, cast
@@ -228,9 +229,13 @@ def async_executor(db: Any, where: str) -> AsyncExecutor:
 
 
 def _driver_info() -> DriverInfo:
-    import graphkeep
-
-    return cast(DriverInfo, DriverInfo("graphkeep", str(graphkeep.__version__)))
+    # the installed distribution's version: importing the graphkeep package itself from here
+    # would reach up to graphkeep.connect (docs/architecture.md, "Import rules")
+    try:
+        version = importlib.metadata.version("graphkeep")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return cast(DriverInfo, DriverInfo("graphkeep", version))
 
 
 def _check_scheme(url: str) -> None:
