@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graphkeep.backends.dynamodb import keys
-from graphkeep.errors import GraphkeepError
+from graphkeep.errors import ConfigurationError, GraphkeepError
 from graphkeep.port import codec
 
 PK, SK = "pk", "sk"
@@ -53,6 +53,17 @@ SMALL_COMPRESS_MIN_BYTES = 128
 #: compress only when that saves at least this fraction (else the item is stored as is)
 COMPRESS_MIN_SAVING = 0.10
 DEFAULT_COMPRESS_LEVEL = 6
+
+
+def compress_level(compress: bool | int | None) -> int | None:
+    """The zlib level of a ``compress`` option (True: the default level; False/0: none)."""
+    if compress is None or compress is False:
+        return None
+    if compress is True:
+        return DEFAULT_COMPRESS_LEVEL
+    if isinstance(compress, int) and 0 <= compress <= 9:
+        return compress or None
+    raise ConfigurationError(f"compress must be True, False or a zlib level 1-9, got {compress!r}")
 
 
 def S(value: str) -> dict[str, Any]:

@@ -1,8 +1,9 @@
-"""Sans-IO requests for DynamoDB and the retry loops around the batch and transaction APIs.
+"""Sans-IO requests for DynamoDB: :class:`Call`, Query shapes and the loops around the batch,
+transaction and paging APIs.
 
-The store yields :class:`Call` (one low-level client call, ``getattr(client, operation)(**params)``)
-and the port's ``Sleep``; the executors in :mod:`graphkeep.backends.dynamodb` run them on boto3 or
-aiobotocore. The loops here are pure logic, so they are unit-tested by feeding responses in:
+The ports yield :class:`Call` (one low-level client call, ``getattr(client, operation)(**params)``)
+and the port's ``Sleep``; the executors in :mod:`.client` run them on boto3 or aiobotocore.
+The loops here are pure logic, so they are unit-tested by feeding responses in:
 
 - :func:`batch_write` / :func:`batch_get` re-send ``UnprocessedItems`` / ``UnprocessedKeys``:
   at once while the previous attempt made progress (DynamoDB also returns leftovers when a
@@ -13,16 +14,19 @@ aiobotocore. The loops here are pure logic, so they are unit-tested by feeding r
   for a regular write that means "already stored", which is success. Conflicts and throttling
   inside a transaction are retried with backoff. A single action goes out as PutItem/UpdateItem
   (half the write cost of a one-item transaction).
+- :func:`query_params` shapes a consistent Query of one partition, :func:`query_page` /
+  :func:`query_all` page through ``LastEvaluatedKey``, :func:`get_items` reads by key.
 """
 
 from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from graphkeep.backends.dynamodb.items import PK, SK, S, key, s
 from graphkeep.errors import StorageUnavailable
 from graphkeep.port import Op, Sleep
 
@@ -220,3 +224,52 @@ def query_all(params: dict[str, Any]) -> Op[list[dict[str, Any]]]:
         start = page.get("LastEvaluatedKey")
         if not start:
             return items
+
+
+def query_params(
+    table: str,
+    pk: str,
+    *,
+    begins: str | None = None,
+    between: tuple[str, str] | None = None,
+    forward: bool = True,
+    limit: int | None = None,
+    projection: Iterable[str] | None = None,
+) -> dict[str, Any]:
+    """A strongly consistent Query of partition ``pk``: sort keys ``begins`` with a prefix
+    or lie ``between`` two bounds (inclusive), ``projection`` naming the attributes beyond
+    the keys (none: whole items)."""
+    names = {"#pk": PK}
+    values: dict[str, Any] = {":pk": S(pk)}
+    condition = "#pk = :pk"
+    if begins is not None:
+        names["#sk"] = SK
+        values[":b"] = S(begins)
+        condition += " AND begins_with(#sk, :b)"
+    elif between is not None:
+        names["#sk"] = SK
+        values[":lo"], values[":hi"] = S(between[0]), S(between[1])
+        condition += " AND #sk BETWEEN :lo AND :hi"
+    params: dict[str, Any] = {
+        "TableName": table,
+        "KeyConditionExpression": condition,
+        "ExpressionAttributeValues": values,
+        "ConsistentRead": True,
+        "ScanIndexForward": forward,
+    }
+    if projection is not None:
+        wanted = list(dict.fromkeys([PK, SK, *projection]))
+        names.update({f"#p{i}": a for i, a in enumerate(wanted)})
+        params["ProjectionExpression"] = ", ".join(f"#p{i}" for i in range(len(wanted)))
+    params["ExpressionAttributeNames"] = names
+    if limit is not None:
+        params["Limit"] = limit
+    return params
+
+
+def get_items(table: str, wanted: dict[tuple[str, str], None]) -> Op[dict[tuple[str, str], Any]]:
+    """Whole items by ``(pk, sk)`` (BatchGetItem, strongly consistent); absent ones left out."""
+    if not wanted:
+        return {}
+    got = yield from batch_get(table, [key(pk, sk) for pk, sk in wanted])
+    return {(s(item, PK), s(item, SK)): item for item in got}

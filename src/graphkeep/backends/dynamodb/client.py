@@ -1,0 +1,247 @@
+"""The driver side of the DynamoDB backend: clients from URLs, the retry data, the executors.
+
+``dynamodb://<table>?region=..&endpoint_url=..&profile=..`` URLs (:func:`parse_url`), boto3
+and aiobotocore clients (:func:`sync_client` / :func:`async_client`), how a server is named in
+errors (:func:`describe`), which failures are retried and how often (:data:`RETRY`, a
+:class:`graphkeep.port.retry.Retry`), and the executors that send one :class:`.requests.Call`
+per attempt (:func:`executor` / :func:`async_executor`). See docs/architecture.md.
+
+Async client: **aiobotocore**, not aioboto3. aiobotocore 3.x pins botocore to the exact release
+current boto3 uses (here boto3/botocore 1.43.117 with aiobotocore 3.10.0, which requires
+``botocore>=1.43.115,<1.43.118``), so both co-install with a current boto3. aioboto3 15.5 (the
+latest) depends on ``aiobotocore[boto3]==2.25.1``, i.e. ``boto3<1.40.62``:
+``pip install --dry-run aioboto3`` in this environment wants to downgrade boto3 and botocore to
+1.40.61, which breaks users (and ``langgraph-checkpoint-aws``) on a current boto3. aioboto3 adds
+only the resource layer on top of aiobotocore, and this backend uses the low-level client
+anyway (typed attribute values, never ``Decimal``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from graphkeep.backends.dynamodb.requests import Call, error_code
+from graphkeep.errors import ConfigurationError, StorageUnavailable, mask_url
+from graphkeep.port.retry import AsyncExecutor, Retry, SyncExecutor
+
+try:
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import (
+        ClientError,
+        HTTPClientError,
+        NoCredentialsError,
+        NoRegionError,
+    )
+    from botocore.exceptions import (
+        ConnectionError as BotoConnectionError,
+    )
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "the DynamoDB backend needs boto3: pip install 'graphkeep[dynamodb]'"
+    ) from exc
+
+#: transport failures and server-side throttling, retried (every request is idempotent:
+#: puts of identical content, conditional puts whose failure means "already there",
+#: transactions with a ClientRequestToken, reads and deletes)
+TRANSPORT_ERRORS = (BotoConnectionError, HTTPClientError)
+THROTTLING = frozenset(
+    {
+        "ThrottlingException",
+        "ProvisionedThroughputExceededException",
+        "RequestLimitExceeded",
+        "InternalServerError",
+        "ServiceUnavailable",
+    }
+)
+RETRY_DELAYS = (0.05, 0.2, 0.5, 1.0)
+URL_PARAMS = {
+    "region": "region_name",
+    "region_name": "region_name",
+    "endpoint_url": "endpoint_url",
+    "profile": "profile_name",
+}
+#: options that pick how the client is made (saver, store, cache and event log alike)
+CLIENT_OPTIONS = ("session", "profile_name", "botocore_config")
+
+_USERINFO = re.compile(r"(\w[\w+.-]*://[^:/@\s\"']*):[^@\s\"']*@")
+
+
+# --------------------------------------------------------------------------- URLs and clients
+
+
+def parse_url(url: str) -> tuple[str, dict[str, str]]:
+    """``dynamodb://<table>?region=..&endpoint_url=..&profile=..`` -> (table, client kwargs)."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "dynamodb" or not parts.netloc:
+        raise ConfigurationError(
+            f"expected dynamodb://<table>?region=<region>[&endpoint_url=<url>], got {mask_url(url)}"
+        )
+    if parts.path not in ("", "/"):
+        raise ConfigurationError(f"unexpected path {parts.path!r} in {mask_url(url)}")
+    kwargs: dict[str, str] = {}
+    for name, values in parse_qs(parts.query, keep_blank_values=True).items():
+        if name not in URL_PARAMS:
+            raise ConfigurationError(
+                f"unknown parameter {name!r} in {mask_url(url)}; accepted: {', '.join(URL_PARAMS)}"
+            )
+        kwargs[URL_PARAMS[name]] = values[-1]
+    return parts.netloc, kwargs
+
+
+def client_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Take the client options out of ``options`` (what is left goes to the class)."""
+    return {name: options.pop(name) for name in CLIENT_OPTIONS if name in options}
+
+
+def _client_config() -> Any:
+    # botocore retries too; keep its share small so a dead endpoint fails in seconds
+    return Config(
+        retries={"total_max_attempts": 2, "mode": "standard"},
+        connect_timeout=5,
+        read_timeout=30,
+    )
+
+
+def _no_region(exc: Exception) -> ConfigurationError:
+    return ConfigurationError(
+        "no AWS region: pass region_name (or ?region= in the URL) or set AWS_DEFAULT_REGION"
+    )
+
+
+@contextmanager
+def sync_client(
+    region_name: str | None = None,
+    endpoint_url: str | None = None,
+    *,
+    session: Any = None,
+    profile_name: str | None = None,
+    botocore_config: Any = None,
+) -> Iterator[Any]:
+    """A new boto3 DynamoDB client, closed on exit."""
+    try:
+        if session is None:
+            session = boto3.session.Session(profile_name=profile_name)
+        client = session.client(
+            "dynamodb",
+            region_name=region_name,
+            endpoint_url=endpoint_url,
+            config=botocore_config or _client_config(),
+        )
+    except NoRegionError as exc:
+        raise _no_region(exc) from exc
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@asynccontextmanager
+async def async_client(
+    region_name: str | None = None,
+    endpoint_url: str | None = None,
+    *,
+    session: Any = None,
+    profile_name: str | None = None,
+    botocore_config: Any = None,
+) -> AsyncIterator[Any]:
+    """A new aiobotocore DynamoDB client, closed on exit."""
+    try:
+        from aiobotocore.config import AioConfig
+        from aiobotocore.session import get_session
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise ConfigurationError(
+            "the async DynamoDB backend needs aiobotocore: pip install 'graphkeep[dynamodb]'"
+        ) from exc
+    if session is None:
+        session = get_session()
+        if profile_name:
+            session.set_config_variable("profile", profile_name)
+    config = botocore_config or AioConfig(
+        retries={"total_max_attempts": 2, "mode": "standard"},
+        connect_timeout=5,
+        read_timeout=30,
+    )
+    try:
+        context = session.create_client(
+            "dynamodb", region_name=region_name, endpoint_url=endpoint_url, config=config
+        )
+        client = await context.__aenter__()
+    except NoRegionError as exc:
+        raise _no_region(exc) from exc
+    try:
+        yield client
+    finally:
+        await context.__aexit__(None, None, None)
+
+
+def describe(client: Any, table: str) -> str:
+    """The server named in errors: the client's endpoint (password masked) and the table."""
+    endpoint = getattr(getattr(client, "meta", None), "endpoint_url", None) or "?"
+    return f"{mask_url(str(endpoint))} (table {table})"
+
+
+# --------------------------------------------------------------------------- retry and executors
+
+
+def _transient(exc: ClientError) -> bool:
+    """Throttling, or a server-side failure (HTTP 5xx): worth another try."""
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+    return error_code(exc) in THROTTLING or int(status) >= 500
+
+
+def _retryable(exc: BaseException, request: Any, seconds: float) -> bool:
+    """Transport failures always; client errors when DynamoDB throttles or fails (5xx)."""
+    if isinstance(exc, TRANSPORT_ERRORS):
+        return True
+    return isinstance(exc, ClientError) and _transient(exc)
+
+
+def _failure(exc: BaseException, where: str) -> BaseException:
+    """What the caller sees: StorageUnavailable for transport failures, a configuration
+    error without credentials, DynamoDB's own errors as they are."""
+    if isinstance(exc, TRANSPORT_ERRORS):
+        detail = _USERINFO.sub(r"\1:***@", str(exc))  # botocore repeats the endpoint URL
+        return StorageUnavailable(
+            f"DynamoDB at {where} is unavailable ({type(exc).__name__}: {detail}); is the"
+            " endpoint reachable? (locally: ./dev services up)"
+        )
+    if isinstance(exc, NoCredentialsError):
+        return ConfigurationError(
+            f"no AWS credentials found ({exc}): configure the AWS credential chain (environment,"
+            " profile, role); a local endpoint such as moto accepts any values"
+            " (AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test)"
+        )
+    return exc
+
+
+#: DynamoDB's retry data: four more attempts, 50 ms to 1 s apart
+RETRY = Retry(delays=RETRY_DELAYS, retryable=_retryable, failure=_failure)
+
+
+def _method(client: Any, request: Any) -> Any:
+    if not isinstance(request, Call):
+        raise TypeError(f"unknown DynamoDB request {request!r}")
+    return getattr(client, request.operation)
+
+
+def executor(client: Any, table: str) -> SyncExecutor:
+    """Runs the port's requests on a boto3 client, retried as :data:`RETRY` says."""
+
+    def send(request: Any) -> Any:
+        return _method(client, request)(**request.params)
+
+    return SyncExecutor(send, RETRY, describe(client, table))
+
+
+def async_executor(client: Any, table: str) -> AsyncExecutor:
+    """Runs the port's requests on an aiobotocore client, retried as :data:`RETRY` says."""
+
+    async def send(request: Any) -> Any:
+        return await _method(client, request)(**request.params)
+
+    return AsyncExecutor(send, RETRY, describe(client, table))
