@@ -1093,7 +1093,7 @@ def _version(saver: Any, config: Any) -> Any:
 
 
 def test_element_sort_keys_are_ranges_per_epoch() -> None:
-    from graphkeep.backends.dynamodb.checkpoint import ELEMENT_GAP, element_runs, is_element_sk
+    from graphkeep.backends.dynamodb.elements import ELEMENT_GAP, element_runs, is_element_sk
     from graphkeep.checkpoint.lists import element_key
 
     def sk(ns: str, key: str) -> str:

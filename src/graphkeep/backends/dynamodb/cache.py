@@ -31,16 +31,14 @@ from typing import Any
 
 from langgraph.cache.base import FullKey, Namespace
 
-from graphkeep.backends.dynamodb import (
-    _AsyncExecutor,
-    _describe,
-    _SyncExecutor,
+from graphkeep.backends.dynamodb import keys as keyspace
+from graphkeep.backends.dynamodb.client import (
     async_client,
+    async_executor,
+    executor,
     parse_url,
     sync_client,
 )
-from graphkeep.backends.dynamodb import keys as keyspace
-from graphkeep.backends.dynamodb.checkpoint import DynamoDBCheckpointPort
 from graphkeep.backends.dynamodb.items import (
     CODEC,
     COMPRESS_MIN_BYTES,
@@ -60,10 +58,12 @@ from graphkeep.backends.dynamodb.items import (
     size_of,
 )
 from graphkeep.backends.dynamodb.requests import batch_get, batch_write, query_all
+from graphkeep.backends.dynamodb.schema import setup_table
 from graphkeep.cache.port import Entry, Stored, escaped_namespace
 from graphkeep.cache.shells import AsyncCache, SyncCache
 from graphkeep.errors import ConfigurationError
 from graphkeep.port import Op
+from graphkeep.port.factory import aopened, opened
 
 __all__ = ["CACHE_OPTIONS", "AsyncDynamoDBCache", "DynamoDBCache", "DynamoDBCachePort"]
 
@@ -98,7 +98,7 @@ class DynamoDBCachePort:
     def setup(self) -> Op[None]:
         # the saver's table and TTL set-up, exactly (with its run_id index), so a saver that
         # later shares a table the cache created finds what it expects
-        yield from DynamoDBCheckpointPort(self.table, key_prefix=self.key_prefix).setup()
+        yield from setup_table(self.table)
 
     def get(self, keys: list[FullKey]) -> Op[dict[FullKey, Stored]]:
         by_key = {(self.partition(ns), self.sort_key(k)): (ns, k) for ns, k in keys}
@@ -191,7 +191,7 @@ class DynamoDBCache(SyncCache):
         port = DynamoDBCachePort(table_name, key_prefix=key_prefix)
         self.client = client
         self.table_name = table_name
-        super().__init__(port, _SyncExecutor(client, _describe(client, table_name)), serde=serde)
+        super().__init__(port, executor(client, table_name), serde=serde)
 
     @classmethod
     @contextmanager
@@ -205,10 +205,10 @@ class DynamoDBCache(SyncCache):
         **client_options: Any,
     ) -> Iterator[DynamoDBCache]:
         table, kwargs = parse_url(url)
-        with sync_client(**kwargs, **client_options) as client:
-            cache = cls(client, table, serde=serde, key_prefix=key_prefix)
-            if setup:
-                cache.setup()
+        client = sync_client(**kwargs, **client_options)
+        with opened(
+            client, lambda made: cls(made, table, serde=serde, key_prefix=key_prefix), setup
+        ) as cache:
             yield cache
 
 
@@ -226,7 +226,7 @@ class AsyncDynamoDBCache(AsyncCache):
         port = DynamoDBCachePort(table_name, key_prefix=key_prefix)
         self.client = client
         self.table_name = table_name
-        super().__init__(port, _AsyncExecutor(client, _describe(client, table_name)), serde=serde)
+        super().__init__(port, async_executor(client, table_name), serde=serde)
 
     @classmethod
     @asynccontextmanager
@@ -240,8 +240,11 @@ class AsyncDynamoDBCache(AsyncCache):
         **client_options: Any,
     ) -> AsyncIterator[AsyncDynamoDBCache]:
         table, kwargs = parse_url(url)
-        async with async_client(**kwargs, **client_options) as client:
-            cache = cls(client, table, serde=serde, key_prefix=key_prefix)
-            if setup:
-                await cache.setup()
+        client = async_client(**kwargs, **client_options)
+        async with aopened(
+            client,
+            lambda made: cls(made, table, serde=serde, key_prefix=key_prefix),
+            setup,
+            prepare=cls.setup,
+        ) as cache:
             yield cache

@@ -80,17 +80,15 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from graphkeep.backends.dynamodb import (
-    _AsyncExecutor,
-    _describe,
-    _SyncExecutor,
+from graphkeep.backends.dynamodb import keys as keyspace
+from graphkeep.backends.dynamodb.client import (
     async_client,
+    async_executor,
     client_options,
+    executor,
     parse_url,
     sync_client,
 )
-from graphkeep.backends.dynamodb import keys as keyspace
-from graphkeep.backends.dynamodb.checkpoint import DynamoDBCheckpointPort
 from graphkeep.backends.dynamodb.items import (
     CODEC,
     COMPRESS_MIN_BYTES,
@@ -122,11 +120,13 @@ from graphkeep.backends.dynamodb.requests import (
     query_page,
     transact,
 )
+from graphkeep.backends.dynamodb.schema import setup_table
 from graphkeep.errors import ConfigurationError, GraphkeepError, InvalidInput, RunClosed
 from graphkeep.events.log import AsyncEventLog, SyncEventLog
 from graphkeep.events.port import Retention, RunState, StoredEvent, check_sequence
 from graphkeep.port import Op, Sleep, codec
 from graphkeep.port.clock import now_ms as clock_ms
+from graphkeep.port.factory import aopened, opened
 from graphkeep.port.lru import ThreadLRU
 
 try:
@@ -222,7 +222,7 @@ class DynamoDBEventsPort:
 
     def setup(self) -> Op[None]:
         # the saver's table and TTL set-up, exactly, so savers, caches and logs can share it
-        yield from DynamoDBCheckpointPort(self.table, key_prefix=self.key_prefix).setup()
+        yield from setup_table(self.table)
 
     # -- append --------------------------------------------------------------------------
 
@@ -759,7 +759,7 @@ class DynamoDBEventLog(SyncEventLog):
         port = DynamoDBEventsPort(table_name, key_prefix=key_prefix)
         self.client = client
         self.table_name = table_name
-        super().__init__(port, _SyncExecutor(client, _describe(client, table_name)), **options)
+        super().__init__(port, executor(client, table_name), **options)
 
     @classmethod
     @contextmanager
@@ -767,11 +767,10 @@ class DynamoDBEventLog(SyncEventLog):
         cls, url: str, *, setup: bool = True, key_prefix: str = "graphkeep", **options: Any
     ) -> Iterator[DynamoDBEventLog]:
         table, kwargs = parse_url(url)
-        made = client_options(options)
-        with sync_client(**kwargs, **made) as client:
-            log = cls(client, table, key_prefix=key_prefix, **options)
-            if setup:
-                log.setup()
+        client = sync_client(**kwargs, **client_options(options))
+        with opened(
+            client, lambda made: cls(made, table, key_prefix=key_prefix, **options), setup
+        ) as log:
             yield log
 
 
@@ -789,7 +788,7 @@ class AsyncDynamoDBEventLog(AsyncEventLog):
         port = DynamoDBEventsPort(table_name, key_prefix=key_prefix)
         self.client = client
         self.table_name = table_name
-        super().__init__(port, _AsyncExecutor(client, _describe(client, table_name)), **options)
+        super().__init__(port, async_executor(client, table_name), **options)
 
     @classmethod
     @asynccontextmanager
@@ -797,9 +796,11 @@ class AsyncDynamoDBEventLog(AsyncEventLog):
         cls, url: str, *, setup: bool = True, key_prefix: str = "graphkeep", **options: Any
     ) -> AsyncIterator[AsyncDynamoDBEventLog]:
         table, kwargs = parse_url(url)
-        made = client_options(options)
-        async with async_client(**kwargs, **made) as client:
-            log = cls(client, table, key_prefix=key_prefix, **options)
-            if setup:
-                await log.setup()
+        client = async_client(**kwargs, **client_options(options))
+        async with aopened(
+            client,
+            lambda made: cls(made, table, key_prefix=key_prefix, **options),
+            setup,
+            prepare=cls.setup,
+        ) as log:
             yield log

@@ -59,18 +59,15 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphkeep.backends.dynamodb import (
-    _AsyncExecutor,
-    _describe,
-    _SyncExecutor,
+from graphkeep.backends.dynamodb import keys as dkeys
+from graphkeep.backends.dynamodb.client import (
     async_client,
+    async_executor,
     client_options,
+    executor,
     parse_url,
     sync_client,
 )
-from graphkeep.backends.dynamodb import keys as dkeys
-from graphkeep.backends.dynamodb.checkpoint import DynamoDBCheckpointPort
-from graphkeep.backends.dynamodb.checkpoint import _compress_level as compress_level
 from graphkeep.backends.dynamodb.items import (
     CODEC,
     DIGEST,
@@ -86,6 +83,7 @@ from graphkeep.backends.dynamodb.items import (
     S,
     attach_payload,
     b,
+    compress_level,
     key,
     n,
     read_payload,
@@ -99,10 +97,13 @@ from graphkeep.backends.dynamodb.requests import (
     batch_get,
     batch_write,
     query_all,
+    query_params,
     transact,
 )
+from graphkeep.backends.dynamodb.schema import check_table_name, setup_table
 from graphkeep.errors import ConfigurationError, InvalidInput, PayloadTooLarge
 from graphkeep.port import Op, codec
+from graphkeep.port.factory import aopened, opened
 from graphkeep.store.port import ItemKey, Namespace, SearchQuery, StoredItem, Vector
 from graphkeep.store.ranking import in_prefix, rank
 from graphkeep.store.shells import AsyncStore, SyncStore
@@ -200,10 +201,8 @@ class DynamoDBStorePort:
             raise ConfigurationError(f"shard_labels must be an int >= 1, got {shard_labels!r}")
         if not 1 <= shard_labels <= 8:
             raise ConfigurationError(f"shard_labels must be between 1 and 8, got {shard_labels}")
-        # the saver's port owns the table: setup() and Query requests come from it
-        self.tables = DynamoDBCheckpointPort(table, key_prefix=key_prefix)
-        self.table = table
-        self.prefix = self.tables.prefix
+        self.table = check_table_name(table)
+        self.prefix = dkeys.check_prefix(key_prefix)
         self.shard_labels = shard_labels
         self.level = compress_level(compress)
         self.registry_pk = f"{self.prefix}{dkeys.SEP}{FORMAT}r"
@@ -232,8 +231,8 @@ class DynamoDBStorePort:
             if Address(pk, begins, "").fits:
                 return [(pk, begins)]
             return []  # longer than any key: nothing is stored there
-        params = self.tables._query(
-            self.registry_pk, begins=REGISTRY_KIND + _labels(prefix), projection=[]
+        params = query_params(
+            self.table, self.registry_pk, begins=REGISTRY_KIND + _labels(prefix), projection=[]
         )
         found = yield from query_all(params)
         return [(self._partition(s(i, SK)[len(REGISTRY_KIND) :]), ITEM_KIND) for i in found]
@@ -350,7 +349,7 @@ class DynamoDBStorePort:
     # -- the port --------------------------------------------------------------------
 
     def setup(self) -> Op[None]:
-        yield from self.tables.setup()  # the saver's table: same schema, TTL on ``exp``
+        yield from setup_table(self.table)  # the saver's table: same schema, TTL on ``exp``
 
     def get(
         self, keys: list[ItemKey], refresh: list[bool], now_ms: int, vectors: bool = False
@@ -483,7 +482,9 @@ class DynamoDBStorePort:
         items: list[dict[str, Any]] = []
         partitions = yield from self._partitions(prefix)
         for pk, begins in partitions:
-            items += yield from query_all(self.tables._query(pk, begins=begins, projection=attrs))
+            items += yield from query_all(
+                query_params(self.table, pk, begins=begins, projection=attrs)
+            )
         return items
 
     def search(self, query: SearchQuery) -> Op[list[StoredItem]]:
@@ -511,7 +512,7 @@ class DynamoDBStorePort:
         found: set[Namespace] = set()
         partitions = yield from self._partitions(prefix)
         for pk, begins in partitions:
-            params = self.tables._query(pk, begins=begins, projection=[NS, EXPIRES])
+            params = query_params(self.table, pk, begins=begins, projection=[NS, EXPIRES])
             for item in (yield from query_all(params)):
                 expires = n(item, EXPIRES)
                 namespace = namespace_from_dotted(s(item, NS))
@@ -523,7 +524,9 @@ class DynamoDBStorePort:
         removed = 0
         partitions = yield from self._partitions(())
         for pk, _ in partitions:
-            params = self.tables._query(pk, projection=[EXPIRES, NCHUNKS, DIGEST, WRITTEN, SIZE])
+            params = query_params(
+                self.table, pk, projection=[EXPIRES, NCHUNKS, DIGEST, WRITTEN, SIZE]
+            )
             params["FilterExpression"] = "#xm <= :now OR begins_with(#sk, :k)"
             params["ExpressionAttributeNames"].update({"#xm": EXPIRES, "#sk": SK})
             params["ExpressionAttributeValues"].update({":now": N(now_ms), ":k": S("k#")})
@@ -619,7 +622,7 @@ class DynamoDBStore(SyncStore):
         port, rest = _port(table_name, dict(options))
         self.client = client
         self.table_name = table_name
-        super().__init__(port, _SyncExecutor(client, _describe(client, table_name)), **rest)
+        super().__init__(port, executor(client, table_name), **rest)
 
     @classmethod
     @contextmanager
@@ -634,14 +637,11 @@ class DynamoDBStore(SyncStore):
     ) -> Iterator[DynamoDBStore]:
         """A store on a new client (closed on exit); ``setup()`` first unless ``setup=False``.
         Client options as for ``DynamoDBSaver.from_table``."""
-        with sync_client(region_name, endpoint_url, **client_options(options)) as client:
-            store = cls(client, table_name, **options)
-            if setup:
-                store.setup()
-            try:
-                yield store
-            finally:
-                store.close()
+        client = sync_client(region_name, endpoint_url, **client_options(options))
+        with opened(
+            client, lambda made: cls(made, table_name, **options), setup, close=cls.close
+        ) as store:
+            yield store
 
     @classmethod
     @contextmanager
@@ -659,7 +659,7 @@ class AsyncDynamoDBStore(AsyncStore):
         port, rest = _port(table_name, dict(options))
         self.client = client
         self.table_name = table_name
-        super().__init__(port, _AsyncExecutor(client, _describe(client, table_name)), **rest)
+        super().__init__(port, async_executor(client, table_name), **rest)
 
     @classmethod
     @asynccontextmanager
@@ -673,14 +673,15 @@ class AsyncDynamoDBStore(AsyncStore):
         **options: Any,
     ) -> AsyncIterator[AsyncDynamoDBStore]:
         """A store on a new aiobotocore client (closed on exit); ``setup()`` unless told not to."""
-        async with async_client(region_name, endpoint_url, **client_options(options)) as client:
-            store = cls(client, table_name, **options)
-            if setup:
-                await store.setup()
-            try:
-                yield store
-            finally:
-                await store.aclose()
+        client = async_client(region_name, endpoint_url, **client_options(options))
+        async with aopened(
+            client,
+            lambda made: cls(made, table_name, **options),
+            setup,
+            prepare=cls.setup,
+            close=cls.aclose,
+        ) as store:
+            yield store
 
     @classmethod
     @asynccontextmanager

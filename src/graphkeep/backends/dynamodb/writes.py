@@ -1,0 +1,162 @@
+"""The checkpoint port's writes: ``put_checkpoint`` and ``put_writes``.
+
+Requests (measured in the tests): ``put_checkpoint`` is 1 TransactWriteItems (new blobs + their
+chunks + TTL refreshes + the head, all or nothing) or a single PutItem when there is only the
+head. Over the transaction limits (100 items / 4 MB, i.e. values of several MB) chunks and
+blobs go first with BatchWriteItem and the head last, so readers still never see a head
+without its values. ``put_writes`` is 1 TransactWriteItems per 100 items; regular writes carry
+``attribute_not_exists(sk)`` and a failed condition means "already stored" (the group is
+dropped and the rest re-sent), special writes (idx < 0) replace. See docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graphkeep.backends.dynamodb.encoding import owner_chunks
+from graphkeep.backends.dynamodb.items import DIGEST, EXP, SK, Encoded, key, n, s, size_of
+from graphkeep.backends.dynamodb.requests import (
+    TRANSACT_MAX_BYTES,
+    TRANSACT_MAX_ITEMS,
+    batch_write,
+    single,
+    transact,
+)
+from graphkeep.backends.dynamodb.ttl import (
+    ExpiringTable,
+    KnownCheckpoint,
+    KnownItem,
+    Refresh,
+)
+from graphkeep.checkpoint.lists import ELEMENT_CHANNEL
+from graphkeep.checkpoint.records import BlobRecord, CheckpointRecord, Summary, WriteRecord
+from graphkeep.port import Op
+
+
+def put_checkpoint(t: ExpiringTable, record: CheckpointRecord, blobs: list[BlobRecord]) -> Op[None]:
+    now = t.clock()
+    pk, _ = t.thread_key(record.thread_id)
+    bodies = [t.blob(record.thread_id, record.ns, blob, now) for blob in blobs]
+    head = t.head(record, now)
+    refresh: list[Refresh] = []
+    if t.ttl:
+        refresh = yield from t.due_for_put(pk, record, blobs, now)
+        written = {s(e.item, SK) for e in bodies} | {s(head.item, SK)}
+        refresh = [r for r in refresh if r.sk not in written]
+    body_items = [c for e in bodies for c in e.chunks] + [e.item for e in bodies]
+    yield from _write_then_head(t, pk, body_items + head.chunks, head.item, refresh, now)
+    if t.ttl:
+        exp = t.exp(now)
+        for enc, blob in zip(bodies, blobs, strict=True):
+            sk = s(enc.item, SK)
+            t.known.set_blob(pk, sk, KnownItem(exp, enc.chunk_sks))
+            if blob.channel != ELEMENT_CHANNEL:
+                t.manifests.set(pk, sk, blob.value)
+        summary = Summary(
+            record.ns,
+            record.checkpoint_id,
+            record.parent_id,
+            record.versions,
+            record.present,
+            record.needs_history,
+            record.run_id,
+        )
+        t.known.set_checkpoint(
+            pk, record.ns, KnownCheckpoint(summary, {s(head.item, SK): KnownItem(exp)})
+        )
+
+
+def _write_then_head(
+    t: ExpiringTable,
+    pk: str,
+    body: list[dict[str, Any]],
+    head: dict[str, Any],
+    refresh: list[Refresh],
+    now: float,
+) -> Op[None]:
+    puts = [{"Put": {"TableName": t.table, "Item": item}} for item in body]
+    updates, update_owners = t.refresh_actions(pk, refresh, now, first_owner=len(puts))
+    actions = [*puts, *updates, {"Put": {"TableName": t.table, "Item": head}}]
+    owners = [*range(len(puts)), *update_owners, len(puts) + len(refresh)]
+    size = sum(size_of(item) for item in body) + size_of(head) + 200 * len(updates)
+    if len(actions) <= TRANSACT_MAX_ITEMS and size <= TRANSACT_MAX_BYTES:
+        failed = yield from transact(actions, owners)
+    else:
+        # Too big for one transaction: values first, the head last, so a reader never
+        # finds the head without them (a failure in between leaves unreferenced values
+        # that a retry rewrites under the same keys).
+        yield from batch_write(t.table, [{"PutRequest": {"Item": item}} for item in body])
+        failed = {}
+        for start in range(0, len(updates), TRANSACT_MAX_ITEMS):
+            part = updates[start : start + TRANSACT_MAX_ITEMS]
+            part_owners = update_owners[start : start + TRANSACT_MAX_ITEMS]
+            failed.update((yield from transact(part, part_owners)))
+        yield single({"Put": {"TableName": t.table, "Item": head}})
+    t.refreshed(refresh, failed, len(puts), now)
+
+
+def put_writes(
+    t: ExpiringTable, thread_id: str, ns: str, checkpoint_id: str, writes: list[WriteRecord]
+) -> Op[None]:
+    now = t.clock()
+    pk, _ = t.thread_key(thread_id)
+    latest: dict[tuple[str, int], WriteRecord] = {}
+    for write in writes:  # one item per (task, idx): the last special write wins
+        latest[(write.task_id, write.idx)] = write
+    encoded = [(w, t.write(thread_id, ns, checkpoint_id, w, now)) for w in latest.values()]
+    prewritten: dict[int, Encoded] = {}
+    batches: list[tuple[list[dict[str, Any]], list[int]]] = []
+    actions: list[dict[str, Any]] = []
+    owners: list[int] = []
+    size = 0
+    for group, (write, enc) in enumerate(encoded):
+        put: dict[str, Any] = {"TableName": t.table, "Item": enc.item}
+        if not write.special:
+            put["ConditionExpression"] = "attribute_not_exists(#sk)"
+            put["ExpressionAttributeNames"] = {"#sk": SK}
+            put["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+        chunk_bytes = sum(size_of(c) for c in enc.chunks)
+        mine = [{"Put": {"TableName": t.table, "Item": c}} for c in enc.chunks]
+        if chunk_bytes > TRANSACT_MAX_BYTES // 2:
+            prewritten[group] = enc  # chunks go first with BatchWriteItem
+            mine = []
+            chunk_bytes = 0
+        mine.append({"Put": put})
+        mine_size = chunk_bytes + size_of(enc.item)
+        too_many = len(actions) + len(mine) > TRANSACT_MAX_ITEMS
+        if actions and (too_many or size + mine_size > TRANSACT_MAX_BYTES):
+            batches.append((actions, owners))
+            actions, owners, size = [], [], 0
+        actions += mine
+        owners += [group] * len(mine)
+        size += mine_size
+    if actions:
+        batches.append((actions, owners))
+    if prewritten:
+        yield from batch_write(
+            t.table,
+            [{"PutRequest": {"Item": c}} for enc in prewritten.values() for c in enc.chunks],
+        )
+    failed: dict[int, Any] = {}
+    for batch_actions, batch_owners in batches:
+        failed.update((yield from transact(batch_actions, batch_owners)))
+    stale = [
+        sk
+        for group, old in failed.items()
+        if group in prewritten
+        and (old is None or old.get(DIGEST) != prewritten[group].item[DIGEST])
+        for sk in prewritten[group].chunk_sks
+    ]
+    if stale:  # our chunks of a regular write that was already stored differently
+        yield from batch_write(t.table, [{"DeleteRequest": {"Key": key(pk, sk)}} for sk in stale])
+    if t.ttl:
+        exp = t.exp(now)
+        known: dict[str, KnownItem] = {}
+        for group, (_write, enc) in enumerate(encoded):
+            if group in failed:
+                old = failed[group]
+                info = KnownItem(n(old, EXP), owner_chunks(old)) if old else KnownItem(0)
+            else:
+                info = KnownItem(exp, enc.chunk_sks)
+            known[s(enc.item, SK)] = info
+        t.known.add_writes(pk, ns, checkpoint_id, known)
