@@ -57,7 +57,7 @@ for _name, _value in (
     os.environ.setdefault(_name, _value)
 
 
-def _reachable(url: str) -> bool:
+def reachable(url: str) -> bool:
     parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
@@ -75,7 +75,7 @@ def table() -> Iterator[str]:
     (``Table.instances_tracked``), so transactions get slower and the server's memory grows
     with the table's size: small tables keep both in check.
     """
-    if not _reachable(ENDPOINT):
+    if not reachable(ENDPOINT):
         pytest.fail(
             f"no DynamoDB endpoint answers at {ENDPOINT}; run ./dev services up"
             " (or point DYNAMODB_ENDPOINT_URL at one)"

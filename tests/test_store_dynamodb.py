@@ -26,14 +26,14 @@ from graphkeep.errors import ConfigurationError, InvalidInput
 from graphkeep.store import shells as memory
 
 from .conftest import unique_prefix
-from .test_dynamodb import ENDPOINT, REGION, Calls, _reachable
+from .test_dynamodb import ENDPOINT, REGION, Calls, reachable
 
 pytestmark = pytest.mark.dynamodb
 
 
 @pytest.fixture(scope="module")
 def table() -> Iterator[str]:
-    if not _reachable(ENDPOINT):
+    if not reachable(ENDPOINT):
         pytest.fail(f"no DynamoDB endpoint answers at {ENDPOINT}; run ./dev services up")
     name = f"gk_store_{uuid.uuid4().hex[:10]}"
     with DynamoDBStore.from_table(name, REGION, ENDPOINT) as store:  # creates the table

@@ -18,17 +18,14 @@ from typing import Any
 
 from graphkeep.backends.dynamodb import keys
 from graphkeep.backends.dynamodb.items import (
-    DIGEST,
     EXP,
     HEAD,
     LIST,
-    NCHUNKS,
     PK,
     RAW,
     RUN,
     SK,
     SMALL_COMPRESS_MIN_BYTES,
-    VALUE,
     VIS,
     B,
     Encoded,
@@ -36,9 +33,7 @@ from graphkeep.backends.dynamodb.items import (
     S,
     attach_payload,
     b,
-    chunk_sks,
     compress_level,
-    n,
     read_payload,
     s,
 )
@@ -119,19 +114,6 @@ def pack_head(record: CheckpointRecord) -> bytes:
             record.run_id or "",
         ]
     )
-
-
-def has_payload(item: dict[str, Any]) -> bool:
-    """The item carries a value (inline or in chunks), not only its keys."""
-    return VALUE in item or NCHUNKS in item
-
-
-def owner_chunks(item: dict[str, Any]) -> tuple[str, ...]:
-    """Chunk keys of an owner item read with or without its payload attribute."""
-    count = n(item, NCHUNKS)
-    if not count or VALUE in item or DIGEST not in item:
-        return ()
-    return chunk_sks(item)
 
 
 def _plain(*tags: str) -> bool:

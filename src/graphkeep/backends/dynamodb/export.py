@@ -16,13 +16,20 @@ from graphkeep.backends.dynamodb.encoding import (
     Collection,
     Names,
     collections_of,
-    has_payload,
     names_of,
     record_of,
     summary_of,
     write_record_of,
 )
-from graphkeep.backends.dynamodb.items import RAW, SK, head_hidden, hidden, read_payload, s
+from graphkeep.backends.dynamodb.items import (
+    RAW,
+    SK,
+    has_payload,
+    head_hidden,
+    hidden,
+    read_payload,
+    s,
+)
 from graphkeep.backends.dynamodb.requests import batch_write, query_all
 from graphkeep.checkpoint.records import BlobRecord, Summary, ThreadDump
 from graphkeep.port import Op, codec

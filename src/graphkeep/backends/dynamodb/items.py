@@ -169,6 +169,20 @@ def chunk_sks(item: dict[str, Any]) -> tuple[str, ...]:
     return tuple(keys.chunk_sk(owner, digest, i) for i in range(count))
 
 
+def has_payload(item: dict[str, Any]) -> bool:
+    """The item carries a value (inline or in chunks), not only its keys."""
+    return VALUE in item or NCHUNKS in item
+
+
+def owner_chunks(item: dict[str, Any]) -> tuple[str, ...]:
+    """Chunk keys of an owner item read with or without its payload attribute (a
+    projection without ``v``)."""
+    count = n(item, NCHUNKS)
+    if not count or VALUE in item or DIGEST not in item:
+        return ()
+    return chunk_sks(item)
+
+
 def read_payload(item: dict[str, Any], chunks: dict[str, dict[str, Any]]) -> bytes:
     """The payload of an owner item; ``chunks`` maps chunk sort keys to chunk items."""
     if VALUE in item:

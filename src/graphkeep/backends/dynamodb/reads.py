@@ -23,7 +23,6 @@ from graphkeep.backends.dynamodb.encoding import (
     Descending,
     blob_sk,
     collections_of,
-    has_payload,
     head_names,
     record_of,
     summary_of,
@@ -32,6 +31,7 @@ from graphkeep.backends.dynamodb.encoding import (
 from graphkeep.backends.dynamodb.items import (
     SK,
     chunk_sks,
+    has_payload,
     head_hidden,
     hidden,
     key,

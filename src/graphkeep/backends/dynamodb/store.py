@@ -86,6 +86,7 @@ from graphkeep.backends.dynamodb.items import (
     compress_level,
     key,
     n,
+    owner_chunks,
     read_payload,
     s,
     size_of,
@@ -284,7 +285,7 @@ class DynamoDBStorePort:
 
     def _chunks(self, items: list[dict[str, Any]]) -> Op[dict[str, dict[str, Any]]]:
         """The chunk items of those ``items`` whose value lives in chunks, by sort key."""
-        wanted = [key(s(i, PK), sk) for i in items for sk in _chunk_sks(i)]
+        wanted = [key(s(i, PK), sk) for i in items for sk in owner_chunks(i)]
         if not wanted:
             return {}
         found = yield from batch_get(self.table, wanted)
@@ -474,7 +475,7 @@ class DynamoDBStorePort:
             update = self._update(write, now_ms, conditional=False, reset_created=expired)
             yield Call("update_item", update["Update"])
         if old is not None and old.get(DIGEST, {}).get("S") != write.digest:
-            stale = [key(address.pk, sk) for sk in _chunk_sks(old)]
+            stale = [key(address.pk, sk) for sk in owner_chunks(old)]
             yield from batch_write(self.table, [{"DeleteRequest": {"Key": k}} for k in stale])
 
     def _scan(self, prefix: Namespace, vectors: bool) -> Op[list[dict[str, Any]]]:
@@ -533,7 +534,7 @@ class DynamoDBStorePort:
             items = yield from query_all(params)
             expired = [i for i in items if s(i, SK).startswith(ITEM_KIND)]
             doomed = {s(i, SK) for i in expired}
-            doomed.update(sk for i in expired for sk in _chunk_sks(i))
+            doomed.update(sk for i in expired for sk in owner_chunks(i))
             # chunks of a value being written have no owner yet: only old orphans go
             for chunk in items:
                 sk = s(chunk, SK)
@@ -567,14 +568,6 @@ class DynamoDBStorePort:
 
 #: passed instead of chunks when the value is not needed (ordering only)
 _NO_VALUE: dict[str, dict[str, Any]] = {}
-
-
-def _chunk_sks(item: dict[str, Any]) -> tuple[str, ...]:
-    """Chunk sort keys of an owner item read with or without its value attribute."""
-    count = n(item, NCHUNKS)
-    if not count or VALUE in item or DIGEST not in item:
-        return ()
-    return tuple(dkeys.chunk_sk(s(item, SK), s(item, DIGEST), i) for i in range(count))
 
 
 def _transactions(

@@ -33,8 +33,6 @@ from graphkeep.backends.dynamodb.encoding import (
     CheckpointTable,
     Collection,
     blob_sk,
-    has_payload,
-    owner_chunks,
 )
 from graphkeep.backends.dynamodb.items import (
     DIGEST,
@@ -45,8 +43,10 @@ from graphkeep.backends.dynamodb.items import (
     VIS,
     N,
     chunk_sks,
+    has_payload,
     key,
     n,
+    owner_chunks,
     read_payload,
     s,
 )

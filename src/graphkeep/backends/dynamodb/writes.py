@@ -13,8 +13,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from graphkeep.backends.dynamodb.encoding import owner_chunks
-from graphkeep.backends.dynamodb.items import DIGEST, EXP, SK, Encoded, key, n, s, size_of
+from graphkeep.backends.dynamodb.items import (
+    DIGEST,
+    EXP,
+    SK,
+    Encoded,
+    key,
+    n,
+    owner_chunks,
+    s,
+    size_of,
+)
 from graphkeep.backends.dynamodb.requests import (
     TRANSACT_MAX_BYTES,
     TRANSACT_MAX_ITEMS,
