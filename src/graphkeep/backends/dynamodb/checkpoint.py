@@ -57,7 +57,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
-from graphkeep.backends.dynamodb import deletes, export, locks, reads, watch, writes
+from graphkeep.backends.dynamodb import deletes, export, locks, reads, watch
+from graphkeep.backends.dynamodb import writes as writing
 from graphkeep.backends.dynamodb.client import (
     async_client,
     async_executor,
@@ -128,12 +129,12 @@ class DynamoDBCheckpointPort(ExpiringTable, CheckpointPort):
         return setup_table(self.table, run_index=self.run_index)
 
     def put_checkpoint(self, record: CheckpointRecord, blobs: list[BlobRecord]) -> Op[None]:
-        return writes.put_checkpoint(self, record, blobs)
+        return writing.put_checkpoint(self, record, blobs)
 
     def put_writes(
-        self, thread_id: str, ns: str, checkpoint_id: str, writes_: list[WriteRecord]
+        self, thread_id: str, ns: str, checkpoint_id: str, writes: list[WriteRecord]
     ) -> Op[None]:
-        return writes.put_writes(self, thread_id, ns, checkpoint_id, writes_)
+        return writing.put_writes(self, thread_id, ns, checkpoint_id, writes)
 
     def load(self, thread_id: str, ns: str, checkpoint_id: str | None) -> Op[Loaded | None]:
         return reads.load(self, thread_id, ns, checkpoint_id)
