@@ -131,5 +131,3 @@ def _throw(op: Op[None], exc: BaseException) -> Any:
         return op.throw(exc)
     except StopIteration:
         return None
-
-
