@@ -1,7 +1,8 @@
 """Command line of ``python -m graphkeep.bench`` (``./dev bench``).
 
-    python -m graphkeep.bench [--suite redis|mongodb|dynamodb|store|live|all] [--turns N | --quick]
-                              [--rounds N] [--growth-turns N]
+    python -m graphkeep.bench [--suite redis|mongodb|dynamodb|store|live|concurrency|all]
+                              [--turns N | --quick] [--rounds N] [--growth-turns N]
+                              [--threads 1,10,100,500] [--backends redis,mongodb,...]
 
 The default suite is ``redis`` (a minute or so); ``all`` runs every suite. In a
 suite every contender runs every workload on the same server, in rounds with a
@@ -11,9 +12,10 @@ more turns after its history read (default as many again: W50-100), for the
 growth rows (stored after 50 and 100 turns, bytes sent per turn). A suite whose
 graphkeep backend has not landed yet prints ``skipped: backend not available yet``
 (exit status 0); a suite asked for by name that cannot reach its server fails.
-The ``store`` and ``live`` suites have their own workloads and reports
+The ``store``, ``live`` and ``concurrency`` suites have their own workloads and reports
 (:mod:`.suites.store`, :mod:`.suites.live`: watch latency and run event logs on every
-backend, and PUBLISH per event on the same Redis).
+backend, and PUBLISH per event on the same Redis; :mod:`.suites.concurrency`: N threads at
+once on one async saver, ``--threads`` and ``--backends`` pick the N and the backends).
 """
 
 from __future__ import annotations
@@ -79,8 +81,31 @@ def _parser() -> argparse.ArgumentParser:
         "--redis-db", type=int, default=Options.redis_db,
         help="first of the two scratch databases of the redis suite (default 14, 15)",
     )  # fmt: skip
+    parser.add_argument(
+        "--threads",
+        type=_positive_list,
+        default=(),
+        help="concurrency suite: comma list of concurrent threads (default 1,10,100,500)",
+    )
+    parser.add_argument(
+        "--backends",
+        type=lambda text: tuple(b for b in text.split(",") if b),
+        default=(),
+        help="concurrency suite: comma list of backends (default: all of"
+        " redis,redis-stack,redis-cluster,mongodb,dynamodb)",
+    )
     parser.add_argument("--force-flush", action="store_true", help=argparse.SUPPRESS)
     return parser
+
+
+def _positive_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma list of integers: {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
 
 
 def warm_up() -> None:
@@ -192,6 +217,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rounds=args.rounds or 1,
         redis_db=args.redis_db,
         force_flush=args.force_flush,
+        threads=args.threads,
+        backends=args.backends,
     )
     names = list(SUITES) if args.suite == "all" else [args.suite]
     failed = False

@@ -236,3 +236,35 @@ def packed_size(command: Any) -> int:
     for chunk in chunks:
         total += len(chunk.encode()) if isinstance(chunk, str) else memoryview(chunk).nbytes
     return total
+
+
+def acount_round_trips(client: Any, probe: Probe) -> Any:
+    """:func:`count_round_trips` for a ``redis.asyncio.Redis`` client that has not connected
+    yet (the old pool is dropped unused); return the client."""
+    old = client.connection_pool
+    client.connection_pool = type(old)(
+        connection_class=_acounting_connection_class(old.connection_class, probe),
+        max_connections=old.max_connections,
+        **old.connection_kwargs,
+    )
+    return client
+
+
+def _acounting_connection_class(base: type[Any], probe: Probe) -> type[Any]:
+    class CountingConnection(base):  # type: ignore[misc]
+        _graphkeep_handshake = 0
+
+        async def on_connect_check_health(self, *args: Any, **kwargs: Any) -> Any:
+            self._graphkeep_handshake += 1
+            try:
+                return await super().on_connect_check_health(*args, **kwargs)
+            finally:
+                self._graphkeep_handshake -= 1
+
+        async def send_packed_command(self, command: Any, check_health: bool = True) -> Any:
+            if not self._graphkeep_handshake:
+                probe.request(sent=packed_size(command))
+            return await super().send_packed_command(command, check_health)
+
+    CountingConnection.__name__ = f"Counting{base.__name__}"
+    return CountingConnection

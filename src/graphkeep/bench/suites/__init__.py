@@ -48,6 +48,7 @@ SUITES: dict[str, str] = {
     "dynamodb": "graphkeep.bench.suites.dynamodb",
     "store": "graphkeep.bench.suites.store",
     "live": "graphkeep.bench.suites.live",
+    "concurrency": "graphkeep.bench.suites.concurrency",
 }
 
 
@@ -67,6 +68,10 @@ class Options:
     redis_db: int = 14
     #: flush the bench databases even when they hold keys the bench did not write
     force_flush: bool = False
+    #: the concurrency suite's numbers of concurrent threads (empty: its default)
+    threads: tuple[int, ...] = ()
+    #: the backends a suite that has several runs (empty: all)
+    backends: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

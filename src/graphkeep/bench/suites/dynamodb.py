@@ -20,8 +20,8 @@ the suite sets the dummy ones moto accepts.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -173,6 +173,15 @@ def open_rival(work: Workload) -> Iterator[Opened]:
     from langgraph_checkpoint_aws import DynamoDBSaver
 
     table = TABLES["DynamoDBSaver"]
+    create_rival_table(table)
+    saver = DynamoDBSaver(table_name=table, region_name=region(), endpoint_url=endpoint_url())
+    probe = Probe()
+    count_requests(saver.client, probe)
+    yield Opened(saver, probe, lambda: stored_bytes(table))
+
+
+def create_rival_table(table: str) -> None:
+    """``table`` afresh, keyed as langgraph-checkpoint-aws's DynamoDBSaver wants it."""
     admin = dynamodb_client()
     drop_table(admin, table)
     admin.create_table(
@@ -188,10 +197,6 @@ def open_rival(work: Workload) -> Iterator[Opened]:
         BillingMode="PAY_PER_REQUEST",
     )
     admin.get_waiter("table_exists").wait(TableName=table)
-    saver = DynamoDBSaver(table_name=table, region_name=region(), endpoint_url=endpoint_url())
-    probe = Probe()
-    count_requests(saver.client, probe)
-    yield Opened(saver, probe, lambda: stored_bytes(table))
 
 
 def venv_dir() -> Path:
@@ -289,3 +294,19 @@ SUITE = Suite(
         " carry over to DynamoDB; ms/turn do not",
     ],
 )
+
+
+@asynccontextmanager
+async def open_async_rival() -> AsyncIterator[Any]:
+    """The concurrency suite's factory, run inside ``.bench-venvs/aws``: langgraph-checkpoint-aws
+    on a fresh table (``GRAPHKEEP_BENCH_RIVAL_TABLE``), its async methods as they come."""
+    from langgraph_checkpoint_aws import DynamoDBSaver
+
+    from graphkeep.bench.concurrency_workload import AsyncOpened
+
+    table = os.environ.get("GRAPHKEEP_BENCH_RIVAL_TABLE", TABLES["DynamoDBSaver"])
+    create_rival_table(table)
+    saver = DynamoDBSaver(table_name=table, region_name=region(), endpoint_url=endpoint_url())
+    probe = Probe()
+    count_requests(saver.client, probe)
+    yield AsyncOpened(saver, lambda: probe.total, frozenset({urlsplit(endpoint_url()).port or 443}))
