@@ -20,7 +20,9 @@ after are not counted):
   the moment it suspends again (awaits I/O) or returns, and nothing else runs on the loop
   meanwhile. A call's blocking time is its longest step in CPU time of the loop's thread
   (so the shared machine preempting the process is not counted; the wall-clock max is
-  reported beside it); the table gives the median and the max over calls. Work a saver
+  reported beside it) without the garbage collections that ran in it (they stop the whole
+  process, whichever code allocated last; counted apart, with their longest pause); the
+  table gives the median and the max over calls. Work a saver
   hands to a thread (``run_in_executor``) does not block the loop in a step, but its
   Python code holds the GIL the loop needs: that shows in the **loop lag** instead,
   measured by a task that sleeps 1 ms in a loop and records how late it wakes (p99, max);
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import importlib
 import json
 import math
@@ -138,6 +141,10 @@ class ConcurrencyResult:
     block_wall_max_ms: float | None = None
     #: saver calls whose longest step exceeded MAX_BLOCKING_MS
     calls_over_limit: int = 0
+    #: garbage collections during the run (generation 2 of them) and the longest, CPU ms
+    gc_collections: int = 0
+    gc_full_collections: int = 0
+    gc_max_ms: float | None = None
     lag_p99_ms: float | None = None
     lag_max_ms: float | None = None
     failed_threads: int = 0
@@ -163,6 +170,42 @@ def describe_error(exc: BaseException) -> str:
 # --------------------------------------------------------------------------- probes
 
 
+class Collections:
+    """CPU time the loop's thread spends in the garbage collector (``gc.callbacks``).
+
+    A collection runs in whatever code allocates when a threshold is crossed, so it
+    lands in some saver call's step: a generation-2 pass over a process holding LangGraph,
+    botocore and pydantic takes ~100 ms here. :class:`Steps` takes it out of the call's
+    blocking time; the table reports the collections beside it.
+    """
+
+    def __init__(self) -> None:
+        #: CPU seconds in collections so far (read by Steps around each step)
+        self.seconds = 0.0
+        #: (CPU seconds, generation) of each collection while installed
+        self.pauses: list[tuple[float, int]] = []
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.thread_time()
+            return
+        took = time.thread_time() - self._started
+        self.seconds += took
+        self.pauses.append((took, int(info.get("generation", 0))))
+
+    def __enter__(self) -> Collections:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+
+#: the collector clock the steps read (one loop per process measures at a time)
+COLLECTIONS = Collections()
+
+
 class Steps:
     """Await a coroutine step by step, reporting its longest step when it ends.
 
@@ -170,7 +213,8 @@ class Steps:
     before it suspends on I/O or returns. What it yields (asyncio futures) goes up to the
     task unchanged, and what the task sends or throws goes back down. Reported: the longest
     step in CPU time of the loop's thread (``time.thread_time``: the machine preempting the
-    process is not the call's doing) and in wall time, both in seconds.
+    process is not the call's doing) and in wall time, both in seconds; the CPU time
+    leaves out garbage collections that ran during the step (:class:`Collections`).
     """
 
     __slots__ = ("_coro", "_done")
@@ -185,6 +229,7 @@ class Steps:
         error: BaseException | None = None
         try:
             while True:
+                gc_started = COLLECTIONS.seconds
                 cpu_started, wall_started = time.thread_time(), time.perf_counter()
                 try:
                     yielded = self._coro.send(value) if error is None else self._coro.throw(error)
@@ -192,7 +237,8 @@ class Steps:
                     return stop.value
                 finally:
                     wall = max(wall, time.perf_counter() - wall_started)
-                    cpu = max(cpu, time.thread_time() - cpu_started)
+                    collected = COLLECTIONS.seconds - gc_started
+                    cpu = max(cpu, time.thread_time() - cpu_started - collected)
                 error = None
                 try:
                     value = yield yielded
@@ -381,7 +427,8 @@ async def measure_concurrency(
     lags: list[float] = []
     stop = asyncio.Event()
     before = opened.requests() if opened.requests else 0
-    with Connections(opened.ports) as connections:
+    COLLECTIONS.pauses.clear()
+    with Connections(opened.ports) as connections, COLLECTIONS:
         lag_task = asyncio.create_task(loop_lag(lags, stop))
         blocking.recording = True
         started = time.perf_counter()
@@ -420,6 +467,10 @@ async def measure_concurrency(
         result.calls_over_limit = sum(1 for s in steps if s * 1000 > MAX_BLOCKING_MS)
     result.lag_p99_ms = _ms(percentile(lags, 0.99))
     result.lag_max_ms = _ms(max(lags)) if lags else None
+    pauses = list(COLLECTIONS.pauses)
+    result.gc_collections = len(pauses)
+    result.gc_full_collections = sum(1 for _, generation in pauses if generation == 2)
+    result.gc_max_ms = _ms(max(seconds for seconds, _ in pauses)) if pauses else None
     result.failed_threads = len(errors)
     if errors:
         result.error = describe_error(errors[0])

@@ -426,17 +426,29 @@ def dynamodb_contenders(options: Options) -> list[Contender]:
         dynamodb.drop_table(dynamodb.dynamodb_client(), table)
         return _graphkeep(dynamodb.table_url(table), ports, key_prefix=KEY_PREFIX)
 
+    graphkeep = Contender("graphkeep", "graphkeep AsyncDynamoDBSaver (aiobotocore)", open_graphkeep)
+    rival = "DynamoDBSaver"
     where = dynamodb.venv_dir()
     if not where.exists():
         print(f"  creating {where} for langgraph-checkpoint-aws (once; about a minute)")
     pins = [f"{dist}=={metadata.version(dist)}" for dist in ("langgraph", "langgraph-checkpoint")]
-    python = ensure_venv(where, [*dynamodb.AWS_REQUIREMENTS, *pins])
+    try:
+        python = ensure_venv(where, [*dynamodb.AWS_REQUIREMENTS, *pins])
+    except Exception as exc:  # noqa: BLE001 - graphkeep still runs; the rival says why not
+        why = f"not run: could not make {where} ({type(exc).__name__}: {exc})"
+
+        @asynccontextmanager
+        async def cannot(why: str = why) -> AsyncIterator[AsyncOpened]:
+            raise RuntimeError(why)
+            yield  # pragma: no cover - an async generator that never yields
+
+        return [graphkeep, Contender(rival, "langgraph-checkpoint-aws DynamoDBSaver", cannot)]
     passed = {k: v for k, v in os.environ.items() if k.startswith(("AWS_", "DYNAMODB_"))}
-    passed["GRAPHKEEP_BENCH_RIVAL_TABLE"] = DYNAMODB_TABLES["DynamoDBSaver"]
+    passed["GRAPHKEEP_BENCH_RIVAL_TABLE"] = DYNAMODB_TABLES[rival]
     return [
-        Contender("graphkeep", "graphkeep AsyncDynamoDBSaver (aiobotocore)", open_graphkeep),
+        graphkeep,
         Contender(
-            "DynamoDBSaver",
+            rival,
             "langgraph-checkpoint-aws DynamoDBSaver: its a* methods run the sync (boto3) saver"
             " in the loop's default thread pool; measured in a child process in"
             f" {where} with the same langgraph",
@@ -534,6 +546,7 @@ HEADERS = [
     "loop blocking per call (CPU), median / max ms",
     "blocking max, wall ms",
     f"calls > {MAX_BLOCKING_MS:g} ms",
+    "GC: collections (gen 2) / longest ms",
     "loop lag p99 / max ms",
     "outcome",
 ]
@@ -570,6 +583,9 @@ def result_row(r: ConcurrencyResult) -> list[str]:
         blocking,
         number(r.block_wall_max_ms, 2),
         number(r.calls_over_limit) if r.calls else NA,
+        f"{r.gc_collections} ({r.gc_full_collections}) / {number(r.gc_max_ms, 1)}"
+        if r.gc_collections
+        else NA,
         _pair(r.lag_p99_ms, r.lag_max_ms, 1),
         _outcome(r),
     ]
@@ -681,7 +697,9 @@ def markdown(columns: Sequence[Column], options: Options, threads: Sequence[int]
         "- loop blocking per call = the longest stretch a saver call (aget_tuple, aput,"
         " aput_writes, alist) held the loop without awaiting, measured by driving the call's"
         " coroutine step by step, in CPU time of the loop's thread (time.thread_time: the"
-        " machine preempting the process is not counted; the wall-clock max beside it);"
+        " machine preempting the process is not counted; the wall-clock max beside it),"
+        " garbage collections during the call taken out (they stop the whole process,"
+        " whichever code allocated last: the GC column counts them, with the longest);"
         " median and max over the run's calls (the method of the max in brackets); calls >"
         f" {MAX_BLOCKING_MS:g} ms counts calls by that CPU time. A saver that runs its calls"
         " in a thread pool blocks little here, but"
@@ -698,7 +716,7 @@ def markdown(columns: Sequence[Column], options: Options, threads: Sequence[int]
         lines += [f"{column.where}.", ""]
         lines += [f"- {note}" for note in column.notes]
         lines += [""]
-        lines += table(HEADERS, [result_row(r) for r in column.results], "rlrrrrrrrrrrl")
+        lines += table(HEADERS, [result_row(r) for r in column.results], "rlrrrrrrrrrrrl")
         ratios = ratio_lines(column)
         if ratios:
             lines += [

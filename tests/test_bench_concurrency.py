@@ -1,0 +1,168 @@
+"""``python -m graphkeep.bench --suite concurrency``: the report's shape, never its timings.
+
+A tiny run (N = 1 and 4, one turn per thread) on every backend: each backend has its section
+with graphkeep and its rivals at each N, graphkeep's cells are numbers and sane (every turn
+done, 8 to 10 requests a turn, at least one connection to a TCP server, blocking at most the
+run's wall time), a rival's row is numbers or says why it failed, and the chart is a PNG.
+The probes are checked on their own: the step timer passes results and errors through and
+times the call's own steps, the connection count sees sockets this process opens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from graphkeep.bench.concurrency_workload import Steps, established, percentile
+from graphkeep.bench.suites import concurrency as concurrency_suite
+from graphkeep.bench.suites import load
+
+from .conftest import REDIS_URL
+
+pytestmark = pytest.mark.redis
+
+BACKENDS = {b.title: b.name for b in concurrency_suite.BACKENDS}
+RIVALS = {
+    "Redis": ["plainredis"],
+    "Redis Stack": ["RedisSaver (official)"],
+    "Redis Cluster": ["plainredis"],
+    "MongoDB": ["MongoDBSaver"],
+    "DynamoDB": ["DynamoDBSaver"],
+}
+NUMBER = re.compile(r"^\d[\d,]*(\.\d+)?$")
+HEADERS = concurrency_suite.HEADERS
+
+
+def number(cell: str) -> float:
+    assert NUMBER.match(cell), cell
+    return float(cell.replace(",", ""))
+
+
+def sections(report: str) -> dict[str, str]:
+    """### title -> the section's text."""
+    parts = re.split(r"^### (.+)$", report, flags=re.M)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
+
+
+def rows(section: str) -> dict[tuple[int, str], dict[str, str]]:
+    """(N, saver) -> {header: cell} of the section's table."""
+    found: dict[tuple[int, str], dict[str, str]] = {}
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    assert lines, section
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header == HEADERS
+    for line in lines[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        assert len(cells) == len(HEADERS), line
+        found[(int(cells[0]), cells[1])] = dict(zip(HEADERS, cells, strict=True))
+    return found
+
+
+def test_turns_per_thread_drop_to_a_tenth_above_ten_threads() -> None:
+    assert [concurrency_suite.turns_at(n, 50) for n in (1, 10, 100, 500)] == [50, 50, 5, 5]
+    assert [concurrency_suite.turns_at(n, 10) for n in (1, 10, 100, 500)] == [10, 10, 1, 1]
+    assert concurrency_suite.turns_at(500, 1) == 1
+    assert percentile([float(v) for v in range(1, 101)], 0.99) == 99.0
+    assert percentile([], 0.5) is None
+
+
+def test_the_concurrency_suite_is_registered_with_its_own_runner() -> None:
+    suite = load("concurrency")
+    assert suite.name == "concurrency" and suite.run is not None
+    assert suite.unavailable() is None
+
+
+def test_the_step_timer_passes_results_and_errors_through_and_times_each_step() -> None:
+    times: list[tuple[float, float]] = []
+
+    async def call(fail: bool) -> str:
+        await asyncio.sleep(0.05)  # waiting on the loop is not blocking it
+        busy = time.thread_time() + 0.02
+        while time.thread_time() < busy:  # 20 ms of CPU in one step
+            pass
+        await asyncio.sleep(0)
+        if fail:
+            raise KeyError("boom")
+        return "done"
+
+    async def main() -> None:
+        assert await Steps(call(False), lambda cpu, wall: times.append((cpu, wall))) == "done"
+        with pytest.raises(KeyError):
+            await Steps(call(True), lambda cpu, wall: times.append((cpu, wall)))
+
+    asyncio.run(main())
+    assert len(times) == 2
+    for cpu, wall in times:
+        assert 0.02 <= cpu < 0.05  # the busy step, not the 50 ms sleep
+        assert wall >= cpu
+
+
+def test_the_connection_count_sees_the_sockets_this_process_opens() -> None:
+    parts = urlsplit(REDIS_URL)
+    assert parts.port is not None
+    ports = frozenset({parts.port})
+    before = established(ports)
+    sockets = [socket.create_connection((parts.hostname, parts.port)) for _ in range(3)]
+    try:
+        assert established(ports) == before + 3
+        assert established(frozenset({1})) == 0
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def test_quick_concurrency_suite_reports_graphkeep_and_rivals_on_every_backend(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "graphkeep.bench", "--suite", "concurrency"]
+        + ["--turns", "1", "--threads", "1,4", "--redis-db", "10", "--out", str(tmp_path)],
+        env=dict(os.environ, REDIS_URL=REDIS_URL),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = (tmp_path / "concurrency.md").read_text()
+    assert report in done.stdout
+    assert (tmp_path / "concurrency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    found = sections(report)
+    assert set(RIVALS) <= set(found), list(found)
+    for title, rivals in RIVALS.items():
+        table = rows(found[title])
+        assert set(table) == {(n, s) for n in (1, 4) for s in ["graphkeep", *rivals]}, title
+        for n in (1, 4):
+            ours = table[(n, "graphkeep")]
+            assert ours["outcome"] == "ok", (title, ours)
+            assert ours["turns/thread"] == "1"
+            assert number(ours["turns/s"]) > 0
+            assert 0 < number(ours["p50 ms"]) <= number(ours["p99 ms"])
+            # W50's 4 saver calls a turn (get_tuple, 2 put_writes, 3 put): 8 requests,
+            # DynamoDB and MongoDB a request or two more for list elements
+            assert 8 <= number(ours["requests/turn"]) <= 11, (title, n, ours)
+            seconds = n / number(ours["turns/s"])
+            median, _, longest = ours["loop blocking per call (CPU), median / max ms"].partition(
+                " / "
+            )
+            assert number(median) <= number(longest.split(" (")[0]) <= seconds * 1000
+            assert number(ours["calls > 5 ms"]) <= 12 * n  # at most every call of the run
+            if BACKENDS[title] != "dynamodb":  # moto closes its HTTP connections at once
+                assert 1 <= number(ours["peak connections"]) <= 50 * 3 * 2, (title, ours)
+            for rival in rivals:
+                theirs = table[(n, rival)]
+                if theirs["outcome"] == "ok":
+                    assert number(theirs["turns/s"]) > 0
+                else:  # a rival that fails is reported with its error, not a crash
+                    assert theirs["outcome"].startswith("FAILED") and ":" in theirs["outcome"]
+    targets = report.split("Targets:\n\n", 1)[1]
+    assert "Redis N=1: graphkeep turns/s at least plainredis's" in targets
