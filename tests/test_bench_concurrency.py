@@ -3,7 +3,8 @@
 A tiny run (N = 1 and 4, one turn per thread) on every backend: each backend has its section
 with graphkeep and its rivals at each N, graphkeep's cells are numbers and sane (every turn
 done, 8 to 10 requests a turn, at least one connection to a TCP server, blocking at most the
-run's wall time), a rival's row is numbers or says why it failed, and the chart is a PNG.
+run's wall time), a rival's row is numbers or says why it failed, the chart is a PNG and
+the saved results give the same report again.
 The probes are checked on their own: the step timer passes results and errors through and
 times the call's own steps, the connection count sees sockets this process opens.
 """
@@ -166,3 +167,8 @@ def test_quick_concurrency_suite_reports_graphkeep_and_rivals_on_every_backend(
                     assert theirs["outcome"].startswith("FAILED") and ":" in theirs["outcome"]
     targets = report.split("Targets:\n\n", 1)[1]
     assert "Redis N=1: graphkeep turns/s at least plainredis's" in targets
+
+    # the results are saved with the report, and merging them gives the report again
+    again = tmp_path / "merged"
+    concurrency_suite.merge([tmp_path / "concurrency.json"], again, chart_too=False)
+    assert (again / "concurrency.md").read_text() == report

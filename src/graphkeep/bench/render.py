@@ -102,7 +102,8 @@ class Bars:
     label: str
     values: Sequence[float | None]
     color: str | None = None
-    #: text over each bar (None: no text); a group without a value then shows n/a
+    #: text over each bar (None: no text); a group without a value shows its label at the
+    #: foot of the panel, or n/a when that is empty
     labels: Sequence[str] | None = None
 
 
@@ -157,7 +158,17 @@ def chart(figure: Figure, path: Path) -> None:
                 x = j + (i - (len(panel.bars) - 1) / 2) * width
                 if value is None or (panel.log and value <= 0):
                     if bars.labels is not None:
-                        ax.text(x, 0, NA, ha="center", va="bottom", fontsize=8, color="#666")
+                        # at the foot of the axis (y in axes units: seen on a log scale too)
+                        ax.text(
+                            x,
+                            0.01,
+                            bars.labels[j] or NA,
+                            ha="center",
+                            va="bottom",
+                            fontsize=8,
+                            color="#666",
+                            transform=ax.get_xaxis_transform(),
+                        )
                     continue
                 xs.append(x)
                 ys.append(value)

@@ -27,6 +27,11 @@ redis-py connections (:func:`graphkeep.bench.probes.acount_round_trips`), MongoD
 commands seen by a pymongo ``CommandListener``, DynamoDBSaver's botocore's ``before-send``
 events. Turns per thread: ``--turns`` (50; ``--quick`` 10) up to N = 10, a tenth of it (at
 least 1) above.
+
+The report goes to ``<out>/concurrency.md``, the chart (turns/s against N, per backend) to
+``concurrency.png`` and the results to ``concurrency.json``; ``python -m
+graphkeep.bench.suites.concurrency --merge A/concurrency.json B/concurrency.json --out DIR``
+makes one report of several runs (a slow backend run with fewer ``--turns``, say).
 """
 
 from __future__ import annotations
@@ -524,11 +529,45 @@ def measure_backend(backend: Backend, options: Options, threads: Sequence[int]) 
 
 
 def run(options: Options, out: Path, chart_too: bool) -> list[Column]:
+    """Every backend (``--backends``: these) at every N; the report, its chart and the
+    results as JSON (``concurrency.json``, for :func:`merge`) go to ``out``."""
     threads = options.threads or THREADS
     chosen = [b for b in BACKENDS if not options.backends or b.name in options.backends]
     columns = [measure_backend(backend, options, threads) for backend in chosen]
-    text = markdown(columns, options, threads)
-    render.publish(text, out, "concurrency", partial(chart, columns) if chart_too else None)
+    publish(columns, out, chart_too)
+    return columns
+
+
+def publish(columns: Sequence[Column], out: Path, chart_too: bool) -> None:
+    render.publish(
+        markdown(columns), out, "concurrency", partial(chart, columns) if chart_too else None
+    )
+    saved = [
+        {
+            "backend": c.backend.name,
+            "where": c.where,
+            "notes": c.notes,
+            "error": c.error,
+            "results": [r.to_json() for r in c.results],
+        }
+        for c in columns
+    ]
+    (out / "concurrency.json").write_text(json.dumps(saved, indent=1))
+
+
+def merge(paths: Sequence[Path], out: Path, chart_too: bool = True) -> list[Column]:
+    """One report from the ``concurrency.json`` of several runs (e.g. a slow backend run
+    with fewer ``--turns``), in the order of :data:`BACKENDS`; a later file's backend wins."""
+    by_name = {b.name: b for b in BACKENDS}
+    found: dict[str, Column] = {}
+    for path in paths:
+        for saved in json.loads(path.read_text()):
+            column = Column(by_name[saved["backend"]], saved["where"], list(saved["notes"]))
+            column.error = saved["error"]
+            column.results = [ConcurrencyResult.from_json(r) for r in saved["results"]]
+            found[column.backend.name] = column
+    columns = [found[b.name] for b in BACKENDS if b.name in found]
+    publish(columns, out, chart_too)
     return columns
 
 
@@ -661,15 +700,15 @@ def targets(column: Column) -> list[tuple[str, bool]]:
     return out
 
 
-def markdown(columns: Sequence[Column], options: Options, threads: Sequence[int]) -> str:
+def markdown(columns: Sequence[Column]) -> str:
     import platform
 
-    per_n = ", ".join(f"N={n}: {turns_at(n, options.turns)}" for n in threads)
     lines = [
         "## graphkeep bench: concurrency",
         "",
-        f"One process, one asyncio loop: N LangGraph threads at once, each running W50 turns"
-        f" (the 2-node graph, async nodes) with `ainvoke`; turns per thread {per_n}. Each"
+        "One process, one asyncio loop: N LangGraph threads at once, each running W50 turns"
+        " (the 2-node graph, async nodes) with `ainvoke`; turns per thread in the"
+        " turns/thread column (`--turns` up to N = 10, a tenth of it above). Each"
         " contender is opened afresh on a scratch space of the same server for every N, and"
         " runs one untimed warm-up turn first. "
         + versions(
@@ -736,7 +775,8 @@ PALETTE = ["#e07b39", "#5aa469", "#b5446e", "#7d5ba6"]
 
 
 def chart(columns: Sequence[Column], path: Path) -> None:
-    """turns/s vs N per backend: one panel each, N as groups, a bar per contender (log)."""
+    """turns/s vs N per backend: one panel each, N as groups, a bar per contender; a
+    contender that failed at an N says so at the foot of its bar."""
     shown = [c for c in columns if c.results]
     savers = list(dict.fromkeys(r.saver for c in shown for r in c.results))
     rivals = [s for s in savers if s not in COLORS]
@@ -756,15 +796,8 @@ def chart(columns: Sequence[Column], path: Path) -> None:
                 values.append(measured)
                 labels.append(f"{measured:,.0f}" if measured else "failed" if r is not None else "")
             bars.append(Bars(saver, values, colors[saver], labels))
-        panels.append(
-            Panel(
-                f"{column.backend.title}: turns/s",
-                [f"N={n}" for n in threads],
-                bars,
-                log=True,
-                legend=True,
-            )
-        )
+        groups = [f"N={n}" for n in threads]
+        panels.append(Panel(f"{column.backend.title}: turns/s", groups, bars))
     columns_count = 3
     rows = max(1, -(-(len(panels) + 1) // columns_count))
     note = (
@@ -775,7 +808,7 @@ def chart(columns: Sequence[Column], path: Path) -> None:
         "shared 2-core machine: compare within one run"
     )
     figure = Figure(
-        "graphkeep bench: concurrency (turns/s vs N, log scale)",
+        "graphkeep bench: concurrency (turns/s vs N threads at once)",
         panels,
         rows=rows,
         columns=columns_count,
@@ -799,3 +832,22 @@ SUITE = Suite(
     default_rounds=1,
     run=lambda options, out, chart_too: run(options, out, chart_too),
 )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m graphkeep.bench.suites.concurrency --merge A.json B.json --out DIR``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m graphkeep.bench.suites.concurrency")
+    parser.add_argument("--merge", type=Path, nargs="+", required=True, help="concurrency.json")
+    parser.add_argument("--out", type=Path, default=Path("bench-results"))
+    parser.add_argument("--no-chart", action="store_true")
+    args = parser.parse_args(argv)
+    merge(args.merge, args.out, not args.no_chart)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
