@@ -104,7 +104,7 @@ def test_the_step_timer_passes_results_and_errors_through_and_times_each_step() 
     assert len(times) == 2
     for cpu, wall in times:
         assert 0.02 <= cpu < 0.05  # the busy step, not the 50 ms sleep
-        assert wall >= cpu
+        assert wall >= cpu - 0.001  # two clocks, read a few microseconds apart
 
 
 def test_the_connection_count_sees_the_sockets_this_process_opens() -> None:
