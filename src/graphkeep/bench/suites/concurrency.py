@@ -774,6 +774,10 @@ COLORS = {"graphkeep": "#2a7ab9"}
 PALETTE = ["#e07b39", "#5aa469", "#b5446e", "#7d5ba6"]
 
 
+def _rate(turns_per_second: float) -> str:
+    return f"{turns_per_second:,.0f}" if turns_per_second >= 10 else f"{turns_per_second:.1f}"
+
+
 def chart(columns: Sequence[Column], path: Path) -> None:
     """turns/s vs N per backend: one panel each, N as groups, a bar per contender; a
     contender that failed at an N says so at the foot of its bar."""
@@ -794,7 +798,7 @@ def chart(columns: Sequence[Column], path: Path) -> None:
                 r = by.get((saver, n))
                 measured = r.turns_per_second if r is not None and r.ok else None
                 values.append(measured)
-                labels.append(f"{measured:,.0f}" if measured else "failed" if r is not None else "")
+                labels.append(_rate(measured) if measured else "failed" if r else "not run")
             bars.append(Bars(saver, values, colors[saver], labels))
         groups = [f"N={n}" for n in threads]
         panels.append(Panel(f"{column.backend.title}: turns/s", groups, bars))
