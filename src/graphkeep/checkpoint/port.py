@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from langgraph.checkpoint.base import WRITES_IDX_MAP
+from langgraph.checkpoint.serde.types import INTERRUPT
+
 from graphkeep.checkpoint.records import (
+    Activity,
     BlobRecord,
     Chain,
     CheckpointRecord,
@@ -21,6 +25,9 @@ from graphkeep.checkpoint.records import (
     WriteRecord,
 )
 from graphkeep.port.ops import Op
+
+#: the index LangGraph gives an interrupt's pending write (``WRITES_IDX_MAP[INTERRUPT]``)
+INTERRUPT_IDX = WRITES_IDX_MAP[INTERRUPT]
 
 
 class CheckpointPort(Protocol):
@@ -110,6 +117,37 @@ class CheckpointPort(Protocol):
     def newest_commit(self, thread_id: str, ns: str | None) -> Op[str | None]:
         """The thread's highest checkpoint id (in ``ns``, or any when None); None if none."""
         ...
+
+    def write_indexes(self, thread_id: str, ns: str, checkpoint_id: str) -> Op[list[int]]:
+        """The ``idx`` of each pending write of one checkpoint, from the store's keys or
+        index (never a write's value): ``WRITES_IDX_MAP[INTERRUPT]`` marks an interrupt."""
+        ...
+
+    def storage_bytes(self) -> Op[int | None]:
+        """What the store's checkpoints occupy, in one request of the store's own statistics
+        (never a payload); None (the default) when the store has none, or when
+        :meth:`activity` reports each thread's bytes instead."""
+        return None
+        yield  # an op: a generator that yields no request
+
+    def activity(self, thread_id: str, above: str, limit: int) -> Op[Activity]:
+        """The thread's :class:`~graphkeep.checkpoint.records.Activity` for a health scan.
+
+        The default composes :meth:`newest_commit` (twice: any namespace, then the root),
+        :meth:`commits` and :meth:`write_indexes`, each an index read, and reports no
+        bytes; a store that can answer in fewer requests overrides it (Redis: one script,
+        with the thread's memory usage).
+        """
+        newest = yield from self.newest_commit(thread_id, None)
+        if newest is None:
+            return Activity(thread_id, None, [], False, None)
+        recent = [cid for _, cid in (yield from self.commits(thread_id, None, above, limit))]
+        root = yield from self.newest_commit(thread_id, "")
+        interrupted = False
+        if root is not None:
+            indexes = yield from self.write_indexes(thread_id, "", root)
+            interrupted = INTERRUPT_IDX in indexes
+        return Activity(thread_id, newest, recent, interrupted, None)
 
     def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
         """Take the thread's lease if free (or expired); True when taken."""

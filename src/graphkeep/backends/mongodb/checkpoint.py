@@ -224,6 +224,7 @@ from graphkeep.backends.mongodb.documents import (
     live,
     metadata_filter,
     parse_blob_ref,
+    parse_write_sub,
     payload_type,
     write_record,
 )
@@ -873,6 +874,23 @@ class MongoDBCheckpointPort(CheckpointPort):
             self.payloads, match, projection=COMMIT_FIELDS, sort=[("ref", -1)], limit=1
         )
         return str(docs[0]["ref"]) if docs else None
+
+    def write_indexes(self, thread_id: str, ns: str, checkpoint_id: str) -> Op[list[int]]:
+        """ONE ``find`` of the checkpoint's write documents, projecting the index fields
+        only (``sub`` holds task id and index; format 1: ``idx``), never ``data``."""
+        docs = yield find(
+            self.payloads,
+            {"thread_id": thread_id, "ns": ns, "kind": KIND_WRITE, "ref": checkpoint_id},
+            projection={"_id": 0, "sub": 1, "idx": 1},
+        )
+        return [int(d["idx"]) if "idx" in d else parse_write_sub(d["sub"])[1] for d in docs]
+
+    def storage_bytes(self) -> Op[int | None]:
+        """ONE ``collStats`` of the thread collection: its ``size`` (the documents' bytes,
+        before compression; indexes not counted). Per-thread sizes would need ``$bsonSize``,
+        which FerretDB does not implement."""
+        stats = yield Command(None, "command", ("collStats", self.payloads))
+        return int(stats["size"])
 
     # -- port: per-thread lease (:mod:`.locks`) ------------------------------------
 
