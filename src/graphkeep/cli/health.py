@@ -116,6 +116,13 @@ def add_health_command(sub: Any, common: argparse.ArgumentParser) -> None:
     ):
         p.add_argument(f"--max-{name}", type=non_negative, metavar="N", help=f"at most N {what}")
     p.add_argument("--max-bytes", type=size, metavar="SIZE", help="at most SIZE stored (10GB)")
+    p.add_argument(
+        "--capacity",
+        type=size,
+        metavar="SIZE",
+        help="what the store may hold (its disk or memory): written as"
+        " graphkeep_storage_capacity_bytes for the 70 %% alert",
+    )
 
 
 # -- reading ---------------------------------------------------------------------------
@@ -216,6 +223,11 @@ GAUGES: list[tuple[str, str, str]] = [
     ),
     ("graphkeep_storage_bytes", "Bytes the checkpoints occupy on the store.", "storage_bytes"),
     (
+        "graphkeep_storage_capacity_bytes",
+        "What the store may hold (graphkeep health --capacity).",
+        "capacity",
+    ),
+    (
         "graphkeep_oldest_activity_timestamp_seconds",
         "Newest checkpoint time of the least recently active thread.",
         "oldest_activity",
@@ -240,10 +252,11 @@ def _number(value: float) -> str:
     return repr(float(value)) if isinstance(value, float) else str(value)
 
 
-def prometheus_text(health: FleetHealth, backend: str) -> str:
+def prometheus_text(health: FleetHealth, backend: str, capacity: int | None = None) -> str:
     """The report in Prometheus' text exposition format (a ``backend`` label on each)."""
     values: dict[str, Any] = {
         **health.as_json(),
+        "capacity": capacity,
         "window": health.window.window,
         "requests": health.requests,
         "seconds": health.seconds,
@@ -300,11 +313,12 @@ def cmd_health(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             **health.as_json(),
             "oldest_activity": iso(health.oldest_activity),
             "newest_activity": iso(health.newest_activity),
+            "capacity_bytes": args.capacity,
             "violations": violations,
         }
         print_json(report, out)
     elif args.format == "prometheus":
-        out.write(prometheus_text(health, _backend(args.url)))
+        out.write(prometheus_text(health, _backend(args.url), args.capacity))
     else:
         stored = "unknown" if health.storage_bytes is None else human_bytes(health.storage_bytes)
         out.write(
