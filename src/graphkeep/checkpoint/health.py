@@ -40,6 +40,8 @@ __all__ = [
 RECENT_LIMIT = 10_000
 #: threads per ``list_threads`` page of the scan
 THREAD_PAGE = 500
+#: threads per ``activities`` request (a Redis pipeline)
+ACTIVITY_BATCH = 100
 
 #: 100 ns ticks between the Gregorian epoch (uuid1/uuid6 time) and the Unix epoch
 _GREGORIAN_OFFSET = 0x01B21DD213814000
@@ -218,15 +220,17 @@ def _activities(
     cursor: Any = None
     while True:
         threads, cursor = yield from port.list_threads(cursor, THREAD_PAGE)
-        for thread_id in threads:
-            a = yield from port.activity(thread_id, above, RECENT_LIMIT)
+        page_start = len(found)
+        for start in range(0, len(threads), ACTIVITY_BATCH):
+            batch = threads[start : start + ACTIVITY_BATCH]
+            found.extend((yield from port.activities(batch, above, RECENT_LIMIT)))
+        for i in range(page_start, len(found)):
+            a = found[i]
             if len(a.recent) >= RECENT_LIMIT and runaway_above > above:
                 # capped: the newest ids (the runaway period) may be missing; read those
-                commits = yield from port.commits(thread_id, None, runaway_above, RECENT_LIMIT)
-                a = Activity(
-                    a.thread_id, a.newest_id, [cid for _, cid in commits], a.interrupted, a.bytes
-                )
-            found.append(a)
+                commits = yield from port.commits(a.thread_id, None, runaway_above, RECENT_LIMIT)
+                recent = [cid for _, cid in commits]
+                found[i] = Activity(a.thread_id, a.newest_id, recent, a.interrupted, a.bytes)
         if cursor is None:
             size = yield from port.storage_bytes()
             return found, size

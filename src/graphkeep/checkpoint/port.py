@@ -133,21 +133,42 @@ class CheckpointPort(Protocol):
     def activity(self, thread_id: str, above: str, limit: int) -> Op[Activity]:
         """The thread's :class:`~graphkeep.checkpoint.records.Activity` for a health scan.
 
-        The default composes :meth:`newest_commit` (twice: any namespace, then the root),
-        :meth:`commits` and :meth:`write_indexes`, each an index read, and reports no
-        bytes; a store that can answer in fewer requests overrides it (Redis: one script,
+        The default composes index reads: :meth:`commits` above ``above`` (which, when not
+        capped at ``limit``, also names the newest checkpoint and the root namespace's
+        newest), :meth:`newest_commit` only for what it did not, then :meth:`write_indexes`
+        of the root's latest checkpoint; no bytes. An active thread costs two requests,
+        an idle one four. A store that can answer in fewer overrides it (Redis: one script,
         with the thread's memory usage).
         """
-        newest = yield from self.newest_commit(thread_id, None)
-        if newest is None:
-            return Activity(thread_id, None, [], False, None)
-        recent = [cid for _, cid in (yield from self.commits(thread_id, None, above, limit))]
-        root = yield from self.newest_commit(thread_id, "")
+        commits = yield from self.commits(thread_id, None, above, limit)
+        complete = len(commits) < limit
+        recent = [cid for _, cid in commits]
+        newest: str | None
+        if commits and complete:
+            newest = max(recent)
+        else:
+            newest = yield from self.newest_commit(thread_id, None)
+            if newest is None:
+                return Activity(thread_id, None, [], False, None)
+        roots = [cid for ns, cid in commits if ns == ""]
+        root: str | None
+        if roots and complete:
+            root = max(roots)
+        else:
+            root = yield from self.newest_commit(thread_id, "")
         interrupted = False
         if root is not None:
             indexes = yield from self.write_indexes(thread_id, "", root)
             interrupted = INTERRUPT_IDX in indexes
         return Activity(thread_id, newest, recent, interrupted, None)
+
+    def activities(self, thread_ids: list[str], above: str, limit: int) -> Op[list[Activity]]:
+        """:meth:`activity` of each thread, in order (a store may batch them: Redis
+        pipelines one script per thread)."""
+        found = []
+        for thread_id in thread_ids:
+            found.append((yield from self.activity(thread_id, above, limit)))
+        return found
 
     def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
         """Take the thread's lease if free (or expired); True when taken."""

@@ -311,6 +311,7 @@ def cmd_health(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         report = {
             "url": safe_url(args.url),
             **health.as_json(),
+            "at": iso(health.at),
             "oldest_activity": iso(health.oldest_activity),
             "newest_activity": iso(health.newest_activity),
             "capacity_bytes": args.capacity,

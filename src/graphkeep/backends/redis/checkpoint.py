@@ -57,7 +57,7 @@ from graphkeep.backends.redis.keys import (
     encode_thread,
     pattern_prefix,
 )
-from graphkeep.backends.redis.requests import Command, Delete, Scan, Script, XRead
+from graphkeep.backends.redis.requests import Command, Delete, Pipeline, Scan, Script, XRead
 from graphkeep.checkpoint.port import INTERRUPT_IDX, CheckpointPort
 from graphkeep.checkpoint.records import (
     Activity,
@@ -411,16 +411,31 @@ class RedisCheckpointPort(CheckpointPort):
     def activity(self, thread_id: str, above: str, limit: int) -> Op[Activity]:
         """One ``activity`` script: the ``a`` index above ``above``, the newest id, the
         root head's write indexes and ``MEMORY USAGE`` of the thread's keys (one slot)."""
-        recent, newest, interrupted, size = yield Script(
-            "activity", self.thread_keys(thread_id), [above, limit, INTERRUPT_IDX]
+        found = yield from self.activities([thread_id], above, limit)
+        return found[0]
+
+    def activities(self, thread_ids: list[str], above: str, limit: int) -> Op[list[Activity]]:
+        """The ``activity`` script of each thread, sent as one pipeline (a cluster: one
+        call per slot)."""
+        if not thread_ids:
+            return []
+        calls = tuple(
+            Script("activity", self.thread_keys(t), [above, limit, INTERRUPT_IDX])
+            for t in thread_ids
         )
-        return Activity(
-            thread_id,
-            newest.partition(SEP)[0].decode() or None,
-            [m.partition(SEP)[0].decode() for m in recent],
-            bool(interrupted),
-            int(size),
-        )
+        replies = yield Pipeline(calls)
+        return [
+            Activity(
+                thread_id,
+                newest.partition(SEP)[0].decode() or None,
+                [m.partition(SEP)[0].decode() for m in recent],
+                bool(interrupted),
+                int(size),
+            )
+            for thread_id, (recent, newest, interrupted, size) in zip(
+                thread_ids, replies, strict=True
+            )
+        ]
 
     def feed_end(self, thread_id: str) -> Op[FeedPosition]:
         """The feed's newest entry id ("0-0" when empty) with the thread's highest
