@@ -401,3 +401,24 @@ def promtool_check(text: str) -> None:
         [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0 and done.stdout + done.stderr == "", done.stdout + done.stderr
+
+
+def test_the_fleet_gauges_carry_the_names_the_otel_prometheus_exporter_gives_them() -> None:
+    """An in-process observer publishing FLEET_GAUGES through the OpenTelemetry Prometheus
+    exporter and ``--format prometheus`` write the same names (the exporter turns dots into
+    underscores and appends ``_bytes`` for ``By`` and ``_seconds`` for ``s``; ``{thread}``
+    adds nothing), so one set of rules serves both."""
+    from graphkeep.checkpoint.health import FLEET_GAUGES, FleetHealth
+    from graphkeep.cli.health import GAUGES
+
+    names = {g.name: g.prometheus_name for g in FLEET_GAUGES}
+    assert names["graphkeep.threads.active"] == "graphkeep_threads_active"
+    assert names["graphkeep.storage"] == "graphkeep_storage_bytes"
+    assert names["graphkeep.health.scan.duration"] == "graphkeep_health_scan_duration_seconds"
+    assert [n for n, _, _ in GAUGES] == [
+        *list(names.values())[:5],
+        "graphkeep_storage_capacity_bytes",
+        *list(names.values())[5:],
+    ]
+    health = FleetHealth(1.0, HealthWindow(), 2, 1, 0, [], None, None, None)
+    assert {g.field: g.value(health) for g in FLEET_GAUGES}["window_seconds"] == 3600.0

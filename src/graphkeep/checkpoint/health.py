@@ -23,7 +23,9 @@ from graphkeep.checkpoint.saver import SaverBase
 from graphkeep.port.ops import Op
 
 __all__ = [
+    "FLEET_GAUGES",
     "RECENT_LIMIT",
+    "FleetGauge",
     "FleetHealth",
     "HealthWindow",
     "RunawayThread",
@@ -117,6 +119,10 @@ class FleetHealth:
     def threads_runaway(self) -> int:
         return len(self.runaway)
 
+    @property
+    def window_seconds(self) -> float:
+        return self.window.window
+
     def as_json(self) -> dict[str, Any]:
         return {
             "at": self.at,
@@ -139,6 +145,83 @@ class FleetHealth:
             "newest_activity": self.newest_activity,
             "scan": {"requests": self.requests, "seconds": round(self.seconds, 4)},
         }
+
+
+@dataclass(frozen=True, slots=True)
+class FleetGauge:
+    """One number of the report as a gauge: its OpenTelemetry instrument name and unit
+    (for an observer in a process) and the Prometheus name the OTel Prometheus exporter
+    makes of them, which ``graphkeep health --format prometheus`` writes too, so the rules
+    and the dashboard see one name whichever way the number is published."""
+
+    name: str
+    unit: str
+    description: str
+    #: the :class:`FleetHealth` attribute it reads
+    field: str
+
+    @property
+    def prometheus_name(self) -> str:
+        """Dots to underscores, then the unit's suffix (``By``: bytes, ``s``: seconds;
+        annotations such as ``{thread}`` add none), as the exporter names it."""
+        base = self.name.replace(".", "_")
+        suffix = {"By": "bytes", "s": "seconds"}.get(self.unit)
+        return f"{base}_{suffix}" if suffix and not base.endswith(f"_{suffix}") else base
+
+    def value(self, health: FleetHealth) -> float | None:
+        found = getattr(health, self.field)
+        return None if found is None else float(found)
+
+
+FLEET_GAUGES: tuple[FleetGauge, ...] = (
+    FleetGauge(
+        "graphkeep.threads.stored",
+        "{thread}",
+        "Threads with at least one checkpoint.",
+        "threads_stored",
+    ),
+    FleetGauge(
+        "graphkeep.threads.active",
+        "{thread}",
+        "Threads whose newest checkpoint is within the window.",
+        "threads_active",
+    ),
+    FleetGauge(
+        "graphkeep.threads.interrupted",
+        "{thread}",
+        "Threads whose latest root checkpoint waits on an interrupt.",
+        "threads_interrupted",
+    ),
+    FleetGauge(
+        "graphkeep.threads.runaway",
+        "{thread}",
+        "Threads with more than the runaway threshold of checkpoints in its period.",
+        "threads_runaway",
+    ),
+    FleetGauge(
+        "graphkeep.storage", "By", "Bytes the checkpoints occupy on the store.", "storage_bytes"
+    ),
+    FleetGauge(
+        "graphkeep.oldest_activity.timestamp",
+        "s",
+        "Newest checkpoint time of the least recently active thread.",
+        "oldest_activity",
+    ),
+    FleetGauge(
+        "graphkeep.newest_activity.timestamp",
+        "s",
+        "Time of the newest checkpoint of the store.",
+        "newest_activity",
+    ),
+    FleetGauge(
+        "graphkeep.health.window", "s", "The window of graphkeep_threads_active.", "window_seconds"
+    ),
+    FleetGauge(
+        "graphkeep.health.scan.requests", "{request}", "Requests the health scan sent.", "requests"
+    ),
+    FleetGauge("graphkeep.health.scan.duration", "s", "How long the health scan took.", "seconds"),
+    FleetGauge("graphkeep.health.scan.timestamp", "s", "When the health scan ran.", "at"),
+)
 
 
 def summarize(

@@ -16,6 +16,7 @@ import time
 from typing import Any, TextIO
 
 from graphkeep.checkpoint.health import (
+    FLEET_GAUGES,
     RECENT_LIMIT,
     FleetHealth,
     HealthWindow,
@@ -203,45 +204,20 @@ def read_health(url: str, key_prefix: str | None, health_window: HealthWindow) -
 
 # -- writing ---------------------------------------------------------------------------
 
-#: (name, help, value of the report) of each gauge ``--format prometheus`` writes
+#: (name, help, FleetHealth attribute) of each gauge ``--format prometheus`` writes: the
+#: report's (:data:`~graphkeep.checkpoint.health.FLEET_GAUGES`, as the OTel Prometheus
+#: exporter names them), and ``--capacity`` after ``graphkeep_storage_bytes``
 GAUGES: list[tuple[str, str, str]] = [
-    ("graphkeep_threads_stored", "Threads with at least one checkpoint.", "threads_stored"),
-    (
-        "graphkeep_threads_active",
-        "Threads whose newest checkpoint is within the window.",
-        "threads_active",
-    ),
-    (
-        "graphkeep_threads_interrupted",
-        "Threads whose latest root checkpoint waits on an interrupt.",
-        "threads_interrupted",
-    ),
-    (
-        "graphkeep_threads_runaway",
-        "Threads with more than the runaway threshold of checkpoints in its period.",
-        "threads_runaway",
-    ),
-    ("graphkeep_storage_bytes", "Bytes the checkpoints occupy on the store.", "storage_bytes"),
+    (g.prometheus_name, g.description, g.field) for g in FLEET_GAUGES
+]
+GAUGES.insert(
+    [name for name, _, _ in GAUGES].index("graphkeep_storage_bytes") + 1,
     (
         "graphkeep_storage_capacity_bytes",
         "What the store may hold (graphkeep health --capacity).",
         "capacity",
     ),
-    (
-        "graphkeep_oldest_activity_timestamp_seconds",
-        "Newest checkpoint time of the least recently active thread.",
-        "oldest_activity",
-    ),
-    (
-        "graphkeep_newest_activity_timestamp_seconds",
-        "Time of the newest checkpoint of the store.",
-        "newest_activity",
-    ),
-    ("graphkeep_health_window_seconds", "The window of graphkeep_threads_active.", "window"),
-    ("graphkeep_health_scan_requests", "Requests the health scan sent.", "requests"),
-    ("graphkeep_health_scan_duration_seconds", "How long the health scan took.", "seconds"),
-    ("graphkeep_health_scan_timestamp_seconds", "When the health scan ran.", "at"),
-]
+)
 
 
 def _label(value: str) -> str:
@@ -254,13 +230,8 @@ def _number(value: float) -> str:
 
 def prometheus_text(health: FleetHealth, backend: str, capacity: int | None = None) -> str:
     """The report in Prometheus' text exposition format (a ``backend`` label on each)."""
-    values: dict[str, Any] = {
-        **health.as_json(),
-        "capacity": capacity,
-        "window": health.window.window,
-        "requests": health.requests,
-        "seconds": health.seconds,
-    }
+    values: dict[str, Any] = {g.field: g.value(health) for g in FLEET_GAUGES}
+    values["capacity"] = capacity
     labels = f'backend="{_label(backend)}"'
     lines: list[str] = []
     for name, help_text, key in GAUGES:
