@@ -77,6 +77,7 @@ def _emit(saver: SaverBase, thread: str, commits: Iterable[tuple[str, str]]) -> 
     for ns, checkpoint_id in commits:
         found = yield from saver.load_op(thread, ns, checkpoint_id)
         if found is not None:
+            saver.telemetry.watch_lag(found.checkpoint.get("ts"))
             yield Emit(found)
             count += 1
     return count

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphkeep.port.ops import Sleep
+from graphkeep.port.telemetry import Target
 
 
 @dataclass(frozen=True)
@@ -51,13 +52,18 @@ class Retry:
 class SyncExecutor:
     """Runs a request with ``send`` (one attempt), retried as ``retry`` says.
 
-    ``where`` names the server in errors (password masked); ``Sleep`` requests pause.
+    ``where`` names the server in errors (password masked), ``target`` in telemetry
+    (:class:`~graphkeep.port.telemetry.Target`); ``Sleep`` requests pause.
     """
 
-    def __init__(self, send: Callable[[Any], Any], retry: Retry, where: str) -> None:
+    def __init__(
+        self, send: Callable[[Any], Any], retry: Retry, where: str, target: Target | None = None
+    ) -> None:
         self.send = send
         self.retry = retry
         self.where = where
+        #: what the requests go to, for telemetry (``db.system.name``, ``db.namespace``…)
+        self.target = target
 
     def __call__(self, request: Any) -> Any:
         if isinstance(request, Sleep):
@@ -77,10 +83,18 @@ class SyncExecutor:
 class AsyncExecutor:
     """The async twin of :class:`SyncExecutor`: ``send`` returns an awaitable."""
 
-    def __init__(self, send: Callable[[Any], Awaitable[Any]], retry: Retry, where: str) -> None:
+    def __init__(
+        self,
+        send: Callable[[Any], Awaitable[Any]],
+        retry: Retry,
+        where: str,
+        target: Target | None = None,
+    ) -> None:
         self.send = send
         self.retry = retry
         self.where = where
+        #: what the requests go to, for telemetry (``db.system.name``, ``db.namespace``…)
+        self.target = target
 
     async def __call__(self, request: Any) -> Any:
         if isinstance(request, Sleep):

@@ -27,6 +27,7 @@ from urllib.parse import parse_qs, urlsplit
 from graphkeep.backends.dynamodb.requests import Call, error_code
 from graphkeep.errors import ConfigurationError, StorageUnavailable, mask_url
 from graphkeep.port.retry import AsyncExecutor, Retry, SyncExecutor
+from graphkeep.port.telemetry import Target
 
 try:
     import boto3
@@ -185,6 +186,20 @@ def describe(client: Any, table: str) -> str:
     return f"{mask_url(str(endpoint))} (table {table})"
 
 
+def target(client: Any, table: str) -> Target:
+    """What a table's requests go to, as telemetry names it (the table, the endpoint)."""
+    endpoint = getattr(getattr(client, "meta", None), "endpoint_url", None)
+    try:
+        parts = urlsplit(str(endpoint))
+        return Target("aws.dynamodb", table, parts.hostname, parts.port or _default_port(parts))
+    except ValueError:
+        return Target("aws.dynamodb", table)
+
+
+def _default_port(parts: Any) -> int | None:
+    return {"https": 443, "http": 80}.get(parts.scheme)
+
+
 # --------------------------------------------------------------------------- retry and executors
 
 
@@ -235,7 +250,7 @@ def executor(client: Any, table: str) -> SyncExecutor:
     def send(request: Any) -> Any:
         return _method(client, request)(**request.params)
 
-    return SyncExecutor(send, RETRY, describe(client, table))
+    return SyncExecutor(send, RETRY, describe(client, table), target(client, table))
 
 
 def async_executor(client: Any, table: str) -> AsyncExecutor:
@@ -244,4 +259,4 @@ def async_executor(client: Any, table: str) -> AsyncExecutor:
     async def send(request: Any) -> Any:
         return await _method(client, request)(**request.params)
 
-    return AsyncExecutor(send, RETRY, describe(client, table))
+    return AsyncExecutor(send, RETRY, describe(client, table), target(client, table))

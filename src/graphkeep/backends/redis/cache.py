@@ -179,11 +179,14 @@ class RedisCache(SyncCache):
         *,
         serde: Any = None,
         key_prefix: str = "graphkeep",
+        telemetry: Any = None,
         where: str | None = None,
     ) -> None:
         port = _port(client, key_prefix)
         self.client = client
-        super().__init__(port, sync_executor(client, SCRIPTS, where), serde=serde)
+        super().__init__(
+            port, sync_executor(client, SCRIPTS, where), serde=serde, telemetry=telemetry
+        )
 
     @classmethod
     def from_url(
@@ -204,11 +207,14 @@ class AsyncRedisCache(AsyncCache):
         *,
         serde: Any = None,
         key_prefix: str = "graphkeep",
+        telemetry: Any = None,
         where: str | None = None,
     ) -> None:
         port = _port(client, key_prefix)
         self.client = client
-        super().__init__(port, async_executor(client, SCRIPTS, where), serde=serde)
+        super().__init__(
+            port, async_executor(client, SCRIPTS, where), serde=serde, telemetry=telemetry
+        )
 
     @classmethod
     def from_url(

@@ -19,6 +19,7 @@ from typing import Any
 from graphkeep.backends.redis.requests import Command, Delete, Pipeline, Scan, Script, XRead
 from graphkeep.errors import ConfigurationError, StorageUnavailable, mask_url
 from graphkeep.port.retry import AsyncExecutor, Retry, SyncExecutor
+from graphkeep.port.telemetry import Target
 
 try:
     import redis
@@ -147,6 +148,25 @@ def describe(client: Any) -> str:
             node = nodes[0]
             return f"redis+cluster://{node.host}:{node.port}"
         return type(client).__name__
+
+
+def target(client: Any) -> Target:
+    """The server a client talks to, as telemetry names it (database index, host, port)."""
+    try:
+        kwargs = client.connection_pool.connection_kwargs
+    except AttributeError:
+        nodes = getattr(client, "startup_nodes", None) or []
+        if not nodes:
+            return Target("redis")
+        node = nodes[0]
+        return Target("redis", "0", str(node.host), int(node.port))
+    db = str(kwargs.get("db", 0) or 0)
+    if "path" in kwargs:
+        return Target("redis", db, str(kwargs["path"]))
+    port = kwargs.get("port")
+    return Target(
+        "redis", db, str(kwargs.get("host", "localhost")), None if port is None else int(port)
+    )
 
 
 def _connection_kwargs(client: Any) -> dict[str, Any]:
@@ -343,10 +363,10 @@ def sync_executor(client: Any, scripts: dict[str, str], where: str | None = None
     """Runs requests on a sync client, retried as :data:`RETRY` says; ``where`` names the
     server in errors (default: :func:`describe` of the client)."""
     send = SyncSend(client, scripts)
-    return SyncExecutor(send, RETRY, describe(client) if where is None else where)
+    return SyncExecutor(send, RETRY, describe(client) if where is None else where, target(client))
 
 
 def async_executor(client: Any, scripts: dict[str, str], where: str | None = None) -> AsyncExecutor:
     """The asyncio twin of :func:`sync_executor`."""
     send: Callable[[Any], Awaitable[Any]] = AsyncSend(client, scripts)
-    return AsyncExecutor(send, RETRY, describe(client) if where is None else where)
+    return AsyncExecutor(send, RETRY, describe(client) if where is None else where, target(client))
