@@ -9,7 +9,15 @@ in a subprocess, where installing a global SDK cannot leak into other tests.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import operator
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -20,15 +28,21 @@ from langgraph.graph import END, START, StateGraph
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     InMemoryMetricReader,
+    MetricExporter,
+    PeriodicExportingMetricReader,
 )
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
 import graphkeep
-from graphkeep.errors import StorageUnavailable
+from graphkeep.connect import PRODUCTS, class_for
+from graphkeep.errors import ConfigurationError, LockNotAcquired, StorageUnavailable
 from graphkeep.telemetry import DURATION_BUCKETS
+from graphkeep.testing import ferretdb_command
+from tests.scenarios.backends import RESTARTABLE, Backend
+from tests.scenarios.servers import FerretDBServer, MotoServer, RedisServer
 
 REPO = Path(__file__).resolve().parents[1]
 SYSTEMS = {
@@ -522,3 +536,333 @@ def test_a_corrupted_payload_counts_one_resume_failure_and_fails_the_read_span(
     assert failed.attributes["db.operation.name"] == "checkpoint.get_tuple"
     assert failed.attributes["error.type"] == failure.attributes["error.type"]
     assert not [s for s in strings_in(otel) if MARKER in s]
+
+
+# -- a server that goes away ---------------------------------------------------------------------
+
+
+class FerretDB(FerretDBServer):
+    """The private FerretDB of the restart tests, from the binary the session's servers use
+    (a git worktree has no ``.services/bin`` of its own)."""
+
+    def command(self) -> list[str]:
+        program = os.environ.get("GRAPHKEEP_MONGODB_SERVER", "")
+        if not program or "ferretdb" not in program:
+            return super().command()
+        data = self.workdir / "data"
+        data.mkdir(exist_ok=True)
+        return ferretdb_command(program, data, self.port)
+
+
+PRIVATE = {"redis": RedisServer, "mongodb": FerretDB, "dynamodb": MotoServer}
+
+
+@pytest.mark.parametrize("kind", [b.param() for b in RESTARTABLE])
+def test_a_server_stopped_under_a_run_fails_the_span_with_error_type(
+    kind: Backend, mode: str, otel: Otel, thread_id: str, tmp_path: Path
+) -> None:
+    config = config_of(thread_id)
+    with PRIVATE[kind.name](tmp_path / "server") as server:
+        # SIGKILL where the server keeps what it acknowledged (Redis fsyncs every write here)
+        stop = signal.SIGKILL if kind.name == "redis" else signal.SIGTERM
+        prefix = f"gk-otel-{uuid.uuid4().hex[:8]}"
+        if mode == "sync":
+            with graphkeep.connect(server.url, key_prefix=prefix, telemetry=otel.option()) as saver:
+                graph = two_nodes().compile(checkpointer=saver)
+                graph.invoke({"log": ["hi"]}, config)
+                server.stop(stop)
+                with pytest.raises(StorageUnavailable):
+                    graph.invoke({"log": ["again"]}, config)
+                server.start()
+        else:
+
+            async def main() -> None:
+                async with graphkeep.aconnect(
+                    server.url, key_prefix=prefix, telemetry=otel.option()
+                ) as saver:
+                    graph = two_nodes().compile(checkpointer=saver)
+                    await graph.ainvoke({"log": ["hi"]}, config)
+                    server.stop(stop)
+                    with pytest.raises(StorageUnavailable):
+                        await graph.ainvoke({"log": ["again"]}, config)
+                    server.start()
+
+            asyncio.run(main())
+
+    failed = [s for s in otel.spans() if s.status.status_code is StatusCode.ERROR]
+    assert failed
+    for span in failed:
+        assert span.attributes["error.type"] == "graphkeep.errors.StorageUnavailable"
+        assert span.status.description == "graphkeep.errors.StorageUnavailable"
+    failures = otel.points(
+        "db.client.operation.duration", **{"error.type": "graphkeep.errors.StorageUnavailable"}
+    )
+    assert sum(p.count for p in failures) == len(failed)
+    # the retries were inside the one span: it lasted at least the backend's pauses
+    assert max(s.end_time - s.start_time for s in failed) > 0.1 * 1e9
+    assert otel.points("graphkeep.resume.failures") == []  # unreachable is not corrupt
+
+
+# -- the default (global providers), telemetry=False ---------------------------------------------
+
+GLOBAL_SCRIPT = textwrap.dedent(
+    """
+    import asyncio, json, operator, sys
+    from typing import Annotated, TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    import graphkeep
+
+    url, thread = sys.argv[1], sys.argv[2]
+
+    class State(TypedDict):
+        log: Annotated[list[str], operator.add]
+
+    builder = StateGraph(State)
+    builder.add_node("ask", lambda state: {"log": ["asked"]})
+    builder.add_node("answer", lambda state: {"log": ["answered"]})
+    builder.add_edge(START, "ask")
+    builder.add_edge("ask", "answer")
+    builder.add_edge("answer", END)
+
+    def run(tag, **options):
+        config = {"configurable": {"thread_id": f"{thread}-{tag}"}}
+        with graphkeep.connect(url, **options) as saver:
+            active = saver.telemetry.active()
+            builder.compile(checkpointer=saver).invoke({"log": ["hi"]}, config)
+        async def arun():
+            async with graphkeep.aconnect(url, **options) as saver:
+                await builder.compile(checkpointer=saver).ainvoke({"log": ["hi"]}, config)
+        asyncio.run(arun())
+        return active
+
+    out = {"before_sdk_active": run("before")}
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(tracer_provider)
+    reader = InMemoryMetricReader()
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+
+    def points():
+        data = reader.get_metrics_data()
+        return sum(
+            len(m.data.data_points)
+            for r in (data.resource_metrics if data else [])
+            for s in r.scope_metrics
+            for m in s.metrics
+        )
+
+    out["off_active"] = run("off", telemetry=False)
+    out["off_spans"] = len(exporter.get_finished_spans())
+    out["off_points"] = points()
+    out["on_active"] = run("on")
+    out["on_operations"] = sorted(
+        {s.attributes["db.operation.name"] for s in exporter.get_finished_spans()}
+    )
+    out["on_points"] = points()
+    print(json.dumps(out))
+    """
+)
+
+
+def test_telemetry_is_on_by_default_through_the_global_providers_and_off_with_false(
+    graphkeep_url: str, thread_id: str
+) -> None:
+    # a subprocess: a global SDK, once installed, cannot be removed from this one
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+    done = subprocess.run(
+        [sys.executable, "-c", GLOBAL_SCRIPT, graphkeep_url, thread_id],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["before_sdk_active"] is False  # no SDK installed: calls skip telemetry
+    assert out["off_active"] is False
+    assert (out["off_spans"], out["off_points"]) == (0, 0)
+    assert out["on_active"] is True
+    assert {"checkpoint.put", "checkpoint.put_writes", "checkpoint.get_tuple"} <= set(
+        out["on_operations"]
+    )
+    assert out["on_points"] > 0
+
+
+# -- bad options ----------------------------------------------------------------------------------
+
+BAD_OPTIONS = [
+    pytest.param({"thread_id": True}, id="unknown-key"),
+    pytest.param({"thread_ids": "yes"}, id="thread_ids-not-bool"),
+    pytest.param({"tracer_provider": object()}, id="not-a-tracer-provider"),
+    pytest.param({"meter_provider": "prometheus"}, id="not-a-meter-provider"),
+    pytest.param("on", id="a-string"),
+    pytest.param(1, id="a-number"),
+]
+CONNECTS = [
+    graphkeep.connect,
+    graphkeep.connect_store,
+    graphkeep.connect_cache,
+    graphkeep.connect_events,
+]
+ACONNECTS = [
+    graphkeep.aconnect,
+    graphkeep.aconnect_store,
+    graphkeep.aconnect_cache,
+    graphkeep.aconnect_events,
+]
+
+
+@pytest.mark.parametrize("option", BAD_OPTIONS)
+def test_a_bad_telemetry_option_raises_configuration_error_everywhere(
+    graphkeep_backend: str, graphkeep_url: str, option: Any
+) -> None:
+    for connect in CONNECTS:
+        with pytest.raises(ConfigurationError, match="telemetry"):
+            with connect(graphkeep_url, telemetry=option):
+                pass
+
+    async def aconnects() -> None:
+        for aconnect in ACONNECTS:
+            with pytest.raises(ConfigurationError, match="telemetry"):
+                async with aconnect(graphkeep_url, telemetry=option):
+                    pass
+
+    asyncio.run(aconnects())
+    # the classes check it themselves, on from_url and on their constructors
+    for product in PRODUCTS:
+        cls = class_for(graphkeep_url, product)
+        with pytest.raises(ConfigurationError, match="telemetry"):
+            with cls.from_url(graphkeep_url, telemetry=option):
+                pass
+
+
+# -- an SDK that raises ---------------------------------------------------------------------------
+
+
+class Boom(RuntimeError):
+    pass
+
+
+class RaisingProcessor(SpanProcessor):
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        raise Boom("on_start")
+
+    def on_end(self, span: Any) -> None:
+        raise Boom("on_end")
+
+
+class RaisingSpanExporter(SpanExporter):
+    def export(self, spans: Any) -> SpanExportResult:
+        raise Boom("export")
+
+
+class RaisingMetricExporter(MetricExporter):
+    def __init__(self) -> None:
+        super().__init__(preferred_temporality={}, preferred_aggregation={})
+        self.calls = 0
+
+    def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> Any:
+        self.calls += 1
+        raise Boom("export")
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        raise Boom("flush")
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        pass
+
+
+class Broken:
+    """A provider whose every tracer, span, meter and instrument raises."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+
+        def anything(*args: Any, **kwargs: Any) -> Any:
+            if name in ("get_tracer", "get_meter") or name.startswith("create_"):
+                return Broken()
+            raise Boom(name)
+
+        return anything
+
+
+def test_a_failing_exporter_or_sdk_never_fails_a_call(
+    graphkeep_backend: str, graphkeep_url: str, mode: str, thread_id: str
+) -> None:
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(RaisingProcessor())
+    tracer_provider.add_span_processor(SimpleSpanProcessor(RaisingSpanExporter()))
+    exporter = RaisingMetricExporter()
+    reader = InMemoryMetricReader()  # beside the failing exporter: the calls were measured
+    meter_provider = MeterProvider(
+        metric_readers=[PeriodicExportingMetricReader(exporter, export_interval_millis=50), reader]
+    )
+    sdk = Otel()  # the test's own "run" span comes from a working tracer
+    try:
+        option = {"tracer_provider": tracer_provider, "meter_provider": meter_provider}
+        run_graph(graphkeep_url, mode, sdk, thread_id, telemetry=option)
+        broken = {"tracer_provider": Broken(), "meter_provider": Broken()}
+        run_graph(graphkeep_url, mode, sdk, f"{thread_id}-broken", telemetry=broken)
+        if mode == "sync":
+            products_sync(graphkeep_url, option, f"run-{thread_id}")
+        else:
+            asyncio.run(products_async(graphkeep_url, option, f"run-{thread_id}"))
+        data = reader.get_metrics_data()
+        measured = {
+            p.attributes["db.operation.name"]
+            for r in data.resource_metrics
+            for s in r.scope_metrics
+            for m in s.metrics
+            if m.name == "db.client.operation.duration"
+            for p in m.data.data_points
+        }
+        assert {"checkpoint.put", "store.put", "cache.get", "events.append"} <= measured
+    finally:
+        tracer_provider.shutdown()
+        meter_provider.shutdown()
+        sdk.close()
+    assert exporter.calls >= 1  # the metrics did reach the failing exporter
+
+
+# -- the lease and watch ---------------------------------------------------------------------
+
+
+def test_lock_wait_contention_and_watch_lag_are_measured(
+    graphkeep_backend: str, graphkeep_url: str, otel: Otel, thread_id: str
+) -> None:
+    config = config_of(thread_id)
+    with graphkeep.connect(graphkeep_url, telemetry=otel.option()) as saver:
+        graph = two_nodes().compile(checkpointer=saver)
+        graph.invoke({"log": ["hi"]}, config)
+        held = saver.lock(thread_id, ttl=10)
+        held.acquire()
+        with pytest.raises(LockNotAcquired):
+            saver.lock(thread_id, ttl=10, timeout=0.3).acquire()
+        held.release()
+        first = list(saver.list(config))[-1].config["configurable"]["checkpoint_id"]
+        seen = list(itertools.islice(saver.watch(thread_id, after=first, timeout=10), 3))
+        assert len(seen) == 3
+
+    (contention,) = otel.points("graphkeep.lock.contention")
+    assert contention.value >= 2  # the blocking acquire polled more than once
+    (gave_up,) = otel.points("graphkeep.lock.wait", **{"graphkeep.lock.acquired": False})
+    assert gave_up.count == 1 and gave_up.sum >= 0.3
+    (took,) = otel.points("graphkeep.lock.wait", **{"graphkeep.lock.acquired": True})
+    assert took.count == 1
+    (failed,) = [s for s in otel.spans() if s.status.status_code is StatusCode.ERROR]
+    assert failed.attributes["db.operation.name"] == "checkpoint.lock.acquire"
+    assert failed.attributes["error.type"] == "graphkeep.errors.LockNotAcquired"
+    (lag,) = otel.points("graphkeep.watch.lag")
+    assert lag.count == 3 and lag.min >= 0
+    (watch,) = [s for s in otel.spans() if s.attributes["db.operation.name"] == "checkpoint.watch"]
+    assert watch.status.status_code is StatusCode.UNSET  # closed early by the caller: no error

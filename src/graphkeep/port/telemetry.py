@@ -404,46 +404,54 @@ class Telemetry:
             self._end(call, requests, exc, read=read and not from_request)
             raise
 
-    def _start(self, name: str, parent: Any, thread_id: Any) -> _Call | None:
+    def _start(self, name: str, parent: Any, thread_id: Any) -> _Call:
+        attributes = self.attributes(name)
+        span: Any = None
         try:
-            attributes = self.attributes(name)
             span = self.tracer.start_span(
                 self.span_name(name), context=parent, kind=SpanKind.CLIENT, attributes=attributes
             )
             if self.settings.thread_ids and thread_id is not None and span.is_recording():
                 span.set_attribute(THREAD_ID, str(thread_id))
-            return _Call(name, span, time.perf_counter(), attributes)
-        except Exception:  # noqa: BLE001 - telemetry never fails a call
-            return None
-
-    def _end(
-        self, call: _Call | None, requests: int, exc: BaseException | None, read: bool
-    ) -> None:
-        if call is None:
-            return
-        try:
-            seconds = time.perf_counter() - call.started
-            attributes = call.attributes
-            if exc is not None:
-                kind = error_type(exc)
-                attributes = {**attributes, "error.type": kind}
-                if call.span.is_recording():
-                    call.span.set_attribute("error.type", kind)
-                    call.span.set_status(Status(StatusCode.ERROR, kind))
-            call.span.end()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - telemetry never fails a call (the metrics go on)
             pass
+        return _Call(name, span, time.perf_counter(), attributes)
+
+    def _end(self, call: _Call, requests: int, exc: BaseException | None, read: bool) -> None:
+        seconds = time.perf_counter() - call.started
+        attributes = call.attributes
+        kind = None if exc is None else error_type(exc)
+        if kind is not None:
+            attributes = {**attributes, "error.type": kind}
+        span = call.span
+        if span is not None:
+            try:
+                if kind is not None and span.is_recording():
+                    span.set_attribute("error.type", kind)
+                    span.set_status(Status(StatusCode.ERROR, kind))
+            except Exception:  # noqa: BLE001
+                pass
+            try:
+                span.end()
+            except Exception:  # noqa: BLE001
+                pass
         instruments = self.instruments
         if instruments is None:
             return
         try:
             instruments.duration.record(seconds, attributes)
-            instruments.requests.record(requests, call.attributes)
-            reason = resume_failure_reason(exc) if exc is not None and read else None
-            if reason is not None:
-                instruments.resume_failures.add(1, {**attributes, REASON: reason})
         except Exception:  # noqa: BLE001
             pass
+        try:
+            instruments.requests.record(requests, call.attributes)
+        except Exception:  # noqa: BLE001
+            pass
+        reason = resume_failure_reason(exc) if exc is not None and read else None
+        if reason is not None:
+            try:
+                instruments.resume_failures.add(1, {**attributes, REASON: reason})
+            except Exception:  # noqa: BLE001
+                pass
 
     # -- measurements of the products' own ---------------------------------------------
 
