@@ -224,12 +224,13 @@ class SaverBase(BaseCheckpointSaver[str]):
         # elements first: a store that writes in order never names a missing one
         elements = [e for listed in shared for e in listed.elements]
         written = elements + blobs
-        self.telemetry.put_bytes(
-            "checkpoint.put",
-            len(record.checkpoint.data)
-            + len(record.metadata.data)
-            + sum(len(b.value.data) for b in written),
-        )
+        if self.telemetry.active():
+            self.telemetry.put_bytes(
+                "checkpoint.put",
+                len(record.checkpoint.data)
+                + len(record.metadata.data)
+                + sum(len(b.value.data) for b in written),
+            )
         yield from self.port.put_checkpoint(record, written)
         if shared:
             self.lists.committed(thread_id, ns, shared)
@@ -269,9 +270,9 @@ class SaverBase(BaseCheckpointSaver[str]):
             for idx, (channel, value) in enumerate(writes)
         ]
         if records:
-            self.telemetry.put_bytes(
-                "checkpoint.put_writes", sum(len(r.value.data) for r in records)
-            )
+            if self.telemetry.active():
+                size = sum(len(r.value.data) for r in records)
+                self.telemetry.put_bytes("checkpoint.put_writes", size)
             yield from self.port.put_writes(thread_id, ns, checkpoint_id, records)
 
     # -- reads ---------------------------------------------------------------------
