@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
 from langgraph.graph import END, START, StateGraph
@@ -725,6 +725,11 @@ ACONNECTS = [
 def test_a_bad_telemetry_option_raises_configuration_error_everywhere(
     graphkeep_backend: str, graphkeep_url: str, option: Any
 ) -> None:
+    # a class's from_url takes key_prefix as an option (connect* read it from the URL)
+    parts = urlsplit(graphkeep_url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "key_prefix"]
+    plain = urlunsplit(parts._replace(query=urlencode(query)))
+    prefix = "gk-bad-options"
     for connect in CONNECTS:
         with pytest.raises(ConfigurationError, match="telemetry"):
             with connect(graphkeep_url, telemetry=option):
@@ -735,13 +740,18 @@ def test_a_bad_telemetry_option_raises_configuration_error_everywhere(
             with pytest.raises(ConfigurationError, match="telemetry"):
                 async with aconnect(graphkeep_url, telemetry=option):
                     pass
+        for product in PRODUCTS:
+            cls = class_for(graphkeep_url, product, is_async=True)
+            with pytest.raises(ConfigurationError, match="telemetry"):
+                async with cls.from_url(plain, key_prefix=prefix, telemetry=option):
+                    pass
 
     asyncio.run(aconnects())
-    # the classes check it themselves, on from_url and on their constructors
+    # the classes check it themselves (their from_url builds with their constructor)
     for product in PRODUCTS:
         cls = class_for(graphkeep_url, product)
         with pytest.raises(ConfigurationError, match="telemetry"):
-            with cls.from_url(graphkeep_url, telemetry=option):
+            with cls.from_url(plain, key_prefix=prefix, telemetry=option):
                 pass
 
 
