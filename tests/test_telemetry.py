@@ -38,7 +38,12 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import graphkeep
 from graphkeep.connect import PRODUCTS, class_for
-from graphkeep.errors import ConfigurationError, LockNotAcquired, StorageUnavailable
+from graphkeep.errors import (
+    ConfigurationError,
+    CorruptData,
+    LockNotAcquired,
+    StorageUnavailable,
+)
 from graphkeep.telemetry import DURATION_BUCKETS
 from graphkeep.testing import ferretdb_command
 from tests.scenarios.backends import RESTARTABLE, Backend
@@ -876,3 +881,101 @@ def test_lock_wait_contention_and_watch_lag_are_measured(
     assert lag.count == 3 and lag.min >= 0
     (watch,) = [s for s in otel.spans() if s.attributes["db.operation.name"] == "checkpoint.watch"]
     assert watch.status.status_code is StatusCode.UNSET  # closed early by the caller: no error
+
+
+# -- a missing value ------------------------------------------------------------------------------
+
+
+def remove_redis(url: str, marker: bytes) -> int:
+    import redis
+
+    base, _, query = url.partition("?")
+    prefix = parse_qs(query)["key_prefix"][0]
+    scheme, _, rest = base.partition("://")
+    client: Any = (
+        redis.RedisCluster.from_url(f"{scheme.removesuffix('+cluster')}://{rest}")
+        if scheme.endswith("+cluster")
+        else redis.Redis.from_url(base)
+    )
+    count = 0
+    try:
+        keys = set(client.scan_iter(match=f"{prefix}*")) | set(
+            client.scan_iter(match=f"*{{{prefix}*")
+        )
+        for key in keys:
+            kind = client.type(key)
+            if kind == b"string" and marker in (client.get(key) or b""):
+                count += client.delete(key)
+            elif kind == b"hash":
+                doomed = [f for f, v in client.hgetall(key).items() if marker in v]
+                if doomed:
+                    count += client.hdel(key, *doomed)
+    finally:
+        client.close()
+    return int(count)
+
+
+def remove_mongodb(url: str, marker: bytes) -> int:
+    import pymongo
+
+    client: Any = pymongo.MongoClient(url, serverSelectionTimeoutMS=5000)
+    count = 0
+    with client:
+        db = client.get_default_database()
+        for name in db.list_collection_names():
+            for doc in db[name].find():
+                if replaced(doc, marker, bytes)[1]:
+                    count += db[name].delete_one({"_id": doc["_id"]}).deleted_count
+    return count
+
+
+def remove_dynamodb(url: str, marker: bytes) -> int:
+    import boto3
+
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    client: Any = boto3.client(
+        "dynamodb",
+        region_name=query.get("region", ["us-east-1"])[0],
+        endpoint_url=query["endpoint_url"][0],
+    )
+    table = parts.netloc
+    keys = [
+        k["AttributeName"] for k in client.describe_table(TableName=table)["Table"]["KeySchema"]
+    ]
+    count = 0
+    for page in client.get_paginator("scan").paginate(TableName=table):
+        for item in page["Items"]:
+            if replaced(item, marker, bytes)[1]:
+                client.delete_item(TableName=table, Key={k: item[k] for k in keys})
+                count += 1
+    return count
+
+
+REMOVE = {
+    "redis": remove_redis,
+    "redis-cluster": remove_redis,
+    "mongodb": remove_mongodb,
+    "dynamodb": remove_dynamodb,
+}
+
+
+def test_a_missing_value_counts_one_resume_failure_as_corrupt_data(
+    graphkeep_backend: str, graphkeep_url: str, otel: Otel, thread_id: str
+) -> None:
+    options: dict[str, Any] = {"compress": False} if graphkeep_backend == "dynamodb" else {}
+    config = config_of(thread_id)
+    with graphkeep.connect(graphkeep_url, telemetry=otel.option(), **options) as saver:
+        # a list of 1 KB and more keeps its elements as records of their own (shared lists,
+        # each element small enough to be stored uncompressed): the marker's goes missing
+        filler = [f"line-{i:03d}-{uuid.uuid4().hex}" for i in range(40)]
+        two_nodes().compile(checkpointer=saver).invoke({"log": [MARKER, *filler]}, config)
+        assert REMOVE[graphkeep_backend](graphkeep_url, MARKER.encode()) >= 1
+        with pytest.raises(CorruptData):
+            saver.get_tuple(config)
+
+    (failure,) = otel.points("graphkeep.resume.failures")
+    assert failure.value == 1
+    assert failure.attributes["graphkeep.reason"] == "corrupt_data"
+    assert failure.attributes["error.type"] == "graphkeep.errors.CorruptData"
+    assert failure.attributes["db.system.name"] == SYSTEMS[graphkeep_backend]
