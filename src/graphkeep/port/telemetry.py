@@ -232,13 +232,20 @@ _INERT = frozenset({"ProxyTracerProvider", "NoOpTracerProvider"})
 _INERT_METERS = frozenset({"_ProxyMeterProvider", "NoOpMeterProvider"})
 
 
+_installed = False
+
+
 def global_sdk_installed() -> bool:
     """Whether the application installed a tracer or meter provider (else every span and
-    measurement would be dropped: calls skip telemetry altogether)."""
-    return (
-        type(trace.get_tracer_provider()).__name__ not in _INERT
-        or type(metrics.get_meter_provider()).__name__ not in _INERT_METERS
-    )
+    measurement would be dropped: calls skip telemetry altogether). The API sets a global
+    provider once and for all, so a True answer is remembered."""
+    global _installed
+    if not _installed:
+        _installed = (
+            type(trace.get_tracer_provider()).__name__ not in _INERT
+            or type(metrics.get_meter_provider()).__name__ not in _INERT_METERS
+        )
+    return _installed
 
 
 def error_type(exc: BaseException) -> str:
