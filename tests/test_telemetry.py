@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -979,3 +980,33 @@ def test_a_missing_value_counts_one_resume_failure_as_corrupt_data(
     assert failure.attributes["graphkeep.reason"] == "corrupt_data"
     assert failure.attributes["error.type"] == "graphkeep.errors.CorruptData"
     assert failure.attributes["db.system.name"] == SYSTEMS[graphkeep_backend]
+
+
+@pytest.mark.redis
+def test_a_server_killed_during_a_blocked_call_fails_that_calls_span(
+    otel: Otel, thread_id: str, tmp_path: Path
+) -> None:
+    # Redis' watch blocks in XREAD on the thread's feed: the server dies while the call waits
+    with RedisServer(tmp_path / "server") as server:
+        prefix = f"gk-otel-{uuid.uuid4().hex[:8]}"
+        with graphkeep.connect(server.url, key_prefix=prefix, telemetry=otel.option()) as saver:
+            two_nodes().compile(checkpointer=saver).invoke({"log": ["hi"]}, config_of(thread_id))
+            killer = threading.Timer(0.5, server.stop, args=(signal.SIGKILL,))
+            killer.start()
+            try:
+                with pytest.raises(StorageUnavailable):
+                    for _ in saver.watch(thread_id, timeout=30):
+                        pass
+            finally:
+                killer.join()
+            server.start()
+
+    (watch,) = [s for s in otel.spans() if s.attributes["db.operation.name"] == "checkpoint.watch"]
+    assert watch.status.status_code is StatusCode.ERROR
+    assert watch.attributes["error.type"] == "graphkeep.errors.StorageUnavailable"
+    assert watch.end_time - watch.start_time > 0.5 * 1e9  # it was killed mid-call
+    (point,) = otel.points(
+        "db.client.operation.duration",
+        **{"db.operation.name": "checkpoint.watch", "error.type": watch.attributes["error.type"]},
+    )
+    assert point.count == 1
