@@ -73,8 +73,11 @@ BACKENDS: dict[str, tuple[str, str, str, str]] = {
     scheme: (*CLASSES[package]["checkpoint"], extra) for scheme, (package, extra) in SCHEMES.items()
 }
 
+#: options every product on every backend accepts for its client's connection pool
+#: (graphkeep.port.pools: requests queue for a connection instead of failing under load)
+POOL_OPTIONS = frozenset({"max_connections", "pool_timeout"})
 #: options every backend accepts
-COMMON_OPTIONS = frozenset(
+COMMON_OPTIONS = POOL_OPTIONS | frozenset(
     {"serde", "ttl", "refresh_ttl_on_read", "key_prefix", "setup", "max_id_bytes", "share_lists"}
     | {"telemetry"}
 )
@@ -88,13 +91,13 @@ BACKEND_OPTIONS: dict[str, frozenset[str]] = {
 
 
 #: options every store accepts (``graphkeep.connect_store``)
-COMMON_STORE_OPTIONS = frozenset(
+COMMON_STORE_OPTIONS = POOL_OPTIONS | frozenset(
     {"index", "ttl", "key_prefix", "setup", "max_key_bytes", "telemetry"}
 )
 #: options every node cache accepts (``graphkeep.connect_cache``)
-COMMON_CACHE_OPTIONS = frozenset({"serde", "key_prefix", "setup", "telemetry"})
+COMMON_CACHE_OPTIONS = POOL_OPTIONS | frozenset({"serde", "key_prefix", "setup", "telemetry"})
 #: options every run event log accepts (``graphkeep.connect_events``)
-COMMON_EVENTS_OPTIONS = frozenset(
+COMMON_EVENTS_OPTIONS = POOL_OPTIONS | frozenset(
     {"ttl", "max_events", "stale_after", "poll_interval", "max_poll_interval"}
     | {"key_prefix", "setup", "telemetry"}
 )

@@ -290,6 +290,17 @@ class SaverBase(BaseCheckpointSaver[str]):
         does (None when it is gone); ``watch`` loads each commit it sees with it."""
         return self._get_tuple(checkpoint_config(thread_id, ns, checkpoint_id))
 
+    def newest_op(
+        self, thread_id: str, ns: str, limit: int, before: str | None = None
+    ) -> Op[list[CheckpointTuple]]:
+        """The op loading the thread's newest ``limit`` checkpoints in ``ns`` (with ids below
+        ``before``), newest first, in one ``list`` page: ``watch`` reads a burst with it.
+        A page may hold fewer (a store's page ended); the caller loads what is missing."""
+        query = ListQuery(thread_id, ns, None, before, {}, limit)
+        items, _ = yield from self.port.list_page(query, None, limit)
+        yield from self._expand(items)
+        return [self._tuple(item) for item in items]
+
     def _expand(self, items: list[Loaded]) -> Op[None]:
         """Fetch the list elements the items' manifests name and the store did not return."""
         wanted: dict[str, dict[tuple[str, str, str], None]] = {}

@@ -49,6 +49,7 @@ from graphkeep.cache.shells import AsyncCache, SyncCache
 from graphkeep.errors import mask_url
 from graphkeep.port import Op
 from graphkeep.port.factory import aopened, opened
+from graphkeep.port.pools import pool_options
 
 try:
     import bson
@@ -168,7 +169,7 @@ class MongoDBCache(SyncCache):
         def build(client: Any) -> MongoDBCache:
             return cls(client, name, where=mask_url(url), **options)
 
-        with opened(sync_client(url), build, setup) as cache:
+        with opened(sync_client(url, pool_options(options)), build, setup) as cache:
             yield cache
 
 
@@ -206,5 +207,5 @@ class AsyncMongoDBCache(AsyncCache):
         def build(client: Any) -> AsyncMongoDBCache:
             return cls(client, name, where=mask_url(url), **options)
 
-        async with aopened(async_client(url), build, setup) as cache:
+        async with aopened(async_client(url, pool_options(options)), build, setup) as cache:
             yield cache

@@ -42,6 +42,7 @@ from graphkeep.cache.shells import AsyncCache, SyncCache
 from graphkeep.errors import mask_url
 from graphkeep.port import Op, codec
 from graphkeep.port.factory import aopened, opened
+from graphkeep.port.pools import pool_options
 
 try:
     from redis.crc import key_slot
@@ -195,7 +196,7 @@ class RedisCache(SyncCache):
         def build(client: Any) -> RedisCache:
             return cls(client, where=mask_url(url), **options)
 
-        return opened(connected(url), build, setup)
+        return opened(connected(url, pool_options(options)), build, setup)
 
 
 class AsyncRedisCache(AsyncCache):
@@ -223,4 +224,4 @@ class AsyncRedisCache(AsyncCache):
         def build(client: Any) -> AsyncRedisCache:
             return cls(client, where=mask_url(url), **options)
 
-        return aopened(aconnected(url), build, setup, prepare=cls.setup)
+        return aopened(aconnected(url, pool_options(options)), build, setup, prepare=cls.setup)
