@@ -47,6 +47,11 @@ class StorageUnavailable(GraphkeepError, ConnectionError):
     """The store cannot be reached (refused, timed out, restarting)."""
 
 
+class PoolExhausted(StorageUnavailable):
+    """No connection of a client's pool came free for ``pool_timeout`` seconds while a
+    request waited for one (raise ``max_connections`` or ``pool_timeout``); never retried."""
+
+
 class LockNotAcquired(GraphkeepError):
     """A per-thread lease is held by someone else."""
 
@@ -82,6 +87,7 @@ __all__ = [
     "InvalidThreadId",
     "LockNotAcquired",
     "PayloadTooLarge",
+    "PoolExhausted",
     "RunClosed",
     "RunStale",
     "SerializationError",

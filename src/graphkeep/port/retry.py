@@ -15,10 +15,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from graphkeep.port.ops import Sleep
+from graphkeep.port.pools import Pool
+from graphkeep.port.telemetry import Target
 
 
 @dataclass(frozen=True)
@@ -51,25 +54,39 @@ class Retry:
 class SyncExecutor:
     """Runs a request with ``send`` (one attempt), retried as ``retry`` says.
 
-    ``where`` names the server in errors (password masked); ``Sleep`` requests pause.
+    ``where`` names the server in errors (password masked), ``target`` in telemetry
+    (:class:`~graphkeep.port.telemetry.Target`); ``Sleep`` requests pause. With a ``pool``,
+    each attempt first waits for one of its slots (see :mod:`graphkeep.port.pools`); the
+    pauses between attempts hold none.
     """
 
-    def __init__(self, send: Callable[[Any], Any], retry: Retry, where: str) -> None:
+    def __init__(
+        self,
+        send: Callable[[Any], Any],
+        retry: Retry,
+        where: str,
+        target: Target | None = None,
+        pool: Pool | None = None,
+    ) -> None:
         self.send = send
         self.retry = retry
         self.where = where
+        #: what the requests go to, for telemetry (``db.system.name``, ``db.namespace``…)
+        self.target = target
+        self.pool = pool
 
     def __call__(self, request: Any) -> Any:
         if isinstance(request, Sleep):
             time.sleep(request.seconds)
             return None
         for delay in (*self.retry.delays, None):
-            started = time.monotonic()
-            try:
-                return self.send(request)
-            except Exception as exc:  # the policy decides: retry, or raise what the caller sees
-                took = time.monotonic() - started
-                pause = self.retry.pause(exc, request, took, delay, self.where)
+            with nullcontext(request) if self.pool is None else self.pool.hold(request) as sent:
+                started = time.monotonic()
+                try:
+                    return self.send(sent)
+                except Exception as exc:  # the policy decides: retry, or raise what one sees
+                    took = time.monotonic() - started
+                    pause = self.retry.pause(exc, request, took, delay, self.where)
             time.sleep(pause)
         raise AssertionError("unreachable")
 
@@ -77,21 +94,33 @@ class SyncExecutor:
 class AsyncExecutor:
     """The async twin of :class:`SyncExecutor`: ``send`` returns an awaitable."""
 
-    def __init__(self, send: Callable[[Any], Awaitable[Any]], retry: Retry, where: str) -> None:
+    def __init__(
+        self,
+        send: Callable[[Any], Awaitable[Any]],
+        retry: Retry,
+        where: str,
+        target: Target | None = None,
+        pool: Pool | None = None,
+    ) -> None:
         self.send = send
         self.retry = retry
         self.where = where
+        #: what the requests go to, for telemetry (``db.system.name``, ``db.namespace``…)
+        self.target = target
+        self.pool = pool
 
     async def __call__(self, request: Any) -> Any:
         if isinstance(request, Sleep):
             await asyncio.sleep(request.seconds)
             return None
         for delay in (*self.retry.delays, None):
-            started = time.monotonic()
-            try:
-                return await self.send(request)
-            except Exception as exc:  # the policy decides: retry, or raise what the caller sees
-                took = time.monotonic() - started
-                pause = self.retry.pause(exc, request, took, delay, self.where)
+            held = nullcontext(request) if self.pool is None else self.pool.ahold(request)
+            async with held as sent:
+                started = time.monotonic()
+                try:
+                    return await self.send(sent)
+                except Exception as exc:  # the policy decides: retry, or raise what one sees
+                    took = time.monotonic() - started
+                    pause = self.retry.pause(exc, request, took, delay, self.where)
             await asyncio.sleep(pause)
         raise AssertionError("unreachable")

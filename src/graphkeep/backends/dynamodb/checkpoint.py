@@ -62,6 +62,7 @@ from graphkeep.backends.dynamodb import writes as writing
 from graphkeep.backends.dynamodb.client import (
     async_client,
     async_executor,
+    client_options,
     executor,
     parse_url,
     sync_client,
@@ -263,6 +264,7 @@ class DynamoDBSaver(SyncSaver):
             session=session,
             profile_name=profile_name,
             botocore_config=botocore_config,
+            **client_options(options),
         )
         with opened(client, lambda made: cls(made, table_name, **options), setup) as saver:
             yield saver
@@ -309,6 +311,7 @@ class AsyncDynamoDBSaver(AsyncSaver):
             session=session,
             profile_name=profile_name,
             botocore_config=botocore_config,
+            **client_options(options),
         )
         async with aopened(client, lambda made: cls(made, table_name, **options), setup) as saver:
             yield saver

@@ -26,7 +26,17 @@ from urllib.parse import parse_qs, urlsplit
 
 from graphkeep.backends.dynamodb.requests import Call, error_code
 from graphkeep.errors import ConfigurationError, StorageUnavailable, mask_url
+from graphkeep.port.pools import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_POOL_TIMEOUT,
+    Pool,
+    PoolOptions,
+    pool_for,
+    pool_options,
+    register,
+)
 from graphkeep.port.retry import AsyncExecutor, Retry, SyncExecutor
+from graphkeep.port.telemetry import Target
 
 try:
     import boto3
@@ -66,7 +76,7 @@ URL_PARAMS = {
     "profile": "profile_name",
 }
 #: options that pick how the client is made (saver, store, cache and event log alike)
-CLIENT_OPTIONS = ("session", "profile_name", "botocore_config")
+CLIENT_OPTIONS = ("session", "profile_name", "botocore_config", "max_connections", "pool_timeout")
 
 _USERINFO = re.compile(r"(\w[\w+.-]*://[^:/@\s\"']*):[^@\s\"']*@")
 
@@ -74,7 +84,7 @@ _USERINFO = re.compile(r"(\w[\w+.-]*://[^:/@\s\"']*):[^@\s\"']*@")
 # --------------------------------------------------------------------------- URLs and clients
 
 
-def parse_url(url: str) -> tuple[str, dict[str, str]]:
+def parse_url(url: str) -> tuple[str, dict[str, Any]]:
     """``dynamodb://<table>?region=..&endpoint_url=..&profile=..`` -> (table, client kwargs)."""
     parts = urlsplit(url)
     if parts.scheme.lower() != "dynamodb" or not parts.netloc:
@@ -83,7 +93,7 @@ def parse_url(url: str) -> tuple[str, dict[str, str]]:
         )
     if parts.path not in ("", "/"):
         raise ConfigurationError(f"unexpected path {parts.path!r} in {mask_url(url)}")
-    kwargs: dict[str, str] = {}
+    kwargs: dict[str, Any] = {}
     for name, values in parse_qs(parts.query, keep_blank_values=True).items():
         if name not in URL_PARAMS:
             raise ConfigurationError(
@@ -98,13 +108,24 @@ def client_options(options: dict[str, Any]) -> dict[str, Any]:
     return {name: options.pop(name) for name in CLIENT_OPTIONS if name in options}
 
 
-def _client_config() -> Any:
-    # botocore retries too; keep its share small so a dead endpoint fails in seconds
-    return Config(
-        retries={"total_max_attempts": 2, "mode": "standard"},
-        connect_timeout=5,
-        read_timeout=30,
-    )
+#: botocore retries too; keep its share small so a dead endpoint fails in seconds
+_CONFIG = {"retries": {"total_max_attempts": 2, "mode": "standard"}, "connect_timeout": 5}
+
+
+def _pool(max_connections: int, pool_timeout: float) -> PoolOptions:
+    return pool_options({"max_connections": max_connections, "pool_timeout": pool_timeout})
+
+
+def _sized(client: Any, pool: PoolOptions) -> Pool:
+    """A gate of as many slots as ``client``'s HTTP pool holds (a botocore_config the
+    application gave keeps its own ``max_pool_connections``)."""
+    size = client.meta.config.max_pool_connections or pool.max_connections
+    name = f"DynamoDB at {mask_url(str(client.meta.endpoint_url))}"
+    return Pool(name, PoolOptions(size, pool.pool_timeout))
+
+
+def _gated(client: Any, pool: PoolOptions) -> Any:
+    return register(client, _sized(client, pool))
 
 
 def _no_region(exc: Exception) -> ConfigurationError:
@@ -121,21 +142,25 @@ def sync_client(
     session: Any = None,
     profile_name: str | None = None,
     botocore_config: Any = None,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    pool_timeout: float = DEFAULT_POOL_TIMEOUT,
 ) -> Iterator[Any]:
-    """A new boto3 DynamoDB client, closed on exit."""
+    """A new boto3 DynamoDB client, closed on exit; at most ``max_connections`` requests
+    at once (see :mod:`graphkeep.port.pools`)."""
+    pool = _pool(max_connections, pool_timeout)
+    config = botocore_config or Config(
+        **_CONFIG, read_timeout=30, max_pool_connections=pool.max_connections
+    )
     try:
         if session is None:
             session = boto3.session.Session(profile_name=profile_name)
         client = session.client(
-            "dynamodb",
-            region_name=region_name,
-            endpoint_url=endpoint_url,
-            config=botocore_config or _client_config(),
+            "dynamodb", region_name=region_name, endpoint_url=endpoint_url, config=config
         )
     except NoRegionError as exc:
         raise _no_region(exc) from exc
     try:
-        yield client
+        yield _gated(client, pool)
     finally:
         client.close()
 
@@ -148,8 +173,11 @@ async def async_client(
     session: Any = None,
     profile_name: str | None = None,
     botocore_config: Any = None,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    pool_timeout: float = DEFAULT_POOL_TIMEOUT,
 ) -> AsyncIterator[Any]:
-    """A new aiobotocore DynamoDB client, closed on exit."""
+    """A new aiobotocore DynamoDB client, closed on exit (options as :func:`sync_client`)."""
+    pool = _pool(max_connections, pool_timeout)
     try:
         from aiobotocore.config import AioConfig
         from aiobotocore.session import get_session
@@ -162,9 +190,7 @@ async def async_client(
         if profile_name:
             session.set_config_variable("profile", profile_name)
     config = botocore_config or AioConfig(
-        retries={"total_max_attempts": 2, "mode": "standard"},
-        connect_timeout=5,
-        read_timeout=30,
+        **_CONFIG, read_timeout=30, max_pool_connections=pool.max_connections
     )
     try:
         context = session.create_client(
@@ -174,7 +200,7 @@ async def async_client(
     except NoRegionError as exc:
         raise _no_region(exc) from exc
     try:
-        yield client
+        yield _gated(client, pool)
     finally:
         await context.__aexit__(None, None, None)
 
@@ -183,6 +209,20 @@ def describe(client: Any, table: str) -> str:
     """The server named in errors: the client's endpoint (password masked) and the table."""
     endpoint = getattr(getattr(client, "meta", None), "endpoint_url", None) or "?"
     return f"{mask_url(str(endpoint))} (table {table})"
+
+
+def target(client: Any, table: str) -> Target:
+    """What a table's requests go to, as telemetry names it (the table, the endpoint)."""
+    endpoint = getattr(getattr(client, "meta", None), "endpoint_url", None)
+    try:
+        parts = urlsplit(str(endpoint))
+        return Target("aws.dynamodb", table, parts.hostname, parts.port or _default_port(parts))
+    except ValueError:
+        return Target("aws.dynamodb", table)
+
+
+def _default_port(parts: Any) -> int | None:
+    return {"https": 443, "http": 80}.get(parts.scheme)
 
 
 # --------------------------------------------------------------------------- retry and executors
@@ -235,7 +275,8 @@ def executor(client: Any, table: str) -> SyncExecutor:
     def send(request: Any) -> Any:
         return _method(client, request)(**request.params)
 
-    return SyncExecutor(send, RETRY, describe(client, table))
+    where, aimed = describe(client, table), target(client, table)
+    return SyncExecutor(send, RETRY, where, aimed, pool=_gate(client))
 
 
 def async_executor(client: Any, table: str) -> AsyncExecutor:
@@ -244,4 +285,11 @@ def async_executor(client: Any, table: str) -> AsyncExecutor:
     async def send(request: Any) -> Any:
         return await _method(client, request)(**request.params)
 
-    return AsyncExecutor(send, RETRY, describe(client, table))
+    where, aimed = describe(client, table), target(client, table)
+    return AsyncExecutor(send, RETRY, where, aimed, pool=_gate(client))
+
+
+def _gate(client: Any) -> Pool:
+    """The gate :func:`sync_client` / :func:`async_client` registered, or one sized from
+    the HTTP pool of a client the application made."""
+    return pool_for(client, lambda: _sized(client, PoolOptions()))

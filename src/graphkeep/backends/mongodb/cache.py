@@ -49,6 +49,7 @@ from graphkeep.cache.shells import AsyncCache, SyncCache
 from graphkeep.errors import mask_url
 from graphkeep.port import Op
 from graphkeep.port.factory import aopened, opened
+from graphkeep.port.pools import pool_options
 
 try:
     import bson
@@ -144,13 +145,19 @@ class MongoDBCache(SyncCache):
         *,
         serde: Any = None,
         key_prefix: str = "graphkeep",
+        telemetry: Any = None,
         where: str | None = None,
     ) -> None:
         check_client(client, True, "MongoDBCache")
         self.client = client
         self.db = client[check_db_name(db_name)]
         port = MongoDBCachePort(key_prefix=key_prefix)
-        super().__init__(port, sync_executor(self.db, where or describe(client)), serde=serde)
+        super().__init__(
+            port,
+            sync_executor(self.db, where or describe(client)),
+            serde=serde,
+            telemetry=telemetry,
+        )
 
     @classmethod
     @contextmanager
@@ -162,7 +169,7 @@ class MongoDBCache(SyncCache):
         def build(client: Any) -> MongoDBCache:
             return cls(client, name, where=mask_url(url), **options)
 
-        with opened(sync_client(url), build, setup) as cache:
+        with opened(sync_client(url, pool_options(options)), build, setup) as cache:
             yield cache
 
 
@@ -176,13 +183,19 @@ class AsyncMongoDBCache(AsyncCache):
         *,
         serde: Any = None,
         key_prefix: str = "graphkeep",
+        telemetry: Any = None,
         where: str | None = None,
     ) -> None:
         check_client(client, False, "AsyncMongoDBCache")
         self.client = client
         self.db = client[check_db_name(db_name)]
         port = MongoDBCachePort(key_prefix=key_prefix)
-        super().__init__(port, async_executor(self.db, where or describe(client)), serde=serde)
+        super().__init__(
+            port,
+            async_executor(self.db, where or describe(client)),
+            serde=serde,
+            telemetry=telemetry,
+        )
 
     @classmethod
     @asynccontextmanager
@@ -194,5 +207,5 @@ class AsyncMongoDBCache(AsyncCache):
         def build(client: Any) -> AsyncMongoDBCache:
             return cls(client, name, where=mask_url(url), **options)
 
-        async with aopened(async_client(url), build, setup) as cache:
+        async with aopened(async_client(url, pool_options(options)), build, setup) as cache:
             yield cache

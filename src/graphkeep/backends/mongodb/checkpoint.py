@@ -262,6 +262,7 @@ from graphkeep.checkpoint.saver import AsyncSaver, SyncSaver, ttl_seconds
 from graphkeep.errors import ConfigurationError, mask_url
 from graphkeep.port import Op
 from graphkeep.port.factory import aopened, opened
+from graphkeep.port.pools import pool_options
 
 __all__ = ["AsyncMongoDBSaver", "MongoDBCheckpointPort", "MongoDBSaver"]
 
@@ -1069,7 +1070,7 @@ class MongoDBSaver(_MongoSaverMixin, SyncSaver):
         def build(client: Any) -> MongoDBSaver:
             return cls(client, db_name=name, where=mask_url(url), **options)
 
-        with opened(sync_client(url), build, setup) as saver:
+        with opened(sync_client(url, pool_options(options)), build, setup) as saver:
             yield saver
 
 
@@ -1100,5 +1101,5 @@ class AsyncMongoDBSaver(_MongoSaverMixin, AsyncSaver):
         def build(client: Any) -> AsyncMongoDBSaver:
             return cls(client, db_name=name, where=mask_url(url), **options)
 
-        async with aopened(async_client(url), build, setup) as saver:
+        async with aopened(async_client(url, pool_options(options)), build, setup) as saver:
             yield saver

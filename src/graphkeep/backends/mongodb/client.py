@@ -18,7 +18,9 @@ from urllib.parse import unquote, urlsplit
 
 from graphkeep.backends.mongodb.requests import Command
 from graphkeep.errors import ConfigurationError, StorageUnavailable, mask_url
+from graphkeep.port.pools import Pool, PoolOptions, pool_for, register
 from graphkeep.port.retry import AsyncExecutor, Retry, SyncExecutor
+from graphkeep.port.telemetry import Target
 
 try:
     import pymongo
@@ -57,6 +59,8 @@ SERVER_SELECTION_TIMEOUT_MS = 10_000
 #: documents per reply batch that always fit a 48 MB message (see _smaller_batches)
 SAFE_BATCH = 4
 SCHEMES = ("mongodb", "mongodb+srv")
+#: PyMongo's own maxPoolSize default (a client whose maxPoolSize is 0, i.e. unbounded)
+DEFAULT_MAX_POOL_SIZE = 100
 _BAD_DB_CHARS = set('/\\. "$*<>:|?\x00')
 
 
@@ -103,6 +107,16 @@ def describe(client: Any) -> str:
     except Exception:  # noqa: BLE001 - a description is best effort
         hosts = ""
     return f"mongodb://{hosts}" if hosts else type(client).__name__
+
+
+def target(db: Any) -> Target:
+    """What a database's requests go to, as telemetry names it (database, first host)."""
+    name = str(getattr(db, "name", "")) or None
+    try:
+        host, port = next(iter(db.client.topology_description.server_descriptions()))
+    except Exception:  # noqa: BLE001 - a description is best effort
+        return Target("mongodb", name)
+    return Target("mongodb", name, str(host), int(port))
 
 
 def unavailable(where: str, exc: BaseException) -> StorageUnavailable:
@@ -217,12 +231,24 @@ async def asend(db: Any, request: Any) -> Any:
 
 
 def sync_executor(db: Any, where: str) -> SyncExecutor:
-    """Runs the ports' requests on ``db``, retried by :data:`RETRY`; errors name ``where``."""
-    return SyncExecutor(partial(send, db), RETRY, where)
+    """Runs the ports' requests on ``db``, retried by :data:`RETRY`; errors name ``where``;
+    at most as many at once as the client's pool holds (see :mod:`graphkeep.port.pools`)."""
+    return SyncExecutor(partial(send, db), RETRY, where, target(db), pool=_gate(db.client, where))
 
 
 def async_executor(db: Any, where: str) -> AsyncExecutor:
-    return AsyncExecutor(partial(asend, db), RETRY, where)
+    return AsyncExecutor(partial(asend, db), RETRY, where, target(db), pool=_gate(db.client, where))
+
+
+def _gate(client: Any, where: str) -> Pool:
+    """The client's gate: registered by :func:`sync_client` / :func:`async_client`, or, for a
+    client the application made, as many slots as its ``maxPoolSize``."""
+
+    def default() -> Pool:
+        size = client.options.pool_options.max_pool_size or DEFAULT_MAX_POOL_SIZE
+        return Pool(f"MongoDB at {where}", PoolOptions(max_connections=size))
+
+    return pool_for(client, default)
 
 
 # -- clients ---------------------------------------------------------------------------
@@ -245,29 +271,39 @@ def _check_scheme(url: str) -> None:
         )
 
 
-def _client_options(url: str) -> dict[str, Any]:
+def _client_options(url: str, pool: PoolOptions) -> dict[str, Any]:
+    """The driver's options: the URL's own win (a ``maxPoolSize`` or ``waitQueueTimeoutMS``
+    in its query over ``max_connections`` / ``pool_timeout``)."""
     options: dict[str, Any] = {"driver": _driver_info()}
     query = urlsplit(url).query.lower()
     if "serverselectiontimeoutms=" not in query:
         options["serverSelectionTimeoutMS"] = SERVER_SELECTION_TIMEOUT_MS
+    if "maxpoolsize=" not in query:
+        options["maxPoolSize"] = pool.max_connections
+    if "waitqueuetimeoutms=" not in query:
+        options["waitQueueTimeoutMS"] = int(pool.pool_timeout * 1000)
     return options
 
 
-def sync_client(url: str) -> Any:
+def _made(make: Any, url: str, pool: PoolOptions | None) -> Any:
     _check_scheme(url)
+    options = pool or PoolOptions()
     try:
-        return pymongo.MongoClient(url, **_client_options(url))
+        client = make(url, **_client_options(url, options))
     except (InvalidURI, PyMongoConfigurationError, ValueError, TypeError) as exc:
         raise ConfigurationError(f"bad MongoDB URL {mask_url(url)}: {exc}") from exc
     except ConnectionFailure as exc:
         raise unavailable(mask_url(url), exc) from exc
+    size = client.options.pool_options.max_pool_size or options.max_connections
+    gate = Pool(f"MongoDB at {mask_url(url)}", replace(options, max_connections=size))
+    return register(client, gate)
 
 
-def async_client(url: str) -> Any:
-    _check_scheme(url)
-    try:
-        return pymongo.AsyncMongoClient(url, **_client_options(url))
-    except (InvalidURI, PyMongoConfigurationError, ValueError, TypeError) as exc:
-        raise ConfigurationError(f"bad MongoDB URL {mask_url(url)}: {exc}") from exc
-    except ConnectionFailure as exc:
-        raise unavailable(mask_url(url), exc) from exc
+def sync_client(url: str, pool: PoolOptions | None = None) -> Any:
+    """A ``MongoClient`` for ``url``, its connections bounded as ``pool`` says."""
+    return _made(pymongo.MongoClient, url, pool)
+
+
+def async_client(url: str, pool: PoolOptions | None = None) -> Any:
+    """The ``AsyncMongoClient`` twin of :func:`sync_client`."""
+    return _made(pymongo.AsyncMongoClient, url, pool)

@@ -100,6 +100,7 @@ from graphkeep.events.port import Retention, RunState, StoredEvent, check_sequen
 from graphkeep.port import Op, adrive, drive
 from graphkeep.port.factory import aopened, opened
 from graphkeep.port.lru import ThreadLRU
+from graphkeep.port.pools import pool_options
 
 try:
     import bson
@@ -544,7 +545,7 @@ class MongoDBEventLog(SyncEventLog):
         def build(client: Any) -> MongoDBEventLog:
             return cls(client, name, where=mask_url(url), **options)
 
-        with opened(sync_client(url), build, setup) as events:
+        with opened(sync_client(url, pool_options(options)), build, setup) as events:
             yield events
 
     def purge_expired(self) -> int:
@@ -582,7 +583,7 @@ class AsyncMongoDBEventLog(AsyncEventLog):
         def build(client: Any) -> AsyncMongoDBEventLog:
             return cls(client, name, where=mask_url(url), **options)
 
-        async with aopened(async_client(url), build, setup) as events:
+        async with aopened(async_client(url, pool_options(options)), build, setup) as events:
             yield events
 
     async def purge_expired(self) -> int:

@@ -67,6 +67,7 @@ from graphkeep.errors import PayloadTooLarge, mask_url
 from graphkeep.port import Op
 from graphkeep.port.clock import datetime_of_us
 from graphkeep.port.factory import aopened, opened
+from graphkeep.port.pools import pool_options
 from graphkeep.store.port import Condition, ItemKey, Namespace, SearchQuery, StoredItem, Vector
 from graphkeep.store.ranking import rank
 from graphkeep.store.shells import AsyncStore, SyncStore
@@ -380,7 +381,9 @@ class MongoDBStore(SyncStore):
         def build(client: Any) -> MongoDBStore:
             return cls(client, db_name=name, where=mask_url(url), **options)
 
-        with opened(sync_client(url), build, setup, close=cls.close) as store:
+        with opened(
+            sync_client(url, pool_options(options)), build, setup, close=cls.close
+        ) as store:
             yield store
 
 
@@ -416,5 +419,7 @@ class AsyncMongoDBStore(AsyncStore):
         def build(client: Any) -> AsyncMongoDBStore:
             return cls(client, db_name=name, where=mask_url(url), **options)
 
-        async with aopened(async_client(url), build, setup, close=cls.aclose) as store:
+        async with aopened(
+            async_client(url, pool_options(options)), build, setup, close=cls.aclose
+        ) as store:
             yield store

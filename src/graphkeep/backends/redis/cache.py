@@ -42,6 +42,7 @@ from graphkeep.cache.shells import AsyncCache, SyncCache
 from graphkeep.errors import mask_url
 from graphkeep.port import Op, codec
 from graphkeep.port.factory import aopened, opened
+from graphkeep.port.pools import pool_options
 
 try:
     from redis.crc import key_slot
@@ -179,11 +180,14 @@ class RedisCache(SyncCache):
         *,
         serde: Any = None,
         key_prefix: str = "graphkeep",
+        telemetry: Any = None,
         where: str | None = None,
     ) -> None:
         port = _port(client, key_prefix)
         self.client = client
-        super().__init__(port, sync_executor(client, SCRIPTS, where), serde=serde)
+        super().__init__(
+            port, sync_executor(client, SCRIPTS, where), serde=serde, telemetry=telemetry
+        )
 
     @classmethod
     def from_url(
@@ -192,7 +196,7 @@ class RedisCache(SyncCache):
         def build(client: Any) -> RedisCache:
             return cls(client, where=mask_url(url), **options)
 
-        return opened(connected(url), build, setup)
+        return opened(connected(url, pool_options(options)), build, setup)
 
 
 class AsyncRedisCache(AsyncCache):
@@ -204,11 +208,14 @@ class AsyncRedisCache(AsyncCache):
         *,
         serde: Any = None,
         key_prefix: str = "graphkeep",
+        telemetry: Any = None,
         where: str | None = None,
     ) -> None:
         port = _port(client, key_prefix)
         self.client = client
-        super().__init__(port, async_executor(client, SCRIPTS, where), serde=serde)
+        super().__init__(
+            port, async_executor(client, SCRIPTS, where), serde=serde, telemetry=telemetry
+        )
 
     @classmethod
     def from_url(
@@ -217,4 +224,4 @@ class AsyncRedisCache(AsyncCache):
         def build(client: Any) -> AsyncRedisCache:
             return cls(client, where=mask_url(url), **options)
 
-        return aopened(aconnected(url), build, setup, prepare=cls.setup)
+        return aopened(aconnected(url, pool_options(options)), build, setup, prepare=cls.setup)

@@ -76,6 +76,7 @@ from graphkeep.checkpoint.saver import AsyncSaver, SyncSaver, ttl_seconds
 from graphkeep.errors import mask_url
 from graphkeep.port import Op, codec
 from graphkeep.port.factory import aopened, opened
+from graphkeep.port.pools import pool_options
 
 __all__ = ["SAVER_OPTIONS", "AsyncRedisSaver", "RedisCheckpointPort", "RedisSaver"]
 
@@ -530,7 +531,7 @@ class RedisSaver(SyncSaver):
         def build(client: Any) -> RedisSaver:
             return cls(client, where=mask_url(url), **options)
 
-        return opened(connected(url), build, setup)
+        return opened(connected(url, pool_options(options)), build, setup)
 
 
 class AsyncRedisSaver(AsyncSaver):
@@ -550,4 +551,4 @@ class AsyncRedisSaver(AsyncSaver):
         def build(client: Any) -> AsyncRedisSaver:
             return cls(client, where=mask_url(url), **options)
 
-        return aopened(aconnected(url), build, setup)
+        return aopened(aconnected(url, pool_options(options)), build, setup)

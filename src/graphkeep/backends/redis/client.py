@@ -11,14 +11,23 @@ caller's at once. See docs/architecture.md.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from graphkeep.backends.redis.requests import Command, Delete, Pipeline, Scan, Script, XRead
-from graphkeep.errors import ConfigurationError, StorageUnavailable, mask_url
+from graphkeep.errors import ConfigurationError, PoolExhausted, StorageUnavailable, mask_url
+from graphkeep.port.pools import (
+    DEFAULT_MAX_CONNECTIONS,
+    Pool,
+    PoolOptions,
+    pool_for,
+    register,
+)
 from graphkeep.port.retry import AsyncExecutor, Retry, SyncExecutor
+from graphkeep.port.telemetry import Target
 
 try:
     import redis
@@ -27,6 +36,7 @@ try:
         AskError,
         BusyLoadingError,
         ClusterDownError,
+        MaxConnectionsError,
         MovedError,
         NoScriptError,
         RedisClusterException,
@@ -66,6 +76,8 @@ RETRY_DELAYS = (0.05, 0.2, 0.5)
 BLOCK_MARGIN_MS = 200
 #: a slot moved under a request sent to the node we thought owned it
 REDIRECTED = (MovedError, AskError, TryAgainError)
+#: the most per-slot calls of one cluster pipeline in flight at once
+FAN_OUT = 8
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 SINGLE_SCHEMES = ("redis", "rediss", "unix")
 
@@ -80,15 +92,44 @@ def _split(url: str) -> tuple[str, str]:
     return scheme.lower(), rest
 
 
-def sync_client(url: str) -> Any:
+#: a cluster node's own pool holds twice the gate's slots: redis-py's cluster client also
+#: takes connections of its own (the slot map, redirections), and its pools cannot wait
+CLUSTER_POOL_FACTOR = 2
+
+
+def _pool(client: Any, name: str, options: PoolOptions) -> Any:
+    """``client`` with its gate (see :mod:`graphkeep.port.pools`): blocking XREADs take
+    slots of their own, and are sent without BLOCK when those are all taken."""
+    return register(client, Pool(name, options, blocks=_blocks, unblocked=_unblocked))
+
+
+def _blocks(request: Any) -> bool:
+    return isinstance(request, XRead) and request.block_ms > 0
+
+
+def _unblocked(request: XRead) -> XRead:
+    return dataclasses.replace(request, block_ms=0)
+
+
+def sync_client(url: str, pool: PoolOptions | None = None) -> Any:
     """A ``redis.Redis`` (``redis://``, ``rediss://``, ``unix://``) or ``redis.RedisCluster``
-    (``redis+cluster://``, ``rediss+cluster://``) for ``url``."""
+    (``redis+cluster://``, ``rediss+cluster://``) for ``url``, its connections bounded as
+    ``pool`` says (a ``max_connections`` in the URL's query wins)."""
     scheme, rest = _split(url)
+    options = pool or PoolOptions()
     try:
         if scheme in CLUSTER_SCHEMES:
-            return redis.RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}")
+            cluster = redis.RedisCluster.from_url(
+                f"{CLUSTER_SCHEMES[scheme]}://{rest}",
+                max_connections=CLUSTER_POOL_FACTOR * options.max_connections,
+            )
+            return _pool(cluster, f"Redis Cluster at {mask_url(url)}", options)
         if scheme in SINGLE_SCHEMES:
-            return redis.Redis.from_url(url)
+            connections = redis.BlockingConnectionPool.from_url(
+                url, max_connections=options.max_connections, timeout=options.pool_timeout
+            )
+            single = redis.Redis.from_pool(connections)
+            return _pool(single, f"Redis at {mask_url(url)}", _sized(options, connections))
     except (*TRANSIENT, RedisClusterException) as exc:
         raise unavailable(mask_url(url), exc) from exc
     except ValueError as exc:
@@ -96,23 +137,53 @@ def sync_client(url: str) -> Any:
     raise ConfigurationError(f"not a Redis URL: {mask_url(url)}")
 
 
-def async_client(url: str) -> Any:
+def async_client(url: str, pool: PoolOptions | None = None) -> Any:
     """The ``redis.asyncio`` twin of :func:`sync_client` (it connects on first use)."""
     scheme, rest = _split(url)
+    options = pool or PoolOptions()
     try:
         if scheme in CLUSTER_SCHEMES:
-            return aredis.RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}")
+            cluster = aredis.RedisCluster.from_url(
+                f"{CLUSTER_SCHEMES[scheme]}://{rest}",
+                max_connections=CLUSTER_POOL_FACTOR * options.max_connections,
+            )
+            return _pool(cluster, f"Redis Cluster at {mask_url(url)}", options)
         if scheme in SINGLE_SCHEMES:
-            return aredis.Redis.from_url(url)
+            connections = aredis.BlockingConnectionPool.from_url(
+                url, max_connections=options.max_connections, timeout=options.pool_timeout
+            )
+            single = aredis.Redis.from_pool(connections)
+            return _pool(single, f"Redis at {mask_url(url)}", _sized(options, connections))
     except ValueError as exc:
         raise ConfigurationError(f"bad Redis URL {mask_url(url)}: {exc}") from exc
     raise ConfigurationError(f"not a Redis URL: {mask_url(url)}")
 
 
+def _sized(options: PoolOptions, connections: Any) -> PoolOptions:
+    """``options`` with the size the driver's pool took (the URL's ``max_connections``)."""
+    return dataclasses.replace(options, max_connections=connections.max_connections)
+
+
+def _default_pool(client: Any) -> Pool:
+    """The gate of a client the application built: as many slots as its pool holds (when
+    bounded), so graphkeep queues where redis-py would refuse."""
+    size = getattr(client, "max_connections", None)  # an asyncio cluster client's own
+    connections = getattr(client, "connection_pool", None)
+    if connections is not None:
+        size = getattr(connections, "max_connections", None)
+    elif size is None:
+        kwargs = getattr(getattr(client, "nodes_manager", None), "connection_kwargs", {})
+        size = kwargs.get("max_connections")
+    if not isinstance(size, int) or size > 10_000:
+        size = DEFAULT_MAX_CONNECTIONS
+    name = f"Redis at {describe(client)}"
+    return Pool(name, PoolOptions(max_connections=size), blocks=_blocks, unblocked=_unblocked)
+
+
 @contextmanager
-def connected(url: str) -> Iterator[Any]:
+def connected(url: str, pool: PoolOptions | None = None) -> Iterator[Any]:
     """:func:`sync_client` for ``url``, made when the block starts and closed when it ends."""
-    client = sync_client(url)
+    client = sync_client(url, pool)
     try:
         yield client
     finally:
@@ -120,9 +191,9 @@ def connected(url: str) -> Iterator[Any]:
 
 
 @asynccontextmanager
-async def aconnected(url: str) -> AsyncIterator[Any]:
+async def aconnected(url: str, pool: PoolOptions | None = None) -> AsyncIterator[Any]:
     """:func:`async_client` for ``url``, closed (``aclose``) when the block ends."""
-    client = async_client(url)
+    client = async_client(url, pool)
     try:
         yield client
     finally:
@@ -147,6 +218,25 @@ def describe(client: Any) -> str:
             node = nodes[0]
             return f"redis+cluster://{node.host}:{node.port}"
         return type(client).__name__
+
+
+def target(client: Any) -> Target:
+    """The server a client talks to, as telemetry names it (database index, host, port)."""
+    try:
+        kwargs = client.connection_pool.connection_kwargs
+    except AttributeError:
+        nodes = getattr(client, "startup_nodes", None) or []
+        if not nodes:
+            return Target("redis")
+        node = nodes[0]
+        return Target("redis", "0", str(node.host), int(node.port))
+    db = str(kwargs.get("db", 0) or 0)
+    if "path" in kwargs:
+        return Target("redis", db, str(kwargs["path"]))
+    port = kwargs.get("port")
+    return Target(
+        "redis", db, str(kwargs.get("host", "localhost")), None if port is None else int(port)
+    )
 
 
 def _connection_kwargs(client: Any) -> dict[str, Any]:
@@ -210,10 +300,15 @@ def unavailable(where: str, exc: BaseException) -> StorageUnavailable:
 
 
 def _retryable(exc: BaseException, request: Any, seconds: float) -> bool:
-    return isinstance(exc, TRANSIENT)
+    return isinstance(exc, TRANSIENT) and not isinstance(exc, MaxConnectionsError)
 
 
 def _failure(exc: BaseException, where: str) -> BaseException:
+    if isinstance(exc, MaxConnectionsError):  # a pool the application sized itself
+        return PoolExhausted(
+            f"the connection pool of Redis at {where} is full ({exc}): give the client's"
+            " pool more connections, or let graphkeep make the client (option max_connections)"
+        )
     return unavailable(where, exc) if isinstance(exc, TRANSIENT) else exc
 
 
@@ -285,10 +380,13 @@ class SyncSend:
 
 
 class AsyncSend:
-    """The asyncio twin of :class:`SyncSend`."""
+    """The asyncio twin of :class:`SyncSend`; on a cluster, a pipeline's per-slot calls
+    run side by side on as many of ``pool``'s slots as are free (at least the one the
+    executor holds)."""
 
-    def __init__(self, client: Any, scripts: dict[str, str]) -> None:
+    def __init__(self, client: Any, scripts: dict[str, str], pool: Pool | None = None) -> None:
         self.client = client
+        self.pool = pool
         self.scripts = {name: client.register_script(src) for name, src in scripts.items()}
         self.block_limit_ms = block_limit_ms(client)
 
@@ -318,8 +416,7 @@ class AsyncSend:
         if isinstance(request, Pipeline):
             if isinstance(self.client, aredis.RedisCluster):
                 # redis-py refuses scripts in cluster pipelines: the slots' calls run at once
-                calls: list[Awaitable[Any]] = [self(call) for call in request.scripts]
-                return list(await asyncio.gather(*calls))
+                return await self._fan_out(request.scripts)
             try:
                 return await self._pipeline(request).execute()
             except NoScriptError:  # a restarted server: load the scripts, send again
@@ -335,6 +432,26 @@ class AsyncSend:
             pipe.evalsha(sha, len(call.keys), *call.keys, *call.args)
         return pipe
 
+    async def _fan_out(self, calls: tuple[Script, ...]) -> list[Any]:
+        """``calls`` in order, ``width`` at a time: the slot the executor holds plus the
+        pool's free ones (never waited for), up to :data:`FAN_OUT`."""
+        extra = 0
+        try:
+            while self.pool is not None and extra < min(len(calls), FAN_OUT) - 1:
+                if not self.pool.extra():
+                    break
+                extra += 1
+            width = extra + 1
+            replies: list[Any] = []
+            for start in range(0, len(calls), width):
+                chunk: list[Awaitable[Any]] = [self(c) for c in calls[start : start + width]]
+                replies.extend(await asyncio.gather(*chunk))
+            return replies
+        finally:
+            for _ in range(extra):
+                assert self.pool is not None
+                self.pool.give_extra()
+
 
 # -- executors -------------------------------------------------------------------------
 
@@ -343,10 +460,14 @@ def sync_executor(client: Any, scripts: dict[str, str], where: str | None = None
     """Runs requests on a sync client, retried as :data:`RETRY` says; ``where`` names the
     server in errors (default: :func:`describe` of the client)."""
     send = SyncSend(client, scripts)
-    return SyncExecutor(send, RETRY, describe(client) if where is None else where)
+    pool = pool_for(client, lambda: _default_pool(client))
+    where = describe(client) if where is None else where
+    return SyncExecutor(send, RETRY, where, target(client), pool=pool)
 
 
 def async_executor(client: Any, scripts: dict[str, str], where: str | None = None) -> AsyncExecutor:
     """The asyncio twin of :func:`sync_executor`."""
-    send: Callable[[Any], Awaitable[Any]] = AsyncSend(client, scripts)
-    return AsyncExecutor(send, RETRY, describe(client) if where is None else where)
+    pool = pool_for(client, lambda: _default_pool(client))
+    send: Callable[[Any], Awaitable[Any]] = AsyncSend(client, scripts, pool)
+    where = describe(client) if where is None else where
+    return AsyncExecutor(send, RETRY, where, target(client), pool=pool)

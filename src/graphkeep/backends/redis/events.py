@@ -73,6 +73,7 @@ from graphkeep.events.log import AsyncEventLog, SyncEventLog
 from graphkeep.events.port import Retention, RunState, StoredEvent
 from graphkeep.port import Op, Sleep
 from graphkeep.port.factory import aopened, opened
+from graphkeep.port.pools import pool_options
 
 __all__ = ["EVENTS_OPTIONS", "AsyncRedisEventLog", "RedisEventLog", "RedisEventsPort"]
 
@@ -402,7 +403,7 @@ class RedisEventLog(SyncEventLog):
         def build(client: Any) -> RedisEventLog:
             return cls(client, where=mask_url(url), **options)
 
-        return opened(connected(url), build, setup)
+        return opened(connected(url, pool_options(options)), build, setup)
 
 
 class AsyncRedisEventLog(AsyncEventLog):
@@ -428,4 +429,4 @@ class AsyncRedisEventLog(AsyncEventLog):
         def build(client: Any) -> AsyncRedisEventLog:
             return cls(client, where=mask_url(url), **options)
 
-        return aopened(aconnected(url), build, setup, prepare=cls.setup)
+        return aopened(aconnected(url, pool_options(options)), build, setup, prepare=cls.setup)

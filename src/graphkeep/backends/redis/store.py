@@ -55,6 +55,7 @@ from graphkeep.backends.redis.store_scripts import SCRIPTS
 from graphkeep.errors import ConfigurationError, mask_url
 from graphkeep.port import Op, codec
 from graphkeep.port.factory import aopened, opened
+from graphkeep.port.pools import pool_options
 from graphkeep.store.port import ItemKey, Namespace, SearchQuery, StoredItem, Vector
 from graphkeep.store.ranking import rank
 from graphkeep.store.shells import AsyncStore, StoreBase, SyncStore
@@ -399,7 +400,7 @@ class RedisStore(SyncStore):
         def build(client: Any) -> RedisStore:
             return cls(client, where=mask_url(url), **options)
 
-        return opened(connected(url), build, setup, close=cls.close)
+        return opened(connected(url, pool_options(options)), build, setup, close=cls.close)
 
 
 class AsyncRedisStore(AsyncStore):
@@ -419,4 +420,10 @@ class AsyncRedisStore(AsyncStore):
         def build(client: Any) -> AsyncRedisStore:
             return cls(client, where=mask_url(url), **options)
 
-        return aopened(aconnected(url), build, setup, prepare=cls.setup, close=cls.aclose)
+        return aopened(
+            aconnected(url, pool_options(options)),
+            build,
+            setup,
+            prepare=cls.setup,
+            close=cls.aclose,
+        )
