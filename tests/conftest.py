@@ -32,3 +32,22 @@ def prefix() -> str:
 @pytest.fixture
 def thread_id() -> str:
     return f"thread-{uuid.uuid4().hex[:8]}"
+
+
+#: the pyproject marker of each ``graphkeep.testing`` backend, so that ``-m redis`` (the tox
+#: envs) also selects the tests the plugin parametrizes with ``graphkeep_backend``
+BACKEND_MARKERS = {
+    "redis": "redis",
+    "redis-cluster": "cluster",
+    "mongodb": "mongodb",
+    "dynamodb": "dynamodb",
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        backend = callspec.params.get("graphkeep_backend") if callspec is not None else None
+        if backend in BACKEND_MARKERS:
+            item.add_marker(getattr(pytest.mark, BACKEND_MARKERS[backend]))

@@ -88,6 +88,9 @@ def test_quick_live_suite_reports_every_backend_side_by_side(tmp_path: Path) -> 
             assert column_cells["watch: checkpoints missed"] == "0"
             for label in ("watch latency p50 (ms)", "watch latency p95 (ms)"):
                 assert NUMBER.match(column_cells[label]), (backend, label)
+        if column_cells["watch burst: checkpoints missed"] != "n/a":
+            assert column_cells["watch burst: checkpoints missed"] == "0", backend
+            assert NUMBER.match(column_cells["watch burst latency p95 (ms)"]), backend
         for label, cell in column_cells.items():
             if label.endswith(")"):  # a measure with its unit: a number
                 assert cell == "n/a" or NUMBER.match(cell), (backend, label, cell)
@@ -109,3 +112,6 @@ def test_quick_live_suite_reports_every_backend_side_by_side(tmp_path: Path) -> 
     assert "Redis: a watcher sees a checkpoint at most 20 ms (p95)" in targets
     assert "- [met] Redis: 1,000 small events cost far fewer" in targets
     assert "- [met] Redis disconnect test" in targets
+    # the polling backends keep up with a burst (issue 28 item 6)
+    for backend in ("mongodb", "dynamodb"):
+        assert f"{backend}: a polling watcher keeps up with a burst" in targets, targets

@@ -54,10 +54,17 @@ def test_demo_on_redis_checks_every_fact_it_prints_and_keeps_the_thread() -> Non
         "[ok] semantic search found the earlier cracked-screen ticket for the new message",
         "[ok] 4 ticket notes from both threads are in the store, newest first",
         "key prefix 'graphkeep-demo'",
+        "What OpenTelemetry recorded (graphkeep's metrics, read from the SDK; this process):",
+        "[ok] every backend recorded its calls and checkpoint writes, and no resume failure",
         "demo passed",
     ]:
         assert line in out, f"missing {line!r} in:\n{out}"
     assert "[FAIL]" not in out
+    # the metrics summary's row: calls, puts, put P50/P99 ms, requests per call, 0 failures
+    row = re.search(r"^  redis +(\d+) +(\d+) +([\d.]+) +([\d.]+) +([\d.]+) +0$", out, re.M)
+    assert row, out
+    assert int(row.group(1)) > 0 and int(row.group(2)) > 0
+    assert float(row.group(3)) <= float(row.group(4))
     # the child really was another process
     child = re.search(r"child pid (\d+)", out)
     assert child and int(child.group(1)) != os.getpid()

@@ -11,6 +11,8 @@ import io
 import re
 from pathlib import Path
 
+from graphkeep.port import telemetry
+
 ROOT = Path(__file__).resolve().parents[1]
 #: `tests/x.py::test_name` or, continuing the last file named, `::test_name`
 REFERENCE = re.compile(r"`(tests/[\w/]+\.py)?::(test_\w+)")
@@ -111,6 +113,10 @@ DOTTED = re.compile(r"(?<![\w.])graphkeep(?:\.[A-Za-z_]\w*)+(?![\w/])")
 FROM_IMPORT = re.compile(r"^\s*from (graphkeep[\w.]*) import ([\w, ]+)$", re.M)
 
 
+#: metric and attribute names (``graphkeep.resume.failures``) look like paths but are not
+TELEMETRY_NAMES = frozenset(telemetry.METRICS) | frozenset(telemetry.ATTRIBUTES)
+
+
 def test_every_graphkeep_path_the_docs_show_imports() -> None:
     missing = []
     for page, text in pages().items():
@@ -118,7 +124,7 @@ def test_every_graphkeep_path_the_docs_show_imports() -> None:
         shown = set(DOTTED.findall(text))
         for module, imported in FROM_IMPORT.findall(text):
             shown |= {f"{module}.{name.strip()}" for name in imported.split(",")}
-        for path in sorted(shown):
+        for path in sorted(shown - TELEMETRY_NAMES):
             try:
                 resolve(path)
             except (ImportError, AttributeError) as exc:
@@ -270,3 +276,11 @@ def test_the_files_the_architecture_page_names_exist() -> None:
         if not ((ROOT / "src" / "graphkeep" / p).exists() or (ROOT / p).exists())
     ]
     assert not missing, f"docs/architecture.md names paths that do not exist: {missing}"
+
+
+def test_the_observability_page_names_every_metric_and_attribute_the_code_records() -> None:
+    text = (DOCS / "observability.md").read_text()
+    for name in (*telemetry.METRICS, *telemetry.ATTRIBUTES):
+        assert f"`{name}`" in text, name
+    buckets = ", ".join(f"{b:g}" for b in telemetry.DURATION_BUCKETS)
+    assert f"`[{buckets}]`" in text

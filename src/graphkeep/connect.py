@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from graphkeep.errors import ConfigurationError, mask_url
+from graphkeep.port.telemetry import check_telemetry
 
 #: scheme -> (backend package, pip extra)
 SCHEMES: dict[str, tuple[str, str]] = {
@@ -78,6 +79,7 @@ POOL_OPTIONS = frozenset({"max_connections", "pool_timeout"})
 #: options every backend accepts
 COMMON_OPTIONS = POOL_OPTIONS | frozenset(
     {"serde", "ttl", "refresh_ttl_on_read", "key_prefix", "setup", "max_id_bytes", "share_lists"}
+    | {"telemetry"}
 )
 #: extra options a backend accepts, by module
 BACKEND_OPTIONS: dict[str, frozenset[str]] = {
@@ -90,14 +92,14 @@ BACKEND_OPTIONS: dict[str, frozenset[str]] = {
 
 #: options every store accepts (``graphkeep.connect_store``)
 COMMON_STORE_OPTIONS = POOL_OPTIONS | frozenset(
-    {"index", "ttl", "key_prefix", "setup", "max_key_bytes"}
+    {"index", "ttl", "key_prefix", "setup", "max_key_bytes", "telemetry"}
 )
 #: options every node cache accepts (``graphkeep.connect_cache``)
-COMMON_CACHE_OPTIONS = POOL_OPTIONS | frozenset({"serde", "key_prefix", "setup"})
+COMMON_CACHE_OPTIONS = POOL_OPTIONS | frozenset({"serde", "key_prefix", "setup", "telemetry"})
 #: options every run event log accepts (``graphkeep.connect_events``)
 COMMON_EVENTS_OPTIONS = POOL_OPTIONS | frozenset(
     {"ttl", "max_events", "stale_after", "poll_interval", "max_poll_interval"}
-    | {"key_prefix", "setup"}
+    | {"key_prefix", "setup", "telemetry"}
 )
 #: the constant in a product's module naming the options it accepts beyond the common ones
 OPTIONS_CONSTANTS = {"store": "STORE_OPTIONS", "cache": "CACHE_OPTIONS", "events": "EVENTS_OPTIONS"}
@@ -138,6 +140,13 @@ def _url_options(url: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]
         merged[name] = value
     rest = urlencode([(n, v) for n, v in pairs if n not in URL_OPTIONS])
     return urlunsplit(parts._replace(query=rest)), merged
+
+
+def _checked(url: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """:func:`_url_options`, and the ``telemetry`` option checked before any connection."""
+    if "telemetry" in options:
+        check_telemetry(options["telemetry"])
+    return _url_options(url, options)
 
 
 def _scheme(url: str) -> tuple[str, str, str]:
@@ -198,7 +207,7 @@ def class_for(
 @contextmanager
 def connect(url: str, **options: Any) -> Iterator[Any]:
     """Yield a ready sync saver for ``url`` (schema created unless ``setup=False``)."""
-    url, options = _url_options(url, options)
+    url, options = _checked(url, options)
     saver_class = class_for(url, options=options)
     with saver_class.from_url(url, **options) as saver:
         yield saver
@@ -207,7 +216,7 @@ def connect(url: str, **options: Any) -> Iterator[Any]:
 @asynccontextmanager
 async def aconnect(url: str, **options: Any) -> AsyncIterator[Any]:
     """Yield a ready async saver for ``url`` (schema created unless ``setup=False``)."""
-    url, options = _url_options(url, options)
+    url, options = _checked(url, options)
     saver_class = class_for(url, is_async=True, options=options)
     async with saver_class.from_url(url, **options) as saver:
         yield saver
@@ -219,9 +228,10 @@ def connect_store(url: str, **options: Any) -> Iterator[Any]:
 
     Options: ``index`` (IndexConfig: ``dims``, ``embed``, ``fields``, ``distance_type``),
     ``ttl`` (TTLConfig: ``default_ttl``, ``refresh_on_read``, ``sweep_interval_minutes``,
-    in minutes), ``key_prefix``, ``setup``, ``max_key_bytes`` and the backend's own.
+    in minutes), ``key_prefix``, ``setup``, ``max_key_bytes``, ``telemetry`` and the
+    backend's own.
     """
-    url, options = _url_options(url, options)
+    url, options = _checked(url, options)
     store_class = class_for(url, "store", options=options)
     with store_class.from_url(url, **options) as store:
         yield store
@@ -230,7 +240,7 @@ def connect_store(url: str, **options: Any) -> Iterator[Any]:
 @asynccontextmanager
 async def aconnect_store(url: str, **options: Any) -> AsyncIterator[Any]:
     """Yield a ready async LangGraph store for ``url`` (native async driver)."""
-    url, options = _url_options(url, options)
+    url, options = _checked(url, options)
     store_class = class_for(url, "store", is_async=True, options=options)
     async with store_class.from_url(url, **options) as store:
         yield store
@@ -239,7 +249,7 @@ async def aconnect_store(url: str, **options: Any) -> AsyncIterator[Any]:
 @contextmanager
 def connect_cache(url: str, **options: Any) -> Iterator[Any]:
     """Yield a ready LangGraph node cache (``BaseCache``) on a sync client for ``url``."""
-    url, options = _url_options(url, options)
+    url, options = _checked(url, options)
     cache_class = class_for(url, "cache", options=options)
     with cache_class.from_url(url, **options) as cache:
         yield cache
@@ -248,7 +258,7 @@ def connect_cache(url: str, **options: Any) -> Iterator[Any]:
 @asynccontextmanager
 async def aconnect_cache(url: str, **options: Any) -> AsyncIterator[Any]:
     """Yield a ready LangGraph node cache on an async client for ``url``."""
-    url, options = _url_options(url, options)
+    url, options = _checked(url, options)
     cache_class = class_for(url, "cache", is_async=True, options=options)
     async with cache_class.from_url(url, **options) as cache:
         yield cache
@@ -260,9 +270,9 @@ def connect_events(url: str, **options: Any) -> Iterator[Any]:
 
     Options: ``ttl`` (seconds after a run's last append, sliding; default one day),
     ``max_events`` (per run, default 10,000), ``stale_after`` (seconds, default 60),
-    ``poll_interval`` / ``max_poll_interval``, ``key_prefix``, ``setup``.
+    ``poll_interval`` / ``max_poll_interval``, ``key_prefix``, ``setup``, ``telemetry``.
     """
-    url, options = _url_options(url, options)
+    url, options = _checked(url, options)
     log_class = class_for(url, "events", options=options)
     with log_class.from_url(url, **options) as log:
         yield log
@@ -272,7 +282,7 @@ def connect_events(url: str, **options: Any) -> Iterator[Any]:
 async def aconnect_events(url: str, **options: Any) -> AsyncIterator[Any]:
     """Yield a ready async run event log (``await log.append(...)``,
     ``async for event_id, event in log.read(...)``)."""
-    url, options = _url_options(url, options)
+    url, options = _checked(url, options)
     log_class = class_for(url, "events", is_async=True, options=options)
     async with log_class.from_url(url, **options) as log:
         yield log

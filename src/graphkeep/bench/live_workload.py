@@ -181,6 +181,95 @@ def measure_watch(backend: Backend, puts: int, rng: random.Random) -> WatchResul
     return WatchResult(latencies, missed, feed, early)
 
 
+@dataclass
+class BurstResult:
+    """A watcher live on a thread while 15 turns of a 2-node graph run back to back."""
+
+    checkpoints: int
+    latencies_ms: list[float]
+    missed: int
+    #: one ``list`` page of that many checkpoints read by the watcher's saver (ms)
+    page_read_ms: float
+
+    @property
+    def p50(self) -> float | None:
+        return percentile(self.latencies_ms, 0.5) if self.latencies_ms else None
+
+    @property
+    def p95(self) -> float | None:
+        return percentile(self.latencies_ms, 0.95) if self.latencies_ms else None
+
+    @property
+    def target_ms(self) -> float:
+        """Issue 28: p95 at most twice the poll interval plus one page read."""
+        return 2 * WATCH_POLL_INTERVAL * 1000 + self.page_read_ms
+
+
+def _two_nodes(saver: Any) -> Any:
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    def a(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [("ai", f"a {len(state['messages'])}")]}
+
+    def b(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [("ai", f"b {len(state['messages'])}")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("a", a)
+    builder.add_node("b", b)
+    builder.add_edge(START, "a")
+    builder.add_edge("a", "b")
+    builder.add_edge("b", END)
+    return builder.compile(checkpointer=saver)
+
+
+def measure_watch_burst(backend: Backend, turns: int) -> BurstResult:
+    """Latency from each ``put`` returning to the watcher holding that checkpoint, while
+    ``turns`` graph turns are written back to back (no pause between them)."""
+    thread = f"burst-{uuid.uuid4().hex[:10]}"
+    with saver_at(backend) as writer, saver_at(backend, setup=False) as reader:
+        returned: dict[str, float] = {}
+        put = writer.put
+
+        def timed_put(*args: Any, **kwargs: Any) -> Any:
+            config = put(*args, **kwargs)
+            returned[str(config["configurable"]["checkpoint_id"])] = time.perf_counter()
+            return config
+
+        writer.put = timed_put
+        config: Any = {"configurable": {"thread_id": thread}}
+        graph = _two_nodes(writer)
+        graph.invoke({"messages": [("user", "warm up")]}, config)
+        start = str(writer.get_tuple(config).config["configurable"]["checkpoint_id"])
+        warm = set(returned)
+        received: dict[str, float] = {}
+        done = threading.Event()
+
+        def watch() -> None:
+            for tup in reader.watch(thread, after=start, timeout=3):
+                received[str(tup.config["configurable"]["checkpoint_id"])] = time.perf_counter()
+                if done.is_set() and len(received) >= len(returned) - len(warm):
+                    return
+
+        watcher = threading.Thread(target=watch, name="bench-burst", daemon=True)
+        watcher.start()
+        time.sleep(2 * WATCH_POLL_INTERVAL)  # the watcher is live before the burst
+        for turn in range(turns):
+            graph.invoke({"messages": [("user", f"turn {turn}")]}, config)
+        done.set()
+        watcher.join(timeout=30)
+        wanted = {cid: at for cid, at in returned.items() if cid not in warm}
+        latencies = [
+            max(0.0, received[cid] - at) * 1000 for cid, at in wanted.items() if cid in received
+        ]
+        started = time.perf_counter()
+        list(reader.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}},
+                         limit=len(wanted)))  # fmt: skip
+        page_ms = (time.perf_counter() - started) * 1000
+        writer.delete_thread(thread)
+    return BurstResult(len(wanted), latencies, len(wanted) - len(latencies), page_ms)
+
+
 # --------------------------------------------------------------------------- appends
 
 

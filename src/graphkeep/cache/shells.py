@@ -20,7 +20,7 @@ from graphkeep.cache.port import (
     live,
 )
 from graphkeep.errors import InvalidInput
-from graphkeep.port import Op, adrive, codec, drive, on_loop, running_loop
+from graphkeep.port import Op, Telemetry, adrive, codec, drive, on_loop, running_loop, target_of
 from graphkeep.port.clock import now_ms
 
 log = logging.getLogger("graphkeep.cache")
@@ -43,9 +43,17 @@ class CacheBase(BaseCache[Any]):
       and is never returned once past it, whether or not the server has reaped it yet.
     """
 
-    def __init__(self, port: CachePort, *, serde: Any = None) -> None:
+    def __init__(
+        self, port: CachePort, *, serde: Any = None, telemetry: Any = None, execute: Any = None
+    ) -> None:
         super().__init__(serde=serde)
         self.port = port
+        #: spans and metrics of every call (see :mod:`graphkeep.port.telemetry`)
+        self.telemetry = Telemetry(telemetry, target_of(execute))
+
+    def observed(self, name: str, op: Op[Any]) -> Op[Any]:
+        """``op`` as one call ``cache.<name>`` of this cache's telemetry."""
+        return self.telemetry.observe(f"cache.{name}", op)
 
     def _get(self, keys: Sequence[FullKey]) -> Op[dict[FullKey, Any]]:
         wanted = list(dict.fromkeys(check_address(k) for k in keys))
@@ -98,29 +106,29 @@ class SyncCache(CacheBase):
     """A node cache on a blocking client; the async methods run it in a worker thread."""
 
     def __init__(self, port: CachePort, execute: Callable[[Any], Any], **options: Any) -> None:
-        super().__init__(port, **options)
+        super().__init__(port, execute=execute, **options)
         self._execute = execute
 
     def _call(self, op: Op[Any]) -> Any:
         return drive(op, self._execute)
 
     def setup(self) -> None:
-        self._call(self.port.setup())
+        self._call(self.observed("setup", self.port.setup()))
 
     def get(self, keys: Sequence[FullKey]) -> dict[FullKey, Any]:
-        return dict(self._call(self._get(keys)))
+        return dict(self._call(self.observed("get", self._get(keys))))
 
     async def aget(self, keys: Sequence[FullKey]) -> dict[FullKey, Any]:
         return await asyncio.to_thread(self.get, keys)
 
     def set(self, pairs: Mapping[FullKey, tuple[Any, int | None]]) -> None:
-        self._call(self._set(pairs))
+        self._call(self.observed("set", self._set(pairs)))
 
     async def aset(self, pairs: Mapping[FullKey, tuple[Any, int | None]]) -> None:
         await asyncio.to_thread(self.set, pairs)
 
     def clear(self, namespaces: Sequence[Namespace] | None = None) -> None:
-        self._call(self._clear(namespaces))
+        self._call(self.observed("clear", self._clear(namespaces)))
 
     async def aclear(self, namespaces: Sequence[Namespace] | None = None) -> None:
         await asyncio.to_thread(self.clear, namespaces)
@@ -135,7 +143,7 @@ class AsyncCache(CacheBase):
     """
 
     def __init__(self, port: CachePort, aexecute: Callable[[Any], Any], **options: Any) -> None:
-        super().__init__(port, **options)
+        super().__init__(port, execute=aexecute, **options)
         self._aexecute = aexecute
         self.loop = running_loop()
 
@@ -152,22 +160,22 @@ class AsyncCache(CacheBase):
         )
 
     async def setup(self) -> None:
-        await self._acall(self.port.setup())
+        await self._acall(self.observed("setup", self.port.setup()))
 
     def get(self, keys: Sequence[FullKey]) -> dict[FullKey, Any]:
-        return dict(self._call(self._get(keys)))
+        return dict(self._call(self.observed("get", self._get(keys))))
 
     async def aget(self, keys: Sequence[FullKey]) -> dict[FullKey, Any]:
-        return dict(await self._acall(self._get(keys)))
+        return dict(await self._acall(self.observed("get", self._get(keys))))
 
     def set(self, pairs: Mapping[FullKey, tuple[Any, int | None]]) -> None:
-        self._call(self._set(pairs))
+        self._call(self.observed("set", self._set(pairs)))
 
     async def aset(self, pairs: Mapping[FullKey, tuple[Any, int | None]]) -> None:
-        await self._acall(self._set(pairs))
+        await self._acall(self.observed("set", self._set(pairs)))
 
     def clear(self, namespaces: Sequence[Namespace] | None = None) -> None:
-        self._call(self._clear(namespaces))
+        self._call(self.observed("clear", self._clear(namespaces)))
 
     async def aclear(self, namespaces: Sequence[Namespace] | None = None) -> None:
-        await self._acall(self._clear(namespaces))
+        await self._acall(self.observed("clear", self._clear(namespaces)))

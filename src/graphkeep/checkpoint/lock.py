@@ -56,12 +56,16 @@ class ThreadLock:
         self.held = False
 
     def _acquire(self) -> Op[bool]:
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        started = time.monotonic()
+        deadline = None if self.timeout is None else started + self.timeout
         delay = self.poll
         store = self.saver.port
+        telemetry = self.saver.telemetry
         while not (yield from store.acquire_lock(self.thread_id, self.token, self.ttl_ms)):
+            telemetry.lock_contended()
             now = time.monotonic()
             if not self.blocking or (deadline is not None and now >= deadline):
+                telemetry.lock_waited(now - started, acquired=False)
                 raise LockNotAcquired(
                     f"thread {self.thread_id!r} is locked by another run"
                     + ("" if not self.blocking else f" (waited {self.timeout}s)")
@@ -70,6 +74,7 @@ class ThreadLock:
             yield Sleep(wait)
             delay = min(delay * 2, MAX_POLL_SECONDS)
         self.held = True
+        telemetry.lock_waited(time.monotonic() - started, acquired=True)
         return True
 
     def _release(self) -> Op[bool]:
@@ -82,25 +87,28 @@ class ThreadLock:
         extended = yield from self.saver.port.extend_lock(self.thread_id, self.token, ttl_ms)
         return bool(extended)
 
+    def _observed(self, name: str, op: Op[bool]) -> Op[bool]:
+        return self.saver.observed(f"lock.{name}", op, self.thread_id)
+
     def acquire(self) -> bool:
-        return bool(self.saver.drive(self._acquire()))
+        return bool(self.saver.drive(self._observed("acquire", self._acquire())))
 
     def release(self) -> bool:
         """Release if still ours; False when the lease had expired (or was taken over)."""
-        return bool(self.saver.drive(self._release()))
+        return bool(self.saver.drive(self._observed("release", self._release())))
 
     def extend(self, ttl: float | None = None) -> bool:
         """Renew the lease; False when it was lost in the meantime."""
-        return bool(self.saver.drive(self._extend(ttl)))
+        return bool(self.saver.drive(self._observed("extend", self._extend(ttl))))
 
     async def aacquire(self) -> bool:
-        return bool(await self.saver.adrive(self._acquire()))
+        return bool(await self.saver.adrive(self._observed("acquire", self._acquire())))
 
     async def arelease(self) -> bool:
-        return bool(await self.saver.adrive(self._release()))
+        return bool(await self.saver.adrive(self._observed("release", self._release())))
 
     async def aextend(self, ttl: float | None = None) -> bool:
-        return bool(await self.saver.adrive(self._extend(ttl)))
+        return bool(await self.saver.adrive(self._observed("extend", self._extend(ttl))))
 
     def __enter__(self) -> ThreadLock:
         self.acquire()

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from langgraph.checkpoint.base import WRITES_IDX_MAP
+from langgraph.checkpoint.serde.types import INTERRUPT
+
 from graphkeep.checkpoint.records import (
+    Activity,
     BlobRecord,
     Chain,
     CheckpointRecord,
@@ -21,6 +25,9 @@ from graphkeep.checkpoint.records import (
     WriteRecord,
 )
 from graphkeep.port.ops import Op
+
+#: the index LangGraph gives an interrupt's pending write (``WRITES_IDX_MAP[INTERRUPT]``)
+INTERRUPT_IDX = WRITES_IDX_MAP[INTERRUPT]
 
 
 class CheckpointPort(Protocol):
@@ -110,6 +117,58 @@ class CheckpointPort(Protocol):
     def newest_commit(self, thread_id: str, ns: str | None) -> Op[str | None]:
         """The thread's highest checkpoint id (in ``ns``, or any when None); None if none."""
         ...
+
+    def write_indexes(self, thread_id: str, ns: str, checkpoint_id: str) -> Op[list[int]]:
+        """The ``idx`` of each pending write of one checkpoint, from the store's keys or
+        index (never a write's value): ``WRITES_IDX_MAP[INTERRUPT]`` marks an interrupt."""
+        ...
+
+    def storage_bytes(self) -> Op[int | None]:
+        """What the store's checkpoints occupy, in one request of the store's own statistics
+        (never a payload); None (the default) when the store has none, or when
+        :meth:`activity` reports each thread's bytes instead."""
+        return None
+        yield  # an op: a generator that yields no request
+
+    def activity(self, thread_id: str, above: str, limit: int) -> Op[Activity]:
+        """The thread's :class:`~graphkeep.checkpoint.records.Activity` for a health scan.
+
+        The default composes index reads: :meth:`commits` above ``above`` (which, when not
+        capped at ``limit``, also names the newest checkpoint and the root namespace's
+        newest), :meth:`newest_commit` only for what it did not, then :meth:`write_indexes`
+        of the root's latest checkpoint; no bytes. An active thread costs two requests,
+        an idle one four. A store that can answer in fewer overrides it (Redis: one script,
+        with the thread's memory usage).
+        """
+        commits = yield from self.commits(thread_id, None, above, limit)
+        complete = len(commits) < limit
+        recent = [cid for _, cid in commits]
+        newest: str | None
+        if commits and complete:
+            newest = max(recent)
+        else:
+            newest = yield from self.newest_commit(thread_id, None)
+            if newest is None:
+                return Activity(thread_id, None, [], False, None)
+        roots = [cid for ns, cid in commits if ns == ""]
+        root: str | None
+        if roots and complete:
+            root = max(roots)
+        else:
+            root = yield from self.newest_commit(thread_id, "")
+        interrupted = False
+        if root is not None:
+            indexes = yield from self.write_indexes(thread_id, "", root)
+            interrupted = INTERRUPT_IDX in indexes
+        return Activity(thread_id, newest, recent, interrupted, None)
+
+    def activities(self, thread_ids: list[str], above: str, limit: int) -> Op[list[Activity]]:
+        """:meth:`activity` of each thread, in order (a store may batch them: Redis
+        pipelines one script per thread)."""
+        found = []
+        for thread_id in thread_ids:
+            found.append((yield from self.activity(thread_id, above, limit)))
+        return found
 
     def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
         """Take the thread's lease if free (or expired); True when taken."""

@@ -16,6 +16,7 @@ from typing import Any
 from graphkeep.port.codec import Typed
 
 __all__ = [
+    "Activity",
     "BlobRecord",
     "Chain",
     "CheckpointRecord",
@@ -148,3 +149,21 @@ class ListQuery:
     before: str | None
     filter: dict[str, Any]
     limit: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    """What a health scan needs of one thread, read from the store's indexes (no payload).
+
+    ``recent``: ids of the thread's checkpoints (every namespace) above the scan's
+    ``above`` id, ascending, at most the scan's limit (LangGraph's ids are uuid6: they
+    carry their creation time); ``newest_id``: its highest checkpoint id; ``interrupted``:
+    the root namespace's latest checkpoint has a pending interrupt write; ``bytes``: what
+    the thread occupies on the store, None when the store cannot say cheaply.
+    """
+
+    thread_id: str
+    newest_id: str | None
+    recent: list[str]
+    interrupted: bool
+    bytes: int | None = None

@@ -64,6 +64,7 @@ from graphkeep.errors import ConfigurationError, InvalidInput
 from graphkeep.port import (
     Emit,
     Op,
+    Telemetry,
     adrive,
     adrive_iter,
     codec,
@@ -73,6 +74,7 @@ from graphkeep.port import (
     running_loop,
     stream_in_thread,
     stream_on_loop,
+    target_of,
 )
 
 LIST_PAGE_SIZE = 100
@@ -106,18 +108,21 @@ class SaverBase(BaseCheckpointSaver[str]):
         serde: Any = None,
         max_id_bytes: int = DEFAULT_MAX_ID_BYTES,
         share_lists: bool = True,
+        telemetry: Any = None,
+        execute: Any = None,
     ) -> None:
         super().__init__(serde=serde)
         self.port = port
+        #: spans and metrics of every call (``telemetry=False``: none); see
+        #: :mod:`graphkeep.port.telemetry`
+        self.telemetry = Telemetry(telemetry, target_of(execute))
         self.max_id_bytes = max_id_bytes
         if not isinstance(share_lists, bool):
             raise ConfigurationError(f"share_lists must be True or False, got {share_lists!r}")
         #: store list values as shared element records (see :mod:`.lists`)
         self.share_lists = share_lists
         #: payloads are zlib-compressed here unless the store compresses them itself
-        self.squeeze: Callable[[Typed, int], Typed] = (
-            _as_is if port.compresses else codec.squeeze
-        )
+        self.squeeze: Callable[[Typed, int], Typed] = _as_is if port.compresses else codec.squeeze
         self.lists = ListSharer(self.serde, self.squeeze)
 
     # -- identifiers ---------------------------------------------------------------
@@ -218,7 +223,15 @@ class SaverBase(BaseCheckpointSaver[str]):
         )
         # elements first: a store that writes in order never names a missing one
         elements = [e for listed in shared for e in listed.elements]
-        yield from self.port.put_checkpoint(record, elements + blobs)
+        written = elements + blobs
+        if self.telemetry.active():
+            self.telemetry.put_bytes(
+                "checkpoint.put",
+                len(record.checkpoint.data)
+                + len(record.metadata.data)
+                + sum(len(b.value.data) for b in written),
+            )
+        yield from self.port.put_checkpoint(record, written)
         if shared:
             self.lists.committed(thread_id, ns, shared)
         return {
@@ -257,6 +270,9 @@ class SaverBase(BaseCheckpointSaver[str]):
             for idx, (channel, value) in enumerate(writes)
         ]
         if records:
+            if self.telemetry.active():
+                size = sum(len(r.value.data) for r in records)
+                self.telemetry.put_bytes("checkpoint.put_writes", size)
             yield from self.port.put_writes(thread_id, ns, checkpoint_id, records)
 
     # -- reads ---------------------------------------------------------------------
@@ -273,6 +289,17 @@ class SaverBase(BaseCheckpointSaver[str]):
         """The op loading the checkpoint at ``(thread_id, ns, checkpoint_id)`` as ``get_tuple``
         does (None when it is gone); ``watch`` loads each commit it sees with it."""
         return self._get_tuple(checkpoint_config(thread_id, ns, checkpoint_id))
+
+    def newest_op(
+        self, thread_id: str, ns: str, limit: int, before: str | None = None
+    ) -> Op[list[CheckpointTuple]]:
+        """The op loading the thread's newest ``limit`` checkpoints in ``ns`` (with ids below
+        ``before``), newest first, in one ``list`` page: ``watch`` reads a burst with it.
+        A page may hold fewer (a store's page ended); the caller loads what is missing."""
+        query = ListQuery(thread_id, ns, None, before, {}, limit)
+        items, _ = yield from self.port.list_page(query, None, limit)
+        yield from self._expand(items)
+        return [self._tuple(item) for item in items]
 
     def _expand(self, items: list[Loaded]) -> Op[None]:
         """Fetch the list elements the items' manifests name and the store did not return."""
@@ -477,6 +504,13 @@ class SaverBase(BaseCheckpointSaver[str]):
         """:meth:`drive` for async callers."""
         return await self._acall(op)
 
+    def observed(
+        self, name: str, op: Op[Any], thread_id: Any = None, *, read: bool = False
+    ) -> Op[Any]:
+        """``op`` as one call ``checkpoint.<name>`` of this saver's telemetry (a span, its
+        metrics; ``read``: a failure to decode counts in ``graphkeep.resume.failures``)."""
+        return self.telemetry.observe(f"checkpoint.{name}", op, thread_id=thread_id, read=read)
+
     def _call(self, op: Op[Any]) -> Any:
         raise NotImplementedError
 
@@ -491,16 +525,18 @@ class SaverBase(BaseCheckpointSaver[str]):
 
     def setup(self) -> None:
         """Create the store's schema (idempotent); a no-op where there is none."""
-        self._call(self.port.setup())
+        self._call(self.observed("setup", self.port.setup()))
 
     async def asetup(self) -> None:
-        await self._acall(self.port.setup())
+        await self._acall(self.observed("setup", self.port.setup()))
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._call(self._get_tuple(config))  # type: ignore[no-any-return]
+        op = self.observed("get_tuple", self._get_tuple(config), _thread(config), read=True)
+        return self._call(op)  # type: ignore[no-any-return]
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self._acall(self._get_tuple(config))  # type: ignore[no-any-return]
+        op = self.observed("get_tuple", self._get_tuple(config), _thread(config), read=True)
+        return await self._acall(op)  # type: ignore[no-any-return]
 
     def list(
         self,
@@ -510,7 +546,8 @@ class SaverBase(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        return self._iterate(self._list(config, filter, before, limit))
+        op = self._list(config, filter, before, limit)
+        return self._iterate(self.observed("list", op, _thread(config), read=True))
 
     def alist(
         self,
@@ -520,7 +557,8 @@ class SaverBase(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        return self._aiterate(self._list(config, filter, before, limit))
+        op = self._list(config, filter, before, limit)
+        return self._aiterate(self.observed("list", op, _thread(config), read=True))
 
     def put(
         self,
@@ -529,7 +567,8 @@ class SaverBase(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self._call(self._put(config, checkpoint, metadata, new_versions))  # type: ignore[no-any-return]
+        op = self._put(config, checkpoint, metadata, new_versions)
+        return self._call(self.observed("put", op, _thread(config)))  # type: ignore[no-any-return]
 
     async def aput(
         self,
@@ -539,7 +578,7 @@ class SaverBase(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         op = self._put(config, checkpoint, metadata, new_versions)
-        return await self._acall(op)  # type: ignore[no-any-return]
+        return await self._acall(self.observed("put", op, _thread(config)))  # type: ignore[no-any-return]
 
     def put_writes(
         self,
@@ -548,7 +587,8 @@ class SaverBase(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        self._call(self._put_writes(config, writes, task_id, task_path))
+        op = self._put_writes(config, writes, task_id, task_path)
+        self._call(self.observed("put_writes", op, _thread(config)))
 
     async def aput_writes(
         self,
@@ -557,31 +597,34 @@ class SaverBase(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        await self._acall(self._put_writes(config, writes, task_id, task_path))
+        op = self._put_writes(config, writes, task_id, task_path)
+        await self._acall(self.observed("put_writes", op, _thread(config)))
 
     def delete_thread(self, thread_id: str) -> None:
-        self._call(self._delete_thread(thread_id))
+        self._call(self.observed("delete_thread", self._delete_thread(thread_id), thread_id))
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await self._acall(self._delete_thread(thread_id))
+        await self._acall(self.observed("delete_thread", self._delete_thread(thread_id), thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self._call(self._delete_for_runs(run_ids))
+        self._call(self.observed("delete_for_runs", self._delete_for_runs(run_ids)))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await self._acall(self._delete_for_runs(run_ids))
+        await self._acall(self.observed("delete_for_runs", self._delete_for_runs(run_ids)))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self._call(self._copy_thread(source_thread_id, target_thread_id))
+        op = self._copy_thread(source_thread_id, target_thread_id)
+        self._call(self.observed("copy_thread", op, source_thread_id))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await self._acall(self._copy_thread(source_thread_id, target_thread_id))
+        op = self._copy_thread(source_thread_id, target_thread_id)
+        await self._acall(self.observed("copy_thread", op, source_thread_id))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        self._call(self._prune(thread_ids, strategy))
+        self._call(self.observed("prune", self._prune(thread_ids, strategy)))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await self._acall(self._prune(thread_ids, strategy))
+        await self._acall(self.observed("prune", self._prune(thread_ids, strategy)))
 
     def watch(
         self,
@@ -609,7 +652,7 @@ class SaverBase(BaseCheckpointSaver[str]):
             poll_interval=poll_interval,
             max_poll_interval=max_poll_interval,
         )
-        return self._stream(op)
+        return self._stream(self.observed("watch", op, thread_id, read=True))
 
     def awatch(
         self,
@@ -631,7 +674,7 @@ class SaverBase(BaseCheckpointSaver[str]):
             poll_interval=poll_interval,
             max_poll_interval=max_poll_interval,
         )
-        return self._astream(op)
+        return self._astream(self.observed("watch", op, thread_id, read=True))
 
     def _stream(self, op: Op[None]) -> Iterator[Any]:
         raise NotImplementedError
@@ -642,12 +685,24 @@ class SaverBase(BaseCheckpointSaver[str]):
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        return self._call(self._delta_history(config, channels))  # type: ignore[no-any-return]
+        op = self.observed(
+            "get_delta_channel_history",
+            self._delta_history(config, channels),
+            _thread(config),
+            read=True,
+        )
+        return self._call(op)  # type: ignore[no-any-return]
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        return await self._acall(self._delta_history(config, channels))  # type: ignore[no-any-return]
+        op = self.observed(
+            "get_delta_channel_history",
+            self._delta_history(config, channels),
+            _thread(config),
+            read=True,
+        )
+        return await self._acall(op)  # type: ignore[no-any-return]
 
 
 def fetch_elements(
@@ -704,6 +759,11 @@ def sort_writes(writes: list[WriteRecord]) -> list[WriteRecord]:
     return sorted(writes, key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
 
 
+def _thread(config: RunnableConfig | Mapping[str, Any] | None) -> Any:
+    """The thread id a call names (as given: telemetry records it only when opted in)."""
+    return _configurable(config).get("thread_id")
+
+
 def _configurable(config: RunnableConfig | Mapping[str, Any] | None) -> Mapping[str, Any]:
     if not config:
         return {}
@@ -715,7 +775,7 @@ class SyncSaver(SaverBase):
     """A saver on a blocking client; async callers run it in a worker thread."""
 
     def __init__(self, port: CheckpointPort, execute: Callable[[Any], Any], **kwargs: Any) -> None:
-        super().__init__(port, **kwargs)
+        super().__init__(port, execute=execute, **kwargs)
         self._execute = execute
 
     def _call(self, op: Op[Any]) -> Any:
@@ -747,7 +807,7 @@ class AsyncSaver(SaverBase):
     """
 
     def __init__(self, port: CheckpointPort, aexecute: Callable[[Any], Any], **kwargs: Any) -> None:
-        super().__init__(port, **kwargs)
+        super().__init__(port, execute=aexecute, **kwargs)
         self._aexecute = aexecute
         self.loop = running_loop()
 

@@ -6,8 +6,10 @@ One op for every store, run sync or async like every saver op. Two ways in:
   thread appended by the put script) is read blocking; its order is the commit order;
 - every other store is polled with
   :meth:`~graphkeep.checkpoint.port.CheckpointPort.commits` (an indexed query on the
-  checkpoint id), ``poll_interval`` apart while the thread is busy, backing off to
-  ``max_poll_interval`` once it has been idle for a while (:class:`~graphkeep.port.Backoff`).
+  checkpoint id): a read that found new checkpoints is followed by the next at once (a
+  burst is drained, not paced), one that found none by a pause of ``poll_interval``, backing
+  off to ``max_poll_interval`` once the thread has been idle for a while
+  (:class:`~graphkeep.port.Backoff`).
 
 Polling reads ids above a *settled* floor, not above the last id seen: a checkpoint whose
 id is lower than one already seen (two writers, or a subgraph's put finishing after its
@@ -17,8 +19,9 @@ window are remembered so none is yielded twice.
 ``after=<checkpoint_id>`` first yields every checkpoint with a higher id (the commits after
 it: checkpoint ids grow with time), then goes on live — a client that remembers the last id
 it saw misses none. ``timeout`` ends the iterator after that many seconds without a new
-checkpoint. Each checkpoint is loaded like ``get_tuple`` does; one deleted in between
-(prune, delete_thread) is skipped.
+checkpoint. A burst (or a backlog) is loaded a ``list`` page at a time per namespace, each
+checkpoint as ``get_tuple`` would return it; a lone commit is one ``get_tuple``; one
+deleted in between (prune, delete_thread) is skipped.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from graphkeep.port import Backoff, Emit, Op, Sleep
 from graphkeep.port.checks import check_seconds
 
 if TYPE_CHECKING:
+    from langgraph.checkpoint.base import CheckpointTuple
+
     from graphkeep.checkpoint.saver import SaverBase
 
 #: checkpoints read per ``commits`` page
@@ -71,12 +76,45 @@ def watch_op(
     return _poll(saver, thread, ns, start, wait, interval, longest)
 
 
-def _emit(saver: SaverBase, thread: str, commits: Iterable[tuple[str, str]]) -> Op[int]:
-    """Load and emit each checkpoint; returns how many were emitted."""
+def _emit(
+    saver: SaverBase,
+    thread: str,
+    commits: Iterable[tuple[str, str]],
+    span: Iterable[tuple[str, str]] | None = None,
+    newest: bool = True,
+) -> Op[int]:
+    """Load and emit each of ``commits`` (ascending); returns how many were emitted.
+
+    A burst is read in pages, not one ``get_tuple`` each: per namespace, one ``list``
+    page of the checkpoints ``span`` (every commit of the read that found ``commits``,
+    default ``commits`` itself) holds there — the newest ones when ``newest``, else those
+    below the span's highest id, which is loaded alone. A commit the page does not hold
+    (one that landed in between, or a store's shorter page) is loaded alone too; one
+    deleted in between (prune, delete_thread) is skipped.
+    """
+    commits = list(commits)
+    loaded: dict[tuple[str, str], CheckpointTuple] = {}
+    if len(commits) > 1:
+        wanted = set(commits)
+        for ns in dict.fromkeys(ns for ns, _ in commits):
+            ids = sorted(c for n, c in (commits if span is None else span) if n == ns)
+            if sum(1 for n, _ in commits if n == ns) < 2:
+                continue
+            before = None if newest else ids.pop()
+            if not ids:
+                continue
+            page = yield from saver.newest_op(thread, ns, len(ids), before)
+            for one in page:
+                key = (ns, one.config["configurable"]["checkpoint_id"])
+                if key in wanted:
+                    loaded[key] = one
     count = 0
     for ns, checkpoint_id in commits:
-        found = yield from saver.load_op(thread, ns, checkpoint_id)
+        found = loaded.get((ns, checkpoint_id))
+        if found is None:
+            found = yield from saver.load_op(thread, ns, checkpoint_id)
         if found is not None:
+            saver.telemetry.watch_lag(found.checkpoint.get("ts"))
             yield Emit(found)
             count += 1
     return count
@@ -85,11 +123,13 @@ def _emit(saver: SaverBase, thread: str, commits: Iterable[tuple[str, str]]) -> 
 def _backlog(
     saver: SaverBase, thread: str, ns: str | None, above: str
 ) -> Op[list[tuple[str, str]]]:
-    """Every commit with an id above ``above``, ascending."""
+    """Emit every commit with an id above ``above``, ascending, a page at a time; returns
+    them."""
     found: list[tuple[str, str]] = []
     while True:
         page = yield from saver.port.commits(thread, ns, above, PAGE)
         found += page
+        yield from _emit(saver, thread, page, newest=len(page) < PAGE)
         if len(page) < PAGE:
             return found
         above = page[-1][1]
@@ -104,7 +144,6 @@ def _follow_feed(
     if start is not None:
         backlog = yield from _backlog(saver, thread, ns, start)
         pending = set(backlog)  # may show up again in the feed: skip them there
-        yield from _emit(saver, thread, backlog)
     last = time.monotonic()
     while True:
         block = MAX_BLOCK_MS
@@ -149,7 +188,7 @@ def _poll(
             fresh = [c for c in page if c not in recent]
             for commit in fresh:
                 recent[commit] = now
-            emitted += yield from _emit(saver, thread, fresh)
+            emitted += yield from _emit(saver, thread, fresh, page, newest=len(page) < PAGE)
             if len(page) < PAGE:
                 break
             above = page[-1][1]  # a full page: read on right away
@@ -160,6 +199,7 @@ def _poll(
             recent = {c: seen for c, seen in recent.items() if c[1] > floor}
         if emitted:
             backoff.news()  # silence counts from the end of what was just handed out
+            continue  # a busy thread: read on at once, until a read finds nothing new
         idle = backoff.quiet
         if wait is not None and idle >= wait:
             return

@@ -29,8 +29,9 @@ URLs:
   (graphkeep schemes: whatever graphkeep.connect.BACKENDS registers)
 
 exit codes:
-  0 ok   1 error (store unreachable, copy not verified, ...)   2 usage (bad flags, bad URL)
-  3 a stats threshold was crossed   4 not found (thread, checkpoint, run, SQLite file)
+  0 ok   1 error (store unreachable, copy not verified, ...)   2 usage (bad flags, bad URL;
+  health: store unreachable)   3 a stats or health threshold was crossed
+  4 not found (thread, checkpoint, run, SQLite file)
   130 interrupted (Ctrl-C)
 
 Encrypted values are decoded when LANGGRAPH_AES_KEY is set. Passwords in URLs are
@@ -41,6 +42,7 @@ Run `graphkeep COMMAND --help` for examples."""
 def build_parser() -> argparse.ArgumentParser:
     from graphkeep.cli.copy import cmd_copy
     from graphkeep.cli.dump import cmd_dump
+    from graphkeep.cli.health import add_health_command
     from graphkeep.cli.inspection import cmd_history, cmd_threads
     from graphkeep.cli.live import add_live_commands
     from graphkeep.cli.maintain import cmd_prune, cmd_setup, cmd_stats
@@ -206,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("url", metavar="URL")
     p.add_argument("--print", action="store_true", help="print the schema instead of creating it")
 
+    add_health_command(sub, common)
     add_live_commands(sub, common)
     add_store_commands(sub, common)
     return parser

@@ -25,6 +25,7 @@ from graphkeep.port import (
     Emit,
     Op,
     Sleep,
+    Telemetry,
     adrive,
     adrive_iter,
     drive,
@@ -33,6 +34,7 @@ from graphkeep.port import (
     running_loop,
     stream_in_thread,
     stream_on_loop,
+    target_of,
 )
 from graphkeep.port.checks import check_seconds
 from graphkeep.port.clock import now_ms
@@ -98,8 +100,12 @@ class EventLogBase:
         stale_after: float = DEFAULT_STALE_AFTER,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
+        telemetry: Any = None,
+        execute: Any = None,
     ) -> None:
         self.port = port
+        #: spans and metrics of every call (see :mod:`graphkeep.port.telemetry`)
+        self.telemetry = Telemetry(telemetry, target_of(execute))
         ttl_s = None if ttl is None else check_seconds(ttl, "ttl", error=ConfigurationError)
         if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 1:
             raise ConfigurationError(f"max_events must be an int >= 1, got {max_events!r}")
@@ -116,6 +122,10 @@ class EventLogBase:
             ),
         )
 
+    def observed(self, name: str, op: Op[Any]) -> Op[Any]:
+        """``op`` as one call ``events.<name>`` of this log's telemetry."""
+        return self.telemetry.observe(f"events.{name}", op)
+
     # -- ops -------------------------------------------------------------------------
 
     def _append(self, run_id: Any, events: Iterable[Any], closing: bool = False) -> Op[list[str]]:
@@ -125,6 +135,7 @@ class EventLogBase:
         payloads = [encode_event(e, i) for i, e in enumerate(events)]
         if not payloads:
             return []
+        self.telemetry.append_batch(len(payloads))
         return (yield from self.port.append(run, payloads, closing, now_ms(), self.retention))
 
     def _close(self, run_id: Any, status: Any, error: Any) -> Op[str]:
@@ -218,43 +229,43 @@ class SyncEventLog(EventLogBase):
     """An event log on a blocking client; the ``a``-prefixed methods run it in a worker thread."""
 
     def __init__(self, port: EventsPort, execute: Callable[[Any], Any], **options: Any) -> None:
-        super().__init__(port, **options)
+        super().__init__(port, execute=execute, **options)
         self._execute = execute
 
     def _call(self, op: Op[Any]) -> Any:
         return drive(op, self._execute)
 
     def setup(self) -> None:
-        self._call(self.port.setup())
+        self._call(self.observed("setup", self.port.setup()))
 
     def append(self, run_id: str, event: dict[str, Any]) -> str:
         """Store one event; returns its id (usable as an SSE ``id:``)."""
-        ids = self._call(self._append(run_id, [event]))
+        ids = self._call(self.observed("append", self._append(run_id, [event])))
         return str(ids[0])
 
     def append_many(self, run_id: str, events: Iterable[dict[str, Any]]) -> list[str]:
         """Store events in order in one request where the store allows; returns their ids."""
-        return list(self._call(self._append(run_id, events)))
+        return list(self._call(self.observed("append", self._append(run_id, events))))
 
     def close(self, run_id: str, status: str, *, error: str | None = None) -> str:
         """Write the run's final close event; later appends raise ``RunClosed``."""
-        return str(self._call(self._close(run_id, status, error)))
+        return str(self._call(self.observed("close", self._close(run_id, status, error))))
 
     def heartbeat(self, run_id: str) -> None:
         """Mark the run alive (followers raise ``RunStale`` after ``stale_after`` without)."""
-        self._call(self._heartbeat(run_id))
+        self._call(self.observed("heartbeat", self._heartbeat(run_id)))
 
     def state(self, run_id: str) -> RunState | None:
-        return self._call(self._state(run_id))  # type: ignore[no-any-return]
+        return self._call(self.observed("state", self._state(run_id)))  # type: ignore[no-any-return]
 
     def delete(self, run_ids: str | Iterable[str]) -> None:
-        self._call(self._delete(run_ids))
+        self._call(self.observed("delete", self._delete(run_ids)))
 
     def read(
         self, run_id: str, *, after: str | None = None, follow: bool = True
     ) -> Iterator[tuple[str, dict[str, Any]]]:
         """``(event_id, event)`` after ``after``; with ``follow`` live until the close event."""
-        return drive_iter(self._read(run_id, after, follow), self._execute)
+        return drive_iter(self.observed("read", self._read(run_id, after, follow)), self._execute)
 
     async def aappend(self, run_id: str, event: dict[str, Any]) -> str:
         return await asyncio.to_thread(self.append, run_id, event)
@@ -280,7 +291,7 @@ class AsyncEventLog(EventLogBase):
     ``a`` names). ``sync_read`` serves a blocking caller from another thread."""
 
     def __init__(self, port: EventsPort, aexecute: Callable[[Any], Any], **options: Any) -> None:
-        super().__init__(port, **options)
+        super().__init__(port, execute=aexecute, **options)
         self._aexecute = aexecute
         self.loop = running_loop()
 
@@ -288,31 +299,32 @@ class AsyncEventLog(EventLogBase):
         return await adrive(op, self._aexecute)
 
     async def setup(self) -> None:
-        await self._acall(self.port.setup())
+        await self._acall(self.observed("setup", self.port.setup()))
 
     async def append(self, run_id: str, event: dict[str, Any]) -> str:
-        ids = await self._acall(self._append(run_id, [event]))
+        ids = await self._acall(self.observed("append", self._append(run_id, [event])))
         return str(ids[0])
 
     async def append_many(self, run_id: str, events: Iterable[dict[str, Any]]) -> list[str]:
-        return list(await self._acall(self._append(run_id, events)))
+        return list(await self._acall(self.observed("append", self._append(run_id, events))))
 
     async def close(self, run_id: str, status: str, *, error: str | None = None) -> str:
-        return str(await self._acall(self._close(run_id, status, error)))
+        return str(await self._acall(self.observed("close", self._close(run_id, status, error))))
 
     async def heartbeat(self, run_id: str) -> None:
-        await self._acall(self._heartbeat(run_id))
+        await self._acall(self.observed("heartbeat", self._heartbeat(run_id)))
 
     async def state(self, run_id: str) -> RunState | None:
-        return await self._acall(self._state(run_id))  # type: ignore[no-any-return]
+        return await self._acall(self.observed("state", self._state(run_id)))  # type: ignore[no-any-return]
 
     async def delete(self, run_ids: str | Iterable[str]) -> None:
-        await self._acall(self._delete(run_ids))
+        await self._acall(self.observed("delete", self._delete(run_ids)))
 
     def read(
         self, run_id: str, *, after: str | None = None, follow: bool = True
     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        return adrive_iter(self._read(run_id, after, follow), self._aexecute)
+        op = self.observed("read", self._read(run_id, after, follow))
+        return adrive_iter(op, self._aexecute)
 
     aappend = append
     aappend_many = append_many

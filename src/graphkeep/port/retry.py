@@ -21,6 +21,7 @@ from typing import Any
 
 from graphkeep.port.ops import Sleep
 from graphkeep.port.pools import Pool
+from graphkeep.port.telemetry import Target
 
 
 @dataclass(frozen=True)
@@ -53,17 +54,25 @@ class Retry:
 class SyncExecutor:
     """Runs a request with ``send`` (one attempt), retried as ``retry`` says.
 
-    ``where`` names the server in errors (password masked); ``Sleep`` requests pause.
-    With a ``pool``, each attempt first waits for one of its slots (see
-    :mod:`graphkeep.port.pools`); the pauses between attempts hold none.
+    ``where`` names the server in errors (password masked), ``target`` in telemetry
+    (:class:`~graphkeep.port.telemetry.Target`); ``Sleep`` requests pause. With a ``pool``,
+    each attempt first waits for one of its slots (see :mod:`graphkeep.port.pools`); the
+    pauses between attempts hold none.
     """
 
     def __init__(
-        self, send: Callable[[Any], Any], retry: Retry, where: str, pool: Pool | None = None
+        self,
+        send: Callable[[Any], Any],
+        retry: Retry,
+        where: str,
+        target: Target | None = None,
+        pool: Pool | None = None,
     ) -> None:
         self.send = send
         self.retry = retry
         self.where = where
+        #: what the requests go to, for telemetry (``db.system.name``, ``db.namespace``…)
+        self.target = target
         self.pool = pool
 
     def __call__(self, request: Any) -> Any:
@@ -90,11 +99,14 @@ class AsyncExecutor:
         send: Callable[[Any], Awaitable[Any]],
         retry: Retry,
         where: str,
+        target: Target | None = None,
         pool: Pool | None = None,
     ) -> None:
         self.send = send
         self.retry = retry
         self.where = where
+        #: what the requests go to, for telemetry (``db.system.name``, ``db.namespace``…)
+        self.target = target
         self.pool = pool
 
     async def __call__(self, request: Any) -> Any:

@@ -29,7 +29,7 @@ from langgraph.store.base import (
 from langgraph.store.base.batch import AsyncBatchedBaseStore
 
 from graphkeep.errors import InvalidInput
-from graphkeep.port import Op, adrive, drive, on_loop, running_loop
+from graphkeep.port import Op, Telemetry, adrive, drive, on_loop, running_loop, target_of
 from graphkeep.port.clock import IncreasingClock, datetime_of_us, now_ms
 from graphkeep.store.filters import compile_filter
 from graphkeep.store.port import Embed, ItemKey, SearchQuery, StoredItem, StorePort, Vector
@@ -93,8 +93,12 @@ class StoreBase(BaseStore):
         index: IndexConfig | Mapping[str, Any] | None = None,
         ttl: TTLConfig | Mapping[str, Any] | None = None,
         max_key_bytes: int = DEFAULT_MAX_KEY_BYTES,
+        telemetry: Any = None,
+        execute: Any = None,
     ) -> None:
         self.port = port
+        #: spans and metrics of every call (see :mod:`graphkeep.port.telemetry`)
+        self.telemetry = Telemetry(telemetry, target_of(execute))
         self.index_config = cast(Any, index_config(index))
         self.ttl_config = cast(Any, ttl_config(ttl))
         self.embeddings = (
@@ -266,6 +270,13 @@ class StoreBase(BaseStore):
     def _sweep(self) -> Op[int]:
         return (yield from self.port.sweep(now_ms()))
 
+    def observed(self, name: str, op: Op[Any]) -> Op[Any]:
+        """``op`` as one call ``store.<name>`` of this store's telemetry."""
+        return self.telemetry.observe(f"store.{name}", op, local=(Embed,))
+
+    def _observed_batch(self, ops: list[Any]) -> Op[list[Result]]:
+        return self.observed(operation_name(ops), self._batch(ops))
+
     # -- drivers -------------------------------------------------------------------
 
     def _embed(self, request: Embed) -> list[list[float]]:
@@ -279,6 +290,22 @@ class StoreBase(BaseStore):
         if request.query:
             return [await self.embeddings.aembed_query(request.texts[0])]
         return await self.embeddings.aembed_documents(list(request.texts))
+
+
+def operation_name(ops: list[Any]) -> str:
+    """A batch's ``db.operation.name`` after ``store.``: ``get``, ``put``, ``delete``,
+    ``search`` or ``list_namespaces`` when every op is of that kind, else ``batch``."""
+    kinds = set()
+    for op in ops:
+        if isinstance(op, GetOp):
+            kinds.add("get")
+        elif isinstance(op, PutOp):
+            kinds.add("put" if op.value is not None else "delete")
+        elif isinstance(op, SearchOp):
+            kinds.add("search")
+        else:
+            kinds.add("list_namespaces")
+    return kinds.pop() if len(kinds) == 1 else "batch"
 
 
 def _item(stored: StoredItem) -> Item:
@@ -306,7 +333,7 @@ class SyncStore(StoreBase):
     """A store on a blocking client; ``abatch`` runs it in a worker thread."""
 
     def __init__(self, port: StorePort, execute: Callable[[Any], Any], **options: Any) -> None:
-        super().__init__(port, **options)
+        super().__init__(port, execute=execute, **options)
         self._execute = execute
 
     def _run(self, request: Any) -> Any:
@@ -316,10 +343,10 @@ class SyncStore(StoreBase):
         return drive(op, self._run)
 
     def setup(self) -> None:
-        self._call(self.port.setup())
+        self._call(self.observed("setup", self.port.setup()))
 
     def batch(self, ops: Iterable[Any]) -> list[Result]:
-        return cast(list[Result], self._call(self._batch(ops)))
+        return cast(list[Result], self._call(self._observed_batch(list(ops))))
 
     async def abatch(self, ops: Iterable[Any]) -> list[Result]:
         ops = list(ops)
@@ -327,7 +354,7 @@ class SyncStore(StoreBase):
 
     def sweep_ttl(self) -> int:
         """Remove expired items now; the number removed."""
-        return int(self._call(self._sweep()))
+        return int(self._call(self.observed("sweep_ttl", self._sweep())))
 
     def close(self) -> None:
         """Stop the TTL sweeper (``from_url`` does on exit)."""
@@ -366,7 +393,7 @@ class AsyncStore(StoreBase, AsyncBatchedBaseStore):
 
     def __init__(self, port: StorePort, aexecute: Callable[[Any], Any], **options: Any) -> None:
         self._task = None  # AsyncBatchedBaseStore.__del__ reads it even if __init__ fails
-        StoreBase.__init__(self, port, **options)
+        StoreBase.__init__(self, port, execute=aexecute, **options)
         AsyncBatchedBaseStore.__init__(self)
         self._aexecute = aexecute
         self.loop = running_loop()
@@ -435,10 +462,10 @@ class AsyncStore(StoreBase, AsyncBatchedBaseStore):
         return await adrive(op, self._arun)
 
     async def setup(self) -> None:
-        await self._acall(self.port.setup())
+        await self._acall(self.observed("setup", self.port.setup()))
 
     async def abatch(self, ops: Iterable[Any]) -> list[Result]:
-        return cast(list[Result], await self._acall(self._batch(ops)))
+        return cast(list[Result], await self._acall(self._observed_batch(list(ops))))
 
     def batch(self, ops: Iterable[Any]) -> list[Result]:
         return cast(
@@ -454,7 +481,7 @@ class AsyncStore(StoreBase, AsyncBatchedBaseStore):
 
     async def sweep_ttl(self) -> int:
         """Remove expired items now; the number removed."""
-        return int(await self._acall(self._sweep()))
+        return int(await self._acall(self.observed("sweep_ttl", self._sweep())))
 
     async def start_ttl_sweeper(
         self, sweep_interval_minutes: int | None = None

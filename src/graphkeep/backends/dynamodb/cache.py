@@ -187,11 +187,12 @@ class DynamoDBCache(SyncCache):
         *,
         serde: Any = None,
         key_prefix: str = "graphkeep",
+        telemetry: Any = None,
     ) -> None:
         port = DynamoDBCachePort(table_name, key_prefix=key_prefix)
         self.client = client
         self.table_name = table_name
-        super().__init__(port, executor(client, table_name), serde=serde)
+        super().__init__(port, executor(client, table_name), serde=serde, telemetry=telemetry)
 
     @classmethod
     @contextmanager
@@ -202,12 +203,15 @@ class DynamoDBCache(SyncCache):
         setup: bool = True,
         serde: Any = None,
         key_prefix: str = "graphkeep",
+        telemetry: Any = None,
         **client_options: Any,
     ) -> Iterator[DynamoDBCache]:
         table, kwargs = parse_url(url)
         client = sync_client(**kwargs, **client_options)
         with opened(
-            client, lambda made: cls(made, table, serde=serde, key_prefix=key_prefix), setup
+            client,
+            lambda made: cls(made, table, serde=serde, key_prefix=key_prefix, telemetry=telemetry),
+            setup,
         ) as cache:
             yield cache
 
@@ -222,11 +226,12 @@ class AsyncDynamoDBCache(AsyncCache):
         *,
         serde: Any = None,
         key_prefix: str = "graphkeep",
+        telemetry: Any = None,
     ) -> None:
         port = DynamoDBCachePort(table_name, key_prefix=key_prefix)
         self.client = client
         self.table_name = table_name
-        super().__init__(port, async_executor(client, table_name), serde=serde)
+        super().__init__(port, async_executor(client, table_name), serde=serde, telemetry=telemetry)
 
     @classmethod
     @asynccontextmanager
@@ -237,13 +242,14 @@ class AsyncDynamoDBCache(AsyncCache):
         setup: bool = True,
         serde: Any = None,
         key_prefix: str = "graphkeep",
+        telemetry: Any = None,
         **client_options: Any,
     ) -> AsyncIterator[AsyncDynamoDBCache]:
         table, kwargs = parse_url(url)
         client = async_client(**kwargs, **client_options)
         async with aopened(
             client,
-            lambda made: cls(made, table, serde=serde, key_prefix=key_prefix),
+            lambda made: cls(made, table, serde=serde, key_prefix=key_prefix, telemetry=telemetry),
             setup,
             prepare=cls.setup,
         ) as cache:

@@ -189,6 +189,9 @@ class DynamoDBCheckpointPort(ExpiringTable, CheckpointPort):
     def newest_commit(self, thread_id: str, ns: str | None) -> Op[str | None]:
         return watch.newest_commit(self, thread_id, ns)
 
+    def write_indexes(self, thread_id: str, ns: str, checkpoint_id: str) -> Op[list[int]]:
+        return watch.write_indexes(self, thread_id, ns, checkpoint_id)
+
     def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
         return locks.acquire_lock(self, thread_id, token, ttl_ms)
 

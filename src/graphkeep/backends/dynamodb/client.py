@@ -36,6 +36,7 @@ from graphkeep.port.pools import (
     register,
 )
 from graphkeep.port.retry import AsyncExecutor, Retry, SyncExecutor
+from graphkeep.port.telemetry import Target
 
 try:
     import boto3
@@ -210,6 +211,20 @@ def describe(client: Any, table: str) -> str:
     return f"{mask_url(str(endpoint))} (table {table})"
 
 
+def target(client: Any, table: str) -> Target:
+    """What a table's requests go to, as telemetry names it (the table, the endpoint)."""
+    endpoint = getattr(getattr(client, "meta", None), "endpoint_url", None)
+    try:
+        parts = urlsplit(str(endpoint))
+        return Target("aws.dynamodb", table, parts.hostname, parts.port or _default_port(parts))
+    except ValueError:
+        return Target("aws.dynamodb", table)
+
+
+def _default_port(parts: Any) -> int | None:
+    return {"https": 443, "http": 80}.get(parts.scheme)
+
+
 # --------------------------------------------------------------------------- retry and executors
 
 
@@ -260,7 +275,8 @@ def executor(client: Any, table: str) -> SyncExecutor:
     def send(request: Any) -> Any:
         return _method(client, request)(**request.params)
 
-    return SyncExecutor(send, RETRY, describe(client, table), _gate(client))
+    where, aimed = describe(client, table), target(client, table)
+    return SyncExecutor(send, RETRY, where, aimed, pool=_gate(client))
 
 
 def async_executor(client: Any, table: str) -> AsyncExecutor:
@@ -269,7 +285,8 @@ def async_executor(client: Any, table: str) -> AsyncExecutor:
     async def send(request: Any) -> Any:
         return await _method(client, request)(**request.params)
 
-    return AsyncExecutor(send, RETRY, describe(client, table), _gate(client))
+    where, aimed = describe(client, table), target(client, table)
+    return AsyncExecutor(send, RETRY, where, aimed, pool=_gate(client))
 
 
 def _gate(client: Any) -> Pool:

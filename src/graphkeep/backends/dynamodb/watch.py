@@ -143,3 +143,14 @@ def newest_commit(t: CheckpointTable, thread_id: str, ns: str | None) -> Op[str 
         start = page.get("LastEvaluatedKey")
         if not start:
             return newest
+
+
+def write_indexes(t: CheckpointTable, thread_id: str, ns: str, checkpoint_id: str) -> Op[list[int]]:
+    """The ``idx`` of the checkpoint's pending writes, from their sort keys
+    (``c#<ns>#<id>#w#<task>#<idx>``): one consistent Query of the checkpoint's range,
+    projecting the sort key only (a health scan's interrupt check)."""
+    pk, _ = t.thread_key(thread_id)
+    begins = keys.head_sk(keys.part(ns)[0], keys.part(checkpoint_id)[0])
+    items = yield from query_all(t.query(pk, begins=begins, projection=[]))
+    parsed = [keys.parse_sk(s(item, SK)) for item in items]
+    return [p.idx for p in parsed if p.kind == "w"]

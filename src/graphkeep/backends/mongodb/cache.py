@@ -145,13 +145,19 @@ class MongoDBCache(SyncCache):
         *,
         serde: Any = None,
         key_prefix: str = "graphkeep",
+        telemetry: Any = None,
         where: str | None = None,
     ) -> None:
         check_client(client, True, "MongoDBCache")
         self.client = client
         self.db = client[check_db_name(db_name)]
         port = MongoDBCachePort(key_prefix=key_prefix)
-        super().__init__(port, sync_executor(self.db, where or describe(client)), serde=serde)
+        super().__init__(
+            port,
+            sync_executor(self.db, where or describe(client)),
+            serde=serde,
+            telemetry=telemetry,
+        )
 
     @classmethod
     @contextmanager
@@ -177,13 +183,19 @@ class AsyncMongoDBCache(AsyncCache):
         *,
         serde: Any = None,
         key_prefix: str = "graphkeep",
+        telemetry: Any = None,
         where: str | None = None,
     ) -> None:
         check_client(client, False, "AsyncMongoDBCache")
         self.client = client
         self.db = client[check_db_name(db_name)]
         port = MongoDBCachePort(key_prefix=key_prefix)
-        super().__init__(port, async_executor(self.db, where or describe(client)), serde=serde)
+        super().__init__(
+            port,
+            async_executor(self.db, where or describe(client)),
+            serde=serde,
+            telemetry=telemetry,
+        )
 
     @classmethod
     @asynccontextmanager

@@ -224,6 +224,7 @@ from graphkeep.backends.mongodb.documents import (
     live,
     metadata_filter,
     parse_blob_ref,
+    parse_write_sub,
     payload_type,
     write_record,
 )
@@ -243,8 +244,9 @@ from graphkeep.backends.mongodb.schema import collection_names, ensure_indexes, 
 from graphkeep.backends.mongodb.ttl import Expiry, Refresh, loaded_refreshes
 from graphkeep.backends.mongodb.upserts import Upserts
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, is_manifest
-from graphkeep.checkpoint.port import CheckpointPort
+from graphkeep.checkpoint.port import INTERRUPT_IDX, CheckpointPort
 from graphkeep.checkpoint.records import (
+    Activity,
     BlobRecord,
     Chain,
     CheckpointRecord,
@@ -874,6 +876,89 @@ class MongoDBCheckpointPort(CheckpointPort):
             self.payloads, match, projection=COMMIT_FIELDS, sort=[("ref", -1)], limit=1
         )
         return str(docs[0]["ref"]) if docs else None
+
+    def activities(self, thread_ids: list[str], above: str, limit: int) -> Op[list[Activity]]:
+        """A batch of threads in two requests, plus two per idle thread (a server that scans,
+        as FerretDB does, then scans twice per batch instead of twice per thread): a
+        ``find`` of the batch's checkpoint ids above ``above`` (which name each active
+        thread's newest checkpoint and its root namespace's newest), :meth:`newest_commit`
+        twice for a thread with none above ``above``, then one ``find`` of the root heads'
+        write documents' ``sub`` (task id and index)."""
+        if not thread_ids:
+            return []
+        cps = {"thread_id": {"$in": thread_ids}, "kind": KIND_CP}
+        docs = yield find(
+            self.payloads,
+            {**cps, "ref": {"$gt": above}},
+            projection={"_id": 0, "thread_id": 1, "ns": 1, "ref": 1},
+        )
+        recent: dict[str, list[tuple[str, str]]] = {t: [] for t in thread_ids}
+        for doc in docs:
+            recent[doc["thread_id"]].append((doc["ns"], doc["ref"]))
+        newest: dict[str, str] = {}
+        root: dict[str, str] = {}
+        for t, found in recent.items():
+            found.sort(key=lambda c: (c[1], c[0]))
+            if found:
+                newest[t] = found[-1][1]
+            roots = [cid for ns, cid in found if ns == ""]
+            if roots:
+                root[t] = roots[-1]
+        for t in thread_ids:
+            # idle threads (no checkpoint above ``above``): their newest ids one by one, as
+            # FerretDB's ``$group`` has no ``$max``; each is one index-served ``find``
+            if t not in newest:
+                found_newest = yield from self.newest_commit(t, None)
+                if found_newest is None:
+                    continue
+                newest[t] = found_newest
+            if t not in root:
+                found_root = yield from self.newest_commit(t, "")
+                if found_root is not None:
+                    root[t] = found_root
+        interrupted: set[str] = set()
+        if root:
+            writes = yield find(
+                self.payloads,
+                {
+                    "thread_id": {"$in": sorted(root)},
+                    "ns": "",
+                    "kind": KIND_WRITE,
+                    "ref": {"$in": sorted(set(root.values()))},
+                },
+                projection={"_id": 0, "thread_id": 1, "ref": 1, "sub": 1, "idx": 1},
+            )
+            for doc in writes:
+                idx = int(doc["idx"]) if "idx" in doc else parse_write_sub(doc["sub"])[1]
+                if idx == INTERRUPT_IDX and root.get(doc["thread_id"]) == doc["ref"]:
+                    interrupted.add(doc["thread_id"])
+        return [
+            Activity(
+                t,
+                newest.get(t),
+                [cid for _, cid in recent[t][:limit]],
+                t in interrupted,
+                None,
+            )
+            for t in thread_ids
+        ]
+
+    def write_indexes(self, thread_id: str, ns: str, checkpoint_id: str) -> Op[list[int]]:
+        """ONE ``find`` of the checkpoint's write documents, projecting the index fields
+        only (``sub`` holds task id and index; format 1: ``idx``), never ``data``."""
+        docs = yield find(
+            self.payloads,
+            {"thread_id": thread_id, "ns": ns, "kind": KIND_WRITE, "ref": checkpoint_id},
+            projection={"_id": 0, "sub": 1, "idx": 1},
+        )
+        return [int(d["idx"]) if "idx" in d else parse_write_sub(d["sub"])[1] for d in docs]
+
+    def storage_bytes(self) -> Op[int | None]:
+        """ONE ``collStats`` of the thread collection: its ``size`` (the documents' bytes,
+        before compression; indexes not counted). Per-thread sizes would need ``$bsonSize``,
+        which FerretDB does not implement."""
+        stats = yield Command(None, "command", ("collStats", self.payloads))
+        return int(stats["size"])
 
     # -- port: per-thread lease (:mod:`.locks`) ------------------------------------
 

@@ -20,6 +20,7 @@ from graphkeep.backends.mongodb.requests import Command
 from graphkeep.errors import ConfigurationError, StorageUnavailable, mask_url
 from graphkeep.port.pools import Pool, PoolOptions, pool_for, register
 from graphkeep.port.retry import AsyncExecutor, Retry, SyncExecutor
+from graphkeep.port.telemetry import Target
 
 try:
     import pymongo
@@ -106,6 +107,16 @@ def describe(client: Any) -> str:
     except Exception:  # noqa: BLE001 - a description is best effort
         hosts = ""
     return f"mongodb://{hosts}" if hosts else type(client).__name__
+
+
+def target(db: Any) -> Target:
+    """What a database's requests go to, as telemetry names it (database, first host)."""
+    name = str(getattr(db, "name", "")) or None
+    try:
+        host, port = next(iter(db.client.topology_description.server_descriptions()))
+    except Exception:  # noqa: BLE001 - a description is best effort
+        return Target("mongodb", name)
+    return Target("mongodb", name, str(host), int(port))
 
 
 def unavailable(where: str, exc: BaseException) -> StorageUnavailable:
@@ -222,11 +233,11 @@ async def asend(db: Any, request: Any) -> Any:
 def sync_executor(db: Any, where: str) -> SyncExecutor:
     """Runs the ports' requests on ``db``, retried by :data:`RETRY`; errors name ``where``;
     at most as many at once as the client's pool holds (see :mod:`graphkeep.port.pools`)."""
-    return SyncExecutor(partial(send, db), RETRY, where, _gate(db.client, where))
+    return SyncExecutor(partial(send, db), RETRY, where, target(db), pool=_gate(db.client, where))
 
 
 def async_executor(db: Any, where: str) -> AsyncExecutor:
-    return AsyncExecutor(partial(asend, db), RETRY, where, _gate(db.client, where))
+    return AsyncExecutor(partial(asend, db), RETRY, where, target(db), pool=_gate(db.client, where))
 
 
 def _gate(client: Any, where: str) -> Pool:

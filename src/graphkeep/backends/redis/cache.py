@@ -180,11 +180,14 @@ class RedisCache(SyncCache):
         *,
         serde: Any = None,
         key_prefix: str = "graphkeep",
+        telemetry: Any = None,
         where: str | None = None,
     ) -> None:
         port = _port(client, key_prefix)
         self.client = client
-        super().__init__(port, sync_executor(client, SCRIPTS, where), serde=serde)
+        super().__init__(
+            port, sync_executor(client, SCRIPTS, where), serde=serde, telemetry=telemetry
+        )
 
     @classmethod
     def from_url(
@@ -205,11 +208,14 @@ class AsyncRedisCache(AsyncCache):
         *,
         serde: Any = None,
         key_prefix: str = "graphkeep",
+        telemetry: Any = None,
         where: str | None = None,
     ) -> None:
         port = _port(client, key_prefix)
         self.client = client
-        super().__init__(port, async_executor(client, SCRIPTS, where), serde=serde)
+        super().__init__(
+            port, async_executor(client, SCRIPTS, where), serde=serde, telemetry=telemetry
+        )
 
     @classmethod
     def from_url(

@@ -57,9 +57,10 @@ from graphkeep.backends.redis.keys import (
     encode_thread,
     pattern_prefix,
 )
-from graphkeep.backends.redis.requests import Command, Delete, Scan, Script, XRead
-from graphkeep.checkpoint.port import CheckpointPort
+from graphkeep.backends.redis.requests import Command, Delete, Pipeline, Scan, Script, XRead
+from graphkeep.checkpoint.port import INTERRUPT_IDX, CheckpointPort
 from graphkeep.checkpoint.records import (
+    Activity,
     BlobRecord,
     Chain,
     CheckpointRecord,
@@ -399,6 +400,43 @@ class RedisCheckpointPort(CheckpointPort):
                 ("ZREVRANGEBYLEX", keys[2], "(" + ns + "\x01", "[" + ns + "\x00", "LIMIT", 0, 1)
             )
         return split_index_member(raw[0], id_first=ns is None)[1] if raw else None
+
+    def write_indexes(self, thread_id: str, ns: str, checkpoint_id: str) -> Op[list[int]]:
+        """The ``idx`` ending each member ``ns NUL id NUL task NUL idx`` of the checkpoint's
+        range of ``wi``: one ``ZRANGEBYLEX``."""
+        member = ns + "\x00" + checkpoint_id
+        keys = self.thread_keys(thread_id)
+        raw = yield Command(("ZRANGEBYLEX", keys[5], "[" + member + "\x00", "(" + member + "\x01"))
+        return [int(m.rsplit(SEP, 1)[1]) for m in raw]
+
+    def activity(self, thread_id: str, above: str, limit: int) -> Op[Activity]:
+        """One ``activity`` script: the ``a`` index above ``above``, the newest id, the
+        root head's write indexes and ``MEMORY USAGE`` of the thread's keys (one slot)."""
+        found = yield from self.activities([thread_id], above, limit)
+        return found[0]
+
+    def activities(self, thread_ids: list[str], above: str, limit: int) -> Op[list[Activity]]:
+        """The ``activity`` script of each thread, sent as one pipeline (a cluster: one
+        call per slot)."""
+        if not thread_ids:
+            return []
+        calls = tuple(
+            Script("activity", self.thread_keys(t), [above, limit, INTERRUPT_IDX])
+            for t in thread_ids
+        )
+        replies = yield Pipeline(calls)
+        return [
+            Activity(
+                thread_id,
+                newest.partition(SEP)[0].decode() or None,
+                [m.partition(SEP)[0].decode() for m in recent],
+                bool(interrupted),
+                int(size),
+            )
+            for thread_id, (recent, newest, interrupted, size) in zip(
+                thread_ids, replies, strict=True
+            )
+        ]
 
     def feed_end(self, thread_id: str) -> Op[FeedPosition]:
         """The feed's newest entry id ("0-0" when empty) with the thread's highest

@@ -411,6 +411,31 @@ return {redis.call('HGETALL', KEYS[1]), redis.call('ZRANGE', KEYS[6], 0, -1),
         redis.call('HKEYS', KEYS[7])}
 """
 
+ACTIVITY = r"""
+-- A health scan's read of one thread, from its indexes (no payload): ids of `a` above
+-- ARGV[1] (at most ARGV[2]), the newest id, whether the root namespace's latest
+-- checkpoint has a write of index ARGV[3] (an interrupt) in `wi`, and the thread's
+-- MEMORY USAGE (sampled) over its eight keys.
+local limit = tonumber(ARGV[2])
+local recent = redis.call('ZRANGEBYLEX', KEYS[4], '(' .. ARGV[1], '+', 'LIMIT', 0, limit)
+local newest = redis.call('ZREVRANGEBYLEX', KEYS[4], '+', '-', 'LIMIT', 0, 1)
+local root = redis.call('ZREVRANGEBYLEX', KEYS[3], '(\1', '[\0', 'LIMIT', 0, 1)
+local interrupted = 0
+if root[1] then
+  local writes = redis.call('ZRANGEBYLEX', KEYS[6], '[' .. root[1] .. '\0', '(' .. root[1] .. '\1')
+  local suffix = '\0' .. ARGV[3]
+  for _, member in ipairs(writes) do
+    if string.sub(member, -#suffix) == suffix then interrupted = 1 break end
+  end
+end
+local bytes = 0
+for i = 1, #KEYS do
+  local n = redis.call('MEMORY', 'USAGE', KEYS[i])
+  if n then bytes = bytes + n end
+end
+return {recent, newest[1] or '', interrupted, bytes}
+"""
+
 EXPORT = r"""
 return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2]),
         redis.call('HGETALL', KEYS[5]), redis.call('HGETALL', KEYS[7])}
@@ -587,6 +612,7 @@ SCRIPTS: dict[str, str] = {
         "chain": CHAIN,
         "delete": DELETE,
         "inventory": INVENTORY,
+        "activity": ACTIVITY,
         "export": EXPORT,
         "import": IMPORT,
         "find_runs": FIND_RUNS,

@@ -27,6 +27,7 @@ from graphkeep.port.pools import (
     register,
 )
 from graphkeep.port.retry import AsyncExecutor, Retry, SyncExecutor
+from graphkeep.port.telemetry import Target
 
 try:
     import redis
@@ -217,6 +218,25 @@ def describe(client: Any) -> str:
             node = nodes[0]
             return f"redis+cluster://{node.host}:{node.port}"
         return type(client).__name__
+
+
+def target(client: Any) -> Target:
+    """The server a client talks to, as telemetry names it (database index, host, port)."""
+    try:
+        kwargs = client.connection_pool.connection_kwargs
+    except AttributeError:
+        nodes = getattr(client, "startup_nodes", None) or []
+        if not nodes:
+            return Target("redis")
+        node = nodes[0]
+        return Target("redis", "0", str(node.host), int(node.port))
+    db = str(kwargs.get("db", 0) or 0)
+    if "path" in kwargs:
+        return Target("redis", db, str(kwargs["path"]))
+    port = kwargs.get("port")
+    return Target(
+        "redis", db, str(kwargs.get("host", "localhost")), None if port is None else int(port)
+    )
 
 
 def _connection_kwargs(client: Any) -> dict[str, Any]:
@@ -441,11 +461,13 @@ def sync_executor(client: Any, scripts: dict[str, str], where: str | None = None
     server in errors (default: :func:`describe` of the client)."""
     send = SyncSend(client, scripts)
     pool = pool_for(client, lambda: _default_pool(client))
-    return SyncExecutor(send, RETRY, describe(client) if where is None else where, pool)
+    where = describe(client) if where is None else where
+    return SyncExecutor(send, RETRY, where, target(client), pool=pool)
 
 
 def async_executor(client: Any, scripts: dict[str, str], where: str | None = None) -> AsyncExecutor:
     """The asyncio twin of :func:`sync_executor`."""
     pool = pool_for(client, lambda: _default_pool(client))
     send: Callable[[Any], Awaitable[Any]] = AsyncSend(client, scripts, pool)
-    return AsyncExecutor(send, RETRY, describe(client) if where is None else where, pool)
+    where = describe(client) if where is None else where
+    return AsyncExecutor(send, RETRY, where, target(client), pool=pool)

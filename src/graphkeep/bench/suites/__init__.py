@@ -15,7 +15,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from graphkeep.bench.workloads import (
     GROWTH_WORKLOAD,
@@ -178,6 +178,60 @@ def faster_per_turn(results: list[Result], rival: str) -> list[tuple[str, bool]]
                     ours.ms_per_turn < theirs.ms_per_turn,
                 )
             )
+    return out
+
+
+#: issue 22: with an OpenTelemetry SDK configured, W50 ms/turn at most this many times
+#: graphkeep's with telemetry=False (and without an SDK, within the same bound: noise)
+MAX_TELEMETRY_OVERHEAD = 1.05
+TELEMETRY_NOTE = (
+    "graphkeep-otel = graphkeep with the OpenTelemetry SDK configured (a TracerProvider with a"
+    " BatchSpanProcessor to an in-memory exporter and a MeterProvider with an in-memory reader:"
+    " every span and metric made, none sent); graphkeep-notel = graphkeep with"
+    " telemetry=False; graphkeep itself has telemetry on by default and no SDK installed"
+)
+#: the contenders of the telemetry rows and the ``telemetry`` option of each
+TELEMETRY_CONTENDERS = ("graphkeep-otel", "graphkeep-notel")
+
+
+def telemetry_option(name: str) -> Any:
+    """The ``telemetry`` option of contender ``name`` (one of :data:`TELEMETRY_CONTENDERS`):
+    real SDK providers of its own for ``graphkeep-otel``, False for ``graphkeep-notel``."""
+    if name == "graphkeep-notel":
+        return False
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    return {"tracer_provider": tracer_provider, "meter_provider": meter_provider}
+
+
+def telemetry_targets(results: list[Result]) -> list[tuple[str, bool]]:
+    """Issue 22's cost rows: W50 ms/turn with the SDK configured, and with no SDK (graphkeep
+    as it ships), each against telemetry=False, in this run."""
+    by = {(r.saver, r.workload): r for r in results}
+    off = by.get(("graphkeep-notel", "W50"))
+    out: list[tuple[str, bool]] = []
+    if off is None or not off.ms_per_turn:
+        return out
+    for name, what in (("graphkeep-otel", "with the SDK configured"), ("graphkeep", "no SDK")):
+        on = by.get((name, "W50"))
+        if on is None:
+            continue
+        ratio = on.ms_per_turn / off.ms_per_turn
+        out.append(
+            (
+                f"W50 telemetry cost, {what}: at most {MAX_TELEMETRY_OVERHEAD} x"
+                f" telemetry=False's ms/turn (issue 22): {ratio:.3f} x"
+                f" ({on.ms_per_turn:.2f} vs {off.ms_per_turn:.2f} ms)",
+                ratio <= MAX_TELEMETRY_OVERHEAD,
+            )
+        )
     return out
 
 

@@ -32,6 +32,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from graphkeep.bench.probes import Probe
 from graphkeep.bench.suites import (
     NOSHARE_NOTE,
+    TELEMETRY_CONTENDERS,
+    TELEMETRY_NOTE,
     Contender,
     InProcess,
     Options,
@@ -41,6 +43,8 @@ from graphkeep.bench.suites import (
     growth_targets,
     not_yet,
     requests_budget,
+    telemetry_option,
+    telemetry_targets,
 )
 from graphkeep.bench.workloads import Opened, Result, Workload
 
@@ -49,6 +53,8 @@ TABLES = {
     "graphkeep": "graphkeep_bench_graphkeep",
     "graphkeep-nozlib": "graphkeep_bench_graphkeep_nozlib",
     "graphkeep-noshare": "graphkeep_bench_graphkeep_noshare",
+    "graphkeep-otel": "graphkeep_bench_graphkeep_otel",
+    "graphkeep-notel": "graphkeep_bench_graphkeep_notel",
     "DynamoDBSaver": "graphkeep_bench_dynamodbsaver",
 }
 #: the large-message check: over DynamoDB's 400 KB item limit
@@ -246,6 +252,10 @@ def contenders(options: Options) -> list[Contender]:
     return [
         InProcess("graphkeep", graphkeep_opener("graphkeep", compress=True)),
         InProcess("graphkeep-nozlib", graphkeep_opener("graphkeep-nozlib", compress=False)),
+        *(
+            InProcess(name, graphkeep_opener(name, compress=True, telemetry=telemetry_option(name)))
+            for name in TELEMETRY_CONTENDERS
+        ),
         rival,
         InProcess("InMemorySaver", open_memory),
     ]
@@ -261,6 +271,7 @@ def targets(results: list[Result]) -> list[tuple[str, bool]]:
     return (
         requests_budget(results, MAX_CALLS_PER_TURN, "API calls per turn (issue 4)")
         + faster_per_turn(results, "DynamoDBSaver")
+        + telemetry_targets(results)
         + growth_targets(results, STORED_MAX)
     )
 
@@ -284,6 +295,7 @@ SUITE = Suite(
         "graphkeep = the default (zlib level 6 on payloads from 4 KiB);"
         " graphkeep-nozlib = the same with compress=False",
         NOSHARE_NOTE,
+        TELEMETRY_NOTE,
         "DynamoDBSaver = langgraph-checkpoint-aws (sync), run in .bench-venvs/aws with the"
         " same langgraph; InMemorySaver = langgraph's reference saver, no store (n/a)",
         "ms on moto are not DynamoDB's: moto deep-copies the whole table once per item of"

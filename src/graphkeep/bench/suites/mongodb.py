@@ -25,6 +25,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from graphkeep.bench.probes import Probe
 from graphkeep.bench.suites import (
     NOSHARE_NOTE,
+    TELEMETRY_CONTENDERS,
+    TELEMETRY_NOTE,
     BenchError,
     Contender,
     InProcess,
@@ -35,6 +37,8 @@ from graphkeep.bench.suites import (
     growth_targets,
     not_yet,
     requests_budget,
+    telemetry_option,
+    telemetry_targets,
 )
 from graphkeep.bench.workloads import Opened, Result, Workload
 from graphkeep.errors import mask_url
@@ -44,6 +48,8 @@ KEY_PREFIX = "bench"
 DATABASES = {
     "graphkeep": "graphkeep_bench_graphkeep",
     "graphkeep-noshare": "graphkeep_bench_graphkeep_noshare",
+    "graphkeep-otel": "graphkeep_bench_graphkeep_otel",
+    "graphkeep-notel": "graphkeep_bench_graphkeep_notel",
     "MongoDBSaver": "graphkeep_bench_mongodbsaver",
 }
 #: issue 13: W50 (50 turns) stores at most this much data on MongoDB
@@ -188,6 +194,10 @@ def contenders(options: Options) -> list[Contender]:
 
     return [
         InProcess("graphkeep", open_graphkeep),
+        *(
+            InProcess(name, graphkeep_opener(name, options, telemetry=telemetry_option(name)))
+            for name in TELEMETRY_CONTENDERS
+        ),
         InProcess("MongoDBSaver", open_rival),
         InProcess("InMemorySaver", open_memory),
     ]
@@ -202,6 +212,7 @@ def targets(results: list[Result]) -> list[tuple[str, bool]]:
     return (
         requests_budget(results, MAX_COMMANDS_PER_TURN, "commands per turn (issue 13)")
         + faster_per_turn(results, "MongoDBSaver")
+        + telemetry_targets(results)
         + growth_targets(results, STORED_MAX)
     )
 
@@ -225,6 +236,7 @@ SUITE = Suite(
     default_rounds=1,
     notes=[
         NOSHARE_NOTE,
+        TELEMETRY_NOTE,
         "MongoDBSaver = langgraph-checkpoint-mongodb (sync);"
         " InMemorySaver = langgraph's reference saver, no store (n/a)",
     ],

@@ -24,6 +24,8 @@ import graphkeep
 from graphkeep.bench.probes import Probe, count_round_trips
 from graphkeep.bench.suites import (
     NOSHARE_NOTE,
+    TELEMETRY_CONTENDERS,
+    TELEMETRY_NOTE,
     BenchError,
     Contender,
     InProcess,
@@ -34,6 +36,8 @@ from graphkeep.bench.suites import (
     growth_targets,
     not_yet,
     requests_budget,
+    telemetry_option,
+    telemetry_targets,
 )
 from graphkeep.bench.workloads import Opened, Result, Workload
 from graphkeep.errors import mask_url
@@ -161,6 +165,12 @@ def contenders(options: Options) -> list[Contender]:
 
     return [
         InProcess("graphkeep", open_graphkeep),
+        *(
+            InProcess(
+                name, graphkeep_opener(url, graphkeep_db, options, telemetry=telemetry_option(name))
+            )
+            for name in TELEMETRY_CONTENDERS
+        ),
         InProcess("plainredis", open_plainredis),
         InProcess("InMemorySaver", open_memory),
     ]
@@ -205,7 +215,7 @@ def targets(results: list[Result]) -> list[tuple[str, bool]]:
                 extra_history <= delta.history_entries,
             )
         )
-    return out + growth_targets(results, STORED_MAX)
+    return out + telemetry_targets(results) + growth_targets(results, STORED_MAX)
 
 
 def where(options: Options) -> str:
@@ -232,6 +242,7 @@ SUITE = Suite(
     growth_contenders=growth_contenders,
     notes=[
         NOSHARE_NOTE,
+        TELEMETRY_NOTE,
         "plainredis = langgraph-checkpoint-plainredis 0.1.0 (RedisSaver, sync);"
         " InMemorySaver = langgraph's reference saver, no store (n/a)",
     ],

@@ -1,0 +1,321 @@
+"""``graphkeep health``: the fleet's health for cron and node_exporter's textfile collector.
+
+The numbers come from :mod:`graphkeep.checkpoint.health` (one scan over the checkpoint
+port on graphkeep URLs; on LangGraph's SQLite saver the same per-thread activity, read
+with five SQL queries): active, interrupted and runaway threads, threads and bytes stored,
+the oldest and newest activity. No payload is read. ``--format prometheus`` writes the
+text exposition format; exit code 3 when a ``--max-*`` threshold is crossed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sqlite3
+import time
+from typing import Any, TextIO
+
+from graphkeep.checkpoint.health import (
+    FLEET_GAUGES,
+    RECENT_LIMIT,
+    FleetHealth,
+    HealthWindow,
+    id_at,
+    scan,
+    summarize,
+)
+from graphkeep.checkpoint.records import Activity
+from graphkeep.cli.console import (
+    EXIT_OK,
+    EXIT_THRESHOLD,
+    CliError,
+    UsageError,
+    human_bytes,
+    iso,
+    parse_duration,
+    print_json,
+    safe_url,
+)
+from graphkeep.cli.endpoints import Native, open_endpoint
+from graphkeep.cli.foreign import Foreign
+from graphkeep.errors import StorageUnavailable
+
+_RUNAWAY = re.compile(r"^\s*(\d+)\s*/\s*(\S+)\s*$")
+
+
+class Unreachable(CliError):
+    """The store did not answer: one line, exit code 2."""
+
+    code = 2
+
+
+# -- argument types --------------------------------------------------------------------
+
+
+def window(text: str) -> float:
+    """``--window``: a duration (``1h``, ``30m``, ``2d``) above 0."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"must be longer than 0, got {text!r}")
+    return seconds
+
+
+def runaway(text: str) -> tuple[int, float]:
+    """``--runaway N/PERIOD``: more than N checkpoints in PERIOD (``1000/10m``)."""
+    match = _RUNAWAY.match(text)
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"not N/PERIOD: {text!r} (e.g. 1000/10m: more than 1000 checkpoints in 10 minutes)"
+        )
+    return int(match.group(1)), window(match.group(2))
+
+
+def add_health_command(sub: Any, common: argparse.ArgumentParser) -> None:
+    from graphkeep.cli.arguments import add_command, non_negative, size
+
+    p = add_command(
+        sub,
+        "health",
+        cmd_health,
+        "fleet health: active, interrupted and runaway threads, threads and bytes stored;"
+        " exit code 3 when a threshold is crossed (for cron)",
+        "  graphkeep health redis://localhost:6379/0\n"
+        "  graphkeep health redis://localhost:6379/0 --window 1h --runaway 1000/10m --json\n"
+        "  graphkeep health mongodb://db/app --format prometheus \\\n"
+        "      > /var/lib/node_exporter/textfile/graphkeep.prom\n"
+        "  graphkeep health sqlite:///checkpoints.db --max-runaway 0 || alert 'dead loop'\n"
+        "\n"
+        "Reads ids and indexes only (LangGraph's checkpoint ids carry their time), never a\n"
+        "checkpoint's values. A thread is active when its newest checkpoint is within\n"
+        "--window, interrupted when its root namespace's latest checkpoint has a pending\n"
+        "interrupt, runaway with more than N checkpoints in the --runaway period.\n",
+        common,
+    )
+    p.add_argument("url", metavar="URL")
+    p.add_argument("--window", type=window, default=3600.0, metavar="DURATION", help="default 1h")
+    p.add_argument(
+        "--runaway",
+        type=runaway,
+        default=(1000, 600.0),
+        metavar="N/PERIOD",
+        help="more than N checkpoints in PERIOD (default 1000/10m)",
+    )
+    p.add_argument(
+        "--format",
+        choices=["text", "prometheus"],
+        default="text",
+        help="prometheus: the text exposition format (node_exporter textfile collector)",
+    )
+    for name, what in (
+        ("runaway", "runaway threads"),
+        ("interrupted", "interrupted threads"),
+        ("active", "active threads"),
+        ("threads", "threads stored"),
+    ):
+        p.add_argument(f"--max-{name}", type=non_negative, metavar="N", help=f"at most N {what}")
+    p.add_argument("--max-bytes", type=size, metavar="SIZE", help="at most SIZE stored (10GB)")
+    p.add_argument(
+        "--capacity",
+        type=size,
+        metavar="SIZE",
+        help="what the store may hold (its disk or memory): written as"
+        " graphkeep_storage_capacity_bytes for the 70 %% alert",
+    )
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+def sqlite_health(endpoint: Foreign, health_window: HealthWindow, now: float) -> FleetHealth:
+    """The scan on LangGraph's ``SqliteSaver``: five queries over its two tables (ids,
+    write channels and ``LENGTH`` of the stored bytes; no value is decoded)."""
+    saver: Any = endpoint.saver  # a SqliteSaver: its connection and its lock
+    conn: sqlite3.Connection = saver.conn
+    above = id_at(now - max(health_window.window, health_window.runaway_period))
+    started = time.perf_counter()
+    with saver.lock:
+        newest = dict(
+            conn.execute(
+                "SELECT thread_id, MAX(checkpoint_id) FROM checkpoints GROUP BY thread_id"
+            ).fetchall()
+        )
+        recent: dict[str, list[str]] = {}
+        for thread_id, checkpoint_id in conn.execute(
+            "SELECT thread_id, checkpoint_id FROM checkpoints WHERE checkpoint_id > ?"
+            " ORDER BY thread_id, checkpoint_id",
+            (above,),
+        ):
+            ids = recent.setdefault(thread_id, [])
+            if len(ids) < RECENT_LIMIT:
+                ids.append(checkpoint_id)
+            else:  # keep the newest RECENT_LIMIT: the runaway period is the newest part
+                ids.pop(0)
+                ids.append(checkpoint_id)
+        interrupted = {
+            row[0]
+            for row in conn.execute(
+                "SELECT c.thread_id FROM (SELECT thread_id, MAX(checkpoint_id) AS cid"
+                " FROM checkpoints WHERE checkpoint_ns = '' GROUP BY thread_id) AS c"
+                " WHERE EXISTS (SELECT 1 FROM writes AS w WHERE w.thread_id = c.thread_id"
+                " AND w.checkpoint_ns = '' AND w.checkpoint_id = c.cid"
+                " AND w.channel = '__interrupt__')"
+            )
+        }
+        sizes: dict[str, int] = {}
+        for query in (
+            "SELECT thread_id, SUM(LENGTH(checkpoint) + LENGTH(metadata)) FROM checkpoints"
+            " GROUP BY thread_id",
+            "SELECT thread_id, SUM(LENGTH(value)) FROM writes GROUP BY thread_id",
+        ):
+            for thread_id, total in conn.execute(query):
+                sizes[thread_id] = sizes.get(thread_id, 0) + int(total or 0)
+    activities = [
+        Activity(
+            str(thread_id),
+            str(cid),
+            recent.get(thread_id, []),
+            thread_id in interrupted,
+            sizes.get(thread_id, 0),
+        )
+        for thread_id, cid in sorted(newest.items())
+    ]
+    health = summarize(activities, health_window, now)
+    health.requests = 5
+    health.seconds = time.perf_counter() - started
+    return health
+
+
+def read_health(url: str, key_prefix: str | None, health_window: HealthWindow) -> FleetHealth:
+    now = time.time()
+    try:
+        with open_endpoint(url, key_prefix=key_prefix) as endpoint:
+            if isinstance(endpoint, Native):
+                health: FleetHealth = endpoint.call(scan(endpoint.saver.port, health_window, now))
+                return health
+            if endpoint.kind != "sqlite":
+                raise CliError(f"graphkeep health does not read {endpoint.kind} savers yet")
+            return sqlite_health(endpoint, health_window, now)
+    except StorageUnavailable as exc:
+        raise Unreachable(" ".join(str(exc).split())) from exc
+
+
+# -- writing ---------------------------------------------------------------------------
+
+#: (name, help, FleetHealth attribute) of each gauge ``--format prometheus`` writes: the
+#: report's (:data:`~graphkeep.checkpoint.health.FLEET_GAUGES`, as the OTel Prometheus
+#: exporter names them), and ``--capacity`` after ``graphkeep_storage_bytes``
+GAUGES: list[tuple[str, str, str]] = [
+    (g.prometheus_name, g.description, g.field) for g in FLEET_GAUGES
+]
+GAUGES.insert(
+    [name for name, _, _ in GAUGES].index("graphkeep_storage_bytes") + 1,
+    (
+        "graphkeep_storage_capacity_bytes",
+        "What the store may hold (graphkeep health --capacity).",
+        "capacity",
+    ),
+)
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value: float) -> str:
+    return repr(float(value)) if isinstance(value, float) else str(value)
+
+
+def prometheus_text(health: FleetHealth, backend: str, capacity: int | None = None) -> str:
+    """The report in Prometheus' text exposition format (a ``backend`` label on each)."""
+    values: dict[str, Any] = {g.field: g.value(health) for g in FLEET_GAUGES}
+    values["capacity"] = capacity
+    labels = f'backend="{_label(backend)}"'
+    lines: list[str] = []
+    for name, help_text, key in GAUGES:
+        value = values[key]
+        if value is None:
+            continue
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+        lines.append(f"{name}{{{labels}}} {_number(value)}")
+    name = "graphkeep_runaway_thread_checkpoints"
+    lines += [
+        f"# HELP {name} Checkpoints in the runaway period of each runaway thread.",
+        f"# TYPE {name} gauge",
+    ]
+    for r in health.runaway:
+        lines.append(f'{name}{{{labels},thread_id="{_label(r.thread_id)}"}} {r.checkpoints}')
+    return "\n".join(lines) + "\n"
+
+
+def crossed(health: FleetHealth, args: argparse.Namespace) -> list[str]:
+    """The thresholds given on the command line that the report crosses."""
+    found = []
+    for name, value in (
+        ("runaway", health.threads_runaway),
+        ("interrupted", health.threads_interrupted),
+        ("active", health.threads_active),
+        ("threads", health.threads_stored),
+    ):
+        limit = getattr(args, f"max_{name}")
+        if limit is not None and value > limit:
+            found.append(f"{value} {name} thread(s) > {limit}")
+    if args.max_bytes is not None and (health.storage_bytes or 0) > args.max_bytes:
+        found.append(f"{human_bytes(health.storage_bytes)} stored > {human_bytes(args.max_bytes)}")
+    return found
+
+
+def _backend(url: str) -> str:
+    return url.split("://", 1)[0].lower()
+
+
+def cmd_health(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.json and args.format == "prometheus":
+        raise UsageError("--json and --format prometheus exclude each other")
+    count, period = args.runaway
+    health_window = HealthWindow(args.window, count, period)
+    health = read_health(args.url, args.key_prefix, health_window)
+    violations = crossed(health, args)
+    if args.json:
+        report = {
+            "url": safe_url(args.url),
+            **health.as_json(),
+            "at": iso(health.at),
+            "oldest_activity": iso(health.oldest_activity),
+            "newest_activity": iso(health.newest_activity),
+            "capacity_bytes": args.capacity,
+            "violations": violations,
+        }
+        print_json(report, out)
+    elif args.format == "prometheus":
+        out.write(prometheus_text(health, _backend(args.url), args.capacity))
+    else:
+        stored = "unknown" if health.storage_bytes is None else human_bytes(health.storage_bytes)
+        out.write(
+            f"threads: {health.threads_stored} stored, {health.threads_active} active in the"
+            f" last {_span(health.window.window)}, {health.threads_interrupted} interrupted,"
+            f" {health.threads_runaway} runaway (> {count} checkpoints in {_span(period)})\n"
+            f"stored: {stored}\n"
+            f"activity: oldest {iso(health.oldest_activity)},"
+            f" newest {iso(health.newest_activity)}\n"
+            f"scan: {health.requests} request(s), {health.seconds:.3f}s\n"
+        )
+        for r in health.runaway:
+            out.write(f"RUNAWAY {r.thread_id}: {r.checkpoints} checkpoints in {_span(period)}\n")
+        for thread_id in health.interrupted_ids[:20]:
+            out.write(f"interrupted: {thread_id}\n")
+        for line in violations:
+            out.write(f"THRESHOLD {line}\n")
+    if violations and (args.json or args.format == "prometheus"):
+        for line in violations:
+            err.write(f"graphkeep: threshold crossed: {line}\n")
+    return EXIT_THRESHOLD if violations else EXIT_OK
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
