@@ -34,7 +34,7 @@ from .conftest import REDIS_URL
 
 pytestmark = pytest.mark.redis
 
-SAVERS = {"graphkeep", "plainredis", "InMemorySaver"}
+SAVERS = {"graphkeep", "graphkeep-otel", "graphkeep-notel", "plainredis", "InMemorySaver"}
 
 
 def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -81,6 +81,12 @@ def test_quick_redis_suite_compares_three_savers_and_graphkeep_needs_8_requests_
     assert float(requests_per_turn[("W50", "graphkeep")]) <= 8
     assert float(requests_per_turn[("W50-delta", "graphkeep")]) <= 9
     assert requests_per_turn[("W50", "InMemorySaver")] == "n/a"
+    # telemetry (an SDK configured, or off) never changes what is sent
+    for work in ("W50", "W50-delta"):
+        for name in ("graphkeep-otel", "graphkeep-notel"):
+            assert requests_per_turn[(work, name)] == requests_per_turn[(work, "graphkeep")]
+    assert "W50 telemetry cost, with the SDK configured: at most 1.05 x" in done.stdout
+    assert "W50 telemetry cost, no SDK: at most 1.05 x" in done.stdout
     # plainredis pays several round trips per saver call
     assert float(requests_per_turn[("W50", "plainredis")]) > 8
 
@@ -90,11 +96,8 @@ def test_quick_redis_suite_compares_three_savers_and_graphkeep_needs_8_requests_
     # growth: the W50 thread goes on for 10 more turns; graphkeep-noshare only here
     growth = growth_rows(done.stdout)
     assert set(growth) == {
-        ("W50 / W50-20", "graphkeep"),
-        ("W50 / W50-20", "plainredis"),
-        ("W50 / W50-20", "graphkeep-noshare"),
-        ("W50-delta", "graphkeep"),
-        ("W50-delta", "plainredis"),
+        *(("W50 / W50-20", s) for s in ("graphkeep-noshare", *SAVERS - {"InMemorySaver"})),
+        *(("W50-delta", s) for s in SAVERS - {"InMemorySaver"}),
     }, done.stdout
     for saver in ("graphkeep", "plainredis", "graphkeep-noshare"):
         at_10, at_20, ratio, sent_10, median, sent_20, per_new = growth[("W50 / W50-20", saver)]
