@@ -26,6 +26,7 @@ from typing_extensions import TypedDict
 import graphkeep
 from conformance.setups import ENABLED, Setup
 from conformance.testing import marks_for
+from graphkeep.bench.concurrency_workload import established
 from graphkeep.errors import ConfigurationError, PoolExhausted
 from graphkeep.port.pools import pool_for
 from graphkeep.testing.isolation import isolated
@@ -69,26 +70,7 @@ def server_ports(setup: Setup) -> set[int]:
 
 def open_sockets(ports: set[int]) -> dict[int, int]:
     """This process's established TCP connections to each of ``ports`` (from /proc)."""
-    inodes = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    counts = dict.fromkeys(ports, 0)
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = open(table).read().splitlines()[1:]  # noqa: SIM115 - /proc, read at once
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
-            if fields[3] == "01" and fields[9] in inodes and remote_port in counts:
-                counts[remote_port] += 1
-    return counts
+    return {port: established(frozenset({port})) for port in ports}
 
 
 class Peak:

@@ -92,13 +92,10 @@ def percentile(values: Sequence[float], q: float) -> float:
 # --------------------------------------------------------------------------- watch
 
 
-@dataclass
-class WatchResult:
+class Latencies:
+    """The p50 / p95 of a measurement's ``latencies_ms`` (None when nothing was seen)."""
+
     latencies_ms: list[float]
-    missed: int
-    feed: bool
-    #: checkpoints the watcher held before ``put`` had returned (latency counted as 0)
-    early: int = 0
 
     @property
     def p50(self) -> float | None:
@@ -107,6 +104,15 @@ class WatchResult:
     @property
     def p95(self) -> float | None:
         return percentile(self.latencies_ms, 0.95) if self.latencies_ms else None
+
+
+@dataclass
+class WatchResult(Latencies):
+    latencies_ms: list[float]
+    missed: int
+    feed: bool
+    #: checkpoints the watcher held before ``put`` had returned (latency counted as 0)
+    early: int = 0
 
 
 def _checkpoint(saver: Any, step: int, previous: str | None) -> tuple[Any, str]:
@@ -182,7 +188,7 @@ def measure_watch(backend: Backend, puts: int, rng: random.Random) -> WatchResul
 
 
 @dataclass
-class BurstResult:
+class BurstResult(Latencies):
     """A watcher live on a thread while 15 turns of a 2-node graph run back to back."""
 
     checkpoints: int
@@ -190,14 +196,6 @@ class BurstResult:
     missed: int
     #: one ``list`` page of that many checkpoints read by the watcher's saver (ms)
     page_read_ms: float
-
-    @property
-    def p50(self) -> float | None:
-        return percentile(self.latencies_ms, 0.5) if self.latencies_ms else None
-
-    @property
-    def p95(self) -> float | None:
-        return percentile(self.latencies_ms, 0.95) if self.latencies_ms else None
 
     @property
     def target_ms(self) -> float:

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
+from graphkeep.checkpoint.health import id_time
 from graphkeep.errors import mask_url
 
 #: exit codes (documented in ``graphkeep --help``)
@@ -291,15 +292,6 @@ def parse_ts(value: Any) -> float | None:
     return parsed.timestamp()
 
 
-def uuid6_time(checkpoint_id: str) -> float | None:
-    """The creation time encoded in a LangGraph (uuid6) checkpoint id, or None."""
-    text = checkpoint_id.replace("-", "")
-    if len(text) != 32 or text[12] != "6":
-        return None
-    try:
-        value = int(text, 16)
-    except ValueError:
-        return None
-    ticks = ((value >> 80) << 12) | ((value >> 64) & 0x0FFF)
-    seconds = (ticks - 0x01B21DD213814000) / 10_000_000
-    return seconds if seconds > 0 else None
+#: the creation time encoded in a LangGraph (uuid6) checkpoint id, or None (one decoder:
+#: the fleet health scan's)
+uuid6_time = id_time
