@@ -7,7 +7,8 @@ measurement opens its contender afresh on a scratch space of its own:
 
 - **Redis** (``REDIS_URL``): graphkeep's ``AsyncRedisSaver`` in database ``--redis-db``,
   langgraph-checkpoint-plainredis's ``AsyncRedisSaver`` in the next, both flushed first;
-- **Redis Stack** (``REDIS_STACK_URL``, database 0): graphkeep and langgraph-checkpoint-redis's
+- **Redis Stack** (``REDIS_STACK_URL``, database 0, flushed first like the store suite's: only
+  when empty or the bench's own): graphkeep and langgraph-checkpoint-redis's
   ``AsyncRedisSaver`` (which needs RediSearch and RedisJSON, so it runs only here), each under a
   fresh key prefix (the official saver's index names are its prefixes), removed afterwards;
 - **Redis Cluster** (``REDIS_CLUSTER_URL``): graphkeep under a fresh key prefix, its threads
@@ -250,13 +251,24 @@ async def _drop_prefix(client: Any, prefix: str) -> None:
 
 
 def redis_stack_contenders(options: Options) -> list[Contender]:
-    url = redis_stack_url()
-    ports = _port(url, 6379)
+    from graphkeep.bench.suites.redis import scratch_database
+
+    stack = redis_stack_url()
+    ports = _port(stack, 6379)
+
+    def scratch() -> str:
+        """The Redis Stack database, flushed first as the store suite does (RediSearch's
+        indexes live in database 0): only when it is empty or the bench's own, so no
+        contender's leftovers (langgraph-checkpoint-redis writes keys outside its prefixes)
+        reach the next suite or run."""
+        db = int(urlsplit(stack).path.strip("/") or 0)
+        return str(scratch_database(stack, db, options.force_flush))
 
     @asynccontextmanager
     async def open_graphkeep() -> AsyncIterator[AsyncOpened]:
         import redis.asyncio as aredis
 
+        url = scratch()
         prefix = f"{KEY_PREFIX}-conc-{uuid.uuid4().hex[:8]}"
         try:
             async with _graphkeep(url, ports, key_prefix=prefix) as opened:
@@ -273,6 +285,7 @@ def redis_stack_contenders(options: Options) -> list[Contender]:
         import redis.asyncio as aredis
         from langgraph.checkpoint.redis.aio import AsyncRedisSaver
 
+        url = scratch()
         prefix = f"{KEY_PREFIX}conc{uuid.uuid4().hex[:8]}"
         probe = Probe()
         client = acount_round_trips(aredis.Redis.from_url(url), probe)
@@ -302,7 +315,10 @@ def redis_stack_contenders(options: Options) -> list[Contender]:
 
 
 def redis_stack_where(options: Options) -> str:
-    return f"{mask_url(redis_stack_url())}, each contender under a fresh key prefix"
+    return (
+        f"{mask_url(redis_stack_url())}, flushed before each contender (the bench's scratch"
+        " database), each under a fresh key prefix"
+    )
 
 
 # -- Redis Cluster
