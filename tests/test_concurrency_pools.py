@@ -308,6 +308,7 @@ def test_a_waiter_keeps_waiting_while_other_requests_finish(mode: str) -> None:
         ({"max_connections": "10"}, "max_connections must be a positive integer"),
         ({"pool_timeout": 0}, "pool_timeout must be a positive number"),
         ({"pool_timeout": "slow"}, "pool_timeout must be a positive number"),
+        ({"pool_timeout": float("inf")}, "pool_timeout must be a positive number"),
     ],
 )
 @pytest.mark.parametrize("setup", SETUPS)

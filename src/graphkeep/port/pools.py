@@ -20,6 +20,7 @@ store, cache and event log built on the same client share its connections and it
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 import weakref
@@ -65,7 +66,11 @@ def pool_options(options: dict[str, Any]) -> PoolOptions:
     timeout = options.pop("pool_timeout", DEFAULT_POOL_TIMEOUT)
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ConfigurationError(f"max_connections must be a positive integer, got {size!r}")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not 0 < timeout < math.inf
+    ):
         raise ConfigurationError(
             f"pool_timeout must be a positive number of seconds, got {timeout!r}"
         )
