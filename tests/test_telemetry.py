@@ -20,6 +20,7 @@ import textwrap
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
@@ -408,7 +409,9 @@ MARKER = "corrupt-me-4e1d"
 GARBAGE = b"\xc1" * 16  # 0xc1 is never used by msgpack
 
 
-def corrupt_redis(url: str, marker: bytes) -> int:
+@contextmanager
+def redis_keys(url: str) -> Iterator[tuple[Any, set[bytes]]]:
+    """A plain client on the test URL's server and every key under its ``key_prefix``."""
     import redis
 
     base, _, query = url.partition("?")
@@ -419,11 +422,17 @@ def corrupt_redis(url: str, marker: bytes) -> int:
         if scheme.endswith("+cluster")
         else redis.Redis.from_url(base)
     )
-    count = 0
     try:
-        keys = set(client.scan_iter(match=f"{prefix}*")) | set(
+        yield client, set(client.scan_iter(match=f"{prefix}*")) | set(
             client.scan_iter(match=f"*{{{prefix}*")
         )
+    finally:
+        client.close()
+
+
+def corrupt_redis(url: str, marker: bytes) -> int:
+    count = 0
+    with redis_keys(url) as (client, keys):
         for key in keys:
             kind = client.type(key)
             if kind == b"string" and marker in (client.get(key) or b""):
@@ -434,8 +443,6 @@ def corrupt_redis(url: str, marker: bytes) -> int:
                     if marker in value:
                         client.hset(key, field, GARBAGE)
                         count += 1
-    finally:
-        client.close()
     return count
 
 
@@ -888,21 +895,8 @@ def test_lock_wait_contention_and_watch_lag_are_measured(
 
 
 def remove_redis(url: str, marker: bytes) -> int:
-    import redis
-
-    base, _, query = url.partition("?")
-    prefix = parse_qs(query)["key_prefix"][0]
-    scheme, _, rest = base.partition("://")
-    client: Any = (
-        redis.RedisCluster.from_url(f"{scheme.removesuffix('+cluster')}://{rest}")
-        if scheme.endswith("+cluster")
-        else redis.Redis.from_url(base)
-    )
     count = 0
-    try:
-        keys = set(client.scan_iter(match=f"{prefix}*")) | set(
-            client.scan_iter(match=f"*{{{prefix}*")
-        )
+    with redis_keys(url) as (client, keys):
         for key in keys:
             kind = client.type(key)
             if kind == b"string" and marker in (client.get(key) or b""):
@@ -911,8 +905,6 @@ def remove_redis(url: str, marker: bytes) -> int:
                 doomed = [f for f, v in client.hgetall(key).items() if marker in v]
                 if doomed:
                     count += client.hdel(key, *doomed)
-    finally:
-        client.close()
     return int(count)
 
 
