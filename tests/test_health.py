@@ -143,7 +143,8 @@ def check_report(report: dict[str, Any], fleet: Fleet, *, sized: bool = True) ->
 
 
 def sized_backend(url: str) -> bool:
-    """Every backend but DynamoDB reports its bytes (DynamoDB has no cheap per-item size)."""
+    """Every backend but DynamoDB on moto reports its bytes: DynamoDB's are its table's
+    ``TableSizeBytes``, which moto always reports as 0 (no figure yet, for a table of items)."""
     return not url.startswith("dynamodb")
 
 
@@ -293,6 +294,30 @@ def test_the_scan_sends_a_fixed_number_of_requests_per_thread(graphkeep_url: str
     else:
         assert per_thread == 0  # one more thread in the same batch
     assert third.requests == second.requests
+
+
+@pytest.mark.dynamodb
+def test_dynamodb_bytes_are_the_tables_size_and_unknown_before_its_first_figure() -> None:
+    """One ``DescribeTable`` per scan: an empty table holds 0 bytes; a table of items whose
+    ``TableSizeBytes`` is still 0 (DynamoDB's first six hours; moto, always) is unknown, never
+    reported as empty. (Only a real DynamoDB shows a figure above 0.)"""
+    import boto3
+
+    endpoint = os.environ["DYNAMODB_ENDPOINT_URL"]
+    table = f"gk-health-{uuid.uuid4().hex[:8]}"
+    url = f"dynamodb://{table}?region=us-east-1&endpoint_url={endpoint}"
+    try:
+        with graphkeep.connect(url) as saver:
+            empty = fleet_health(saver)
+            _graph(_step, saver).invoke({"n": 0}, _config("one"))
+            written = fleet_health(saver)
+        assert (empty.threads_stored, empty.storage_bytes) == (0, 0)
+        assert (written.threads_stored, written.storage_bytes) == (1, None)
+        assert written.requests == empty.requests + 2  # the thread's two Queries, no more
+    finally:
+        client = boto3.client("dynamodb", region_name="us-east-1", endpoint_url=endpoint)
+        client.delete_table(TableName=table)
+        client.close()
 
 
 # -- LangGraph's SqliteSaver -----------------------------------------------------------

@@ -67,7 +67,12 @@ from graphkeep.backends.dynamodb.client import (
     parse_url,
     sync_client,
 )
-from graphkeep.backends.dynamodb.schema import definition_as, setup_table, table_definition
+from graphkeep.backends.dynamodb.schema import (
+    definition_as,
+    setup_table,
+    table_definition,
+    table_size,
+)
 from graphkeep.backends.dynamodb.ttl import ExpiringTable
 from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.records import (
@@ -191,6 +196,9 @@ class DynamoDBCheckpointPort(ExpiringTable, CheckpointPort):
 
     def write_indexes(self, thread_id: str, ns: str, checkpoint_id: str) -> Op[list[int]]:
         return watch.write_indexes(self, thread_id, ns, checkpoint_id)
+
+    def storage_bytes(self) -> Op[int | None]:
+        return table_size(self.table)
 
     def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
         return locks.acquire_lock(self, thread_id, token, ttl_ms)

@@ -119,6 +119,19 @@ def setup_table(table: str, *, run_index: bool = True) -> Op[None]:
         )
 
 
+def table_size(table: str) -> Op[int | None]:
+    """ONE ``DescribeTable``: the table's ``TableSizeBytes`` (every item of every product and
+    key prefix sharing it), which DynamoDB refreshes about every six hours. None while it
+    has no figure yet: a table holding items that reports 0 bytes (a new table, or moto,
+    which always reports 0)."""
+    described = yield Call("describe_table", {"TableName": table})
+    stats = described["Table"]
+    size = int(stats.get("TableSizeBytes") or 0)
+    if size == 0 and int(stats.get("ItemCount") or 0) > 0:
+        return None
+    return size
+
+
 def _check_table(table: dict[str, Any], run_index: bool) -> None:
     schema = {k["AttributeName"]: k["KeyType"] for k in table.get("KeySchema", [])}
     types = {a["AttributeName"]: a["AttributeType"] for a in table.get("AttributeDefinitions", [])}
