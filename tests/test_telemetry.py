@@ -974,12 +974,13 @@ def test_a_missing_value_counts_one_resume_failure_as_corrupt_data(
     assert failure.attributes["db.system.name"] == SYSTEMS[graphkeep_backend]
 
 
-@pytest.mark.redis
+@pytest.mark.parametrize("kind", [b.param() for b in RESTARTABLE])
 def test_a_server_killed_during_a_blocked_call_fails_that_calls_span(
-    otel: Otel, thread_id: str, tmp_path: Path
+    kind: Backend, otel: Otel, thread_id: str, tmp_path: Path
 ) -> None:
-    # Redis' watch blocks in XREAD on the thread's feed: the server dies while the call waits
-    with RedisServer(tmp_path / "server") as server:
+    # a watch waits for news (Redis blocks in XREAD on the thread's feed; MongoDB and DynamoDB
+    # poll): the server dies while the call waits
+    with PRIVATE[kind.name](tmp_path / "server") as server:
         prefix = f"gk-otel-{uuid.uuid4().hex[:8]}"
         with graphkeep.connect(server.url, key_prefix=prefix, telemetry=otel.option()) as saver:
             two_nodes().compile(checkpointer=saver).invoke({"log": ["hi"]}, config_of(thread_id))
