@@ -1,10 +1,11 @@
 """``graphkeep health``: the fleet's health for cron and node_exporter's textfile collector.
 
 The numbers come from :mod:`graphkeep.checkpoint.health` (one scan over the checkpoint
-port on graphkeep URLs; on LangGraph's SQLite saver the same per-thread activity, read
-with five SQL queries): active, interrupted and runaway threads, threads and bytes stored,
-the oldest and newest activity. No payload is read. ``--format prometheus`` writes the
-text exposition format; exit code 3 when a ``--max-*`` threshold is crossed.
+port on graphkeep URLs; on LangGraph's SQLite and Postgres savers the same per-thread
+activity, read with five and four SQL queries): active, interrupted and runaway threads,
+threads and bytes stored, the oldest and newest activity. No payload is read.
+``--format prometheus`` writes the text exposition format; exit code 3 when a ``--max-*``
+threshold is crossed.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from graphkeep.checkpoint.health import (
     scan,
     summarize,
 )
+from graphkeep.checkpoint.port import INTERRUPT_IDX
 from graphkeep.checkpoint.records import Activity
 from graphkeep.cli.console import (
     EXIT_OK,
     EXIT_THRESHOLD,
     CliError,
+    NotFound,
     UsageError,
     human_bytes,
     iso,
@@ -188,6 +191,81 @@ def sqlite_health(endpoint: Foreign, health_window: HealthWindow, now: float) ->
     return health
 
 
+#: the tables of LangGraph's PostgresSaver (its migrations), whose sizes are the bytes stored
+POSTGRES_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+
+#: the four queries of :func:`postgres_health`, run in one read-only snapshot
+POSTGRES_QUERIES = {
+    # the tables' sizes (heap, TOAST and indexes: what the server keeps on disk for them),
+    # and whether they exist at all; PostgreSQL's own figures, no row is read
+    "bytes": "SELECT count(t) = 3 AS present, COALESCE(SUM(pg_total_relation_size(t)), 0)"
+    " AS bytes FROM unnest(ARRAY[to_regclass('checkpoints'), to_regclass('checkpoint_blobs'),"
+    " to_regclass('checkpoint_writes')]) AS t",
+    # each thread's highest checkpoint id (every namespace)
+    "newest": "SELECT thread_id, MAX(checkpoint_id) AS newest FROM checkpoints GROUP BY thread_id",
+    # the ids above the scan's start, at most RECENT_LIMIT per thread (its newest ones)
+    "recent": "SELECT thread_id, checkpoint_id FROM (SELECT thread_id, checkpoint_id,"
+    " row_number() OVER (PARTITION BY thread_id ORDER BY checkpoint_id DESC) AS n"
+    " FROM checkpoints WHERE checkpoint_id > %(above)s) AS r"
+    " WHERE n <= %(limit)s ORDER BY thread_id, checkpoint_id",
+    # threads whose root namespace's latest checkpoint has a pending interrupt write
+    "interrupted": "SELECT c.thread_id FROM (SELECT thread_id, MAX(checkpoint_id) AS cid"
+    " FROM checkpoints WHERE checkpoint_ns = '' GROUP BY thread_id) AS c"
+    " WHERE EXISTS (SELECT 1 FROM checkpoint_writes AS w WHERE w.thread_id = c.thread_id"
+    " AND w.checkpoint_ns = '' AND w.checkpoint_id = c.cid AND w.idx = %(interrupt)s)",
+}
+
+
+def postgres_health(endpoint: Foreign, health_window: HealthWindow, now: float) -> FleetHealth:
+    """The scan on LangGraph's ``PostgresSaver``: the four :data:`POSTGRES_QUERIES` over its
+    three tables, in one read-only repeatable-read transaction (one snapshot), whatever the
+    number of threads. Ids, namespaces and write indexes only, never the ``checkpoint``,
+    ``metadata`` or ``blob`` columns; the bytes are the tables' ``pg_total_relation_size``."""
+    import psycopg
+
+    saver: Any = endpoint.saver  # a PostgresSaver: its connection (dict rows) and its lock
+    conn: psycopg.Connection[Any] = saver.conn
+    params = {
+        "above": id_at(now - max(health_window.window, health_window.runaway_period)),
+        "limit": RECENT_LIMIT,
+        "interrupt": INTERRUPT_IDX,
+    }
+    started = time.perf_counter()
+    try:
+        with saver.lock, conn.transaction(), conn.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            cur.execute(POSTGRES_QUERIES["bytes"])
+            row = cur.fetchone()
+            if row is None or not row["present"]:
+                raise NotFound(
+                    f"no LangGraph checkpoint tables ({', '.join(POSTGRES_TABLES)}) at"
+                    f" {endpoint.label} (PostgresSaver.setup() creates them)"
+                )
+            size = int(row["bytes"])
+            cur.execute(POSTGRES_QUERIES["newest"])
+            newest = {str(r["thread_id"]): str(r["newest"]) for r in cur.fetchall()}
+            recent: dict[str, list[str]] = {}
+            cur.execute(POSTGRES_QUERIES["recent"], params)
+            for r in cur.fetchall():
+                recent.setdefault(str(r["thread_id"]), []).append(str(r["checkpoint_id"]))
+            cur.execute(POSTGRES_QUERIES["interrupted"], params)
+            interrupted = {str(r["thread_id"]) for r in cur.fetchall()}
+    except psycopg.OperationalError as exc:
+        raise StorageUnavailable(
+            f"PostgreSQL at {endpoint.label} is unavailable ({type(exc).__name__}: {exc})"
+        ) from exc
+    except psycopg.Error as exc:
+        raise CliError(f"PostgreSQL at {endpoint.label}: {type(exc).__name__}: {exc}") from exc
+    activities = [
+        Activity(thread_id, cid, recent.get(thread_id, []), thread_id in interrupted)
+        for thread_id, cid in sorted(newest.items())
+    ]
+    health = summarize(activities, health_window, now, storage_bytes=size)
+    health.requests = len(POSTGRES_QUERIES)
+    health.seconds = time.perf_counter() - started
+    return health
+
+
 def read_health(url: str, key_prefix: str | None, health_window: HealthWindow) -> FleetHealth:
     now = time.time()
     try:
@@ -195,6 +273,8 @@ def read_health(url: str, key_prefix: str | None, health_window: HealthWindow) -
             if isinstance(endpoint, Native):
                 health: FleetHealth = endpoint.call(scan(endpoint.saver.port, health_window, now))
                 return health
+            if endpoint.kind == "postgres":
+                return postgres_health(endpoint, health_window, now)
             if endpoint.kind != "sqlite":
                 raise CliError(f"graphkeep health does not read {endpoint.kind} savers yet")
             return sqlite_health(endpoint, health_window, now)
