@@ -1,5 +1,7 @@
 """``graphkeep health`` and :mod:`graphkeep.checkpoint.health` on real servers: every backend
-(``graphkeep_url``: Redis, Redis Cluster, MongoDB, DynamoDB) and LangGraph's SqliteSaver.
+(``graphkeep_url``: Redis, Redis Cluster, MongoDB, DynamoDB) and LangGraph's SqliteSaver and
+PostgresSaver (on ``./dev services up postgres``: ``GRAPHKEEP_POSTGRES_URL`` or
+``POSTGRES_URL``, each test in a schema of its own).
 
 Threads are made by real LangGraph graphs: one waiting on ``interrupt()``, one interrupted and
 resumed, one runaway (many checkpoints), one calm, and one whose only checkpoint is two hours
@@ -34,6 +36,12 @@ from langgraph.types import Command, interrupt
 import graphkeep
 from graphkeep.checkpoint.health import HealthWindow, afleet_health, fleet_health, id_at, id_time
 from graphkeep.cli import main
+from graphkeep.errors import mask_url
+
+#: the ./dev service (`./dev services up postgres`); a server that does not answer fails
+POSTGRES_URL = os.environ.get("GRAPHKEEP_POSTGRES_URL") or os.environ.get(
+    "POSTGRES_URL", "postgresql://graphkeep:graphkeep@127.0.0.1:15432/graphkeep"
+)
 
 RUNAWAY_INVOKES = 8  # a one-node graph writes 3 checkpoints per invoke: 24
 RUNAWAY_LIMIT = 20
@@ -354,6 +362,176 @@ def test_health_on_a_missing_sqlite_file_is_not_found(tmp_path: Path) -> None:
     assert "no SQLite database" in err
 
 
+# -- LangGraph's PostgresSaver ---------------------------------------------------------
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A URL of the ./dev PostgreSQL whose ``search_path`` is a fresh schema, dropped after
+    the test: PostgresSaver's tables (unqualified names) and the health queries land there."""
+    import psycopg
+    from psycopg import sql
+
+    schema = f"gk_health_{uuid.uuid4().hex[:10]}"
+    try:
+        admin = psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        pytest.fail(
+            f"no PostgreSQL at {mask_url(POSTGRES_URL)} ({' '.join(str(exc).split())}):"
+            " run ./dev services up postgres, or set POSTGRES_URL",
+            pytrace=False,
+        )
+    with admin:
+        admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        try:
+            joiner = "&" if "?" in POSTGRES_URL else "?"
+            yield f"{POSTGRES_URL}{joiner}options=-csearch_path%3D{schema}"
+        finally:
+            admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+def postgres_saver(url: str) -> Any:
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    return PostgresSaver.from_conn_string(url)
+
+
+@pytest.fixture
+def postgres_fleet(postgres_url: str) -> tuple[str, Fleet]:
+    with postgres_saver(postgres_url) as saver:
+        saver.setup()
+        fleet = build_fleet(saver)
+    return postgres_url, fleet
+
+
+def postgres_tables_bytes(url: str) -> int:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT pg_total_relation_size('checkpoints') + pg_total_relation_size"
+            "('checkpoint_blobs') + pg_total_relation_size('checkpoint_writes')"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_health_on_langgraphs_postgres_saver(postgres_fleet: tuple[str, Fleet]) -> None:
+    url, fleet = postgres_fleet
+    code, report = health_json(url)
+    assert code == 0
+    check_report(report, fleet)
+    assert report["scan"]["requests"] == 4  # whatever the number of threads
+    assert report["storage_bytes"] == postgres_tables_bytes(url)
+    assert report["violations"] == []
+    assert "graphkeep:graphkeep@" not in report["url"]  # the password is masked
+
+
+def test_postgres_health_as_prometheus_text_and_text(postgres_fleet: tuple[str, Fleet]) -> None:
+    url, fleet = postgres_fleet
+    code, out, err = cli(
+        "health", url, "--format", "prometheus", "--runaway", f"{RUNAWAY_LIMIT}/10m",
+        "--capacity", "1GiB",
+    )  # fmt: skip
+    assert code == 0, err
+    promtool_check(out)
+    values = samples(out)
+    assert values['graphkeep_threads_stored{backend="postgresql"}'] == 5
+    assert values['graphkeep_threads_active{backend="postgresql"}'] == 4
+    assert values['graphkeep_threads_interrupted{backend="postgresql"}'] == 1
+    assert values['graphkeep_threads_runaway{backend="postgresql"}'] == 1
+    assert values['graphkeep_storage_bytes{backend="postgresql"}'] > 0
+    assert values['graphkeep_storage_capacity_bytes{backend="postgresql"}'] == 2**30
+    assert values['graphkeep_health_scan_requests{backend="postgresql"}'] == 4
+    runaway = (
+        f'graphkeep_runaway_thread_checkpoints{{backend="postgresql",thread_id="{fleet.runaway}"}}'
+    )
+    assert values[runaway] == fleet.runaway_checkpoints
+    code, out, err = cli("health", url, "--runaway", f"{RUNAWAY_LIMIT}/10m")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == (
+        f"threads: 5 stored, 4 active in the last 1h, 1 interrupted, 1 runaway"
+        f" (> {RUNAWAY_LIMIT} checkpoints in 10m)"
+    )
+    assert lines[1].startswith("stored: ") and lines[1] != "stored: unknown"
+    assert lines[3].startswith("scan: 4 request(s), ")
+    assert f"RUNAWAY {fleet.runaway}: {fleet.runaway_checkpoints} checkpoints in 10m" in lines
+    assert f"interrupted: {fleet.interrupted}" in lines
+
+
+def test_postgres_thresholds_exit_3_when_crossed(postgres_fleet: tuple[str, Fleet]) -> None:
+    url, fleet = postgres_fleet
+    code, report = health_json(url, "--max-runaway", "0")
+    assert code == 3
+    assert report["violations"] == ["1 runaway thread(s) > 0"]
+    code, report = health_json(url, "--max-interrupted", "0", "--max-active", "3")
+    assert code == 3
+    assert report["violations"] == ["1 interrupted thread(s) > 0", "4 active thread(s) > 3"]
+    code, out, err = cli(
+        "health", url, "--format", "prometheus", "--runaway", f"{RUNAWAY_LIMIT}/10m",
+        "--max-bytes", "1",
+    )  # fmt: skip
+    assert code == 3
+    assert "graphkeep: threshold crossed: " in err and "stored > 1 B" in err
+    code, report = health_json(url, "--window", "3h", "--max-active", "4")
+    assert code == 3 and report["threads_active"] == 5  # the old thread is within 3 h
+
+
+def test_postgres_health_counts_an_interrupt_inside_a_subgraph(postgres_url: str) -> None:
+    child = StateGraph(State)
+    child.add_node("ask", _ask)
+    child.add_edge(START, "ask")
+    child.add_edge("ask", END)
+    with postgres_saver(postgres_url) as saver:
+        saver.setup()
+        graph = _graph(child.compile(), saver)
+        graph.invoke({"n": 0}, _config("parent"))
+        assert graph.get_state(_config("parent")).interrupts
+        _, report = health_json(postgres_url)
+        assert report["interrupted"] == ["parent"] and report["threads_stored"] == 1
+        graph.invoke(Command(resume=True), _config("parent"))
+        _, report = health_json(postgres_url)
+        assert report["interrupted"] == []
+
+
+def test_postgres_health_reads_no_payload_column(postgres_fleet: tuple[str, Fleet]) -> None:
+    """PostgreSQL's own plan of each query (``EXPLAIN VERBOSE``): no node outputs or filters
+    on a ``checkpoint``, ``metadata``, ``blob`` or ``type`` column, so no payload is fetched
+    or de-TOASTed, and no plan reads another table than the saver's three."""
+    import psycopg
+
+    from graphkeep.cli.health import POSTGRES_QUERIES, POSTGRES_TABLES
+
+    url, _ = postgres_fleet
+    params = {"above": id_at(time.time() - 3600), "limit": 10_000, "interrupt": -3}
+    payload = re.compile(r"\b\w+\.(checkpoint|metadata|blob|type)\b")
+    with psycopg.connect(url) as conn:
+        for name, query in POSTGRES_QUERIES.items():
+            row = conn.execute(f"EXPLAIN (VERBOSE, FORMAT JSON) {query}", params).fetchone()
+            assert row is not None
+            nodes = [row[0][0]["Plan"]]
+            relations = set()
+            while nodes:
+                node = nodes.pop()
+                nodes.extend(node.get("Plans", []))
+                if "Relation Name" in node:
+                    relations.add(node["Relation Name"])
+                # every expression of the node (output, filters, join and sort keys ...)
+                text = json.dumps({k: v for k, v in node.items() if k != "Plans"})
+                assert not payload.search(text), (name, text)
+            assert relations <= set(POSTGRES_TABLES), (name, relations)
+
+
+def test_health_on_a_postgres_database_without_langgraphs_tables_is_not_found(
+    postgres_url: str,
+) -> None:
+    code, out, err = cli("health", postgres_url, "--json")
+    assert code == 4
+    assert out == ""
+    assert err.count("\n") == 1 and "no LangGraph checkpoint tables" in err
+
+
 # -- faults and bad input --------------------------------------------------------------
 
 
@@ -363,8 +541,9 @@ def test_health_on_a_missing_sqlite_file_is_not_found(tmp_path: Path) -> None:
         "redis://127.0.0.1:1/0",
         "mongodb://127.0.0.1:1/app?serverSelectionTimeoutMS=500",
         "dynamodb://app?region=us-east-1&endpoint_url=http://127.0.0.1:1",
+        "postgresql://graphkeep:graphkeep@127.0.0.1:1/graphkeep?connect_timeout=5",
     ],
-    ids=["redis", "mongodb", "dynamodb"],
+    ids=["redis", "mongodb", "dynamodb", "postgres"],
 )
 def test_an_unreachable_server_is_one_line_and_exit_2(url: str) -> None:
     code, out, err = cli("health", url, "--json")
