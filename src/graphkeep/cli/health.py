@@ -90,6 +90,7 @@ def add_health_command(sub: Any, common: argparse.ArgumentParser) -> None:
         "  graphkeep health mongodb://db/app --format prometheus \\\n"
         "      > /var/lib/node_exporter/textfile/graphkeep.prom\n"
         "  graphkeep health sqlite:///checkpoints.db --max-runaway 0 || alert 'dead loop'\n"
+        "  graphkeep health postgresql://user:pw@db/app --json\n"
         "\n"
         "Reads ids and indexes only (LangGraph's checkpoint ids carry their time), never a\n"
         "checkpoint's values. A thread is active when its newest checkpoint is within\n"
