@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 import zlib
@@ -85,6 +86,11 @@ def test_quick_redis_suite_compares_three_savers_and_graphkeep_needs_8_requests_
     for work in ("W50", "W50-delta"):
         for name in ("graphkeep-otel", "graphkeep-notel"):
             assert requests_per_turn[(work, name)] == requests_per_turn[(work, "graphkeep")]
+    # their cost: the W50 turns of the three run again in lockstep (turns alternating)
+    lockstep = done.stdout.split("### Telemetry cost (W50, turns in lockstep)")[1].split("###")[0]
+    for name in ("graphkeep-notel", "graphkeep-otel", "graphkeep"):
+        row = rf"^\| {name} \| [0-9.]+ \| 8\.0 \| [0-9.]+ x \|$"
+        assert re.search(row, lockstep, re.M), lockstep
     assert "W50 telemetry cost, with the SDK configured: at most 1.05 x" in done.stdout
     assert "W50 telemetry cost, no SDK: at most 1.05 x" in done.stdout
     # plainredis pays several round trips per saver call

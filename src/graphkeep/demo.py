@@ -674,7 +674,7 @@ def metrics_summary(
 ) -> dict[str, Any]:
     """One backend's run, from the difference of two snapshots: saver/store calls, the
     checkpoint write latency P50/P99, requests per call and resume failures."""
-    calls = requests = request_calls = failures = 0
+    calls = requests = failures = 0
     put_counts: list[float] = []
     bounds: Sequence[float] = ()
     for (name, attrs), point in after.items():
@@ -691,9 +691,8 @@ def metrics_summary(
                     put_counts = [a + b for a, b in zip(put_counts, delta, strict=True)]
                 else:
                     put_counts = delta
-        elif name == "graphkeep.call.requests":
-            requests += point.sum - (old.sum if old else 0)
-            request_calls += point.count - (old.count if old else 0)
+        elif name == "graphkeep.call.requests":  # a counter: requests over the calls
+            requests += point.value - (old.value if old else 0)
         elif name == "graphkeep.resume.failures":
             failures += point.value - (old.value if old else 0)
     p50 = _quantile(0.5, bounds, put_counts) if bounds else None
@@ -703,7 +702,7 @@ def metrics_summary(
         "puts": sum(put_counts),
         "p50_ms": None if p50 is None else p50 * 1000,
         "p99_ms": None if p99 is None else p99 * 1000,
-        "requests_per_call": requests / request_calls if request_calls else None,
+        "requests_per_call": requests / calls if calls else None,
         "resume_failures": failures,
     }
 

@@ -29,9 +29,17 @@ from pathlib import Path
 
 from langgraph.checkpoint.memory import InMemorySaver
 
-from graphkeep.bench import report
+from graphkeep.bench import lockstep, report
 from graphkeep.bench.probes import Probe
-from graphkeep.bench.suites import SUITES, BenchError, Options, Suite, load
+from graphkeep.bench.suites import (
+    SUITES,
+    BenchError,
+    Contender,
+    InProcess,
+    Options,
+    Suite,
+    load,
+)
 from graphkeep.bench.workloads import (
     GROWTH_WORKLOAD,
     WORKLOADS,
@@ -121,6 +129,25 @@ def warm_up() -> None:
         )
 
 
+def run_lockstep(
+    suite: Suite, contenders: Sequence[Contender], options: Options
+) -> tuple[list[str], list[tuple[str, bool]]]:
+    """The suite's lockstep contenders on W50 (:mod:`graphkeep.bench.lockstep`): the
+    report's section and the cost targets; nothing when the suite names none."""
+    by = {c.name: c for c in contenders if isinstance(c, InProcess)}
+    chosen = [(name, by[name].open) for name in suite.lockstep if name in by]
+    if len(chosen) < 2:
+        return [], []
+    started = time.perf_counter()
+    names = ", ".join(name for name, _ in chosen)
+    print(f"  {suite.name}: {names} on {GROWTH_WORKLOAD} in lockstep ...", end="", flush=True)
+    paired = lockstep.measure_lockstep(
+        chosen, workload(GROWTH_WORKLOAD), turns=options.turns, rounds=options.rounds
+    )
+    print(f" {time.perf_counter() - started:.1f} s", flush=True)
+    return lockstep.telemetry_rows(paired, chosen[0][0], suite.lockstep_costs)
+
+
 def run_suite(suite: Suite, options: Options, out: Path, chart: bool) -> list[Result]:
     contenders = suite.contenders(options)
     warm_up()
@@ -186,8 +213,14 @@ def run_suite(suite: Suite, options: Options, out: Path, chart: bool) -> list[Re
         notes=suite.notes,
         workloads=WORKLOADS,
     )
-    targets = suite.targets(results) + report.large_targets(large, suite.baseline)
+    lockstep_lines, lockstep_targets = run_lockstep(suite, contenders, options)
+    targets = (
+        suite.targets(results) + lockstep_targets + report.large_targets(large, suite.baseline)
+    )
     text = report.markdown(ctx, results, targets, large, growth)
+    if lockstep_lines:
+        head, marker, tail = text.partition("\n### ")
+        text = head + "\n".join(lockstep_lines) + "\n" + marker + tail
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{suite.name}.md").write_text(text)
     print()

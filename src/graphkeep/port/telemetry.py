@@ -24,8 +24,9 @@ instruments below, each with ``db.system.name``, ``db.namespace`` and
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -36,6 +37,7 @@ from graphkeep.port.ops import Emit, Op, Sleep, T
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import metrics, trace
+    from opentelemetry.metrics import Observation
     from opentelemetry.trace import SpanKind, Status, StatusCode
 except ImportError:  # pragma: no cover - graphkeep[otel] not installed: telemetry is off
     AVAILABLE = False
@@ -47,10 +49,6 @@ SCOPE = "graphkeep"
 
 #: ``db.client.operation.duration``'s buckets, as the database conventions advise (seconds)
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
-#: ``graphkeep.call.requests``' buckets (requests sent in one call)
-REQUEST_BUCKETS = (1.0, 2.0, 3.0, 4.0, 5.0, 8.0, 16.0, 32.0, 64.0, 128.0)
-#: ``graphkeep.put.bytes``' buckets (bytes)
-BYTE_BUCKETS = (256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0)
 #: ``graphkeep.events.append.batch_size``' buckets (events)
 BATCH_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
 
@@ -164,6 +162,33 @@ def check_telemetry(option: Any) -> Settings | None:
     )
 
 
+AttributeKey = tuple[tuple[str, Any], ...]
+
+
+class Totals:
+    """Running sums per attribute set, read by an observable counter when the SDK collects.
+
+    A call adds to a sum here (a dict update under a lock) instead of making a measurement:
+    the SDK's cost per measurement (hashing and copying its attributes, about as much as
+    the span) is then paid once per collection, not once per call. The sums live as long
+    as the meter's instruments, so a saver closed and reopened continues its counts.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sums: dict[AttributeKey, float] = {}
+
+    def add(self, key: AttributeKey, value: float) -> None:
+        with self._lock:
+            self._sums[key] = self._sums.get(key, 0) + value
+
+    def observe(self, options: Any = None) -> Iterator[Any]:
+        with self._lock:
+            found = list(self._sums.items())
+        for key, value in found:
+            yield Observation(value, dict(key))
+
+
 class Instruments:
     """Every instrument graphkeep records with, made once per meter."""
 
@@ -174,17 +199,22 @@ class Instruments:
             description="Duration of a graphkeep call (every request and retry in it).",
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
         )
-        self.requests = meter.create_histogram(
+        #: graphkeep.call.requests / graphkeep.put.bytes: counters, summed per call here
+        self.requests = Totals()
+        self.put_bytes = Totals()
+        meter.create_observable_counter(
             CALL_REQUESTS,
+            callbacks=[self.requests.observe],
             unit="{request}",
-            description="Requests sent to the server in one call.",
-            explicit_bucket_boundaries_advisory=REQUEST_BUCKETS,
+            description="Requests sent to the server by graphkeep calls (per call: over"
+            " db.client.operation.duration's count).",
         )
-        self.put_bytes = meter.create_histogram(
+        meter.create_observable_counter(
             PUT_BYTES,
+            callbacks=[self.put_bytes.observe],
             unit="By",
-            description="Payload bytes written by one put or put_writes.",
-            explicit_bucket_boundaries_advisory=BYTE_BUCKETS,
+            description="Payload bytes written by put and put_writes (per call: over"
+            " db.client.operation.duration's count).",
         )
         self.lock_wait = meter.create_histogram(
             LOCK_WAIT,
@@ -296,6 +326,7 @@ class Telemetry:
             self.settings.meter_provider is None
         )
         self._by_name: dict[str, dict[str, Any]] = {}
+        self._keys: dict[str, AttributeKey] = {}
         self.tracer: Any = None
         self.instruments: Instruments | None = None
         if not self.enabled:
@@ -329,6 +360,14 @@ class Telemetry:
         if found is None:
             found = {**self.base, "db.operation.name": name}
             self._by_name[name] = found
+        return found
+
+    def key(self, name: str) -> AttributeKey:
+        """:meth:`attributes` of ``name`` as the key of a :class:`Totals` sum (cached)."""
+        found = self._keys.get(name)
+        if found is None:
+            found = tuple(self.attributes(name).items())
+            self._keys[name] = found
         return found
 
     def span_name(self, name: str) -> str:
@@ -449,10 +488,7 @@ class Telemetry:
             instruments.duration.record(seconds, attributes)
         except Exception:  # noqa: BLE001
             pass
-        try:
-            instruments.requests.record(requests, call.attributes)
-        except Exception:  # noqa: BLE001
-            pass
+        instruments.requests.add(self.key(call.name), requests)
         reason = resume_failure_reason(exc) if exc is not None and read else None
         if reason is not None:
             try:
@@ -475,7 +511,8 @@ class Telemetry:
 
     def put_bytes(self, name: str, size: int) -> None:
         """``graphkeep.put.bytes``: payload bytes one ``put`` / ``put_writes`` writes."""
-        self._measure(lambda i: i.put_bytes, size, name)
+        if self.instruments is not None and self.active():
+            self.instruments.put_bytes.add(self.key(name), size)
 
     def append_batch(self, size: int) -> None:
         """``graphkeep.events.append.batch_size``: events in one append."""

@@ -33,6 +33,8 @@ from graphkeep.bench.probes import Probe
 from graphkeep.bench.suites import (
     NOSHARE_NOTE,
     TELEMETRY_CONTENDERS,
+    TELEMETRY_COSTS,
+    TELEMETRY_LOCKSTEP,
     TELEMETRY_NOTE,
     Contender,
     InProcess,
@@ -44,7 +46,6 @@ from graphkeep.bench.suites import (
     not_yet,
     requests_budget,
     telemetry_option,
-    telemetry_targets,
 )
 from graphkeep.bench.workloads import Opened, Result, Workload
 
@@ -271,7 +272,6 @@ def targets(results: list[Result]) -> list[tuple[str, bool]]:
     return (
         requests_budget(results, MAX_CALLS_PER_TURN, "API calls per turn (issue 4)")
         + faster_per_turn(results, "DynamoDBSaver")
-        + telemetry_targets(results)
         + growth_targets(results, STORED_MAX)
     )
 
@@ -291,6 +291,8 @@ SUITE = Suite(
     growth_contenders=growth_contenders,
     default_rounds=1,
     large_message=LARGE_MESSAGE,
+    lockstep=TELEMETRY_LOCKSTEP,
+    lockstep_costs=TELEMETRY_COSTS,
     notes=[
         "graphkeep = the default (zlib level 6 on payloads from 4 KiB);"
         " graphkeep-nozlib = the same with compress=False",

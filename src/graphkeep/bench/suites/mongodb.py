@@ -26,6 +26,8 @@ from graphkeep.bench.probes import Probe
 from graphkeep.bench.suites import (
     NOSHARE_NOTE,
     TELEMETRY_CONTENDERS,
+    TELEMETRY_COSTS,
+    TELEMETRY_LOCKSTEP,
     TELEMETRY_NOTE,
     BenchError,
     Contender,
@@ -38,7 +40,6 @@ from graphkeep.bench.suites import (
     not_yet,
     requests_budget,
     telemetry_option,
-    telemetry_targets,
 )
 from graphkeep.bench.workloads import Opened, Result, Workload
 from graphkeep.errors import mask_url
@@ -212,7 +213,6 @@ def targets(results: list[Result]) -> list[tuple[str, bool]]:
     return (
         requests_budget(results, MAX_COMMANDS_PER_TURN, "commands per turn (issue 13)")
         + faster_per_turn(results, "MongoDBSaver")
-        + telemetry_targets(results)
         + growth_targets(results, STORED_MAX)
     )
 
@@ -234,6 +234,8 @@ SUITE = Suite(
     growth_contenders=growth_contenders,
     # FerretDB answers in tens of ms per command: one round of 50 turns is ~15 minutes
     default_rounds=1,
+    lockstep=TELEMETRY_LOCKSTEP,
+    lockstep_costs=TELEMETRY_COSTS,
     notes=[
         NOSHARE_NOTE,
         TELEMETRY_NOTE,

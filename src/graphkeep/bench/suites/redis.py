@@ -25,6 +25,8 @@ from graphkeep.bench.probes import Probe, count_round_trips
 from graphkeep.bench.suites import (
     NOSHARE_NOTE,
     TELEMETRY_CONTENDERS,
+    TELEMETRY_COSTS,
+    TELEMETRY_LOCKSTEP,
     TELEMETRY_NOTE,
     BenchError,
     Contender,
@@ -37,7 +39,6 @@ from graphkeep.bench.suites import (
     not_yet,
     requests_budget,
     telemetry_option,
-    telemetry_targets,
 )
 from graphkeep.bench.workloads import Opened, Result, Workload
 from graphkeep.errors import mask_url
@@ -215,7 +216,7 @@ def targets(results: list[Result]) -> list[tuple[str, bool]]:
                 extra_history <= delta.history_entries,
             )
         )
-    return out + telemetry_targets(results) + growth_targets(results, STORED_MAX)
+    return out + growth_targets(results, STORED_MAX)
 
 
 def where(options: Options) -> str:
@@ -240,6 +241,8 @@ SUITE = Suite(
     where=where,
     targets=targets,
     growth_contenders=growth_contenders,
+    lockstep=TELEMETRY_LOCKSTEP,
+    lockstep_costs=TELEMETRY_COSTS,
     notes=[
         NOSHARE_NOTE,
         TELEMETRY_NOTE,
