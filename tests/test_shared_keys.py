@@ -72,3 +72,24 @@ def test_split_and_join_are_inverse() -> None:
     chunks = codec.split(data, 1000)
     assert len(chunks) == 256 and codec.join(chunks) == data
     assert codec.split(b"", 10) == [b""]
+
+
+@pytest.mark.parametrize("level", [1, 6])
+@pytest.mark.parametrize("size", [0, 1, 255, 256, 257, 1000, 2048, 2049, 4096, 20000, 32768, 70000])
+def test_deflate_is_zlibs_stream_with_a_window_sized_to_the_data(level: int, size: int) -> None:
+    """Any zlib reader reads it (older graphkeep included), and it is no larger than what
+    ``zlib.compress`` makes of the same bytes, but for a few bytes of a smaller hash table."""
+    import random
+    import zlib
+
+    words = b"the agent calls a tool with the weather in paris and answers the user".split()
+    rng = random.Random(size)
+    data = b" ".join(rng.choice(words) for _ in range(size))[:size]
+    packed = codec.deflate(data, level)
+    assert zlib.decompress(packed) == data
+    assert zlib.decompressobj().decompress(packed) == data
+    full = zlib.compress(data, level)
+    assert len(packed) <= len(full) * 1.02 + 4
+    if size <= codec.DEFLATE_SIZED_BYTES:
+        window = 1 << ((packed[0] >> 4) + 8)  # the zlib header's CINFO
+        assert window >= min(size, 512) and (window < 32768 or size > 16384)

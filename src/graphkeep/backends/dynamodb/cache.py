@@ -62,7 +62,7 @@ from graphkeep.backends.dynamodb.schema import setup_table
 from graphkeep.cache.port import Entry, Stored, escaped_namespace
 from graphkeep.cache.shells import AsyncCache, SyncCache
 from graphkeep.errors import ConfigurationError
-from graphkeep.port import Op
+from graphkeep.port import Op, codec
 from graphkeep.port.factory import aopened, opened
 
 __all__ = ["CACHE_OPTIONS", "AsyncDynamoDBCache", "DynamoDBCache", "DynamoDBCachePort"]
@@ -123,7 +123,7 @@ class DynamoDBCachePort:
                 item[EXP] = N(math.ceil(entry.expires_ms / 1000))
             data = entry.data
             if len(data) >= COMPRESS_MIN_BYTES:
-                packed = zlib.compress(data, DEFAULT_COMPRESS_LEVEL)
+                packed = codec.deflate(data, DEFAULT_COMPRESS_LEVEL)
                 if len(packed) <= len(data) * 0.9:
                     data = packed
                     item[CODEC] = S("zlib")

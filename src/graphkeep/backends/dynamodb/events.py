@@ -711,7 +711,7 @@ def _item(pk: str, last: int, pack: _Pack) -> dict[str, Any]:
     item: dict[str, Any] = {PK: S(pk), SK: S(event_sk(last)), COUNT: N(len(pack.payloads))}
     data = codec.packb(pack.payloads)
     if len(data) >= COMPRESS_MIN_BYTES:
-        packed = zlib.compress(data, DEFAULT_COMPRESS_LEVEL)
+        packed = codec.deflate(data, DEFAULT_COMPRESS_LEVEL)
         if len(packed) <= len(data) * (1 - COMPRESS_MIN_SAVING):
             data = packed
             item[CODEC] = S("zlib")

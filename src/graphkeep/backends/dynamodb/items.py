@@ -138,7 +138,7 @@ def attach_payload(
     """
     data = payload
     if level is not None and compressible and len(payload) >= min_bytes:
-        packed = zlib.compress(payload, level)
+        packed = codec.deflate(payload, level)
         if len(packed) <= len(payload) * (1 - COMPRESS_MIN_SAVING):
             data = packed
             item[CODEC] = S("zlib")
