@@ -37,7 +37,13 @@ TTL_OPTIONS = frozenset(
 
 
 def check_namespace(namespace: Any, *, for_write: bool, max_bytes: int) -> Namespace:
-    """LangGraph's namespace rules (InvalidNamespaceError), plus a size bound."""
+    """LangGraph's namespace rules (InvalidNamespaceError), plus a size bound.
+
+    The reserved root label ``langgraph`` is refused by the public ``put`` / ``aput`` only
+    (LangGraph's ``BaseStore`` checks it there), not here: as in LangGraph, a ``batch`` may
+    write under it, which is how LangGraph's own components (Agent Server among them) store
+    their items.
+    """
     if isinstance(namespace, list):
         namespace = tuple(namespace)
     if not isinstance(namespace, tuple):
@@ -66,10 +72,6 @@ def check_namespace(namespace: Any, *, for_write: bool, max_bytes: int) -> Names
                 f"Invalid namespace label {label!r} found in {namespace}. Namespace labels"
                 " cannot contain NUL characters."
             )
-    if for_write and namespace[0] == "langgraph":
-        raise InvalidNamespaceError(
-            f'Root label for namespace cannot be "langgraph". Got: {namespace}'
-        )
     if len(dotted_namespace(namespace).encode("utf-8")) > max_bytes:
         raise InvalidNamespaceError(
             f"namespace {dotted_namespace(namespace)[:60]!r}... is longer than {max_bytes} bytes"
