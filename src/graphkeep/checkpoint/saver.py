@@ -832,6 +832,18 @@ class AsyncSaver(SaverBase):
     def _astream(self, op: Op[None]) -> AsyncIterator[Any]:
         return adrive_iter(op, self._aexecute)
 
+    async def aget_iter(self, config: RunnableConfig) -> AsyncIterator[CheckpointTuple]:
+        """LangGraph Agent Server's read of a thread's state: ``config``'s checkpoint (the
+        latest without a ``checkpoint_id``), read now and handed back as an async iterator
+        of zero or one tuple, as the server's own savers answer it."""
+        found = await self.aget_tuple(config)
+
+        async def once() -> AsyncIterator[CheckpointTuple]:
+            if found is not None:
+                yield found
+
+        return once()
+
     def _on_loop(self, coro: Any) -> Any:
         return on_loop(
             self.loop,
