@@ -346,7 +346,9 @@ def test_agent_server_runs_on_graphkeep(agent_server: Server, graphkeep_url: str
 
 
 def test_agent_server_without_graphkeep_url_fails_at_startup(tmp_path: Path) -> None:
-    _project(tmp_path, CONFIG)
+    """Also the dotted path form: the server loads it, calls it, and stops on its error."""
+    dotted = {**CONFIG, "checkpointer": {"path": "graphkeep.server.checkpointer"}}
+    _project(tmp_path, dotted)
     server = Server(tmp_path, _environment(""))
     try:
         returncode = server.process.wait(START_TIMEOUT)

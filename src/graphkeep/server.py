@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -33,6 +34,7 @@ from graphkeep.connect import (
     class_for,
 )
 from graphkeep.errors import ConfigurationError, mask_url
+from graphkeep.store.validation import index_config, ttl_config
 
 #: every variable graphkeep.server reads, and what it holds
 VARIABLES: dict[str, str] = {
@@ -102,11 +104,15 @@ def store_settings(environ: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
     options = _json_object(environ, "GRAPHKEEP_STORE_OPTIONS")
     _key_prefix(environ, url, options, name)
     agent = _json_object(environ, "LANGGRAPH_STORE")
-    for option in ("index", "ttl"):
+    for option, check in (("index", index_config), ("ttl", ttl_config)):
         if agent.get(option):
             _no_clash(
                 options, option, "GRAPHKEEP_STORE_OPTIONS", f"langgraph.json's store.{option}"
             )
+            try:
+                check(agent[option])
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"LANGGRAPH_STORE: store.{option}: {exc}") from exc
             options[option] = dict(agent[option])
     if "index" in options and isinstance(options["index"].get("embed"), str):
         options["index"]["embed"] = _embeddings(options["index"])
@@ -275,13 +281,12 @@ def _serde_options(config: Any) -> dict[str, Any]:
 
 
 def _embeddings(index: Mapping[str, Any]) -> Any:
-    """``index.embed`` resolved as Agent Server resolves it for its own store
-    (``./file.py:function``, ``package.module:function`` or ``provider:model``); outside
-    Agent Server, ``provider:model`` is left to LangGraph's ``init_embeddings``."""
-    try:
-        resolve = importlib.import_module("langgraph_api.graph").resolve_embeddings
-    except ImportError:
+    """``index.embed`` resolved, inside Agent Server, as the server resolves it for its own
+    store (``./file.py:function``, ``package/module.py:function`` or ``provider:model``);
+    elsewhere the string is left to LangGraph's ``init_embeddings`` (``provider:model``)."""
+    if "langgraph_api" not in sys.modules:  # not in Agent Server: its config needs its env
         return index["embed"]
+    resolve = importlib.import_module("langgraph_api.graph").resolve_embeddings
     try:
         return resolve(dict(index))
     except Exception as exc:  # noqa: BLE001 - whatever the model loader raises, named
