@@ -284,3 +284,15 @@ def test_the_observability_page_names_every_metric_and_attribute_the_code_record
         assert f"`{name}`" in text, name
     buckets = ", ".join(f"{b:g}" for b in telemetry.DURATION_BUCKETS)
     assert f"`[{buckets}]`" in text
+
+
+def test_the_agent_server_page_lists_every_variable_graphkeep_server_reads() -> None:
+    from graphkeep.server import VARIABLES
+
+    table = section((DOCS / "agent-server.md").read_text(), "Environment")
+    listed = set(re.findall(r"^\| `(\w+)` \|", table, re.M))
+    assert listed == set(VARIABLES)
+    readme = section((ROOT / "README.md").read_text(), "Deploy on LangGraph Agent Server")
+    assert {v for v in VARIABLES if v.startswith("GRAPHKEEP_")} <= set(
+        re.findall(r"`(\w+)`", readme)
+    )

@@ -58,7 +58,7 @@ def test_ttl_seconds_win_over_the_thread_ttl_in_minutes() -> None:
 
 
 def test_keep_latest_thread_ttl_is_not_a_native_ttl() -> None:
-    ttl = {"strategy": "keep_latest", "default_ttl": 60}
+    ttl = {"strategy": "Keep_Latest", "default_ttl": 60}  # the server lower-cases it too
     environ = {"GRAPHKEEP_URL": URL, "LANGGRAPH_CHECKPOINTER": _agent(ttl=ttl)}
     assert checkpointer_settings(environ)[1] == {}
 
@@ -144,6 +144,10 @@ def test_options_variables_reach_connect() -> None:
         (
             {"GRAPHKEEP_URL": URL, "LANGGRAPH_CHECKPOINTER": _agent(ttl={"default_ttl": -1})},
             "LANGGRAPH_CHECKPOINTER: ttl.default_ttl must be a positive number",
+        ),
+        (
+            {"GRAPHKEEP_URL": URL, "LANGGRAPH_CHECKPOINTER": _agent(ttl={"strategy": "drop"})},
+            "LANGGRAPH_CHECKPOINTER: ttl.strategy must be delete or keep_latest",
         ),
         (
             {"GRAPHKEEP_URL": URL, "LANGGRAPH_CHECKPOINTER": _agent(serde={"pickle": True})},

@@ -52,7 +52,9 @@ VARIABLES: dict[str, str] = {
     "LANGGRAPH_STORE": "set by Agent Server from langgraph.json: index, ttl",
 }
 
-#: thread TTL strategies graphkeep's native TTL can honour: the whole thread expires
+#: Agent Server's thread TTL strategies (none given: delete)
+THREAD_TTL_STRATEGIES = (None, "delete", "keep_latest")
+#: those graphkeep's native TTL honours: the whole thread expires
 NATIVE_TTL_STRATEGIES = (None, "delete")
 
 
@@ -193,7 +195,13 @@ def _ttl_seconds(environ: Mapping[str, str], agent: Mapping[str, Any]) -> float 
         return None
     if not isinstance(thread_ttl, Mapping):
         raise ConfigurationError(f"{name}: ttl must be an object, got {thread_ttl!r}")
-    if thread_ttl.get("strategy") not in NATIVE_TTL_STRATEGIES:
+    strategy = thread_ttl.get("strategy")
+    strategy = strategy.lower() if isinstance(strategy, str) else strategy
+    if strategy not in THREAD_TTL_STRATEGIES:
+        raise ConfigurationError(
+            f"{name}: ttl.strategy must be delete or keep_latest, got {thread_ttl['strategy']!r}"
+        )
+    if strategy not in NATIVE_TTL_STRATEGIES:
         # keep_latest keeps a thread's latest checkpoint: the server's own sweeper does that
         # with aprune where its runtime runs one; graphkeep's native TTL would drop the thread
         return None
