@@ -232,6 +232,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except StorageUnavailable as exc:
         raise Unreachable(" ".join(str(exc).split())) from exc
     final = report if after is None else _merged(report, after)
+    final.requests += sum(r.requests for r in repairs or [])
     if args.json:
         body: dict[str, Any] = {
             "url": opened.label,
