@@ -140,12 +140,15 @@ class CheckReport:
     #: the last thread checked (``--after`` resumes after it)
     last_thread: str | None = None
     requests: int = 0
+    #: the most requests the check of one thread sent
+    thread_requests: int = 0
     seconds: float = 0.0
 
     def add(self, checked: ThreadCheck) -> None:
         self.threads += 1
         self.checkpoints += checked.checkpoints
         self.requests += checked.requests
+        self.thread_requests = max(self.thread_requests, checked.requests)
         self.last_thread = checked.thread_id
         if checked.findings:
             self.findings.extend(checked.findings)

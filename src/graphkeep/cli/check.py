@@ -177,6 +177,7 @@ def _run(endpoint: Native, args: argparse.Namespace, err: TextIO) -> CheckReport
             report.threads += page.threads
             report.checkpoints += page.checkpoints
             report.requests += page.requests
+            report.thread_requests = max(report.thread_requests, page.thread_requests)
             report.last_thread = page.last_thread or report.last_thread
             if cursor is None:
                 break
@@ -239,7 +240,11 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             **final.totals(),
             "findings": [f.as_json() for f in final.findings],
             "last_thread": report.last_thread,
-            "scan": {"requests": report.requests, "seconds": round(report.seconds, 4)},
+            "scan": {
+                "requests": report.requests,
+                "thread_requests_max": report.thread_requests,
+                "seconds": round(report.seconds, 4),
+            },
         }
         if args.repair:
             body["repair"] = {
