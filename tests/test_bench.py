@@ -450,8 +450,9 @@ def test_quick_dynamodb_suite_reports_capacity_units_per_turn_beside_the_rivals(
         assert float(wcu) >= 1 and float(rcu) >= 0.5, (work, saver)
         assert float(wcu) + 2 * float(rcu) >= float(requests), (work, saver)
         assert float(put.split(" / ")[0]) >= 1 and float(get_tuple.split(" / ")[1]) >= 0.5
-    # graphkeep's put_writes is one TransactWriteItems of the task's 2 writes: 2 x 1 WCU each
-    assert rows[("W50", "graphkeep")][4] == "4.00 / 0.00"
+    # most of graphkeep's puts are a TransactWriteItems of the head and its new values, each
+    # item twice 1 WCU; a put of the head alone is one PutItem, 1 WCU
+    assert float(rows[("W50", "graphkeep")][3].split(" / ")[0]) > 2
     assert re.search(
         r"\[(met|MISSED)\] W50: graphkeep WCU/turn <= DynamoDBSaver's \(issue 28\): [0-9.]+ vs"
         r" [0-9.]+",
