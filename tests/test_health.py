@@ -189,8 +189,8 @@ def test_a_window_that_misses_every_checkpoint_counts_no_thread_active(
     assert report["threads_runaway"] == 0  # 24 checkpoints are not more than 1000
 
 
-def test_thresholds_on_the_command_line_exit_3_when_crossed(fleet_url: tuple[str, Fleet]) -> None:
-    url, fleet = fleet_url
+def check_thresholds(url: str) -> None:
+    """The fleet's thresholds (1 runaway, 1 interrupted, 4 active): crossed, exit 3."""
     code, report = health_json(url, "--max-runaway", "0")
     assert code == 3
     assert report["violations"] == ["1 runaway thread(s) > 0"]
@@ -199,6 +199,11 @@ def test_thresholds_on_the_command_line_exit_3_when_crossed(fleet_url: tuple[str
     code, report = health_json(url, "--max-interrupted", "0", "--max-active", "3")
     assert code == 3
     assert report["violations"] == ["1 interrupted thread(s) > 0", "4 active thread(s) > 3"]
+
+
+def test_thresholds_on_the_command_line_exit_3_when_crossed(fleet_url: tuple[str, Fleet]) -> None:
+    url, fleet = fleet_url
+    check_thresholds(url)
     code, out, err = cli("health", url, "--runaway", f"{RUNAWAY_LIMIT}/10m", "--max-threads", "4")
     assert code == 3
     assert f"RUNAWAY {fleet.runaway}: {fleet.runaway_checkpoints} checkpoints in 10m" in out
@@ -462,12 +467,7 @@ def test_postgres_health_as_prometheus_text_and_text(postgres_fleet: tuple[str, 
 
 def test_postgres_thresholds_exit_3_when_crossed(postgres_fleet: tuple[str, Fleet]) -> None:
     url, fleet = postgres_fleet
-    code, report = health_json(url, "--max-runaway", "0")
-    assert code == 3
-    assert report["violations"] == ["1 runaway thread(s) > 0"]
-    code, report = health_json(url, "--max-interrupted", "0", "--max-active", "3")
-    assert code == 3
-    assert report["violations"] == ["1 interrupted thread(s) > 0", "4 active thread(s) > 3"]
+    check_thresholds(url)
     code, out, err = cli(
         "health", url, "--format", "prometheus", "--runaway", f"{RUNAWAY_LIMIT}/10m",
         "--max-bytes", "1",
