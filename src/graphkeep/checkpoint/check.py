@@ -36,7 +36,7 @@ from graphkeep.checkpoint.ids import id_time
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL
 from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.records import Inventory, Summary
-from graphkeep.port.ops import Op
+from graphkeep.port.ops import Op, counted
 
 __all__ = [
     "ERROR",
@@ -49,7 +49,6 @@ __all__ = [
     "ThreadCheck",
     "check_thread",
     "check_threads",
-    "counted",
     "findings_of",
     "plan_problems",
     "repair_thread",
@@ -419,22 +418,6 @@ def plan_problems(
 
 
 # -- ops over the port -----------------------------------------------------------------
-
-
-def counted(op: Op[Any], tally: list[int]) -> Op[Any]:
-    """``op``, counting the requests it yields into ``tally[0]``."""
-    try:
-        request = next(op)
-        while True:
-            tally[0] += 1
-            try:
-                result = yield request
-            except BaseException as exc:  # the executor's error goes into the op
-                request = op.throw(exc)
-            else:
-                request = op.send(result)
-    except StopIteration as stop:
-        return stop.value
 
 
 def check_thread(port: CheckpointPort, thread_id: str, ns: str | None = None) -> Op[ThreadCheck]:

@@ -21,7 +21,7 @@ from graphkeep.checkpoint.ids import id_at, id_time
 from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.records import Activity
 from graphkeep.checkpoint.saver import SaverBase
-from graphkeep.port.ops import Op
+from graphkeep.port.ops import Op, counted
 
 __all__ = [
     "FLEET_GAUGES",
@@ -253,22 +253,6 @@ def summarize(
     )
 
 
-def _counted(op: Op[Any], tally: list[int]) -> Op[Any]:
-    """``op``, counting the requests it yields into ``tally[0]``."""
-    try:
-        request = next(op)
-        while True:
-            tally[0] += 1
-            try:
-                result = yield request
-            except BaseException as exc:  # the executor's error goes into the op
-                request = op.throw(exc)
-            else:
-                request = op.send(result)
-    except StopIteration as stop:
-        return stop.value
-
-
 def _activities(
     port: CheckpointPort, window: HealthWindow, now: float
 ) -> Op[tuple[list[Activity], int | None]]:
@@ -299,7 +283,7 @@ def scan(port: CheckpointPort, window: HealthWindow, now: float | None = None) -
     at = time.time() if now is None else now
     started = time.perf_counter()
     tally = [0]
-    activities, size = yield from _counted(_activities(port, window, at), tally)
+    activities, size = yield from counted(_activities(port, window, at), tally)
     health = summarize(activities, window, at, storage_bytes=size)
     health.requests = tally[0]
     health.seconds = time.perf_counter() - started
