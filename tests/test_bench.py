@@ -7,18 +7,23 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 from langgraph.checkpoint.memory import InMemorySaver
 
 import graphkeep
+from graphkeep.backends.dynamodb.requests import error_code
 from graphkeep.bench import cli, report
+from graphkeep.bench.capacity import item_size
 from graphkeep.bench.probes import Probe, count_round_trips, packed_size
 from graphkeep.bench.suites import Options, growth_targets
-from graphkeep.bench.suites.dynamodb import body_size
+from graphkeep.bench.suites.dynamodb import body_size, count_capacity, drop_table, dynamodb_client
 from graphkeep.bench.worker import InSubprocess
 from graphkeep.bench.workloads import (
     Opened,
@@ -291,3 +296,168 @@ def test_growth_rows_and_issue_13_targets() -> None:
     assert "- sent = body bytes" in table
     assert "| W50 / W50-100 | graphkeep | 390.6 | 781.2 | 2.00 | 11.6 | 8.8 | 8.9 |" in table
     assert "| W50 / W50-100 | rival | 3,906.2 | 15,234.4 | 3.90 | 48.8 | 44.4 | 97.7 |" in table
+
+
+# --------------------------------------------------------------------------- capacity units
+
+
+@pytest.fixture
+def metered() -> Iterator[tuple[Any, str, Probe]]:
+    """A boto3 client on a fresh ``pk``/``sk`` table of the DynamoDB endpoint, its calls'
+    capacity units reported to a probe."""
+    client = dynamodb_client()
+    table = f"gk_test_capacity_{uuid.uuid4().hex[:8]}"
+    client.create_table(
+        TableName=table,
+        KeySchema=[
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    probe = Probe()
+    count_capacity(client, probe, "pk", "sk")
+    try:
+        yield client, table, probe
+    finally:
+        drop_table(client, table)
+        client.close()
+
+
+def sized(pk: str, sk: str, size: int) -> dict[str, Any]:
+    """An item of exactly ``size`` bytes by DynamoDB's rules."""
+    item = {"pk": {"S": pk}, "sk": {"S": sk}}
+    item["v"] = {"B": b"x" * (size - item_size(item) - 1)}
+    assert item_size(item) == size
+    return item
+
+
+def units(probe: Probe, call: Any) -> tuple[float, float]:
+    """(WCU, RCU) the call consumed."""
+    before = probe.write_units, probe.read_units
+    try:
+        call()
+    except ClientError as exc:
+        assert error_code(exc) in (
+            "ConditionalCheckFailedException",
+            "TransactionCanceledException",
+        )
+    return probe.write_units - before[0], probe.read_units - before[1]
+
+
+@pytest.mark.dynamodb
+def test_capacity_units_follow_aws_rules_for_each_api_call(
+    metered: tuple[Any, str, Probe],
+) -> None:
+    client, table, probe = metered
+    big, small = sized("p", "a", 1500), sized("p", "b", 300)
+    # writes: 1 WCU per KB rounded up per item; a replacement bills the larger image
+    assert units(probe, lambda: client.put_item(TableName=table, Item=big)) == (2, 0)
+    assert units(probe, lambda: client.put_item(TableName=table, Item=small)) == (1, 0)
+    assert units(probe, lambda: client.put_item(TableName=table, Item=sized("p", "b", 200))) == (
+        1,
+        0,
+    )
+    # a failed condition still bills the existing item
+    conditional = {"ConditionExpression": "attribute_not_exists(sk)"}
+    replace_big = sized("p", "a", 100)
+    assert units(
+        probe, lambda: client.put_item(TableName=table, Item=replace_big, **conditional)
+    ) == (2, 0)
+    # BatchWriteItem: each item alone; TransactWriteItems: every action twice
+    three = [sized("q", f"{n}", 1500) for n in range(3)]
+    requests = [{"PutRequest": {"Item": item}} for item in three]
+    assert units(probe, lambda: client.batch_write_item(RequestItems={table: requests})) == (6, 0)
+    pair = [{"Put": {"TableName": table, "Item": sized("t", f"{n}", 500)}} for n in range(2)]
+    assert units(probe, lambda: client.transact_write_items(TransactItems=pair)) == (4, 0)
+    # UpdateItem bills the larger of before and after
+    update = {
+        "TableName": table,
+        "Key": {"pk": {"S": "p"}, "sk": {"S": "b"}},
+        "UpdateExpression": "SET #v = :v",
+        "ExpressionAttributeNames": {"#v": "v"},
+        "ExpressionAttributeValues": {":v": {"B": b"y" * 2100}},
+    }
+    assert units(probe, lambda: client.update_item(**update)) == (3, 0)
+
+    # reads: 1 RCU per 4 KB strongly consistent, half eventually, rounded per item
+    key = {"pk": {"S": "p"}, "sk": {"S": "a"}}
+    assert units(probe, lambda: client.get_item(TableName=table, Key=key, ConsistentRead=True)) == (
+        0,
+        1,
+    )
+    assert units(probe, lambda: client.get_item(TableName=table, Key=key)) == (0, 0.5)
+    missing = {"pk": {"S": "p"}, "sk": {"S": "zz"}}
+    assert units(
+        probe, lambda: client.get_item(TableName=table, Key=missing, ConsistentRead=True)
+    ) == (0, 1)
+    keys = [{"pk": {"S": "q"}, "sk": {"S": f"{n}"}} for n in range(3)]
+    batch = {table: {"Keys": keys, "ConsistentRead": True}}
+    assert units(probe, lambda: client.batch_get_item(RequestItems=batch)) == (0, 3)
+    # Query: the bytes of every item read, rounded up once (3 x 1500 B = 2 RCU)
+    query = {
+        "TableName": table,
+        "KeyConditionExpression": "pk = :p",
+        "ExpressionAttributeValues": {":p": {"S": "q"}},
+        "ConsistentRead": True,
+    }
+    assert units(probe, lambda: client.query(**query)) == (0, 2)
+    # ... a projection does not make the items read smaller, a filter drops them after
+    assert units(probe, lambda: client.query(**query, ProjectionExpression="sk")) == (0, 2)
+    filtered = {"FilterExpression": "sk = :one", "ExpressionAttributeValues": {
+        ":p": {"S": "q"}, ":one": {"S": "1"}}}  # fmt: skip
+    assert units(probe, lambda: client.query(**{**query, **filtered})) == (0, 2)
+    # ... a page reads up to its LastEvaluatedKey; the next starts after it
+    pages: list[dict[str, Any]] = []
+    assert units(probe, lambda: pages.append(client.query(**query, Limit=1))) == (0, 1)
+    rest = {**query, "ExclusiveStartKey": pages[0]["LastEvaluatedKey"]}
+    rest["ProjectionExpression"] = "pk"
+    assert units(probe, lambda: client.query(**rest)) == (0, 1)  # 3,000 B
+    between = {
+        **query,
+        "KeyConditionExpression": "pk = :p AND sk BETWEEN :lo AND :hi",
+        "ExpressionAttributeValues": {":p": {"S": "q"}, ":lo": {"S": "1"}, ":hi": {"S": "2"}},
+        "ConsistentRead": False,
+    }
+    assert units(probe, lambda: client.query(**between)) == (0, 0.5)  # 3,000 B
+
+
+@pytest.mark.dynamodb
+def test_quick_dynamodb_suite_reports_capacity_units_per_turn_beside_the_rivals(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "graphkeep.bench", "--suite", "dynamodb", "--turns", "3",
+         "--rounds", "1", "--history-runs", "1", "--growth-turns", "0", "--no-chart",
+         "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    section = done.stdout.split("### Capacity units per turn")[1].split("###")[0]
+    rows: dict[tuple[str, str], list[str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 8 and cells[0].startswith("W50"):
+            rows[(cells[0], cells[1])] = cells[2:]
+    savers = {"graphkeep", "graphkeep-nozlib", "graphkeep-otel", "graphkeep-notel"}
+    assert set(rows) == {(w, s) for w in ("W50", "W50-delta") for s in {*savers, "DynamoDBSaver"}}
+    for (work, saver), (requests, wcu, rcu, put, _, get_tuple) in rows.items():
+        # every write request bills at least 1 WCU, every read at least 0.5 RCU
+        assert float(wcu) >= 1 and float(rcu) >= 0.5, (work, saver)
+        assert float(wcu) + 2 * float(rcu) >= float(requests), (work, saver)
+        assert float(put.split(" / ")[0]) >= 1 and float(get_tuple.split(" / ")[1]) >= 0.5
+    # most of graphkeep's puts are a TransactWriteItems of the head and its new values, each
+    # item twice 1 WCU; a put of the head alone is one PutItem, 1 WCU
+    assert float(rows[("W50", "graphkeep")][3].split(" / ")[0]) > 2
+    assert re.search(
+        r"\[(met|MISSED)\] W50: graphkeep WCU/turn <= DynamoDBSaver's \(issue 28\): [0-9.]+ vs"
+        r" [0-9.]+",
+        done.stdout,
+    )
+    assert "W50: graphkeep RCU/turn <= DynamoDBSaver's (issue 28)" in done.stdout
+    assert "moto's own ReturnConsumedCapacity figures are fixed" in done.stdout
+    assert section in (tmp_path / "dynamodb.md").read_text()

@@ -60,6 +60,10 @@ class CorruptData(GraphkeepError):
     """Stored data cannot be read back whole (e.g. a list element record is missing)."""
 
 
+class UnsafePrune(GraphkeepError):
+    """A prune plan would take from a kept checkpoint what it needs (nothing was deleted)."""
+
+
 class UnknownRun(InvalidInput):
     """An event-log run id has no events, heartbeat or close (never written, or expired)."""
 
@@ -93,6 +97,7 @@ __all__ = [
     "SerializationError",
     "StorageUnavailable",
     "UnknownRun",
+    "UnsafePrune",
     "mask_url",
 ]
 

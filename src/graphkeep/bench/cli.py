@@ -208,6 +208,7 @@ def run_suite(suite: Suite, options: Options, out: Path, chart: bool) -> list[Re
         request_label=suite.request_label,
         sent_label=suite.sent_label,
         growth_stored_label=suite.growth_stored_label or suite.stored_label,
+        capacity_label=suite.capacity_label,
         baseline=suite.baseline,
         rival=suite.rival,
         notes=suite.notes,

@@ -44,6 +44,9 @@ class Tally:
     calls: dict[str, int] = field(default_factory=dict)
     requests: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    #: capacity units the requests consumed (DynamoDB's WCU and RCU; empty: not counted)
+    write_units: dict[str, float] = field(default_factory=dict)
+    read_units: dict[str, float] = field(default_factory=dict)
 
     @property
     def total_requests(self) -> int:
@@ -58,6 +61,8 @@ class Tally:
             "calls": dict(self.calls),
             "requests": dict(self.requests),
             "seconds": dict(self.seconds),
+            "write_units": dict(self.write_units),
+            "read_units": dict(self.read_units),
         }
 
     @classmethod
@@ -66,6 +71,8 @@ class Tally:
             dict(data.get("calls", {})),
             dict(data.get("requests", {})),
             dict(data.get("seconds", {})),
+            dict(data.get("write_units", {})),
+            dict(data.get("read_units", {})),
         )
 
 
@@ -81,6 +88,11 @@ class Probe:
         self._seconds: dict[str, float] = {}
         self._total = 0
         self._sent = 0
+        #: set by a capacity meter attached to the client (the DynamoDB suite)
+        self.counts_capacity = False
+        self._write_units: dict[str, float] = {}
+        self._read_units: dict[str, float] = {}
+        self._units = [0.0, 0.0]
 
     # -- the client side -------------------------------------------------------------
 
@@ -91,6 +103,25 @@ class Probe:
             self._total += n
             self._sent += sent
             self._requests[method] += n
+
+    def consumed(self, read: float = 0.0, write: float = 0.0) -> None:
+        """Record capacity units consumed by a request of the current thread."""
+        method = getattr(self._local, "method", None) or OUTSIDE
+        with self._lock:
+            self._read_units[method] = self._read_units.get(method, 0.0) + read
+            self._write_units[method] = self._write_units.get(method, 0.0) + write
+            self._units[0] += read
+            self._units[1] += write
+
+    @property
+    def read_units(self) -> float:
+        with self._lock:
+            return self._units[0]
+
+    @property
+    def write_units(self) -> float:
+        with self._lock:
+            return self._units[1]
 
     @property
     def total(self) -> int:
@@ -173,7 +204,11 @@ class Probe:
                 dict(self._calls),
                 dict(self._requests) if self.counts_requests else {},
                 dict(self._seconds),
+                {m: u for m, u in self._write_units.items() if u},
+                {m: u for m, u in self._read_units.items() if u},
             )
+            self._write_units.clear()
+            self._read_units.clear()
             self._calls.clear()
             self._requests.clear()
             self._seconds.clear()

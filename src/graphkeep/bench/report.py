@@ -50,6 +50,8 @@ class Context:
     #: how bytes sent are counted, and what the growth rows' stored bytes are
     sent_label: str = ""
     growth_stored_label: str = ""
+    #: how capacity units are counted (the DynamoDB suite), for the capacity section
+    capacity_label: str = ""
 
 
 #: bytes sent per turn: the median is over this many last turns
@@ -126,11 +128,65 @@ def markdown(
                 f" history ms {ratio(theirs.history_ms, ours.history_ms)},"
                 f" history requests {ratio(theirs.history_requests, ours.history_requests)}"
             )
+    lines += capacity_table(ctx, results)
     lines += growth_table(ctx, [*results, *growth])
     lines += large_table(large)
     lines += target_lines(targets)
     lines += ["", *where_requests_go(results)]
     return "\n".join(lines) + "\n"
+
+
+#: the saver methods whose capacity units per call the capacity section shows
+CAPACITY_METHODS = ("put", "put_writes", "get_tuple")
+
+
+def capacity_table(ctx: Context, results: Sequence[Result]) -> list[str]:
+    """Capacity units per turn (DynamoDB's WCU and RCU), and per saver call of the turns."""
+    rows = [r for r in results if r.write_units_per_turn is not None]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "### Capacity units per turn",
+        "",
+        "Write and read capacity units (WCU, RCU) the turns' requests consume, computed by"
+        " AWS's rules from each request and its response, beside the requests per turn; then"
+        " WCU / RCU per saver call of the turns.",
+        "",
+        *([f"- {ctx.capacity_label}"] if ctx.capacity_label else []),
+        "",
+    ]
+    headers = [
+        "workload",
+        "saver",
+        "requests/turn",
+        "WCU/turn",
+        "RCU/turn",
+        *(f"{m}: WCU / RCU per call" for m in CAPACITY_METHODS),
+    ]
+    cells = []
+    for r in rows:
+        per_call = []
+        for method in CAPACITY_METHODS:
+            calls = r.turn_tally.calls.get(method, 0)
+            if not calls:
+                per_call.append("")
+                continue
+            wcu = r.turn_tally.write_units.get(method, 0.0) / calls
+            rcu = r.turn_tally.read_units.get(method, 0.0) / calls
+            per_call.append(f"{wcu:,.2f} / {rcu:,.2f}")
+        cells.append(
+            [
+                r.workload,
+                r.saver,
+                number(r.requests_per_turn, 2),
+                number(r.write_units_per_turn, 2),
+                number(r.read_units_per_turn, 2),
+                *per_call,
+            ]
+        )
+    lines += table(headers, cells, "ll" + "r" * (len(headers) - 2))
+    return lines
 
 
 def sent_at(r: Result, turn: int) -> int | None:

@@ -196,6 +196,9 @@ class Result:
     #: ``turns + extra_turns`` turns
     stored_first: int | None = None
     stored_last: int | None = None
+    #: capacity units consumed per turn (DynamoDB's WCU and RCU; None: not counted)
+    write_units_per_turn: float | None = None
+    read_units_per_turn: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -262,9 +265,11 @@ def measure(
 
     durations: list[float] = []
     requests_before = probe.total
+    units_before = probe.write_units, probe.read_units
     for turn in range(1, turns + 1):
         durations.append(run_turn(turn))
     turn_requests = probe.total - requests_before
+    turn_units = probe.write_units - units_before[0], probe.read_units - units_before[1]
     turn_tally = probe.take()
 
     check_messages(turns)
@@ -317,6 +322,8 @@ def measure(
         extra_turns=extra_turns,
         stored_first=stored_first,
         stored_last=stored_last,
+        write_units_per_turn=turn_units[0] / turns if probe.counts_capacity else None,
+        read_units_per_turn=turn_units[1] / turns if probe.counts_capacity else None,
     )
 
 
@@ -336,6 +343,8 @@ def combine(rounds: list[Result]) -> Result:
     per_turn = [r.requests_per_turn for r in rounds if r.requests_per_turn is not None]
     stored = [r.stored_bytes for r in rounds if r.stored_bytes is not None]
     grown = next((r for r in rounds if r.extra_turns), first)
+    wcu = [r.write_units_per_turn for r in rounds if r.write_units_per_turn is not None]
+    rcu = [r.read_units_per_turn for r in rounds if r.read_units_per_turn is not None]
     return Result(
         suite=first.suite,
         saver=first.saver,
@@ -356,6 +365,8 @@ def combine(rounds: list[Result]) -> Result:
         extra_turns=grown.extra_turns,
         stored_first=grown.stored_first,
         stored_last=grown.stored_last,
+        write_units_per_turn=statistics.fmean(wcu) if wcu else None,
+        read_units_per_turn=statistics.fmean(rcu) if rcu else None,
     )
 
 

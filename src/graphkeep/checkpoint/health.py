@@ -17,10 +17,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from graphkeep.checkpoint.ids import id_at, id_time
 from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.records import Activity
 from graphkeep.checkpoint.saver import SaverBase
-from graphkeep.port.ops import Op
+from graphkeep.port.ops import Op, counted
 
 __all__ = [
     "FLEET_GAUGES",
@@ -44,32 +45,6 @@ RECENT_LIMIT = 10_000
 THREAD_PAGE = 500
 #: threads per ``activities`` request (a Redis pipeline)
 ACTIVITY_BATCH = 100
-
-#: 100 ns ticks between the Gregorian epoch (uuid1/uuid6 time) and the Unix epoch
-_GREGORIAN_OFFSET = 0x01B21DD213814000
-
-
-def id_time(checkpoint_id: str) -> float | None:
-    """The creation time (POSIX seconds) in a uuid6 checkpoint id, or None."""
-    text = checkpoint_id.replace("-", "")
-    if len(text) != 32 or text[12] != "6":
-        return None
-    try:
-        value = int(text, 16)
-    except ValueError:
-        return None
-    ticks = ((value >> 80) << 12) | ((value >> 64) & 0x0FFF)
-    seconds = (ticks - _GREGORIAN_OFFSET) / 10_000_000
-    return seconds if seconds > 0 else None
-
-
-def id_at(seconds: float) -> str:
-    """The lowest uuid6 checkpoint id of the instant ``seconds``: every id LangGraph makes
-    from then on sorts above it (ids compare as text, time first)."""
-    ticks = int(seconds * 10_000_000) + _GREGORIAN_OFFSET
-    value = ((ticks >> 12) << 80) | (0x6 << 76) | ((ticks & 0x0FFF) << 64)
-    text = f"{value:032x}"
-    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,22 +253,6 @@ def summarize(
     )
 
 
-def _counted(op: Op[Any], tally: list[int]) -> Op[Any]:
-    """``op``, counting the requests it yields into ``tally[0]``."""
-    try:
-        request = next(op)
-        while True:
-            tally[0] += 1
-            try:
-                result = yield request
-            except BaseException as exc:  # the executor's error goes into the op
-                request = op.throw(exc)
-            else:
-                request = op.send(result)
-    except StopIteration as stop:
-        return stop.value
-
-
 def _activities(
     port: CheckpointPort, window: HealthWindow, now: float
 ) -> Op[tuple[list[Activity], int | None]]:
@@ -324,7 +283,7 @@ def scan(port: CheckpointPort, window: HealthWindow, now: float | None = None) -
     at = time.time() if now is None else now
     started = time.perf_counter()
     tally = [0]
-    activities, size = yield from _counted(_activities(port, window, at), tally)
+    activities, size = yield from counted(_activities(port, window, at), tally)
     health = summarize(activities, window, at, storage_bytes=size)
     health.requests = tally[0]
     health.seconds = time.perf_counter() - started

@@ -107,3 +107,30 @@ def checkpoint_config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableCo
             "checkpoint_id": checkpoint_id,
         }
     }
+
+
+#: 100 ns ticks between the Gregorian epoch (uuid1/uuid6 time) and the Unix epoch
+GREGORIAN_OFFSET = 0x01B21DD213814000
+
+
+def id_time(checkpoint_id: str) -> float | None:
+    """The creation time (POSIX seconds) in a uuid6 checkpoint id, or None."""
+    text = checkpoint_id.replace("-", "")
+    if len(text) != 32 or text[12] != "6":
+        return None
+    try:
+        value = int(text, 16)
+    except ValueError:
+        return None
+    ticks = ((value >> 80) << 12) | ((value >> 64) & 0x0FFF)
+    seconds = (ticks - GREGORIAN_OFFSET) / 10_000_000
+    return seconds if seconds > 0 else None
+
+
+def id_at(seconds: float) -> str:
+    """The lowest uuid6 checkpoint id of the instant ``seconds``: every id LangGraph makes
+    from then on sorts above it (ids compare as text, time first)."""
+    ticks = int(seconds * 10_000_000) + GREGORIAN_OFFSET
+    value = ((ticks >> 12) << 80) | (0x6 << 76) | ((ticks & 0x0FFF) << 64)
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"

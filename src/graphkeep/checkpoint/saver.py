@@ -26,6 +26,7 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 
+from graphkeep.checkpoint.check import plan_problems
 from graphkeep.checkpoint.filters import check_filter, matches
 from graphkeep.checkpoint.ids import (
     DEFAULT_MAX_ID_BYTES,
@@ -60,7 +61,7 @@ from graphkeep.checkpoint.records import (
 )
 from graphkeep.checkpoint.walk import keep_latest
 from graphkeep.checkpoint.watch import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL, watch_op
-from graphkeep.errors import ConfigurationError, InvalidInput
+from graphkeep.errors import ConfigurationError, InvalidInput, UnsafePrune
 from graphkeep.port import (
     Emit,
     Op,
@@ -477,19 +478,34 @@ class SaverBase(BaseCheckpointSaver[str]):
             keep = keep_latest(inventory.checkpoints)
             doomed = {(s.ns, s.checkpoint_id) for s in inventory.checkpoints} - keep
             doomed |= inventory.write_keys - keep
-            yield from self._delete_keeping(thread_id, inventory, doomed)
+            yield from self._delete_keeping(thread_id, inventory, doomed, preflight=True)
 
     def _delete_keeping(
         self,
         thread_id: str,
         inventory: Inventory,
         doomed: set[tuple[str, str]],
+        *,
+        preflight: bool = False,
     ) -> Op[None]:
-        """Delete ``doomed`` checkpoints (with their writes) and blobs nothing else uses."""
+        """Delete ``doomed`` checkpoints (with their writes) and blobs nothing else uses.
+
+        ``preflight`` (prune): refuse, before deleting anything, a plan that leaves a kept
+        checkpoint without what ``graphkeep check`` finds it needs (its DeltaChannel seed or
+        the parents its walk replays, a value, its parent in the history)."""
         self.lists.forget(thread_id)
         keep = {(s.ns, s.checkpoint_id) for s in inventory.checkpoints} - doomed
         referenced = yield from referenced_blobs(self.port, thread_id, inventory, keep)
         garbage = sorted(inventory.blob_keys - referenced)
+        if preflight:
+            problems = plan_problems(thread_id, inventory, doomed, garbage)
+            if problems:
+                raise UnsafePrune(
+                    f"prune of thread {thread_id!r} refused, nothing deleted: the plan would"
+                    f" leave {len(problems)} problem(s), first: {problems[0].kind} in"
+                    f" namespace {problems[0].ns!r} at checkpoint {problems[0].checkpoint_id}"
+                    f" (channel {problems[0].channel}): {problems[0].detail}"
+                )
         if doomed or garbage:
             yield from self.port.delete_records(thread_id, sorted(doomed), garbage)
 

@@ -29,8 +29,9 @@ URLs:
   (graphkeep schemes: whatever graphkeep.connect.BACKENDS registers)
 
 exit codes:
-  0 ok   1 error (store unreachable, copy not verified, ...)   2 usage (bad flags, bad URL;
-  health: store unreachable)   3 a stats or health threshold was crossed
+  0 ok   1 error (store unreachable, copy not verified, check found errors, ...)
+  2 usage (bad flags, bad URL; health, check: store unreachable)
+  3 a stats or health threshold was crossed; check found warnings only
   4 not found (thread, checkpoint, run, SQLite file)
   130 interrupted (Ctrl-C)
 
@@ -40,6 +41,7 @@ Run `graphkeep COMMAND --help` for examples."""
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from graphkeep.cli.check import add_check_command
     from graphkeep.cli.copy import cmd_copy
     from graphkeep.cli.dump import cmd_dump
     from graphkeep.cli.health import add_health_command
@@ -209,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print", action="store_true", help="print the schema instead of creating it")
 
     add_health_command(sub, common)
+    add_check_command(sub, common)
     add_live_commands(sub, common)
     add_store_commands(sub, common)
     return parser

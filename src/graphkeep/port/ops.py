@@ -119,6 +119,22 @@ async def adrive_iter(op: Op[None], execute: Callable[[Any], Awaitable[Any]]) ->
             request = _send(op, result)
 
 
+def counted(op: Op[T], tally: list[int]) -> Op[T]:
+    """``op``, counting the requests it yields into ``tally[0]`` (a scan reports its cost)."""
+    try:
+        request = next(op)
+        while True:
+            tally[0] += 1
+            try:
+                result = yield request
+            except BaseException as exc:  # the executor's error goes into the op
+                request = op.throw(exc)
+            else:
+                request = op.send(result)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
 def _send(op: Op[None], value: Any) -> Any:
     try:
         return op.send(value)

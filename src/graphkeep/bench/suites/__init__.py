@@ -150,6 +150,8 @@ class Suite:
     sent_label: str = ""
     #: what the growth rows' stored bytes measure, when not ``stored_label``
     growth_stored_label: str | None = None
+    #: how capacity units are counted, when the suite counts them (DynamoDB)
+    capacity_label: str = ""
     #: in-process contenders whose W50 turns also run in lockstep after the rounds (the
     #: first is the baseline), and the cost statements judged on them
     #: (:mod:`graphkeep.bench.lockstep`)

@@ -5,7 +5,9 @@ moto server of ``./dev services up``), each in its own table
 (``graphkeep_bench_graphkeep``, ``graphkeep_bench_dynamodbsaver``) that is deleted
 and created again before each run. Requests = HTTP requests, counted with
 botocore's ``before-send`` event on the saver's client (a retry counts again),
-bytes sent = the bodies of those requests;
+bytes sent = the bodies of those requests; capacity units (WCU, RCU) = AWS's rules applied
+to each call's parameters and response (:mod:`graphkeep.bench.capacity`), billed to the saver
+call that made it;
 stored = the DynamoDB item size (attribute names plus values, AWS's rules) summed
 over a scan of the table after the run; moto does not report ``TableSizeBytes``.
 
@@ -29,6 +31,7 @@ from urllib.parse import urlsplit
 
 from langgraph.checkpoint.memory import InMemorySaver
 
+from graphkeep.bench.capacity import CapacityMeter, Consumed, item_size
 from graphkeep.bench.probes import Probe
 from graphkeep.bench.suites import (
     NOSHARE_NOTE,
@@ -122,38 +125,23 @@ def count_requests(client: Any, probe: Probe) -> None:
     client.meta.events.register("before-send.dynamodb", sent)
 
 
+def count_capacity(client: Any, probe: Probe, hash_key: str, range_key: str) -> CapacityMeter:
+    """Report the capacity units of every call the boto3 client makes on a table keyed
+    ``(hash_key, range_key)`` to ``probe`` (:mod:`graphkeep.bench.capacity`)."""
+    meter = CapacityMeter(hash_key, range_key)
+
+    def report(consumed: Consumed) -> None:
+        probe.consumed(read=consumed.read, write=consumed.write)
+
+    meter.attach(client, report)
+    probe.counts_capacity = True
+    return meter
+
+
 def drop_table(client: Any, table: str) -> None:
     if table in client.list_tables().get("TableNames", []):
         client.delete_table(TableName=table)
         client.get_waiter("table_not_exists").wait(TableName=table)
-
-
-def _value_size(value: dict[str, Any]) -> int:
-    ((kind, raw),) = value.items()
-    if kind == "S":
-        return len(str(raw).encode())
-    if kind == "B":
-        return len(raw)
-    if kind == "N":
-        return (len(str(raw).lstrip("-").replace(".", "")) + 1) // 2 + 1
-    if kind in ("BOOL", "NULL"):
-        return 1
-    if kind == "SS":
-        return sum(len(str(s).encode()) for s in raw)
-    if kind == "BS":
-        return sum(len(b) for b in raw)
-    if kind == "NS":
-        return sum(_value_size({"N": n}) for n in raw)
-    if kind == "L":
-        return 3 + sum(1 + _value_size(v) for v in raw)
-    if kind == "M":
-        return 3 + sum(1 + len(k.encode()) + _value_size(v) for k, v in raw.items())
-    return 0
-
-
-def item_size(item: dict[str, Any]) -> int:
-    """An item's size by DynamoDB's rules (attribute names count too)."""
-    return sum(len(name.encode()) + _value_size(value) for name, value in item.items())
 
 
 def stored_bytes(table: str) -> int:
@@ -184,6 +172,7 @@ def open_rival(work: Workload) -> Iterator[Opened]:
     saver = DynamoDBSaver(table_name=table, region_name=region(), endpoint_url=endpoint_url())
     probe = Probe()
     count_requests(saver.client, probe)
+    count_capacity(saver.client, probe, "PK", "SK")
     yield Opened(saver, probe, lambda: stored_bytes(table))
 
 
@@ -221,6 +210,7 @@ def graphkeep_opener(name: str, **saver_options: Any) -> Any:
         url = table_url(table)
         with graphkeep.connect(url, key_prefix=KEY_PREFIX, **saver_options) as saver:
             count_requests(saver.client, probe)
+            count_capacity(saver.client, probe, "pk", "sk")  # items.PK, items.SK
             yield Opened(saver, probe, lambda: stored_bytes(table))
 
     return open_graphkeep
@@ -267,11 +257,35 @@ def where(options: Options) -> str:
     return f"DynamoDB at {endpoint_url()} (region {region()}); {tables}"
 
 
+def capacity_targets(results: list[Result], rival: str) -> list[tuple[str, bool]]:
+    """Issue 28: "W50: graphkeep WCU/turn <= the rival's", and RCU likewise."""
+    by = {(r.saver, r.workload): r for r in results}
+    ours, theirs = by.get(("graphkeep", "W50")), by.get((rival, "W50"))
+    if ours is None or theirs is None:
+        return []
+    out: list[tuple[str, bool]] = []
+    for unit, mine, other in (
+        ("WCU", ours.write_units_per_turn, theirs.write_units_per_turn),
+        ("RCU", ours.read_units_per_turn, theirs.read_units_per_turn),
+    ):
+        if mine is not None and other is not None:
+            out.append(
+                (
+                    f"W50: graphkeep {unit}/turn <= {rival}'s (issue 28): {mine:.2f} vs"
+                    f" {other:.2f}",
+                    mine <= other,
+                )
+            )
+    return out
+
+
 def targets(results: list[Result]) -> list[tuple[str, bool]]:
-    """Issue 4's budget of calls per W50 turn, and faster per turn than the rival."""
+    """Issue 4's budget of calls per W50 turn, faster per turn than the rival, and issue
+    28's capacity units per turn."""
     return (
         requests_budget(results, MAX_CALLS_PER_TURN, "API calls per turn (issue 4)")
         + faster_per_turn(results, "DynamoDBSaver")
+        + capacity_targets(results, "DynamoDBSaver")
         + growth_targets(results, STORED_MAX)
     )
 
@@ -282,6 +296,17 @@ SUITE = Suite(
     stored_label="DynamoDB item bytes (names + values) summed over a scan of the saver's table",
     request_label="HTTP requests (botocore before-send events, retries included)",
     sent_label="HTTP request body bytes (botocore before-send, retries included)",
+    capacity_label=(
+        "WCU, RCU = capacity units by AWS's documented rules (graphkeep.bench.capacity),"
+        " computed at each call's botocore after-call event from its parameters and response:"
+        " writes 1 WCU per KB of item size rounded up per item (the larger of before and"
+        " after), TransactWriteItems twice that; reads 1 RCU per 4 KB strongly consistent,"
+        " 0.5 eventually consistent, rounded up per item for GetItem/BatchGetItem and over"
+        " the items a Query reads (whole items, projections and filters do not shrink"
+        " them). moto's own ReturnConsumedCapacity figures are fixed (1.0 per write, 0.5"
+        " per read), so they are not used. graphkeep reads strongly consistent (a read"
+        " after a put sees it), DynamoDBSaver eventually consistent (half the RCU per byte)"
+    ),
     unavailable=unavailable,
     contenders=contenders,
     baseline="graphkeep",

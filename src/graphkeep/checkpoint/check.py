@@ -1,0 +1,508 @@
+"""``graphkeep check``: fsck for threads, from the store's keys and checkpoint summaries only.
+
+One check, written once over the checkpoint port: per thread one :meth:`CheckpointPort.inventory
+<graphkeep.checkpoint.port.CheckpointPort.inventory>` (every checkpoint's
+:class:`~graphkeep.checkpoint.records.Summary`, every write key, every blob key; never a
+payload), and :func:`findings_of`, a pure function of it. The same function is ``prune``'s
+pre-flight (:func:`plan_problems`): a plan is refused when the thread it leaves has a finding the
+thread did not have before. The findings (:data:`KINDS`, docs/check.md):
+
+- chains, per namespace: the namespace's oldest *start* (a checkpoint without a parent, or
+  whose parent is not stored) is its beginning (its root, or where ``prune`` cut the history);
+  any later start is a second root (``extra_root``, error) or a hole in the history
+  (``missing_parent``, warning); parent ids that loop are a ``cycle`` (error);
+- values: a channel a checkpoint lists as stored (``present``) whose blob at the checkpoint's
+  version is not stored (``missing_value``, error); a DeltaChannel whose value lives in
+  ancestor writes (``needs_history``) and whose parent walk stops at a checkpoint that is not
+  stored, or loops, before it reaches a stored value (``delta_no_seed``, error; a walk that
+  reaches the root without one is a channel replayed from empty, as LangGraph does);
+- store hygiene: pending writes under a checkpoint that is not stored (``orphan_writes``) and
+  channel values no checkpoint names (``orphan_values``), both warnings: nothing ever reads
+  them. List element records (:data:`~graphkeep.checkpoint.lists.ELEMENT_CHANNEL`) are named
+  by manifests, which are payloads: this check does not look at them.
+
+:func:`repair_thread` deletes the orphans of one thread (its ``delete_records``), never a
+checkpoint that is stored.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphkeep.checkpoint.ids import id_time
+from graphkeep.checkpoint.lists import ELEMENT_CHANNEL
+from graphkeep.checkpoint.port import CheckpointPort
+from graphkeep.checkpoint.records import Inventory, Summary
+from graphkeep.port.ops import Op, counted
+
+__all__ = [
+    "ERROR",
+    "KINDS",
+    "THREAD_PAGE",
+    "WARNING",
+    "CheckReport",
+    "Finding",
+    "Repair",
+    "ThreadCheck",
+    "check_thread",
+    "check_threads",
+    "findings_of",
+    "plan_problems",
+    "repair_thread",
+    "thread_page",
+]
+
+ERROR = "error"
+WARNING = "warning"
+
+#: every finding's kind -> (severity, what it means); docs/check.md's table is this one
+KINDS: dict[str, tuple[str, str]] = {
+    "cycle": (ERROR, "parent ids loop: the checkpoint is its own ancestor"),
+    "extra_root": (ERROR, "a second checkpoint without a parent in the namespace"),
+    "missing_value": (ERROR, "a channel value the checkpoint names is not stored"),
+    "delta_no_seed": (
+        ERROR,
+        "a DeltaChannel's parent walk stops at a checkpoint that is not stored"
+        " before it reaches a stored value",
+    ),
+    "missing_parent": (
+        WARNING,
+        "a hole in the history: the parent is not stored (not the namespace's oldest)",
+    ),
+    "orphan_writes": (WARNING, "pending writes under a checkpoint that is not stored"),
+    "orphan_values": (WARNING, "channel values no checkpoint names"),
+}
+#: the kinds ``--repair`` removes (and ``prune``'s pre-flight does not weigh)
+ORPHAN_KINDS = ("orphan_writes", "orphan_values")
+#: threads per ``list_threads`` page of ``--all``
+THREAD_PAGE = 500
+#: orphan value versions a finding's detail names at most
+_NAMED = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    thread_id: str
+    ns: str
+    #: None for a finding about a channel's values (``orphan_values``)
+    checkpoint_id: str | None
+    channel: str | None
+    kind: str
+    detail: str
+
+    @property
+    def severity(self) -> str:
+        return KINDS[self.kind][0]
+
+    def key(self) -> tuple[str, str, str | None, str | None]:
+        return (self.kind, self.ns, self.checkpoint_id, self.channel)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "thread_id": self.thread_id,
+            "ns": self.ns,
+            "checkpoint_id": self.checkpoint_id,
+            "channel": self.channel,
+            "kind": self.kind,
+            "severity": self.severity,
+            "detail": self.detail,
+        }
+
+
+@dataclass(slots=True)
+class ThreadCheck:
+    """One thread's findings, and the orphans a repair would delete."""
+
+    thread_id: str
+    checkpoints: int
+    findings: list[Finding]
+    #: (ns, checkpoint_id) of writes under checkpoints that are not stored
+    orphan_writes: list[tuple[str, str]] = field(default_factory=list)
+    #: (ns, channel, version) of values no checkpoint names
+    orphan_values: list[tuple[str, str, str]] = field(default_factory=list)
+    #: requests the check of this thread sent
+    requests: int = 0
+
+
+@dataclass(slots=True)
+class CheckReport:
+    """What a check of many threads found (``graphkeep check``'s report)."""
+
+    threads: int = 0
+    checkpoints: int = 0
+    findings: list[Finding] = field(default_factory=list)
+    #: the threads that have findings (their orphans: a repair's plan)
+    flagged: list[ThreadCheck] = field(default_factory=list)
+    #: the last thread checked (``--after`` resumes after it)
+    last_thread: str | None = None
+    requests: int = 0
+    #: the most requests the check of one thread sent
+    thread_requests: int = 0
+    seconds: float = 0.0
+
+    def add(self, checked: ThreadCheck) -> None:
+        self.threads += 1
+        self.checkpoints += checked.checkpoints
+        self.requests += checked.requests
+        self.thread_requests = max(self.thread_requests, checked.requests)
+        self.last_thread = checked.thread_id
+        if checked.findings:
+            self.findings.extend(checked.findings)
+            self.flagged.append(checked)
+
+    def count(self, severity: str) -> int:
+        return sum(1 for f in self.findings if f.severity == severity)
+
+    @property
+    def errors(self) -> int:
+        return self.count(ERROR)
+
+    @property
+    def warnings(self) -> int:
+        return self.count(WARNING)
+
+    def totals(self) -> dict[str, Any]:
+        kinds: dict[str, int] = {}
+        for f in self.findings:
+            kinds[f.kind] = kinds.get(f.kind, 0) + 1
+        return {
+            "threads": self.threads,
+            "checkpoints": self.checkpoints,
+            "errors": self.errors,
+            "warnings": self.warnings,
+            "kinds": dict(sorted(kinds.items())),
+        }
+
+
+# -- the findings of one inventory -----------------------------------------------------
+
+
+def _start_of(by_id: dict[str, Summary], checkpoint_id: str, memo: dict[str, str | None]) -> None:
+    """Fill ``memo`` for ``checkpoint_id`` and its ancestors: the id of the start its parent
+    walk ends at (a checkpoint without a stored parent), or None inside a loop."""
+    path: list[str] = []
+    on_path: set[str] = set()
+    current: str | None = checkpoint_id
+    result: str | None
+    while True:
+        assert current is not None
+        if current in memo:
+            result = memo[current]
+            break
+        if current in on_path:
+            result = None  # a loop: everything on the path from here is in or under it
+            break
+        path.append(current)
+        on_path.add(current)
+        parent = by_id[current].parent_id
+        if parent is None or parent not in by_id:
+            result = current
+            break
+        current = parent
+    for node in path:
+        memo[node] = result
+
+
+def _chain_findings(thread_id: str, ns: str, by_id: dict[str, Summary]) -> list[Finding]:
+    memo: dict[str, str | None] = {}
+    for checkpoint_id in sorted(by_id):
+        _start_of(by_id, checkpoint_id, memo)
+    found: list[Finding] = []
+    starts = sorted({s for s in memo.values() if s is not None})
+    for start in starts[1:]:
+        parent = by_id[start].parent_id
+        if parent is None:
+            found.append(
+                Finding(
+                    thread_id,
+                    ns,
+                    start,
+                    None,
+                    "extra_root",
+                    f"a second root (the namespace's first is {starts[0]})",
+                )  # fmt: skip
+            )
+        else:
+            found.append(
+                Finding(
+                    thread_id,
+                    ns,
+                    start,
+                    None,
+                    "missing_parent",
+                    f"parent {parent} is not stored (the namespace's history starts at"
+                    f" {starts[0]})",
+                )  # fmt: skip
+            )
+    looped = sorted(cid for cid, start in memo.items() if start is None)
+    reported: set[str] = set()
+    for checkpoint_id in looped:
+        if checkpoint_id in reported:
+            continue
+        # walk to the loop itself, report it once (at its smallest id)
+        seen: list[str] = []
+        current = checkpoint_id
+        while current not in seen:
+            seen.append(current)
+            current = by_id[current].parent_id or ""
+        loop = seen[seen.index(current) :]
+        reported.update(loop)
+        if min(loop) not in [f.checkpoint_id for f in found]:
+            found.append(
+                Finding(
+                    thread_id,
+                    ns,
+                    min(loop),
+                    None,
+                    "cycle",
+                    f"parent ids loop through {len(loop)} checkpoint(s)",
+                )  # fmt: skip
+            )
+    return found
+
+
+def _seed_of(
+    by_id: dict[str, Summary], channel: str, start: str | None, memo: dict[str, str]
+) -> str:
+    """Where the DeltaChannel ``channel``'s walk from ``start`` (a parent id) ends: ``seed``
+    (an ancestor lists it as stored), ``root``, ``missing:<id>`` or ``loop:<id>``."""
+    path: list[str] = []
+    on_path: set[str] = set()
+    current = start
+    while True:
+        if current is None:
+            result = "root"
+            break
+        if current in memo:
+            result = memo[current]
+            break
+        if current in on_path:
+            result = f"loop:{current}"
+            break
+        summary = by_id.get(current)
+        if summary is None:
+            result = f"missing:{current}"
+            break
+        if channel in summary.present:
+            result = "seed"
+            break
+        path.append(current)
+        on_path.add(current)
+        current = summary.parent_id
+    for node in path:
+        memo[node] = result
+    return result
+
+
+def _delta_findings(thread_id: str, ns: str, by_id: dict[str, Summary]) -> list[Finding]:
+    found: list[Finding] = []
+    channels = sorted({ch for s in by_id.values() for ch in s.needs_history})
+    for channel in channels:
+        memo: dict[str, str] = {}
+        broken: dict[str, list[str]] = {}
+        for checkpoint_id in sorted(by_id):
+            summary = by_id[checkpoint_id]
+            if channel not in summary.needs_history or channel in summary.present:
+                continue
+            end = _seed_of(by_id, channel, summary.parent_id, memo)
+            if end.startswith(("missing:", "loop:")):
+                broken.setdefault(end, []).append(checkpoint_id)
+        for end, needing in sorted(broken.items()):
+            why, _, at = end.partition(":")
+            stop = "is not stored" if why == "missing" else "loops"
+            found.append(
+                Finding(
+                    thread_id,
+                    ns,
+                    max(needing),
+                    channel,
+                    "delta_no_seed",
+                    f"its walk stops at {at}, which {stop}, before a stored value"
+                    f" ({len(needing)} checkpoint(s) need it)",
+                )  # fmt: skip
+            )
+    return found
+
+
+def findings_of(thread_id: str, inventory: Inventory, ns: str | None = None) -> ThreadCheck:
+    """The findings of one thread's inventory (only namespace ``ns`` when given)."""
+    checkpoints = [s for s in inventory.checkpoints if ns is None or s.ns == ns]
+    by_ns: dict[str, dict[str, Summary]] = {}
+    for summary in checkpoints:
+        by_ns.setdefault(summary.ns, {})[summary.checkpoint_id] = summary
+    blob_keys = {k for k in inventory.blob_keys if ns is None or k[0] == ns}
+    found: list[Finding] = []
+    named: set[tuple[str, str, str]] = set()
+    delta_channels: set[tuple[str, str]] = set()
+    for space, by_id in sorted(by_ns.items()):
+        found += _chain_findings(thread_id, space, by_id)
+        for checkpoint_id, summary in sorted(by_id.items()):
+            delta_channels.update((space, ch) for ch in summary.needs_history)
+            for channel in summary.present:
+                version = summary.versions.get(channel)
+                if version is None:
+                    continue
+                key = (space, channel, version)
+                named.add(key)
+                if key not in blob_keys:
+                    found.append(
+                        Finding(
+                            thread_id,
+                            space,
+                            checkpoint_id,
+                            channel,
+                            "missing_value",
+                            f"version {version} is not stored",
+                        )  # fmt: skip
+                    )
+        found += _delta_findings(thread_id, space, by_id)
+    orphan_writes = sorted(
+        key
+        for key in inventory.write_keys
+        if (ns is None or key[0] == ns) and key[1] not in by_ns.get(key[0], {})
+    )
+    for space, checkpoint_id in orphan_writes:
+        found.append(
+            Finding(
+                thread_id,
+                space,
+                checkpoint_id,
+                None,
+                "orphan_writes",
+                "pending writes under a checkpoint that is not stored: never read",
+            )  # fmt: skip
+        )
+    orphan_values = sorted(k for k in blob_keys - named if k[1] != ELEMENT_CHANNEL)
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for space, channel, version in orphan_values:
+        grouped.setdefault((space, channel), []).append(version)
+    for (space, channel), versions in sorted(grouped.items()):
+        listed = ", ".join(versions[:_NAMED]) + (", ..." if len(versions) > _NAMED else "")
+        found.append(
+            Finding(
+                thread_id,
+                space,
+                None,
+                channel,
+                "orphan_values",
+                f"{len(versions)} stored value(s) no checkpoint names: version(s) {listed}",
+            )  # fmt: skip
+        )
+    return ThreadCheck(thread_id, len(checkpoints), found, orphan_writes, orphan_values)
+
+
+def plan_problems(
+    thread_id: str,
+    inventory: Inventory,
+    checkpoints: Iterable[tuple[str, str]],
+    blobs: Iterable[tuple[str, str, str]],
+) -> list[Finding]:
+    """The findings a deletion plan (``delete_records``' ``checkpoints`` with their writes,
+    and ``blobs``) would add to the thread: what a kept checkpoint would lose (a DeltaChannel
+    seed or a parent its walk needs, a value, a hole in its history). Orphans do not count."""
+    doomed = set(checkpoints)
+    after = Inventory(
+        [s for s in inventory.checkpoints if (s.ns, s.checkpoint_id) not in doomed],
+        inventory.write_keys - doomed,
+        inventory.blob_keys - set(blobs),
+    )
+    before = {f.key() for f in findings_of(thread_id, inventory).findings}
+    return [
+        f
+        for f in findings_of(thread_id, after).findings
+        if f.kind not in ORPHAN_KINDS and f.key() not in before
+    ]
+
+
+# -- ops over the port -----------------------------------------------------------------
+
+
+def check_thread(port: CheckpointPort, thread_id: str, ns: str | None = None) -> Op[ThreadCheck]:
+    """The op checking one thread: one ``inventory``, no payload."""
+    tally = [0]
+    inventory = yield from counted(port.inventory(thread_id), tally)
+    checked = findings_of(thread_id, inventory, ns)
+    checked.requests = tally[0]
+    return checked
+
+
+def check_threads(
+    port: CheckpointPort, thread_ids: Iterable[str], ns: str | None = None
+) -> Op[CheckReport]:
+    """The op checking ``thread_ids`` in order (threads without checkpoints, writes or values
+    are counted and have no finding)."""
+    started = time.perf_counter()
+    report = CheckReport()
+    for thread_id in thread_ids:
+        report.add((yield from check_thread(port, thread_id, ns)))
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def thread_page(
+    port: CheckpointPort, cursor: Any, after: str | None, page_size: int = THREAD_PAGE
+) -> Op[tuple[list[str], Any, int]]:
+    """One ``list_threads`` page for ``--all``: the threads above ``after``, in id order
+    (every backend's pages are in id order, or one page), the next cursor and the requests."""
+    tally = [0]
+    threads, cursor = yield from counted(port.list_threads(cursor, page_size), tally)
+    return sorted(t for t in threads if after is None or t > after), cursor, tally[0]
+
+
+@dataclass(slots=True)
+class Repair:
+    """What :func:`repair_thread` did to one thread."""
+
+    thread_id: str
+    writes: list[tuple[str, str]]
+    values: list[tuple[str, str, str]]
+    #: what the grace period kept from the repair, if anything
+    skipped: str | None = None
+    requests: int = 0
+
+
+def repair_thread(
+    port: CheckpointPort, planned: ThreadCheck, grace: float, now: float | None = None
+) -> Op[Repair]:
+    """Delete the orphans of ``planned`` (a check of the thread) that a second read still shows
+    as orphans: writes under checkpoints that are still not stored and values no checkpoint
+    names, never a stored checkpoint.
+
+    ``grace`` (seconds) keeps a repair off what a run may be writing right now (LangGraph's
+    checkpoint ids carry their time): writes whose checkpoint id is younger (a put in flight
+    may store its writes before its checkpoint lands), and the values of a thread with a
+    checkpoint or write younger (a put in flight stores values before its checkpoint). Ids
+    without a time count as young; ``grace=0`` turns this off."""
+    at = time.time() if now is None else now
+    tally = [0]
+    inventory = yield from counted(port.inventory(planned.thread_id), tally)
+    again = findings_of(planned.thread_id, inventory)
+
+    def young(checkpoint_id: str) -> bool:
+        stamp = id_time(checkpoint_id)
+        return grace > 0 and (stamp is None or stamp > at - grace)
+
+    writes = sorted(set(planned.orphan_writes) & set(again.orphan_writes))
+    values = sorted(set(planned.orphan_values) & set(again.orphan_values))
+    ids = [s.checkpoint_id for s in inventory.checkpoints] + [k[1] for k in inventory.write_keys]
+    busy = any(young(cid) for cid in ids)
+    repair = Repair(
+        planned.thread_id, [k for k in writes if not young(k[1])], [] if busy else values
+    )
+    held = len(writes) - len(repair.writes), len(values) - len(repair.values)
+    if any(held):
+        repair.skipped = (
+            f"written within the grace period: kept writes of {held[0]} checkpoint(s),"
+            f" {held[1]} value(s)"
+        )
+    if repair.writes or repair.values:
+        # ``delete_records`` deletes checkpoints with their writes: only ids that are not
+        # stored (orphan writes, by their definition) go to it, so no checkpoint is deleted
+        yield from counted(
+            port.delete_records(planned.thread_id, repair.writes, repair.values), tally
+        )
+    repair.requests = tally[0]
+    return repair

@@ -1,0 +1,317 @@
+"""``graphkeep check``: fsck for threads (chains, values, orphans), read-only unless --repair.
+
+The findings come from :mod:`graphkeep.checkpoint.check` (one ``inventory`` per thread over
+the checkpoint port: keys and checkpoint summaries, never a payload). Text: one line per
+finding and the totals; ``--json`` for machines. Exit code 0 clean, 1 errors, 3 warnings only,
+2 usage or an unreachable store (one line). ``--repair`` deletes orphans only (writes under
+checkpoints that are not stored, values no checkpoint names), after printing its plan; it
+needs ``--yes`` when stdin is not a terminal. See docs/check.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any, TextIO
+
+from graphkeep.checkpoint.check import (
+    THREAD_PAGE,
+    CheckReport,
+    Repair,
+    ThreadCheck,
+    check_threads,
+    repair_thread,
+    thread_page,
+)
+from graphkeep.cli.console import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_THRESHOLD,
+    UsageError,
+    parse_duration,
+    print_json,
+)
+from graphkeep.cli.endpoints import Native, is_foreign, open_endpoint
+from graphkeep.cli.health import Unreachable
+from graphkeep.errors import StorageUnavailable
+
+#: how long a thread must have been left alone before ``--repair`` touches it (default)
+DEFAULT_GRACE = "10m"
+
+
+def grace(text: str) -> float:
+    """``--grace``: a duration (``10m``, ``0``)."""
+    if text.strip() in ("0", "0s"):
+        return 0.0
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def add_check_command(sub: Any, common: argparse.ArgumentParser) -> None:
+    from graphkeep.cli.arguments import add_command, positive
+
+    p = add_command(
+        sub,
+        "check",
+        cmd_check,
+        "fsck for threads: parent chains, stored values, DeltaChannel seeds, orphaned writes"
+        " and values; exit code 1 on errors, 3 on warnings only; --repair deletes orphans",
+        "  graphkeep check redis://localhost:6379/0 --all\n"
+        "  graphkeep check mongodb://db/app --thread support-42 --thread support-43 --json\n"
+        "  graphkeep check redis://localhost:6379/0 --all --after support-42  # resume\n"
+        "  graphkeep check redis://localhost:6379/0 --all --repair --yes\n"
+        "\n"
+        "Reads each thread's keys and checkpoint summaries (one inventory: 1 request on Redis\n"
+        "and MongoDB, 1 per 1 MB page on DynamoDB), never a value. error: the state cannot\n"
+        "be read as written; warning: wasted space or a hole in the history. --repair only\n"
+        "deletes orphans (never a checkpoint), skips threads written within --grace, and\n"
+        "checks the threads again after.\n",
+        common,
+    )
+    p.add_argument("url", metavar="URL")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--thread",
+        action="extend",
+        nargs="+",
+        metavar="THREAD",
+        help="these threads (repeatable)",
+    )
+    which.add_argument("--all", action="store_true", help="every thread, in id order")
+    p.add_argument("--checkpoint-ns", metavar="NS", help="only this namespace (default: all)")
+    p.add_argument(
+        "--after", metavar="THREAD", help="with --all: start after this thread (resume a check)"
+    )
+    p.add_argument("--page-size", type=positive, default=THREAD_PAGE, help="threads per store page")
+    p.add_argument(
+        "--deep", action="store_true", help="decode payloads too (not yet: a usage error)"
+    )
+    p.add_argument("--repair", action="store_true", help="delete orphans (the plan first)")
+    p.add_argument("--yes", action="store_true", help="confirm --repair without a prompt")
+    p.add_argument(
+        "--grace",
+        type=grace,
+        default=parse_duration(DEFAULT_GRACE),
+        metavar="DURATION",
+        help=f"--repair skips threads written within it (default {DEFAULT_GRACE}; 0: none)",
+    )
+
+
+def _location(finding: Any) -> str:
+    parts = [f"thread {finding.thread_id}"]
+    if finding.ns:
+        parts.append(f"ns {finding.ns}")
+    if finding.checkpoint_id:
+        parts.append(f"checkpoint {finding.checkpoint_id}")
+    if finding.channel:
+        parts.append(f"channel {finding.channel}")
+    return " ".join(parts)
+
+
+def _summary(report: CheckReport) -> str:
+    return (
+        f"checked {report.threads} thread(s), {report.checkpoints} checkpoint(s):"
+        f" {report.errors} error(s), {report.warnings} warning(s);"
+        f" {report.requests} request(s), {report.seconds:.3f}s\n"
+    )
+
+
+def _code(report: CheckReport) -> int:
+    if report.errors:
+        return EXIT_ERROR
+    return EXIT_THRESHOLD if report.warnings else EXIT_OK
+
+
+def _confirm(plan: list[ThreadCheck], args: argparse.Namespace, err: TextIO) -> bool:
+    if args.yes:
+        return True
+    stdin = sys.stdin
+    try:
+        interactive = bool(stdin is not None and stdin.isatty())
+    except (AttributeError, ValueError, OSError):
+        interactive = False
+    if not interactive:
+        raise UsageError(
+            "--repair without a terminal needs --yes (nothing was deleted; the plan is above)"
+        )
+    records = sum(len(t.orphan_writes) + len(t.orphan_values) for t in plan)
+    err.write(f"delete {records} orphaned record(s) in {len(plan)} thread(s)? [y/N] ")
+    err.flush()
+    return stdin.readline().strip().lower() in ("y", "yes")
+
+
+def _plan_json(plan: list[ThreadCheck]) -> list[dict[str, Any]]:
+    return [
+        {
+            "thread_id": t.thread_id,
+            "writes": [{"ns": ns, "checkpoint_id": cid} for ns, cid in t.orphan_writes],
+            "values": [{"ns": ns, "channel": ch, "version": v} for ns, ch, v in t.orphan_values],
+        }
+        for t in plan
+    ]
+
+
+def _run(endpoint: Native, args: argparse.Namespace, err: TextIO) -> CheckReport:
+    port = endpoint.saver.port
+    ns = args.checkpoint_ns
+    if not args.all:
+        threads = list(dict.fromkeys(endpoint.saver.check_thread_id(t) for t in args.thread))
+        report: CheckReport = endpoint.call(check_threads(port, threads, ns))
+        return report
+    started = time.perf_counter()
+    report = CheckReport()
+    cursor: Any = None
+    try:
+        while True:
+            threads, cursor, requests = endpoint.call(
+                thread_page(port, cursor, args.after, args.page_size)
+            )
+            report.requests += requests
+            page: CheckReport = endpoint.call(check_threads(port, threads, ns))
+            for checked in page.flagged:
+                report.findings.extend(checked.findings)
+                report.flagged.append(checked)
+            report.threads += page.threads
+            report.checkpoints += page.checkpoints
+            report.requests += page.requests
+            report.thread_requests = max(report.thread_requests, page.thread_requests)
+            report.last_thread = page.last_thread or report.last_thread
+            if cursor is None:
+                break
+    except (KeyboardInterrupt, StorageUnavailable):
+        if report.last_thread is not None:
+            err.write(
+                f"graphkeep: checked through {report.last_thread}; resume with"
+                f" --after {report.last_thread}\n"
+            )
+        raise
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _write_findings(report: CheckReport, out: TextIO) -> None:
+    for f in report.findings:
+        out.write(f"{f.severity.upper()} {f.kind}: {_location(f)}: {f.detail}\n")
+
+
+def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.deep:
+        raise UsageError("--deep is not yet implemented (this check reads keys and summaries)")
+    if is_foreign(args.url):
+        raise UsageError(
+            "graphkeep check does not read LangGraph's SQLite or Postgres savers yet;"
+            " give a graphkeep URL (redis://, redis+cluster://, mongodb://, dynamodb://)"
+        )
+    if args.after is not None and not args.all:
+        raise UsageError("--after resumes an --all check; with --thread, name the threads")
+    if args.yes and not args.repair:
+        raise UsageError("--yes confirms --repair; there is nothing to confirm without it")
+    try:
+        with open_endpoint(args.url, key_prefix=args.key_prefix) as opened:
+            if not isinstance(opened, Native):  # pragma: no cover - refused above
+                raise UsageError("graphkeep check reads graphkeep URLs only")
+            report = _run(opened, args, err)
+            plan = [t for t in report.flagged if t.orphan_writes or t.orphan_values]
+            repairs: list[Repair] | None = None
+            after: CheckReport | None = None
+            if args.repair:
+                if not args.json:
+                    _write_findings(report, out)
+                    out.write(_summary(report))
+                    _write_plan(plan, out)
+                else:
+                    err.write(f"graphkeep: repair plan: {_plan_text(plan)}\n")
+                if plan and _confirm(plan, args, err):
+                    repairs = [
+                        opened.call(repair_thread(opened.saver.port, t, args.grace)) for t in plan
+                    ]
+                    again = [t.thread_id for t in report.flagged]
+                    after = opened.call(check_threads(opened.saver.port, again, args.checkpoint_ns))
+    except StorageUnavailable as exc:
+        raise Unreachable(" ".join(str(exc).split())) from exc
+    final = report if after is None else _merged(report, after)
+    final.requests += sum(r.requests for r in repairs or [])
+    if args.json:
+        body: dict[str, Any] = {
+            "url": opened.label,
+            **final.totals(),
+            "findings": [f.as_json() for f in final.findings],
+            "last_thread": report.last_thread,
+            "scan": {
+                "requests": report.requests,
+                "thread_requests_max": report.thread_requests,
+                "seconds": round(report.seconds, 4),
+            },
+        }
+        if args.repair:
+            body["repair"] = {
+                "plan": _plan_json(plan),
+                "done": repairs is not None,
+                "skipped": [
+                    {"thread_id": r.thread_id, "reason": r.skipped}
+                    for r in repairs or []
+                    if r.skipped
+                ],
+                "writes_deleted": sum(len(r.writes) for r in repairs or []),
+                "values_deleted": sum(len(r.values) for r in repairs or []),
+                "before": report.totals(),
+            }
+        print_json(body, out)
+    elif not args.repair:
+        _write_findings(report, out)
+        out.write(_summary(report))
+    elif repairs is not None:
+        for r in repairs:
+            if r.skipped:
+                out.write(f"skipped {r.thread_id}: {r.skipped}\n")
+            if r.writes or r.values:
+                out.write(
+                    f"repaired {r.thread_id}: deleted writes of {len(r.writes)} checkpoint(s),"
+                    f" {len(r.values)} value(s)\n"
+                )
+        out.write("after the repair:\n")
+        _write_findings(final, out)
+        out.write(_summary(final))
+    elif plan:
+        out.write("nothing deleted\n")
+    return _code(final)
+
+
+def _plan_text(plan: list[ThreadCheck]) -> str:
+    writes = sum(len(t.orphan_writes) for t in plan)
+    values = sum(len(t.orphan_values) for t in plan)
+    return (
+        f"delete writes of {writes} checkpoint(s) that are not stored and {values} value(s)"
+        f" no checkpoint names, in {len(plan)} thread(s)"
+    )
+
+
+def _write_plan(plan: list[ThreadCheck], out: TextIO) -> None:
+    if not plan:
+        out.write("repair: nothing to delete (only orphans are repaired)\n")
+        return
+    out.write(f"repair plan: {_plan_text(plan)}\n")
+    for t in plan:
+        for ns, cid in t.orphan_writes:
+            out.write(f"  - writes of {t.thread_id} ns {ns!r} checkpoint {cid}\n")
+        for ns, ch, v in t.orphan_values:
+            out.write(f"  - value of {t.thread_id} ns {ns!r} channel {ch} version {v}\n")
+
+
+def _merged(before: CheckReport, after: CheckReport) -> CheckReport:
+    """``before`` with the findings of the threads checked again replaced by ``after``'s."""
+    again = {t.thread_id for t in after.flagged} | {t.thread_id for t in before.flagged}
+    merged = CheckReport(
+        threads=before.threads,
+        checkpoints=before.checkpoints,
+        last_thread=before.last_thread,
+        requests=before.requests + after.requests,
+        seconds=before.seconds + after.seconds,
+    )
+    merged.findings = [f for f in before.findings if f.thread_id not in again]
+    merged.findings += after.findings
+    merged.flagged = [t for t in before.flagged if t.thread_id not in again] + after.flagged
+    return merged

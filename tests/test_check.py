@@ -1,0 +1,540 @@
+"""``graphkeep check`` and :mod:`graphkeep.checkpoint.check` on real servers: every backend
+(``graphkeep_url``: Redis, Redis Cluster, MongoDB, DynamoDB).
+
+Threads are written by real LangGraph graphs (a DeltaChannel chat, a subgraph over a shared
+list, an interrupt, a pruned DeltaChannel chat); the store is then damaged with the backend's
+own client (redis-py, pymongo, boto3): a checkpoint record or a value removed, as a crash, a
+bug or an operator would. The command runs in-process through ``main([...])``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import operator
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from typing import Annotated, Any, TypedDict
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.channels import DeltaChannel
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+
+import graphkeep
+import graphkeep.checkpoint.saver as saver_module
+from graphkeep.checkpoint.check import Finding, findings_of
+from graphkeep.checkpoint.ids import id_at
+from graphkeep.checkpoint.records import Inventory, Summary
+from graphkeep.cli import main
+from graphkeep.errors import UnsafePrune
+
+# -- graphs ----------------------------------------------------------------------------
+
+
+def _append(state: list[Any] | None, batches: Any) -> list[Any]:
+    result = list(state or [])
+    for batch in batches:
+        result.extend(batch)
+    return result
+
+
+class ChatState(TypedDict):
+    messages: Annotated[list[AnyMessage], DeltaChannel(_append, snapshot_frequency=3)]
+    turns: int
+
+
+def _bot(state: ChatState) -> dict[str, Any]:
+    turn = state.get("turns", 0) + 1
+    return {"messages": [AIMessage(content=f"answer {turn}", id=f"ai-{turn}")], "turns": turn}
+
+
+def chat_graph(saver: Any) -> Any:
+    builder = StateGraph(ChatState)
+    builder.add_node("bot", _bot)
+    builder.add_edge(START, "bot")
+    builder.add_edge("bot", END)
+    return builder.compile(checkpointer=saver)
+
+
+def chat(saver: Any, thread_id: str, turns: int) -> None:
+    graph = chat_graph(saver)
+    for n in range(1, turns + 1):
+        message = HumanMessage(content=f"question {n}", id=f"human-{n}")
+        graph.invoke({"messages": [message]}, config(thread_id))
+
+
+class LogState(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def _inner(state: LogState) -> dict[str, list[str]]:
+    # lines of 1 KiB and more in all: a shared list (element records and a manifest)
+    return {"log": [f"inner-{i}-{uuid.uuid4().hex * 4}" for i in range(8)]}
+
+
+def subgraph_graph(saver: Any) -> Any:
+    """A node running a subgraph: its checkpoints live in namespace ``outer:<task>``."""
+    inner = StateGraph(LogState)
+    inner.add_node("inner", _inner)
+    inner.add_edge(START, "inner")
+    inner.add_edge("inner", END)
+    outer = StateGraph(LogState)
+    outer.add_node("outer", inner.compile())
+    outer.add_edge(START, "outer")
+    outer.add_edge("outer", END)
+    return outer.compile(checkpointer=saver)
+
+
+class CountState(TypedDict):
+    n: int
+
+
+def _ask(state: CountState) -> CountState:
+    return {"n": state["n"] + (1 if interrupt("approve?") else 0)}
+
+
+def _step(state: CountState) -> CountState:
+    return {"n": state["n"] + 1}
+
+
+def count_graph(saver: Any, node: Any = _step) -> Any:
+    builder = StateGraph(CountState)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    builder.add_edge("node", END)
+    return builder.compile(checkpointer=saver)
+
+
+def config(thread_id: str) -> Any:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+def check_json(url: str, *args: str) -> tuple[int, dict[str, Any]]:
+    code, out, err = cli("check", url, "--json", *args)
+    assert code in (0, 1, 3), err
+    report: dict[str, Any] = json.loads(out)
+    return code, report
+
+
+def kinds(report: dict[str, Any]) -> list[tuple[str, str, str | None, str | None]]:
+    return sorted(
+        (f["kind"], f["severity"], f["checkpoint_id"], f["channel"]) for f in report["findings"]
+    )
+
+
+def inventory(saver: Any, thread_id: str) -> Inventory:
+    found: Inventory = saver.drive(saver.port.inventory(thread_id))
+    return found
+
+
+# -- damage with the backend's own client ----------------------------------------------
+
+
+class Damage:
+    """Removes one record the way an operator's client (or a half-done delete) would."""
+
+    def __init__(self, backend: str, url: str, saver: Any) -> None:
+        self.backend, self.url, self.saver = backend, url, saver
+
+    @contextmanager
+    def _redis(self) -> Iterator[Any]:
+        import redis
+
+        base = self.url.partition("?")[0]
+        scheme, _, rest = base.partition("://")
+        client: Any = (
+            redis.RedisCluster.from_url(f"{scheme.removesuffix('+cluster')}://{rest}")
+            if scheme.endswith("+cluster")
+            else redis.Redis.from_url(base)
+        )
+        try:
+            yield client
+        finally:
+            client.close()
+
+    @contextmanager
+    def _mongodb(self) -> Iterator[Any]:
+        import pymongo
+
+        client: Any = pymongo.MongoClient(self.url, serverSelectionTimeoutMS=5000)
+        with client:
+            yield client.get_default_database()[self.saver.port.payloads]
+
+    @contextmanager
+    def _dynamodb(self) -> Iterator[tuple[Any, str]]:
+        import boto3
+
+        parts = urlsplit(self.url)
+        query = parse_qs(parts.query)
+        client: Any = boto3.client(
+            "dynamodb",
+            region_name=query.get("region", ["us-east-1"])[0],
+            endpoint_url=query["endpoint_url"][0],
+        )
+        yield client, parts.netloc
+
+    def _dynamodb_items(self, client: Any, table: str, thread_id: str) -> Iterator[Any]:
+        from graphkeep.backends.dynamodb import keys
+        from graphkeep.backends.dynamodb.encoding import names_of
+
+        pk = self.saver.port.thread_key(thread_id)[0]
+        pages = client.get_paginator("query").paginate(
+            TableName=table,
+            KeyConditionExpression="pk = :p",
+            ExpressionAttributeValues={":p": {"S": pk}},
+        )
+        for page in pages:
+            for item in page["Items"]:
+                parsed = keys.parse_sk(item["sk"]["S"])
+                if parsed.kind in ("c", "b", "w"):
+                    yield parsed.kind, names_of(item, parsed), {"pk": item["pk"], "sk": item["sk"]}
+
+    def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        """The checkpoint's record only: its writes and values stay."""
+        if self.backend.startswith("redis"):
+            h, p, x, a = self.saver.port.thread_keys(thread_id)[:4]
+            field = f"{ns}\0{checkpoint_id}"
+            with self._redis() as client:
+                assert client.hdel(h, field) == 1
+                client.hdel(p, field)
+                client.zrem(x, field)
+                client.zrem(a, f"{checkpoint_id}\0{ns}")
+        elif self.backend == "mongodb":
+            with self._mongodb() as docs:
+                filter = {"thread_id": thread_id, "ns": ns, "kind": "cp", "ref": checkpoint_id}
+                assert docs.delete_one(filter).deleted_count == 1
+        else:
+            with self._dynamodb() as (client, table):
+                (found,) = [
+                    k
+                    for kind, names, k in self._dynamodb_items(client, table, thread_id)
+                    if kind == "c" and (names.ns, names.checkpoint_id) == (ns, checkpoint_id)
+                ]
+                client.delete_item(TableName=table, Key=found)
+
+    def delete_value(self, thread_id: str, ns: str, channel: str, version: str) -> None:
+        if self.backend.startswith("redis"):
+            b = self.saver.port.thread_keys(thread_id)[6]
+            with self._redis() as client:
+                assert client.hdel(b, f"{ns}\0{channel}\0{version}") == 1
+        elif self.backend == "mongodb":
+            from graphkeep.backends.mongodb.documents import blob_ref
+
+            with self._mongodb() as docs:
+                filter = {
+                    "thread_id": thread_id,
+                    "ns": ns,
+                    "kind": "blob",
+                    "ref": blob_ref(channel, version),
+                }
+                assert docs.delete_one(filter).deleted_count == 1
+        else:
+            with self._dynamodb() as (client, table):
+                (found,) = [
+                    k
+                    for kind, names, k in self._dynamodb_items(client, table, thread_id)
+                    if kind == "b"
+                    and (names.ns, names.channel, names.version) == (ns, channel, version)
+                ]
+                client.delete_item(TableName=table, Key=found)
+
+
+@pytest.fixture
+def damage(graphkeep_backend: str, graphkeep_url: str) -> Iterator[Damage]:
+    with graphkeep.connect(graphkeep_url) as saver:
+        yield Damage(graphkeep_backend, graphkeep_url, saver)
+
+
+# -- a clean store ---------------------------------------------------------------------
+
+
+def test_a_store_written_by_real_graphs_and_pruned_is_clean(graphkeep_url: str) -> None:
+    tag = uuid.uuid4().hex[:6]
+    threads = {name: f"{name}-{tag}" for name in ("chat", "sub", "wait", "pruned")}
+    with graphkeep.connect(graphkeep_url) as saver:
+        chat(saver, threads["chat"], 5)
+        sub = subgraph_graph(saver)
+        sub.invoke({"log": ["x"]}, config(threads["sub"]))
+        sub.invoke({"log": ["y"]}, config(threads["sub"]))
+        count_graph(saver, _ask).invoke({"n": 0}, config(threads["wait"]))
+        chat(saver, threads["pruned"], 7)
+        before = inventory(saver, threads["pruned"])
+        saver.prune([threads["pruned"]])
+        after = inventory(saver, threads["pruned"])
+        sub_inventory = inventory(saver, threads["sub"])
+        chat_inventory = inventory(saver, threads["chat"])
+    # what the graphs wrote is what the check must see: namespaces, lists, seeds, a cut chain
+    assert len({s.ns for s in sub_inventory.checkpoints}) >= 2
+    assert any(k[1] == "__graphkeep.element__" for k in sub_inventory.blob_keys)
+    assert any("messages" in s.needs_history for s in chat_inventory.checkpoints)
+    assert 1 < len(after.checkpoints) < len(before.checkpoints)
+    code, report = check_json(graphkeep_url, "--all")
+    assert report["findings"] == []
+    assert (code, report["errors"], report["warnings"]) == (0, 0, 0)
+    assert report["threads"] == 4
+    assert report["last_thread"] == max(threads.values())
+    # one inventory per thread: one request on Redis and MongoDB, one page on DynamoDB (plus
+    # the list_threads pages: DynamoDB's scans a table other tests share)
+    assert report["scan"]["thread_requests_max"] == 1
+    if not graphkeep_url.startswith("dynamodb"):
+        assert report["scan"]["requests"] == 4 + 1
+    code, out, err = cli("check", graphkeep_url, "--thread", threads["chat"], threads["wait"])
+    assert code == 0, err
+    assert out.startswith("checked 2 thread(s)") and " 0 error(s), 0 warning(s);" in out
+
+
+def test_all_resumes_after_a_thread_in_id_order(graphkeep_url: str) -> None:
+    with graphkeep.connect(graphkeep_url) as saver:
+        for name in ("a", "b", "c"):
+            count_graph(saver).invoke({"n": 0}, config(f"resume-{name}"))
+    _, report = check_json(graphkeep_url, "--all", "--after", "resume-a")
+    assert (report["threads"], report["last_thread"]) == (2, "resume-c")
+    _, report = check_json(graphkeep_url, "--all", "--after", "resume-c")
+    assert (report["threads"], report["last_thread"]) == (0, None)
+
+
+# -- each invariant, damaged -----------------------------------------------------------
+
+
+def test_a_deleted_middle_checkpoint_is_a_hole_in_the_history(
+    graphkeep_url: str, damage: Damage, thread_id: str
+) -> None:
+    graph = count_graph(damage.saver)
+    for i in range(3):
+        graph.invoke({"n": i}, config(thread_id))
+    inv = inventory(damage.saver, thread_id)
+    by_id = {s.checkpoint_id: s for s in inv.checkpoints}
+    children = {s.parent_id: s.checkpoint_id for s in inv.checkpoints if s.parent_id}
+    named = {
+        s.checkpoint_id: {(s.ns, ch, s.versions[ch]) for ch in s.present} for s in inv.checkpoints
+    }
+
+    def shared(cid: str) -> bool:
+        return all(any(key in keys for o, keys in named.items() if o != cid) for key in named[cid])
+
+    # a middle checkpoint without writes whose values later checkpoints name too: its loss
+    # leaves nothing orphaned, only the hole
+    victim = next(
+        cid
+        for cid in sorted(by_id)
+        if cid in children
+        and by_id[cid].parent_id
+        and ("", cid) not in inv.write_keys
+        and shared(cid)
+    )
+    damage.delete_checkpoint(thread_id, "", victim)
+    code, report = check_json(graphkeep_url, "--thread", thread_id)
+    assert kinds(report) == [("missing_parent", "warning", children[victim], None)]
+    assert victim in report["findings"][0]["detail"]
+    assert code == 3
+    code, out, _ = cli("check", graphkeep_url, "--thread", thread_id)
+    assert code == 3
+    assert f"WARNING missing_parent: thread {thread_id} checkpoint {children[victim]}:" in out
+
+
+def test_a_deleted_value_is_an_error_at_every_checkpoint_naming_it(
+    graphkeep_url: str, damage: Damage, thread_id: str
+) -> None:
+    graph = count_graph(damage.saver)
+    graph.invoke({"n": 0}, config(thread_id))
+    graph.invoke({"n": 5}, config(thread_id))
+    inv = inventory(damage.saver, thread_id)
+    head = max(inv.checkpoints, key=lambda s: s.checkpoint_id)
+    version = head.versions["n"]
+    naming = sorted(
+        s.checkpoint_id for s in inv.checkpoints if "n" in s.present and s.versions["n"] == version
+    )
+    damage.delete_value(thread_id, "", "n", version)
+    code, report = check_json(graphkeep_url, "--thread", thread_id)
+    assert kinds(report) == [("missing_value", "error", cid, "n") for cid in naming]
+    assert code == 1
+    # LangGraph's own read of that state fails (graphkeep raises, never a silent gap)... or
+    # the value is simply gone from the state: either way not as written
+    state = damage.saver.get_tuple(config(thread_id))
+    assert state is None or "n" not in state.checkpoint["channel_values"]
+
+
+def test_a_deleted_delta_channel_seed_leaves_its_walk_without_a_seed(
+    graphkeep_url: str, damage: Damage, thread_id: str
+) -> None:
+    chat(damage.saver, thread_id, 5)
+    inv = inventory(damage.saver, thread_id)
+    by_id = {s.checkpoint_id: s for s in inv.checkpoints}
+    head = max(
+        (s for s in inv.checkpoints if "messages" in s.needs_history),
+        key=lambda s: s.checkpoint_id,
+    )
+    seed = by_id[head.parent_id or ""]
+    while "messages" not in seed.present:
+        seed = by_id[seed.parent_id or ""]
+    assert seed.parent_id is not None, "the seed should not be the root"
+    damage.delete_checkpoint(thread_id, "", seed.checkpoint_id)
+    code, report = check_json(graphkeep_url, "--thread", thread_id)
+    errors = [f for f in report["findings"] if f["severity"] == "error"]
+    assert code == 1
+    assert [(f["kind"], f["channel"]) for f in errors] == [("delta_no_seed", "messages")]
+    assert errors[0]["checkpoint_id"] >= head.checkpoint_id
+    assert seed.checkpoint_id in errors[0]["detail"]
+    warnings = {f["kind"] for f in report["findings"] if f["severity"] == "warning"}
+    assert "missing_parent" in warnings
+    assert warnings <= {"missing_parent", "orphan_writes", "orphan_values"}
+
+
+def test_writes_under_a_missing_checkpoint_are_orphans_and_repair_deletes_them(
+    graphkeep_url: str, damage: Damage, thread_id: str
+) -> None:
+    count_graph(damage.saver).invoke({"n": 0}, config(thread_id))
+    # a write whose checkpoint never landed (a crash between the two, two hours ago)
+    missing = id_at(time.time() - 7200)[:-12] + uuid.uuid4().hex[:12]
+    damage.saver.put_writes(
+        {"configurable": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": missing}},
+        [("n", 41)],
+        "task-1",
+    )
+    code, report = check_json(graphkeep_url, "--thread", thread_id)
+    assert kinds(report) == [("orphan_writes", "warning", missing, None)]
+    assert code == 3
+    before = inventory(damage.saver, thread_id)
+    # without a terminal, --repair prints its plan and refuses without --yes
+    code, out, err = cli("check", graphkeep_url, "--thread", thread_id, "--repair")
+    assert code == 2
+    assert f"writes of {thread_id} ns '' checkpoint {missing}" in out
+    assert "needs --yes" in err
+    assert inventory(damage.saver, thread_id) == before
+    code, out, err = cli("check", graphkeep_url, "--thread", thread_id, "--repair", "--yes")
+    assert code == 0, err
+    assert f"repaired {thread_id}: deleted writes of 1 checkpoint(s), 0 value(s)" in out
+    after = inventory(damage.saver, thread_id)
+    assert after.write_keys == before.write_keys - {("", missing)}
+    assert after.checkpoints == before.checkpoints and after.blob_keys == before.blob_keys
+    code, report = check_json(graphkeep_url, "--thread", thread_id)
+    assert (code, report["findings"]) == (0, [])
+
+
+def test_values_only_a_deleted_head_named_are_orphans_and_repair_deletes_them(
+    graphkeep_url: str, damage: Damage, thread_id: str
+) -> None:
+    count_graph(damage.saver).invoke({"n": 0}, config(thread_id))
+    inv = inventory(damage.saver, thread_id)
+    head = max(inv.checkpoints, key=lambda s: s.checkpoint_id)
+    assert ("", head.checkpoint_id) not in inv.write_keys  # a finished run's head
+    others = {
+        (s.ns, ch, s.versions[ch]) for s in inv.checkpoints if s is not head for ch in s.present
+    }
+    only_head = sorted({("", ch, head.versions[ch]) for ch in head.present} - others)
+    assert only_head
+    damage.delete_checkpoint(thread_id, "", head.checkpoint_id)
+    code, report = check_json(graphkeep_url, "--thread", thread_id)
+    assert kinds(report) == sorted(
+        {("orphan_values", "warning", None, ch) for _, ch, _ in only_head}
+    )
+    assert code == 3
+    # the thread was just written: the default grace period keeps a repair off it
+    code, out, err = cli("check", graphkeep_url, "--thread", thread_id, "--repair", "--yes")
+    assert code == 3, err
+    assert f"skipped {thread_id}: written within the grace period" in out
+    code, out, err = cli(
+        "check", graphkeep_url, "--thread", thread_id, "--repair", "--yes", "--grace", "0",
+        "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    body = json.loads(out)
+    assert body["repair"]["values_deleted"] == len(only_head)
+    assert body["findings"] == [] and body["repair"]["before"]["warnings"] >= 1
+    assert inventory(damage.saver, thread_id).blob_keys == inv.blob_keys - set(only_head)
+    # the state LangGraph reads is the parent's, whole
+    assert damage.saver.get_tuple(config(thread_id)) is not None
+    code, report = check_json(graphkeep_url, "--thread", thread_id)
+    assert (code, report["findings"]) == (0, [])
+
+
+# -- prune's pre-flight ----------------------------------------------------------------
+
+
+def test_prune_refuses_a_plan_that_drops_a_delta_channel_seed_and_deletes_nothing(
+    graphkeep_url: str, thread_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with graphkeep.connect(graphkeep_url) as saver:
+        chat(saver, thread_id, 5)
+        before = inventory(saver, thread_id)
+        heads = {
+            ns: max(s.checkpoint_id for s in before.checkpoints if s.ns == ns)
+            for ns in {s.ns for s in before.checkpoints}
+        }
+
+        def heads_only(checkpoints: list[Summary]) -> set[tuple[str, str]]:
+            # a plan built by hand: every head, none of the ancestors its DeltaChannel needs
+            return set(heads.items())
+
+        monkeypatch.setattr(saver_module, "keep_latest", heads_only)
+        with pytest.raises(UnsafePrune, match="delta_no_seed") as raised:
+            saver.prune([thread_id])
+        assert thread_id in str(raised.value) and "nothing deleted" in str(raised.value)
+        assert inventory(saver, thread_id) == before
+        monkeypatch.undo()
+        saver.prune([thread_id])  # the saver's own plan keeps the seed: accepted
+        assert len(inventory(saver, thread_id).checkpoints) < len(before.checkpoints)
+    code, report = check_json(graphkeep_url, "--thread", thread_id)
+    assert (code, report["findings"]) == (0, [])
+
+
+# -- what no store makes: loops and second roots, from a hand-made inventory -----------
+
+
+def _summary(cid: str, parent: str | None) -> Summary:
+    return Summary("", cid, parent, {"n": "1"}, ["n"], [])
+
+
+def test_parent_ids_that_loop_are_one_cycle_error() -> None:
+    inv = Inventory(
+        [_summary("1", None), _summary("3", "4"), _summary("4", "3"), _summary("5", "4")],
+        set(),
+        {("", "n", "1")},
+    )
+    (finding,) = findings_of("t", inv).findings
+    assert (finding.kind, finding.severity, finding.checkpoint_id) == ("cycle", "error", "3")
+
+
+def test_a_second_root_in_a_namespace_is_an_error_and_a_cut_history_is_not() -> None:
+    two_roots = Inventory([_summary("1", None), _summary("2", None)], set(), {("", "n", "1")})
+    assert findings_of("t", two_roots).findings == [
+        Finding("t", "", "2", None, "extra_root", "a second root (the namespace's first is 1)")
+    ]
+    pruned = Inventory([_summary("5", "4"), _summary("6", "5")], set(), {("", "n", "1")})
+    assert findings_of("t", pruned).findings == []
+
+
+# -- usage -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["redis://127.0.0.1:16379/0", "--all", "--deep"], "--deep is not yet"),
+        (["sqlite:///nothing.db", "--all"], "SQLite or Postgres savers yet"),
+        (["redis://127.0.0.1:16379/0", "--thread", "t", "--after", "s"], "--after resumes"),
+        (["redis://127.0.0.1:16379/0", "--all", "--yes"], "--yes confirms --repair"),
+    ],
+)
+def test_what_this_increment_does_not_do_is_a_usage_error(args: list[str], message: str) -> None:
+    code, out, err = cli("check", *args)
+    assert code == 2 and out == ""
+    assert message in err
+
+
+def test_an_unreachable_server_is_one_line_and_exit_2() -> None:
+    code, out, err = cli("check", "redis://127.0.0.1:1/0", "--all")
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1
