@@ -214,29 +214,16 @@ def _chain_findings(thread_id: str, ns: str, by_id: dict[str, Summary]) -> list[
     starts = sorted({s for s in memo.values() if s is not None})
     for start in starts[1:]:
         parent = by_id[start].parent_id
-        if parent is None:
-            found.append(
-                Finding(
-                    thread_id,
-                    ns,
-                    start,
-                    None,
-                    "extra_root",
-                    f"a second root (the namespace's first is {starts[0]})",
-                )  # fmt: skip
+        kind, detail = (
+            ("extra_root", f"a second root (the namespace's first is {starts[0]})")
+            if parent is None
+            else (
+                "missing_parent",
+                f"parent {parent} is not stored (the namespace's history starts at"
+                f" {starts[0]})",
             )
-        else:
-            found.append(
-                Finding(
-                    thread_id,
-                    ns,
-                    start,
-                    None,
-                    "missing_parent",
-                    f"parent {parent} is not stored (the namespace's history starts at"
-                    f" {starts[0]})",
-                )  # fmt: skip
-            )
+        )
+        found.append(Finding(thread_id, ns, start, None, kind, detail))
     looped = sorted(cid for cid, start in memo.items() if start is None)
     reported: set[str] = set()
     for checkpoint_id in looped:
