@@ -32,6 +32,7 @@ from graphkeep.checkpoint.ids import id_at
 from graphkeep.checkpoint.records import Inventory, Summary
 from graphkeep.cli import main
 from graphkeep.errors import UnsafePrune
+from tests.scenarios.backends import redis_client
 
 # -- graphs ----------------------------------------------------------------------------
 
@@ -150,15 +151,7 @@ class Damage:
 
     @contextmanager
     def _redis(self) -> Iterator[Any]:
-        import redis
-
-        base = self.url.partition("?")[0]
-        scheme, _, rest = base.partition("://")
-        client: Any = (
-            redis.RedisCluster.from_url(f"{scheme.removesuffix('+cluster')}://{rest}")
-            if scheme.endswith("+cluster")
-            else redis.Redis.from_url(base)
-        )
+        client = redis_client(self.url)
         try:
             yield client
         finally:

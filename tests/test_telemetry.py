@@ -48,7 +48,7 @@ from graphkeep.errors import (
 )
 from graphkeep.telemetry import DURATION_BUCKETS
 from graphkeep.testing import ferretdb_command
-from tests.scenarios.backends import RESTARTABLE, Backend
+from tests.scenarios.backends import RESTARTABLE, Backend, redis_client
 from tests.scenarios.servers import FerretDBServer, MotoServer, RedisServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -424,16 +424,8 @@ GARBAGE = b"\xc1" * 16  # 0xc1 is never used by msgpack
 @contextmanager
 def redis_keys(url: str) -> Iterator[tuple[Any, set[bytes]]]:
     """A plain client on the test URL's server and every key under its ``key_prefix``."""
-    import redis
-
-    base, _, query = url.partition("?")
-    prefix = parse_qs(query)["key_prefix"][0]
-    scheme, _, rest = base.partition("://")
-    client: Any = (
-        redis.RedisCluster.from_url(f"{scheme.removesuffix('+cluster')}://{rest}")
-        if scheme.endswith("+cluster")
-        else redis.Redis.from_url(base)
-    )
+    prefix = parse_qs(url.partition("?")[2])["key_prefix"][0]
+    client = redis_client(url)
     try:
         yield client, set(client.scan_iter(match=f"{prefix}*")) | set(
             client.scan_iter(match=f"*{{{prefix}*")

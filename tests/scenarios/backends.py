@@ -89,15 +89,21 @@ class RawStore(ABC):
         """Delete everything under ``prefix`` (test teardown; keeps shared servers small)."""
 
 
+def redis_client(url: str) -> Any:
+    """A plain redis-py client on a test URL's server (``redis+cluster://`` a cluster client);
+    the URL without its graphkeep query."""
+    import redis
+
+    scheme, _, rest = url.partition("?")[0].partition("://")
+    if scheme.endswith("+cluster"):
+        return redis.RedisCluster.from_url(f"{scheme.removesuffix('+cluster')}://{rest}")
+    return redis.Redis.from_url(f"{scheme}://{rest}")
+
+
 class RawRedis(RawStore):
     @staticmethod
     def _client(url: str) -> Any:
-        import redis
-
-        scheme, _, rest = url.partition("://")
-        if scheme.endswith("+cluster"):
-            return redis.RedisCluster.from_url(f"{scheme.removesuffix('+cluster')}://{rest}")
-        return redis.Redis.from_url(url)
+        return redis_client(url)
 
     def _keys(self, client: Any, prefix: str) -> list[bytes]:
         return list(client.scan_iter(match=f"{prefix}:*", count=1000))
