@@ -19,9 +19,11 @@ from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from typing import Annotated, Any, TypedDict
 from urllib.parse import parse_qs, urlsplit
 
+import ormsgpack
 import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.channels import DeltaChannel
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
@@ -29,7 +31,8 @@ import graphkeep
 import graphkeep.checkpoint.saver as saver_module
 from graphkeep.checkpoint.check import Finding, findings_of
 from graphkeep.checkpoint.ids import id_at
-from graphkeep.checkpoint.records import Inventory, Summary
+from graphkeep.checkpoint.lists import ELEMENT_CHANNEL
+from graphkeep.checkpoint.records import BlobRecord, Inventory, Summary, ThreadDump, Typed
 from graphkeep.cli import main
 from graphkeep.errors import UnsafePrune
 from tests.scenarios.backends import redis_client
@@ -483,6 +486,166 @@ def test_prune_refuses_a_plan_that_drops_a_delta_channel_seed_and_deletes_nothin
     assert (code, report["findings"]) == (0, [])
 
 
+# -- --deep: every payload decoded ---------------------------------------------------
+
+
+class NoteState(TypedDict):
+    note: Any
+
+
+class Corrupting(JsonPlusSerializer):
+    """Writes undecodable bytes for one value (a bug, a disk, another program's write)."""
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        if obj == "CORRUPT-ME":
+            return "msgpack", b"\xc1\xc1"  # 0xc1 is never used by msgpack
+        return super().dumps_typed(obj)
+
+
+def note_graph(saver: Any) -> Any:
+    def write(state: NoteState) -> NoteState:
+        return {"note": state["note"]}
+
+    builder = StateGraph(NoteState)
+    builder.add_node("write", write)
+    builder.add_edge(START, "write")
+    builder.add_edge("write", END)
+    return builder.compile(checkpointer=saver)
+
+
+def test_deep_finds_nothing_in_a_store_of_real_graphs_and_reads_every_payload(
+    graphkeep_url: str,
+) -> None:
+    tag = uuid.uuid4().hex[:6]
+    with graphkeep.connect(graphkeep_url) as saver:
+        chat(saver, f"chat-{tag}", 7)
+        saver.prune([f"chat-{tag}"])
+        chat(saver, f"chat-{tag}", 2)
+        sub = subgraph_graph(saver)
+        sub.invoke({"log": ["x"]}, config(f"sub-{tag}"))
+        sub.invoke({"log": ["y"]}, config(f"sub-{tag}"))
+        count_graph(saver, _ask).invoke({"n": 0}, config(f"wait-{tag}"))
+    code, report = check_json(graphkeep_url, "--all", "--deep")
+    assert (code, report["findings"], report["threads"]) == (0, [], 3)
+    # an inventory and an export per thread (DynamoDB: one Query per MB page of each)
+    if not graphkeep_url.startswith("dynamodb"):
+        assert report["scan"]["thread_requests_max"] == 2
+
+
+def test_deep_reports_a_value_the_serializer_cannot_decode_where_it_is(
+    graphkeep_url: str, thread_id: str
+) -> None:
+    with graphkeep.connect(graphkeep_url, serde=Corrupting()) as saver:
+        graph = note_graph(saver)
+        graph.invoke({"note": "fine"}, config(thread_id))
+        graph.invoke({"note": "CORRUPT-ME"}, config(thread_id))
+        inv = inventory(saver, thread_id)
+    naming = sorted(
+        s.checkpoint_id
+        for s in inv.checkpoints
+        if "note" in s.present and s.checkpoint_id > min(c.checkpoint_id for c in inv.checkpoints)
+    )
+    # the check without --deep reads no payload: it cannot see this
+    code, report = check_json(graphkeep_url, "--thread", thread_id)
+    assert (code, report["findings"]) == (0, [])
+    code, report = check_json(graphkeep_url, "--thread", thread_id, "--deep")
+    assert code == 1
+    undecodable = [f for f in report["findings"] if f["kind"] == "undecodable"]
+    assert undecodable and all(f["channel"] == "note" for f in undecodable)
+    assert {f["checkpoint_id"] for f in undecodable} <= set(naming)
+    # the channel's value, and the writes that carried it (the input, the node's output)
+    details = sorted(f["detail"].split(":")[0] for f in undecodable)
+    assert any(d.startswith("the value at version") for d in details)
+    assert any(d.startswith("the pending write of task") for d in details)
+    assert "\\xc1" not in json.dumps(report)  # never a payload's bytes
+    assert {f["kind"] for f in report["findings"]} == {"undecodable"}
+
+
+def test_deep_reports_plaintext_in_an_encrypted_deployment(
+    graphkeep_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+
+    monkeypatch.setenv("LANGGRAPH_AES_KEY", "0123456789abcdef0123456789abcdef")
+    tag = uuid.uuid4().hex[:6]
+    sealed, plain = f"sealed-{tag}", f"plain-{tag}"
+    with graphkeep.connect(graphkeep_url, serde=EncryptedSerializer.from_pycryptodome_aes()) as s:
+        chat(s, sealed, 4)
+        subgraph_graph(s).invoke({"log": ["x"]}, config(sealed))
+    with graphkeep.connect(graphkeep_url) as saver:  # a process without the key
+        count_graph(saver).invoke({"n": 0}, config(plain))
+    code, report = check_json(graphkeep_url, "--thread", sealed, plain, "--deep")
+    assert code == 1
+    found = {(f["thread_id"], f["kind"]) for f in report["findings"]}
+    assert found == {(plain, "plaintext")}
+    (finding,) = report["findings"]  # one per thread and namespace, with the count
+    assert finding["checkpoint_id"] and "payloads, e.g. " in finding["detail"]
+    # without the key, the same deployment's sealed thread cannot be decoded: said, not hidden
+    monkeypatch.delenv("LANGGRAPH_AES_KEY")
+    code, report = check_json(graphkeep_url, "--thread", sealed, "--deep")
+    assert code == 1 and {f["kind"] for f in report["findings"]} == {"undecodable"}
+
+
+def test_deep_reports_a_class_this_process_cannot_import(
+    graphkeep_url: str, thread_id: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+    import sys
+
+    module = f"gk_lost_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(
+        "from dataclasses import dataclass\n\n@dataclass\nclass Box:\n    size: int\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    box = importlib.import_module(module).Box
+    with graphkeep.connect(graphkeep_url) as saver:
+        note_graph(saver).invoke({"note": box(3)}, config(thread_id))
+    code, report = check_json(graphkeep_url, "--thread", thread_id, "--deep")
+    assert (code, report["findings"]) == (0, [])  # importable here: read as written
+    monkeypatch.undo()
+    del sys.modules[module]
+    code, report = check_json(graphkeep_url, "--thread", thread_id, "--deep")
+    assert code == 1
+    assert {f["kind"] for f in report["findings"]} == {"unknown_type"}
+    assert "note" in {f["channel"] for f in report["findings"]}  # and the input that carried it
+    assert all(f"{module}.Box" in f["detail"] for f in report["findings"])
+
+
+def test_deep_reports_a_missing_list_element_and_repairs_an_orphan_one(
+    graphkeep_url: str, damage: Damage, thread_id: str
+) -> None:
+    sub = subgraph_graph(damage.saver)
+    sub.invoke({"log": ["x"]}, config(thread_id))
+    inv = inventory(damage.saver, thread_id)
+    elements = sorted(k for k in inv.blob_keys if k[1] == ELEMENT_CHANNEL)
+    assert elements
+    # an element record a put wrote before it crashed (its manifest never landed)
+    stray = (elements[0][0], ELEMENT_CHANNEL, "f" * 16 + "0" * 8)
+    record = BlobRecord(ELEMENT_CHANNEL, stray[2], Typed("msgpack", ormsgpack.packb("stray")))
+    damage.saver.drive(
+        damage.saver.port.import_thread(thread_id, ThreadDump([], [], [(stray[0], record)]))
+    )
+    code, report = check_json(graphkeep_url, "--thread", thread_id)
+    assert (code, report["findings"]) == (0, [])  # elements are named by payloads
+    code, report = check_json(graphkeep_url, "--thread", thread_id, "--deep")
+    assert code == 3
+    assert kinds(report) == [("orphan_elements", "warning", None, ELEMENT_CHANNEL)]
+    code, out, err = cli(
+        "check", graphkeep_url, "--thread", thread_id, "--deep", "--repair", "--yes",
+        "--grace", "0",
+    )  # fmt: skip
+    assert code == 0, err + out
+    assert inventory(damage.saver, thread_id).blob_keys == inv.blob_keys
+    # a list element a checkpoint's list needs, deleted with the backend's own client
+    victim = elements[-1]
+    damage.delete_value(thread_id, victim[0], ELEMENT_CHANNEL, victim[2])
+    code, report = check_json(graphkeep_url, "--thread", thread_id, "--deep")
+    assert code == 1
+    missing = [f for f in report["findings"] if f["kind"] == "missing_element"]
+    assert missing and all(f["channel"] == "log" for f in missing)
+    assert victim[2] in missing[0]["detail"]
+
+
 # -- what no store makes: loops and second roots, from a hand-made inventory -----------
 
 
@@ -515,7 +678,13 @@ def test_a_second_root_in_a_namespace_is_an_error_and_a_cut_history_is_not() -> 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["redis://127.0.0.1:16379/0", "--all", "--deep"], "--deep is not yet"),
+        (["redis://127.0.0.1:16379/0", "--all", "--serde", "m:x"], "add --deep"),
+        (["redis://127.0.0.1:16379/0", "--all", "--deep", "--serde", "nomodule_gk:x"], "--serde"),
+        (["redis://127.0.0.1:16379/0", "--all", "--deep", "--serde", "json"], "MODULE:ATTR"),
+        (
+            ["redis://127.0.0.1:16379/0", "--all", "--deep", "--serde", "json:JSONDecoder"],
+            "no loads",
+        ),
         (["sqlite:///nothing.db", "--all"], "SQLite or Postgres savers yet"),
         (["redis://127.0.0.1:16379/0", "--thread", "t", "--after", "s"], "--after resumes"),
         (["redis://127.0.0.1:16379/0", "--all", "--yes"], "--yes confirms --repair"),

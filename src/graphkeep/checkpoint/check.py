@@ -32,10 +32,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from graphkeep.checkpoint.deep import Problem, payload_problems
 from graphkeep.checkpoint.ids import id_time
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL
 from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.records import Inventory, Summary
+from graphkeep.errors import CorruptData, GraphkeepError
 from graphkeep.port.ops import Op, counted
 
 __all__ = [
@@ -74,9 +76,18 @@ KINDS: dict[str, tuple[str, str]] = {
     ),
     "orphan_writes": (WARNING, "pending writes under a checkpoint that is not stored"),
     "orphan_values": (WARNING, "channel values no checkpoint names"),
+    # --deep (graphkeep.checkpoint.deep): payloads decoded
+    "undecodable": (ERROR, "a stored payload the serializer cannot decode"),
+    "unknown_type": (
+        ERROR,
+        "a value names a class this process cannot import: it reads back as raw fields",
+    ),
+    "plaintext": (ERROR, "a payload stored unencrypted in an encrypted deployment"),
+    "missing_element": (ERROR, "a list element a checkpoint's list names is not stored"),
+    "orphan_elements": (WARNING, "list element records no stored list names"),
 }
 #: the kinds ``--repair`` removes (and ``prune``'s pre-flight does not weigh)
-ORPHAN_KINDS = ("orphan_writes", "orphan_values")
+ORPHAN_KINDS = ("orphan_writes", "orphan_values", "orphan_elements")
 #: threads per ``list_threads`` page of ``--all``
 THREAD_PAGE = 500
 #: orphan value versions a finding's detail names at most
@@ -219,8 +230,7 @@ def _chain_findings(thread_id: str, ns: str, by_id: dict[str, Summary]) -> list[
             if parent is None
             else (
                 "missing_parent",
-                f"parent {parent} is not stored (the namespace's history starts at"
-                f" {starts[0]})",
+                f"parent {parent} is not stored (the namespace's history starts at {starts[0]})",
             )
         )
         found.append(Finding(thread_id, ns, start, None, kind, detail))
@@ -407,24 +417,57 @@ def plan_problems(
 # -- ops over the port -----------------------------------------------------------------
 
 
-def check_thread(port: CheckpointPort, thread_id: str, ns: str | None = None) -> Op[ThreadCheck]:
-    """The op checking one thread: one ``inventory``, no payload."""
+def check_thread(
+    port: CheckpointPort, thread_id: str, ns: str | None = None, serde: Any = None
+) -> Op[ThreadCheck]:
+    """The op checking one thread: one ``inventory``, no payload; with ``serde`` (``--deep``)
+    also one ``export_thread``, every payload decoded with it (:mod:`.deep`)."""
     tally = [0]
-    inventory = yield from counted(port.inventory(thread_id), tally)
-    checked = findings_of(thread_id, inventory, ns)
+    _, checked = yield from counted(_read(port, thread_id, ns, serde), tally)
     checked.requests = tally[0]
     return checked
 
 
+def _read(
+    port: CheckpointPort, thread_id: str, ns: str | None, serde: Any
+) -> Op[tuple[Inventory, ThreadCheck]]:
+    inventory = yield from port.inventory(thread_id)
+    checked = findings_of(thread_id, inventory, ns)
+    if serde is not None:
+        orphans: list[tuple[str, str, str]] = []
+        try:
+            dump = yield from port.export_thread(thread_id)
+        except GraphkeepError as exc:
+            if not isinstance(exc, CorruptData):
+                raise
+            problems = [_unreadable(ns, exc)]
+        except Exception as exc:  # noqa: BLE001 - records the backend cannot parse
+            problems = [_unreadable(ns, exc)]
+        else:
+            problems, orphans = payload_problems(dump, serde, ns)
+        checked.findings += [
+            Finding(thread_id, p.ns, p.checkpoint_id, p.channel, p.kind, p.detail) for p in problems
+        ]
+        checked.orphan_values += orphans
+    return inventory, checked
+
+
+def _unreadable(ns: str | None, exc: Exception) -> Problem:
+    text = " ".join(str(exc).split())[:200]
+    return Problem(
+        "undecodable", ns or "", None, None, f"the thread's records: {type(exc).__name__}: {text}"
+    )
+
+
 def check_threads(
-    port: CheckpointPort, thread_ids: Iterable[str], ns: str | None = None
+    port: CheckpointPort, thread_ids: Iterable[str], ns: str | None = None, serde: Any = None
 ) -> Op[CheckReport]:
     """The op checking ``thread_ids`` in order (threads without checkpoints, writes or values
-    are counted and have no finding)."""
+    are counted and have no finding); ``serde``: ``--deep``."""
     started = time.perf_counter()
     report = CheckReport()
     for thread_id in thread_ids:
-        report.add((yield from check_thread(port, thread_id, ns)))
+        report.add((yield from check_thread(port, thread_id, ns, serde)))
     report.seconds = time.perf_counter() - started
     return report
 
@@ -452,7 +495,11 @@ class Repair:
 
 
 def repair_thread(
-    port: CheckpointPort, planned: ThreadCheck, grace: float, now: float | None = None
+    port: CheckpointPort,
+    planned: ThreadCheck,
+    grace: float,
+    now: float | None = None,
+    serde: Any = None,
 ) -> Op[Repair]:
     """Delete the orphans of ``planned`` (a check of the thread) that a second read still shows
     as orphans: writes under checkpoints that are still not stored and values no checkpoint
@@ -462,11 +509,11 @@ def repair_thread(
     checkpoint ids carry their time): writes whose checkpoint id is younger (a put in flight
     may store its writes before its checkpoint lands), and the values of a thread with a
     checkpoint or write younger (a put in flight stores values before its checkpoint). Ids
-    without a time count as young; ``grace=0`` turns this off."""
+    without a time count as young; ``grace=0`` turns this off. ``serde``: the check was deep
+    (its orphan list elements are read again the same way)."""
     at = time.time() if now is None else now
     tally = [0]
-    inventory = yield from counted(port.inventory(planned.thread_id), tally)
-    again = findings_of(planned.thread_id, inventory)
+    inventory, again = yield from counted(_read(port, planned.thread_id, None, serde), tally)
 
     def young(checkpoint_id: str) -> bool:
         stamp = id_time(checkpoint_id)

@@ -11,6 +11,8 @@ needs ``--yes`` when stdin is not a terminal. See docs/check.md.
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import sys
 import time
 from typing import Any, TextIO
@@ -24,6 +26,7 @@ from graphkeep.checkpoint.check import (
     repair_thread,
     thread_page,
 )
+from graphkeep.checkpoint.deep import is_encrypted
 from graphkeep.cli.console import (
     EXIT_ERROR,
     EXIT_OK,
@@ -32,6 +35,7 @@ from graphkeep.cli.console import (
     parse_duration,
     print_json,
 )
+from graphkeep.cli.decode import AES_KEY_ENV
 from graphkeep.cli.endpoints import Native, is_foreign, open_endpoint
 from graphkeep.cli.health import Unreachable
 from graphkeep.errors import StorageUnavailable
@@ -64,11 +68,15 @@ def add_check_command(sub: Any, common: argparse.ArgumentParser) -> None:
         "  graphkeep check redis://localhost:6379/0 --all --after support-42  # resume\n"
         "  graphkeep check redis://localhost:6379/0 --all --repair --yes\n"
         "\n"
+        "  LANGGRAPH_AES_KEY=... graphkeep check dynamodb://app --all --deep\n"
+        "  graphkeep check redis://localhost:6379/0 --all --deep --serde myapp.state:serde\n"
+        "\n"
         "Reads each thread's keys and checkpoint summaries (one inventory: 1 request on Redis\n"
-        "and MongoDB, 1 per 1 MB page on DynamoDB), never a value. error: the state cannot\n"
-        "be read as written; warning: wasted space or a hole in the history. --repair only\n"
-        "deletes orphans (never a checkpoint), skips threads written within --grace, and\n"
-        "checks the threads again after.\n",
+        "and MongoDB, 1 per 1 MB page on DynamoDB), never a value; --deep also reads every\n"
+        "payload (one export of the thread) and decodes it. error: the state cannot be read\n"
+        "as written; warning: wasted space or a hole in the history. --repair only deletes\n"
+        "orphans (never a checkpoint), skips threads written within --grace, and checks the\n"
+        "threads again after.\n",
         common,
     )
     p.add_argument("url", metavar="URL")
@@ -87,7 +95,16 @@ def add_check_command(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--page-size", type=positive, default=THREAD_PAGE, help="threads per store page")
     p.add_argument(
-        "--deep", action="store_true", help="decode payloads too (not yet: a usage error)"
+        "--deep",
+        action="store_true",
+        help="also decode every payload (one more read per thread): undecodable values,"
+        " classes that do not import, plaintext in an encrypted deployment, list elements",
+    )
+    p.add_argument(
+        "--serde",
+        metavar="MODULE:ATTR",
+        help="with --deep: the application's serializer (an object, or a callable making one);"
+        f" default LangGraph's JsonPlusSerializer, encrypted when {AES_KEY_ENV} is set",
     )
     p.add_argument("--repair", action="store_true", help="delete orphans (the plan first)")
     p.add_argument("--yes", action="store_true", help="confirm --repair without a prompt")
@@ -98,6 +115,42 @@ def add_check_command(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help=f"--repair skips threads written within it (default {DEFAULT_GRACE}; 0: none)",
     )
+
+
+def deep_serde(spec: str | None) -> Any:
+    """``--deep``'s serializer: ``--serde MODULE:ATTR`` (an object with ``loads_typed``, or a
+    callable returning one), else LangGraph's ``JsonPlusSerializer``; wrapped in LangGraph's
+    ``EncryptedSerializer`` (AES, the key from ``LANGGRAPH_AES_KEY``) when that is set and
+    the serializer does not encrypt already."""
+    if spec is None:
+        from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+        serde: Any = JsonPlusSerializer()
+    else:
+        module, sep, attr = spec.partition(":") if ":" in spec else spec.rpartition(".")
+        if not module or not attr:
+            raise UsageError(f"--serde takes MODULE:ATTR (e.g. myapp.state:serde), got {spec!r}")
+        try:
+            serde = importlib.import_module(module)
+            for part in attr.split("."):
+                serde = getattr(serde, part)
+        except (ImportError, AttributeError) as exc:
+            raise UsageError(f"--serde {spec}: {exc}") from exc
+        if not hasattr(serde, "loads_typed") and callable(serde):
+            try:
+                serde = serde()
+            except Exception as exc:
+                raise UsageError(f"--serde {spec}() failed: {exc}") from exc
+        if not hasattr(serde, "loads_typed"):
+            raise UsageError(f"--serde {spec} is not a serializer (it has no loads_typed)")
+    if os.environ.get(AES_KEY_ENV) and not is_encrypted(serde):
+        from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+
+        try:
+            serde = EncryptedSerializer.from_pycryptodome_aes(serde)
+        except (ImportError, ValueError) as exc:
+            raise UsageError(f"{AES_KEY_ENV} is not usable: {exc}") from exc
+    return serde
 
 
 def _location(finding: Any) -> str:
@@ -154,12 +207,12 @@ def _plan_json(plan: list[ThreadCheck]) -> list[dict[str, Any]]:
     ]
 
 
-def _run(endpoint: Native, args: argparse.Namespace, err: TextIO) -> CheckReport:
+def _run(endpoint: Native, args: argparse.Namespace, serde: Any, err: TextIO) -> CheckReport:
     port = endpoint.saver.port
     ns = args.checkpoint_ns
     if not args.all:
         threads = list(dict.fromkeys(endpoint.saver.check_thread_id(t) for t in args.thread))
-        report: CheckReport = endpoint.call(check_threads(port, threads, ns))
+        report: CheckReport = endpoint.call(check_threads(port, threads, ns, serde))
         return report
     started = time.perf_counter()
     report = CheckReport()
@@ -170,7 +223,7 @@ def _run(endpoint: Native, args: argparse.Namespace, err: TextIO) -> CheckReport
                 thread_page(port, cursor, args.after, args.page_size)
             )
             report.requests += requests
-            page: CheckReport = endpoint.call(check_threads(port, threads, ns))
+            page: CheckReport = endpoint.call(check_threads(port, threads, ns, serde))
             for checked in page.flagged:
                 report.findings.extend(checked.findings)
                 report.flagged.append(checked)
@@ -198,8 +251,9 @@ def _write_findings(report: CheckReport, out: TextIO) -> None:
 
 
 def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    if args.deep:
-        raise UsageError("--deep is not yet implemented (this check reads keys and summaries)")
+    if args.serde is not None and not args.deep:
+        raise UsageError("--serde names the serializer of --deep; add --deep")
+    serde = deep_serde(args.serde) if args.deep else None
     if is_foreign(args.url):
         raise UsageError(
             "graphkeep check does not read LangGraph's SQLite or Postgres savers yet;"
@@ -213,7 +267,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         with open_endpoint(args.url, key_prefix=args.key_prefix) as opened:
             if not isinstance(opened, Native):  # pragma: no cover - refused above
                 raise UsageError("graphkeep check reads graphkeep URLs only")
-            report = _run(opened, args, err)
+            report = _run(opened, args, serde, err)
             plan = [t for t in report.flagged if t.orphan_writes or t.orphan_values]
             repairs: list[Repair] | None = None
             after: CheckReport | None = None
@@ -225,11 +279,12 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 else:
                     err.write(f"graphkeep: repair plan: {_plan_text(plan)}\n")
                 if plan and _confirm(plan, args, err):
+                    port = opened.saver.port
                     repairs = [
-                        opened.call(repair_thread(opened.saver.port, t, args.grace)) for t in plan
+                        opened.call(repair_thread(port, t, args.grace, serde=serde)) for t in plan
                     ]
                     again = [t.thread_id for t in report.flagged]
-                    after = opened.call(check_threads(opened.saver.port, again, args.checkpoint_ns))
+                    after = opened.call(check_threads(port, again, args.checkpoint_ns, serde))
     except StorageUnavailable as exc:
         raise Unreachable(" ".join(str(exc).split())) from exc
     final = report if after is None else _merged(report, after)
