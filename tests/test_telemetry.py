@@ -957,7 +957,7 @@ REMOVE = {
 }
 
 
-def test_a_missing_value_counts_one_resume_failure_as_corrupt_data(
+def test_a_missing_value_counts_one_resume_failure_as_missing_value(
     graphkeep_backend: str, graphkeep_url: str, otel: Otel, thread_id: str
 ) -> None:
     options: dict[str, Any] = {"compress": False} if graphkeep_backend == "dynamodb" else {}
@@ -973,7 +973,8 @@ def test_a_missing_value_counts_one_resume_failure_as_corrupt_data(
 
     (failure,) = otel.points("graphkeep.resume.failures")
     assert failure.value == 1
-    assert failure.attributes["graphkeep.reason"] == "corrupt_data"
+    # CorruptData carries its kind: a list element that is not stored is a missing value
+    assert failure.attributes["graphkeep.reason"] == "missing_value"
     assert failure.attributes["error.type"] == "graphkeep.errors.CorruptData"
     assert failure.attributes["db.system.name"] == SYSTEMS[graphkeep_backend]
 

@@ -8,6 +8,7 @@ out of every message that names a server.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 
@@ -56,8 +57,107 @@ class LockNotAcquired(GraphkeepError):
     """A per-thread lease is held by someone else."""
 
 
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a stored payload is, for :class:`CorruptData`: names and ids only, never bytes.
+
+    A checkpoint's value: ``thread_id``, ``checkpoint_ns``, ``checkpoint_id``, ``channel``;
+    a pending write adds ``task_id`` and ``idx``; a store item is ``namespace`` and ``key``;
+    an event is ``run_id`` and ``event_id``. ``part`` names what else it is (``checkpoint``,
+    ``metadata``, ``list element <key>``). Unset fields are None.
+    """
+
+    thread_id: str | None = None
+    checkpoint_ns: str | None = None
+    checkpoint_id: str | None = None
+    channel: str | None = None
+    task_id: str | None = None
+    idx: int | None = None
+    namespace: tuple[str, ...] | None = None
+    key: str | None = None
+    run_id: str | None = None
+    event_id: str | None = None
+    part: str | None = None
+
+    def __str__(self) -> str:
+        out = []
+        if self.thread_id is not None:
+            out.append(f"thread {self.thread_id!r}")
+        if self.checkpoint_ns is not None:
+            out.append(f"namespace {self.checkpoint_ns!r}")
+        if self.checkpoint_id is not None:
+            out.append(f"checkpoint {self.checkpoint_id!r}")
+        if self.task_id is not None:
+            out.append(f"pending write of task {self.task_id!r} (idx {self.idx})")
+        if self.channel is not None:
+            out.append(f"channel {self.channel!r}")
+        if self.namespace is not None:
+            out.append(f"store namespace {self.namespace!r}")
+        if self.key is not None:
+            out.append(f"key {self.key!r}")
+        if self.run_id is not None:
+            out.append(f"run {self.run_id!r}")
+        if self.event_id is not None:
+            out.append(f"event {self.event_id!r}")
+        if self.part is not None:
+            out.append(self.part)
+        return ", ".join(out) or "a stored payload"
+
+
+#: :attr:`CorruptData.kind`: graphkeep's own framing of stored data is damaged (a record that
+#: does not unpack, a compressed payload that does not inflate, chunks that do not match)
+CORRUPT_FRAMING = "corrupt_data"
+#: the serializer cannot decode a payload, or returned None for a non-empty one
+UNDECODABLE = "undecodable"
+#: a record the stored data names is not stored (a list element, a chunk)
+MISSING_VALUE = "missing_value"
+
+
 class CorruptData(GraphkeepError):
-    """Stored data cannot be read back whole (e.g. a list element record is missing)."""
+    """Stored data cannot be read back whole: a payload the serializer cannot decode (or
+    decodes to None), damaged framing, a missing list element or chunk.
+
+    Raised instead of returning partial state. ``place`` (:class:`Place`; also as the
+    attributes ``thread_id``, ``checkpoint_ns``, ``checkpoint_id``, ``channel``, ``task_id``,
+    ``idx``, ``namespace``, ``key``, ``run_id``, ``event_id``) says where, ``reason`` what
+    was wrong and ``kind`` which of :data:`CORRUPT_FRAMING`, :data:`UNDECODABLE` and
+    :data:`MISSING_VALUE` it is. The message names both and never quotes payload bytes.
+    ``CorruptData("text")`` alone is a message without a place.
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        reason: str | None = None,
+        kind: str = CORRUPT_FRAMING,
+        place: Place | None = None,
+    ) -> None:
+        self.place = place if place is not None else Place()
+        self.reason = reason if reason is not None else message
+        self.kind = kind
+        self.thread_id = self.place.thread_id
+        self.checkpoint_ns = self.place.checkpoint_ns
+        self.checkpoint_id = self.place.checkpoint_id
+        self.channel = self.place.channel
+        self.task_id = self.place.task_id
+        self.idx = self.place.idx
+        self.namespace = self.place.namespace
+        self.key = self.place.key
+        self.run_id = self.place.run_id
+        self.event_id = self.place.event_id
+        if not message:
+            message = (
+                f"{self.place}: {self.reason}. The stored data is damaged and is not returned"
+                " in part: restore it from a backup or delete it"
+            )
+        super().__init__(message)
+
+    def at(self, place: Place) -> CorruptData:
+        """This error at ``place`` (one that already names a place is returned as it is)."""
+        if self.place != Place():
+            return self
+        return CorruptData(reason=self.reason, kind=self.kind, place=place)
 
 
 class UnsafePrune(GraphkeepError):
@@ -91,6 +191,7 @@ __all__ = [
     "InvalidThreadId",
     "LockNotAcquired",
     "PayloadTooLarge",
+    "Place",
     "PoolExhausted",
     "RunClosed",
     "RunStale",

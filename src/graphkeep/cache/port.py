@@ -5,14 +5,25 @@ input checks.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from langgraph.cache.base import FullKey, Namespace
 
-from graphkeep.errors import InvalidInput
+from graphkeep.errors import CorruptData, InvalidInput
 from graphkeep.port import Op
+
+log = logging.getLogger("graphkeep.cache")
+
+
+def unreadable(address: FullKey, exc: CorruptData) -> None:
+    """Log that the entry at ``address`` does not read back; the caller treats it as a miss
+    (a cache is recomputable: the node runs again). The line names the entry and the
+    reason, never the stored bytes (:class:`CorruptData`'s message quotes none)."""
+    log.warning("cache entry %r cannot be decoded, treated as a miss: %s", address, exc)
+
 
 #: characters that never appear in an encoded label or key: ``/`` ends a label, ``{``/``}``
 #: would bound a Redis Cluster hash tag, ``#`` separates DynamoDB key parts, ``%`` escapes

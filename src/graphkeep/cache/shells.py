@@ -5,7 +5,6 @@ over a :class:`~graphkeep.cache.port.CachePort`), :class:`SyncCache` and :class:
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -18,12 +17,11 @@ from graphkeep.cache.port import (
     check_namespace,
     expiry_after_seconds,
     live,
+    unreadable,
 )
-from graphkeep.errors import InvalidInput
+from graphkeep.errors import CorruptData, InvalidInput
 from graphkeep.port import Op, Telemetry, adrive, codec, drive, on_loop, running_loop, target_of
 from graphkeep.port.clock import now_ms
-
-log = logging.getLogger("graphkeep.cache")
 
 
 class CacheBase(BaseCache[Any]):
@@ -68,8 +66,8 @@ class CacheBase(BaseCache[Any]):
                 continue
             try:
                 values[address] = codec.load(self.serde, codec.unpack_typed(stored.data))
-            except Exception as exc:  # noqa: BLE001 - an unreadable entry is a miss
-                log.warning("cache entry %r cannot be decoded, treated as a miss: %s", address, exc)
+            except CorruptData as exc:  # an unreadable entry is a miss, logged without bytes
+                unreadable(address, exc)
         return values
 
     def _set(self, pairs: Mapping[FullKey, tuple[Any, int | None]]) -> Op[None]:

@@ -8,7 +8,7 @@ elements their manifests name, the pending writes) and reports, as plain
 :class:`Problem` tuples that :mod:`graphkeep.checkpoint.check` turns into findings:
 
 - ``undecodable``: the serializer (or zlib, for a compressed payload) fails, or returns None for
-  a payload that is not LangGraph's ``null``;
+  a payload that does not stand for None (:func:`graphkeep.port.codec.load`'s rule);
 - ``unknown_type``: a msgpack value names a class this process cannot import (LangGraph's
   serializer then hands back the object's raw fields, or None, in place of the object: the
   state no longer reads as written);
@@ -40,8 +40,6 @@ __all__ = ["CLASS_EXTS", "Problem", "is_encrypted", "payload_problems", "unknown
 #: LangGraph's msgpack extension codes that name a class as ``(module, name, ...)``
 #: (constructor with one / positional / keyword arguments, method, pydantic v1 / v2)
 CLASS_EXTS = frozenset({0, 1, 2, 3, 4, 5})
-#: LangGraph's tag of a None value
-NULL_TAG = "null"
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,9 +165,7 @@ def _decode(
         what_tag = f"{what} is stored unencrypted ({stored_tag})"
         tally.add("plaintext", ns, cid, channel, what_tag, group="")
     try:
-        decoded = codec.load(serde, value)
-        if decoded is None and stored_tag.partition("+")[0] != NULL_TAG:
-            raise ValueError(f"the serializer returned None for a {stored_tag!r} payload")
+        codec.load(serde, value)  # raises for None where the payload does not stand for None
         tag, data = _plain(serde, value)
         lost = unknown_types(data, tally.known) if tag == "msgpack" else set()
     except Exception as exc:  # noqa: BLE001 - every failure (zlib, the serializer) is one

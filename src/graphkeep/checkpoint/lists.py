@@ -36,11 +36,11 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import astuple, dataclass, field
+from dataclasses import astuple, dataclass, field, replace
 from typing import Any
 
 from graphkeep.checkpoint.records import BlobRecord, Typed
-from graphkeep.errors import CorruptData
+from graphkeep.errors import CORRUPT_FRAMING, MISSING_VALUE, CorruptData, Place
 from graphkeep.port import codec
 
 #: the reserved channel name element records are stored under (never a user channel)
@@ -81,14 +81,19 @@ def encode_manifest(keys: list[str]) -> Typed:
 
 def manifest_keys(manifest: Typed) -> list[str]:
     """Element keys of a manifest, in list order (a key may repeat)."""
-    version, runs = codec.unpackb(manifest.data)
+    version, runs = codec.unpack_fields(manifest.data, 2)
     if version != 1:
-        raise CorruptData(f"unknown list manifest format {version!r}")
-    return [
-        element_key(epoch, seq)
-        for epoch, start, count in runs
-        for seq in range(start, start + count)
-    ]
+        raise CorruptData(
+            reason=f"its list manifest has the unknown format {version!r}", kind=CORRUPT_FRAMING
+        )
+    try:
+        return [
+            element_key(epoch, seq)
+            for epoch, start, count in runs
+            for seq in range(start, start + count)
+        ]
+    except (TypeError, ValueError) as exc:
+        raise codec.framing_error(exc) from None
 
 
 def is_manifest(blob: Typed | None) -> bool:
@@ -105,41 +110,62 @@ def element_blob_keys(ns: str, manifests: Iterable[Typed]) -> list[tuple[str, st
 
 
 def rebuild(
-    serde: Any, manifest: Typed, elements: Mapping[str, Typed], where: str
+    serde: Any, manifest: Typed, elements: Mapping[str, Typed], where: Place | str
 ) -> tuple[list[Any], list[tuple[str, Typed]]]:
     """The list a manifest describes, and its (key, stored element) pairs.
 
     A missing element is corruption (or a thread deleted under a running
-    writer): raise, naming ``where``, never return a shorter list.
+    writer): raise, naming ``where``, never return a shorter list. So is an element
+    that does not decode (:func:`graphkeep.port.codec.load`).
     """
-    keys = manifest_keys(manifest)
+    place = where if isinstance(where, Place) else Place(part=where)
+    try:
+        keys = manifest_keys(manifest)
+    except CorruptData as exc:
+        raise exc.at(place) from None
     missing = [k for k in keys if k not in elements]
     if missing:
         raise CorruptData(
-            f"{where}: {len(missing)} of {len(keys)} list elements are missing from the store"
-            f" (first: {missing[0]}); the list cannot be rebuilt. Restore the thread from a"
-            " backup or delete it."
+            reason=(
+                f"{len(missing)} of {len(keys)} list elements are missing from the store"
+                f" (first: {missing[0]}); the list cannot be rebuilt"
+            ),
+            kind=MISSING_VALUE,
+            place=place,
         )
     pairs = [(k, elements[k]) for k in keys]
-    return [codec.load(serde, typed) for _, typed in pairs], pairs
+    try:
+        return [codec.load(serde, typed) for _, typed in pairs], pairs
+    except CorruptData as exc:
+        bad = next(k for k, typed in pairs if not _loads(serde, typed))
+        raise exc.at(replace(place, part=f"list element {bad}")) from None
 
 
-def where(thread_id: str, ns: str, checkpoint_id: str, channel: str) -> str:
-    """Where a stored value is, for error messages."""
-    return (
-        f"thread {thread_id!r}, namespace {ns!r}, checkpoint {checkpoint_id!r}, channel {channel!r}"
+def _loads(serde: Any, typed: Typed) -> bool:
+    try:
+        codec.load(serde, typed)
+    except CorruptData:
+        return False
+    return True
+
+
+def where(thread_id: str, ns: str, checkpoint_id: str, channel: str) -> Place:
+    """Where a stored value is, for :class:`~graphkeep.errors.CorruptData` (its ``str`` is
+    the text error messages use)."""
+    return Place(
+        thread_id=thread_id, checkpoint_ns=ns, checkpoint_id=checkpoint_id, channel=channel
     )
 
 
-def load_value(serde: Any, blob: Typed, elements: Mapping[str, Typed], where: str) -> Any:
+def load_value(serde: Any, blob: Typed, elements: Mapping[str, Typed], where: Place) -> Any:
     """A stored channel value: a manifest is rebuilt into its list, anything else decoded.
 
-    A manifest whose elements are missing raises :class:`~graphkeep.errors.CorruptData`
-    naming ``where``; a shorter list is never returned.
+    A manifest whose elements are missing, or a value that does not decode, raises
+    :class:`~graphkeep.errors.CorruptData` naming ``where``; a shorter list is never returned.
     """
     if is_manifest(blob):
         return rebuild(serde, blob, elements, where)[0]
-    return codec.load(serde, blob)
+    return codec.load(serde, blob, where)
 
 
 def plain_serde(serde: Any) -> Any:

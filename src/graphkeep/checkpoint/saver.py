@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -22,6 +23,7 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
     DeltaChannelHistory,
+    PendingWrite,
     get_checkpoint_metadata,
     writes_sort_key,
 )
@@ -61,7 +63,14 @@ from graphkeep.checkpoint.records import (
 )
 from graphkeep.checkpoint.walk import keep_latest
 from graphkeep.checkpoint.watch import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL, watch_op
-from graphkeep.errors import ConfigurationError, InvalidInput, UnsafePrune
+from graphkeep.errors import (
+    UNDECODABLE,
+    ConfigurationError,
+    CorruptData,
+    InvalidInput,
+    Place,
+    UnsafePrune,
+)
 from graphkeep.port import (
     Emit,
     Op,
@@ -280,10 +289,13 @@ class SaverBase(BaseCheckpointSaver[str]):
 
     def _get_tuple(self, config: RunnableConfig) -> Op[CheckpointTuple | None]:
         thread_id, ns, checkpoint_id = self._address(config)
-        loaded = yield from self.port.load(thread_id, ns, checkpoint_id)
-        if loaded is None:
-            return None
-        yield from self._expand([loaded])
+        try:
+            loaded = yield from self.port.load(thread_id, ns, checkpoint_id)
+            if loaded is None:
+                return None
+            yield from self._expand([loaded])
+        except CorruptData as exc:
+            raise exc.at(Place(thread_id, ns, checkpoint_id)) from None
         return self._tuple(loaded, learn=True)
 
     def load_op(self, thread_id: str, ns: str, checkpoint_id: str) -> Op[CheckpointTuple | None]:
@@ -298,8 +310,11 @@ class SaverBase(BaseCheckpointSaver[str]):
         ``before``), newest first, in one ``list`` page: ``watch`` reads a burst with it.
         A page may hold fewer (a store's page ended); the caller loads what is missing."""
         query = ListQuery(thread_id, ns, None, before, {}, limit)
-        items, _ = yield from self.port.list_page(query, None, limit)
-        yield from self._expand(items)
+        try:
+            items, _ = yield from self.port.list_page(query, None, limit)
+            yield from self._expand(items)
+        except CorruptData as exc:
+            raise exc.at(Place(thread_id, ns)) from None
         return [self._tuple(item) for item in items]
 
     def _expand(self, items: list[Loaded]) -> Op[None]:
@@ -310,7 +325,11 @@ class SaverBase(BaseCheckpointSaver[str]):
             for ch, blob in item.blobs.items():
                 if is_manifest(blob) and ch in rec.versions:
                     keys = wanted.setdefault(rec.thread_id, {})
-                    for key in element_blob_keys(rec.ns, [blob]):
+                    try:
+                        named = element_blob_keys(rec.ns, [blob])
+                    except CorruptData as exc:
+                        raise exc.at(where(rec.thread_id, rec.ns, rec.checkpoint_id, ch)) from None
+                    for key in named:
                         if key[2] not in item.elements:
                             keys[key] = None
         for thread_id, keys in wanted.items():
@@ -338,14 +357,28 @@ class SaverBase(BaseCheckpointSaver[str]):
         self, loaded: Loaded, metadata: Any = None, *, learn: bool = False
     ) -> CheckpointTuple:
         record = loaded.record
-        checkpoint = codec.load(self.serde, record.checkpoint)
-        checkpoint["channel_values"] = {
-            ch: self._value(loaded, ch, blob, learn)
-            for ch, blob in loaded.blobs.items()
-            if ch in record.versions and blob.tag != codec.EMPTY_TAG
-        }
+        try:
+            checkpoint: Checkpoint = codec.load(self.serde, record.checkpoint)
+            if not isinstance(checkpoint, dict):
+                raise CorruptData(
+                    reason=f"it decoded to a {type(checkpoint).__name__}, not a dict",
+                    kind=UNDECODABLE,
+                )
+        except CorruptData as exc:
+            raise exc.at(replace(self._place(record), part="checkpoint")) from None
         if metadata is None:
-            metadata = codec.load(self.serde, record.metadata)
+            try:
+                metadata = codec.load(self.serde, record.metadata)
+            except CorruptData as exc:
+                raise exc.at(replace(self._place(record), part="metadata")) from None
+        values: dict[str, Any] = {}
+        for ch, blob in loaded.blobs.items():
+            if ch in record.versions and blob.tag != codec.EMPTY_TAG:
+                try:
+                    values[ch] = self._value(loaded, ch, blob, learn)
+                except CorruptData as exc:
+                    raise exc.at(replace(self._place(record), channel=ch)) from None
+        checkpoint["channel_values"] = values
         parent_config: RunnableConfig | None = None
         if record.parent_id:
             parent_config = checkpoint_config(record.thread_id, record.ns, record.parent_id)
@@ -354,11 +387,28 @@ class SaverBase(BaseCheckpointSaver[str]):
             checkpoint=checkpoint,
             metadata=metadata,
             parent_config=parent_config,
-            pending_writes=[
-                (w.task_id, w.channel, codec.load(self.serde, w.value))
-                for w in sort_writes(loaded.writes)
-            ],
+            pending_writes=self._writes(
+                record.thread_id, record.ns, record.checkpoint_id, sort_writes(loaded.writes)
+            ),
         )
+
+    @staticmethod
+    def _place(record: CheckpointRecord) -> Place:
+        return Place(record.thread_id, record.ns, record.checkpoint_id)
+
+    def _writes(
+        self, thread_id: str, ns: str, checkpoint_id: str, writes: Iterable[WriteRecord]
+    ) -> list[PendingWrite]:
+        """``(task_id, channel, value)`` of the writes stored at a checkpoint; one that does
+        not decode is :class:`CorruptData` naming it."""
+        out: list[PendingWrite] = []
+        for w in writes:
+            try:
+                out.append((w.task_id, w.channel, codec.load(self.serde, w.value)))
+            except CorruptData as exc:
+                place = Place(thread_id, ns, checkpoint_id, w.channel, w.task_id, w.idx)
+                raise exc.at(place) from None
+        return out
 
     def _list(
         self,
@@ -384,10 +434,16 @@ class SaverBase(BaseCheckpointSaver[str]):
         remaining = limit
         cursor: Any = None
         while True:
-            items, cursor = yield from self.port.list_page(query, cursor, page_size)
-            yield from self._expand(items)
+            try:
+                items, cursor = yield from self.port.list_page(query, cursor, page_size)
+                yield from self._expand(items)
+            except CorruptData as exc:
+                raise exc.at(Place(thread_id, ns)) from None
             for item in items:
-                metadata = codec.load(self.serde, item.record.metadata)
+                try:
+                    metadata = codec.load(self.serde, item.record.metadata)
+                except CorruptData as exc:
+                    raise exc.at(replace(self._place(item.record), part="metadata")) from None
                 if checked and not matches(metadata, checked):
                     continue
                 yield Emit(self._tuple(item, metadata))
@@ -405,18 +461,21 @@ class SaverBase(BaseCheckpointSaver[str]):
             return {}
         thread_id, ns, checkpoint_id = self._address(config)
         wanted = list(dict.fromkeys(channels))
-        chain = yield from self.port.chain(thread_id, ns, checkpoint_id, wanted)
-        collected: dict[str, list[WriteRecord]] = {ch: [] for ch in wanted}
+        try:
+            chain = yield from self.port.chain(thread_id, ns, checkpoint_id, wanted)
+            # a list seed written as a manifest (DeltaChannels normally are not)
+            elements = yield from fetch_elements(self.port, thread_id, ns, chain.blobs.values())
+        except CorruptData as exc:
+            raise exc.at(Place(thread_id, ns, checkpoint_id)) from None
+        collected: dict[str, list[tuple[str, WriteRecord]]] = {ch: [] for ch in wanted}
         seeds: dict[str, Any] = {}
         remaining = set(wanted)
-        # a list seed written as a manifest (DeltaChannels normally are not)
-        elements = yield from fetch_elements(self.port, thread_id, ns, chain.blobs.values())
         for ancestor in chain.ancestors:
             if not remaining:
                 break
             for write in reversed(sort_writes(chain.writes.get(ancestor.checkpoint_id, []))):
                 if write.channel in remaining:
-                    collected[write.channel].append(write)
+                    collected[write.channel].append((ancestor.checkpoint_id, write))
             for ch in [c for c in ancestor.present if c in remaining]:
                 blob = chain.blobs.get((ch, ancestor.versions.get(ch, "")))
                 if blob is not None and blob.tag != codec.EMPTY_TAG:
@@ -425,12 +484,9 @@ class SaverBase(BaseCheckpointSaver[str]):
                     remaining.discard(ch)
         result: dict[str, DeltaChannelHistory] = {}
         for ch in channels:
-            entry: DeltaChannelHistory = {
-                "writes": [
-                    (w.task_id, w.channel, codec.load(self.serde, w.value))
-                    for w in reversed(collected[ch])
-                ]
-            }
+            entry: DeltaChannelHistory = {"writes": []}
+            for cid, w in reversed(collected[ch]):
+                entry["writes"] += self._writes(thread_id, ns, cid, [w])
             if ch in seeds:
                 entry["seed"] = seeds[ch]
             result[ch] = entry

@@ -28,6 +28,7 @@ from typing import Any
 import ormsgpack
 
 from graphkeep.checkpoint.records import Typed
+from graphkeep.errors import GraphkeepError
 from graphkeep.port import codec
 
 EXT_CONSTRUCTOR_SINGLE_ARG = 0
@@ -67,7 +68,7 @@ class Encrypted:
     error: str | None = None
 
 
-class EncryptedValueError(Exception):
+class EncryptedValueError(GraphkeepError):
     pass
 
 

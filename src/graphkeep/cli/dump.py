@@ -32,6 +32,7 @@ from graphkeep.cli.decode import (
 from graphkeep.cli.endpoints import Endpoint, Native, open_endpoint
 from graphkeep.cli.foreign import Foreign
 from graphkeep.cli.threads import CheckpointItem, foreign_writes
+from graphkeep.errors import Place
 from graphkeep.port import codec
 
 
@@ -132,7 +133,7 @@ class _Seed:
 
     blob: Typed
     elements: Mapping[str, Typed]
-    where: str
+    where: Place
 
     def to_json(self) -> Any:
         """Plain JSON; a shared list (manifest) is shown rebuilt, never as its manifest."""

@@ -11,7 +11,16 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
-from graphkeep.errors import ConfigurationError, EventsTrimmed, InvalidInput, RunStale, UnknownRun
+from graphkeep.errors import (
+    UNDECODABLE,
+    ConfigurationError,
+    CorruptData,
+    EventsTrimmed,
+    InvalidInput,
+    Place,
+    RunStale,
+    UnknownRun,
+)
 from graphkeep.events.port import (
     EventsPort,
     Retention,
@@ -192,12 +201,22 @@ class EventLogBase:
             if follow and port.blocking:
                 left = check_every - (time.monotonic() - checked)
                 wait = max(1, min(MAX_BLOCK_MS, math.ceil(left * 1000)))
-            batch = yield from port.read(run, cursor, PAGE, wait)
+            try:
+                batch = yield from port.read(run, cursor, PAGE, wait)
+            except CorruptData as exc:  # a record of the run that does not read back
+                after = None if cursor is None else f"after event {cursor}"
+                raise exc.at(Place(run_id=run, part=after)) from None
             for stored in batch:
                 try:
                     event = json.loads(stored.data)
-                except ValueError:  # never written by graphkeep: say so, keep going
-                    event = {"type": "unreadable", "raw": stored.data.decode("utf-8", "replace")}
+                except ValueError:  # damaged, or never written by graphkeep: never quoted
+                    event = None
+                if not isinstance(event, dict):
+                    raise CorruptData(
+                        reason="its stored payload is not a JSON object",
+                        kind=UNDECODABLE,
+                        place=Place(run_id=run, event_id=stored.event_id),
+                    )
                 yield Emit((stored.event_id, event))
                 cursor = stored.event_id
                 if stored.closing:

@@ -16,7 +16,14 @@ from typing import Any
 
 import ormsgpack
 
-from graphkeep.errors import SerializationError
+from graphkeep.errors import (
+    CORRUPT_FRAMING,
+    UNDECODABLE,
+    CorruptData,
+    GraphkeepError,
+    Place,
+    SerializationError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,16 +96,90 @@ def squeeze(value: Typed, min_bytes: int = COMPRESS_MIN_BYTES) -> Typed:
     return Typed(COMPRESSED_PREFIX + value.tag, packed)
 
 
+def inflate(data: bytes) -> bytes:
+    """``data`` zlib-decompressed; a stream that does not inflate is
+    :class:`~graphkeep.errors.CorruptData` (without a place: the caller adds it)."""
+    try:
+        return zlib.decompress(data)
+    except zlib.error as exc:
+        raise CorruptData(
+            reason=f"its compressed bytes do not decompress (zlib: {exc})", kind=CORRUPT_FRAMING
+        ) from None
+
+
 def unsqueeze(value: Typed) -> Typed:
     if not value.tag.startswith(COMPRESSED_PREFIX):
         return value
-    return Typed(value.tag[len(COMPRESSED_PREFIX) :], zlib.decompress(value.data))
+    return Typed(value.tag[len(COMPRESSED_PREFIX) :], inflate(value.data))
 
 
-def load(serde: Any, value: Typed) -> Any:
-    if value.tag.startswith(COMPRESSED_PREFIX):
-        value = unsqueeze(value)
-    return serde.loads_typed((value.tag, value.data))
+#: tags whose payload stands for None whatever its bytes (LangGraph's ``dumps_typed(None)``
+#: is ``("null", b"")``; ``empty`` is a versioned channel without a value)
+NONE_TAGS = frozenset({"null", EMPTY_TAG})
+
+
+def encodes_none(value: Typed) -> bool:
+    """Whether ``value`` (decompressed) legitimately decodes to None: an empty payload, a
+    ``null`` / ``empty`` tag (also encrypted, ``null+<cipher>``), msgpack's nil (``0xc0``),
+    JSON's ``null`` or a pickled None.
+
+    Anything else that decodes to None was not rebuilt: LangGraph's ``JsonPlusSerializer``
+    returns None for a msgpack extension whose own bytes do not unpack or whose code it does
+    not know, a numpy array it cannot rebuild, and a JSON ``lc`` object whose constructor
+    fails or names an exception class (logging a warning, and the graph carries on).
+    """
+    data = value.data
+    if not data:
+        return True
+    tag, _, cipher = value.tag.partition("+")  # encrypted: "<inner>+<cipher>"
+    if tag in NONE_TAGS:
+        return True
+    if cipher:  # the plaintext is not at hand: only a None tag stands for None
+        return False
+    if tag == "msgpack":
+        return data == b"\xc0"
+    if tag == "json":
+        return data.strip() == b"null"
+    if tag == "pickle":
+        return data.endswith(b"N.") and len(data) <= 4
+    return False
+
+
+def load(serde: Any, value: Typed, where: Place | None = None) -> Any:
+    """``serde.loads_typed`` of a stored ``value`` (decompressed first), or
+    :class:`~graphkeep.errors.CorruptData` at ``where``: the bytes do not inflate, the
+    serializer raises, or it returns None for a payload that does not stand for None (see
+    :func:`encodes_none`). Without ``where`` the error names no place: the caller that knows
+    it re-raises ``exc.at(place)``. The message never quotes the payload.
+    """
+    try:
+        if value.tag.startswith(COMPRESSED_PREFIX):
+            value = unsqueeze(value)
+        result = serde.loads_typed((value.tag, value.data))
+    except CorruptData as exc:
+        if where is None:
+            raise
+        raise exc.at(where) from None
+    except GraphkeepError:  # a serializer's own deliberate error keeps its message
+        raise
+    except Exception as exc:
+        raise CorruptData(
+            reason=(
+                f"the serializer cannot decode its {value.tag!r} payload ({type(exc).__name__})"
+            ),
+            kind=UNDECODABLE,
+            place=where,
+        ) from None
+    if result is None and not encodes_none(value):
+        raise CorruptData(
+            reason=(
+                f"the serializer decoded its non-empty {value.tag!r} payload to None (a type"
+                " it cannot rebuild, or bytes it does not read)"
+            ),
+            kind=UNDECODABLE,
+            place=where,
+        )
+    return result
 
 
 def pack_typed(value: Typed) -> bytes:
@@ -106,8 +187,12 @@ def pack_typed(value: Typed) -> bytes:
 
 
 def unpack_typed(data: bytes) -> Typed:
-    tag, raw = ormsgpack.unpackb(data)
-    return Typed(tag, raw)
+    """A stored :func:`pack_typed` pair; anything else is :class:`CorruptData`."""
+    try:
+        tag, raw = ormsgpack.unpackb(data)
+        return Typed(tag, raw)
+    except (ormsgpack.MsgpackDecodeError, ValueError, TypeError) as exc:
+        raise framing_error(exc) from None
 
 
 def packb(value: Any) -> bytes:
@@ -115,7 +200,33 @@ def packb(value: Any) -> bytes:
 
 
 def unpackb(data: bytes) -> Any:
-    return ormsgpack.unpackb(data)
+    """``ormsgpack.unpackb`` of graphkeep's own framing; bytes it does not read are
+    :class:`CorruptData` (the backend's reader unpacks what it expects from the result)."""
+    try:
+        return ormsgpack.unpackb(data)
+    except (ormsgpack.MsgpackDecodeError, ValueError, TypeError) as exc:
+        raise framing_error(exc) from None
+
+
+def unpack_fields(data: bytes, count: int) -> list[Any]:
+    """A stored record packed as a list of ``count`` fields (:func:`packb`); bytes that do
+    not unpack to that are :class:`CorruptData`."""
+    fields = unpackb(data)
+    if not isinstance(fields, list) or len(fields) != count:
+        raise CorruptData(
+            reason=f"its stored record does not hold the {count} fields it should",
+            kind=CORRUPT_FRAMING,
+        )
+    return fields
+
+
+def framing_error(exc: BaseException) -> CorruptData:
+    """The :class:`CorruptData` of a record graphkeep framed itself that does not read back
+    (``exc`` from unpacking it: only its type is named, never its bytes)."""
+    return CorruptData(
+        reason=f"its stored record does not read back ({type(exc).__name__})",
+        kind=CORRUPT_FRAMING,
+    )
 
 
 def split(data: bytes, chunk_size: int) -> list[bytes]:

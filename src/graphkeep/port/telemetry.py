@@ -31,7 +31,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from graphkeep.errors import ConfigurationError, CorruptData, GraphkeepError
+from graphkeep.errors import (
+    CORRUPT_FRAMING,
+    MISSING_VALUE,
+    UNDECODABLE,
+    ConfigurationError,
+    CorruptData,
+    GraphkeepError,
+)
 from graphkeep.port.ops import Emit, Op, Sleep, T
 
 try:
@@ -82,10 +89,10 @@ REASON = "graphkeep.reason"
 LOCK_ACQUIRED = "graphkeep.lock.acquired"
 ATTRIBUTES = (THREAD_ID, REASON, LOCK_ACQUIRED)
 
-#: ``graphkeep.resume.failures``' reasons
-CORRUPT_DATA = "corrupt_data"
-UNDECODABLE = "undecodable"
-MISSING_VALUE = "missing_value"
+#: ``graphkeep.resume.failures``' reasons (a :class:`~graphkeep.errors.CorruptData` carries
+#: the one that applies as its ``kind``); also ``UNDECODABLE`` and ``MISSING_VALUE``
+CORRUPT_DATA = CORRUPT_FRAMING
+REASONS = frozenset({CORRUPT_DATA, UNDECODABLE, MISSING_VALUE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,8 +296,8 @@ def error_type(exc: BaseException) -> str:
 def resume_failure_reason(exc: BaseException) -> str | None:
     """Why a read that raised ``exc`` itself (not a request) could not return state, or None
     when it is not a resume failure (bad input, cancellation)."""
-    if isinstance(exc, CorruptData):
-        return CORRUPT_DATA
+    if isinstance(exc, CorruptData):  # its kind: damaged framing, undecodable, missing
+        return exc.kind if exc.kind in REASONS else CORRUPT_DATA
     if isinstance(exc, GraphkeepError) or not isinstance(exc, Exception):
         return None
     if isinstance(exc, LookupError):

@@ -28,7 +28,7 @@ from langgraph.store.base import (
 )
 from langgraph.store.base.batch import AsyncBatchedBaseStore
 
-from graphkeep.errors import InvalidInput
+from graphkeep.errors import CorruptData, InvalidInput, Place
 from graphkeep.port import Op, Telemetry, adrive, drive, on_loop, running_loop, target_of
 from graphkeep.port.clock import IncreasingClock, datetime_of_us, now_ms
 from graphkeep.store.filters import compile_filter
@@ -138,12 +138,19 @@ class StoreBase(BaseStore):
                 op.refresh_ttl if op.refresh_ttl is not None else self._refresh_default()
                 for _, op in plan.gets
             ]
-            found = yield from self.port.get(keys, refresh, now)
+            try:
+                found = yield from self.port.get(keys, refresh, now)
+            except CorruptData as exc:  # the backend names the item; else the one asked for
+                namespace, key = keys[0] if len(keys) == 1 else (None, None)
+                raise exc.at(Place(namespace=namespace, key=key)) from None
             for (i, _), stored in zip(plan.gets, found, strict=True):
                 plan.results[i] = None if stored is None else _item(stored)
         for i, op in plan.searches:
             query = yield from self._query(op, now)
-            page = yield from self.port.search(query)
+            try:
+                page = yield from self.port.search(query)
+            except CorruptData as exc:
+                raise exc.at(Place(namespace=query.prefix)) from None
             plan.results[i] = [_search_item(s, query.vector is not None) for s in page]
         for i, lop in plan.lists:
             prefix = literal_prefix(lop)

@@ -9,11 +9,11 @@ import json
 import re
 import struct
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 import orjson
 
-from graphkeep.errors import SerializationError
+from graphkeep.errors import UNDECODABLE, CorruptData, Place, SerializationError
 from graphkeep.store.port import Namespace
 
 
@@ -48,11 +48,28 @@ def encode_value(value: Mapping[str, Any]) -> bytes:
 _LONG_NUMBER = re.compile(rb"\d{19,}")
 
 
-def decode_value(data: bytes | str) -> dict[str, Any]:
+def decode_value(
+    data: bytes | str, namespace: Namespace | None = None, key: str | None = None
+) -> dict[str, Any]:
+    """The item value :func:`encode_value` stored as ``data``; bytes that are not a JSON
+    object are :class:`~graphkeep.errors.CorruptData` naming ``namespace`` and ``key`` (never
+    the bytes): an item is not returned without its value, nor skipped."""
     raw = data.encode() if isinstance(data, str) else data
-    if _LONG_NUMBER.search(raw):
-        return cast(dict[str, Any], json.loads(raw))
-    return cast(dict[str, Any], orjson.loads(raw))
+    try:
+        value = json.loads(raw) if _LONG_NUMBER.search(raw) else orjson.loads(raw)
+    except ValueError as exc:  # orjson's and json's decode errors, bytes that are not UTF-8
+        raise CorruptData(
+            reason=f"its stored value is not JSON ({type(exc).__name__})",
+            kind=UNDECODABLE,
+            place=Place(namespace=namespace, key=key),
+        ) from None
+    if not isinstance(value, dict):
+        raise CorruptData(
+            reason=f"its stored value is a JSON {type(value).__name__}, not an object",
+            kind=UNDECODABLE,
+            place=Place(namespace=namespace, key=key),
+        )
+    return value
 
 
 def pack_vector(values: Sequence[float]) -> bytes:

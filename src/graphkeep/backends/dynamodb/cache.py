@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import math
-import zlib
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -59,9 +58,9 @@ from graphkeep.backends.dynamodb.items import (
 )
 from graphkeep.backends.dynamodb.requests import batch_get, batch_write, query_all
 from graphkeep.backends.dynamodb.schema import setup_table
-from graphkeep.cache.port import Entry, Stored, escaped_namespace
+from graphkeep.cache.port import Entry, Stored, escaped_namespace, unreadable
 from graphkeep.cache.shells import AsyncCache, SyncCache
-from graphkeep.errors import ConfigurationError
+from graphkeep.errors import ConfigurationError, CorruptData
 from graphkeep.port import Op, codec
 from graphkeep.port.factory import aopened, opened
 
@@ -110,7 +109,11 @@ class DynamoDBCachePort:
                 continue
             data = b(item, VALUE)
             if CODEC in item:
-                data = zlib.decompress(data)
+                try:
+                    data = codec.inflate(data)
+                except CorruptData as exc:
+                    unreadable(address, exc)
+                    continue
             found[address] = Stored(data, n(item, EXPIRES_MS))
         return found
 

@@ -100,7 +100,7 @@ def head_names(head: dict[str, Any]) -> Names:
 
 
 def summary_of(ns: str, checkpoint_id: str, head: dict[str, Any]) -> Summary:
-    parent, versions, present, needs, run_id = codec.unpackb(b(head, HEAD))
+    parent, versions, present, needs, run_id = codec.unpack_fields(b(head, HEAD), 5)
     return Summary(ns, checkpoint_id, parent or None, versions, present, needs, run_id or None)
 
 
@@ -165,7 +165,7 @@ def record_of(
     names: Names, summary: Summary, head: dict[str, Any], chunks: dict[str, dict[str, Any]]
 ) -> CheckpointRecord:
     """The checkpoint record of a head item (``chunks``: chunk items by sort key)."""
-    ctag, cdata, mtag, mdata = codec.unpackb(read_payload(head, chunks))
+    ctag, cdata, mtag, mdata = codec.unpack_fields(read_payload(head, chunks), 4)
     return CheckpointRecord(
         thread_id=names.thread,
         ns=names.ns,
@@ -184,7 +184,7 @@ def write_record_of(item: dict[str, Any], chunks: dict[str, dict[str, Any]]) -> 
     """The pending write record of a write item."""
     parsed = keys.parse_sk(s(item, SK))
     names = names_of(item, parsed)
-    channel, task_path, tag, data = codec.unpackb(read_payload(item, chunks))
+    channel, task_path, tag, data = codec.unpack_fields(read_payload(item, chunks), 4)
     return WriteRecord(names.task_id, parsed.idx, channel, task_path, Typed(tag, data))
 
 

@@ -74,7 +74,6 @@ import json
 import math
 import re
 import uuid
-import zlib
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -728,7 +727,7 @@ def _events_of(item: dict[str, Any], floor: int) -> list[StoredEvent]:
     if CODEC in item:
         if s(item, CODEC) != "zlib":
             raise GraphkeepError(f"unknown event codec {s(item, CODEC)!r}: upgrade graphkeep")
-        data = zlib.decompress(data)
+        data = codec.inflate(data)
     payloads = codec.unpackb(data)
     first = last - len(payloads) + 1
     closing = CLOSING in item

@@ -24,12 +24,11 @@ Attributes (short names: DynamoDB bills attribute names as item bytes)::
 from __future__ import annotations
 
 import hashlib
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from graphkeep.backends.dynamodb import keys
-from graphkeep.errors import ConfigurationError, GraphkeepError
+from graphkeep.errors import MISSING_VALUE, ConfigurationError, CorruptData, GraphkeepError
 from graphkeep.port import codec
 
 PK, SK = "pk", "sk"
@@ -192,24 +191,25 @@ def read_payload(item: dict[str, Any], chunks: dict[str, dict[str, Any]]) -> byt
         for sk in chunk_sks(item):
             chunk = chunks.get(sk)
             if chunk is None:
-                raise GraphkeepError(
+                raise CorruptData(
                     f"chunk {sk!r} of item {s(item, SK)!r} (partition {s(item, PK)!r}) is"
                     " missing: the value cannot be re-assembled. The item was damaged outside"
-                    " graphkeep (or by an expired TTL); delete the thread or restore a backup"
+                    " graphkeep (or by an expired TTL); delete the thread or restore a backup",
+                    kind=MISSING_VALUE,
                 )
             parts.append(b(chunk, VALUE))
         data = codec.join(parts)
         expected = n(item, SIZE)
         digest = hashlib.blake2b(data, digest_size=8).hexdigest()
         if (expected is not None and len(data) != expected) or digest != item[DIGEST]["S"]:
-            raise GraphkeepError(
+            raise CorruptData(
                 f"chunks of item {s(item, SK)!r} do not match their digest; the value is damaged"
             )
     if CODEC in item:
         codec_name = s(item, CODEC)
         if codec_name != "zlib":
             raise GraphkeepError(f"unknown payload codec {codec_name!r}: upgrade graphkeep")
-        data = zlib.decompress(data)
+        data = codec.inflate(data)
     return data
 
 

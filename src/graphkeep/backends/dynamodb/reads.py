@@ -14,6 +14,7 @@ docs/architecture.md.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from graphkeep.backends.dynamodb import keys
@@ -41,6 +42,7 @@ from graphkeep.backends.dynamodb.items import (
 from graphkeep.backends.dynamodb.requests import get_items, query_all, query_page
 from graphkeep.backends.dynamodb.ttl import ExpiringTable
 from graphkeep.checkpoint.records import Chain, ListQuery, Loaded, Summary, Typed
+from graphkeep.errors import CorruptData, Place
 from graphkeep.port import Op, codec
 
 #: items read by the first page of a "latest checkpoint" Query (head + up to 15 writes)
@@ -140,12 +142,20 @@ def complete(t: ExpiringTable, colls: list[Collection], now: float) -> Op[list[L
         assert coll.head is not None
         fetched = by_pk.get(coll.pk, {})
         values: dict[str, Typed] = {}
+        place = Place(names.thread, names.ns, names.checkpoint_id)
         for ch, sk in blob_sks.items():
             item = fetched.get(sk)
             if item is not None and not hidden(item, now) and has_payload(item):
-                values[ch] = codec.unpack_typed(read_payload(item, fetched))
-        record = record_of(names, summary, coll.head, fetched)
-        loaded.append(Loaded(record, values, [write_record_of(w, fetched) for w in writes]))
+                try:
+                    values[ch] = codec.unpack_typed(read_payload(item, fetched))
+                except CorruptData as exc:
+                    raise exc.at(replace(place, channel=ch)) from None
+        try:
+            record = record_of(names, summary, coll.head, fetched)
+            pending = [write_record_of(w, fetched) for w in writes]
+        except CorruptData as exc:
+            raise exc.at(place) from None
+        loaded.append(Loaded(record, values, pending))
         if t.ttl:
             t.remember(coll, summary, fetched, blob_sks)
             for ch, sk in blob_sks.items():

@@ -102,7 +102,7 @@ from graphkeep.backends.dynamodb.requests import (
     transact,
 )
 from graphkeep.backends.dynamodb.schema import check_table_name, setup_table
-from graphkeep.errors import ConfigurationError, InvalidInput, PayloadTooLarge
+from graphkeep.errors import ConfigurationError, CorruptData, InvalidInput, PayloadTooLarge, Place
 from graphkeep.port import Op, codec
 from graphkeep.port.factory import aopened, opened
 from graphkeep.store.port import ItemKey, Namespace, SearchQuery, StoredItem, Vector
@@ -272,10 +272,11 @@ class DynamoDBStorePort:
             else []
         )
         minutes = item.get(TTL_MINUTES)
+        namespace, key = namespace_from_dotted(s(item, NS)), s(item, KEY)
         return StoredItem(
-            namespace=namespace_from_dotted(s(item, NS)),
-            key=s(item, KEY),
-            value=decode_value(read_payload(item, chunks)) if chunks is not _NO_VALUE else {},
+            namespace=namespace,
+            key=key,
+            value=item_value(item, chunks, namespace, key) if chunks is not _NO_VALUE else {},
             created_us=n(item, CREATED) or 0,
             updated_us=n(item, UPDATED) or 0,
             expires_ms=n(item, EXPIRES),
@@ -499,7 +500,7 @@ class DynamoDBStorePort:
             owners = [by_item[(dotted_namespace(p.namespace), p.key)] for p in page]
             chunks = yield from self._chunks(owners)
             for stored, owner in zip(page, owners, strict=True):
-                stored.value = decode_value(read_payload(owner, chunks))
+                stored.value = item_value(owner, chunks, stored.namespace, stored.key)
         if query.refresh:
             due = {}
             for stored in page:
@@ -568,6 +569,18 @@ class DynamoDBStorePort:
 
 #: passed instead of chunks when the value is not needed (ordering only)
 _NO_VALUE: dict[str, dict[str, Any]] = {}
+
+
+def item_value(
+    item: dict[str, Any], chunks: dict[str, dict[str, Any]], namespace: Namespace, key: str
+) -> dict[str, Any]:
+    """The value of a store item (re-assembled, decompressed, decoded); a damaged one is
+    :class:`CorruptData` naming ``namespace`` and ``key``."""
+    try:
+        data = read_payload(item, chunks)
+    except CorruptData as exc:
+        raise exc.at(Place(namespace=namespace, key=key)) from None
+    return decode_value(data, namespace, key)
 
 
 def _transactions(

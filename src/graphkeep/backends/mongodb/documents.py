@@ -193,8 +193,8 @@ def heading_of(doc: Mapping[str, Any]) -> Heading:
     """The heading of a checkpoint document, format 2 (``s``) or format 1 (named fields)."""
     packed = doc.get("s")
     if packed is not None:
-        _format, parent, versions, present, needs, delta, lists, chunked = codec.unpackb(
-            bytes(packed)
+        _format, parent, versions, present, needs, delta, lists, chunked = codec.unpack_fields(
+            bytes(packed), 8
         )
         return Heading(
             parent or None,
@@ -432,7 +432,7 @@ def checkpoint_record(doc: Mapping[str, Any], chunked: bytes | None) -> Checkpoi
     packed = chunked if heading.chunked else checkpoint_payload(doc)
     if packed is None:
         return None  # payload not (fully) written: treat as absent
-    ctag, cdata, mtag, mdata = codec.unpackb(packed)
+    ctag, cdata, mtag, mdata = codec.unpack_fields(packed, 4)
     metadata_doc: dict[str, Any] = dict(doc.get("metadata_doc") or {})
     for key in doc.get("metadata_opaque") or []:
         metadata_doc[key] = OPAQUE  # re-marked opaque if this record is stored again

@@ -178,10 +178,11 @@ def item_id(namespace: Namespace, key: str) -> str:
 
 
 def item_of(doc: Mapping[str, Any]) -> StoredItem:
+    namespace, key = namespace_from_dotted(doc["ns"]), doc["key"]
     return StoredItem(
-        namespace=namespace_from_dotted(doc["ns"]),
-        key=doc["key"],
-        value=decode_value(bytes(doc["value"])),
+        namespace=namespace,
+        key=key,
+        value=decode_value(bytes(doc["value"]), namespace, key),
         created_us=int(doc["created_us"]),
         updated_us=int(doc["updated_us"]),
         expires_ms=doc.get("expires_ms"),

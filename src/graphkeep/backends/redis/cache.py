@@ -37,9 +37,9 @@ from graphkeep.backends.redis.client import (
 )
 from graphkeep.backends.redis.keys import check_prefix, pattern_prefix
 from graphkeep.backends.redis.requests import Command, Scan, Script
-from graphkeep.cache.port import Entry, Stored, escaped_key, escaped_namespace
+from graphkeep.cache.port import Entry, Stored, escaped_key, escaped_namespace, unreadable
 from graphkeep.cache.shells import AsyncCache, SyncCache
-from graphkeep.errors import mask_url
+from graphkeep.errors import CorruptData, mask_url
 from graphkeep.port import Op, codec
 from graphkeep.port.factory import aopened, opened
 from graphkeep.port.pools import pool_options
@@ -133,7 +133,11 @@ class RedisCachePort:
             raw = yield Command(("MGET", *(names[a] for a in group)))
             for address, value in zip(group, raw, strict=True):
                 if value is not None:
-                    expires_ms, data = codec.unpackb(value)
+                    try:
+                        expires_ms, data = codec.unpack_fields(value, 2)
+                    except CorruptData as exc:
+                        unreadable(address, exc)
+                        continue
                     found[address] = Stored(data, expires_ms)
         return found
 

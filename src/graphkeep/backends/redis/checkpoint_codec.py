@@ -5,6 +5,7 @@ back as records (the key layout is in :mod:`.checkpoint_scripts`)."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from graphkeep.checkpoint.records import (
@@ -14,6 +15,7 @@ from graphkeep.checkpoint.records import (
     Typed,
     WriteRecord,
 )
+from graphkeep.errors import CorruptData, Place
 from graphkeep.port import codec
 
 __all__ = [
@@ -96,15 +98,15 @@ def pack_head(record: CheckpointRecord) -> bytes:
 
 
 def summary_of(ns: str, checkpoint_id: str, head: bytes) -> Summary:
-    parent, versions, present, needs, run_id = codec.unpackb(head)
+    parent, versions, present, needs, run_id = codec.unpack_fields(head, 5)
     return Summary(ns, checkpoint_id, parent or None, versions, present, needs, run_id or None)
 
 
 def record_of(
     thread_id: str, ns: str, checkpoint_id: str, head: bytes, payload: bytes
 ) -> CheckpointRecord:
-    parent, versions, present, needs, run_id = codec.unpackb(head)
-    ctag, cdata, mtag, mdata = codec.unpackb(payload)
+    parent, versions, present, needs, run_id = codec.unpack_fields(head, 5)
+    ctag, cdata, mtag, mdata = codec.unpack_fields(payload, 4)
     return CheckpointRecord(
         thread_id=thread_id,
         ns=ns,
@@ -125,7 +127,7 @@ def writes_of(fields: list[bytes], values: list[bytes | None]) -> list[WriteReco
         if value is None:
             continue
         _ns, _cid, task_id, idx = field.split(SEP, 3)
-        channel, task_path, tag, data = codec.unpackb(value)
+        channel, task_path, tag, data = codec.unpack_fields(value, 4)
         out.append(WriteRecord(task_id.decode(), int(idx), channel, task_path, Typed(tag, data)))
     return out
 
@@ -136,17 +138,26 @@ def loaded_of(thread_id: str, raw: list[Any], pages: dict[str, dict[str, Typed]]
     item of a namespace shares one dict (absent elements are left out)."""
     ns_raw, cid, head, payload, chans, blobs, wfields, wvalues, packed = raw
     ns = ns_raw.decode()
-    record = record_of(thread_id, ns, cid.decode(), head, payload)
-    values = {
-        ch.decode(): codec.unpack_typed(blob)
-        for ch, blob in zip(chans, blobs, strict=True)
-        if blob is not None
-    }
-    elements = pages.setdefault(ns, {})
-    if packed:  # [key, [tag, data] or nil, ...]: see ``elements`` in the scripts
-        flat = codec.unpackb(packed)
-        for i in range(0, len(flat), 2):
-            value = flat[i + 1]
-            if value is not None:
-                elements[flat[i]] = Typed(value[0], value[1])
-    return Loaded(record, values, writes_of(wfields, wvalues), elements)
+    place = Place(thread_id, ns, cid.decode())
+    try:
+        record = record_of(thread_id, ns, place.checkpoint_id or "", head, payload)
+        writes = writes_of(wfields, wvalues)
+        elements = pages.setdefault(ns, {})
+        if packed:  # [key, [tag, data] or nil, ...]: see ``elements`` in the scripts
+            flat = codec.unpackb(packed)
+            for i in range(0, len(flat), 2):
+                value = flat[i + 1]
+                if value is not None:
+                    elements[flat[i]] = Typed(value[0], value[1])
+    except CorruptData as exc:
+        raise exc.at(place) from None
+    except (TypeError, ValueError, IndexError) as exc:
+        raise codec.framing_error(exc).at(place) from None
+    values = {}
+    for ch, blob in zip(chans, blobs, strict=True):
+        if blob is not None:
+            try:
+                values[ch.decode()] = codec.unpack_typed(blob)
+            except CorruptData as exc:
+                raise exc.at(replace(place, channel=ch.decode())) from None
+    return Loaded(record, values, writes, elements)

@@ -108,7 +108,7 @@ def _stored(member: bytes, record: bytes, expires: Any, vectors: bytes | None = 
     return StoredItem(
         namespace=namespace,
         key=key,
-        value=decode_value(record[16:]),
+        value=decode_value(record[16:], namespace, key),
         created_us=int.from_bytes(record[:8], "big"),
         updated_us=int.from_bytes(record[8:16], "big"),
         expires_ms=int(float(expires)) if expires else None,
