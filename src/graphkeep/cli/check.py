@@ -15,6 +15,7 @@ import importlib
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from graphkeep.checkpoint.check import (
@@ -37,6 +38,7 @@ from graphkeep.cli.console import (
 )
 from graphkeep.cli.decode import AES_KEY_ENV
 from graphkeep.cli.endpoints import Native, is_foreign, open_endpoint
+from graphkeep.cli.foreign_check import open_saver_source
 from graphkeep.cli.health import Unreachable
 from graphkeep.errors import StorageUnavailable
 
@@ -207,23 +209,42 @@ def _plan_json(plan: list[ThreadCheck]) -> list[dict[str, Any]]:
     ]
 
 
-def _run(endpoint: Native, args: argparse.Namespace, serde: Any, err: TextIO) -> CheckReport:
+#: ``(cursor, after, page_size) -> (threads, next cursor, requests)``: one page of ``--all``
+Pager = Callable[[Any, "str | None", int], tuple[list[str], Any, int]]
+#: ``threads -> report``: the check of these threads
+Checker = Callable[[list[str]], CheckReport]
+
+
+def _native(endpoint: Native, args: argparse.Namespace, serde: Any) -> tuple[Pager, Checker]:
     port = endpoint.saver.port
-    ns = args.checkpoint_ns
-    if not args.all:
-        threads = list(dict.fromkeys(endpoint.saver.check_thread_id(t) for t in args.thread))
-        report: CheckReport = endpoint.call(check_threads(port, threads, ns, serde))
+
+    def page(cursor: Any, after: str | None, page_size: int) -> tuple[list[str], Any, int]:
+        found: tuple[list[str], Any, int] = endpoint.call(
+            thread_page(port, cursor, after, page_size)
+        )
+        return found
+
+    def check(threads: list[str]) -> CheckReport:
+        report: CheckReport = endpoint.call(check_threads(port, threads, args.checkpoint_ns, serde))
         return report
+
+    return page, check
+
+
+def _run(
+    page_of: Pager, check: Checker, threads: list[str] | None, args: argparse.Namespace, err: TextIO
+) -> CheckReport:
+    """The check of ``threads`` (``--thread``), or of every thread page by page (``--all``)."""
+    if threads is not None:
+        return check(threads)
     started = time.perf_counter()
     report = CheckReport()
     cursor: Any = None
     try:
         while True:
-            threads, cursor, requests = endpoint.call(
-                thread_page(port, cursor, args.after, args.page_size)
-            )
+            listed, cursor, requests = page_of(cursor, args.after, args.page_size)
             report.requests += requests
-            page: CheckReport = endpoint.call(check_threads(port, threads, ns, serde))
+            page = check(listed)
             for checked in page.flagged:
                 report.findings.extend(checked.findings)
                 report.flagged.append(checked)
@@ -254,20 +275,38 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.serde is not None and not args.deep:
         raise UsageError("--serde names the serializer of --deep; add --deep")
     serde = deep_serde(args.serde) if args.deep else None
-    if is_foreign(args.url):
-        raise UsageError(
-            "graphkeep check does not read LangGraph's SQLite or Postgres savers yet;"
-            " give a graphkeep URL (redis://, redis+cluster://, mongodb://, dynamodb://)"
-        )
     if args.after is not None and not args.all:
         raise UsageError("--after resumes an --all check; with --thread, name the threads")
     if args.yes and not args.repair:
         raise UsageError("--yes confirms --repair; there is nothing to confirm without it")
+    if is_foreign(args.url):
+        if args.repair:
+            raise UsageError(
+                "--repair does not write to LangGraph's SQLite or Postgres savers: graphkeep"
+                " check only reads them (delete the orphans it lists with the saver's own SQL)"
+            )
+        try:
+            with open_saver_source(args.url, args.key_prefix) as source:
+                threads = None if args.all else list(dict.fromkeys(args.thread))
+
+                def check(listed: list[str]) -> CheckReport:
+                    return source.check_threads(listed, args.checkpoint_ns, serde)
+
+                report = _run(source.page, check, threads, args, err)
+        except StorageUnavailable as exc:
+            raise Unreachable(" ".join(str(exc).split())) from exc
+        return _report(source.label, report, args, out)
     try:
         with open_endpoint(args.url, key_prefix=args.key_prefix) as opened:
-            if not isinstance(opened, Native):  # pragma: no cover - refused above
+            if not isinstance(opened, Native):  # pragma: no cover - foreign URLs go above
                 raise UsageError("graphkeep check reads graphkeep URLs only")
-            report = _run(opened, args, serde, err)
+            page_of, check_native = _native(opened, args, serde)
+            threads = (
+                None
+                if args.all
+                else list(dict.fromkeys(opened.saver.check_thread_id(t) for t in args.thread))
+            )
+            report = _run(page_of, check_native, threads, args, err)
             plan = [t for t in report.flagged if t.orphan_writes or t.orphan_values]
             repairs: list[Repair] | None = None
             after: CheckReport | None = None
@@ -287,11 +326,26 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                     after = opened.call(check_threads(port, again, args.checkpoint_ns, serde))
     except StorageUnavailable as exc:
         raise Unreachable(" ".join(str(exc).split())) from exc
+    return _report(opened.label, report, args, out, plan, repairs, after)
+
+
+def _report(
+    label: str,
+    report: CheckReport,
+    args: argparse.Namespace,
+    out: TextIO,
+    plan: list[ThreadCheck] | None = None,
+    repairs: list[Repair] | None = None,
+    after: CheckReport | None = None,
+) -> int:
+    """Write the report (text or ``--json``, with the repair when there was one); the exit
+    code."""
+    plan = plan or []
     final = report if after is None else _merged(report, after)
     final.requests += sum(r.requests for r in repairs or [])
     if args.json:
         body: dict[str, Any] = {
-            "url": opened.label,
+            "url": label,
             **final.totals(),
             "findings": [f.as_json() for f in final.findings],
             "last_thread": report.last_thread,

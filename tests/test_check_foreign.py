@@ -1,0 +1,392 @@
+"""``graphkeep check`` on LangGraph's own savers: ``SqliteSaver`` (a temp file) and
+``PostgresSaver`` (``./dev services up postgres``, each test in a schema of its own).
+
+Threads are written by real LangGraph graphs through LangGraph's savers (a DeltaChannel chat, a
+subgraph, an interrupt); the saver's tables are then damaged with plain SQL, as an operator, a
+crash or a bug would: a checkpoint row deleted, a blob row deleted, a write under a checkpoint
+that does not exist, a payload overwritten. The command runs in-process through ``main([...])``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.types import interrupt
+
+from graphkeep.checkpoint.ids import id_at
+from graphkeep.checkpoint.records import Inventory
+from graphkeep.cli.foreign_check import open_saver_source
+from tests.conftest import postgres_saver
+from tests.test_check import (
+    CountState,
+    chat,
+    check_json,
+    cli,
+    config,
+    count_graph,
+    kinds,
+    subgraph_graph,
+)
+
+
+def approve(state: CountState) -> CountState:
+    """A node that waits on ``interrupt()``: its thread keeps a pending interrupt write."""
+    return {"n": state["n"] + (1 if interrupt("approve?") else 0)}
+
+
+@dataclass
+class Saver:
+    """One of LangGraph's savers under test: its URL, how to open it, and plain SQL on its
+    tables (``%s`` placeholders; SQLite gets ``?``)."""
+
+    kind: str
+    url: str
+    open: Callable[[], AbstractContextManager[Any]]
+    run_sql: Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]]
+
+    @property
+    def writes(self) -> str:
+        return "writes" if self.kind == "sqlite" else "checkpoint_writes"
+
+    def sql(self, statement: str, *params: Any) -> list[tuple[Any, ...]]:
+        return self.run_sql(statement, params)
+
+    def inventory(self, thread_id: str) -> Inventory:
+        """What the check reads of the thread (its own queries)."""
+        with open_saver_source(self.url, None) as source:
+            found, _, _, _ = source.read_thread(thread_id, False)
+        return found
+
+
+def sqlite_saver(tmp_path: Path) -> Saver:
+    path = tmp_path / "checkpoints.db"
+
+    @contextmanager
+    def opened() -> Iterator[Any]:
+        conn = sqlite3.connect(path, check_same_thread=False)
+        try:
+            saver = SqliteSaver(conn)
+            saver.setup()
+            yield saver
+        finally:
+            conn.close()
+
+    def run_sql(statement: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        conn = sqlite3.connect(path)
+        try:
+            with conn:
+                return conn.execute(statement.replace("%s", "?"), params).fetchall()
+        finally:
+            conn.close()
+
+    with opened():
+        pass  # the tables
+    return Saver("sqlite", f"sqlite:///{path}", opened, run_sql)
+
+
+def pg_saver(url: str) -> Saver:
+    import psycopg
+
+    @contextmanager
+    def opened() -> Iterator[Any]:
+        with postgres_saver(url) as saver:
+            saver.setup()
+            yield saver
+
+    def run_sql(statement: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        with psycopg.connect(url, autocommit=True) as conn:
+            cur = conn.execute(statement, params)
+            return cur.fetchall() if cur.description else []
+
+    with opened():
+        pass
+    return Saver("postgres", url, opened, run_sql)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def saver(request: pytest.FixtureRequest, tmp_path: Path) -> Saver:
+    if request.param == "sqlite":
+        return sqlite_saver(tmp_path)
+    return pg_saver(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def postgres(postgres_url: str) -> Saver:
+    return pg_saver(postgres_url)
+
+
+def file_digest(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+# -- a clean saver ---------------------------------------------------------------------
+
+
+def test_a_saver_written_by_real_graphs_is_clean(saver: Saver) -> None:
+    tag = uuid.uuid4().hex[:6]
+    threads = {name: f"{name}-{tag}" for name in ("chat", "sub", "wait")}
+    with saver.open() as lg:
+        chat(lg, threads["chat"], 5)
+        sub = subgraph_graph(lg)
+        sub.invoke({"log": ["x"]}, config(threads["sub"]))
+        sub.invoke({"log": ["y"]}, config(threads["sub"]))
+        count_graph(lg, approve).invoke({"n": 0}, config(threads["wait"]))
+    # what the graphs wrote is what the check sees: namespaces, DeltaChannel history and seeds
+    sub_inventory = saver.inventory(threads["sub"])
+    chat_inventory = saver.inventory(threads["chat"])
+    assert len({s.ns for s in sub_inventory.checkpoints}) >= 2
+    assert any("messages" in s.needs_history for s in chat_inventory.checkpoints)
+    assert any("messages" in s.present for s in chat_inventory.checkpoints)
+    if saver.kind == "postgres":
+        assert sub_inventory.blob_keys and any(
+            "log" in s.present for s in sub_inventory.checkpoints
+        )
+    before = file_digest(saver.url[len("sqlite:///") :]) if saver.kind == "sqlite" else None
+    queries = 2 if saver.kind == "sqlite" else 3
+    code, report = check_json(saver.url, "--all")
+    assert report["findings"] == []
+    assert (code, report["errors"], report["warnings"]) == (0, 0, 0)
+    assert (report["threads"], report["last_thread"]) == (3, max(threads.values()))
+    assert report["checkpoints"] == sum(
+        len(saver.inventory(t).checkpoints) for t in threads.values()
+    )
+    # a fixed number of queries per thread, one per page of threads
+    assert report["scan"]["thread_requests_max"] == queries
+    assert report["scan"]["requests"] == 3 * queries + 1
+    code, report = check_json(saver.url, "--all", "--deep")
+    assert (code, report["findings"]) == (0, [])
+    assert report["scan"]["thread_requests_max"] == queries  # the same queries, with payloads
+    code, out, err = cli("check", saver.url, "--thread", threads["chat"], threads["wait"])
+    assert code == 0, err
+    assert out.startswith("checked 2 thread(s)") and " 0 error(s), 0 warning(s);" in out
+    if before is not None:  # mode=ro: the file is as it was
+        assert file_digest(saver.url[len("sqlite:///") :]) == before
+
+
+def test_all_pages_through_threads_in_id_order_and_resumes_after_one(saver: Saver) -> None:
+    with saver.open() as lg:
+        for name in ("a", "b", "c"):
+            count_graph(lg).invoke({"n": 0}, config(f"resume-{name}"))
+    code, report = check_json(saver.url, "--all", "--page-size", "2")
+    assert (code, report["threads"], report["last_thread"]) == (0, 3, "resume-c")
+    queries = 2 if saver.kind == "sqlite" else 3
+    assert report["scan"]["requests"] == 3 * queries + 2
+    _, report = check_json(saver.url, "--all", "--after", "resume-a")
+    assert (report["threads"], report["last_thread"]) == (2, "resume-c")
+    _, report = check_json(saver.url, "--all", "--after", "resume-c")
+    assert (report["threads"], report["last_thread"]) == (0, None)
+
+
+# -- each invariant, damaged with SQL ---------------------------------------------------
+
+
+def test_a_deleted_middle_checkpoint_row_is_a_hole_in_the_history(saver: Saver) -> None:
+    thread_id = f"hole-{uuid.uuid4().hex[:6]}"
+    with saver.open() as lg:
+        graph = count_graph(lg)
+        for i in range(3):
+            graph.invoke({"n": i}, config(thread_id))
+    rows = saver.sql(
+        "SELECT checkpoint_id, parent_checkpoint_id FROM checkpoints WHERE thread_id = %s"
+        " AND checkpoint_ns = ''",
+        thread_id,
+    )
+    with_writes = {
+        r[0]
+        for r in saver.sql(
+            f"SELECT checkpoint_id FROM {saver.writes} WHERE thread_id = %s", thread_id
+        )
+    }
+    children = {parent: cid for cid, parent in rows if parent}
+    parents = dict(rows)
+    # a middle checkpoint without writes: its loss leaves nothing orphaned, only the hole
+    victim = next(
+        cid
+        for cid in sorted(parents)
+        if cid in children and parents[cid] and cid not in with_writes
+    )
+    saver.sql(
+        "DELETE FROM checkpoints WHERE thread_id = %s AND checkpoint_id = %s", thread_id, victim
+    )
+    code, report = check_json(saver.url, "--thread", thread_id)
+    assert kinds(report) == [("missing_parent", "warning", children[victim], None)]
+    assert victim in report["findings"][0]["detail"]
+    assert code == 3
+
+
+def test_a_deleted_delta_channel_seed_leaves_its_walk_without_a_seed(saver: Saver) -> None:
+    thread_id = f"seed-{uuid.uuid4().hex[:6]}"
+    with saver.open() as lg:
+        chat(lg, thread_id, 5)
+    inv = saver.inventory(thread_id)
+    by_id = {s.checkpoint_id: s for s in inv.checkpoints}
+    head = max(
+        (
+            s
+            for s in inv.checkpoints
+            if "messages" in s.needs_history and "messages" not in s.present
+        ),
+        key=lambda s: s.checkpoint_id,
+    )
+    seed = by_id[head.parent_id or ""]
+    while "messages" not in seed.present:
+        seed = by_id[seed.parent_id or ""]
+    assert seed.parent_id is not None, "the seed should not be the root"
+    saver.sql(
+        "DELETE FROM checkpoints WHERE thread_id = %s AND checkpoint_id = %s",
+        thread_id,
+        seed.checkpoint_id,
+    )
+    code, report = check_json(saver.url, "--thread", thread_id)
+    errors = [f for f in report["findings"] if f["severity"] == "error"]
+    assert code == 1
+    assert [(f["kind"], f["channel"]) for f in errors] == [("delta_no_seed", "messages")]
+    assert errors[0]["checkpoint_id"] >= head.checkpoint_id
+    assert seed.checkpoint_id in errors[0]["detail"]
+    warnings = {f["kind"] for f in report["findings"] if f["severity"] == "warning"}
+    assert "missing_parent" in warnings
+    assert warnings <= {"missing_parent", "orphan_writes", "orphan_values"}
+
+
+def test_a_write_under_a_checkpoint_that_does_not_exist_is_an_orphan(saver: Saver) -> None:
+    thread_id = f"orphan-{uuid.uuid4().hex[:6]}"
+    with saver.open() as lg:
+        count_graph(lg).invoke({"n": 0}, config(thread_id))
+    missing = id_at(time.time() - 7200)[:-12] + uuid.uuid4().hex[:12]
+    value = "value" if saver.kind == "sqlite" else "blob"
+    insert = (
+        f"INSERT INTO {saver.writes} (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path,"
+        f" idx, channel, type, {value}) VALUES (%s, '', %s, 'task-1', '', 0, 'n', 'msgpack', %s)"
+    )
+    saver.sql(insert, thread_id, missing, b"\x29")
+    # and a thread that has nothing but such a write: --all lists it too
+    lonely = f"lonely-{uuid.uuid4().hex[:6]}"
+    saver.sql(insert, lonely, missing, b"\x29")
+    code, report = check_json(saver.url, "--thread", thread_id)
+    assert kinds(report) == [("orphan_writes", "warning", missing, None)]
+    assert code == 3
+    code, report = check_json(saver.url, "--all")
+    assert code == 3 and report["threads"] == 2
+    assert sorted((f["thread_id"], f["kind"]) for f in report["findings"]) == sorted(
+        [(thread_id, "orphan_writes"), (lonely, "orphan_writes")]
+    )
+    # --repair does not write to LangGraph's savers: a usage error, nothing deleted
+    code, out, err = cli("check", saver.url, "--thread", thread_id, "--repair", "--yes")
+    assert (code, out) == (2, "")
+    assert "--repair does not write to LangGraph's SQLite or Postgres savers" in err
+    assert saver.inventory(thread_id).write_keys >= {("", missing)}
+
+
+def test_deep_reports_a_payload_the_serializer_cannot_decode(saver: Saver) -> None:
+    thread_id = f"deep-{uuid.uuid4().hex[:6]}"
+    with saver.open() as lg:
+        sub = subgraph_graph(lg)
+        sub.invoke({"log": ["x"]}, config(thread_id))
+        sub.invoke({"log": ["y"]}, config(thread_id))
+    if saver.kind == "sqlite":
+        # the newest root checkpoint's payload: 0xc1 is a byte msgpack never uses
+        ((victim,),) = saver.sql(
+            "SELECT MAX(checkpoint_id) FROM checkpoints WHERE thread_id = %s"
+            " AND checkpoint_ns = ''",
+            thread_id,
+        )
+        saver.sql(
+            "UPDATE checkpoints SET checkpoint = %s WHERE thread_id = %s AND checkpoint_id = %s",
+            b"\xc1",
+            thread_id,
+            victim,
+        )
+        expected = [("undecodable", "error", victim, None)]
+    else:
+        # a value of the root namespace's newest log version, and the newest checkpoint naming it
+        ((version, victim),) = saver.sql(
+            "SELECT checkpoint -> 'channel_versions' ->> 'log', checkpoint_id FROM checkpoints"
+            " WHERE thread_id = %s AND checkpoint_ns = '' ORDER BY checkpoint_id DESC LIMIT 1",
+            thread_id,
+        )
+        saver.sql(
+            "UPDATE checkpoint_blobs SET blob = %s WHERE thread_id = %s AND checkpoint_ns = ''"
+            " AND channel = 'log' AND version = %s",
+            b"\xc1",
+            thread_id,
+            version,
+        )
+        expected = [("undecodable", "error", victim, "log")]
+    code, report = check_json(saver.url, "--thread", thread_id)
+    assert (code, report["findings"]) == (0, [])  # without --deep no payload is read
+    code, report = check_json(saver.url, "--thread", thread_id, "--deep")
+    assert kinds(report) == expected
+    assert code == 1
+
+
+# -- PostgresSaver's values ------------------------------------------------------------
+
+
+def test_a_deleted_blob_row_is_missing_at_every_checkpoint_naming_it(postgres: Saver) -> None:
+    thread_id = f"blob-{uuid.uuid4().hex[:6]}"
+    with postgres.open() as lg:
+        sub = subgraph_graph(lg)
+        sub.invoke({"log": ["x"]}, config(thread_id))
+        sub.invoke({"log": ["y"]}, config(thread_id))
+    ((version,),) = postgres.sql(
+        "SELECT checkpoint -> 'channel_versions' ->> 'log' FROM checkpoints"
+        " WHERE thread_id = %s AND checkpoint_ns = '' ORDER BY checkpoint_id DESC LIMIT 1",
+        thread_id,
+    )
+    naming = [
+        r[0]
+        for r in postgres.sql(
+            "SELECT checkpoint_id FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = ''"
+            " AND checkpoint -> 'channel_versions' ->> 'log' = %s",
+            thread_id,
+            version,
+        )
+    ]
+    assert naming
+    postgres.sql(
+        "DELETE FROM checkpoint_blobs WHERE thread_id = %s AND checkpoint_ns = ''"
+        " AND channel = 'log' AND version = %s",
+        thread_id,
+        version,
+    )
+    # LangGraph reads the state without the value and says nothing
+    with postgres.open() as lg:
+        state = lg.get_tuple(config(thread_id))
+    assert state is not None and "log" not in state.checkpoint["channel_values"]
+    code, report = check_json(postgres.url, "--thread", thread_id)
+    assert kinds(report) == sorted(("missing_value", "error", cid, "log") for cid in naming)
+    assert code == 1
+    # a blob row no checkpoint names is an orphan value
+    postgres.sql(
+        "INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)"
+        " VALUES (%s, '', 'log', '99.5', 'msgpack', %s)",
+        thread_id,
+        b"\x90",
+    )
+    code, report = check_json(postgres.url, "--thread", thread_id)
+    assert ("orphan_values", "warning", None, "log") in kinds(report)
+    assert code == 1
+
+
+# -- usage -----------------------------------------------------------------------------
+
+
+def test_a_missing_sqlite_file_or_tables_are_not_found(tmp_path: Path, postgres_url: str) -> None:
+    code, out, err = cli("check", f"sqlite:///{tmp_path / 'none.db'}", "--all")
+    assert (code, out) == (4, "") and "no SQLite database" in err
+    assert not (tmp_path / "none.db").exists()
+    sqlite3.connect(tmp_path / "empty.db").close()
+    code, out, err = cli("check", f"sqlite:///{tmp_path / 'empty.db'}", "--all")
+    assert (code, out) == (4, "") and "no LangGraph checkpoint tables" in err
+    code, out, err = cli("check", postgres_url, "--all")
+    assert (code, out) == (4, "") and "no LangGraph checkpoint tables" in err
