@@ -1,11 +1,12 @@
 """``graphkeep check``: fsck for threads (chains, values, orphans), read-only unless --repair.
 
 The findings come from :mod:`graphkeep.checkpoint.check` (one ``inventory`` per thread over
-the checkpoint port: keys and checkpoint summaries, never a payload). Text: one line per
-finding and the totals; ``--json`` for machines. Exit code 0 clean, 1 errors, 3 warnings only,
-2 usage or an unreachable store (one line). ``--repair`` deletes orphans only (writes under
-checkpoints that are not stored, values no checkpoint names), after printing its plan; it
-needs ``--yes`` when stdin is not a terminal. See docs/check.md.
+the checkpoint port: keys and checkpoint summaries, never a payload; on LangGraph's SQLite and
+Postgres savers the inventory is read with SQL, :mod:`graphkeep.cli.foreign_check`). Text:
+one line per finding and the totals; ``--json`` for machines. Exit code 0 clean, 1 errors,
+3 warnings only, 2 usage or an unreachable store (one line). ``--repair`` deletes orphans only
+(writes under checkpoints that are not stored, values no checkpoint names), after printing its
+plan; it needs ``--yes`` when stdin is not a terminal. See docs/check.md.
 """
 
 from __future__ import annotations
@@ -72,13 +73,15 @@ def add_check_command(sub: Any, common: argparse.ArgumentParser) -> None:
         "\n"
         "  LANGGRAPH_AES_KEY=... graphkeep check dynamodb://app --all --deep\n"
         "  graphkeep check redis://localhost:6379/0 --all --deep --serde myapp.state:serde\n"
+        "  graphkeep check postgresql://user:pw@db/app --all   # LangGraph's PostgresSaver\n"
+        "  graphkeep check sqlite:///checkpoints.db --all --deep  # LangGraph's SqliteSaver\n"
         "\n"
         "Reads each thread's keys and checkpoint summaries (one inventory: 1 request on Redis\n"
-        "and MongoDB, 1 per 1 MB page on DynamoDB), never a value; --deep also reads every\n"
-        "payload (one export of the thread) and decodes it. error: the state cannot be read\n"
-        "as written; warning: wasted space or a hole in the history. --repair only deletes\n"
-        "orphans (never a checkpoint), skips threads written within --grace, and checks the\n"
-        "threads again after.\n",
+        "and MongoDB, 1 per 1 MB page on DynamoDB; 3 read-only SQL queries on Postgres, 2 on\n"
+        "SQLite), never a value; --deep also reads every payload (one export of the thread)\n"
+        "and decodes it. error: the state cannot be read as written; warning: wasted space or\n"
+        "a hole in the history. --repair (graphkeep stores only) deletes orphans (never a\n"
+        "checkpoint), skips threads written within --grace, and checks the threads again.\n",
         common,
     )
     p.add_argument("url", metavar="URL")
