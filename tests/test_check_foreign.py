@@ -23,9 +23,10 @@ import pytest
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import interrupt
 
+from graphkeep.checkpoint.check import findings_of
 from graphkeep.checkpoint.ids import id_at
 from graphkeep.checkpoint.records import Inventory
-from graphkeep.cli.foreign_check import open_saver_source
+from graphkeep.cli.foreign_check import SaverRows, open_saver_source, postgres_inventory
 from tests.conftest import postgres_saver
 from tests.test_check import (
     CountState,
@@ -376,6 +377,27 @@ def test_a_deleted_blob_row_is_missing_at_every_checkpoint_naming_it(postgres: S
     code, report = check_json(postgres.url, "--thread", thread_id)
     assert ("orphan_values", "warning", None, "log") in kinds(report)
     assert code == 1
+
+
+def test_postgres_rows_an_inline_value_seeds_a_delta_walk_and_a_lost_snapshot_is_missing() -> None:
+    """The mapping of PostgresSaver's rows, on rows as LangGraph writes them: an inline
+    primitive stops a DeltaChannel's walk as it stops LangGraph's (``inline is not None``),
+    and is never a missing value; a snapshot's inline ``true`` needs its blob."""
+    rows = [
+        SaverRows("", "1", None, {"m": "1"}, ["m"], {}, ["m"]),
+        # a hole below "3", whose inline (migrated, plain) value is the walk's seed
+        SaverRows("", "3", "2", {"m": "3"}, ["m"], {"m": "value"}, []),
+        SaverRows("", "4", "3", {"m": "4"}, ["m"], {}, ["m"]),
+        # a snapshot marker whose blob row is gone
+        SaverRows("", "5", "4", {"m": "5"}, ["m"], {"m": "marker"}, []),
+        SaverRows("", "6", "5", {"m": "6"}, ["m"], {}, ["m"]),
+    ]
+    found = findings_of("t", postgres_inventory(rows, set(), set()))
+    assert sorted((f.kind, f.checkpoint_id, f.channel) for f in found.findings) == [
+        ("missing_parent", "3", None),
+        ("missing_value", "5", "m"),
+    ]
+    assert found.orphan_values == []
 
 
 # -- usage -----------------------------------------------------------------------------

@@ -105,11 +105,15 @@ def postgres_inventory(
     write_keys: set[tuple[str, str]],
     blob_keys: set[tuple[str, str, str]],
 ) -> Inventory:
-    """The inventory of one PostgresSaver thread: ``present`` is every channel whose version
-    has a blob row, or should have one by the saver's own data (module docstring)."""
+    """The inventory of one PostgresSaver thread. A channel is ``present`` at a checkpoint
+    where its version has a blob row, should have one by the saver's own data (module
+    docstring), or has an inline value (not JSON ``null``, not a snapshot's ``true`` marker):
+    LangGraph's DeltaChannel walk stops at either. The inventory's value keys are the blob rows
+    and those inline values (stored in the checkpoint row: never missing, never orphans)."""
     delta = {(r.ns, ch) for r in rows for ch in r.counters}
     valued = {(ns, ch) for ns, ch, _ in blob_keys}
     expected: set[tuple[str, str, str]] = set()
+    inline: set[tuple[str, str, str]] = set()
     for r in rows:
         for ch in r.updated or ():
             version = r.versions.get(ch)
@@ -122,20 +126,25 @@ def postgres_inventory(
                 expected.add((r.ns, ch, version))
         for ch, kind in r.inline.items():
             version = r.versions.get(ch)
-            if kind == "marker" and version is not None and (r.ns, ch) in delta:
-                expected.add((r.ns, ch, version))
+            if version is None or kind == "null":
+                continue
+            if kind == "marker" and (r.ns, ch) in delta:
+                expected.add((r.ns, ch, version))  # a snapshot: the value is a blob
+            else:
+                inline.add((r.ns, ch, version))
+    stored = blob_keys | (inline - expected)
     summaries = []
     for r in rows:
         present = [
             ch
             for ch, version in sorted(r.versions.items())
-            if (r.ns, ch, version) in blob_keys or (r.ns, ch, version) in expected
+            if (r.ns, ch, version) in stored or (r.ns, ch, version) in expected
         ]
         needs = [ch for ch in r.counters if ch in r.versions and ch not in r.inline]
         summaries.append(
             Summary(r.ns, r.checkpoint_id, r.parent_id, dict(r.versions), present, needs)
         )
-    return Inventory(summaries, write_keys, blob_keys)
+    return Inventory(summaries, write_keys, stored)
 
 
 def sqlite_inventory(rows: list[SaverRows], write_keys: set[tuple[str, str]]) -> Inventory:
@@ -366,7 +375,7 @@ def _sqlite_source(url: str) -> Iterator[SaverSource]:
                 finally:
                     conn.execute("COMMIT")
             except sqlite3.Error as exc:
-                raise CliError(f"SQLite database {path}: {type(exc).__name__}: {exc}") from exc
+                raise _sqlite_error(path, exc) from exc
             rows = [
                 SaverRows(str(ns), str(cid), _text(parent), counters=_keys(counters))
                 for ns, cid, parent, _, counters, *_ in checkpoints
@@ -418,7 +427,16 @@ def _sqlite(conn: sqlite3.Connection, path: str, query: str, params: tuple[Any, 
     try:
         return conn.execute(query, params).fetchall()
     except sqlite3.Error as exc:
-        raise CliError(f"SQLite database {path}: {type(exc).__name__}: {exc}") from exc
+        raise _sqlite_error(path, exc) from exc
+
+
+def _sqlite_error(path: str, exc: sqlite3.Error) -> Exception:
+    """A locked or busy database does not answer (exit 2, ``--all`` says where to resume);
+    anything else is one error line."""
+    text = f"SQLite database {path}: {type(exc).__name__}: {exc}"
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc)):
+        return StorageUnavailable(text)
+    return CliError(text)
 
 
 # -- Postgres --------------------------------------------------------------------------
