@@ -172,6 +172,10 @@ def test_a_saver_written_by_real_graphs_is_clean(saver: Saver) -> None:
     assert out.startswith("checked 2 thread(s)") and " 0 error(s), 0 warning(s);" in out
     if before is not None:  # mode=ro: the file is as it was
         assert file_digest(saver.url[len("sqlite:///") :]) == before
+    else:  # a session where every transaction is read-only reads the same
+        read_only = f"{saver.url}%20-cdefault_transaction_read_only%3Don"
+        code, report = check_json(read_only, "--all", "--deep")
+        assert (code, report["threads"], report["findings"]) == (0, 3, [])
 
 
 def test_all_pages_through_threads_in_id_order_and_resumes_after_one(saver: Saver) -> None:
@@ -223,6 +227,8 @@ def test_a_deleted_middle_checkpoint_row_is_a_hole_in_the_history(saver: Saver) 
     assert kinds(report) == [("missing_parent", "warning", children[victim], None)]
     assert victim in report["findings"][0]["detail"]
     assert code == 3
+    code, report = check_json(saver.url, "--thread", thread_id, "--checkpoint-ns", "elsewhere")
+    assert (code, report["checkpoints"], report["findings"]) == (0, 0, [])
 
 
 def test_a_deleted_delta_channel_seed_leaves_its_walk_without_a_seed(saver: Saver) -> None:
