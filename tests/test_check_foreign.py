@@ -406,6 +406,45 @@ def test_postgres_rows_an_inline_value_seeds_a_delta_walk_and_a_lost_snapshot_is
     assert found.orphan_values == []
 
 
+def test_every_blob_row_of_a_run_deleted_alone_is_a_missing_value(postgres: Saver) -> None:
+    """Without a value-presence flag in PostgresSaver's rows, the check infers which blobs must
+    exist (``updated_channels``, the input, snapshot markers): on threads of ordinary runs
+    (a DeltaChannel chat, a subgraph, a one-node graph), each blob row deleted alone is
+    found, and restoring it makes the thread clean again."""
+    tag = uuid.uuid4().hex[:6]
+    threads = [f"chat-{tag}", f"sub-{tag}", f"count-{tag}"]
+    with postgres.open() as lg:
+        chat(lg, threads[0], 4)
+        subgraph_graph(lg).invoke({"log": ["x"]}, config(threads[1]))
+        count_graph(lg).invoke({"n": 1}, config(threads[2]))
+    rows = postgres.sql(
+        "SELECT thread_id, checkpoint_ns, channel, version, type, blob FROM checkpoint_blobs"
+        " WHERE thread_id = ANY(%s)",
+        threads,
+    )
+    assert {r[2] for r in rows} >= {"__start__", "messages", "log"}
+    for thread_id, ns, channel, version, type_, blob in rows:
+        key = (thread_id, ns, channel, version)
+        postgres.sql(
+            "DELETE FROM checkpoint_blobs WHERE thread_id = %s AND checkpoint_ns = %s"
+            " AND channel = %s AND version = %s",
+            *key,
+        )
+        code, report = check_json(postgres.url, "--thread", thread_id)
+        found = [(f["kind"], f["ns"], f["channel"]) for f in report["findings"]]
+        assert code == 1 and ("missing_value", ns, channel) in found, key
+        assert {f["kind"] for f in report["findings"]} == {"missing_value"}, key
+        postgres.sql(
+            "INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)"
+            " VALUES (%s, %s, %s, %s, %s, %s)",
+            *key,
+            type_,
+            blob,
+        )
+    code, report = check_json(postgres.url, "--all")
+    assert (code, report["threads"], report["findings"]) == (0, 3, [])
+
+
 # -- usage -----------------------------------------------------------------------------
 
 

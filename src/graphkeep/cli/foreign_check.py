@@ -11,11 +11,13 @@ Postgres savers"):
   per thread (:data:`POSTGRES_THREAD_QUERIES`). A checkpoint's ``channel_versions``,
   ``updated_channels``, the keys and JSON types of its inline ``channel_values`` and the keys of
   its metadata's ``counters_since_delta_snapshot`` are read in the server (no value leaves
-  it); blobs and writes by their keys. A blob is *expected* (``missing_value`` when it is not
-  stored) where the saver's own data says one was written: a channel the checkpoint updated
-  (``updated_channels``) that is not inline, is not a DeltaChannel replayed from writes, and
-  has stored values at other versions in the namespace; or a DeltaChannel snapshot's inline
-  ``true`` marker. Every blob row no checkpoint's ``channel_versions`` names is an orphan.
+  it); blobs by their keys, writes by their keys and channels. A blob is *expected*
+  (``missing_value`` when it is not stored) where the saver's own data says one was written: a
+  channel the checkpoint updated (``updated_channels``) that is not inline, is not a
+  DeltaChannel replayed from writes, and that LangGraph keeps (it has pending write rows or
+  stored values in the namespace, or it is the input channel: an ``UntrackedValue`` has
+  neither); or a DeltaChannel snapshot's inline ``true`` marker. An inline value is a stored
+  value. Every blob row no checkpoint's ``channel_versions`` names is an orphan.
 - **SqliteSaver** (``checkpoints``, ``writes``): two queries per thread
   (:data:`SQLITE_THREAD_QUERIES`). The checkpoint (its values inline) is one serialized
   payload, not read without ``--deep``: chains, orphan writes and DeltaChannel seeds (from the
@@ -38,6 +40,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
+
+from langgraph.constants import START
 
 from graphkeep.checkpoint.check import (
     CheckReport,
@@ -104,14 +108,18 @@ def postgres_inventory(
     rows: list[SaverRows],
     write_keys: set[tuple[str, str]],
     blob_keys: set[tuple[str, str, str]],
+    written: set[tuple[str, str]] | None = None,
 ) -> Inventory:
     """The inventory of one PostgresSaver thread. A channel is ``present`` at a checkpoint
     where its version has a blob row, should have one by the saver's own data (module
     docstring), or has an inline value (not JSON ``null``, not a snapshot's ``true`` marker):
     LangGraph's DeltaChannel walk stops at either. The inventory's value keys are the blob rows
-    and those inline values (stored in the checkpoint row: never missing, never orphans)."""
+    and those inline values (stored in the checkpoint row: never missing, never orphans).
+    ``written``: the (namespace, channel) of the thread's pending write rows."""
     delta = {(r.ns, ch) for r in rows for ch in r.counters}
-    valued = {(ns, ch) for ns, ch, _ in blob_keys}
+    # channels LangGraph keeps: ones with a stored value, or pending writes (it persists no
+    # write of an ``UntrackedValue``, whose values it never stores either), or the input
+    tracked = {(ns, ch) for ns, ch, _ in blob_keys} | (written or set())
     expected: set[tuple[str, str, str]] = set()
     inline: set[tuple[str, str, str]] = set()
     for r in rows:
@@ -121,7 +129,7 @@ def postgres_inventory(
                 version is not None
                 and ch not in r.inline
                 and ch not in r.counters
-                and (r.ns, ch) in valued
+                and ((r.ns, ch) in tracked or ch == START)
             ):
                 expected.add((r.ns, ch, version))
         for ch, kind in r.inline.items():
@@ -229,8 +237,8 @@ def _page_sql(param: str, writes: str, blobs: bool, after: bool) -> str:
 #: PostgresSaver, per thread, in one ``REPEATABLE READ, READ ONLY`` transaction: the
 #: checkpoints (ids, parents, and of the ``checkpoint`` and ``metadata`` JSONB only
 #: ``channel_versions``, ``updated_channels``, each inline value's JSON kind and the keys of
-#: ``counters_since_delta_snapshot``), the write keys, the blob keys. ``--deep`` adds the
-#: ``type`` and ``blob`` columns to the last two.
+#: ``counters_since_delta_snapshot``), the write keys and channels, the blob keys. ``--deep``
+#: adds the ``type`` and ``blob`` columns to the last two.
 POSTGRES_THREAD_QUERIES = {
     "checkpoints": "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id,"
     " CASE WHEN jsonb_typeof(checkpoint -> 'channel_versions') = 'object'"
@@ -245,7 +253,7 @@ POSTGRES_THREAD_QUERIES = {
     " ARRAY(SELECT jsonb_object_keys(metadata -> 'counters_since_delta_snapshot')) END"
     " AS counters"
     " FROM checkpoints WHERE thread_id = %(thread)s",
-    "writes": "SELECT DISTINCT checkpoint_ns, checkpoint_id FROM checkpoint_writes"
+    "writes": "SELECT DISTINCT checkpoint_ns, checkpoint_id, channel FROM checkpoint_writes"
     " WHERE thread_id = %(thread)s",
     "blobs": "SELECT checkpoint_ns, channel, version FROM checkpoint_blobs"
     " WHERE thread_id = %(thread)s",
@@ -513,11 +521,12 @@ def _postgres_source(url: str) -> Iterator[SaverSource]:
             write_keys = {
                 (str(w["checkpoint_ns"]), str(w["checkpoint_id"])) for w in found["writes"]
             }
+            written = {(str(w["checkpoint_ns"]), str(w["channel"])) for w in found["writes"]}
             blob_keys = {
                 (str(b["checkpoint_ns"]), str(b["channel"]), str(b["version"]))
                 for b in found["blobs"]
             }
-            inventory = postgres_inventory(rows, write_keys, blob_keys)
+            inventory = postgres_inventory(rows, write_keys, blob_keys, written)
             if not deep:
                 return inventory, None, [], len(queries)
             dump = _dump(
