@@ -10,6 +10,7 @@ that does not exist, a payload overwritten. The command runs in-process through 
 from __future__ import annotations
 
 import hashlib
+import operator
 import sqlite3
 import time
 import uuid
@@ -17,11 +18,14 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
+from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.types import interrupt
+from langgraph.func import entrypoint, task
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, Send, interrupt
 
 from graphkeep.checkpoint.check import findings_of
 from graphkeep.checkpoint.ids import id_at
@@ -31,6 +35,7 @@ from tests.conftest import postgres_saver
 from tests.test_check import (
     CountState,
     chat,
+    chat_graph,
     check_json,
     cli,
     config,
@@ -176,6 +181,73 @@ def test_a_saver_written_by_real_graphs_is_clean(saver: Saver) -> None:
         read_only = f"{saver.url}%20-cdefault_transaction_read_only%3Don"
         code, report = check_json(read_only, "--all", "--deep")
         assert (code, report["threads"], report["findings"]) == (0, 3, [])
+
+
+class MapState(TypedDict):
+    items: list[str]
+    results: Annotated[list[str], operator.add]
+    done: bool
+
+
+def _fan_out(state: MapState) -> list[Send]:
+    return [Send("work", {"item": item}) for item in state["items"]]
+
+
+def _work(state: dict[str, str]) -> dict[str, list[str]]:
+    return {"results": [state["item"].upper()]}
+
+
+def _finish(state: MapState) -> dict[str, bool]:
+    return {"done": True}
+
+
+def map_reduce(lg: Any) -> Any:
+    builder = StateGraph(MapState)
+    builder.add_node("work", _work)
+    builder.add_node("finish", _finish)
+    builder.add_conditional_edges(START, _fan_out, ["work"])
+    builder.add_edge("work", "finish")
+    builder.add_edge("finish", END)
+    return builder.compile(checkpointer=lg)
+
+
+@task
+def _double(x: int) -> int:
+    return x * 2
+
+
+def test_more_graph_shapes_are_clean(saver: Saver) -> None:
+    """What LangGraph writes in other ways is no finding either: Send fan-outs, a
+    ``durability="exit"`` run, ``update_state`` and a fork from an older checkpoint, a
+    functional-API workflow interrupted and resumed, a DeltaChannel chat forked."""
+    tag = uuid.uuid4().hex[:6]
+    with saver.open() as lg:
+        graph = map_reduce(lg)
+        start = {"items": ["a", "b", "c"], "results": [], "done": False}
+        graph.invoke(start, config(f"map-{tag}"))
+        graph.invoke(start, config(f"exit-{tag}"), durability="exit")
+        graph.invoke(start, config(f"async-{tag}"), durability="async")
+        older = list(graph.get_state_history(config(f"map-{tag}")))[-2].config
+        graph.update_state(older, {"results": ["forked"]}, as_node="work")
+        graph.invoke(None, config(f"map-{tag}"))
+
+        @entrypoint(checkpointer=lg)
+        def workflow(x: int) -> dict[str, Any]:
+            return {"y": _double(x).result(), "ok": interrupt("ok?")}
+
+        workflow.invoke(3, config(f"func-{tag}"))
+        workflow.invoke(Command(resume=True), config(f"func-{tag}"))
+        chat(lg, f"chat-{tag}", 6)
+        talk = chat_graph(lg)
+        fork = list(talk.get_state_history(config(f"chat-{tag}")))[5].config
+        talk.update_state(fork, {"turns": 0})
+        talk.invoke(
+            {"messages": [HumanMessage(content="again", id="again")]}, config(f"chat-{tag}")
+        )
+    code, report = check_json(saver.url, "--all")
+    assert (code, report["threads"], report["findings"]) == (0, 5, [])
+    code, report = check_json(saver.url, "--all", "--deep")
+    assert (code, report["findings"]) == (0, [])
 
 
 def test_all_pages_through_threads_in_id_order_and_resumes_after_one(saver: Saver) -> None:
