@@ -529,3 +529,9 @@ def test_a_missing_sqlite_file_or_tables_are_not_found(tmp_path: Path, postgres_
     assert (code, out) == (4, "") and "no LangGraph checkpoint tables" in err
     code, out, err = cli("check", postgres_url, "--all")
     assert (code, out) == (4, "") and "no LangGraph checkpoint tables" in err
+
+
+def test_an_unreachable_postgres_server_is_one_line_and_exit_2() -> None:
+    code, out, err = cli("check", "postgresql://graphkeep:secret@127.0.0.1:1/none", "--all")
+    assert (code, out) == (2, "")
+    assert len(err.strip().splitlines()) == 1 and "secret" not in err

@@ -213,7 +213,7 @@ def _plan_json(plan: list[ThreadCheck]) -> list[dict[str, Any]]:
 
 
 #: ``(cursor, after, page_size) -> (threads, next cursor, requests)``: one page of ``--all``
-Pager = Callable[[Any, "str | None", int], tuple[list[str], Any, int]]
+Pager = Callable[[Any, str | None, int], tuple[list[str], Any, int]]
 #: ``threads -> report``: the check of these threads
 Checker = Callable[[list[str]], CheckReport]
 
