@@ -385,7 +385,19 @@ def test_deep_reports_a_payload_the_serializer_cannot_decode(saver: Saver) -> No
             thread_id,
             victim,
         )
-        expected = [("undecodable", "error", victim, None)]
+        # and the oldest one's metadata, which SqliteSaver reads with json.loads
+        ((first,),) = saver.sql(
+            "SELECT MIN(checkpoint_id) FROM checkpoints WHERE thread_id = %s", thread_id
+        )
+        saver.sql(
+            "UPDATE checkpoints SET metadata = %s WHERE thread_id = %s AND checkpoint_id = %s",
+            b"{not json",
+            thread_id,
+            first,
+        )
+        expected = sorted(
+            [("undecodable", "error", victim, None), ("undecodable", "error", first, None)]
+        )
     else:
         # a value of the root namespace's newest log version, and the newest checkpoint naming it
         ((version, victim),) = saver.sql(

@@ -267,13 +267,14 @@ _POSTGRES_DEEP = {
 
 #: SqliteSaver, per thread, in one read transaction of a ``mode=ro`` connection: the
 #: checkpoints (ids, parents, and from the JSON metadata only the keys of
-#: ``counters_since_delta_snapshot``, and whether it is JSON), the write keys. ``--deep`` adds
+#: ``counters_since_delta_snapshot``, and whether it is JSON or NULL, as SqliteSaver reads
+#: it), the write keys. ``--deep`` adds
 #: the ``type`` and ``checkpoint`` columns, and every write with its value.
 SQLITE_THREAD_QUERIES = {
     "checkpoints": "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id,"
-    " json_valid(CAST(metadata AS TEXT)) AS valid,"
-    " CASE WHEN json_valid(CAST(metadata AS TEXT)) THEN"
-    " (SELECT json_group_array(key) FROM"
+    " metadata IS NULL OR json_valid(CAST(metadata AS TEXT)) AS valid,"
+    " CASE WHEN json_valid(CAST(metadata AS TEXT)) AND json_type(CAST(metadata AS TEXT),"
+    " '$.counters_since_delta_snapshot') = 'object' THEN (SELECT json_group_array(key) FROM"
     " json_each(CAST(metadata AS TEXT), '$.counters_since_delta_snapshot')) END AS counters"
     "{deep} FROM checkpoints WHERE thread_id = ?",
     "writes": "SELECT DISTINCT checkpoint_ns, checkpoint_id FROM writes WHERE thread_id = ?",
