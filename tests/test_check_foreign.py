@@ -57,7 +57,8 @@ class Saver:
 
     kind: str
     url: str
-    open: Callable[[], AbstractContextManager[Any]]
+    #: LangGraph's saver (with this serializer)
+    open: Callable[..., AbstractContextManager[Any]]
     run_sql: Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]]
 
     @property
@@ -78,10 +79,10 @@ def sqlite_saver(tmp_path: Path) -> Saver:
     path = tmp_path / "checkpoints.db"
 
     @contextmanager
-    def opened() -> Iterator[Any]:
+    def opened(serde: Any = None) -> Iterator[Any]:
         conn = sqlite3.connect(path, check_same_thread=False)
         try:
-            saver = SqliteSaver(conn)
+            saver = SqliteSaver(conn, serde=serde)
             saver.setup()
             yield saver
         finally:
@@ -104,9 +105,11 @@ def pg_saver(url: str) -> Saver:
     import psycopg
 
     @contextmanager
-    def opened() -> Iterator[Any]:
+    def opened(serde: Any = None) -> Iterator[Any]:
         with postgres_saver(url) as saver:
             saver.setup()
+            if serde is not None:
+                saver.serde = serde
             yield saver
 
     def run_sql(statement: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
@@ -418,6 +421,31 @@ def test_deep_reports_a_payload_the_serializer_cannot_decode(saver: Saver) -> No
     code, report = check_json(saver.url, "--thread", thread_id, "--deep")
     assert kinds(report) == expected
     assert code == 1
+
+
+def test_deep_reports_plaintext_in_an_encrypted_deployment(
+    saver: Saver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``LANGGRAPH_AES_KEY`` every payload the serializer wrote must be encrypted; what
+    LangGraph's savers keep as JSON (the metadata, Postgres' checkpoint JSONB with its inline
+    primitives) is not the serializer's and is not reported."""
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+
+    monkeypatch.setenv("LANGGRAPH_AES_KEY", "0123456789abcdef0123456789abcdef")
+    tag = uuid.uuid4().hex[:6]
+    sealed, plain = f"sealed-{tag}", f"plain-{tag}"
+    with saver.open(EncryptedSerializer.from_pycryptodome_aes()) as lg:
+        chat(lg, sealed, 4)
+        subgraph_graph(lg).invoke({"log": ["x"]}, config(sealed))
+    with saver.open() as lg:  # a process without the key
+        count_graph(lg).invoke({"n": 0}, config(plain))
+    code, report = check_json(saver.url, "--thread", sealed, plain, "--deep")
+    assert {(f["thread_id"], f["kind"]) for f in report["findings"]} == {(plain, "plaintext")}
+    assert code == 1
+    # without the key the sealed thread cannot be decoded: said, not hidden
+    monkeypatch.delenv("LANGGRAPH_AES_KEY")
+    code, report = check_json(saver.url, "--thread", sealed, "--deep")
+    assert code == 1 and {f["kind"] for f in report["findings"]} == {"undecodable"}
 
 
 # -- PostgresSaver's values ------------------------------------------------------------
