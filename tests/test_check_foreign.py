@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
+import re
 import sqlite3
 import time
 import uuid
@@ -555,6 +556,33 @@ def test_every_blob_row_of_a_run_deleted_alone_is_a_missing_value(postgres: Save
         )
     code, report = check_json(postgres.url, "--all")
     assert (code, report["threads"], report["findings"]) == (0, 3, [])
+
+
+def test_postgres_queries_fetch_no_payload_without_deep(postgres: Saver) -> None:
+    """PostgreSQL's own plan of each query (``EXPLAIN VERBOSE``): the writes and blobs queries
+    output no ``blob`` or ``type`` column, and the checkpoints query no whole ``checkpoint`` or
+    ``metadata`` column (only what is computed from them in the server); each thread's rows
+    carry no value."""
+    import json
+
+    from graphkeep.cli.foreign_check import POSTGRES_THREAD_QUERIES
+
+    thread_id = f"plan-{uuid.uuid4().hex[:6]}"
+    with postgres.open() as lg:
+        chat(lg, thread_id, 2)
+    whole = re.compile(r"^(\w+\.)?(checkpoint|metadata|blob|type)$")
+    for name, named in POSTGRES_THREAD_QUERIES.items():
+        query = named.replace("%(thread)s", "%s")
+        ((plan,),) = postgres.sql(f"EXPLAIN (VERBOSE, FORMAT JSON) {query}", thread_id)
+        outputs = plan[0]["Plan"].get("Output", [])
+        assert outputs and not [o for o in outputs if whole.match(o)], (name, outputs)
+        if name != "checkpoints":
+            assert not re.search(r"\.(blob|type)\b", json.dumps(plan)), name
+    rows = postgres.sql(
+        POSTGRES_THREAD_QUERIES["checkpoints"].replace("%(thread)s", "%s"), thread_id
+    )
+    text = json.dumps(rows, default=str)
+    assert "question 1" not in text and "answer 1" not in text  # the chat's messages
 
 
 # -- usage -----------------------------------------------------------------------------
