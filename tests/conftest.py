@@ -11,13 +11,22 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
+
+from graphkeep.errors import mask_url
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:16379/0")
 REDIS_CLUSTER_URL = os.environ.get("REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:17001")
 #: Redis with the Query Engine (./dev test starts it): the store's vector index path
 REDIS_STACK_URL = os.environ.get("REDIS_STACK_URL", "redis://127.0.0.1:16380/0")
+
+#: the ./dev service (`./dev services up postgres`); a server that does not answer fails
+POSTGRES_URL = os.environ.get("GRAPHKEEP_POSTGRES_URL") or os.environ.get(
+    "POSTGRES_URL", "postgresql://graphkeep:graphkeep@127.0.0.1:15432/graphkeep"
+)
 
 
 def unique_prefix(tag: str = "t") -> str:
@@ -51,3 +60,37 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         backend = callspec.params.get("graphkeep_backend") if callspec is not None else None
         if backend in BACKEND_MARKERS:
             item.add_marker(getattr(pytest.mark, BACKEND_MARKERS[backend]))
+
+
+# -- LangGraph's PostgresSaver (test_health, test_check_foreign) ----------------------
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A URL of the ./dev PostgreSQL whose ``search_path`` is a fresh schema, dropped after
+    the test: PostgresSaver's tables (unqualified names) and graphkeep's queries land there."""
+    import psycopg
+    from psycopg import sql
+
+    schema = f"gk_test_{uuid.uuid4().hex[:10]}"
+    try:
+        admin = psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        pytest.fail(
+            f"no PostgreSQL at {mask_url(POSTGRES_URL)} ({' '.join(str(exc).split())}):"
+            " run ./dev services up postgres, or set POSTGRES_URL",
+            pytrace=False,
+        )
+    with admin:
+        admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        try:
+            joiner = "&" if "?" in POSTGRES_URL else "?"
+            yield f"{POSTGRES_URL}{joiner}options=-csearch_path%3D{schema}"
+        finally:
+            admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+def postgres_saver(url: str) -> Any:
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    return PostgresSaver.from_conn_string(url)

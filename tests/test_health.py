@@ -36,12 +36,7 @@ from langgraph.types import Command, interrupt
 import graphkeep
 from graphkeep.checkpoint.health import HealthWindow, afleet_health, fleet_health, id_at, id_time
 from graphkeep.cli import main
-from graphkeep.errors import mask_url
-
-#: the ./dev service (`./dev services up postgres`); a server that does not answer fails
-POSTGRES_URL = os.environ.get("GRAPHKEEP_POSTGRES_URL") or os.environ.get(
-    "POSTGRES_URL", "postgresql://graphkeep:graphkeep@127.0.0.1:15432/graphkeep"
-)
+from tests.conftest import postgres_saver
 
 RUNAWAY_INVOKES = 8  # a one-node graph writes 3 checkpoints per invoke: 24
 RUNAWAY_LIMIT = 20
@@ -368,37 +363,6 @@ def test_health_on_a_missing_sqlite_file_is_not_found(tmp_path: Path) -> None:
 
 
 # -- LangGraph's PostgresSaver ---------------------------------------------------------
-
-
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """A URL of the ./dev PostgreSQL whose ``search_path`` is a fresh schema, dropped after
-    the test: PostgresSaver's tables (unqualified names) and the health queries land there."""
-    import psycopg
-    from psycopg import sql
-
-    schema = f"gk_health_{uuid.uuid4().hex[:10]}"
-    try:
-        admin = psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as exc:
-        pytest.fail(
-            f"no PostgreSQL at {mask_url(POSTGRES_URL)} ({' '.join(str(exc).split())}):"
-            " run ./dev services up postgres, or set POSTGRES_URL",
-            pytrace=False,
-        )
-    with admin:
-        admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-        try:
-            joiner = "&" if "?" in POSTGRES_URL else "?"
-            yield f"{POSTGRES_URL}{joiner}options=-csearch_path%3D{schema}"
-        finally:
-            admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
-
-
-def postgres_saver(url: str) -> Any:
-    from langgraph.checkpoint.postgres import PostgresSaver
-
-    return PostgresSaver.from_conn_string(url)
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ from graphkeep.checkpoint.deep import Problem, payload_problems
 from graphkeep.checkpoint.ids import id_time
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL
 from graphkeep.checkpoint.port import CheckpointPort
-from graphkeep.checkpoint.records import Inventory, Summary
+from graphkeep.checkpoint.records import Inventory, Summary, ThreadDump
 from graphkeep.errors import CorruptData, GraphkeepError
 from graphkeep.port.ops import Op, counted
 
@@ -49,6 +49,7 @@ __all__ = [
     "Finding",
     "Repair",
     "ThreadCheck",
+    "add_payload_findings",
     "check_thread",
     "check_threads",
     "findings_of",
@@ -434,22 +435,35 @@ def _read(
     inventory = yield from port.inventory(thread_id)
     checked = findings_of(thread_id, inventory, ns)
     if serde is not None:
-        orphans: list[tuple[str, str, str]] = []
+        dump: ThreadDump | Exception
         try:
             dump = yield from port.export_thread(thread_id)
         except GraphkeepError as exc:
             if not isinstance(exc, CorruptData):
                 raise
-            problems = [_unreadable(ns, exc)]
+            dump = exc
         except Exception as exc:  # noqa: BLE001 - records the backend cannot parse
-            problems = [_unreadable(ns, exc)]
-        else:
-            problems, orphans = payload_problems(dump, serde, ns)
-        checked.findings += [
-            Finding(thread_id, p.ns, p.checkpoint_id, p.channel, p.kind, p.detail) for p in problems
-        ]
-        checked.orphan_values += orphans
+            dump = exc
+        add_payload_findings(checked, dump, serde, ns)
     return inventory, checked
+
+
+def add_payload_findings(
+    checked: ThreadCheck, dump: ThreadDump | Exception, serde: Any, ns: str | None = None
+) -> None:
+    """``--deep``: add to ``checked`` the problems of the thread's payloads (``dump``, its
+    export, decoded with ``serde``: :func:`~graphkeep.checkpoint.deep.payload_problems`), or
+    one ``undecodable`` finding when reading the export failed (``dump`` is the exception)."""
+    orphans: list[tuple[str, str, str]] = []
+    if isinstance(dump, Exception):
+        problems = [_unreadable(ns, dump)]
+    else:
+        problems, orphans = payload_problems(dump, serde, ns)
+    checked.findings += [
+        Finding(checked.thread_id, p.ns, p.checkpoint_id, p.channel, p.kind, p.detail)
+        for p in problems
+    ]
+    checked.orphan_values += orphans
 
 
 def _unreadable(ns: str | None, exc: Exception) -> Problem:

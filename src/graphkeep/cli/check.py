@@ -1,11 +1,12 @@
 """``graphkeep check``: fsck for threads (chains, values, orphans), read-only unless --repair.
 
 The findings come from :mod:`graphkeep.checkpoint.check` (one ``inventory`` per thread over
-the checkpoint port: keys and checkpoint summaries, never a payload). Text: one line per
-finding and the totals; ``--json`` for machines. Exit code 0 clean, 1 errors, 3 warnings only,
-2 usage or an unreachable store (one line). ``--repair`` deletes orphans only (writes under
-checkpoints that are not stored, values no checkpoint names), after printing its plan; it
-needs ``--yes`` when stdin is not a terminal. See docs/check.md.
+the checkpoint port: keys and checkpoint summaries, never a payload; on LangGraph's SQLite and
+Postgres savers the inventory is read with SQL, :mod:`graphkeep.cli.foreign_check`). Text:
+one line per finding and the totals; ``--json`` for machines. Exit code 0 clean, 1 errors,
+3 warnings only, 2 usage or an unreachable store (one line). ``--repair`` deletes orphans only
+(writes under checkpoints that are not stored, values no checkpoint names), after printing its
+plan; it needs ``--yes`` when stdin is not a terminal. See docs/check.md.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import importlib
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from graphkeep.checkpoint.check import (
@@ -37,6 +39,7 @@ from graphkeep.cli.console import (
 )
 from graphkeep.cli.decode import AES_KEY_ENV
 from graphkeep.cli.endpoints import Native, is_foreign, open_endpoint
+from graphkeep.cli.foreign_check import open_saver_source
 from graphkeep.cli.health import Unreachable
 from graphkeep.errors import StorageUnavailable
 
@@ -70,13 +73,15 @@ def add_check_command(sub: Any, common: argparse.ArgumentParser) -> None:
         "\n"
         "  LANGGRAPH_AES_KEY=... graphkeep check dynamodb://app --all --deep\n"
         "  graphkeep check redis://localhost:6379/0 --all --deep --serde myapp.state:serde\n"
+        "  graphkeep check postgresql://user:pw@db/app --all   # LangGraph's PostgresSaver\n"
+        "  graphkeep check sqlite:///checkpoints.db --all --deep  # LangGraph's SqliteSaver\n"
         "\n"
         "Reads each thread's keys and checkpoint summaries (one inventory: 1 request on Redis\n"
-        "and MongoDB, 1 per 1 MB page on DynamoDB), never a value; --deep also reads every\n"
-        "payload (one export of the thread) and decodes it. error: the state cannot be read\n"
-        "as written; warning: wasted space or a hole in the history. --repair only deletes\n"
-        "orphans (never a checkpoint), skips threads written within --grace, and checks the\n"
-        "threads again after.\n",
+        "and MongoDB, 1 per 1 MB page on DynamoDB; 3 read-only SQL queries on Postgres, 2 on\n"
+        "SQLite), never a value; --deep also reads every payload (one export of the thread)\n"
+        "and decodes it. error: the state cannot be read as written; warning: wasted space or\n"
+        "a hole in the history. --repair (graphkeep stores only) deletes orphans (never a\n"
+        "checkpoint), skips threads written within --grace, and checks the threads again.\n",
         common,
     )
     p.add_argument("url", metavar="URL")
@@ -207,23 +212,42 @@ def _plan_json(plan: list[ThreadCheck]) -> list[dict[str, Any]]:
     ]
 
 
-def _run(endpoint: Native, args: argparse.Namespace, serde: Any, err: TextIO) -> CheckReport:
+#: ``(cursor, after, page_size) -> (threads, next cursor, requests)``: one page of ``--all``
+Pager = Callable[[Any, str | None, int], tuple[list[str], Any, int]]
+#: ``threads -> report``: the check of these threads
+Checker = Callable[[list[str]], CheckReport]
+
+
+def _native(endpoint: Native, args: argparse.Namespace, serde: Any) -> tuple[Pager, Checker]:
     port = endpoint.saver.port
-    ns = args.checkpoint_ns
-    if not args.all:
-        threads = list(dict.fromkeys(endpoint.saver.check_thread_id(t) for t in args.thread))
-        report: CheckReport = endpoint.call(check_threads(port, threads, ns, serde))
+
+    def page(cursor: Any, after: str | None, page_size: int) -> tuple[list[str], Any, int]:
+        found: tuple[list[str], Any, int] = endpoint.call(
+            thread_page(port, cursor, after, page_size)
+        )
+        return found
+
+    def check(threads: list[str]) -> CheckReport:
+        report: CheckReport = endpoint.call(check_threads(port, threads, args.checkpoint_ns, serde))
         return report
+
+    return page, check
+
+
+def _run(
+    page_of: Pager, check: Checker, threads: list[str] | None, args: argparse.Namespace, err: TextIO
+) -> CheckReport:
+    """The check of ``threads`` (``--thread``), or of every thread page by page (``--all``)."""
+    if threads is not None:
+        return check(threads)
     started = time.perf_counter()
     report = CheckReport()
     cursor: Any = None
     try:
         while True:
-            threads, cursor, requests = endpoint.call(
-                thread_page(port, cursor, args.after, args.page_size)
-            )
+            listed, cursor, requests = page_of(cursor, args.after, args.page_size)
             report.requests += requests
-            page: CheckReport = endpoint.call(check_threads(port, threads, ns, serde))
+            page = check(listed)
             for checked in page.flagged:
                 report.findings.extend(checked.findings)
                 report.flagged.append(checked)
@@ -254,20 +278,38 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.serde is not None and not args.deep:
         raise UsageError("--serde names the serializer of --deep; add --deep")
     serde = deep_serde(args.serde) if args.deep else None
-    if is_foreign(args.url):
-        raise UsageError(
-            "graphkeep check does not read LangGraph's SQLite or Postgres savers yet;"
-            " give a graphkeep URL (redis://, redis+cluster://, mongodb://, dynamodb://)"
-        )
     if args.after is not None and not args.all:
         raise UsageError("--after resumes an --all check; with --thread, name the threads")
     if args.yes and not args.repair:
         raise UsageError("--yes confirms --repair; there is nothing to confirm without it")
+    if is_foreign(args.url):
+        if args.repair:
+            raise UsageError(
+                "--repair does not write to LangGraph's SQLite or Postgres savers: graphkeep"
+                " check only reads them (delete the orphans it lists with the saver's own SQL)"
+            )
+        try:
+            with open_saver_source(args.url, args.key_prefix) as source:
+                threads = None if args.all else list(dict.fromkeys(args.thread))
+
+                def check(listed: list[str]) -> CheckReport:
+                    return source.check_threads(listed, args.checkpoint_ns, serde)
+
+                report = _run(source.page, check, threads, args, err)
+        except StorageUnavailable as exc:
+            raise Unreachable(" ".join(str(exc).split())) from exc
+        return _report(source.label, report, args, out)
     try:
         with open_endpoint(args.url, key_prefix=args.key_prefix) as opened:
-            if not isinstance(opened, Native):  # pragma: no cover - refused above
+            if not isinstance(opened, Native):  # pragma: no cover - foreign URLs go above
                 raise UsageError("graphkeep check reads graphkeep URLs only")
-            report = _run(opened, args, serde, err)
+            page_of, check_native = _native(opened, args, serde)
+            threads = (
+                None
+                if args.all
+                else list(dict.fromkeys(opened.saver.check_thread_id(t) for t in args.thread))
+            )
+            report = _run(page_of, check_native, threads, args, err)
             plan = [t for t in report.flagged if t.orphan_writes or t.orphan_values]
             repairs: list[Repair] | None = None
             after: CheckReport | None = None
@@ -287,11 +329,26 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                     after = opened.call(check_threads(port, again, args.checkpoint_ns, serde))
     except StorageUnavailable as exc:
         raise Unreachable(" ".join(str(exc).split())) from exc
+    return _report(opened.label, report, args, out, plan, repairs, after)
+
+
+def _report(
+    label: str,
+    report: CheckReport,
+    args: argparse.Namespace,
+    out: TextIO,
+    plan: list[ThreadCheck] | None = None,
+    repairs: list[Repair] | None = None,
+    after: CheckReport | None = None,
+) -> int:
+    """Write the report (text or ``--json``, with the repair when there was one); the exit
+    code."""
+    plan = plan or []
     final = report if after is None else _merged(report, after)
     final.requests += sum(r.requests for r in repairs or [])
     if args.json:
         body: dict[str, Any] = {
-            "url": opened.label,
+            "url": label,
             **final.totals(),
             "findings": [f.as_json() for f in final.findings],
             "last_thread": report.last_thread,
