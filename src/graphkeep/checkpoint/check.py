@@ -493,8 +493,9 @@ def _drift_detail(space: str | None, at: float | None, drifting: list[Expiring])
         )
         parts.append(f"{len(times)} expire {span}")
     noun, whose = ("key(s)", "the thread") if space is None else ("record(s)", "the namespace")
+    held = ", ".join(sorted({u.holds for u in drifting}))
     return (
-        f"{len(drifting)} {noun} expire apart from {whose}: {', '.join(parts)};"
+        f"{len(drifting)} {noun} ({held}) expire apart from {whose}: {', '.join(parts)};"
         f" {whose} expires {'at ' + _when(at) if at is not None else 'never'}"
     )
 

@@ -380,7 +380,7 @@ def _write_plan(plan: list[ThreadCheck], out: TextIO) -> None:
         for d in t.drift:
             where = "its keys" if d.ns is None else f"ns {d.ns!r}"
             out.write(
-                f"  - expiry of {len(d.refs)} unit(s) of {t.thread_id} {where}:"
+                f"  - expiry of {len(d.refs)} unit(s) of {t.thread_id} ({where}):"
                 f" re-armed to {_expires(d)}\n"
             )
 
