@@ -839,6 +839,53 @@ def test_a_second_root_in_a_namespace_is_an_error_and_a_cut_history_is_not() -> 
     assert findings_of("t", pruned).findings == []
 
 
+def test_expiry_drift_follows_what_each_backend_re_arms() -> None:
+    from graphkeep.checkpoint.check import expiry_drift
+    from graphkeep.checkpoint.records import Expiring
+
+    hour = 3600.0
+    inv = Inventory([_summary("1", None), _summary("2", "1")], set(), {("", "n", "1")})
+    inv.checkpoints[1] = Summary("", "2", "1", {"n": "2"}, ["n"], [])
+    inv.blob_keys.add(("", "n", "2"))
+
+    def record(ref: str, at: float | None, holds: str, cid: str = "", v: str = "") -> Expiring:
+        if holds == "value":
+            return Expiring(ref, at, holds, "", channel="n", version=v)
+        return Expiring(ref, at, holds, "", cid)
+
+    # per record (MongoDB, DynamoDB): older history expires an hour earlier, by design, and
+    # what outlives the newest checkpoint by a while (writes, list elements, a re-read) is fine
+    inv.expiries = [
+        record("c1", 10 * hour, "checkpoint", "1"),
+        record("b1", 10 * hour, "value", v="1"),
+        record("c2", 11 * hour, "checkpoint", "2"),
+        record("w2", 11.5 * hour, "writes", "2"),
+        record("b2", 11 * hour + 30, "value", v="2"),
+    ]
+    assert expiry_drift("t", inv) == ([], [])
+    # the newest checkpoint's value dies first; an old value never does
+    inv.expiries[4] = record("b2", 10.5 * hour, "value", v="2")
+    inv.expiries[1] = record("b1", None, "value", v="1")
+    (finding,), (drift,) = expiry_drift("t", inv)
+    assert (finding.kind, finding.ns, drift.refs, drift.at) == (
+        "expiry_drift",
+        "",
+        ("b1", "b2"),
+        11 * hour,
+    )
+    assert "2 record(s) (value)" in finding.detail and "1 never expire" in finding.detail
+    # per key (Redis): every key expires with the thread, later is drift too
+    inv.expiries = [Expiring(i, 11 * hour, h) for i, h in enumerate(["checkpoint", "writes"])]
+    assert expiry_drift("t", inv) == ([], [])
+    inv.expiries.append(Expiring(7, 12 * hour, "value"))
+    (finding,), (drift,) = expiry_drift("t", inv)
+    assert (finding.ns, drift.ns, drift.refs, drift.at) == ("", None, (7,), 11 * hour)
+    # a thread saved without TTL: a stray expiry is drift, re-armed to never
+    inv.expiries = [Expiring(0, None, "checkpoint"), Expiring(7, 12 * hour, "value")]
+    (finding,), (drift,) = expiry_drift("t", inv)
+    assert (drift.refs, drift.at) == ((7,), None) and finding.detail.endswith("expires never")
+
+
 # -- usage -----------------------------------------------------------------------------
 
 

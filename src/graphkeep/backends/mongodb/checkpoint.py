@@ -734,18 +734,20 @@ class MongoDBCheckpointPort(CheckpointPort):
         blob_keys: set[tuple[str, str, str]] = set()
         expiries: list[Expiring] = []
         for doc in found:
-            ns, ref, at = doc["ns"], doc["ref"], _epoch(doc.get("expires_at"))
+            at = _epoch(doc.get("expires_at"))
             if doc["kind"] == KIND_CP:
-                summaries.append(head_of(doc).summary)
-                expiries.append(Expiring(doc["_id"], at, HOLDS_CHECKPOINT, ns, ref))
-            elif doc["kind"] == KIND_CHECKPOINT:  # a chunked checkpoint's payload
-                write_keys.add((ns, ref))
-                expiries.append(Expiring(doc["_id"], at, HOLDS_CHECKPOINT, ns, ref))
-            elif doc["kind"] == KIND_WRITE:
-                write_keys.add((ns, ref))
-                expiries.append(Expiring(doc["_id"], at, HOLDS_WRITES, ns, ref))
+                summary = head_of(doc).summary
+                summaries.append(summary)
+                expiries.append(
+                    Expiring(doc["_id"], at, HOLDS_CHECKPOINT, summary.ns, summary.checkpoint_id)
+                )
+            elif doc["kind"] in WRITE_KINDS:
+                write_keys.add((doc["ns"], doc["ref"]))
+                # a pending write, or the payload of a chunked checkpoint
+                holds = HOLDS_WRITES if doc["kind"] == KIND_WRITE else HOLDS_CHECKPOINT
+                expiries.append(Expiring(doc["_id"], at, holds, doc["ns"], doc["ref"]))
             elif doc["kind"] == KIND_BLOB:
-                channel, version = parse_blob_ref(ref)
+                ns, (channel, version) = doc["ns"], parse_blob_ref(doc["ref"])
                 blob_keys.add((ns, channel, version))
                 expiries.append(
                     Expiring(doc["_id"], at, HOLDS_VALUE, ns, channel=channel, version=version)
