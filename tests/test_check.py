@@ -28,6 +28,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
 import graphkeep
+import graphkeep.checkpoint.check as check_module
 import graphkeep.checkpoint.saver as saver_module
 from graphkeep.checkpoint.check import Finding, findings_of
 from graphkeep.checkpoint.ids import id_at
@@ -171,7 +172,8 @@ def inventory(saver: Any, thread_id: str) -> Inventory:
 
 
 class Damage:
-    """Removes one record the way an operator's client (or a half-done delete) would."""
+    """Removes one record, or skews one record's expiry, the way an operator's client (or a
+    half-done delete) would."""
 
     def __init__(self, backend: str, url: str, saver: Any) -> None:
         self.backend, self.url, self.saver = backend, url, saver
@@ -269,6 +271,60 @@ class Damage:
                     and (names.ns, names.channel, names.version) == (ns, channel, version)
                 ]
                 client.delete_item(TableName=table, Key=found)
+
+    def set_value_expiry(
+        self, thread_id: str, ns: str, channel: str, version: str, at: float | None
+    ) -> None:
+        """Move one value's expiry to ``at`` (None: never). On Redis the TTL is per key: the
+        thread's values hash (every value of the thread) gets it."""
+        if self.backend.startswith("redis"):
+            b = self.saver.port.thread_keys(thread_id)[6]
+            with self._redis() as client:
+                assert client.hexists(b, f"{ns}\0{channel}\0{version}")
+                if at is None:
+                    assert client.persist(b)
+                else:
+                    assert client.pexpireat(b, int(at * 1000))
+        elif self.backend == "mongodb":
+            from datetime import datetime, timezone
+
+            from graphkeep.backends.mongodb.documents import blob_ref
+
+            with self._mongodb() as docs:
+                filter = {
+                    "thread_id": thread_id,
+                    "ns": ns,
+                    "kind": "blob",
+                    "ref": blob_ref(channel, version),
+                }
+                update = (
+                    {"$unset": {"expires_at": ""}}
+                    if at is None
+                    else {"$set": {"expires_at": datetime.fromtimestamp(at, timezone.utc)}}
+                )
+                assert docs.update_one(filter, update).matched_count == 1
+        else:
+            with self._dynamodb() as (client, table):
+                (found,) = [
+                    k
+                    for kind, names, k in self._dynamodb_items(client, table, thread_id)
+                    if kind == "b"
+                    and (names.ns, names.channel, names.version) == (ns, channel, version)
+                ]
+                expression: dict[str, Any] = (
+                    {"UpdateExpression": "REMOVE #e"}
+                    if at is None
+                    else {
+                        "UpdateExpression": "SET #e = :e",
+                        "ExpressionAttributeValues": {":e": {"N": str(int(at))}},
+                    }
+                )
+                client.update_item(
+                    TableName=table,
+                    Key=found,
+                    ExpressionAttributeNames={"#e": "exp"},
+                    **expression,
+                )
 
 
 @pytest.fixture
@@ -522,6 +578,117 @@ def test_values_only_a_deleted_head_named_are_orphans_and_repair_deletes_them(
     assert (code, report["findings"]) == (0, [])
 
 
+# -- expiry drift ----------------------------------------------------------------------
+
+TTL = 3600
+
+
+def test_a_store_written_with_ttl_by_real_graphs_and_pruned_has_no_expiry_drift(
+    graphkeep_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tag = uuid.uuid4().hex[:6]
+    threads = {name: f"ttl-{name}-{tag}" for name in ("chat", "sub", "wait", "pruned")}
+    with graphkeep.connect(graphkeep_url, ttl=TTL) as saver:
+        chat(saver, threads["chat"], 5)
+        sub = subgraph_graph(saver)
+        sub.invoke({"log": ["x"]}, config(threads["sub"]))
+        sub.invoke({"log": ["y"]}, config(threads["sub"]))
+        count_graph(saver, _ask).invoke({"n": 0}, config(threads["wait"]))
+        chat(saver, threads["pruned"], 7)
+        saver.prune([threads["pruned"]])
+        # later turns must re-arm what the new checkpoints need, whatever was written before:
+        # writes keep that to the second, so the check holds with a 1 s tolerance
+        time.sleep(2.5)
+        chat(saver, threads["chat"], 2)
+        chat(saver, threads["pruned"], 2)
+        sub.invoke({"log": ["z"]}, config(threads["sub"]))
+        inv = inventory(saver, threads["chat"])
+    monkeypatch.setattr(check_module, "EXPIRY_TOLERANCE", 1.0)
+    code, report = check_json(graphkeep_url, "--thread", *threads.values())
+    assert (code, report["findings"]) == (0, [])
+    monkeypatch.undo()
+    # reads that re-arm what they read, page by page (an older checkpoint's state included)
+    with graphkeep.connect(graphkeep_url, ttl=TTL, refresh_ttl_on_read=True) as saver:
+        graph = chat_graph(saver)
+        history = list(graph.get_state_history(config(threads["chat"])))
+        assert len(history) > 3
+        graph.get_state(history[2].config)
+    assert inv.expiries and all(u.at is not None for u in inv.expiries)
+    code, report = check_json(graphkeep_url, "--thread", *threads.values())
+    assert (code, report["findings"]) == (0, [])
+    assert report["scan"]["thread_requests_max"] == 1
+
+
+@pytest.mark.parametrize("skew", ["early", "never"])
+def test_a_value_whose_expiry_drifted_is_a_warning_and_repair_rearms_it(
+    graphkeep_url: str, damage: Damage, thread_id: str, skew: str
+) -> None:
+    kept, plain = f"{thread_id}-kept", f"{thread_id}-plain"
+    with graphkeep.connect(graphkeep_url, ttl=TTL) as saver:
+        for t in (thread_id, kept):
+            graph = count_graph(saver)
+            graph.invoke({"n": 0}, config(t))
+            graph.invoke({"n": 5}, config(t))
+    count_graph(damage.saver).invoke({"n": 0}, config(plain))  # saved without TTL
+    inv = inventory(damage.saver, thread_id)
+    head = max(inv.checkpoints, key=lambda s: s.checkpoint_id)
+    # the newest checkpoint's value dies ten minutes from now, an hour before it (or never)
+    at = None if skew == "never" else time.time() + 600
+    damage.set_value_expiry(thread_id, "", "n", head.versions["n"], at)
+    code, report = check_json(graphkeep_url, "--thread", thread_id, kept, plain)
+    assert code == 3
+    assert kinds(report) == [("expiry_drift", "warning", None, None)]
+    (finding,) = report["findings"]
+    assert finding["thread_id"] == thread_id
+    assert ("1 never expire" if skew == "never" else "1 expire at ") in finding["detail"]
+    assert report["scan"]["thread_requests_max"] == 1  # read with the inventory
+    code, out, err = cli(
+        "check", graphkeep_url, "--thread", thread_id, "--repair", "--yes", "--grace", "0",
+        "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    body = json.loads(out)
+    assert body["findings"] == [] and body["repair"]["rearmed"] == 1
+    assert body["repair"]["plan"][0]["rearm"][0]["units"] == 1
+    code, report = check_json(graphkeep_url, "--thread", thread_id, kept, plain)
+    assert (code, report["findings"]) == (0, [])
+    # nothing deleted or rewritten: the same records, the state reads back
+    after = inventory(damage.saver, thread_id)
+    assert (after.checkpoints, after.write_keys, after.blob_keys) == (
+        inv.checkpoints,
+        inv.write_keys,
+        inv.blob_keys,
+    )
+    state = damage.saver.get_tuple(config(thread_id))
+    assert state is not None and state.checkpoint["channel_values"]["n"] == 6
+
+
+def test_an_expiry_in_a_thread_saved_without_ttl_is_drift_and_repair_removes_it(
+    graphkeep_url: str, damage: Damage, thread_id: str
+) -> None:
+    count_graph(damage.saver).invoke({"n": 0}, config(thread_id))
+    inv = inventory(damage.saver, thread_id)
+    assert inv.expiries and all(u.at is None for u in inv.expiries)
+    head = max(inv.checkpoints, key=lambda s: s.checkpoint_id)
+    damage.set_value_expiry(thread_id, "", "n", head.versions["n"], time.time() + 600)
+    code, report = check_json(graphkeep_url, "--thread", thread_id)
+    assert code == 3
+    assert kinds(report) == [("expiry_drift", "warning", None, None)]
+    assert report["findings"][0]["detail"].endswith("expires never")
+    # the default grace period keeps a repair off a thread just written
+    code, out, err = cli("check", graphkeep_url, "--thread", thread_id, "--repair", "--yes")
+    assert code == 3, err
+    assert "the expiry of 1 unit(s)" in out
+    code, out, err = cli(
+        "check", graphkeep_url, "--thread", thread_id, "--repair", "--yes", "--grace", "0"
+    )
+    assert code == 0, err + out
+    assert "re-armed the expiry of 1 unit(s)" in out
+    assert all(u.at is None for u in inventory(damage.saver, thread_id).expiries)
+    code, report = check_json(graphkeep_url, "--thread", thread_id)
+    assert (code, report["findings"]) == (0, [])
+
+
 # -- prune's pre-flight ----------------------------------------------------------------
 
 
@@ -693,6 +860,53 @@ def test_a_second_root_in_a_namespace_is_an_error_and_a_cut_history_is_not() -> 
     ]
     pruned = Inventory([_summary("5", "4"), _summary("6", "5")], set(), {("", "n", "1")})
     assert findings_of("t", pruned).findings == []
+
+
+def test_expiry_drift_follows_what_each_backend_re_arms() -> None:
+    from graphkeep.checkpoint.check import expiry_drift
+    from graphkeep.checkpoint.records import Expiring
+
+    hour = 3600.0
+    inv = Inventory([_summary("1", None), _summary("2", "1")], set(), {("", "n", "1")})
+    inv.checkpoints[1] = Summary("", "2", "1", {"n": "2"}, ["n"], [])
+    inv.blob_keys.add(("", "n", "2"))
+
+    def record(ref: str, at: float | None, holds: str, cid: str = "", v: str = "") -> Expiring:
+        if holds == "value":
+            return Expiring(ref, at, holds, "", channel="n", version=v)
+        return Expiring(ref, at, holds, "", cid)
+
+    # per record (MongoDB, DynamoDB): older history expires an hour earlier, by design, and
+    # what outlives the newest checkpoint by a while (writes, list elements, a re-read) is fine
+    inv.expiries = [
+        record("c1", 10 * hour, "checkpoint", "1"),
+        record("b1", 10 * hour, "value", v="1"),
+        record("c2", 11 * hour, "checkpoint", "2"),
+        record("w2", 11.5 * hour, "writes", "2"),
+        record("b2", 11 * hour + 30, "value", v="2"),
+    ]
+    assert expiry_drift("t", inv) == ([], [])
+    # the newest checkpoint's value dies first; an old value never does
+    inv.expiries[4] = record("b2", 10.5 * hour, "value", v="2")
+    inv.expiries[1] = record("b1", None, "value", v="1")
+    (finding,), (drift,) = expiry_drift("t", inv)
+    assert (finding.kind, finding.ns, drift.refs, drift.at) == (
+        "expiry_drift",
+        "",
+        ("b1", "b2"),
+        11 * hour,
+    )
+    assert "2 record(s) (value)" in finding.detail and "1 never expire" in finding.detail
+    # per key (Redis): every key expires with the thread, later is drift too
+    inv.expiries = [Expiring(i, 11 * hour, h) for i, h in enumerate(["checkpoint", "writes"])]
+    assert expiry_drift("t", inv) == ([], [])
+    inv.expiries.append(Expiring(7, 12 * hour, "value"))
+    (finding,), (drift,) = expiry_drift("t", inv)
+    assert (finding.ns, drift.ns, drift.refs, drift.at) == ("", None, (7,), 11 * hour)
+    # a thread saved without TTL: a stray expiry is drift, re-armed to never
+    inv.expiries = [Expiring(0, None, "checkpoint"), Expiring(7, 12 * hour, "value")]
+    (finding,), (drift,) = expiry_drift("t", inv)
+    assert (drift.refs, drift.at) == ((7,), None) and finding.detail.endswith("expires never")
 
 
 # -- usage -----------------------------------------------------------------------------

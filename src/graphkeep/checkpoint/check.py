@@ -19,39 +19,53 @@ thread did not have before. The findings (:data:`KINDS`, docs/check.md):
 - store hygiene: pending writes under a checkpoint that is not stored (``orphan_writes``) and
   channel values no checkpoint names (``orphan_values``), both warnings: nothing ever reads
   them. List element records (:data:`~graphkeep.checkpoint.lists.ELEMENT_CHANNEL`) are named
-  by manifests, which are payloads: this check does not look at them.
+  by manifests, which are payloads: this check does not look at them;
+- expiry drift (:func:`expiry_drift`, from the expiries the same ``inventory`` reads): a
+  stored unit whose expiry departs from its thread's (``expiry_drift``, warning).
 
 :func:`repair_thread` deletes the orphans of one thread (its ``delete_records``), never a
-checkpoint that is stored.
+checkpoint that is stored, and re-arms drifting expiries to the thread's (its ``rearm``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from graphkeep.checkpoint.deep import Problem, payload_problems
 from graphkeep.checkpoint.ids import id_time
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL
 from graphkeep.checkpoint.port import CheckpointPort
-from graphkeep.checkpoint.records import Inventory, Summary, ThreadDump
+from graphkeep.checkpoint.records import (
+    HOLDS_CHECKPOINT,
+    HOLDS_VALUE,
+    HOLDS_WRITES,
+    Expiring,
+    Inventory,
+    Summary,
+    ThreadDump,
+)
 from graphkeep.errors import CorruptData, GraphkeepError
 from graphkeep.port.ops import Op, counted
 
 __all__ = [
     "ERROR",
+    "EXPIRY_TOLERANCE",
     "KINDS",
     "THREAD_PAGE",
     "WARNING",
     "CheckReport",
+    "Drift",
     "Finding",
     "Repair",
     "ThreadCheck",
     "add_payload_findings",
     "check_thread",
     "check_threads",
+    "expiry_drift",
     "findings_of",
     "plan_problems",
     "repair_thread",
@@ -77,6 +91,11 @@ KINDS: dict[str, tuple[str, str]] = {
     ),
     "orphan_writes": (WARNING, "pending writes under a checkpoint that is not stored"),
     "orphan_values": (WARNING, "channel values no checkpoint names"),
+    "expiry_drift": (
+        WARNING,
+        "stored records whose expiry departs from their thread's: they outlive it, or die"
+        " before the newest checkpoint that needs them",
+    ),
     # --deep (graphkeep.checkpoint.deep): payloads decoded
     "undecodable": (ERROR, "a stored payload the serializer cannot decode"),
     "unknown_type": (
@@ -93,6 +112,13 @@ ORPHAN_KINDS = ("orphan_writes", "orphan_values", "orphan_elements")
 THREAD_PAGE = 500
 #: orphan value versions a finding's detail names at most
 _NAMED = 5
+#: seconds two expiries may differ and still be one. A write stamps what it re-arms alike to
+#: the millisecond (Redis, MongoDB) or the second (DynamoDB's TTL attribute is whole seconds),
+#: but a read with ``refresh_ttl_on_read`` re-arms page by page, each at its own time (a
+#: ``list`` of a long history on a slow server spreads them over seconds: 12 s for 21
+#: checkpoints on FerretDB), and writers' clocks set expiries on MongoDB and DynamoDB. A
+#: record dying a minute before its thread after a whole ``ttl`` idle is not worth a warning.
+EXPIRY_TOLERANCE = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +150,16 @@ class Finding:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """Units of one thread (``ns``: of one namespace; None: thread-wide keys) whose expiry
+    drifted from the thread's expiry ``at`` (None: the thread never expires)."""
+
+    ns: str | None
+    refs: tuple[Any, ...]
+    at: float | None
+
+
 @dataclass(slots=True)
 class ThreadCheck:
     """One thread's findings, and the orphans a repair would delete."""
@@ -135,6 +171,8 @@ class ThreadCheck:
     orphan_writes: list[tuple[str, str]] = field(default_factory=list)
     #: (ns, channel, version) of values no checkpoint names
     orphan_values: list[tuple[str, str, str]] = field(default_factory=list)
+    #: units to re-arm to the thread's expiry
+    drift: list[Drift] = field(default_factory=list)
     #: requests the check of this thread sent
     requests: int = 0
 
@@ -392,6 +430,133 @@ def findings_of(thread_id: str, inventory: Inventory, ns: str | None = None) -> 
     return ThreadCheck(thread_id, len(checkpoints), found, orphan_writes, orphan_values)
 
 
+# -- expiry drift ----------------------------------------------------------------------
+
+
+def _when(at: float | None) -> str:
+    if at is None:
+        return "never"
+    return datetime.fromtimestamp(round(at), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _needed(head: Summary, by_id: dict[str, Summary]) -> tuple[set[str], set[tuple[str, str]]]:
+    """What a put of ``head`` re-arms on every backend: the checkpoint, its values, and for a
+    DeltaChannel rebuilt from history the ancestors back to the stored value and that value
+    (ids whose checkpoint and writes, and (channel, version) of values)."""
+    ids = {head.checkpoint_id}
+    values = {(ch, head.versions[ch]) for ch in head.present if ch in head.versions}
+    for channel in sorted(set(head.needs_history) - set(head.present)):
+        current, seen = head.parent_id, set()
+        while current is not None and current in by_id and current not in seen:
+            seen.add(current)
+            ids.add(current)
+            summary = by_id[current]
+            if channel in summary.present:
+                if channel in summary.versions:
+                    values.add((channel, summary.versions[channel]))
+                break
+            current = summary.parent_id
+    return ids, values
+
+
+def _drifting(
+    head: list[Expiring], units: list[Expiring], needed: Callable[[Expiring], bool] | None
+) -> tuple[float | None, list[Expiring]]:
+    """The thread's expiry and the units that drift from it.
+
+    The thread's expiry is its newest checkpoint's (``head``: its units), what the last write
+    of it (or a read, with ``refresh_ttl_on_read``) set: the latest among them, None when none
+    expires (the thread was saved without TTL). ``needed`` tells the units that must not expire
+    before it; None: every unit must expire with it (keys that every write re-arms together)."""
+    if all(u.at is None for u in head):
+        return None, [u for u in units if u.at is not None]
+    at = max(u.at for u in head if u.at is not None)
+    drifting = []
+    for u in units:
+        if u.at is None:  # outlives its thread
+            drifting.append(u)
+        elif needed is None:
+            if abs(u.at - at) > EXPIRY_TOLERANCE:
+                drifting.append(u)
+        elif u.at < at - EXPIRY_TOLERANCE and needed(u):  # dies before what needs it
+            drifting.append(u)
+    return at, drifting
+
+
+def _drift_detail(space: str | None, at: float | None, drifting: list[Expiring]) -> str:
+    never = sum(1 for u in drifting if u.at is None)
+    times = sorted(u.at for u in drifting if u.at is not None)
+    parts = [f"{never} never expire"] if never else []
+    if times:
+        span = (
+            f"at {_when(times[0])}"
+            if times[-1] - times[0] <= EXPIRY_TOLERANCE
+            else f"between {_when(times[0])} and {_when(times[-1])}"
+        )
+        parts.append(f"{len(times)} expire {span}")
+    noun, whose = ("key(s)", "the thread") if space is None else ("record(s)", "the namespace")
+    held = ", ".join(sorted({u.holds for u in drifting}))
+    return (
+        f"{len(drifting)} {noun} ({held}) expire apart from {whose}: {', '.join(parts)};"
+        f" {whose} expires {'at ' + _when(at) if at is not None else 'never'}"
+    )
+
+
+def expiry_drift(
+    thread_id: str, inventory: Inventory, ns: str | None = None
+) -> tuple[list[Finding], list[Drift]]:
+    """Expiry drift of one thread (docs/check.md): units whose expiry departs from the thread's.
+
+    Where every write re-arms all of a thread's keys (Redis: units with ``ns`` None) they
+    must all expire together. Where a write re-arms what its checkpoint needs (MongoDB,
+    DynamoDB: one unit per record) older history expires on its own schedule, and an older
+    checkpoint a read re-armed may outlive the newest, by design; per namespace, what its
+    newest checkpoint needs (:func:`_needed`) must not expire before the newest checkpoint.
+    Everywhere, a thread that expires holds nothing that never does, and a thread whose newest
+    checkpoint never expires holds nothing that does. List elements expire later by design
+    (MongoDB) and are named by payloads: only that last rule covers them. One finding per
+    thread (Redis) or namespace, with a count and the range."""
+    if not inventory.expiries or not inventory.checkpoints:
+        return [], []
+    by_ns: dict[str, dict[str, Summary]] = {}
+    for summary in inventory.checkpoints:
+        by_ns.setdefault(summary.ns, {})[summary.checkpoint_id] = summary
+    groups: list[tuple[str | None, float | None, list[Expiring]]] = []
+    keys = [u for u in inventory.expiries if u.ns is None]
+    if keys:
+        held = [u for u in keys if u.holds == HOLDS_CHECKPOINT]
+        if held:
+            groups.append((None, *_drifting(held, keys, None)))
+    for space, by_id in sorted(by_ns.items()):
+        if ns is not None and space != ns:
+            continue
+        units = [u for u in inventory.expiries if u.ns == space]
+        newest = by_id[max(by_id)]
+        head = [
+            u
+            for u in units
+            if u.holds == HOLDS_CHECKPOINT and u.checkpoint_id == newest.checkpoint_id
+        ]
+        if not head:
+            continue
+        ids, values = _needed(newest, by_id)
+
+        def needed(u: Expiring, ids: set[str] = ids, values: set[Any] = values) -> bool:
+            if u.holds in (HOLDS_CHECKPOINT, HOLDS_WRITES):
+                return u.checkpoint_id in ids
+            return u.holds == HOLDS_VALUE and (u.channel, u.version) in values
+
+        groups.append((space, *_drifting(head, units, needed)))
+    findings: list[Finding] = []
+    drifts: list[Drift] = []
+    for where, at, drifting in groups:
+        if drifting:
+            detail = _drift_detail(where, at, drifting)
+            findings.append(Finding(thread_id, where or "", None, None, "expiry_drift", detail))
+            drifts.append(Drift(where, tuple(u.ref for u in drifting), at))
+    return findings, drifts
+
+
 def plan_problems(
     thread_id: str,
     inventory: Inventory,
@@ -434,6 +599,8 @@ def _read(
 ) -> Op[tuple[Inventory, ThreadCheck]]:
     inventory = yield from port.inventory(thread_id)
     checked = findings_of(thread_id, inventory, ns)
+    drift_findings, checked.drift = expiry_drift(thread_id, inventory, ns)
+    checked.findings += drift_findings
     if serde is not None:
         dump: ThreadDump | Exception
         try:
@@ -506,6 +673,8 @@ class Repair:
     #: what the grace period kept from the repair, if anything
     skipped: str | None = None
     requests: int = 0
+    #: units whose expiry was re-armed to the thread's
+    rearmed: int = 0
 
 
 def repair_thread(
@@ -517,14 +686,16 @@ def repair_thread(
 ) -> Op[Repair]:
     """Delete the orphans of ``planned`` (a check of the thread) that a second read still shows
     as orphans: writes under checkpoints that are still not stored and values no checkpoint
-    names, never a stored checkpoint.
+    names, never a stored checkpoint; and re-arm the units whose expiry drifted in both reads
+    to the thread's expiry as the second read has it (``rearm``; nothing is rewritten).
 
     ``grace`` (seconds) keeps a repair off what a run may be writing right now (LangGraph's
     checkpoint ids carry their time): writes whose checkpoint id is younger (a put in flight
-    may store its writes before its checkpoint lands), and the values of a thread with a
-    checkpoint or write younger (a put in flight stores values before its checkpoint). Ids
-    without a time count as young; ``grace=0`` turns this off. ``serde``: the check was deep
-    (its orphan list elements are read again the same way)."""
+    may store its writes before its checkpoint lands), and the values and expiries of a
+    thread with a checkpoint or write younger (a put in flight stores values before its
+    checkpoint, and re-arms expiries itself). Ids without a time count as young; ``grace=0``
+    turns this off. ``serde``: the check was deep (its orphan list elements are read again
+    the same way)."""
     at = time.time() if now is None else now
     tally = [0]
     inventory, again = yield from counted(_read(port, planned.thread_id, None, serde), tally)
@@ -537,14 +708,24 @@ def repair_thread(
     values = sorted(set(planned.orphan_values) & set(again.orphan_values))
     ids = [s.checkpoint_id for s in inventory.checkpoints] + [k[1] for k in inventory.write_keys]
     busy = any(young(cid) for cid in ids)
+    before = {ref for d in planned.drift for ref in d.refs}
+    # a thread already past its expiry is left to expire (an expiry in the past deletes)
+    drift = [
+        Drift(d.ns, tuple(r for r in d.refs if r in before), d.at)
+        for d in again.drift
+        if d.at is None or d.at > at + EXPIRY_TOLERANCE
+    ]
+    drift = [d for d in drift if d.refs]
     repair = Repair(
         planned.thread_id, [k for k in writes if not young(k[1])], [] if busy else values
     )
     held = len(writes) - len(repair.writes), len(values) - len(repair.values)
-    if any(held):
+    rearm = [] if busy else drift
+    held_units = sum(len(d.refs) for d in drift) - sum(len(d.refs) for d in rearm)
+    if any(held) or held_units:
         repair.skipped = (
             f"written within the grace period: kept writes of {held[0]} checkpoint(s),"
-            f" {held[1]} value(s)"
+            f" {held[1]} value(s)" + (f", the expiry of {held_units} unit(s)" if held_units else "")
         )
     if repair.writes or repair.values:
         # ``delete_records`` deletes checkpoints with their writes: only ids that are not
@@ -552,5 +733,8 @@ def repair_thread(
         yield from counted(
             port.delete_records(planned.thread_id, repair.writes, repair.values), tally
         )
+    for d in rearm:
+        yield from counted(port.rearm(planned.thread_id, list(d.refs), d.at), tally)
+        repair.rearmed += len(d.refs)
     repair.requests = tally[0]
     return repair

@@ -86,7 +86,17 @@ class CheckpointPort(Protocol):
 
     def delete_thread(self, thread_id: str) -> Op[None]: ...
 
-    def inventory(self, thread_id: str) -> Op[Inventory]: ...
+    def inventory(self, thread_id: str) -> Op[Inventory]:
+        """Every checkpoint's summary, write key and value key of the thread, and when each
+        unit of its storage expires (:class:`~graphkeep.checkpoint.records.Expiring`), in
+        one request where the store allows (one per page on DynamoDB); never a payload."""
+        ...
+
+    def rearm(self, thread_id: str, refs: list[Any], at: float | None) -> Op[None]:
+        """Set the expiry of the thread's units ``refs`` (``Expiring.ref`` of its
+        ``inventory``) to ``at`` (epoch seconds; None: never), leaving units that are gone
+        gone; nothing else changes. ``graphkeep check --repair`` re-arms expiry drift."""
+        ...
 
     def delete_records(
         self,

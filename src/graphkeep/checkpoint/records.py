@@ -16,10 +16,15 @@ from typing import Any
 from graphkeep.port.codec import Typed
 
 __all__ = [
+    "HOLDS_CHECKPOINT",
+    "HOLDS_OTHER",
+    "HOLDS_VALUE",
+    "HOLDS_WRITES",
     "Activity",
     "BlobRecord",
     "Chain",
     "CheckpointRecord",
+    "Expiring",
     "Inventory",
     "ListQuery",
     "Loaded",
@@ -125,6 +130,37 @@ class Inventory:
     write_keys: set[tuple[str, str]]
     #: (ns, channel, version) of every stored blob
     blob_keys: set[tuple[str, str, str]]
+    #: when each unit of the thread's storage expires (read in the same request as the
+    #: rest, never a payload); empty from a port that does not report it
+    expiries: list[Expiring] = field(default_factory=list)
+
+
+#: what an :class:`Expiring` unit holds: a checkpoint (its head, payload or chunks), the
+#: pending writes of a checkpoint, a channel value (list elements included), or, for a
+#: unit of the whole thread (a Redis key), something else of every record (an index, the feed)
+HOLDS_CHECKPOINT, HOLDS_WRITES, HOLDS_VALUE, HOLDS_OTHER = "checkpoint", "writes", "value", "other"
+
+
+@dataclass(frozen=True, slots=True)
+class Expiring:
+    """When one unit of a thread's storage expires: the granule of the store's TTL (a Redis
+    key, a MongoDB document, a DynamoDB item) and what it holds.
+
+    ``ns`` None marks a unit of the whole thread: a Redis key holds one part of every record
+    of the thread (``holds`` says which part), and every write re-arms all of them together.
+    Otherwise the unit is (part of) one record: the checkpoint ``checkpoint_id`` or its
+    writes, or the value ``(channel, version)``.
+    """
+
+    #: the port's own name for the unit (``rearm`` takes it back): a key, an ``_id``, a sort key
+    ref: Any
+    #: epoch seconds from which reads no longer see it; None: it never expires
+    at: float | None
+    holds: str
+    ns: str | None = None
+    checkpoint_id: str | None = None
+    channel: str | None = None
+    version: str | None = None
 
 
 @dataclass(slots=True)

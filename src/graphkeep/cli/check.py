@@ -6,7 +6,8 @@ Postgres savers the inventory is read with SQL, :mod:`graphkeep.cli.foreign_chec
 one line per finding and the totals; ``--json`` for machines. Exit code 0 clean, 1 errors,
 3 warnings only, 2 usage or an unreachable store (one line). ``--repair`` deletes orphans only
 (writes under checkpoints that are not stored, values no checkpoint names), after printing its
-plan; it needs ``--yes`` when stdin is not a terminal. See docs/check.md.
+plan; it needs ``--yes`` when stdin is not a terminal; it also re-arms expiry drift (records
+whose expiry departs from their thread's) to the thread's expiry. See docs/check.md.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, TextIO
 from graphkeep.checkpoint.check import (
     THREAD_PAGE,
     CheckReport,
+    Drift,
     Repair,
     ThreadCheck,
     check_threads,
@@ -65,7 +67,8 @@ def add_check_command(sub: Any, common: argparse.ArgumentParser) -> None:
         "check",
         cmd_check,
         "fsck for threads: parent chains, stored values, DeltaChannel seeds, orphaned writes"
-        " and values; exit code 1 on errors, 3 on warnings only; --repair deletes orphans",
+        " and values, expiry drift; exit code 1 on errors, 3 on warnings only; --repair deletes"
+        " orphans and re-arms drifting expiries",
         "  graphkeep check redis://localhost:6379/0 --all\n"
         "  graphkeep check mongodb://db/app --thread support-42 --thread support-43 --json\n"
         "  graphkeep check redis://localhost:6379/0 --all --after support-42  # resume\n"
@@ -79,9 +82,10 @@ def add_check_command(sub: Any, common: argparse.ArgumentParser) -> None:
         "Reads each thread's keys and checkpoint summaries (one inventory: 1 request on Redis\n"
         "and MongoDB, 1 per 1 MB page on DynamoDB; 3 read-only SQL queries on Postgres, 2 on\n"
         "SQLite), never a value; --deep also reads every payload (one export of the thread)\n"
-        "and decodes it. error: the state cannot be read as written; warning: wasted space or\n"
-        "a hole in the history. --repair (graphkeep stores only) deletes orphans (never a\n"
-        "checkpoint), skips threads written within --grace, and checks the threads again.\n",
+        "and decodes it. error: the state cannot be read as written; warning: wasted space, a\n"
+        "hole in the history or expiry drift. --repair (graphkeep stores only) deletes orphans\n"
+        "(never a checkpoint) and re-arms drifting expiries to the thread's, skips threads\n"
+        "written within --grace, and checks the threads again after.\n",
         common,
     )
     p.add_argument("url", metavar="URL")
@@ -111,7 +115,11 @@ def add_check_command(sub: Any, common: argparse.ArgumentParser) -> None:
         help="with --deep: the application's serializer (an object, or a callable making one);"
         f" default LangGraph's JsonPlusSerializer, encrypted when {AES_KEY_ENV} is set",
     )
-    p.add_argument("--repair", action="store_true", help="delete orphans (the plan first)")
+    p.add_argument(
+        "--repair",
+        action="store_true",
+        help="delete orphans, re-arm expiry drift (the plan first)",
+    )
     p.add_argument("--yes", action="store_true", help="confirm --repair without a prompt")
     p.add_argument(
         "--grace",
@@ -196,7 +204,11 @@ def _confirm(plan: list[ThreadCheck], args: argparse.Namespace, err: TextIO) -> 
             "--repair without a terminal needs --yes (nothing was deleted; the plan is above)"
         )
     records = sum(len(t.orphan_writes) + len(t.orphan_values) for t in plan)
-    err.write(f"delete {records} orphaned record(s) in {len(plan)} thread(s)? [y/N] ")
+    units = sum(len(d.refs) for t in plan for d in t.drift)
+    err.write(
+        f"delete {records} orphaned record(s) and re-arm the expiry of {units} unit(s)"
+        f" in {len(plan)} thread(s)? [y/N] "
+    )
     err.flush()
     return stdin.readline().strip().lower() in ("y", "yes")
 
@@ -207,6 +219,10 @@ def _plan_json(plan: list[ThreadCheck]) -> list[dict[str, Any]]:
             "thread_id": t.thread_id,
             "writes": [{"ns": ns, "checkpoint_id": cid} for ns, cid in t.orphan_writes],
             "values": [{"ns": ns, "channel": ch, "version": v} for ns, ch, v in t.orphan_values],
+            "rearm": [
+                {"ns": d.ns, "units": len(d.refs), "at": d.at, "expires": _expires(d)}
+                for d in t.drift
+            ],
         }
         for t in plan
     ]
@@ -310,7 +326,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 else list(dict.fromkeys(opened.saver.check_thread_id(t) for t in args.thread))
             )
             report = _run(page_of, check_native, threads, args, err)
-            plan = [t for t in report.flagged if t.orphan_writes or t.orphan_values]
+            plan = [t for t in report.flagged if t.orphan_writes or t.orphan_values or t.drift]
             repairs: list[Repair] | None = None
             after: CheckReport | None = None
             if args.repair:
@@ -369,6 +385,7 @@ def _report(
                 ],
                 "writes_deleted": sum(len(r.writes) for r in repairs or []),
                 "values_deleted": sum(len(r.values) for r in repairs or []),
+                "rearmed": sum(r.rearmed for r in repairs or []),
                 "before": report.totals(),
             }
         print_json(body, out)
@@ -379,31 +396,38 @@ def _report(
         for r in repairs:
             if r.skipped:
                 out.write(f"skipped {r.thread_id}: {r.skipped}\n")
-            if r.writes or r.values:
+            if r.writes or r.values or r.rearmed:
                 out.write(
                     f"repaired {r.thread_id}: deleted writes of {len(r.writes)} checkpoint(s),"
-                    f" {len(r.values)} value(s)\n"
+                    f" {len(r.values)} value(s); re-armed the expiry of {r.rearmed} unit(s)\n"
                 )
         out.write("after the repair:\n")
         _write_findings(final, out)
         out.write(_summary(final))
     elif plan:
-        out.write("nothing deleted\n")
+        out.write("nothing changed\n")
     return _code(final)
+
+
+def _expires(drift: Drift) -> str:
+    if drift.at is None:
+        return "never"
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(round(drift.at)))
 
 
 def _plan_text(plan: list[ThreadCheck]) -> str:
     writes = sum(len(t.orphan_writes) for t in plan)
     values = sum(len(t.orphan_values) for t in plan)
+    units = sum(len(d.refs) for t in plan for d in t.drift)
     return (
         f"delete writes of {writes} checkpoint(s) that are not stored and {values} value(s)"
-        f" no checkpoint names, in {len(plan)} thread(s)"
+        f" no checkpoint names, re-arm the expiry of {units} unit(s), in {len(plan)} thread(s)"
     )
 
 
 def _write_plan(plan: list[ThreadCheck], out: TextIO) -> None:
     if not plan:
-        out.write("repair: nothing to delete (only orphans are repaired)\n")
+        out.write("repair: nothing to do (only orphans are deleted and expiry drift re-armed)\n")
         return
     out.write(f"repair plan: {_plan_text(plan)}\n")
     for t in plan:
@@ -411,6 +435,12 @@ def _write_plan(plan: list[ThreadCheck], out: TextIO) -> None:
             out.write(f"  - writes of {t.thread_id} ns {ns!r} checkpoint {cid}\n")
         for ns, ch, v in t.orphan_values:
             out.write(f"  - value of {t.thread_id} ns {ns!r} channel {ch} version {v}\n")
+        for d in t.drift:
+            where = "its keys" if d.ns is None else f"ns {d.ns!r}"
+            out.write(
+                f"  - expiry of {len(d.refs)} unit(s) of {t.thread_id} ({where}):"
+                f" re-armed to {_expires(d)}\n"
+            )
 
 
 def _merged(before: CheckReport, after: CheckReport) -> CheckReport:

@@ -166,6 +166,9 @@ class DynamoDBCheckpointPort(ExpiringTable, CheckpointPort):
     def inventory(self, thread_id: str) -> Op[Inventory]:
         return deletes.inventory(self, thread_id)
 
+    def rearm(self, thread_id: str, refs: list[Any], at: float | None) -> Op[None]:
+        return deletes.rearm(self, thread_id, refs, at)
+
     def delete_records(
         self,
         thread_id: str,

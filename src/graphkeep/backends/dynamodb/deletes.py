@@ -10,14 +10,44 @@ missed); without the index one filtered Scan. See docs/architecture.md.
 from __future__ import annotations
 
 import logging
+import math
+from dataclasses import replace
 from typing import Any
 
 from graphkeep.backends.dynamodb import keys
 from graphkeep.backends.dynamodb.encoding import names_of, summary_of
-from graphkeep.backends.dynamodb.items import HEAD, PK, RAW, RUN, RUN_INDEX, SK, S, key, s
-from graphkeep.backends.dynamodb.requests import batch_write, error_code, groups, query_all
+from graphkeep.backends.dynamodb.items import (
+    EXP,
+    HEAD,
+    PK,
+    RAW,
+    RUN,
+    RUN_INDEX,
+    SK,
+    VIS,
+    N,
+    S,
+    key,
+    n,
+    s,
+)
+from graphkeep.backends.dynamodb.requests import (
+    TRANSACT_MAX_ITEMS,
+    batch_write,
+    error_code,
+    groups,
+    query_all,
+    transact,
+)
 from graphkeep.backends.dynamodb.ttl import ExpiringTable
-from graphkeep.checkpoint.records import Inventory, Summary
+from graphkeep.checkpoint.records import (
+    HOLDS_CHECKPOINT,
+    HOLDS_VALUE,
+    HOLDS_WRITES,
+    Expiring,
+    Inventory,
+    Summary,
+)
 from graphkeep.port import Op
 
 try:
@@ -43,22 +73,70 @@ def delete_thread(t: ExpiringTable, thread_id: str) -> Op[None]:
 
 def inventory(t: ExpiringTable, thread_id: str) -> Op[Inventory]:
     pk, _ = t.thread_key(thread_id)
-    items = yield from query_all(t.query(pk, projection=[HEAD, RAW]))
+    # ``exp`` and ``vis`` ride along: each item's expiry, for the check
+    items = yield from query_all(t.query(pk, projection=[HEAD, RAW, EXP, VIS]))
     checkpoints: list[Summary] = []
     write_keys: set[tuple[str, str]] = set()
     blob_keys: set[tuple[str, str, str]] = set()
+    expiries: list[Expiring] = []
+    owners: dict[str, Expiring] = {}
+    chunks: list[tuple[str, str, float | None]] = []
     for item in items:
-        parsed = keys.parse_sk(s(item, SK))
+        sk = s(item, SK)
+        parsed = keys.parse_sk(sk)
+        # reads stop seeing a head at ``vis``, any other item at ``exp``
+        at: float | None = n(item, VIS) if VIS in item else n(item, EXP)
+        unit: Expiring | None = None
         if parsed.kind == "c" and HEAD in item:
             names = names_of(item, parsed)
             checkpoints.append(summary_of(names.ns, names.checkpoint_id, item))
+            unit = Expiring(sk, at, HOLDS_CHECKPOINT, names.ns, names.checkpoint_id)
         elif parsed.kind == "w":
             names = names_of(item, parsed)
             write_keys.add((names.ns, names.checkpoint_id))
+            unit = Expiring(sk, at, HOLDS_WRITES, names.ns, names.checkpoint_id)
         elif parsed.kind == "b":
             names = names_of(item, parsed)
             blob_keys.add((names.ns, names.channel, names.version))
-    return Inventory(checkpoints, write_keys, blob_keys)
+            unit = Expiring(
+                sk, at, HOLDS_VALUE, names.ns, channel=names.channel, version=names.version
+            )
+        elif parsed.kind == "k":
+            chunks.append((sk, parsed.owner or "", at))
+        if unit is not None:
+            expiries.append(unit)
+            owners[sk] = unit
+    for sk, owner_sk, chunk_at in chunks:  # a chunk item expires with its record
+        owner = owners.get(owner_sk)
+        if owner is not None:
+            expiries.append(replace(owner, ref=sk, at=chunk_at))
+    return Inventory(checkpoints, write_keys, blob_keys, expiries)
+
+
+def rearm(t: ExpiringTable, thread_id: str, refs: list[Any], at: float | None) -> Op[None]:
+    """Set ``exp`` (and a head's ``vis``) of the items ``refs`` to ``at``, or remove both:
+    TransactWriteItems of up to 100 conditional updates (an item that is gone stays gone)."""
+    pk, _ = t.thread_key(thread_id)
+    actions: list[dict[str, Any]] = []
+    for sk in sorted(refs):
+        head = keys.parse_sk(sk).kind == "c"
+        names = {"#sk": SK, "#e": EXP, **({"#v": VIS} if head else {})}
+        update: dict[str, Any] = {
+            "TableName": t.table,
+            "Key": key(pk, sk),
+            "ConditionExpression": "attribute_exists(#sk)",
+            "ExpressionAttributeNames": names,
+        }
+        if at is None:
+            update["UpdateExpression"] = "REMOVE #e" + (", #v" if head else "")
+        else:
+            update["UpdateExpression"] = "SET #e = :e" + (", #v = :e" if head else "")
+            update["ExpressionAttributeValues"] = {":e": N(math.ceil(at))}
+        actions.append({"Update": update})
+    for start in range(0, len(actions), TRANSACT_MAX_ITEMS):
+        batch = actions[start : start + TRANSACT_MAX_ITEMS]
+        yield from transact(batch, list(range(len(batch))))
+    t.known.forget_thread(pk)
 
 
 def delete_records(

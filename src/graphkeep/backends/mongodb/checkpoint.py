@@ -188,7 +188,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, cast
 
 import pymongo
-from pymongo import DeleteMany, ReplaceOne
+from pymongo import DeleteMany, ReplaceOne, UpdateMany
 
 from graphkeep.backends.mongodb.ancestors import CHAIN_PAGE, HeadPages, read_ancestors
 from graphkeep.backends.mongodb.client import (
@@ -246,10 +246,14 @@ from graphkeep.backends.mongodb.upserts import Upserts
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, is_manifest
 from graphkeep.checkpoint.port import INTERRUPT_IDX, CheckpointPort
 from graphkeep.checkpoint.records import (
+    HOLDS_CHECKPOINT,
+    HOLDS_VALUE,
+    HOLDS_WRITES,
     Activity,
     BlobRecord,
     Chain,
     CheckpointRecord,
+    Expiring,
     Inventory,
     ListQuery,
     Loaded,
@@ -271,6 +275,16 @@ log = logging.getLogger("graphkeep.mongodb")
 #: what ``commits`` reads of a checkpoint document: only fields of the index (covered)
 COMMIT_FIELDS: dict[str, Any] = {"_id": 0, "ns": 1, "ref": 1}
 WRITE_KINDS = [KIND_WRITE, KIND_CHECKPOINT]
+
+
+def _epoch(value: Any) -> float | None:
+    """Epoch seconds of a stored ``expires_at`` (pymongo hands back naive UTC datetimes)."""
+    if not isinstance(value, datetime):
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    stamp: float = value.timestamp()
+    return stamp
 
 
 class MongoDBCheckpointPort(CheckpointPort):
@@ -709,22 +723,49 @@ class MongoDBCheckpointPort(CheckpointPort):
         yield Command(self.payloads, "bulk_write", (ops,), {"ordered": True})
 
     def inventory(self, thread_id: str) -> Op[Inventory]:
+        # ``_id`` and ``expires_at`` ride along: each document's expiry, for the check
         found = yield find(
             self.payloads,
             {"thread_id": thread_id},
-            projection={**SUMMARY_FIELDS, "kind": 1},
+            projection={**SUMMARY_FIELDS, "_id": 1, "kind": 1, "expires_at": 1},
         )
         summaries: list[Summary] = []
         write_keys: set[tuple[str, str]] = set()
         blob_keys: set[tuple[str, str, str]] = set()
+        expiries: list[Expiring] = []
         for doc in found:
+            at = _epoch(doc.get("expires_at"))
             if doc["kind"] == KIND_CP:
-                summaries.append(head_of(doc).summary)
+                summary = head_of(doc).summary
+                summaries.append(summary)
+                expiries.append(
+                    Expiring(doc["_id"], at, HOLDS_CHECKPOINT, summary.ns, summary.checkpoint_id)
+                )
             elif doc["kind"] in WRITE_KINDS:
                 write_keys.add((doc["ns"], doc["ref"]))
+                # a pending write, or the payload of a chunked checkpoint
+                holds = HOLDS_WRITES if doc["kind"] == KIND_WRITE else HOLDS_CHECKPOINT
+                expiries.append(Expiring(doc["_id"], at, holds, doc["ns"], doc["ref"]))
             elif doc["kind"] == KIND_BLOB:
-                blob_keys.add((doc["ns"], *parse_blob_ref(doc["ref"])))
-        return Inventory(summaries, write_keys, blob_keys)
+                ns, (channel, version) = doc["ns"], parse_blob_ref(doc["ref"])
+                blob_keys.add((ns, channel, version))
+                expiries.append(
+                    Expiring(doc["_id"], at, HOLDS_VALUE, ns, channel=channel, version=version)
+                )
+        return Inventory(summaries, write_keys, blob_keys, expiries)
+
+    def rearm(self, thread_id: str, refs: list[Any], at: float | None) -> Op[None]:
+        update: dict[str, Any] = (
+            {"$unset": {"expires_at": ""}}
+            if at is None
+            else {"$set": {"expires_at": datetime.fromtimestamp(at, timezone.utc)}}
+        )
+        ops = [
+            UpdateMany({"thread_id": thread_id, "_id": {"$in": batch}}, update)
+            for batch in in_batches(list(refs))
+        ]
+        if ops:
+            yield Command(self.payloads, "bulk_write", (ops,), {"ordered": True})
 
     def delete_records(
         self,

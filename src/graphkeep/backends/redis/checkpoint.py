@@ -60,10 +60,15 @@ from graphkeep.backends.redis.keys import (
 from graphkeep.backends.redis.requests import Command, Delete, Pipeline, Scan, Script, XRead
 from graphkeep.checkpoint.port import INTERRUPT_IDX, CheckpointPort
 from graphkeep.checkpoint.records import (
+    HOLDS_CHECKPOINT,
+    HOLDS_OTHER,
+    HOLDS_VALUE,
+    HOLDS_WRITES,
     Activity,
     BlobRecord,
     Chain,
     CheckpointRecord,
+    Expiring,
     Inventory,
     ListQuery,
     Loaded,
@@ -87,6 +92,19 @@ FORMAT = "1"  # bump when the key layout changes; old keys stay readable by old 
 
 #: a feed position: (stream entry id, highest checkpoint id delivered so far or None)
 FeedPosition = tuple[str, str | None]
+
+
+#: what each of ``thread_keys`` holds, in its order (h p x a w wi b f)
+_KEY_HOLDS = (
+    HOLDS_CHECKPOINT,
+    HOLDS_CHECKPOINT,
+    HOLDS_OTHER,
+    HOLDS_OTHER,
+    HOLDS_WRITES,
+    HOLDS_WRITES,
+    HOLDS_VALUE,
+    HOLDS_OTHER,
+)
 
 
 class RedisCheckpointPort(CheckpointPort):
@@ -279,7 +297,8 @@ class RedisCheckpointPort(CheckpointPort):
         yield Delete(self.thread_keys(thread_id))
 
     def inventory(self, thread_id: str) -> Op[Inventory]:
-        heads, wmembers, bkeys = yield Script("inventory", self.thread_keys(thread_id), [])
+        keys = self.thread_keys(thread_id)
+        heads, wmembers, bkeys, pexpiretimes = yield Script("inventory", keys, [])
         checkpoints = []
         for i in range(0, len(heads), 2):
             ns, _, cid = heads[i].partition(SEP)
@@ -292,7 +311,19 @@ class RedisCheckpointPort(CheckpointPort):
         for key in bkeys:
             ns, ch, version = key.split(SEP, 2)
             blob_keys.add((ns.decode(), ch.decode(), version.decode()))
-        return Inventory(checkpoints, write_keys, blob_keys)
+        # TTL is per key and every write re-arms all of the thread's keys: each key is a
+        # unit of the whole thread (ns None); its ref is its place in ``thread_keys``
+        expiries = [
+            Expiring(i + 1, None if ms == -1 else ms / 1000, _KEY_HOLDS[i])
+            for i, ms in enumerate(pexpiretimes)
+            if ms != -2
+        ]
+        return Inventory(checkpoints, write_keys, blob_keys, expiries)
+
+    def rearm(self, thread_id: str, refs: list[Any], at: float | None) -> Op[None]:
+        if refs:
+            at_ms = -1 if at is None else int(at * 1000)
+            yield Script("rearm", self.thread_keys(thread_id), [at_ms, *sorted(refs)])
 
     def delete_records(
         self,

@@ -406,9 +406,31 @@ return 1
 """
 
 INVENTORY = r"""
--- Heads of every checkpoint, every write key and every blob key of the thread.
+-- Heads of every checkpoint, every write key and every blob key of the thread, and the
+-- absolute expiry of each of its keys (PEXPIRETIME: unix ms, -1 none, -2 no such key).
+local expiries = {}
+for i = 1, THREAD_KEYS do expiries[i] = redis.call('PEXPIRETIME', KEYS[i]) end
 return {redis.call('HGETALL', KEYS[1]), redis.call('ZRANGE', KEYS[6], 0, -1),
-        redis.call('HKEYS', KEYS[7])}
+        redis.call('HKEYS', KEYS[7]), expiries}
+"""
+
+REARM = r"""
+-- ARGV: at (unix ms; -1: never), key indexes... Sets the expiry of those of the thread's
+-- keys that exist; never one in the past (that would delete the key).
+local at = tonumber(ARGV[1])
+if at >= 0 then
+  local now = redis.call('TIME')
+  if at <= tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) then return 0 end
+end
+local n = 0
+for i = 2, #ARGV do
+  local k = KEYS[tonumber(ARGV[i])]
+  if redis.call('EXISTS', k) == 1 then
+    if at >= 0 then redis.call('PEXPIREAT', k, at) else redis.call('PERSIST', k) end
+    n = n + 1
+  end
+end
+return n
 """
 
 ACTIVITY = r"""
@@ -612,6 +634,7 @@ SCRIPTS: dict[str, str] = {
         "chain": CHAIN,
         "delete": DELETE,
         "inventory": INVENTORY,
+        "rearm": REARM,
         "activity": ACTIVITY,
         "export": EXPORT,
         "import": IMPORT,
