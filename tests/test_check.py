@@ -33,7 +33,14 @@ import graphkeep.checkpoint.saver as saver_module
 from graphkeep.checkpoint.check import Finding, findings_of
 from graphkeep.checkpoint.ids import id_at
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL
-from graphkeep.checkpoint.records import BlobRecord, Inventory, Summary, ThreadDump, Typed
+from graphkeep.checkpoint.records import (
+    BlobRecord,
+    Inventory,
+    Summary,
+    ThreadDump,
+    Typed,
+    WriteRecord,
+)
 from graphkeep.cli import main
 from graphkeep.errors import UnsafePrune
 from tests.scenarios.backends import redis_client
@@ -834,6 +841,53 @@ def test_deep_reports_a_missing_list_element_and_repairs_an_orphan_one(
     missing = [f for f in report["findings"] if f["kind"] == "missing_element"]
     assert missing and all(f["channel"] == "log" for f in missing)
     assert victim[2] in missing[0]["detail"]
+
+
+def test_deep_reports_a_pending_write_langgraph_would_not_have_written(
+    graphkeep_url: str, damage: Damage, thread_id: str
+) -> None:
+    count_graph(damage.saver).invoke({"n": 0}, config(thread_id))
+    head = max(s.checkpoint_id for s in inventory(damage.saver, thread_id).checkpoints)
+    value = Typed("msgpack", ormsgpack.packb(1))
+    bad = [
+        WriteRecord("task-a", -7, "n", "", value),  # a negative index on a plain channel
+        WriteRecord("task-b", 0, "__interrupt__", "", value),  # a special one off its index
+    ]
+    # as a buggy writer would store them (the saver's put_writes never does)
+    damage.saver.drive(damage.saver.port.put_writes(thread_id, "", head, bad))
+    code, report = check_json(graphkeep_url, "--thread", thread_id)
+    assert (code, report["findings"]) == (0, [])  # task ids and indexes are in payload reads
+    code, report = check_json(graphkeep_url, "--thread", thread_id, "--deep")
+    assert code == 1
+    assert kinds(report) == [
+        ("malformed_write", "error", head, "__interrupt__"),
+        ("malformed_write", "error", head, "n"),
+    ]
+    details = " ".join(f["detail"] for f in report["findings"])
+    assert "always written at index -3" in details and "negative index" in details
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_check_draws_its_progress_on_a_terminal_and_nowhere_else(graphkeep_url: str) -> None:
+    tag = uuid.uuid4().hex[:6]
+    with graphkeep.connect(graphkeep_url) as saver:
+        for name in ("a", "b"):
+            count_graph(saver).invoke({"n": 0}, config(f"progress-{tag}-{name}"))
+    threads = [f"progress-{tag}-a", f"progress-{tag}-b"]
+    out, err = io.StringIO(), Terminal()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(["check", graphkeep_url, "--thread", *threads])
+    assert code == 0
+    assert "check [" in err.getvalue() and "2/2" in err.getvalue()
+    assert "\r" not in out.getvalue() and out.getvalue().startswith("checked 2 thread(s)")
+    out, err = io.StringIO(), Terminal()
+    with redirect_stdout(out), redirect_stderr(err):
+        assert main(["check", graphkeep_url, "--thread", *threads, "--no-progress"]) == 0
+    assert err.getvalue() == ""
 
 
 # -- what no store makes: loops and second roots, from a hand-made inventory -----------

@@ -104,6 +104,7 @@ KINDS: dict[str, tuple[str, str]] = {
     ),
     "plaintext": (ERROR, "a payload stored unencrypted in an encrypted deployment"),
     "missing_element": (ERROR, "a list element a checkpoint's list names is not stored"),
+    "malformed_write": (ERROR, "a pending write with an empty task id or an index out of place"),
     "orphan_elements": (WARNING, "list element records no stored list names"),
 }
 #: the kinds ``--repair`` removes (and ``prune``'s pre-flight does not weigh)

@@ -15,6 +15,9 @@ elements their manifests name, the pending writes) and reports, as plain
 - ``plaintext``: in an encrypted deployment (an ``EncryptedSerializer``), a payload stored
   without encryption (LangGraph reads such rows as they are: nothing else would notice);
 - ``missing_element``: a list manifest a checkpoint names lists an element that is not stored;
+- ``malformed_write``: a pending write whose task id or index LangGraph's ``put_writes`` would
+  not have written (an empty task id; a special channel off its fixed negative index, a
+  negative index on another channel);
 - ``orphan_elements``: element records no stored manifest names (a warning; ``--repair``
   deletes them, as ``prune`` does).
 
@@ -29,13 +32,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ormsgpack
+from langgraph.checkpoint.base import WRITES_IDX_MAP
 
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, is_manifest, manifest_keys
 from graphkeep.checkpoint.records import ThreadDump
 from graphkeep.port import codec
 from graphkeep.port.codec import Typed
 
-__all__ = ["CLASS_EXTS", "Problem", "is_encrypted", "payload_problems", "unknown_types"]
+__all__ = [
+    "CLASS_EXTS",
+    "Problem",
+    "is_encrypted",
+    "payload_problems",
+    "unknown_types",
+    "write_problem",
+]
 
 #: LangGraph's msgpack extension codes that name a class as ``(module, name, ...)``
 #: (constructor with one / positional / keyword arguments, method, pydantic v1 / v2)
@@ -92,6 +103,22 @@ def unknown_types(data: bytes, known: dict[tuple[str, str], bool] | None = None)
 
     ormsgpack.unpackb(data, ext_hook=hook, option=ormsgpack.OPT_NON_STR_KEYS)
     return found
+
+
+def write_problem(task_id: Any, idx: Any, channel: str) -> str | None:
+    """What is wrong with a pending write's address, as LangGraph's ``put_writes`` makes it
+    (a task id; the index of the write in its task, or the fixed negative index of a special
+    channel: ``WRITES_IDX_MAP``), or None."""
+    if not isinstance(task_id, str) or not task_id:
+        return "its task id is empty"
+    if not isinstance(idx, int) or isinstance(idx, bool):
+        return f"its index {idx!r} is not an integer"
+    special = WRITES_IDX_MAP.get(channel)
+    if special is not None and idx != special:
+        return f"channel {channel} is always written at index {special}"
+    if special is None and idx < 0:
+        return "a negative index belongs to a special channel (error, interrupt, resume, ...)"
+    return None
 
 
 def _plain(serde: Any, value: Typed) -> tuple[str, bytes]:
@@ -204,6 +231,9 @@ def payload_problems(
     for s, cid, write in dump.writes:
         if ns is None or s == ns:
             what = f"the pending write of task {write.task_id} idx {write.idx}"
+            malformed = write_problem(write.task_id, write.idx, write.channel)
+            if malformed is not None:
+                tally.add("malformed_write", s, cid, write.channel, f"{what}: {malformed}")
             _decode(serde, write.value, what, (s, cid, write.channel), tally)
     # list elements: every stored manifest keeps its elements; a named one must find them
     users: dict[tuple[str, str], tuple[str, str]] = {}

@@ -35,6 +35,7 @@ from graphkeep.cli.console import (
     EXIT_ERROR,
     EXIT_OK,
     EXIT_THRESHOLD,
+    Progress,
     UsageError,
     parse_duration,
     print_json,
@@ -253,36 +254,46 @@ def _native(endpoint: Native, args: argparse.Namespace, serde: Any) -> tuple[Pag
 def _run(
     page_of: Pager, check: Checker, threads: list[str] | None, args: argparse.Namespace, err: TextIO
 ) -> CheckReport:
-    """The check of ``threads`` (``--thread``), or of every thread page by page (``--all``)."""
-    if threads is not None:
-        return check(threads)
+    """The check of ``threads`` (``--thread``), or of every thread page by page (``--all``),
+    one thread at a time under a progress bar (stderr, a terminal only)."""
     started = time.perf_counter()
     report = CheckReport()
     cursor: Any = None
-    try:
-        while True:
-            listed, cursor, requests = page_of(cursor, args.after, args.page_size)
-            report.requests += requests
-            page = check(listed)
-            for checked in page.flagged:
-                report.findings.extend(checked.findings)
-                report.flagged.append(checked)
-            report.threads += page.threads
-            report.checkpoints += page.checkpoints
-            report.requests += page.requests
-            report.thread_requests = max(report.thread_requests, page.thread_requests)
-            report.last_thread = page.last_thread or report.last_thread
-            if cursor is None:
-                break
-    except (KeyboardInterrupt, StorageUnavailable):
-        if report.last_thread is not None:
-            err.write(
-                f"graphkeep: checked through {report.last_thread}; resume with"
-                f" --after {report.last_thread}\n"
-            )
-        raise
+    total = None if threads is None else len(threads)
+    with Progress("check", total, stream=err, enabled=args.progress, unit="threads") as progress:
+        try:
+            while True:
+                if threads is None:
+                    listed, cursor, requests = page_of(cursor, args.after, args.page_size)
+                    report.requests += requests
+                else:
+                    listed = threads
+                for thread_id in listed:
+                    _add(report, check([thread_id]))
+                    progress.advance(1, thread_id)
+                if threads is not None or cursor is None:
+                    break
+        except (KeyboardInterrupt, StorageUnavailable):
+            if threads is None and report.last_thread is not None:
+                progress.close()
+                err.write(
+                    f"graphkeep: checked through {report.last_thread}; resume with"
+                    f" --after {report.last_thread}\n"
+                )
+            raise
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _add(report: CheckReport, part: CheckReport) -> None:
+    """``part`` (the check of some threads) counted into ``report``."""
+    report.findings.extend(part.findings)
+    report.flagged.extend(part.flagged)
+    report.threads += part.threads
+    report.checkpoints += part.checkpoints
+    report.requests += part.requests
+    report.thread_requests = max(report.thread_requests, part.thread_requests)
+    report.last_thread = part.last_thread or report.last_thread
 
 
 def _write_findings(report: CheckReport, out: TextIO) -> None:
