@@ -17,7 +17,6 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from typing import Annotated, Any, TypedDict
-from urllib.parse import parse_qs, urlsplit
 
 import ormsgpack
 import pytest
@@ -43,7 +42,7 @@ from graphkeep.checkpoint.records import (
 )
 from graphkeep.cli import main
 from graphkeep.errors import UnsafePrune
-from tests.scenarios.backends import redis_client
+from tests.scenarios.backends import dynamodb_client, redis_client
 
 # -- graphs ----------------------------------------------------------------------------
 
@@ -203,16 +202,7 @@ class Damage:
 
     @contextmanager
     def _dynamodb(self) -> Iterator[tuple[Any, str]]:
-        import boto3
-
-        parts = urlsplit(self.url)
-        query = parse_qs(parts.query)
-        client: Any = boto3.client(
-            "dynamodb",
-            region_name=query.get("region", ["us-east-1"])[0],
-            endpoint_url=query["endpoint_url"][0],
-        )
-        yield client, parts.netloc
+        yield dynamodb_client(self.url)
 
     def _dynamodb_items(self, client: Any, table: str, thread_id: str) -> Iterator[Any]:
         from graphkeep.backends.dynamodb import keys

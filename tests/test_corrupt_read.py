@@ -31,7 +31,7 @@ from langgraph.types import RetryPolicy
 
 import graphkeep
 from graphkeep.errors import CorruptData
-from tests.scenarios.backends import redis_client
+from tests.scenarios.backends import dynamodb_client, redis_client
 
 MODES = ("sync", "async")
 
@@ -165,17 +165,9 @@ def damage_mongodb(url: str, rewrite: Rewrite) -> int:
 
 
 def damage_dynamodb(url: str, rewrite: Rewrite) -> int:
-    import boto3
-
-    parts = urlsplit(url)
-    query = parse_qs(parts.query)
-    client: Any = boto3.client(
-        "dynamodb",
-        region_name=query.get("region", ["us-east-1"])[0],
-        endpoint_url=query["endpoint_url"][0],
-    )
+    client, table_name = dynamodb_client(url)
     count = 0
-    tables = [t for t in client.list_tables()["TableNames"] if t.startswith(parts.netloc)]
+    tables = [t for t in client.list_tables()["TableNames"] if t.startswith(table_name)]
     for table in tables:
         for page in client.get_paginator("scan").paginate(TableName=table):
             for item in page["Items"]:

@@ -48,7 +48,7 @@ from graphkeep.errors import (
 )
 from graphkeep.telemetry import DURATION_BUCKETS
 from graphkeep.testing import ferretdb_command
-from tests.scenarios.backends import RESTARTABLE, Backend, redis_client
+from tests.scenarios.backends import RESTARTABLE, Backend, dynamodb_client, redis_client
 from tests.scenarios.servers import FerretDBServer, MotoServer, RedisServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -483,21 +483,13 @@ def corrupt_mongodb(url: str, marker: bytes) -> int:
 
 
 def corrupt_dynamodb(url: str, marker: bytes) -> int:
-    import boto3
-
-    parts = urlsplit(url)
-    query = parse_qs(parts.query)
-    client: Any = boto3.client(
-        "dynamodb",
-        region_name=query.get("region", ["us-east-1"])[0],
-        endpoint_url=query["endpoint_url"][0],
-    )
+    client, table_name = dynamodb_client(url)
     count = 0
-    for page in client.get_paginator("scan").paginate(TableName=parts.netloc):
+    for page in client.get_paginator("scan").paginate(TableName=table_name):
         for item in page["Items"]:
             new, n = replaced(item, marker, bytes)
             if n:
-                client.put_item(TableName=parts.netloc, Item=new)
+                client.put_item(TableName=table_name, Item=new)
                 count += n
     return count
 
@@ -927,16 +919,7 @@ def remove_mongodb(url: str, marker: bytes) -> int:
 
 
 def remove_dynamodb(url: str, marker: bytes) -> int:
-    import boto3
-
-    parts = urlsplit(url)
-    query = parse_qs(parts.query)
-    client: Any = boto3.client(
-        "dynamodb",
-        region_name=query.get("region", ["us-east-1"])[0],
-        endpoint_url=query["endpoint_url"][0],
-    )
-    table = parts.netloc
+    client, table = dynamodb_client(url)
     keys = [
         k["AttributeName"] for k in client.describe_table(TableName=table)["Table"]["KeySchema"]
     ]

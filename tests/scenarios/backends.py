@@ -100,6 +100,23 @@ def redis_client(url: str) -> Any:
     return redis.Redis.from_url(f"{scheme}://{rest}")
 
 
+def dynamodb_client(url: str) -> tuple[Any, str]:
+    """A plain boto3 DynamoDB client on a test ``dynamodb://TABLE?region=…&endpoint_url=…``
+    URL's endpoint, and the URL's table."""
+    from urllib.parse import parse_qs, urlsplit
+
+    import boto3
+
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    client = boto3.client(
+        "dynamodb",
+        region_name=query.get("region", ["us-east-1"])[0],
+        endpoint_url=query["endpoint_url"][0],
+    )
+    return client, parts.netloc
+
+
 class RawRedis(RawStore):
     @staticmethod
     def _client(url: str) -> Any:
