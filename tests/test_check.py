@@ -169,6 +169,19 @@ def kinds(report: dict[str, Any]) -> list[tuple[str, str, str | None, str | None
     )
 
 
+def assert_seed_lost(code: int, report: dict[str, Any], head_id: str, seed_id: str) -> None:
+    """The report of a DeltaChannel chat whose seed checkpoint ``seed_id`` was deleted: one
+    error (``delta_no_seed`` at or after ``head_id``), the hole and orphans as warnings."""
+    errors = [f for f in report["findings"] if f["severity"] == "error"]
+    assert code == 1
+    assert [(f["kind"], f["channel"]) for f in errors] == [("delta_no_seed", "messages")]
+    assert errors[0]["checkpoint_id"] >= head_id
+    assert seed_id in errors[0]["detail"]
+    warnings = {f["kind"] for f in report["findings"] if f["severity"] == "warning"}
+    assert "missing_parent" in warnings
+    assert warnings <= {"missing_parent", "orphan_writes", "orphan_values"}
+
+
 def inventory(saver: Any, thread_id: str) -> Inventory:
     found: Inventory = saver.drive(saver.port.inventory(thread_id))
     return found
@@ -220,6 +233,22 @@ class Damage:
                 if parsed.kind in ("c", "b", "w"):
                     yield parsed.kind, names_of(item, parsed), {"pk": item["pk"], "sk": item["sk"]}
 
+    @staticmethod
+    def _mongodb_value(thread_id: str, ns: str, channel: str, version: str) -> dict[str, Any]:
+        from graphkeep.backends.mongodb.documents import blob_ref
+
+        return {"thread_id": thread_id, "ns": ns, "kind": "blob", "ref": blob_ref(channel, version)}
+
+    def _dynamodb_value(
+        self, client: Any, table: str, thread_id: str, ns: str, channel: str, version: str
+    ) -> Any:
+        (found,) = [
+            k
+            for kind, names, k in self._dynamodb_items(client, table, thread_id)
+            if kind == "b" and (names.ns, names.channel, names.version) == (ns, channel, version)
+        ]
+        return found
+
     def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
         """The checkpoint's record only: its writes and values stay."""
         if self.backend.startswith("redis"):
@@ -249,24 +278,12 @@ class Damage:
             with self._redis() as client:
                 assert client.hdel(b, f"{ns}\0{channel}\0{version}") == 1
         elif self.backend == "mongodb":
-            from graphkeep.backends.mongodb.documents import blob_ref
-
             with self._mongodb() as docs:
-                filter = {
-                    "thread_id": thread_id,
-                    "ns": ns,
-                    "kind": "blob",
-                    "ref": blob_ref(channel, version),
-                }
+                filter = self._mongodb_value(thread_id, ns, channel, version)
                 assert docs.delete_one(filter).deleted_count == 1
         else:
             with self._dynamodb() as (client, table):
-                (found,) = [
-                    k
-                    for kind, names, k in self._dynamodb_items(client, table, thread_id)
-                    if kind == "b"
-                    and (names.ns, names.channel, names.version) == (ns, channel, version)
-                ]
+                found = self._dynamodb_value(client, table, thread_id, ns, channel, version)
                 client.delete_item(TableName=table, Key=found)
 
     def set_value_expiry(
@@ -285,15 +302,8 @@ class Damage:
         elif self.backend == "mongodb":
             from datetime import datetime, timezone
 
-            from graphkeep.backends.mongodb.documents import blob_ref
-
             with self._mongodb() as docs:
-                filter = {
-                    "thread_id": thread_id,
-                    "ns": ns,
-                    "kind": "blob",
-                    "ref": blob_ref(channel, version),
-                }
+                filter = self._mongodb_value(thread_id, ns, channel, version)
                 update = (
                     {"$unset": {"expires_at": ""}}
                     if at is None
@@ -302,12 +312,7 @@ class Damage:
                 assert docs.update_one(filter, update).matched_count == 1
         else:
             with self._dynamodb() as (client, table):
-                (found,) = [
-                    k
-                    for kind, names, k in self._dynamodb_items(client, table, thread_id)
-                    if kind == "b"
-                    and (names.ns, names.channel, names.version) == (ns, channel, version)
-                ]
+                found = self._dynamodb_value(client, table, thread_id, ns, channel, version)
                 expression: dict[str, Any] = (
                     {"UpdateExpression": "REMOVE #e"}
                     if at is None
@@ -497,14 +502,7 @@ def test_a_deleted_delta_channel_seed_leaves_its_walk_without_a_seed(
     assert seed.parent_id is not None, "the seed should not be the root"
     damage.delete_checkpoint(thread_id, "", seed.checkpoint_id)
     code, report = check_json(graphkeep_url, "--thread", thread_id)
-    errors = [f for f in report["findings"] if f["severity"] == "error"]
-    assert code == 1
-    assert [(f["kind"], f["channel"]) for f in errors] == [("delta_no_seed", "messages")]
-    assert errors[0]["checkpoint_id"] >= head.checkpoint_id
-    assert seed.checkpoint_id in errors[0]["detail"]
-    warnings = {f["kind"] for f in report["findings"] if f["severity"] == "warning"}
-    assert "missing_parent" in warnings
-    assert warnings <= {"missing_parent", "orphan_writes", "orphan_values"}
+    assert_seed_lost(code, report, head.checkpoint_id, seed.checkpoint_id)
 
 
 def test_writes_under_a_missing_checkpoint_are_orphans_and_repair_deletes_them(
