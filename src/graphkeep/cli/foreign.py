@@ -21,7 +21,7 @@ from urllib.parse import quote
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
-from graphkeep.cli.console import NotFound, UsageError, safe_url
+from graphkeep.cli.console import CliError, NotFound, UsageError, safe_url
 from graphkeep.errors import StorageUnavailable
 
 SQLITE_SCHEMES = ("sqlite",)
@@ -109,6 +109,26 @@ def _postgres(url: str, connect: Callable[[], Any]) -> Iterator[Any]:
         yield opened
     finally:
         manager.__exit__(None, None, None)
+
+
+@contextmanager
+def postgres_snapshot(saver: Any, label: str) -> Iterator[Any]:
+    """A cursor on a ``PostgresSaver``'s connection (dict rows), under the saver's lock, in one
+    read-only ``REPEATABLE READ`` transaction: every query sees one snapshot and none writes.
+    psycopg's errors become ``StorageUnavailable`` (connection) or ``CliError``, naming
+    ``label``."""
+    import psycopg
+
+    try:
+        with saver.lock, saver.conn.transaction(), saver.conn.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield cur
+    except psycopg.OperationalError as exc:
+        raise StorageUnavailable(
+            f"PostgreSQL at {label} is unavailable ({type(exc).__name__}: {exc})"
+        ) from exc
+    except psycopg.Error as exc:
+        raise CliError(f"PostgreSQL at {label}: {type(exc).__name__}: {exc}") from exc
 
 
 # -- savers ----------------------------------------------------------------------------

@@ -64,6 +64,7 @@ from graphkeep.cli.foreign import (
     SQLITE_SCHEMES,
     has_table,
     open_postgres_saver,
+    postgres_snapshot,
     sqlite_path,
 )
 from graphkeep.errors import StorageUnavailable
@@ -453,27 +454,11 @@ def _sqlite_error(path: str, exc: sqlite3.Error) -> Exception:
 
 @contextmanager
 def _postgres_source(url: str) -> Iterator[SaverSource]:
-    import psycopg
-
     with open_postgres_saver(url, setup=False, serde=None, must_exist=True) as opened:
         saver: Any = opened.saver  # a PostgresSaver: its connection (dict rows) and its lock
-        conn: psycopg.Connection[Any] = saver.conn
         label = opened.label
 
-        @contextmanager
-        def snapshot() -> Iterator[Any]:
-            try:
-                with saver.lock, conn.transaction(), conn.cursor() as cur:
-                    cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                    yield cur
-            except psycopg.OperationalError as exc:
-                raise StorageUnavailable(
-                    f"PostgreSQL at {label} is unavailable ({type(exc).__name__}: {exc})"
-                ) from exc
-            except psycopg.Error as exc:
-                raise CliError(f"PostgreSQL at {label}: {type(exc).__name__}: {exc}") from exc
-
-        with snapshot() as cur:
+        with postgres_snapshot(saver, label) as cur:
             cur.execute(
                 "SELECT to_regclass('checkpoints') IS NOT NULL"
                 " AND to_regclass('checkpoint_blobs') IS NOT NULL"
@@ -493,7 +478,7 @@ def _postgres_source(url: str) -> Iterator[SaverSource]:
             params: tuple[Any, ...] = (
                 (limit,) * 4 if after is None else (after, limit) * 3 + (limit,)
             )
-            with snapshot() as cur:
+            with postgres_snapshot(saver, label) as cur:
                 cur.execute(page_sql[after is not None], params)
                 return [str(r["thread_id"]) for r in cur.fetchall()]
 
@@ -502,7 +487,7 @@ def _postgres_source(url: str) -> Iterator[SaverSource]:
         ) -> tuple[Inventory, ThreadDump | None, list[Finding], int]:
             queries = {**POSTGRES_THREAD_QUERIES, **(_POSTGRES_DEEP if deep else {})}
             params = {"thread": thread_id}
-            with snapshot() as cur:
+            with postgres_snapshot(saver, label) as cur:
                 found: dict[str, list[Any]] = {}
                 for name, query in queries.items():
                     cur.execute(query, params)

@@ -40,7 +40,7 @@ from graphkeep.cli.console import (
     safe_url,
 )
 from graphkeep.cli.endpoints import Native, open_endpoint
-from graphkeep.cli.foreign import Foreign
+from graphkeep.cli.foreign import Foreign, postgres_snapshot
 from graphkeep.errors import StorageUnavailable
 
 _RUNAWAY = re.compile(r"^\s*(\d+)\s*/\s*(\S+)\s*$")
@@ -222,41 +222,29 @@ def postgres_health(endpoint: Foreign, health_window: HealthWindow, now: float) 
     three tables, in one read-only repeatable-read transaction (one snapshot), whatever the
     number of threads. Ids, namespaces and write indexes only, never the ``checkpoint``,
     ``metadata`` or ``blob`` columns; the bytes are the tables' ``pg_total_relation_size``."""
-    import psycopg
-
-    saver: Any = endpoint.saver  # a PostgresSaver: its connection (dict rows) and its lock
-    conn: psycopg.Connection[Any] = saver.conn
     params = {
         "above": id_at(now - max(health_window.window, health_window.runaway_period)),
         "limit": RECENT_LIMIT,
         "interrupt": INTERRUPT_IDX,
     }
     started = time.perf_counter()
-    try:
-        with saver.lock, conn.transaction(), conn.cursor() as cur:
-            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            cur.execute(POSTGRES_QUERIES["bytes"])
-            row = cur.fetchone()
-            if row is None or not row["present"]:
-                raise NotFound(
-                    f"no LangGraph checkpoint tables ({', '.join(POSTGRES_TABLES)}) at"
-                    f" {endpoint.label} (PostgresSaver.setup() creates them)"
-                )
-            size = int(row["bytes"])
-            cur.execute(POSTGRES_QUERIES["newest"])
-            newest = {str(r["thread_id"]): str(r["newest"]) for r in cur.fetchall()}
-            recent: dict[str, list[str]] = {}
-            cur.execute(POSTGRES_QUERIES["recent"], params)
-            for r in cur.fetchall():
-                recent.setdefault(str(r["thread_id"]), []).append(str(r["checkpoint_id"]))
-            cur.execute(POSTGRES_QUERIES["interrupted"], params)
-            interrupted = {str(r["thread_id"]) for r in cur.fetchall()}
-    except psycopg.OperationalError as exc:
-        raise StorageUnavailable(
-            f"PostgreSQL at {endpoint.label} is unavailable ({type(exc).__name__}: {exc})"
-        ) from exc
-    except psycopg.Error as exc:
-        raise CliError(f"PostgreSQL at {endpoint.label}: {type(exc).__name__}: {exc}") from exc
+    with postgres_snapshot(endpoint.saver, endpoint.label) as cur:
+        cur.execute(POSTGRES_QUERIES["bytes"])
+        row = cur.fetchone()
+        if row is None or not row["present"]:
+            raise NotFound(
+                f"no LangGraph checkpoint tables ({', '.join(POSTGRES_TABLES)}) at"
+                f" {endpoint.label} (PostgresSaver.setup() creates them)"
+            )
+        size = int(row["bytes"])
+        cur.execute(POSTGRES_QUERIES["newest"])
+        newest = {str(r["thread_id"]): str(r["newest"]) for r in cur.fetchall()}
+        recent: dict[str, list[str]] = {}
+        cur.execute(POSTGRES_QUERIES["recent"], params)
+        for r in cur.fetchall():
+            recent.setdefault(str(r["thread_id"]), []).append(str(r["checkpoint_id"]))
+        cur.execute(POSTGRES_QUERIES["interrupted"], params)
+        interrupted = {str(r["thread_id"]) for r in cur.fetchall()}
     activities = [
         Activity(thread_id, cid, recent.get(thread_id, []), thread_id in interrupted)
         for thread_id, cid in sorted(newest.items())
