@@ -21,7 +21,6 @@ import uuid
 import zlib
 from collections.abc import Callable
 from typing import Annotated, Any, TypedDict
-from urllib.parse import parse_qs, urlsplit
 
 import ormsgpack
 import pytest
@@ -31,7 +30,7 @@ from langgraph.types import RetryPolicy
 
 import graphkeep
 from graphkeep.errors import CorruptData
-from tests.scenarios.backends import dynamodb_client, redis_client
+from tests.scenarios.backends import DAMAGE, Rewrite
 
 MODES = ("sync", "async")
 
@@ -41,8 +40,6 @@ MARKER = b"corrupt-me-7f3a2c"
 BAD = b"\xc1" * len(MARKER)
 #: a whole record replaced by bytes no reader reads
 GARBAGE = b"\xc1" * 16
-
-Rewrite = Callable[[bytes], "bytes | None"]
 
 
 @pytest.fixture(params=MODES)
@@ -92,98 +89,6 @@ def break_zlib(data: bytes) -> bytes | None:
     ):
         return bytes(ormsgpack.packb([pair[0], _flip_last(pair[1])]))
     return None
-
-
-def mapped(value: Any, rewrite: Rewrite) -> tuple[Any, int]:
-    """``value`` (a document, an item) with every byte string ``rewrite`` changes changed."""
-    if isinstance(value, (bytes, bytearray)):
-        new = rewrite(bytes(value))
-        return (value, 0) if new is None else (new, 1)
-    if isinstance(value, dict):
-        out, count = {}, 0
-        for k, v in value.items():
-            out[k], n = mapped(v, rewrite)
-            count += n
-        return out, count
-    if isinstance(value, list):
-        pairs = [mapped(v, rewrite) for v in value]
-        return [p[0] for p in pairs], sum(p[1] for p in pairs)
-    return value, 0
-
-
-def damage_redis(url: str, rewrite: Rewrite) -> int:
-    prefix = parse_qs(urlsplit(url).query)["key_prefix"][0]
-    client = redis_client(url)
-    count = 0
-    try:
-        keys = set(client.scan_iter(match=f"{prefix}*")) | set(
-            client.scan_iter(match=f"*{{{prefix}*")
-        )
-        for key in keys:
-            kind = client.type(key)
-            if kind == b"string":
-                new = rewrite(client.get(key) or b"")
-                if new is not None:
-                    client.set(key, new, keepttl=True)
-                    count += 1
-            elif kind == b"hash":
-                for field, value in client.hgetall(key).items():
-                    new = rewrite(value)
-                    if new is not None:
-                        client.hset(key, field, new)
-                        count += 1
-            elif kind == b"stream":  # entries keep their ids: the stream is written again
-                entries = client.xrange(key)
-                changed = [mapped(fields, rewrite) for _, fields in entries]
-                if any(n for _, n in changed):
-                    ttl = client.pttl(key)
-                    client.delete(key)
-                    for (entry_id, _), (fields, _) in zip(entries, changed, strict=True):
-                        client.xadd(key, fields, id=entry_id)
-                    if ttl > 0:
-                        client.pexpire(key, ttl)
-                    count += sum(n for _, n in changed)
-    finally:
-        client.close()
-    return count
-
-
-def damage_mongodb(url: str, rewrite: Rewrite) -> int:
-    import pymongo
-
-    client: Any = pymongo.MongoClient(url, serverSelectionTimeoutMS=5000)
-    count = 0
-    with client:
-        db = client.get_default_database()
-        for name in db.list_collection_names():
-            for doc in db[name].find():
-                new, n = mapped(doc, rewrite)
-                if n:
-                    db[name].replace_one({"_id": doc["_id"]}, new)
-                    count += n
-    return count
-
-
-def damage_dynamodb(url: str, rewrite: Rewrite) -> int:
-    client, table_name = dynamodb_client(url)
-    count = 0
-    tables = [t for t in client.list_tables()["TableNames"] if t.startswith(table_name)]
-    for table in tables:
-        for page in client.get_paginator("scan").paginate(TableName=table):
-            for item in page["Items"]:
-                new, n = mapped(item, rewrite)
-                if n:
-                    client.put_item(TableName=table, Item=new)
-                    count += n
-    return count
-
-
-DAMAGE = {
-    "redis": damage_redis,
-    "redis-cluster": damage_redis,
-    "mongodb": damage_mongodb,
-    "dynamodb": damage_dynamodb,
-}
 
 
 def damage(backend: str, url: str, rewrite: Rewrite) -> None:

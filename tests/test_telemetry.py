@@ -19,7 +19,7 @@ import sys
 import textwrap
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -48,7 +48,14 @@ from graphkeep.errors import (
 )
 from graphkeep.telemetry import DURATION_BUCKETS
 from graphkeep.testing import ferretdb_command
-from tests.scenarios.backends import RESTARTABLE, Backend, dynamodb_client, redis_client
+from tests.scenarios.backends import (
+    DAMAGE,
+    RESTARTABLE,
+    Backend,
+    dynamodb_client,
+    mapped,
+    redis_client,
+)
 from tests.scenarios.servers import FerretDBServer, MotoServer, RedisServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -427,79 +434,23 @@ def redis_keys(url: str) -> Iterator[tuple[Any, set[bytes]]]:
     prefix = parse_qs(url.partition("?")[2])["key_prefix"][0]
     client = redis_client(url)
     try:
-        yield client, set(client.scan_iter(match=f"{prefix}*")) | set(
-            client.scan_iter(match=f"*{{{prefix}*")
+        yield (
+            client,
+            set(client.scan_iter(match=f"{prefix}*"))
+            | set(client.scan_iter(match=f"*{{{prefix}*")),
         )
     finally:
         client.close()
 
 
-def corrupt_redis(url: str, marker: bytes) -> int:
-    count = 0
-    with redis_keys(url) as (client, keys):
-        for key in keys:
-            kind = client.type(key)
-            if kind == b"string" and marker in (client.get(key) or b""):
-                client.set(key, GARBAGE, keepttl=True)
-                count += 1
-            elif kind == b"hash":
-                for field, value in client.hgetall(key).items():
-                    if marker in value:
-                        client.hset(key, field, GARBAGE)
-                        count += 1
-    return count
+def corrupt(backend: str, url: str, marker: bytes) -> int:
+    """Every stored byte string holding ``marker`` replaced by ``GARBAGE``: how many."""
+    return DAMAGE[backend](url, lambda data: GARBAGE if marker in data else None)
 
 
-def replaced(value: Any, marker: bytes, wrap: Callable[[bytes], Any]) -> tuple[Any, int]:
-    """``value`` with every byte string holding ``marker`` replaced by ``wrap(GARBAGE)``."""
-    if isinstance(value, (bytes, bytearray)):
-        return (wrap(GARBAGE), 1) if marker in value else (value, 0)
-    if isinstance(value, dict):
-        out, count = {}, 0
-        for k, v in value.items():
-            out[k], n = replaced(v, marker, wrap)
-            count += n
-        return out, count
-    if isinstance(value, list):
-        pairs = [replaced(v, marker, wrap) for v in value]
-        return [p[0] for p in pairs], sum(p[1] for p in pairs)
-    return value, 0
-
-
-def corrupt_mongodb(url: str, marker: bytes) -> int:
-    import pymongo
-
-    client: Any = pymongo.MongoClient(url, serverSelectionTimeoutMS=5000)
-    count = 0
-    with client:
-        db = client.get_default_database()
-        for name in db.list_collection_names():
-            for doc in db[name].find():
-                new, n = replaced(doc, marker, bytes)
-                if n:
-                    db[name].replace_one({"_id": doc["_id"]}, new)
-                    count += n
-    return count
-
-
-def corrupt_dynamodb(url: str, marker: bytes) -> int:
-    client, table_name = dynamodb_client(url)
-    count = 0
-    for page in client.get_paginator("scan").paginate(TableName=table_name):
-        for item in page["Items"]:
-            new, n = replaced(item, marker, bytes)
-            if n:
-                client.put_item(TableName=table_name, Item=new)
-                count += n
-    return count
-
-
-CORRUPT = {
-    "redis": corrupt_redis,
-    "redis-cluster": corrupt_redis,
-    "mongodb": corrupt_mongodb,
-    "dynamodb": corrupt_dynamodb,
-}
+def holds(value: Any, marker: bytes) -> bool:
+    """Does a document or item hold ``marker`` in one of its byte strings?"""
+    return mapped(value, lambda data: data if marker in data else None)[1] > 0
 
 
 def test_a_corrupted_payload_counts_one_resume_failure_and_fails_the_read_span(
@@ -512,7 +463,7 @@ def test_a_corrupted_payload_counts_one_resume_failure_and_fails_the_read_span(
 
     def read_back(saver: Any) -> None:
         assert saver.get_tuple(config) is not None
-        assert CORRUPT[graphkeep_backend](graphkeep_url, MARKER.encode()) >= 1
+        assert corrupt(graphkeep_backend, graphkeep_url, MARKER.encode()) >= 1
         with pytest.raises(Exception) as raised:
             saver.get_tuple(config)
         assert not isinstance(raised.value, StorageUnavailable)
@@ -529,7 +480,7 @@ def test_a_corrupted_payload_counts_one_resume_failure_and_fails_the_read_span(
             ) as saver:
                 await two_nodes().compile(checkpointer=saver).ainvoke(graph_input, config)
                 assert await saver.aget_tuple(config) is not None
-                assert CORRUPT[graphkeep_backend](graphkeep_url, MARKER.encode()) >= 1
+                assert corrupt(graphkeep_backend, graphkeep_url, MARKER.encode()) >= 1
                 with pytest.raises(Exception) as raised:
                     await saver.aget_tuple(config)
                 assert not isinstance(raised.value, StorageUnavailable)
@@ -913,7 +864,7 @@ def remove_mongodb(url: str, marker: bytes) -> int:
         db = client.get_default_database()
         for name in db.list_collection_names():
             for doc in db[name].find():
-                if replaced(doc, marker, bytes)[1]:
+                if holds(doc, marker):
                     count += db[name].delete_one({"_id": doc["_id"]}).deleted_count
     return count
 
@@ -926,7 +877,7 @@ def remove_dynamodb(url: str, marker: bytes) -> int:
     count = 0
     for page in client.get_paginator("scan").paginate(TableName=table):
         for item in page["Items"]:
-            if replaced(item, marker, bytes)[1]:
+            if holds(item, marker):
                 client.delete_item(TableName=table, Key={k: item[k] for k in keys})
                 count += 1
     return count

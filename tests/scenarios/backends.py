@@ -430,3 +430,101 @@ class Graph:
 
 def checkpoint_ids(snapshots: list[StateSnapshot]) -> list[str]:
     return [s.config["configurable"]["checkpoint_id"] for s in snapshots]
+
+
+# -- damage: stored bytes rewritten with the backend's own client ------------------------
+
+#: what a damage helper does to one stored byte string: its new bytes, or None (unchanged)
+Rewrite = Callable[[bytes], "bytes | None"]
+
+
+def mapped(value: Any, rewrite: Rewrite) -> tuple[Any, int]:
+    """``value`` (a document, an item) with every byte string ``rewrite`` changes changed."""
+    if isinstance(value, (bytes, bytearray)):
+        new = rewrite(bytes(value))
+        return (value, 0) if new is None else (new, 1)
+    if isinstance(value, dict):
+        out, count = {}, 0
+        for k, v in value.items():
+            out[k], n = mapped(v, rewrite)
+            count += n
+        return out, count
+    if isinstance(value, list):
+        pairs = [mapped(v, rewrite) for v in value]
+        return [p[0] for p in pairs], sum(p[1] for p in pairs)
+    return value, 0
+
+
+def damage_redis(url: str, rewrite: Rewrite) -> int:
+    prefix = parse_qs(urlsplit(url).query)["key_prefix"][0]
+    client = redis_client(url)
+    count = 0
+    try:
+        keys = set(client.scan_iter(match=f"{prefix}*")) | set(
+            client.scan_iter(match=f"*{{{prefix}*")
+        )
+        for key in keys:
+            kind = client.type(key)
+            if kind == b"string":
+                new = rewrite(client.get(key) or b"")
+                if new is not None:
+                    client.set(key, new, keepttl=True)
+                    count += 1
+            elif kind == b"hash":
+                for field, value in client.hgetall(key).items():
+                    new = rewrite(value)
+                    if new is not None:
+                        client.hset(key, field, new)
+                        count += 1
+            elif kind == b"stream":  # entries keep their ids: the stream is written again
+                entries = client.xrange(key)
+                changed = [mapped(fields, rewrite) for _, fields in entries]
+                if any(n for _, n in changed):
+                    ttl = client.pttl(key)
+                    client.delete(key)
+                    for (entry_id, _), (fields, _) in zip(entries, changed, strict=True):
+                        client.xadd(key, fields, id=entry_id)
+                    if ttl > 0:
+                        client.pexpire(key, ttl)
+                    count += sum(n for _, n in changed)
+    finally:
+        client.close()
+    return count
+
+
+def damage_mongodb(url: str, rewrite: Rewrite) -> int:
+    import pymongo
+
+    client: Any = pymongo.MongoClient(url, serverSelectionTimeoutMS=5000)
+    count = 0
+    with client:
+        db = client.get_default_database()
+        for name in db.list_collection_names():
+            for doc in db[name].find():
+                new, n = mapped(doc, rewrite)
+                if n:
+                    db[name].replace_one({"_id": doc["_id"]}, new)
+                    count += n
+    return count
+
+
+def damage_dynamodb(url: str, rewrite: Rewrite) -> int:
+    client, table_name = dynamodb_client(url)
+    count = 0
+    tables = [t for t in client.list_tables()["TableNames"] if t.startswith(table_name)]
+    for table in tables:
+        for page in client.get_paginator("scan").paginate(TableName=table):
+            for item in page["Items"]:
+                new, n = mapped(item, rewrite)
+                if n:
+                    client.put_item(TableName=table, Item=new)
+                    count += n
+    return count
+
+
+DAMAGE = {
+    "redis": damage_redis,
+    "redis-cluster": damage_redis,
+    "mongodb": damage_mongodb,
+    "dynamodb": damage_dynamodb,
+}
