@@ -23,6 +23,7 @@ from langgraph_sdk import get_sync_client
 from langgraph_sdk.errors import NotFoundError
 
 import graphkeep
+from graphkeep.errors import CorruptData
 from graphkeep.server import checkpointer_settings
 
 #: checkpoints are encrypted with LangGraph's own key variable
@@ -245,7 +246,7 @@ def test_agent_server_runs_on_graphkeep(agent_server: Server, graphkeep_url: str
 
     # the state Agent Server shows is graphkeep's, encrypted with LANGGRAPH_AES_KEY
     with graphkeep.connect(graphkeep_url) as plain:
-        with pytest.raises(NotImplementedError, match=r"msgpack\+aes"):
+        with pytest.raises(CorruptData, match=r"'msgpack\+aes' payload is encrypted"):
             plain.get_tuple({"configurable": {"thread_id": thread_id}})
     with _saver(graphkeep_url) as saver:
         stored = saver.get_tuple({"configurable": {"thread_id": thread_id}})

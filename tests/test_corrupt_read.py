@@ -298,6 +298,27 @@ def test_a_garbled_channel_value_raises_naming_the_channel(
     check_reads(run, two_nodes(), config, expect)
 
 
+def test_an_encrypted_thread_read_without_its_key_says_so_and_never_to_delete_it(
+    graphkeep_url: str, thread_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+
+    monkeypatch.setenv("LANGGRAPH_AES_KEY", "0123456789abcdef0123456789abcdef")
+    sealed = EncryptedSerializer.from_pycryptodome_aes()
+    with graphkeep.connect(graphkeep_url, serde=sealed) as saver:
+        two_nodes().compile(checkpointer=saver).invoke({"log": ["x"]}, config_of(thread_id))
+    monkeypatch.setenv("LANGGRAPH_AES_KEY", "fedcba9876543210fedcba9876543210")
+    other = EncryptedSerializer.from_pycryptodome_aes()
+    for serde, why in ((None, "has no cipher"), (other, "does not decrypt with")):
+        options = {} if serde is None else {"serde": serde}
+        with graphkeep.connect(graphkeep_url, **options) as saver:
+            with pytest.raises(CorruptData) as raised:
+                saver.get_tuple(config_of(thread_id))
+        assert why in str(raised.value) and "LANGGRAPH_AES_KEY" in str(raised.value)
+        assert "delete it" not in str(raised.value)
+        assert raised.value.thread_id == thread_id and raised.value.kind == "undecodable"
+
+
 def test_a_garbled_list_element_raises_naming_the_channel_and_element(
     graphkeep_backend: str, graphkeep_url: str, mode: str, thread_id: str
 ) -> None:

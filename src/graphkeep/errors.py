@@ -132,10 +132,12 @@ class CorruptData(GraphkeepError):
         reason: str | None = None,
         kind: str = CORRUPT_FRAMING,
         place: Place | None = None,
+        advice: str | None = None,
     ) -> None:
         self.place = place if place is not None else Place()
         self.reason = reason if reason is not None else message
         self.kind = kind
+        self.advice = advice
         self.thread_id = self.place.thread_id
         self.checkpoint_ns = self.place.checkpoint_ns
         self.checkpoint_id = self.place.checkpoint_id
@@ -147,9 +149,10 @@ class CorruptData(GraphkeepError):
         self.run_id = self.place.run_id
         self.event_id = self.place.event_id
         if not message:
-            message = (
-                f"{self.place}: {self.reason}. The stored data is damaged and is not returned"
-                " in part: restore it from a backup or delete it"
+            message = f"{self.place}: {self.reason}. " + (
+                advice
+                or "The stored data is damaged and is not returned in part: restore it from a"
+                " backup or delete it"
             )
         super().__init__(message)
 
@@ -157,7 +160,7 @@ class CorruptData(GraphkeepError):
         """This error at ``place`` (one that already names a place is returned as it is)."""
         if self.place != Place():
             return self
-        return CorruptData(reason=self.reason, kind=self.kind, place=place)
+        return CorruptData(reason=self.reason, kind=self.kind, place=place, advice=self.advice)
 
 
 class UnsafePrune(GraphkeepError):

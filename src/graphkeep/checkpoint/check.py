@@ -612,12 +612,16 @@ def _read(
             dump = exc
         except Exception as exc:  # noqa: BLE001 - records the backend cannot parse
             dump = exc
-        add_payload_findings(checked, dump, serde, ns)
+        add_payload_findings(checked, dump, serde, ns, inventory)
     return inventory, checked
 
 
 def add_payload_findings(
-    checked: ThreadCheck, dump: ThreadDump | Exception, serde: Any, ns: str | None = None
+    checked: ThreadCheck,
+    dump: ThreadDump | Exception,
+    serde: Any,
+    ns: str | None = None,
+    stored: Inventory | None = None,
 ) -> None:
     """``--deep``: add to ``checked`` the problems of the thread's payloads (``dump``, its
     export, decoded with ``serde``: :func:`~graphkeep.checkpoint.deep.payload_problems`), or
@@ -626,7 +630,7 @@ def add_payload_findings(
     if isinstance(dump, Exception):
         problems = [_unreadable(ns, dump)]
     else:
-        problems, orphans = payload_problems(dump, serde, ns)
+        problems, orphans = payload_problems(dump, serde, ns, stored)
     checked.findings += [
         Finding(checked.thread_id, p.ns, p.checkpoint_id, p.channel, p.kind, p.detail)
         for p in problems

@@ -35,7 +35,7 @@ import ormsgpack
 from langgraph.checkpoint.base import WRITES_IDX_MAP
 
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, is_manifest, manifest_keys
-from graphkeep.checkpoint.records import ThreadDump
+from graphkeep.checkpoint.records import Inventory, ThreadDump
 from graphkeep.port import codec
 from graphkeep.port.codec import Typed
 
@@ -211,13 +211,34 @@ def _decode(
 
 
 def payload_problems(
-    dump: ThreadDump, serde: Any, ns: str | None = None
+    dump: ThreadDump,
+    serde: Any,
+    ns: str | None = None,
+    stored: Inventory | None = None,
 ) -> tuple[list[Problem], list[tuple[str, str, str]]]:
     """The deep problems of one thread's export (only namespace ``ns`` when given), and the
-    blob keys ``(ns, ELEMENT_CHANNEL, key)`` of its orphan list elements."""
+    blob keys ``(ns, ELEMENT_CHANNEL, key)`` of its orphan list elements. ``stored``: the
+    thread's inventory (its keys), read just before: a checkpoint or a value a checkpoint
+    names that it lists but the export could not read whole (a chunk missing: a store
+    leaves a payload out while it looks half-written) is ``undecodable``."""
     tally = _Tally()
     records = [r for r in dump.checkpoints if ns is None or r.ns == ns]
     blobs = {(s, b.channel, b.version): b.value for s, b in dump.blobs if ns is None or s == ns}
+    if stored is not None:
+        exported = {(r.ns, r.checkpoint_id) for r in records}
+        for summary in stored.checkpoints:
+            if (ns is None or summary.ns == ns) and (
+                summary.ns,
+                summary.checkpoint_id,
+            ) not in exported:
+                what = "the checkpoint is stored but its payload does not read back whole"
+                tally.add("undecodable", summary.ns, summary.checkpoint_id, None, what)
+        for record in records:
+            for channel in record.present:
+                named_key = (record.ns, channel, record.versions.get(channel, ""))
+                if named_key in stored.blob_keys and named_key not in blobs:
+                    what = f"the value at version {named_key[2]} does not read back whole"
+                    tally.add("undecodable", record.ns, record.checkpoint_id, channel, what)
     # the newest checkpoint naming each stored value
     named: dict[tuple[str, str, str], str] = {}
     for record in sorted(records, key=lambda r: r.checkpoint_id):

@@ -163,6 +163,22 @@ def load(serde: Any, value: Typed, where: Place | None = None) -> Any:
     except GraphkeepError:  # a serializer's own deliberate error keeps its message
         raise
     except Exception as exc:
+        if "+" in value.tag:  # EncryptedSerializer's "<tag>+<cipher>": the key, first
+            keyed = getattr(serde, "cipher", None) is not None
+            raise CorruptData(
+                reason=(
+                    f"its {value.tag!r} payload is encrypted and "
+                    + (
+                        f"does not decrypt with this serializer's key ({type(exc).__name__})"
+                        if keyed
+                        else "this saver's serializer has no cipher"
+                    )
+                ),
+                kind=UNDECODABLE,
+                place=where,
+                advice="Configure the EncryptedSerializer with the key the writer used"
+                " (LANGGRAPH_AES_KEY); nothing is returned in part",
+            ) from None
         raise CorruptData(
             reason=(
                 f"the serializer cannot decode its {value.tag!r} payload ({type(exc).__name__})"
