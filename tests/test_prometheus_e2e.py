@@ -39,7 +39,7 @@ def worker(backend: str, url: str, port: int) -> None:
     from prometheus_client import start_http_server
 
     import graphkeep
-    from tests.test_telemetry import CORRUPT, MARKER, two_nodes
+    from tests.test_telemetry import MARKER, corrupt, two_nodes
 
     start_http_server(port, addr="127.0.0.1")
     provider = MeterProvider(metric_readers=[PrometheusMetricReader()])
@@ -52,7 +52,7 @@ def worker(backend: str, url: str, port: int) -> None:
             graph.invoke({"log": [f"turn {i}"]}, {"configurable": {"thread_id": f"t{i}"}})
         damaged = {"configurable": {"thread_id": "damaged"}}
         graph.invoke({"log": [MARKER]}, damaged)
-        assert CORRUPT[backend](url, MARKER.encode()) >= 1
+        assert corrupt(backend, url, MARKER.encode()) >= 1
         try:
             saver.get_tuple(damaged)
         except Exception:  # noqa: BLE001 - the failure is what the test counts
