@@ -288,13 +288,16 @@ class Damage:
                 client.delete_item(TableName=table, Key=found)
 
     def delete_a_chunk(self, thread_id: str) -> bool:
-        """One chunk of a value stored in chunks (MongoDB chunk documents, DynamoDB ``k#``
-        items); False where values are never chunked (Redis)."""
+        """One chunk of a channel value stored in chunks (not of a pending write: MongoDB
+        chunk documents of kind ``blob``, DynamoDB ``k#b#`` items); False where values are
+        never chunked (Redis)."""
         if self.backend.startswith("redis"):
             return False
         if self.backend == "mongodb":
             with self._mongodb() as docs:
-                found = docs.find_one({"thread_id": thread_id, "part": {"$nin": [None, ""]}})
+                found = docs.find_one(
+                    {"thread_id": thread_id, "kind": "blob", "part": {"$nin": [None, ""]}}
+                )
                 assert found is not None, "no chunk document"
                 return bool(docs.delete_one({"_id": found["_id"]}).deleted_count == 1)
         with self._dynamodb() as (client, table):
@@ -302,7 +305,7 @@ class Damage:
             items = client.query(
                 TableName=table,
                 KeyConditionExpression="pk = :p AND begins_with(sk, :k)",
-                ExpressionAttributeValues={":p": {"S": pk}, ":k": {"S": "k#"}},
+                ExpressionAttributeValues={":p": {"S": pk}, ":k": {"S": "k#b#"}},
             )["Items"]
             assert items, "no chunk item"
             client.delete_item(TableName=table, Key={"pk": items[-1]["pk"], "sk": items[-1]["sk"]})
