@@ -146,6 +146,18 @@ def note_graph(saver: Any) -> Any:
     return builder.compile(checkpointer=saver)
 
 
+def write_fleet(saver: Any, threads: dict[str, str]) -> None:
+    """Threads written by real graphs: ``chat`` (a DeltaChannel chat of 5 turns), ``sub``
+    (a subgraph over a shared list, twice), ``wait`` (an interrupt) and ``pruned`` (a chat of
+    7 turns, for the caller to prune)."""
+    chat(saver, threads["chat"], 5)
+    sub = subgraph_graph(saver)
+    sub.invoke({"log": ["x"]}, config(threads["sub"]))
+    sub.invoke({"log": ["y"]}, config(threads["sub"]))
+    count_graph(saver, _ask).invoke({"n": 0}, config(threads["wait"]))
+    chat(saver, threads["pruned"], 7)
+
+
 def config(thread_id: str) -> Any:
     return {"configurable": {"thread_id": thread_id}}
 
@@ -391,12 +403,7 @@ def test_a_store_of_200_threads_written_by_real_graphs_and_pruned_is_clean(
     if graphkeep_backend == "mongodb" and ferretdb(graphkeep_url):
         count = FERRETDB_CLEAN_THREADS
     with graphkeep.connect(graphkeep_url, **options) as saver:
-        chat(saver, threads["chat"], 5)
-        sub = subgraph_graph(saver)
-        sub.invoke({"log": ["x"]}, config(threads["sub"]))
-        sub.invoke({"log": ["y"]}, config(threads["sub"]))
-        count_graph(saver, _ask).invoke({"n": 0}, config(threads["wait"]))
-        chat(saver, threads["pruned"], 7)
+        write_fleet(saver, threads)
         before = inventory(saver, threads["pruned"])
         saver.prune([threads["pruned"]])
         after = inventory(saver, threads["pruned"])
@@ -611,19 +618,14 @@ def test_a_store_written_with_ttl_by_real_graphs_and_pruned_has_no_expiry_drift(
     tag = uuid.uuid4().hex[:6]
     threads = {name: f"ttl-{name}-{tag}" for name in ("chat", "sub", "wait", "pruned")}
     with graphkeep.connect(graphkeep_url, ttl=TTL) as saver:
-        chat(saver, threads["chat"], 5)
-        sub = subgraph_graph(saver)
-        sub.invoke({"log": ["x"]}, config(threads["sub"]))
-        sub.invoke({"log": ["y"]}, config(threads["sub"]))
-        count_graph(saver, _ask).invoke({"n": 0}, config(threads["wait"]))
-        chat(saver, threads["pruned"], 7)
+        write_fleet(saver, threads)
         saver.prune([threads["pruned"]])
         # later turns must re-arm what the new checkpoints need, whatever was written before:
         # writes keep that to the second, so the check holds with a 1 s tolerance
         time.sleep(2.5)
         chat(saver, threads["chat"], 2)
         chat(saver, threads["pruned"], 2)
-        sub.invoke({"log": ["z"]}, config(threads["sub"]))
+        subgraph_graph(saver).invoke({"log": ["z"]}, config(threads["sub"]))
         inv = inventory(saver, threads["chat"])
     monkeypatch.setattr(check_module, "EXPIRY_TOLERANCE", 1.0)
     code, report = check_json(graphkeep_url, "--thread", *threads.values())

@@ -31,6 +31,7 @@ from langgraph.types import RetryPolicy
 import graphkeep
 from graphkeep.errors import CorruptData
 from tests.scenarios.backends import DAMAGE, Rewrite
+from tests.test_telemetry import two_nodes
 
 MODES = ("sync", "async")
 
@@ -118,16 +119,6 @@ class LogState(TypedDict):
 class TextState(TypedDict):
     text: str
     step: int
-
-
-def two_nodes() -> StateGraph[Any]:
-    builder: StateGraph[Any] = StateGraph(LogState)
-    builder.add_node("ask", lambda state: {"log": ["asked"]})
-    builder.add_node("answer", lambda state: {"log": [f"answered {len(state['log'])}"]})
-    builder.add_edge(START, "ask")
-    builder.add_edge("ask", "answer")
-    builder.add_edge("answer", END)
-    return builder
 
 
 class Failing:
