@@ -113,6 +113,15 @@ class EventLogBase:
         execute: Any = None,
     ) -> None:
         self.port = port
+        #: the options this log was made with (:meth:`with_options` starts from them)
+        self.options: dict[str, Any] = {
+            "ttl": ttl,
+            "max_events": max_events,
+            "stale_after": stale_after,
+            "poll_interval": poll_interval,
+            "max_poll_interval": max_poll_interval,
+            "telemetry": telemetry,
+        }
         #: spans and metrics of every call (see :mod:`graphkeep.port.telemetry`)
         self.telemetry = Telemetry(telemetry, target_of(execute))
         ttl_s = None if ttl is None else check_seconds(ttl, "ttl", error=ConfigurationError)
@@ -254,6 +263,11 @@ class SyncEventLog(EventLogBase):
     def _call(self, op: Op[Any]) -> Any:
         return drive(op, self._execute)
 
+    def with_options(self, **options: Any) -> SyncEventLog:
+        """A log on the same connection with other options (e.g. ``max_events=20`` for a
+        small index of runs): the rest are this log's."""
+        return SyncEventLog(self.port, self._execute, **{**self.options, **options})
+
     def setup(self) -> None:
         self._call(self.observed("setup", self.port.setup()))
 
@@ -316,6 +330,11 @@ class AsyncEventLog(EventLogBase):
 
     async def _acall(self, op: Op[Any]) -> Any:
         return await adrive(op, self._aexecute)
+
+    def with_options(self, **options: Any) -> AsyncEventLog:
+        """A log on the same connection with other options (e.g. ``max_events=20`` for a
+        small index of runs): the rest are this log's."""
+        return AsyncEventLog(self.port, self._aexecute, **{**self.options, **options})
 
     async def setup(self) -> None:
         await self._acall(self.observed("setup", self.port.setup()))

@@ -39,7 +39,7 @@ from typing import Any
 from graphkeep.errors import InvalidInput
 from graphkeep.events.log import DEFAULT_STALE_AFTER, PAGE
 
-__all__ = ["RunStream", "jsonable", "stream_run"]
+__all__ = ["EventWriter", "RunStream", "call_log", "jsonable", "stream_run"]
 
 DEFAULT_FLUSH_MS = 20
 log = logging.getLogger("graphkeep.events.streaming")
@@ -95,7 +95,7 @@ def _event(chunk: Any, stream_mode: Any, subgraphs: bool) -> tuple[dict[str, Any
     return event, interrupted
 
 
-async def _call(log: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+async def call_log(log: Any, name: str, *args: Any, **kwargs: Any) -> Any:
     """Call a sync or an async event log's method from async code."""
     method = getattr(log, name)
     if inspect.iscoroutinefunction(method):
@@ -103,8 +103,10 @@ async def _call(log: Any, name: str, *args: Any, **kwargs: Any) -> Any:
     return await asyncio.to_thread(lambda: method(*args, **kwargs))
 
 
-class _Writer:
-    """Batches a run's events: one ``append_many`` per ``flush_ms`` window, in order."""
+class EventWriter:
+    """Batches a run's events into the log ``log`` (sync or async): one ``append_many`` per
+    ``flush_ms`` window, in order, a heartbeat while quiet; ``finish`` flushes and closes the
+    run. :func:`stream_run` and the AG-UI endpoint (:mod:`graphkeep.agui`) write through it."""
 
     def __init__(self, log: Any, run_id: str, flush_ms: float, heartbeat: float) -> None:
         self.log = log
@@ -136,7 +138,7 @@ class _Writer:
         async with self.lock:
             while self.buffer:
                 batch, self.buffer = self.buffer[:PAGE], self.buffer[PAGE:]
-                await _call(self.log, "append_many", self.run_id, batch)
+                await call_log(self.log, "append_many", self.run_id, batch)
                 self.last_write = asyncio.get_running_loop().time()
             self.ready.clear()
 
@@ -162,7 +164,7 @@ class _Writer:
                 pass
             if loop.time() - self.last_write >= self.heartbeat:
                 try:
-                    await _call(self.log, "heartbeat", self.run_id)
+                    await call_log(self.log, "heartbeat", self.run_id)
                 except Exception:  # noqa: BLE001 - the next append reports a dead store
                     log.warning("heartbeat of run %r failed", self.run_id, exc_info=True)
                 self.last_write = loop.time()
@@ -177,7 +179,7 @@ class _Writer:
         if self.failed is not None:
             raise self.failed
         await self.flush()
-        await _call(self.log, "close", self.run_id, status, error=error)
+        await call_log(self.log, "close", self.run_id, status, error=error)
 
 
 class RunStream:
@@ -208,7 +210,7 @@ class RunStream:
         return self._iterator
 
     async def _run(self) -> AsyncIterator[Any]:
-        writer = _Writer(self.events, self.run_id, self.flush_ms, self.heartbeat)
+        writer = EventWriter(self.events, self.run_id, self.flush_ms, self.heartbeat)
         writer.start()
         interrupted = False
         outcome: tuple[str, str | None] = ("error", "stream_run was closed before the run ended")
