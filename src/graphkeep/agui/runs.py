@@ -295,7 +295,10 @@ class AGUIRuns:
             if not isinstance(exc, Exception):
                 raise
         finally:
-            await writer.finish(status, error)
+            try:
+                await writer.finish(status, error)
+            except Exception:  # the store is gone: readers see the run go stale
+                log.exception("AG-UI run %s could not be closed in the event log", run_id)
 
     async def aclose(self) -> None:
         """Stop the runs this process is running (each ends with ``RUN_ERROR``)."""

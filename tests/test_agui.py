@@ -1,0 +1,452 @@
+"""``graphkeep.agui`` on every backend: an AG-UI run is kept in the event log before it is
+served; rejoining after any event gives the rest exactly once (what was open re-sent first); a
+page load gets the checkpoint's snapshot and joins the live run without a gap or a doubled
+token; interrupts end a run with the protocol's interrupt outcome and a resume continues it;
+bad input is refused before anything is written; oversized events still fit the log.
+
+The official client (``@ag-ui/client``'s ``HttpAgent``) drives the same endpoint over HTTP in
+tests/test_agui_client.py; here the runs are driven in-process (real stores) and over HTTP for
+the status codes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import uvicorn
+from langchain_core.messages import AIMessage
+from langgraph.graph import END, START, MessagesState, StateGraph
+
+import graphkeep
+from conformance.setups import ENABLED, Setup
+from conformance.testing import marks_for
+from graphkeep.agui import AGUIRuns, Conflict, agent_input
+from graphkeep.agui.runs import fit
+from graphkeep.errors import EventsTrimmed, InvalidInput, UnknownRun
+from graphkeep.events.port import MAX_EVENT_BYTES
+from tests.agui.graph import StreamingFake, build_graph, create_app, reply_to, weather_reply
+from tests.conftest import unique_prefix
+
+SETUPS = [pytest.param(s, id=s.name, marks=marks_for(s)) for s in ENABLED]
+TOKEN_DELAY = 0.01
+
+
+@contextlib.asynccontextmanager
+async def served(setup: Setup, graph: Any = None, **log_options: Any) -> AsyncIterator[AGUIRuns]:
+    prefix = unique_prefix("agui")
+    async with graphkeep.aconnect(setup.url, key_prefix=prefix) as saver:
+        async with graphkeep.aconnect_events(setup.url, key_prefix=prefix, **log_options) as log:
+            runs = AGUIRuns(graph or build_graph(saver, token_delay=TOKEN_DELAY), log)
+            try:
+                yield runs
+            finally:
+                await runs.aclose()
+
+
+def request(thread: str, text: str | None = None, **fields: Any) -> Any:
+    messages = [] if text is None else [{"id": uuid.uuid4().hex, "role": "user", "content": text}]
+    body = {"threadId": thread, "runId": uuid.uuid4().hex, "messages": messages, **fields}
+    return agent_input(body)
+
+
+async def collect(items: AsyncIterator[Any], limit: int | None = None) -> list[Any]:
+    out = []
+    async for item in items:
+        out.append(item)
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+class Transcript:
+    """What a client holds after applying AG-UI events (the protocol's rules, checked)."""
+
+    def __init__(self) -> None:
+        self.messages: dict[str, dict[str, Any]] = {}
+        self.open: set[tuple[str, str]] = set()
+        self.started = False
+        self.outcome: dict[str, Any] | None = None
+
+    def apply(self, events: list[dict[str, Any]]) -> Transcript:
+        for event in events:
+            kind = event["type"]
+            if not self.started:
+                assert kind == "RUN_STARTED", f"first event is {kind}"
+                self.started = True
+                continue
+            if kind == "MESSAGES_SNAPSHOT":
+                self.messages = {
+                    m["id"]: {"role": m["role"], "content": m.get("content") or ""}
+                    for m in event["messages"]
+                }
+            elif kind == "TEXT_MESSAGE_START":
+                assert ("text", event["messageId"]) not in self.open, event
+                self.open.add(("text", event["messageId"]))
+                self.messages.setdefault(event["messageId"], {"role": "assistant", "content": ""})
+            elif kind == "TEXT_MESSAGE_CONTENT":
+                assert ("text", event["messageId"]) in self.open, event
+                self.messages[event["messageId"]]["content"] += event["delta"]
+            elif kind == "TEXT_MESSAGE_END":
+                self.open.remove(("text", event["messageId"]))
+            elif kind == "TOOL_CALL_START":
+                assert ("tool", event["toolCallId"]) not in self.open, event
+                self.open.add(("tool", event["toolCallId"]))
+            elif kind in ("TOOL_CALL_ARGS", "TOOL_CALL_END"):
+                assert ("tool", event["toolCallId"]) in self.open, event
+                if kind == "TOOL_CALL_END":
+                    self.open.remove(("tool", event["toolCallId"]))
+            elif kind == "TOOL_CALL_RESULT":
+                self.messages[event["messageId"]] = {"role": "tool", "content": event["content"]}
+            elif kind == "STEP_STARTED":
+                self.open.add(("step", event["stepName"]))
+            elif kind == "STEP_FINISHED":
+                self.open.remove(("step", event["stepName"]))
+            elif kind in ("RUN_FINISHED", "RUN_ERROR"):
+                self.outcome = event
+        return self
+
+    def reconnect(self) -> None:
+        """A new connection: the protocol's stream rules start over, the messages stay."""
+        self.started = False
+        self.open = set()
+
+    def texts(self, role: str = "assistant") -> list[str]:
+        return [m["content"] for m in self.messages.values() if m["role"] == role]
+
+
+def events_of(items: list[Any]) -> list[dict[str, Any]]:
+    return [event for _id, event in items]
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+async def test_a_run_is_served_from_the_log_and_rejoining_after_any_event_gives_the_rest_once(
+    setup: Setup,
+) -> None:
+    async with served(setup) as runs:
+        ask = request("t-weather", "what is the weather in Paris")
+        await runs.start(ask)
+        full = await collect(runs.serve("t-weather", ask.run_id))
+        stored = [pair async for pair in runs.events.read(ask.run_id, follow=False)]
+        assert [i for i, _ in full] == [i for i, _ in stored[:-1]]  # all but the close event
+        assert stored[-1][1] == {"type": "close", "status": "success"}
+        whole = Transcript().apply(events_of(full))
+        forecast = "sunny and 15 degrees"
+        assert whole.texts() == ["Let me look that up.", weather_reply("Paris", forecast)]
+        assert whole.texts("tool") == [forecast]
+        assert whole.outcome == {
+            "type": "RUN_FINISHED",
+            "threadId": "t-weather",
+            "runId": ask.run_id,
+        }
+        # rejoin after every event: the replay re-opens what was open, the rest comes once
+        for cut in range(len(full) - 1):
+            after = full[cut][0]
+            assert after is not None
+            rejoined = await collect(runs.serve("t-weather", ask.run_id, after=after))
+            replayed = [event for event_id, event in rejoined if event_id is None]
+            rest = [pair for pair in rejoined if pair[0] is not None]
+            assert rest == full[cut + 1 :], cut
+            client = Transcript().apply(events_of(full[: cut + 1]))
+            client.reconnect()
+            client.apply(replayed + events_of(rest))
+            assert client.messages == whole.messages, cut
+            assert client.outcome == whole.outcome
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+async def test_a_connection_cut_mid_run_is_resumed_while_the_run_goes_on(setup: Setup) -> None:
+    async with served(setup) as runs:
+        ask = request("t-cut", "tell me something long please")
+        await runs.start(ask)
+        first = await collect(runs.serve("t-cut", ask.run_id), limit=8)  # then the client is gone
+        client = Transcript().apply(events_of(first))
+        assert runs.tasks, "the run goes on without its connection"
+        rest = await collect(runs.serve("t-cut", ask.run_id, after=first[-1][0]))
+        client.reconnect()
+        client.apply(events_of(rest))
+        assert client.texts() == [reply_to("tell me something long please")]
+        assert client.outcome is not None and client.outcome["type"] == "RUN_FINISHED"
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+async def test_a_page_load_gets_the_snapshot_then_joins_the_live_run_without_a_gap(
+    setup: Setup,
+) -> None:
+    async with served(setup) as runs:
+        first = request("t-page", "what is the weather in Paris")
+        await runs.start(first)
+        await collect(runs.serve("t-page", first.run_id))
+        second = request("t-page", "and now a long answer please")
+        await runs.start(second)
+        # wait until the reply streams, then load the page
+        seen = await collect(runs.serve("t-page", second.run_id), limit=6)
+        assert any(e["type"] == "TEXT_MESSAGE_CONTENT" for e in events_of(seen))
+        page = await collect(runs.connect("t-page", uuid.uuid4().hex))
+        assert [e["type"] for e in events_of(page)[:3]] == [
+            "RUN_STARTED",
+            "MESSAGES_SNAPSHOT",
+            "STATE_SNAPSHOT",
+        ]
+        assert events_of(page)[0]["runId"] == second.run_id
+        view = Transcript().apply(events_of(page))
+        state = await runs.graph.aget_state({"configurable": {"thread_id": "t-page"}})
+        expected = {m.id: m.text for m in state.values["messages"]}
+        assert {k: v["content"] for k, v in view.messages.items()} == expected
+        assert view.texts()[-1] == reply_to("and now a long answer please")
+        # a page load on the thread at rest: the snapshot as a finished run
+        idle = await collect(runs.connect("t-page", "load-2"))
+        assert [e["type"] for e in events_of(idle)] == [
+            "RUN_STARTED",
+            "MESSAGES_SNAPSHOT",
+            "STATE_SNAPSHOT",
+            "RUN_FINISHED",
+        ]
+        assert all(event_id is None for event_id, _ in idle)
+        assert "outcome" not in events_of(idle)[-1]
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+async def test_an_interrupt_ends_the_run_with_its_outcome_and_a_resume_continues_it(
+    setup: Setup,
+) -> None:
+    async with served(setup) as runs:
+        ask = request("t-refund", "I want a refund")
+        await runs.start(ask)
+        events = events_of(await collect(runs.serve("t-refund", ask.run_id)))
+        outcome = events[-1]["outcome"]
+        assert outcome["type"] == "interrupt"
+        (pending,) = outcome["interrupts"]
+        assert pending["metadata"]["langgraph"]["raw"]["question"] == "Approve the refund?"
+        state = await runs.events.state(ask.run_id)
+        assert state is not None and state.closed == "interrupted"
+        # a page load sees the same pending interrupt
+        idle = events_of(await collect(runs.connect("t-refund", "load")))
+        assert idle[-1]["outcome"]["interrupts"][0]["id"] == pending["id"]
+        with pytest.raises(Conflict, match="waits for interrupt"):
+            await runs.start(request("t-refund", "hello again"))
+        wrong = [{"interruptId": "nope", "status": "resolved", "payload": True}]
+        with pytest.raises(Conflict, match="does not wait for interrupt"):
+            await runs.start(request("t-refund", resume=wrong))
+        answer = [{"interruptId": pending["id"], "status": "resolved", "payload": True}]
+        resumed = request("t-refund", resume=answer)
+        await runs.start(resumed)
+        after = Transcript().apply(events_of(await collect(runs.serve("t-refund", resumed.run_id))))
+        assert after.texts()[-1] == reply_to("", True)
+        assert after.outcome is not None and "outcome" not in after.outcome
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+async def test_bad_input_and_unknown_runs_are_refused_before_anything_is_written(
+    setup: Setup,
+) -> None:
+    with pytest.raises(InvalidInput, match="runId"):
+        agent_input({"threadId": "t", "messages": []})
+    with pytest.raises(InvalidInput, match="threadId"):
+        agent_input({"threadId": "a\x00b", "runId": "r", "messages": []})
+    async with served(setup) as runs:
+        with pytest.raises(UnknownRun):
+            await collect(runs.serve("t-x", "never-started"))
+        with pytest.raises(UnknownRun, match="no checkpoint"):
+            answer = [{"interruptId": "i", "status": "resolved", "payload": 1}]
+            await runs.start(request("t-empty", resume=answer))
+        assert await runs.events.state("t-empty") is None
+        ask = request("t-busy", "a long answer please")
+        await runs.start(ask)
+        with pytest.raises(Conflict, match="is running"):
+            await runs.start(request("t-busy", "me too"))
+        # another thread cannot read the run, even naming its id
+        with pytest.raises(UnknownRun):
+            await collect(runs.serve("t-other", ask.run_id))
+        await collect(runs.serve("t-busy", ask.run_id))
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+async def test_a_resume_point_the_log_no_longer_keeps_is_an_error_never_a_gap(
+    setup: Setup,
+) -> None:
+    prefix = unique_prefix("agui")
+    words = " ".join(f"w{i}" for i in range(400))  # Redis trims whole stream nodes (~100)
+    async with (
+        graphkeep.aconnect(setup.url, key_prefix=prefix) as saver,
+        graphkeep.aconnect_events(setup.url, key_prefix=prefix, max_events=20) as log,
+    ):
+        runs = AGUIRuns(talk_graph(saver, words), log)
+        ask = request("t-trim", "hi")
+        try:
+            await runs.start(ask)  # RUN_STARTED is stored; the worker has not run yet
+            ((first_id, started),) = await collect(log.read(ask.run_id, follow=False), limit=1)
+            assert started["type"] == "RUN_STARTED"
+            while runs.tasks:
+                await asyncio.sleep(0.05)
+            with pytest.raises(EventsTrimmed):
+                await collect(runs.serve("t-trim", ask.run_id, after=first_id))
+            with pytest.raises(EventsTrimmed):  # from the start: RUN_STARTED is gone too
+                await collect(runs.serve("t-trim", ask.run_id))
+        finally:
+            await runs.aclose()
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+async def test_a_stopped_server_ends_its_runs_with_run_error(setup: Setup) -> None:
+    async with served(setup) as runs:
+        ask = request("t-stop", "a long answer please")
+        await runs.start(ask)
+        await collect(runs.serve("t-stop", ask.run_id), limit=5)
+        await runs.aclose()
+        events = events_of(await collect(runs.serve("t-stop", ask.run_id)))
+        assert events[-1]["type"] == "RUN_ERROR"
+        assert "stopped" in events[-1]["message"]
+        state = await runs.events.state(ask.run_id)
+        assert state is not None and state.closed == "error"
+
+
+def talk_graph(checkpointer: Any, text: str) -> Any:
+    """One node streaming ``text`` word by word with no delay (a word with no space: one delta)."""
+
+    async def talk(state: MessagesState) -> dict[str, Any]:
+        model = StreamingFake(messages=iter([AIMessage(content=text)]), token_delay=0)
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("talk", talk)
+    builder.add_edge(START, "talk")
+    builder.add_edge("talk", END)
+    return builder.compile(checkpointer=checkpointer)
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+async def test_events_over_the_log_limit_are_cut_or_replaced_and_the_run_ends(
+    setup: Setup,
+) -> None:
+    text = "é" * (MAX_EVENT_BYTES // 2 + 1000)  # > the limit as UTF-8
+    prefix = unique_prefix("agui")
+    async with graphkeep.aconnect(setup.url, key_prefix=prefix) as saver:
+        async with graphkeep.aconnect_events(setup.url, key_prefix=prefix) as log:
+            runs = AGUIRuns(talk_graph(saver, text), log)
+            ask = request("t-big", "hi")
+            await runs.start(ask)
+            events = events_of(await collect(runs.serve("t-big", ask.run_id)))
+            await runs.aclose()
+    deltas = [e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT"]
+    assert len(deltas) > 1 and "".join(deltas) == text
+    assert events[-1]["type"] == "RUN_FINISHED"
+    omitted = [e for e in events if e["type"] == "CUSTOM"]
+    assert omitted and all(e["name"] == "graphkeep.event_omitted" for e in omitted)
+
+
+def test_fit_keeps_small_events_and_strips_messages_from_a_large_state_snapshot() -> None:
+    small = {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "hi"}
+    assert fit(small) == [small]
+    snapshot = {
+        "type": "STATE_SNAPSHOT",
+        "snapshot": {"messages": ["x" * MAX_EVENT_BYTES], "step": 3},
+    }
+    assert fit(snapshot) == [{"type": "STATE_SNAPSHOT", "snapshot": {"step": 3}}]
+    args = {"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": "\n" * MAX_EVENT_BYTES}
+    pieces = fit(args)
+    assert "".join(p["delta"] for p in pieces) == args["delta"]
+    assert all(len(json.dumps(p)) <= MAX_EVENT_BYTES for p in pieces)
+
+
+# -- over HTTP ------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def http_server(setup: Setup) -> Iterator[str]:
+    port = _free_port()
+    config = uvicorn.Config(
+        create_app(setup.url, key_prefix=unique_prefix("agui")),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on",
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}/agent"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+def post(url: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(
+        url, data=data, headers={"Content-Type": "application/json", **(headers or {})}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def sse(text: str) -> list[tuple[str | None, dict[str, Any]]]:
+    out = []
+    for block in text.split("\n\n"):
+        lines = block.splitlines()
+        ids = [line[4:] for line in lines if line.startswith("id: ")]
+        data = [line[6:] for line in lines if line.startswith("data: ")]
+        if data:
+            out.append((ids[0] if ids else None, json.loads("\n".join(data))))
+    return out
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_over_http_events_carry_their_log_ids_and_errors_are_statuses(setup: Setup) -> None:
+    with http_server(setup) as url:
+        run = {
+            "threadId": "h1",
+            "runId": "run-1",
+            "messages": [{"id": "u1", "role": "user", "content": "hi"}],
+        }
+        status, body = post(url, run)
+        assert status == 200
+        events = sse(body)
+        assert events[0][1]["type"] == "RUN_STARTED" and events[-1][1]["type"] == "RUN_FINISHED"
+        assert all(event_id is not None for event_id, _ in events)
+        # the same request again (a retry) joins the run instead of starting another
+        assert sse(post(url, run)[1]) == events
+        status, body = post(url, run, {"Last-Event-ID": events[3][0] or ""})
+        assert status == 200 and [p for p in sse(body) if p[0] is not None] == events[4:]
+        assert post(url, b"not json")[0] == 422
+        status, body = post(url, {"threadId": "h1"})
+        assert status == 422 and "runId" in json.loads(body)["detail"]
+        missing = {**run, "runId": "nope"}
+        assert post(url, missing, {"Last-Event-ID": events[1][0] or ""})[0] == 404
+        assert post(url, {**run, "threadId": "h2"}, {"Last-Event-ID": events[1][0] or ""})[0] == 404
+        refund = {
+            **run,
+            "runId": "run-2",
+            "messages": [{"id": "u2", "role": "user", "content": "a refund"}],
+        }
+        post(url, refund)
+        assert post(url, {**refund, "runId": "run-3"})[0] == 409
+        status, body = post(f"{url}/connect", {"threadId": "h1", "runId": "c", "messages": []})
+        assert status == 200
+        assert [e["type"] for _, e in sse(body)][-1] == "RUN_FINISHED"
+        with urllib.request.urlopen(f"{url}/health", timeout=10) as response:
+            assert json.loads(response.read()) == {"ok": True}
