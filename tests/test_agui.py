@@ -342,7 +342,7 @@ async def test_events_over_the_log_limit_are_cut_or_replaced_and_the_run_ends(
     assert len(deltas) > 1 and "".join(deltas) == text
     assert events[-1]["type"] == "RUN_FINISHED"
     omitted = [e for e in events if e["type"] == "CUSTOM"]
-    assert omitted and all(e["name"] == "graphkeep.event_omitted" for e in omitted)
+    assert omitted and all(e["name"] == "graphkeep:event_omitted" for e in omitted)
 
 
 def test_fit_keeps_small_events_and_strips_messages_from_a_large_state_snapshot() -> None:

@@ -139,7 +139,7 @@ def fit(event: dict[str, Any]) -> list[dict[str, Any]]:
     """``event`` as events that each fit the log's limit (``MAX_EVENT_BYTES``): a text or
     tool-argument delta is cut in pieces that concatenate to it; a state snapshot loses its
     ``messages`` copy (``MESSAGES_SNAPSHOT`` carries them); anything else too large becomes a
-    ``CUSTOM`` event ``graphkeep.event_omitted`` naming its type and size."""
+    ``CUSTOM`` event ``graphkeep:event_omitted`` naming its type and size."""
     size = _size(event)
     if size <= MAX_EVENT_BYTES:
         return [event]
@@ -159,7 +159,7 @@ def fit(event: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         {
             "type": "CUSTOM",
-            "name": "graphkeep.event_omitted",
+            "name": "graphkeep:event_omitted",
             "value": {"type": kind, "bytes": size, "limit": MAX_EVENT_BYTES},
         }
     ]
