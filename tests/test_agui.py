@@ -265,6 +265,7 @@ async def test_bad_input_and_unknown_runs_are_refused_before_anything_is_written
         await runs.start(ask)
         with pytest.raises(Conflict, match="is running"):
             await runs.start(request("t-busy", "me too"))
+        assert runs.locks == {}  # a thread's start lock lives only while a start needs it
         # another thread cannot read the run, even naming its id
         with pytest.raises(UnknownRun):
             await collect(runs.serve("t-other", ask.run_id))

@@ -20,6 +20,7 @@ started on it, newest last, which a page load reads to find the live run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -222,7 +223,8 @@ class AGUIRuns:
         self.stale_after = stale
         self.heartbeat = heartbeat if heartbeat is not None else max(0.05, min(stale, 60.0) / 3)
         self.tasks: set[asyncio.Task[None]] = set()
-        self.locks: dict[str, asyncio.Lock] = {}
+        #: thread id -> [its start lock, how many starts hold or wait for it]
+        self.locks: dict[str, list[Any]] = {}
 
     # -- starting a run --------------------------------------------------------------
 
@@ -232,8 +234,7 @@ class AGUIRuns:
         ``UnknownRun`` when it resumes a thread that has no checkpoint. When this returns, the
         run's ``RUN_STARTED`` is in the log and :meth:`serve` can read it."""
         thread_id, run_id = request.thread_id, request.run_id
-        lock = self.locks.setdefault(thread_id, asyncio.Lock())
-        async with lock:
+        async with self._thread_lock(thread_id):
             if await call_log(self.events, "state", run_id) is not None:
                 raise RunExists(f"run {run_id!r} exists already: rejoin it")
             live = await self.live_run(thread_id)
@@ -246,6 +247,19 @@ class AGUIRuns:
         task = asyncio.create_task(self._work(request), name=f"graphkeep-agui-{run_id}")
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+    @contextlib.asynccontextmanager
+    async def _thread_lock(self, thread_id: str) -> AsyncIterator[None]:
+        """One start at a time per thread in this process (dropped when nobody holds it)."""
+        entry = self.locks.setdefault(thread_id, [asyncio.Lock(), 0])
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if not entry[1]:
+                del self.locks[thread_id]
 
     async def _check_resume(self, request: Any) -> None:
         config = {"configurable": {"thread_id": request.thread_id}}
