@@ -85,6 +85,7 @@ class Transcript:
                 assert kind == "RUN_STARTED", f"first event is {kind}"
                 self.started = True
                 continue
+            assert kind != "RUN_STARTED", "RUN_STARTED twice in one stream"
             if kind == "MESSAGES_SNAPSHOT":
                 self.messages = {
                     m["id"]: {"role": m["role"], "content": m.get("content") or ""}

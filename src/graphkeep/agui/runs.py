@@ -86,6 +86,9 @@ _MESSAGE_EVENTS = frozenset(
 )
 _TOOL_EVENTS = frozenset({"TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_CHUNK"})
 _SNAPSHOTS = frozenset({"STATE_SNAPSHOT", "MESSAGES_SNAPSHOT"})
+#: events of a live run's log a page load does not send again (it sent RUN_STARTED first, and
+#: snapshots newer than these)
+_SKIPPED_ON_LOAD = _SNAPSHOTS | {"RUN_STARTED"}
 #: deltas that may be cut in pieces to fit the log's event limit
 _SPLITTABLE = {"TEXT_MESSAGE_CONTENT": "delta", "TOOL_CALL_ARGS": "delta"}
 
@@ -425,7 +428,7 @@ class AGUIRuns:
             last = event_id
             if event.get("type") == "close":
                 return
-            if event.get("type") in _SNAPSHOTS or event is head or not shown.wants(event):
+            if event.get("type") in _SKIPPED_ON_LOAD or not shown.wants(event):
                 continue
             yield event_id, event
         async for follow_id, event in self._follow(live, last):
