@@ -408,7 +408,9 @@ class AGUIRuns:
             last = event_id
             if event.get("type") == "close":
                 return
-            if event.get("type") in _SNAPSHOTS or event is head or not shown.wants(event):
+            # the log's RUN_STARTED is ``head``'s equal, not ``head`` (read again): sent above
+            kind = event.get("type")
+            if kind in _SNAPSHOTS or kind == "RUN_STARTED" or not shown.wants(event):
                 continue
             yield event_id, event
         async for follow_id, event in self._follow(live, last):
