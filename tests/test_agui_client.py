@@ -36,8 +36,9 @@ from tests.scenarios.servers import free_port
 ROOT = Path(__file__).resolve().parent.parent
 NODE_DIR = ROOT / "tests" / "agui" / "node"
 LOGS = ROOT / ".services" / "logs"
-#: seconds between the fake model's chunks: a reply of ~30 words streams in ~0.5 s
-TOKEN_DELAY = 0.015
+#: seconds between the fake model's chunks: a reply of ~30 words streams in ~1.2 s, the time a
+#: page load has to join it mid-stream (MongoDB on FerretDB is the slowest to answer)
+TOKEN_DELAY = 0.04
 NODE_TIMEOUT = 120.0
 
 SETUPS = [pytest.param(s, id=s.name, marks=marks_for(s)) for s in all_setups() if s.marker]

@@ -317,7 +317,8 @@ test("a page load mid-run joins the live run: the same messages, each word once"
   const seen = counter({
     onTextMessageContentEvent() {
       deltas += 1;
-      if (deltas === CUT_AFTER) loading = page.connectAgent({}, pageSeen.subscriber);
+      // at the first word: the page must read the checkpoint before the reply is in it
+      if (deltas === 1) loading = page.connectAgent({}, pageSeen.subscriber);
     },
   });
   await chat.runAgent({}, seen.subscriber);
