@@ -6,7 +6,8 @@
   Paris") gets a ``get_weather`` tool call first, then — after the tool's answer — a reply
   quoting it; any other message gets :func:`reply_to` of it. Replies stream one chunk per
   word with ``TOKEN_DELAY`` seconds between chunks (environment ``AGUI_TOKEN_DELAY``);
-- ``tools`` runs ``get_weather`` (LangGraph's ``ToolNode``);
+- ``tools`` runs ``get_weather`` (LangGraph's ``ToolNode``; each ToolMessage's id is its tool
+  call's);
 - a message asking for a refund first stops at ``interrupt({"question": ...})`` and the reply
   says whether the human approved.
 
@@ -51,6 +52,10 @@ def reply_to(text: str, approved: bool | None = None) -> str:
         f"You said {len(text.split())} words. Here is a longer answer so that the stream has"
         " many chunks to cut in the middle of, one word at a time, all of them in order."
     )
+
+
+#: what the agent says with its tool call, before the tool answers
+LOOKUP_REPLY = "Let me look that up."
 
 
 def weather_reply(city: str, forecast: str) -> str:
@@ -129,7 +134,7 @@ def build_graph(checkpointer: Any, token_delay: float | None = None) -> Any:
                 "args": {"city": city.group(1)},
                 "id": "call-" + city.group(1),
             }
-            reply = AIMessage(content="Let me look that up.", tool_calls=[call])
+            reply = AIMessage(content=LOOKUP_REPLY, tool_calls=[call])
         else:
             reply = AIMessage(content=reply_to(text, state.get("approved")))
         model = StreamingFake(messages=iter([reply]), token_delay=delay)
@@ -154,7 +159,20 @@ def build_graph(checkpointer: Any, token_delay: float | None = None) -> Any:
 
     builder = StateGraph(State)
     builder.add_node("agent", agent)
-    builder.add_node("tools", ToolNode([get_weather]))
+    tool_node = ToolNode([get_weather])
+
+    async def tools(state: State) -> dict[str, Any]:
+        # ToolNode's ToolMessages have no id (the reducer gives them a random one), and
+        # ag-ui-langgraph's TOOL_CALL_RESULT then names the message by its tool call id: the
+        # run's closing MESSAGES_SNAPSHOT carries another id, and @ag-ui/client drops the
+        # streamed tool message and appends the snapshot's after the final answer. The tool
+        # call id as the message id keeps both the same.
+        update: dict[str, Any] = await tool_node.ainvoke(state)
+        for message in update["messages"]:
+            message.id = message.id or message.tool_call_id
+        return update
+
+    builder.add_node("tools", tools)
     builder.add_node("approval", approval)
     builder.add_node("answer", after_approval)
     builder.add_edge(START, "agent")
