@@ -218,6 +218,32 @@ async def test_a_page_load_gets_the_snapshot_then_joins_the_live_run_without_a_g
 
 
 @pytest.mark.parametrize("setup", SETUPS)
+async def test_a_page_load_after_a_tool_answered_shows_its_result_once(setup: Setup) -> None:
+    prefix = unique_prefix("agui")
+    async with (
+        graphkeep.aconnect(setup.url, key_prefix=prefix) as saver,
+        graphkeep.aconnect_events(setup.url, key_prefix=prefix) as log,
+    ):
+        # ToolNode's own tool messages: no id until the reducer gives them a random one
+        runs = AGUIRuns(build_graph(saver, 0.03, tool_message_ids=False), log)
+        try:
+            ask = request("t-tool", "what is the weather in Paris")
+            await runs.start(ask)
+            async for _id, event in runs.serve("t-tool", ask.run_id):
+                if event["type"] == "TEXT_MESSAGE_CONTENT" and "weather" in event["delta"]:
+                    break  # the final reply streams: the tool has answered
+            loaded = events_of(await collect(runs.connect("t-tool", "load")))
+        finally:
+            await runs.aclose()
+    # the snapshot holds the tool's answer: its TOOL_CALL_RESULT (under another message id)
+    # is not sent again, which would show it twice until the run's closing snapshot
+    assert [e for e in loaded if e["type"] == "TOOL_CALL_RESULT"] == []
+    page = Transcript().apply(loaded)
+    assert page.texts("tool") == ["sunny and 15 degrees"]
+    assert page.texts()[-1] == weather_reply("Paris", "sunny and 15 degrees")
+
+
+@pytest.mark.parametrize("setup", SETUPS)
 async def test_an_interrupt_ends_the_run_with_its_outcome_and_a_resume_continues_it(
     setup: Setup,
 ) -> None:

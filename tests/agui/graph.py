@@ -116,7 +116,10 @@ class State(MessagesState):
     approved: bool | None
 
 
-def build_graph(checkpointer: Any, token_delay: float | None = None) -> Any:
+def build_graph(
+    checkpointer: Any, token_delay: float | None = None, *, tool_message_ids: bool = True
+) -> Any:
+    """The graph; ``tool_message_ids=False`` keeps ``ToolNode``'s id-less tool messages."""
     delay = (
         float(os.environ.get("AGUI_TOKEN_DELAY", "0.01")) if token_delay is None else token_delay
     )
@@ -168,7 +171,7 @@ def build_graph(checkpointer: Any, token_delay: float | None = None) -> Any:
         # streamed tool message and appends the snapshot's after the final answer. The tool
         # call id as the message id keeps both the same.
         update: dict[str, Any] = await tool_node.ainvoke(state)
-        for message in update["messages"]:
+        for message in update["messages"] if tool_message_ids else ():
             message.id = message.id or message.tool_call_id
         return update
 

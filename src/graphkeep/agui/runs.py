@@ -450,9 +450,16 @@ class _Shown:
             for call in (getattr(m, "tool_calls", None) or ())
             if isinstance(call, dict)
         }
+        #: tool calls a tool message of the snapshot answers (its result may have been
+        #: streamed under another message id than the one stored)
+        self.answered = {
+            str(m.tool_call_id) for m in messages if getattr(m, "tool_call_id", None) is not None
+        }
 
     def wants(self, event: dict[str, Any]) -> bool:
         kind = event.get("type")
+        if kind == "TOOL_CALL_RESULT" and str(event.get("toolCallId")) in self.answered:
+            return False
         if kind in _MESSAGE_EVENTS:
             return str(event.get("messageId")) not in self.messages
         if kind in _TOOL_EVENTS:
