@@ -181,8 +181,9 @@
 
   // -- streams -------------------------------------------------------------------------
 
-  /** Reads an SSE body: calls onEvent(id or null, event) per event; resolves at the end of
-   * the body (rejects when the connection breaks). */
+  /** Reads an SSE body: calls onEvent(id or null, event) per event (event null: a block
+   * with an id and no data, which only moves the last event id); resolves at the end of the
+   * body (rejects when the connection breaks). */
   async function readEvents(body, onEvent) {
     const reader = body.getReader();
     const decoder = new TextDecoder();
@@ -192,6 +193,7 @@
     const line = (text) => {
       if (text === "") {
         if (data.length) onEvent(id, JSON.parse(data.join("\n")));
+        else if (id !== null) onEvent(id, null);
         id = null;
         data = [];
         return;
@@ -265,6 +267,7 @@
             setLastEventId(id);
           }
           retry = RETRY_MS;
+          if (ev === null) return;
           switch (ev.type) {
             case "RUN_STARTED":
               if (kind === "connect" && !rejoin && ev.runId !== input.runId) {
@@ -308,8 +311,11 @@
       }
       if (!live()) return;
       if (terminal) {
-        if (terminal.type === "RUN_ERROR" && terminal.code === "EventsTrimmed") {
-          connect(); // the log no longer holds where we were: start over from the checkpoint
+        const trimmed = terminal.type === "RUN_ERROR" && terminal.code === "EventsTrimmed";
+        if (trimmed && (rejoin || kind === "run")) {
+          // the log no longer holds where we were: start over from the checkpoint (a connect
+          // that gets EventsTrimmed itself ends with the error, not in a loop)
+          connect();
           return;
         }
         finish(terminal);
