@@ -367,6 +367,13 @@ def test_reloading_the_page_mid_run_rebuilds_the_reply_and_carries_on(
             c["path"] == "/agent/connect" and c["last_event_id"] is None and c["served"] > 0
             for c in connections[1:]
         ), connections
+        # whichever connection the hook cut (the first, or usually the page's connect), the
+        # page rejoined the run right after the last event it was sent
+        for i, cut in enumerate(connections):
+            if cut["dropped"]:
+                after = connections[i + 1]
+                assert after["path"] == "/agent", connections
+                assert after["last_event_id"] == cut["last_event_id_sent"], connections
         screenshot(browser, server, "resumable_chat-reload")
 
 
