@@ -1,11 +1,12 @@
 """The resumable chat example (``examples/resumable_chat``) in a real headless Chromium.
 
-On every backend: the app runs under uvicorn in a subprocess on a free loopback port, with
-its test hook cutting each run's event stream once after ``DROP_AFTER`` events; Debian's
-Chromium (``/usr/bin/chromium`` + ``/usr/bin/chromedriver``, ``./dev test`` installs them)
-drives the page through Selenium. The page must end with the fake model's exact reply —
-every token exactly once, in order — after the browser's own ``EventSource`` reconnect,
-after a reload in the middle of a run, and after an approval on interrupt.
+On every backend: the app (the bot served as an AG-UI endpoint by :mod:`graphkeep.agui`)
+runs under uvicorn in a subprocess on a free loopback port, with its test hook cutting each
+run's event stream once after ``DROP_AFTER`` events; Debian's Chromium (``/usr/bin/chromium``
++ ``/usr/bin/chromedriver``, ``./dev test`` installs them) drives the page through Selenium.
+The page must end with the fake model's exact reply — every token exactly once, in order —
+after its reconnect with ``Last-Event-ID``, after a reload in the middle of a run (the page's
+``/agent/connect``), and after an approval on interrupt.
 
 Screenshots land in ``.services/screenshots/`` (``resumable_chat.png`` is the reconnect
 test on Redis); a failing test leaves its page HTML, browser console and server log there.
@@ -23,6 +24,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +47,7 @@ SCREENSHOTS = ROOT / ".services" / "screenshots"
 LOGS = ROOT / ".services" / "logs"
 CHROMIUM = os.environ.get("CHROMIUM_BINARY", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
-#: the test hook: the events endpoint cuts each run's stream once after this many events
+#: the test hook: the app cuts each run's event stream once after this many events
 DROP_AFTER = 40
 #: seconds between the fake model's chunks: a reply of ~120 chunks lasts ~3 s
 TOKEN_DELAY = 0.025
@@ -73,8 +75,30 @@ class ChatServer:
         with urllib.request.urlopen(self.base + path, timeout=10) as response:
             return json.loads(response.read())
 
+    def thread_state(self, thread: str) -> dict[str, Any]:
+        """The thread as a page load gets it (``POST /agent/connect``): the messages of its
+        ``MESSAGES_SNAPSHOT`` and the interrupts its ``RUN_FINISHED`` says it waits for."""
+        body = {"threadId": thread, "runId": f"test-{uuid.uuid4().hex}", "messages": []}
+        request = urllib.request.Request(
+            self.base + "/agent/connect",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=RUN_TIMEOUT) as response:
+            lines = response.read().decode().splitlines()
+        events = [json.loads(line[len("data: ") :]) for line in lines if line.startswith("data: ")]
+        snapshot = [e for e in events if e["type"] == "MESSAGES_SNAPSHOT"]
+        assert len(snapshot) == 1 and events[-1]["type"] == "RUN_FINISHED", events
+        outcome = events[-1].get("outcome") or {}
+        return {
+            "messages": snapshot[0]["messages"],
+            "interrupts": outcome.get("interrupts") if outcome.get("type") == "interrupt" else [],
+        }
+
     def trace(self, run_id: str) -> Any:
-        """The app's test-hook trace of a run (start, end, SSE connections), or why not."""
+        """The app's test-hook trace of a run (its SSE connections, its log state), or why
+        not."""
         try:
             return self.get_json(f"/_test/runs/{run_id}")
         except (OSError, ValueError) as exc:
@@ -282,7 +306,7 @@ def without_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in m.items() if k != "id"} for m in messages]
 
 
-def test_a_dropped_event_stream_is_resumed_by_eventsource_with_every_token_once(
+def test_a_dropped_event_stream_is_resumed_with_every_token_once(
     server: ChatServer, browser: webdriver.Chrome
 ) -> None:
     question = "Hello, my parcel has not arrived yet"
@@ -292,9 +316,10 @@ def test_a_dropped_event_stream_is_resumed_by_eventsource_with_every_token_once(
         wait_done(browser)
         assert without_ids(transcript(browser)) == settled(question, answer_for(question))
         connections = server.get_json(f"/_test/runs/{run_id}")["connections"]
-        # the hook cut the first connection after DROP_AFTER events, mid-run; the browser
-        # reconnected by itself, saying where it was with the Last-Event-ID header
+        # the hook cut the first connection after DROP_AFTER events, mid-run; the page
+        # POSTed the same run again, saying where it was with the Last-Event-ID header
         first, second = connections[0], connections[1]
+        assert first["path"] == second["path"] == "/agent"
         assert first["last_event_id"] is None
         assert first["dropped"] and first["served"] == DROP_AFTER
         assert second["last_event_id"] == first["last_event_id_sent"]
@@ -332,12 +357,23 @@ def test_reloading_the_page_mid_run_rebuilds_the_reply_and_carries_on(
         assert browser.execute_script("return sessionStorage.getItem('chat.thread')") == thread
         final = transcript(browser)
         assert without_ids(final) == settled(question, reply)
-        state = server.get_json(f"/threads/{thread}/state")
+        state = server.thread_state(thread)
         assert [m["content"] for m in state["messages"]] == [question, reply]
         assert final[1]["id"] == state["messages"][1]["id"]
-        # the reloaded page re-read the run from its start, on a new connection
+        # the reloaded page joined the live run through /agent/connect, on a new connection
+        # (the reply in flight came from the run's log, from its start)
         connections = server.get_json(f"/_test/runs/{run_id}")["connections"]
-        assert any(c["last_event_id"] is None and c["after"] is None for c in connections[1:])
+        assert any(
+            c["path"] == "/agent/connect" and c["last_event_id"] is None and c["served"] > 0
+            for c in connections[1:]
+        ), connections
+        # whichever connection the hook cut (the first, or usually the page's connect), the
+        # page rejoined the run right after the last event it was sent
+        for i, cut in enumerate(connections):
+            if cut["dropped"]:
+                after = connections[i + 1]
+                assert after["path"] == "/agent", connections
+                assert after["last_event_id"] == cut["last_event_id_sent"], connections
         screenshot(browser, server, "resumable_chat-reload")
 
 
@@ -366,8 +402,8 @@ def test_a_refund_asks_for_approval_and_approving_resumes_the_run(
             question, answer_for(question, approved=True)
         )
         thread = browser.execute_script("return sessionStorage.getItem('chat.thread')")
-        state = server.get_json(f"/threads/{thread}/state")
-        assert state["interrupt"] is None
+        state = server.thread_state(thread)
+        assert state["interrupts"] == []
         assert state["messages"][-1]["content"] == answer_for(question, approved=True)
         screenshot(browser, server, "resumable_chat-approved")
 
