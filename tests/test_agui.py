@@ -127,7 +127,13 @@ class Transcript:
 
 
 def events_of(items: list[Any]) -> list[dict[str, Any]]:
-    return [event for _id, event in items]
+    """The events of served items (a page load's id-only items left out)."""
+    return [event for _id, event in items if event is not None]
+
+
+def last_id(items: list[Any]) -> str:
+    """The last event id a client saw (id-only items move it too, as in SSE)."""
+    return str([event_id for event_id, _ in items if event_id is not None][-1])
 
 
 @pytest.mark.parametrize("setup", SETUPS)
@@ -193,6 +199,9 @@ async def test_a_page_load_gets_the_snapshot_then_joins_the_live_run_without_a_g
         # wait until the reply streams, then load the page
         seen = await collect(runs.serve("t-page", second.run_id), limit=6)
         assert any(e["type"] == "TEXT_MESSAGE_CONTENT" for e in events_of(seen))
+        # a page that loads and loses its connection at once rejoins after the last id it
+        # saw, ids of events the load left out included: nothing comes twice
+        early = await collect(runs.connect("t-page", uuid.uuid4().hex), limit=6)
         page = await collect(runs.connect("t-page", uuid.uuid4().hex))
         assert [e["type"] for e in events_of(page)[:3]] == [
             "RUN_STARTED",
@@ -201,6 +210,10 @@ async def test_a_page_load_gets_the_snapshot_then_joins_the_live_run_without_a_g
         ]
         assert events_of(page)[0]["runId"] == second.run_id
         view = Transcript().apply(events_of(page))
+        again = Transcript().apply(events_of(early))
+        again.reconnect()
+        again.apply(events_of(await collect(runs.serve("t-page", second.run_id, last_id(early)))))
+        assert again.messages == view.messages
         state = await runs.graph.aget_state({"configurable": {"thread_id": "t-page"}})
         expected = {m.id: m.text for m in state.values["messages"]}
         assert {k: v["content"] for k, v in view.messages.items()} == expected
@@ -326,6 +339,34 @@ async def test_a_resume_point_the_log_no_longer_keeps_is_an_error_never_a_gap(
 
 
 @pytest.mark.parametrize("setup", SETUPS)
+async def test_a_page_load_joins_a_live_run_whose_first_events_were_trimmed(setup: Setup) -> None:
+    prefix = unique_prefix("agui")
+    words = " ".join(f"w{i}" for i in range(300))
+    async with (
+        graphkeep.aconnect(setup.url, key_prefix=prefix) as saver,
+        graphkeep.aconnect_events(setup.url, key_prefix=prefix, max_events=20) as log,
+    ):
+        graph = talk_graph(saver, words, delay=0.01)
+        runs = AGUIRuns(graph, log)
+        try:
+            ask = request("t-long", "hi")
+            await runs.start(ask)
+            while True:  # wait until the run's start is dropped by retention
+                state = await log.state(ask.run_id)
+                if state is not None and state.trimmed_through is not None:
+                    break
+                await asyncio.sleep(0.05)
+            assert runs.tasks, "the run is still live"
+            page = await collect(runs.connect("t-long", "load"))
+        finally:
+            await runs.aclose()
+    view = Transcript().apply(events_of(page))  # the protocol's rules hold
+    assert events_of(page)[0]["runId"] == ask.run_id
+    assert view.texts() == [words]
+    assert view.outcome is not None and view.outcome["type"] == "RUN_FINISHED"
+
+
+@pytest.mark.parametrize("setup", SETUPS)
 async def test_a_stopped_server_ends_its_runs_with_run_error(setup: Setup) -> None:
     async with served(setup) as runs:
         ask = request("t-stop", "a long answer please")
@@ -339,11 +380,11 @@ async def test_a_stopped_server_ends_its_runs_with_run_error(setup: Setup) -> No
         assert state is not None and state.closed == "error"
 
 
-def talk_graph(checkpointer: Any, text: str) -> Any:
-    """One node streaming ``text`` word by word with no delay (a word with no space: one delta)."""
+def talk_graph(checkpointer: Any, text: str, delay: float = 0) -> Any:
+    """One node streaming ``text`` word by word (a word with no space: one delta)."""
 
     async def talk(state: MessagesState) -> dict[str, Any]:
-        model = StreamingFake(messages=iter([AIMessage(content=text)]), token_delay=0)
+        model = StreamingFake(messages=iter([AIMessage(content=text)]), token_delay=delay)
         return {"messages": [await model.ainvoke(state["messages"])]}
 
     builder = StateGraph(MessagesState)

@@ -124,7 +124,8 @@ async def _stream(events: Prefetch) -> AsyncIterator[str]:
             if item is None:
                 return
             event_id, event = item
-            yield _sse(event_id, event)
+            # an event a page load leaves out: its id alone, so a rejoin starts after it
+            yield f"id: {event_id}\n\n" if event is None else _sse(event_id, event)
     finally:
         await events.aclose()
 

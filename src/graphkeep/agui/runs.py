@@ -53,8 +53,9 @@ log = logging.getLogger("graphkeep.agui")
 INDEX_EVENTS = 20
 #: the longest run id the endpoint accepts (the log's limit is 512 bytes)
 MAX_RUN_ID_BYTES = 400
-#: an event served as it was appended: (its log id, the event); replayed ones have no id
-Served = tuple[str | None, dict[str, Any]]
+#: an event served as it was appended: (its log id, the event); replayed ones have no id, and
+#: a log event a page load leaves out comes as (its id, None): the client is past it
+Served = tuple[str | None, dict[str, Any] | None]
 
 #: opener type -> (closer types, the field naming what is open)
 _OPENERS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -64,6 +65,12 @@ _OPENERS: dict[str, tuple[tuple[str, ...], str]] = {
     "REASONING_START": (("REASONING_END",), "messageId"),
     "REASONING_MESSAGE_START": (("REASONING_MESSAGE_END",), "messageId"),
     "SUBAGENT_STARTED": (("SUBAGENT_FINISHED", "SUBAGENT_ERROR"), "subagentRunId"),
+}
+#: events inside an open one: (its opener, the field naming it)
+_INSIDE = {
+    "TEXT_MESSAGE_CONTENT": ("TEXT_MESSAGE_START", "messageId"),
+    "TOOL_CALL_ARGS": ("TOOL_CALL_START", "toolCallId"),
+    "REASONING_MESSAGE_CONTENT": ("REASONING_MESSAGE_START", "messageId"),
 }
 _CLOSERS = {
     closer: (opener, key) for opener, (closers, key) in _OPENERS.items() for closer in closers
@@ -390,7 +397,9 @@ class AGUIRuns:
         async for item in self._follow(run_id, after):
             yield item
 
-    async def _follow(self, run_id: str, after: str | None) -> AsyncIterator[Served]:
+    async def _follow(
+        self, run_id: str, after: str | None
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         state = await call_log(self.events, "state", run_id)
         follow = state is not None and state.closed is None
         async for event_id, event in _aiter(self.events, run_id, after, follow):
@@ -412,14 +421,17 @@ class AGUIRuns:
                 yield None, event
             yield None, finished(thread_id, run_id, state)
             return
-        head = await self._head(thread_id, live)
+        try:
+            head = await self._head(thread_id, live)
+        except EventsTrimmed:  # a long run: the thread's index names it, the snapshot leads
+            head = {"type": "RUN_STARTED", "threadId": thread_id, "runId": live}
         # what the log holds now, then the checkpoint: a snapshot event in that part of the
         # log is no newer than the checkpoint, and is left out
         before: list[tuple[str, dict[str, Any]]] = []
         async for item in _aiter(self.events, live, None, False):
             before.append(item)
         state = await self.graph.aget_state(config)
-        shown = _Shown(state)
+        join = _Join(state)
         yield None, head
         for event in snapshots(state):
             yield None, event
@@ -428,16 +440,16 @@ class AGUIRuns:
             last = event_id
             if event.get("type") == "close":
                 return
-            if event.get("type") in _SKIPPED_ON_LOAD or not shown.wants(event):
-                continue
-            yield event_id, event
-        async for follow_id, event in self._follow(live, last):
-            if shown.wants(event):
-                yield follow_id, event
+            wanted = event.get("type") not in _SKIPPED_ON_LOAD and join.wants(event)
+            yield event_id, (event if wanted else None)
+        async for follow_id, followed in self._follow(live, last):
+            yield follow_id, (followed if join.wants(followed) else None)
 
 
-class _Shown:
-    """Which messages and tool calls a checkpoint snapshot already holds."""
+class _Join:
+    """What a page load sends of a live run's events after its checkpoint snapshot: not the
+    events of messages and tool calls the snapshot holds, nor events inside or closing one
+    whose opener it did not send (dropped by retention, or left out)."""
 
     def __init__(self, state: Any) -> None:
         messages = (
@@ -456,7 +468,20 @@ class _Shown:
             str(m.tool_call_id) for m in messages if getattr(m, "tool_call_id", None) is not None
         }
 
+        self.opened: set[tuple[str, str]] = set()
+
     def wants(self, event: dict[str, Any]) -> bool:
+        if not self._new(event):
+            return False
+        kind = str(event.get("type"))
+        if kind in _OPENERS:
+            self.opened.add((kind, str(event.get(_OPENERS[kind][1]))))
+            return True
+        inside = _INSIDE.get(kind) or _CLOSERS.get(kind)
+        return inside is None or (inside[0], str(event.get(inside[1]))) in self.opened
+
+    def _new(self, event: dict[str, Any]) -> bool:
+        """Whether the snapshot does not hold what ``event`` is about."""
         kind = event.get("type")
         if kind == "TOOL_CALL_RESULT" and str(event.get("toolCallId")) in self.answered:
             return False
