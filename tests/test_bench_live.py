@@ -5,7 +5,8 @@ of the sizes and the PUBLISH comparison on the same Redis; the test checks that 
 cell of every backend that has its event log and watch is a number, that a cell that is
 not says why in the notes, and what the issue makes checkable without timing: the
 graphkeep reader loses nothing in the disconnect test, batching costs fewer requests
-than events, and a watcher misses no checkpoint.
+than events, and a watcher misses no checkpoint. The AG-UI endpoint's measurement is also run
+on its own on every backend, its counts checked against what the event log and ``serve`` hold.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from graphkeep.bench.live_workload import percentile
+import graphkeep
+from graphkeep.agui.runs import index_id
+from graphkeep.bench.live_workload import Requests, forget_agui, measure_agui, percentile
 from graphkeep.bench.suites import live as live_suite
 from graphkeep.bench.suites import load
 
@@ -94,6 +97,14 @@ def test_quick_live_suite_reports_every_backend_side_by_side(tmp_path: Path) -> 
         for label, cell in column_cells.items():
             if label.endswith(")"):  # a measure with its unit: a number
                 assert cell == "n/a" or NUMBER.match(cell), (backend, label, cell)
+        stream = column_cells["stream_run, token graph (requests / 1,000 events)"]
+        agui = column_cells["AG-UI endpoint, token graph (requests / 1,000 events)"]
+        if stream != "n/a":  # the same event log: the AG-UI endpoint is measured too
+            assert agui != "n/a", (backend, notes)
+        if agui != "n/a":
+            assert float(agui.replace(",", "")) > 0, backend
+            rate = column_cells["AG-UI endpoint, token graph (events/s)"]
+            assert float(rate.replace(",", "")) > 0, backend
         one = column_cells["append one by one (requests / 1,000 events)"]
         many = column_cells["append_many, batches of 100 (requests / 1,000 events)"]
         if one != "n/a" and many != "n/a":
@@ -110,8 +121,40 @@ def test_quick_live_suite_reports_every_backend_side_by_side(tmp_path: Path) -> 
 
     targets = report.split("Targets:\n\n", 1)[1].split("\n\n", 1)[0]
     assert "Redis: a watcher sees a checkpoint at most 20 ms (p95)" in targets
+    assert "Redis: 1,000 small events cost far fewer" in targets
+    assert ", AG-UI endpoint " in targets.split("1,000 small events", 1)[1].splitlines()[0]
     assert "- [met] Redis: 1,000 small events cost far fewer" in targets
     assert "- [met] Redis disconnect test" in targets
     # the polling backends keep up with a burst (issue 28 item 6)
     for backend in ("mongodb", "dynamodb"):
         assert f"{backend}: a polling watcher keeps up with a burst" in targets, targets
+
+
+def test_agui_endpoint_measurement_counts_what_the_log_holds(
+    graphkeep_backend: str, graphkeep_url: str
+) -> None:
+    """The AG-UI row's figures: every event of the run counted once (the log holds them and the
+    close, ``serve`` sends them), the requests of the log and of the saver counted."""
+    tokens = 60
+    with graphkeep.connect(graphkeep_url) as saver, graphkeep.connect_events(graphkeep_url) as log:
+        counter, saver_counter = Requests().wrap(log), Requests().wrap(saver)
+        result = measure_agui(saver, saver_counter, log, counter, tokens)
+        try:
+            stored = [event for _, event in log.read(result.run, follow=False)]
+            assert stored[-1] == {"type": "close", "status": "success"}
+            assert result.events == len(stored) - 1
+            kinds = [event["type"] for event in stored[:-1]]
+            assert kinds[0] == "RUN_STARTED" and kinds[-1] == "RUN_FINISHED", kinds
+            assert kinds.count("TEXT_MESSAGE_CONTENT") == tokens
+            assert result.events > tokens  # RUN_STARTED, the message's start and end ...
+            # the run's close, RUN_STARTED and the thread's index are requests of their own;
+            # the graph's checkpoint is read and written through the saver
+            assert result.requests - result.saver_requests >= 3
+            assert result.saver_requests >= 2
+            assert result.requests <= counter.count + saver_counter.count
+            assert result.seconds > 0 and result.per_second > 0
+            assert saver.get_tuple({"configurable": {"thread_id": result.thread}}) is not None
+        finally:
+            forget_agui(saver, log, result)
+        assert log.state(result.run) is None and log.state(index_id(result.thread)) is None
+        assert saver.get_tuple({"configurable": {"thread_id": result.thread}}) is None

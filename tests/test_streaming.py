@@ -109,6 +109,50 @@ async def test_chunks_arriving_together_are_appended_in_few_requests(setup: Setu
     assert len(calls) < len(chunks) / 4, calls  # the fake model streams without pausing
 
 
+@pytest.mark.parametrize("setup", SETUPS[:1])
+async def test_a_steady_stream_costs_one_append_per_window_not_one_per_round_trip(
+    setup: Setup,
+) -> None:
+    """Chunks arriving while a window's append is in flight wait for the next window: a graph
+    streaming a chunk every millisecond or so (as a chat model does) into a sync log (its
+    appends run in a worker thread) costs at most one ``append_many`` per ``flush_ms``, not
+    one per append round trip."""
+
+    async def speak(state: dict[str, Any]) -> dict[str, Any]:
+        from langgraph.config import get_stream_writer
+
+        write = get_stream_writer()
+        for i in range(200):
+            write({"i": i})
+            await asyncio.sleep(0.001)
+        return {"n": [1]}
+
+    builder = StateGraph(TypedDict("S", {"n": Annotated[list[int], operator.add]}))  # type: ignore[operator]
+    builder.add_node("speak", speak)
+    builder.add_edge(START, "speak")
+    with graphkeep.connect_events(setup.url, key_prefix=unique_prefix("window")) as log:
+        calls: list[int] = []
+        original = log.append_many
+
+        def counting(run_id: str, events: Any) -> list[str]:
+            events = list(events)
+            calls.append(len(events))
+            return original(run_id, events)
+
+        log.append_many = counting  # type: ignore[method-assign]
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        run = stream_run(builder.compile(), {"n": []}, None, log, stream_mode="custom")
+        chunks = [c async for c in run]
+        elapsed = loop.time() - started
+        log.append_many = original  # type: ignore[method-assign]
+        events = [e for _, e in log.read(run.run_id, follow=False)]
+    assert [e["data"]["i"] for e in events[:-1]] == list(range(200)) and len(chunks) == 200
+    assert sum(calls) == 200
+    # every append but the final flush's follows a full 20 ms window
+    assert len(calls) <= elapsed / 0.020 + 1, (len(calls), elapsed, calls)
+
+
 def approval_graph() -> Any:
     def ask(state: dict[str, Any]) -> dict[str, Any]:
         return {"answer": interrupt({"question": "approve?"})}

@@ -1,6 +1,7 @@
 """The live suite's measurements (:mod:`graphkeep.bench.suites.live`), on one backend's
-scratch space: watch latency, event appends (one by one, ``append_many``, ``stream_run``),
-read-back, idle watchers' requests, and PUBLISH per event against the event log on Redis.
+scratch space: watch latency, event appends (one by one, ``append_many``, ``stream_run``, the
+AG-UI endpoint), read-back, idle watchers' requests, and PUBLISH per event against the event
+log on Redis.
 
 Requests are counted where every backend issues them: :class:`Requests` wraps the executor
 (the callable that runs the requests the backend's generators yield) of a saver or an event
@@ -364,6 +365,121 @@ def measure_stream_run(log: Any, counter: Requests, n: int) -> AppendResult:
     result = AppendResult(n, seconds, counter.count - before)
     log.delete(run)
     return result
+
+
+@dataclass
+class AGUIResult(AppendResult):
+    """The AG-UI endpoint's run: ``events`` is every event it wrote (``RUN_STARTED`` …
+    ``RUN_FINISHED``, not the log's close), ``requests`` the event log's and the saver's,
+    ``saver_requests`` the saver's alone; ``thread`` / ``run`` name what :func:`forget_agui`
+    deletes."""
+
+    saver_requests: int = 0
+    thread: str = ""
+    run: str = ""
+
+
+def chat_token_graph(tokens: int, checkpointer: Any) -> Any:
+    """:func:`token_graph` for the AG-UI endpoint: its one node asks a fake chat model that
+    streams ``tokens`` chunks (no delay) through LangGraph's message stream, which
+    ag-ui-langgraph turns into one ``TEXT_MESSAGE_CONTENT`` event each."""
+    from collections.abc import AsyncIterator
+
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+    from langchain_core.outputs import ChatGenerationChunk
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    class TokenModel(GenericFakeChatModel):
+        # the chat model base class reports each chunk to the callbacks (the message stream)
+        async def _astream(
+            self,
+            messages: list[BaseMessage],
+            stop: list[str] | None = None,
+            run_manager: Any = None,
+            **kwargs: Any,
+        ) -> AsyncIterator[ChatGenerationChunk]:
+            message = next(self.messages)
+            reply = message.id if isinstance(message, AIMessage) else None
+            for i in range(tokens):
+                text = _token(i)["text"]
+                yield ChatGenerationChunk(message=AIMessageChunk(content=text, id=reply))
+                if i % 10 == 9:
+                    await asyncio.sleep(0)
+
+    async def speak(state: MessagesState) -> dict[str, Any]:
+        reply = AIMessage(content="", id=f"reply-{uuid.uuid4().hex[:10]}")
+        model = TokenModel(messages=iter([reply]))
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("speak", speak)
+    builder.add_edge(START, "speak")
+    builder.add_edge("speak", END)
+    return builder.compile(checkpointer=checkpointer)
+
+
+def measure_agui(
+    saver: Any, saver_counter: Requests, log: Any, counter: Requests, n: int
+) -> AGUIResult:
+    """The AG-UI endpoint's run (:class:`graphkeep.agui.AGUIRuns`, what ``POST /agent``
+    starts) of :func:`chat_token_graph` checkpointed by ``saver``: timed from ``start`` to the
+    worker having written the run's close event, as :func:`measure_stream_run` with no reader
+    following. Then (not counted) the run is read back through ``AGUIRuns.serve`` and checked
+    against the log: every token once and in order, ``RUN_STARTED`` first, ``RUN_FINISHED``
+    last. The run stays in the log and the thread in the saver: :func:`forget_agui`."""
+    from graphkeep.agui import AGUIRuns, agent_input
+
+    thread, run = f"agui-{uuid.uuid4().hex[:10]}", f"agui-run-{uuid.uuid4().hex[:10]}"
+    runs = AGUIRuns(chat_token_graph(n, saver), log)
+    request = agent_input(
+        {
+            "threadId": thread,
+            "runId": run,
+            "state": {},
+            "messages": [{"id": f"user-{run}", "role": "user", "content": "speak"}],
+            "tools": [],
+            "context": [],
+            "forwardedProps": {},
+        }
+    )
+
+    async def go() -> tuple[float, int, int, list[dict[str, Any]]]:
+        log_before, saver_before = counter.count, saver_counter.count
+        started = time.perf_counter()
+        await runs.start(request)
+        await asyncio.gather(*runs.tasks)  # the worker ends once the close is written
+        seconds = time.perf_counter() - started
+        requests = counter.count - log_before, saver_counter.count - saver_before
+        served = [event async for _, event in runs.serve(thread, run)]
+        return seconds, *requests, served
+
+    seconds, log_requests, saver_requests, served = asyncio.run(go())
+    stored = [event for _, event in log.read(run, follow=False)]
+    if stored[-1:] != [{"type": "close", "status": "success"}]:
+        raise RuntimeError(f"the AG-UI run did not close with success: {stored[-1:]}")
+    events = stored[:-1]
+    if served != events:
+        raise RuntimeError(
+            f"AGUIRuns.serve sent {len(served)} events, the log holds {len(events)} + close"
+        )
+    kinds = [event.get("type") for event in events]
+    if kinds[:1] != ["RUN_STARTED"] or kinds[-1:] != ["RUN_FINISHED"]:
+        raise RuntimeError(f"the AG-UI run went {kinds[:1]} … {kinds[-1:]}")
+    deltas = [e.get("delta") for e in events if e.get("type") == "TEXT_MESSAGE_CONTENT"]
+    if deltas != [_token(i)["text"] for i in range(n)]:
+        raise RuntimeError(f"the AG-UI run wrote {len(deltas)} token deltas, expected {n} in order")
+    return AGUIResult(
+        len(events), seconds, log_requests + saver_requests, saver_requests, thread, run
+    )
+
+
+def forget_agui(saver: Any, log: Any, result: AGUIResult) -> None:
+    """Delete what :func:`measure_agui` left: the run, the thread's index of runs, the thread."""
+    from graphkeep.agui.runs import index_id
+
+    log.delete([result.run, index_id(result.thread)])
+    saver.delete_thread(result.thread)
 
 
 def measure_read_back(log: Any, run: str, n: int, reads: int) -> float:

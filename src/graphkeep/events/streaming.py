@@ -135,12 +135,15 @@ class EventWriter:
         self.ready.set()
 
     async def flush(self) -> None:
+        """Append what the buffer holds now; events added while it appends wait for the next
+        window (draining them too would append back to back, a request per round trip)."""
         async with self.lock:
-            while self.buffer:
-                batch, self.buffer = self.buffer[:PAGE], self.buffer[PAGE:]
+            pending, self.buffer = self.buffer, []
+            self.ready.clear()
+            for first in range(0, len(pending), PAGE):
+                batch = pending[first : first + PAGE]
                 await call_log(self.log, "append_many", self.run_id, batch)
                 self.last_write = asyncio.get_running_loop().time()
-            self.ready.clear()
 
     async def _pump(self) -> None:
         """Flush each window until ``finish`` says stop (never cancelled mid-append: an

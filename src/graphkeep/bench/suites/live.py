@@ -10,9 +10,13 @@ cluster; database / table ``graphkeep_bench_live`` on MongoDB / DynamoDB, droppe
   latency of a checkpoint is from ``put`` returning to the watcher holding its
   ``CheckpointTuple``. p50 / p95 over the N puts (a first, warm-up put is not counted);
 - **event appends**: events/s and store requests per 1,000 events for ``append`` one by
-  one, ``append_many`` in batches of 100 and :func:`graphkeep.events.streaming.stream_run` of a
-  graph streaming tokens (``stream_mode="custom"``; its writer batches per 20 ms window);
-  the times include the run's close;
+  one, ``append_many`` in batches of 100, :func:`graphkeep.events.streaming.stream_run` of a
+  graph streaming tokens (``stream_mode="custom"``; its writer batches per 20 ms window) and
+  the AG-UI endpoint (:class:`graphkeep.agui.AGUIRuns`, what ``POST /agent`` starts) running
+  as many tokens from a fake chat model through LangGraph's message stream, every AG-UI event
+  it writes counted (``RUN_STARTED`` … ``RUN_FINISHED``), the requests of its event log and
+  of the graph's saver (graphkeep, same backend); the times include the run's close, and no
+  reader follows either run while it is timed;
 - **read-back**: ``read(run, follow=False)`` of the 5,000 events just appended, median ms
   of 3 reads;
 - **idle watchers**: 100 watchers on 100 empty threads sharing one saver, store requests
@@ -55,6 +59,7 @@ from graphkeep.bench.live_workload import (
     DISCONNECT_GAP,
     KEY_PREFIX,
     WATCH_POLL_INTERVAL,
+    AGUIResult,
     AppendResult,
     Backend,
     BurstResult,
@@ -64,6 +69,8 @@ from graphkeep.bench.live_workload import (
     disconnect_log,
     disconnect_publish,
     events_at,
+    forget_agui,
+    measure_agui,
     measure_batched,
     measure_idle,
     measure_one_by_one,
@@ -72,6 +79,7 @@ from graphkeep.bench.live_workload import (
     measure_stream_run,
     measure_watch,
     measure_watch_burst,
+    saver_at,
 )
 from graphkeep.bench.render import (
     NA,
@@ -199,6 +207,7 @@ class Column:
     one_by_one: AppendResult | None = None
     batched: AppendResult | None = None
     streamed: AppendResult | None = None
+    agui: AGUIResult | None = None
     read_back_ms: float | None = None
     idle_rps: float | None = None
     errors: list[str] = field(default_factory=list)
@@ -256,12 +265,24 @@ def measure_backend(name: str, options: Options, sizes: Sizes, rng: random.Rando
                 log.delete(run)
             column.streamed = measure_stream_run(log, counter, sizes.stream_tokens)
 
+    def agui() -> None:
+        with events_at(backend) as log, saver_at(backend) as saver:
+            counter, saver_counter = Requests().wrap(log), Requests().wrap(saver)
+            column.agui = measure_agui(saver, saver_counter, log, counter, sizes.stream_tokens)
+            forget_agui(saver, log, column.agui)
+
     def idle() -> None:
         column.idle_rps = measure_idle(
             backend, sizes.idle_watchers, sizes.idle_settle, sizes.idle_window
         )
 
-    steps = (("watch", watch), ("watch burst", burst), ("events", appends), ("idle", idle))
+    steps = (
+        ("watch", watch),
+        ("watch burst", burst),
+        ("events", appends),
+        ("AG-UI endpoint", agui),
+        ("idle", idle),
+    )
     for what, step in steps:
         print(f"  live {name}: {what} ...", end="", flush=True)
         at = time.perf_counter()
@@ -378,6 +399,11 @@ ROWS: list[tuple[str, Callable[[Column], str]]] = [
         "stream_run, token graph (requests / 1,000 events)",
         lambda c: number(_rq(c.streamed), 1),
     ),
+    ("AG-UI endpoint, token graph (events/s)", lambda c: number(_eps(c.agui), 0)),
+    (
+        "AG-UI endpoint, token graph (requests / 1,000 events)",
+        lambda c: number(_rq(c.agui), 1),
+    ),
     ("read-back of the batched run (ms, median)", lambda c: number(c.read_back_ms, 1)),
     ("idle watchers (requests/s, all together)", lambda c: number(c.idle_rps, 1)),
 ]
@@ -396,13 +422,17 @@ def targets(columns: Sequence[Column], rival: Rival) -> list[tuple[str, bool]]:
             )
         )
     if redis and redis.batched and redis.streamed:
-        worst = max(redis.batched.per_1000, redis.streamed.per_1000)
+        batched = [redis.batched.per_1000, redis.streamed.per_1000]
+        agui = ""
+        if redis.agui is not None:
+            batched.append(redis.agui.per_1000)
+            agui = f", AG-UI endpoint {redis.agui.per_1000:.1f}"
         out.append(
             (
                 "Redis: 1,000 small events cost far fewer than 1,000 round trips with batching"
                 f" (at most {BATCHED_REQUESTS_MAX:g}; issue 11): append_many"
-                f" {redis.batched.per_1000:.1f}, stream_run {redis.streamed.per_1000:.1f}",
-                worst <= BATCHED_REQUESTS_MAX,
+                f" {redis.batched.per_1000:.1f}, stream_run {redis.streamed.per_1000:.1f}" + agui,
+                max(batched) <= BATCHED_REQUESTS_MAX,
             )
         )
     for c in columns:
@@ -432,6 +462,16 @@ def targets(columns: Sequence[Column], rival: Rival) -> list[tuple[str, bool]]:
     return out
 
 
+def agui_saver_share(columns: Sequence[Column]) -> str:
+    """The saver's requests per 1,000 events of each backend's AG-UI run."""
+    shares = [
+        f"{c.backend} {number(c.agui.saver_requests * 1000 / c.agui.events, 1)}"
+        for c in columns
+        if c.agui is not None
+    ]
+    return ", ".join(shares) or NA
+
+
 def markdown(columns: Sequence[Column], rival: Rival, sizes: Sizes, where: str) -> str:
     names = [c.backend for c in columns]
     lines = [
@@ -446,7 +486,14 @@ def markdown(columns: Sequence[Column], rival: Rival, sizes: Sizes, where: str) 
         f"- appends: {sizes.one_by_one:,} events one by one, {sizes.batched:,} with"
         f" `append_many` ({BATCH} per call), {sizes.stream_tokens:,} tokens through"
         " `stream_run` (one graph node streaming custom chunks; 20 ms flush window);"
-        " times include the close",
+        " times include the close; no reader follows the run while it is timed",
+        f"- AG-UI endpoint: `AGUIRuns.start` (what `POST /agent` starts) of a one-node graph"
+        f" whose fake chat model streams {sizes.stream_tokens:,} tokens through LangGraph's"
+        " message stream (ag-ui-langgraph: one `TEXT_MESSAGE_CONTENT` each), until its"
+        " worker has closed the run (same 20 ms window; no reader while timed); events:"
+        " every AG-UI event written, `RUN_STARTED` … `RUN_FINISHED`; requests: its event"
+        " log's and its graph's graphkeep saver's (same backend; the saver's share per"
+        f" 1,000 events: {agui_saver_share(columns)})",
         "- requests = what the backend's executor sent to the store: one Redis command,"
         " script or pipeline, one MongoDB command, one DynamoDB API call",
         f"- read-back: `read(run, follow=False)` of the {sizes.batched:,}-event run"
@@ -555,6 +602,7 @@ def chart(columns: Sequence[Column], path: Path) -> None:
                 bars("append one by one", lambda c: _rq(c.one_by_one)),
                 bars(f"append_many ({BATCH})", lambda c: _rq(c.batched)),
                 bars("stream_run", lambda c: _rq(c.streamed)),
+                bars("AG-UI endpoint", lambda c: _rq(c.agui)),
             ],
             log=True,
             legend=True,
