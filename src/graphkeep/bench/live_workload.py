@@ -451,7 +451,7 @@ def measure_agui(
         await asyncio.gather(*runs.tasks)  # the worker ends once the close is written
         seconds = time.perf_counter() - started
         requests = counter.count - log_before, saver_counter.count - saver_before
-        served = [event async for _, event in runs.serve(thread, run)]
+        served = [event async for _, event in runs.serve(thread, run) if event is not None]
         return seconds, *requests, served
 
     seconds, log_requests, saver_requests, served = asyncio.run(go())
