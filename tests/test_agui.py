@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -37,17 +37,23 @@ from graphkeep.errors import EventsTrimmed, InvalidInput, UnknownRun
 from graphkeep.events.port import MAX_EVENT_BYTES
 from tests.agui.graph import StreamingFake, build_graph, create_app, reply_to, weather_reply
 from tests.conftest import unique_prefix
+from tests.scenarios.servers import free_port
 
 SETUPS = [pytest.param(s, id=s.name, marks=marks_for(s)) for s in ENABLED]
 TOKEN_DELAY = 0.01
 
 
 @contextlib.asynccontextmanager
-async def served(setup: Setup, graph: Any = None, **log_options: Any) -> AsyncIterator[AGUIRuns]:
+async def served(
+    setup: Setup, build: Callable[[Any], Any] | None = None, **log_options: Any
+) -> AsyncIterator[AGUIRuns]:
+    """AGUIRuns over a saver and an event log of their own on ``setup``: the graph is
+    ``build(saver)`` (default tests/agui/graph.py's), runs stopped on the way out."""
     prefix = unique_prefix("agui")
     async with graphkeep.aconnect(setup.url, key_prefix=prefix) as saver:
         async with graphkeep.aconnect_events(setup.url, key_prefix=prefix, **log_options) as log:
-            runs = AGUIRuns(graph or build_graph(saver, token_delay=TOKEN_DELAY), log)
+            graph = build(saver) if build else build_graph(saver, token_delay=TOKEN_DELAY)
+            runs = AGUIRuns(graph, log)
             try:
                 yield runs
             finally:
@@ -232,22 +238,15 @@ async def test_a_page_load_gets_the_snapshot_then_joins_the_live_run_without_a_g
 
 @pytest.mark.parametrize("setup", SETUPS)
 async def test_a_page_load_after_a_tool_answered_shows_its_result_once(setup: Setup) -> None:
-    prefix = unique_prefix("agui")
-    async with (
-        graphkeep.aconnect(setup.url, key_prefix=prefix) as saver,
-        graphkeep.aconnect_events(setup.url, key_prefix=prefix) as log,
-    ):
-        # ToolNode's own tool messages: no id until the reducer gives them a random one
-        runs = AGUIRuns(build_graph(saver, 0.03, tool_message_ids=False), log)
-        try:
-            ask = request("t-tool", "what is the weather in Paris")
-            await runs.start(ask)
-            async for _id, event in runs.serve("t-tool", ask.run_id):
-                if event["type"] == "TEXT_MESSAGE_CONTENT" and "weather" in event["delta"]:
-                    break  # the final reply streams: the tool has answered
-            loaded = events_of(await collect(runs.connect("t-tool", "load")))
-        finally:
-            await runs.aclose()
+    # ToolNode's own tool messages: no id until the reducer gives them a random one
+    plain = partial(build_graph, token_delay=0.03, tool_message_ids=False)
+    async with served(setup, plain) as runs:
+        ask = request("t-tool", "what is the weather in Paris")
+        await runs.start(ask)
+        async for _id, event in runs.serve("t-tool", ask.run_id):
+            if event and event["type"] == "TEXT_MESSAGE_CONTENT" and "weather" in event["delta"]:
+                break  # the final reply streams: the tool has answered
+        loaded = events_of(await collect(runs.connect("t-tool", "load")))
     # the snapshot holds the tool's answer: its TOOL_CALL_RESULT (under another message id)
     # is not sent again, which would show it twice until the run's closing snapshot
     assert [e for e in loaded if e["type"] == "TOOL_CALL_RESULT"] == []
@@ -316,50 +315,35 @@ async def test_bad_input_and_unknown_runs_are_refused_before_anything_is_written
 async def test_a_resume_point_the_log_no_longer_keeps_is_an_error_never_a_gap(
     setup: Setup,
 ) -> None:
-    prefix = unique_prefix("agui")
     words = " ".join(f"w{i}" for i in range(400))  # Redis trims whole stream nodes (~100)
-    async with (
-        graphkeep.aconnect(setup.url, key_prefix=prefix) as saver,
-        graphkeep.aconnect_events(setup.url, key_prefix=prefix, max_events=20) as log,
-    ):
-        runs = AGUIRuns(talk_graph(saver, words), log)
+    async with served(setup, partial(talk_graph, text=words), max_events=20) as runs:
         ask = request("t-trim", "hi")
-        try:
-            await runs.start(ask)  # RUN_STARTED is stored; the worker has not run yet
-            ((first_id, started),) = await collect(log.read(ask.run_id, follow=False), limit=1)
-            assert started["type"] == "RUN_STARTED"
-            while runs.tasks:
-                await asyncio.sleep(0.05)
-            with pytest.raises(EventsTrimmed):
-                await collect(runs.serve("t-trim", ask.run_id, after=first_id))
-            with pytest.raises(EventsTrimmed):  # from the start: RUN_STARTED is gone too
-                await collect(runs.serve("t-trim", ask.run_id))
-        finally:
-            await runs.aclose()
+        await runs.start(ask)  # RUN_STARTED is stored; the worker has not run yet
+        read = runs.events.read(ask.run_id, follow=False)
+        ((first_id, started),) = await collect(read, limit=1)
+        assert started["type"] == "RUN_STARTED"
+        while runs.tasks:
+            await asyncio.sleep(0.05)
+        with pytest.raises(EventsTrimmed):
+            await collect(runs.serve("t-trim", ask.run_id, after=first_id))
+        with pytest.raises(EventsTrimmed):  # from the start: RUN_STARTED is gone too
+            await collect(runs.serve("t-trim", ask.run_id))
 
 
 @pytest.mark.parametrize("setup", SETUPS)
 async def test_a_page_load_joins_a_live_run_whose_first_events_were_trimmed(setup: Setup) -> None:
-    prefix = unique_prefix("agui")
     words = " ".join(f"w{i}" for i in range(300))
-    async with (
-        graphkeep.aconnect(setup.url, key_prefix=prefix) as saver,
-        graphkeep.aconnect_events(setup.url, key_prefix=prefix, max_events=20) as log,
-    ):
-        graph = talk_graph(saver, words, delay=0.01)
-        runs = AGUIRuns(graph, log)
-        try:
-            ask = request("t-long", "hi")
-            await runs.start(ask)
-            while True:  # wait until the run's start is dropped by retention
-                state = await log.state(ask.run_id)
-                if state is not None and state.trimmed_through is not None:
-                    break
-                await asyncio.sleep(0.05)
-            assert runs.tasks, "the run is still live"
-            page = await collect(runs.connect("t-long", "load"))
-        finally:
-            await runs.aclose()
+    slow = partial(talk_graph, text=words, delay=0.01)
+    async with served(setup, slow, max_events=20) as runs:
+        ask = request("t-long", "hi")
+        await runs.start(ask)
+        while True:  # wait until the run's start is dropped by retention
+            state = await runs.events.state(ask.run_id)
+            if state is not None and state.trimmed_through is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert runs.tasks, "the run is still live"
+        page = await collect(runs.connect("t-long", "load"))
     view = Transcript().apply(events_of(page))  # the protocol's rules hold
     assert events_of(page)[0]["runId"] == ask.run_id
     assert view.texts() == [words]
@@ -399,14 +383,10 @@ async def test_events_over_the_log_limit_are_cut_or_replaced_and_the_run_ends(
     setup: Setup,
 ) -> None:
     text = "é" * (MAX_EVENT_BYTES // 2 + 1000)  # > the limit as UTF-8
-    prefix = unique_prefix("agui")
-    async with graphkeep.aconnect(setup.url, key_prefix=prefix) as saver:
-        async with graphkeep.aconnect_events(setup.url, key_prefix=prefix) as log:
-            runs = AGUIRuns(talk_graph(saver, text), log)
-            ask = request("t-big", "hi")
-            await runs.start(ask)
-            events = events_of(await collect(runs.serve("t-big", ask.run_id)))
-            await runs.aclose()
+    async with served(setup, partial(talk_graph, text=text)) as runs:
+        ask = request("t-big", "hi")
+        await runs.start(ask)
+        events = events_of(await collect(runs.serve("t-big", ask.run_id)))
     deltas = [e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT"]
     assert len(deltas) > 1 and "".join(deltas) == text
     assert events[-1]["type"] == "RUN_FINISHED"
@@ -431,15 +411,9 @@ def test_fit_keeps_small_events_and_strips_messages_from_a_large_state_snapshot(
 # -- over HTTP ------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def http_server(setup: Setup) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     config = uvicorn.Config(
         create_app(setup.url, key_prefix=unique_prefix("agui")),
         host="127.0.0.1",

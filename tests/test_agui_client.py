@@ -18,11 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -31,7 +27,7 @@ from conformance.setups import all_setups
 from conformance.testing import marks_for
 from tests.agui.graph import LOOKUP_REPLY, get_weather, reply_to, weather_reply
 from tests.conftest import unique_prefix
-from tests.scenarios.servers import free_port
+from tests.scenarios.servers import AppProcess, free_port, run_app
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE_DIR = ROOT / "tests" / "agui" / "node"
@@ -68,34 +64,12 @@ def expected() -> dict[str, dict[str, str]]:
     }
 
 
-@dataclass
-class AgentServer:
-    backend: str
-    url: str
-    process: subprocess.Popen[bytes]
-    log: Path
+class AgentServer(AppProcess):
+    """``python -m tests.agui.graph`` running; ``base`` is the endpoint's URL."""
 
-    def log_tail(self, lines: int = 80) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError as exc:
-            return f"(no server log: {exc})"
-
-
-def _wait_healthy(server: AgentServer, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and server.process.poll() is None:
-        try:
-            with urllib.request.urlopen(server.url + "/health", timeout=5) as response:
-                if json.loads(response.read()).get("ok"):
-                    return
-        except (OSError, urllib.error.URLError, ValueError):
-            time.sleep(0.1)
-    pytest.fail(
-        f"the AG-UI server did not come up at {server.url} ({server.backend}):\n"
-        f"{server.log_tail()}",
-        pytrace=False,
-    )
+    @property
+    def url(self) -> str:
+        return self.base
 
 
 @pytest.fixture(scope="module", params=SETUPS)
@@ -103,7 +77,6 @@ def server(request: pytest.FixtureRequest) -> Iterator[AgentServer]:
     """``python -m tests.agui.graph`` on one backend."""
     setup = request.param
     port = free_port()
-    LOGS.mkdir(parents=True, exist_ok=True)
     log = LOGS / f"agui-client-{setup.name}.log"
     env = {
         **os.environ,
@@ -112,25 +85,10 @@ def server(request: pytest.FixtureRequest) -> Iterator[AgentServer]:
         "AGUI_PORT": str(port),
         "AGUI_TOKEN_DELAY": str(TOKEN_DELAY),
     }
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tests.agui.graph"],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    agent = AgentServer(setup.name, f"http://127.0.0.1:{port}/agent", process, log)
-    try:
-        _wait_healthy(agent)
+    command = [sys.executable, "-m", "tests.agui.graph"]
+    url = f"http://127.0.0.1:{port}/agent"
+    with run_app(AgentServer, setup.name, url, command, env, log, "/health") as agent:
         yield agent
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _node() -> str:

@@ -18,15 +18,12 @@ import contextlib
 import json
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +38,7 @@ from conformance.setups import all_setups
 from conformance.testing import marks_for
 from examples.resumable_chat.bot import answer_for, refund_question
 from tests.conftest import unique_prefix
+from tests.scenarios.servers import AppProcess, free_port, run_app
 
 ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOTS = ROOT / ".services" / "screenshots"
@@ -62,14 +60,8 @@ return Array.from(document.querySelectorAll('#transcript .msg')).map(e => ({
 """
 
 
-@dataclass
-class ChatServer:
+class ChatServer(AppProcess):
     """A running example app: its URL, process and log."""
-
-    backend: str
-    base: str
-    process: subprocess.Popen[bytes]
-    log: Path
 
     def get_json(self, path: str) -> Any:
         with urllib.request.urlopen(self.base + path, timeout=10) as response:
@@ -104,42 +96,12 @@ class ChatServer:
         except (OSError, ValueError) as exc:
             return f"(no trace: {exc})"
 
-    def log_tail(self, lines: int = 60) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError as exc:
-            return f"(no server log: {exc})"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_healthy(server: ChatServer, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            break
-        try:
-            if server.get_json("/healthz").get("ok"):
-                return
-        except (OSError, urllib.error.URLError, ValueError):
-            time.sleep(0.1)
-    pytest.fail(
-        f"the example app did not come up on {server.base} ({server.backend}):\n"
-        f"{server.log_tail()}",
-        pytrace=False,
-    )
-
 
 @pytest.fixture(scope="module", params=SETUPS)
 def server(request: pytest.FixtureRequest) -> Iterator[ChatServer]:
     """``uvicorn examples.resumable_chat.app:app`` on one backend, with the drop test hook."""
     setup = request.param
     port = free_port()
-    LOGS.mkdir(parents=True, exist_ok=True)
     log = LOGS / f"resumable_chat-{setup.name}.log"
     env = {
         **os.environ,
@@ -160,19 +122,9 @@ def server(request: pytest.FixtureRequest) -> Iterator[ChatServer]:
         "--timeout-graceful-shutdown",
         "1",
     ]
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    chat = ChatServer(setup.name, f"http://127.0.0.1:{port}", process, log)
-    try:
-        _wait_healthy(chat)
+    base = f"http://127.0.0.1:{port}"
+    with run_app(ChatServer, setup.name, base, command, env, log, "/healthz") as chat:
         yield chat
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Servers of a test's own: private servers for the restart tests, a lossy proxy.
+"""Servers of a test's own: private servers for the restart tests, a lossy proxy, web apps.
 
 The shared servers of ``./dev services up`` are used by everyone working on the project and
 are never stopped by a test. A restart test starts one of these instead, stops it (a signal to
@@ -8,6 +8,8 @@ our own child process), and starts it again on the same port and data directory.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import shutil
 import signal
 import socket
@@ -18,9 +20,11 @@ import time
 import urllib.error
 import urllib.request
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, ClassVar
+from typing import IO, Any, ClassVar, TypeVar
 
 import pytest
 
@@ -35,6 +39,68 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@dataclass
+class AppProcess:
+    """A web app a test runs in a subprocess of its own: where it answers, its process, its
+    log (``run_app`` starts one)."""
+
+    backend: str
+    base: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def log_tail(self, lines: int = 80) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError as exc:
+            return f"(no server log: {exc})"
+
+
+App = TypeVar("App", bound=AppProcess)
+
+
+@contextlib.contextmanager
+def run_app(
+    kind: type[App],
+    backend: str,
+    base: str,
+    command: list[str],
+    env: dict[str, str],
+    log: Path,
+    health: str,
+    timeout: float = 30.0,
+) -> Iterator[App]:
+    """Start ``command`` (cwd: the repository; output to ``log``), wait until ``GET
+    base + health`` answers JSON with ``"ok": true``, yield it, stop it."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    app = kind(backend, base, process, log)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                with urllib.request.urlopen(base + health, timeout=5) as response:
+                    if json.loads(response.read()).get("ok"):
+                        break
+            except (OSError, urllib.error.URLError, ValueError):
+                time.sleep(0.1)
+        else:
+            pytest.fail(
+                f"`{' '.join(command[1:])}` did not come up on {base}"
+                f" ({backend}):\n{app.log_tail()}",
+                pytrace=False,
+            )
+        yield app
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
 
 
 class PrivateServer(ABC):
