@@ -315,7 +315,8 @@ class AGUIRuns:
             else:
                 message = error
                 log.exception("AG-UI run %s of thread %s failed", run_id, request.thread_id)
-            writer.add(_run_error(message, type(exc).__name__))
+            with contextlib.suppress(Exception):  # a writer that failed: finish says why
+                writer.add(_run_error(message, type(exc).__name__))
             if not isinstance(exc, Exception):
                 raise
         finally:
