@@ -32,7 +32,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import _messages_delta_reducer, add_messages
-from langgraph.types import Send
+from langgraph.types import Command, Send, interrupt
 from pydantic import BaseModel
 
 import graphkeep
@@ -368,6 +368,81 @@ def test_dump_recovers_delta_messages_by_seed_and_ordered_writes(store: Store) -
             == graph.get_state(config(thread)).values["messages"]
         )
         assert channels["turns"]["delta_kind"] == "legacy_plain" and channels["turns"]["seed"] == 5
+
+
+def interrupted_sibling_graph(saver: Any) -> Any:
+    """``answer`` and ``ask`` run in one step: ``answer`` finishes, ``ask`` interrupts, so
+    ``answer``'s message is a pending write of the step's checkpoint."""
+
+    def answer(state: ChatState) -> dict[str, Any]:
+        return {"messages": [AIMessage(content="on it", id=f"ai-{len(state['messages'])}")]}
+
+    def ask(state: ChatState) -> dict[str, Any]:
+        interrupt("approve?")
+        return {}
+
+    builder = StateGraph(ChatState)
+    builder.add_node("answer", answer)
+    builder.add_node("ask", ask)
+    builder.add_edge(START, "answer")
+    builder.add_edge(START, "ask")
+    builder.add_edge("answer", END)
+    builder.add_edge("ask", END)
+    return builder.compile(checkpointer=saver)
+
+
+def recover_with_pending(entry: dict[str, Any]) -> list[Any]:
+    """The recipe, then the target's pending writes: what ``get_state`` shows."""
+    pending = [to_messages(w["value"]) for w in entry["pending_writes"]]
+    return _messages_delta_reducer(recover_messages(entry), pending)
+
+
+def assert_dump_has_the_pending_writes(url_argv: list[str], graph: Any, thread: str) -> None:
+    state = graph.get_state(config(thread))
+    assert state.interrupts and len(state.values["messages"]) == 4
+    result = gk(*url_argv)
+    assert result.code == 0, result.err
+    entry = result.json()["channels"]["messages"]
+    assert [w["idx"] for w in entry["pending_writes"]] == [0]
+    assert set(entry["pending_writes"][0]) == {"task_id", "task_path", "idx", "value"}
+    assert recover_messages(entry) != state.values["messages"]  # the sibling's is pending
+    assert recover_with_pending(entry) == state.values["messages"]
+
+
+def test_dump_includes_the_pending_writes_of_an_interrupted_step(
+    store: Store, tmp_path: Path
+) -> None:
+    thread = "t-pending"
+    with store.saver() as saver:
+        graph = interrupted_sibling_graph(saver)
+        graph.invoke({"messages": [HumanMessage("one", id="h1")]}, config(thread))
+        graph.invoke(Command(resume="yes"), config(thread))
+        graph.invoke({"messages": [HumanMessage("two", id="h2")]}, config(thread))
+        argv = store.argv("dump", "--thread-id", thread, "--channel", "messages")
+        assert_dump_has_the_pending_writes(argv, graph, thread)
+    db = tmp_path / "pending.db"
+    with SqliteSaver.from_conn_string(str(db)) as sqlite_saver:
+        graph = interrupted_sibling_graph(sqlite_saver)
+        graph.invoke({"messages": [HumanMessage("one", id="h1")]}, config(thread))
+        graph.invoke(Command(resume="yes"), config(thread))
+        graph.invoke({"messages": [HumanMessage("two", id="h2")]}, config(thread))
+        argv = ["dump", f"sqlite:///{db}", "--thread-id", thread, "--channel", "messages"]
+        assert_dump_has_the_pending_writes(argv, graph, thread)
+
+
+def test_dump_of_a_channel_the_checkpoint_does_not_have_warns_and_exits_4(store: Store) -> None:
+    with store.saver() as saver:
+        chat(chat_graph(saver), "t-typo", 2)
+    result = gk(
+        *store.argv("dump", "--thread-id", "t-typo", "--channel", "mesages", "--channel", "turns")
+    )
+    assert result.code == 4
+    assert "no channel 'mesages'" in result.err and "messages" in result.err
+    document = result.json()
+    assert document["unknown_channels"] == ["mesages"]
+    assert document["channels"]["mesages"]["delta_kind"] == "unknown_channel"
+    assert document["channels"]["turns"]["seed"] == 2
+    assert gk(*store.argv("dump", "--thread-id", "t-typo")).code == 0
 
 
 class Ticket(BaseModel):

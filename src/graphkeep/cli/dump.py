@@ -1,10 +1,13 @@
 """``graphkeep dump``: the read-only recovery export of a thread's channels as plain JSON.
 
 For each requested channel the value a checkpoint was built from (``seed``: the nearest
-stored value, a DeltaChannel snapshot or a plain pre-delta value) and every write since,
-oldest first, all decoded to plain JSON from the stored bytes. Replaying the writes onto
-the seed with the channel's reducer gives the channel's value at the target checkpoint,
-on any machine, with or without the app's code.
+stored value, a DeltaChannel snapshot or a plain pre-delta value), every write since,
+oldest first, and the target checkpoint's own pending writes (``pending_writes``: tasks of
+the next step that finished before it was interrupted), all decoded to plain JSON from the
+stored bytes. Replaying the writes and then the pending writes onto the seed with the
+channel's reducer gives the channel's value as ``get_state`` shows it at the target
+checkpoint, on any machine, with or without the app's code. A requested channel the
+checkpoint does not know is ``unknown_channel``, with a warning and exit code 4.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from langgraph.checkpoint.base import writes_sort_key
 from graphkeep.checkpoint.lists import is_manifest, rebuild, where
 from graphkeep.checkpoint.records import Loaded, Typed, WriteRecord
 from graphkeep.checkpoint.saver import fetch_elements, sort_writes
-from graphkeep.cli.console import CliError, NotFound, print_json
+from graphkeep.cli.console import EXIT_NOT_FOUND, CliError, NotFound, print_json
 from graphkeep.cli.decode import (
     EXT_DELTA_SNAPSHOT,
     Encrypted,
@@ -117,13 +120,55 @@ def _native_dump(
         for ch in remaining:
             writes = [w for group in reversed(collected[ch]) for w in group]
             result[ch] = _entry(None, None, None, writes)
+    pending = sort_writes(target.writes)
+    for ch in wanted:
+        result[ch]["pending_writes"] = [_write_json(None, w) for w in pending if w.channel == ch]
+    return _document(
+        thread_id, ns, record.checkpoint_id, record.parent_id, endpoint.label, wanted, result,
+        list(record.versions),
+    )  # fmt: skip
+
+
+def _write_json(checkpoint_id: str | None, w: WriteRecord) -> dict[str, Any]:
+    head = {} if checkpoint_id is None else {"checkpoint_id": checkpoint_id}
+    return {
+        **head,
+        "task_id": w.task_id,
+        "task_path": w.task_path,
+        "idx": w.idx,
+        "value": typed_to_json(w.value),
+    }
+
+
+def _document(
+    thread_id: str,
+    ns: str,
+    target_id: str,
+    parent_id: str | None,
+    label: str,
+    wanted: list[str],
+    result: dict[str, dict[str, Any]],
+    known: list[str],
+) -> dict[str, Any]:
+    """The dump document; a requested channel the checkpoint does not know (no version, no
+    write along the walk, no pending write: a typo, most likely) is ``unknown_channel`` and
+    listed in ``unknown_channels``."""
+    unknown = [
+        ch
+        for ch in wanted
+        if ch not in known and not result[ch]["writes"] and not result[ch]["pending_writes"]
+    ]
+    for ch in unknown:
+        result[ch]["delta_kind"] = "unknown_channel"
     return {
         "thread_id": thread_id,
         "checkpoint_ns": ns,
-        "target_checkpoint_id": record.checkpoint_id,
-        "parent_checkpoint_id": record.parent_id,
-        "source": endpoint.label,
+        "target_checkpoint_id": target_id,
+        "parent_checkpoint_id": parent_id,
+        "source": label,
         "channels": {ch: result[ch] for ch in wanted},
+        "unknown_channels": unknown,
+        "known_channels": default_channels(known),
     }
 
 
@@ -159,16 +204,7 @@ def _entry(
         "seed": None if seed is None else seed.to_json(),
         "seed_checkpoint_id": seed_checkpoint_id,
         "seed_version": None if seed_version is None else str(seed_version),
-        "writes": [
-            {
-                "checkpoint_id": checkpoint_id,
-                "task_id": w.task_id,
-                "task_path": w.task_path,
-                "idx": w.idx,
-                "value": typed_to_json(w.value),
-            }
-            for checkpoint_id, w in writes
-        ],
+        "writes": [_write_json(checkpoint_id, w) for checkpoint_id, w in writes],
     }
 
 
@@ -232,15 +268,23 @@ def _foreign_dump(
     for ch in remaining:
         writes = [w for group in reversed(collected[ch]) for w in group]
         result[ch] = _foreign_entry(None, False, None, None, writes)
+    own = _foreign_one(endpoint, thread_id, ns, target_id)
+    pending = own[0].writes if own is not None else []
+    for ch in wanted:
+        result[ch]["pending_writes"] = [
+            {
+                "task_id": w.task_id,
+                "task_path": w.task_path,
+                "idx": w.idx,
+                "value": to_json(w.value),
+            }
+            for w in pending
+            if w.channel == ch
+        ]
     parent = (target.parent_config or {}).get("configurable", {}).get("checkpoint_id")
-    return {
-        "thread_id": thread_id,
-        "checkpoint_ns": ns,
-        "target_checkpoint_id": target_id,
-        "parent_checkpoint_id": parent or None,
-        "source": endpoint.label,
-        "channels": {ch: result[ch] for ch in wanted},
-    }
+    return _document(
+        thread_id, ns, target_id, parent or None, endpoint.label, wanted, result, list(versions)
+    )
 
 
 def _foreign_one(
@@ -324,4 +368,12 @@ def cmd_dump(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             for ch, entry in document["channels"].items()
         )
         err.write(f"wrote {args.output}: {channels or 'no channels'}\n")
+    if document["unknown_channels"]:
+        known = ", ".join(document["known_channels"]) or "none"
+        for ch in document["unknown_channels"]:
+            err.write(
+                f"warning: checkpoint {document['target_checkpoint_id']} has no channel {ch!r}"
+                f" (no value, no write; its channels: {known})\n"
+            )
+        return EXIT_NOT_FOUND
     return 0
