@@ -592,12 +592,10 @@ def test_values_only_a_deleted_head_named_are_orphans_and_repair_deletes_them(
     code, out, err = cli("check", graphkeep_url, "--thread", thread_id, "--repair", "--yes")
     assert code == 3, err
     assert f"skipped {thread_id}: written within the grace period" in out
-    code, out, err = cli(
-        "check", graphkeep_url, "--thread", thread_id, "--repair", "--yes", "--grace", "0",
-        "--json",
-    )  # fmt: skip
-    assert code == 0, err
-    body = json.loads(out)
+    code, body = check_json(
+        graphkeep_url, "--thread", thread_id, "--repair", "--yes", "--grace", "0"
+    )
+    assert code == 0, body
     assert body["repair"]["values_deleted"] == len(only_head)
     assert body["findings"] == [] and body["repair"]["before"]["warnings"] >= 1
     assert inventory(damage.saver, thread_id).blob_keys == inv.blob_keys - set(only_head)
@@ -666,12 +664,10 @@ def test_a_value_whose_expiry_drifted_is_a_warning_and_repair_rearms_it(
     assert finding["thread_id"] == thread_id
     assert ("1 never expire" if skew == "never" else "1 expire at ") in finding["detail"]
     assert report["scan"]["thread_requests_max"] == 1  # read with the inventory
-    code, out, err = cli(
-        "check", graphkeep_url, "--thread", thread_id, "--repair", "--yes", "--grace", "0",
-        "--json",
-    )  # fmt: skip
-    assert code == 0, err
-    body = json.loads(out)
+    code, body = check_json(
+        graphkeep_url, "--thread", thread_id, "--repair", "--yes", "--grace", "0"
+    )
+    assert code == 0, body
     assert body["findings"] == [] and body["repair"]["rearmed"] == 1
     assert body["repair"]["plan"][0]["rearm"][0]["units"] == 1
     code, report = check_json(graphkeep_url, "--thread", thread_id, kept, plain)

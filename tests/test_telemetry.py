@@ -54,6 +54,7 @@ from tests.scenarios.backends import (
     Backend,
     dynamodb_client,
     mapped,
+    mongodb_documents,
     redis_client,
 )
 from tests.scenarios.servers import FerretDBServer, MotoServer, RedisServer
@@ -856,16 +857,10 @@ def remove_redis(url: str, marker: bytes) -> int:
 
 
 def remove_mongodb(url: str, marker: bytes) -> int:
-    import pymongo
-
-    client: Any = pymongo.MongoClient(url, serverSelectionTimeoutMS=5000)
     count = 0
-    with client:
-        db = client.get_default_database()
-        for name in db.list_collection_names():
-            for doc in db[name].find():
-                if holds(doc, marker):
-                    count += db[name].delete_one({"_id": doc["_id"]}).deleted_count
+    for collection, doc in mongodb_documents(url):
+        if holds(doc, marker):
+            count += collection.delete_one({"_id": doc["_id"]}).deleted_count
     return count
 
 

@@ -492,19 +492,26 @@ def damage_redis(url: str, rewrite: Rewrite) -> int:
     return count
 
 
-def damage_mongodb(url: str, rewrite: Rewrite) -> int:
+def mongodb_documents(url: str) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """Every document of the database ``url`` names, with its collection (a whole scan: for
+    tests that damage or remove stored data by hand)."""
     import pymongo
 
     client: Any = pymongo.MongoClient(url, serverSelectionTimeoutMS=5000)
-    count = 0
     with client:
         db = client.get_default_database()
         for name in db.list_collection_names():
             for doc in db[name].find():
-                new, n = mapped(doc, rewrite)
-                if n:
-                    db[name].replace_one({"_id": doc["_id"]}, new)
-                    count += n
+                yield db[name], doc
+
+
+def damage_mongodb(url: str, rewrite: Rewrite) -> int:
+    count = 0
+    for collection, doc in mongodb_documents(url):
+        new, n = mapped(doc, rewrite)
+        if n:
+            collection.replace_one({"_id": doc["_id"]}, new)
+            count += n
     return count
 
 
