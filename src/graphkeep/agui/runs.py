@@ -193,6 +193,13 @@ class _Open:
     def replay(self) -> list[dict[str, Any]]:
         return list(self.openers.values())
 
+    def allows(self, event: dict[str, Any]) -> bool:
+        """Whether ``event`` may follow what is open: an opener, or an event inside or closing
+        an open one, or one that is in nothing."""
+        kind = str(event.get("type"))
+        inside = _INSIDE.get(kind) or _CLOSERS.get(kind)
+        return inside is None or (inside[0], str(event.get(inside[1]))) in self.openers
+
 
 class AGUIRuns:
     """A compiled graph served as an AG-UI agent over a graphkeep event log.
@@ -469,17 +476,14 @@ class _Join:
             str(m.tool_call_id) for m in messages if getattr(m, "tool_call_id", None) is not None
         }
 
-        self.opened: set[tuple[str, str]] = set()
+        #: what the page load has opened so far
+        self.open = _Open()
 
     def wants(self, event: dict[str, Any]) -> bool:
-        if not self._new(event):
+        if not self._new(event) or not self.open.allows(event):
             return False
-        kind = str(event.get("type"))
-        if kind in _OPENERS:
-            self.opened.add((kind, str(event.get(_OPENERS[kind][1]))))
-            return True
-        inside = _INSIDE.get(kind) or _CLOSERS.get(kind)
-        return inside is None or (inside[0], str(event.get(inside[1]))) in self.opened
+        self.open.see(event)
+        return True
 
     def _new(self, event: dict[str, Any]) -> bool:
         """Whether the snapshot does not hold what ``event`` is about."""
