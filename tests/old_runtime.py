@@ -2,9 +2,9 @@
 (``GRAPHKEEP_LANGGRAPH_1_1_PYTHON``) by tests/test_materialize.py.
 
 Standard library and what that venv installs only (never the suite's modules). Argument: one
-JSON object ``{"url": ..., "key_prefix": ..., "thread_id": ...}`` (a ``sqlite:///`` URL opens
-LangGraph's ``SqliteSaver``). Then one JSON request per line on stdin, one JSON answer per line
-on stdout:
+JSON object ``{"url": ..., "key_prefix": ...}`` (``sqlite:///`` and ``postgresql://`` URLs
+open LangGraph's ``SqliteSaver`` and ``PostgresSaver``). Then one JSON request per line on
+stdin, each naming its ``thread_id``, one JSON answer per line on stdout:
 
 - ``{"op": "read"}``: ``{"messages": [[type, id, content], ...], "next": [...],
   "interrupts": [...]}`` as ``get_state`` shows them;
@@ -79,7 +79,6 @@ def _version() -> str:
 
 def main() -> None:
     args = json.loads(sys.argv[1])
-    config = {"configurable": {"thread_id": args["thread_id"]}}
     with ExitStack() as stack:
         url = args["url"]
         if url.startswith("sqlite:///"):
@@ -88,6 +87,10 @@ def main() -> None:
             conn = sqlite3.connect(url[len("sqlite:///") :], check_same_thread=False)
             stack.callback(conn.close)
             saver = SqliteSaver(conn)
+        elif url.startswith("postgresql://"):
+            from langgraph.checkpoint.postgres import PostgresSaver
+
+            saver = stack.enter_context(PostgresSaver.from_conn_string(url))
         else:
             import graphkeep
 
@@ -96,6 +99,7 @@ def main() -> None:
         for line in sys.stdin:
             request = json.loads(line)
             op = request["op"]
+            config = {"configurable": {"thread_id": request.get("thread_id")}}
             if op == "quit":
                 break
             if op == "turn":

@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     from graphkeep.cli.inspection import cmd_history, cmd_threads
     from graphkeep.cli.live import add_live_commands
     from graphkeep.cli.maintain import cmd_prune, cmd_setup, cmd_stats
+    from graphkeep.cli.materialize import add_materialize_command
     from graphkeep.cli.store import add_store_commands
 
     parser = argparse.ArgumentParser(
@@ -210,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("url", metavar="URL")
     p.add_argument("--print", action="store_true", help="print the schema instead of creating it")
 
+    add_materialize_command(sub, common)
     add_health_command(sub, common)
     add_check_command(sub, common)
     add_live_commands(sub, common)
@@ -227,7 +229,7 @@ def run(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
         code: int = args.func(args, out, err)
         return code
     except KeyboardInterrupt:
-        err.write("graphkeep: interrupted (copy and prune are safe to re-run)\n")
+        err.write("graphkeep: interrupted (copy, prune and materialize are safe to re-run)\n")
         return 130
     except BrokenPipeError:
         return 0

@@ -1,0 +1,134 @@
+"""``graphkeep materialize``: DeltaChannel threads made readable by LangGraph before 1.2.
+
+Per thread, :func:`graphkeep.checkpoint.materialize.materialize` on the URL's saver (graphkeep's
+or LangGraph's SQLite / Postgres saver): one new checkpoint per namespace whose DeltaChannels
+hold their full value as a plain value, read back and compared (``verified``). Idempotent and
+resumable: a thread already plain gets nothing, so an interrupted ``--all`` is finished by
+running it again. ``--graph module:attr`` loads the app's compiled graph for its reducers; it is
+loaded before the store is opened, so a graph that cannot be imported writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, TextIO
+
+from graphkeep.checkpoint.materialize import (
+    ALREADY_PLAIN,
+    FAILED,
+    LOCKED,
+    MATERIALIZED,
+    NOT_FOUND,
+    WOULD_MATERIALIZE,
+    GraphNotLoadable,
+    MaterializeReport,
+    load_graph,
+    materialize,
+)
+from graphkeep.cli.arguments import add_command
+from graphkeep.cli.console import (
+    EXIT_ERROR,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    Progress,
+    UsageError,
+    print_json,
+)
+from graphkeep.cli.endpoints import open_endpoint
+from graphkeep.cli.threads import iter_threads
+
+
+def add_materialize_command(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = add_command(
+        sub,
+        "materialize",
+        cmd_materialize,
+        "rollback for LangGraph < 1.2: write one checkpoint per thread and namespace whose"
+        " DeltaChannels hold their full value as a plain value (history is kept)",
+        "  graphkeep materialize redis://localhost:6379/0 --all --dry-run\n"
+        "  graphkeep materialize redis://localhost:6379/0 --thread support-42 --json\n"
+        "  graphkeep materialize postgresql://app@db/app --all --graph app.graph:graph\n"
+        "\n"
+        "Messages channels are reduced with add_messages; any other DeltaChannel needs the\n"
+        "app's graph (--graph module:attr) for its reducer. Idempotent: a thread already\n"
+        "plain is left alone, so re-run after an interruption. A thread a live run holds\n"
+        "(graphkeep's lease) is skipped and reported; exit code 1 when one is not done.\n",
+        common,
+    )
+    p.add_argument("url", metavar="URL")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--thread", nargs="+", metavar="THREAD", help="these threads")
+    which.add_argument("--all", action="store_true", help="every thread of the store")
+    p.add_argument(
+        "--channel", action="append", metavar="CHANNEL", help="only this DeltaChannel (repeatable)"
+    )
+    p.add_argument("--graph", metavar="MODULE:ATTR", help="the app's compiled graph (reducers)")
+    p.add_argument("--dry-run", action="store_true", help="compute and report, write nothing")
+
+
+def cmd_materialize(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    graph = None
+    if args.graph:
+        try:
+            graph = load_graph(args.graph)
+        except GraphNotLoadable as exc:
+            raise UsageError(str(exc)) from exc
+    reports: list[MaterializeReport] = []
+    with open_endpoint(args.url, key_prefix=args.key_prefix) as endpoint:
+        label = endpoint.label
+        threads = list(dict.fromkeys(args.thread)) if args.thread else list(iter_threads(endpoint))
+        with Progress("materialize", len(threads), stream=err, enabled=args.progress) as progress:
+            for thread_id in threads:
+                progress.advance(0, detail=thread_id)
+                reports.append(
+                    materialize(
+                        endpoint.saver,
+                        thread_id,
+                        channels=args.channel,
+                        graph=graph,
+                        dry_run=args.dry_run,
+                    )
+                )
+                progress.advance(1, detail=thread_id)
+    failed = [r for r in reports if r.status in (FAILED, LOCKED) or r.verified is False]
+    missing = [r for r in reports if r.status == NOT_FOUND]
+    if args.json:
+        print_json(
+            {
+                "source": label,
+                "dry_run": args.dry_run,
+                "threads": [r.as_json() for r in reports],
+                "written": sum(r.written for r in reports),
+                "ok": not failed and not missing,
+            },
+            out,
+        )
+    else:
+        for r in reports:
+            out.write(_line(r) + "\n")
+        if not reports:
+            out.write(f"no threads at {label}\n")
+    if failed:
+        return EXIT_ERROR
+    return EXIT_NOT_FOUND if missing else EXIT_OK
+
+
+def _line(report: MaterializeReport) -> str:
+    done = [n for n in report.namespaces if n.status in (MATERIALIZED, WOULD_MATERIALIZE)]
+    channels = ", ".join(
+        f"{(n.ns + ' ') if n.ns else ''}{ch} ({size if size is not None else '?'})"
+        for n in done
+        for ch, size in n.channels.items()
+    )
+    if report.status == MATERIALIZED:
+        state = "verified" if report.verified else "VERIFY FAILED"
+        return f"{report.thread_id}: {report.written} checkpoint(s) written: {channels}; {state}"
+    if report.status == WOULD_MATERIALIZE:
+        return f"{report.thread_id}: would write {len(done)} checkpoint(s): {channels}"
+    if report.status == ALREADY_PLAIN:
+        return f"{report.thread_id}: already plain, nothing written"
+    if report.status == LOCKED:
+        return f"{report.thread_id}: SKIPPED, locked by a live run ({report.reason})"
+    if report.status == NOT_FOUND:
+        return f"{report.thread_id}: not found"
+    return f"{report.thread_id}: FAILED, nothing written: {report.reason}"

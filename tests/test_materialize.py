@@ -1,0 +1,329 @@
+"""``graphkeep materialize``: DeltaChannel threads made readable by LangGraph 1.1 (issue 25).
+
+The current LangGraph writes DeltaChannel chats (a ``RemoveMessage``, an ``Overwrite``, ~24
+messages, snapshots on the way) and an interrupted one. LangGraph 1.1.10, the last release
+before DeltaChannel, runs in the side venv ``./dev test`` makes
+(``$GRAPHKEEP_LANGGRAPH_1_1_PYTHON``; tests/old_runtime.py, one process per store speaking JSON
+lines): it sees no message before;
+after ``graphkeep materialize`` it sees every message in order, continues the chat and resumes the
+interrupt, and the current LangGraph reads what it wrote. On every graphkeep backend, on
+LangGraph's SQLite saver and on its Postgres saver. A missing side venv fails, never skips.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage
+from langgraph.channels import DeltaChannel
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import _messages_delta_reducer
+from langgraph.types import Overwrite, interrupt
+
+import graphkeep
+from conformance.setups import all_setups
+from graphkeep.checkpoint.materialize import METADATA_KEY, materialize
+from graphkeep.cli import main
+
+from .conftest import postgres_saver, unique_prefix
+
+ROOT = Path(__file__).resolve().parents[1]
+OLD_RUNTIME = ROOT / "tests" / "old_runtime.py"
+SIDE_VENV_PYTHON = ROOT / ".services" / "langgraph-1.1" / "venv" / "bin" / "python"
+
+
+# -- the current LangGraph's graph: tests/old_runtime.py's, on a DeltaChannel -----------------
+
+
+class ChatState(TypedDict):
+    messages: Annotated[
+        list[AnyMessage], DeltaChannel(_messages_delta_reducer, snapshot_frequency=5)
+    ]
+
+
+def route(state: ChatState) -> str:
+    last = state["messages"][-1] if state["messages"] else None
+    return "ask" if last is not None and "approve" in str(last.content) else "bot"
+
+
+def bot(state: ChatState) -> dict[str, Any]:
+    last = state["messages"][-1]
+    answer = AIMessage(f"answer to {last.content}", id=f"ai-{last.id}")
+    if last.content == "forget the first question":
+        return {"messages": [RemoveMessage(id=state["messages"][0].id or ""), answer]}
+    if last.content == "keep only my questions":
+        humans = [m for m in state["messages"] if m.type == "human"]
+        return {"messages": Overwrite([*humans, answer])}
+    return {"messages": [answer]}
+
+
+def ask(state: ChatState) -> dict[str, Any]:
+    decision = interrupt("approve?")
+    return {"messages": [AIMessage(f"approved: {decision}", id=f"ai-approved-{decision}")]}
+
+
+def chat_graph(saver: Any) -> Any:
+    builder = StateGraph(ChatState)
+    builder.add_node("bot", bot)
+    builder.add_node("ask", ask)
+    builder.add_conditional_edges(START, route, ["bot", "ask"])
+    builder.add_edge("bot", END)
+    builder.add_edge("ask", END)
+    return builder.compile(checkpointer=saver)
+
+
+TEXTS = [
+    *(f"question {n}" for n in range(1, 6)),
+    "forget the first question",
+    *(f"question {n}" for n in range(6, 9)),
+    "keep only my questions",
+    *(f"question {n}" for n in range(9, 16)),
+]
+
+
+def config(thread_id: str) -> Any:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def write_chat(graph: Any, thread_id: str) -> None:
+    for n, text in enumerate(TEXTS):
+        graph.invoke({"messages": [HumanMessage(text, id=f"h{n}")]}, config(thread_id))
+
+
+def write_interrupted(graph: Any, thread_id: str) -> None:
+    for n, text in enumerate(TEXTS[:4]):
+        graph.invoke({"messages": [HumanMessage(text, id=f"h{n}")]}, config(thread_id))
+    graph.invoke({"messages": [HumanMessage("please approve", id="h-approve")]}, config(thread_id))
+
+
+def shown(graph: Any, thread_id: str) -> list[list[Any]]:
+    """The messages ``get_state`` shows, as tests/old_runtime.py reports them."""
+    values = graph.get_state(config(thread_id)).values
+    return [[m.type, m.id, m.content] for m in values.get("messages", [])]
+
+
+# -- stores ------------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    """A store: its URL for the CLI and tests/old_runtime.py, and how to open its saver."""
+
+    name: str
+    url: str
+    key_prefix: str | None
+
+    def argv(self, *rest: str) -> list[str]:
+        prefix = [] if self.key_prefix is None else ["--key-prefix", self.key_prefix]
+        return ["materialize", self.url, *rest, *prefix]
+
+    def saver(self) -> AbstractContextManager[Any]:
+        if self.url.startswith("sqlite:///"):
+            return SqliteSaver.from_conn_string(self.url[len("sqlite:///") :])
+        if self.url.startswith("postgresql://"):
+            return _setup_postgres(self.url)
+        return graphkeep.connect(self.url, key_prefix=self.key_prefix)
+
+
+@contextmanager
+def _setup_postgres(url: str) -> Iterator[Any]:
+    with postgres_saver(url) as saver:
+        saver.setup()
+        yield saver
+
+
+def _graphkeep_params() -> list[Any]:
+    params = []
+    for setup in all_setups():
+        if setup.name == "reference" or setup.url.split("://", 1)[0] not in graphkeep.BACKENDS:
+            continue
+        marks = [getattr(pytest.mark, setup.marker)] if setup.marker else []
+        params.append(pytest.param(setup.url, id=setup.name, marks=marks))
+    return params
+
+
+GRAPHKEEP_PARAMS = _graphkeep_params()
+
+
+@pytest.fixture(params=[*GRAPHKEEP_PARAMS, "sqlite", "postgres"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
+    if request.param == "sqlite":
+        yield Target("sqlite", f"sqlite:///{tmp_path / 'chat.db'}", None)
+    elif request.param == "postgres":
+        url = request.getfixturevalue("postgres_url")
+        yield Target("postgres", url, None)
+    else:
+        yield Target(request.node.callspec.id, request.param, unique_prefix("mat"))
+
+
+@pytest.fixture(params=GRAPHKEEP_PARAMS)
+def native(request: pytest.FixtureRequest) -> Target:
+    return Target(request.node.callspec.id, request.param, unique_prefix("mat"))
+
+
+# -- the CLI and the side venv -----------------------------------------------------------
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+def gk(*argv: str) -> Result:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(list(argv))
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture(scope="session")
+def old_python() -> str:
+    """The LangGraph 1.1.10 side venv's python (``./dev test`` makes it); missing fails."""
+    python = os.environ.get("GRAPHKEEP_LANGGRAPH_1_1_PYTHON") or str(SIDE_VENV_PYTHON)
+    if not os.access(python, os.X_OK):
+        pytest.fail(
+            f"no LangGraph 1.1 side venv at {python}: `./dev test` makes it"
+            " (or set GRAPHKEEP_LANGGRAPH_1_1_PYTHON)",
+            pytrace=False,
+        )
+    return python
+
+
+class OldRuntime:
+    """tests/old_runtime.py in the side venv: LangGraph 1.1.10 on ``target``'s store."""
+
+    def __init__(self, python: str, target: Target) -> None:
+        args = json.dumps({"url": target.url, "key_prefix": target.key_prefix})
+        self.proc = subprocess.Popen(
+            [python, str(OLD_RUNTIME), args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        )
+
+    def ask(self, op: str, thread_id: str, **rest: Any) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"op": op, "thread_id": thread_id, **rest}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            assert self.proc.stderr is not None
+            pytest.fail(f"LangGraph 1.1 side process died:\n{self.proc.stderr.read()}")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def count_checkpoints(saver: Any, thread_id: str) -> int:
+    return sum(1 for _ in saver.list(config(thread_id)))
+
+
+# -- the proof ---------------------------------------------------------------------------
+
+
+def test_langgraph_1_1_reads_and_continues_delta_threads_after_materialize(
+    target: Target, old_python: str
+) -> None:
+    chat, waiting = "chat", "waiting"
+    with target.saver() as saver:
+        graph = chat_graph(saver)
+        write_chat(graph, chat)
+        write_interrupted(graph, waiting)
+        expected = {t: shown(graph, t) for t in (chat, waiting)}
+        assert len(expected[chat]) == 24 and len(expected[waiting]) == 9
+        assert ["human", "h0", "question 1"] not in expected[chat]  # removed, then overwritten
+        before_counts = {t: count_checkpoints(saver, t) for t in (chat, waiting)}
+
+        old = OldRuntime(old_python, target)
+        try:
+            # before: LangGraph 1.1 sees no message of either thread
+            before = {t: old.ask("read", t) for t in (chat, waiting)}
+            assert before[chat]["langgraph"] == "1.1.10"
+            assert [len(before[t]["messages"]) for t in (chat, waiting)] == [0, 0]
+
+            dry = gk(*target.argv("--all", "--dry-run", "--json"))
+            assert dry.code == 0, dry.err
+            assert {t["thread_id"]: t["status"] for t in dry.json()["threads"]} == {
+                chat: "would_materialize",
+                waiting: "would_materialize",
+            }
+            assert dry.json()["written"] == 0
+            assert {t: count_checkpoints(saver, t) for t in (chat, waiting)} == before_counts
+
+            done = gk(*target.argv("--all", "--json"))
+            assert done.code == 0, done.err
+            report = {t["thread_id"]: t for t in done.json()["threads"]}
+            for thread_id in (chat, waiting):
+                assert report[thread_id]["status"] == "materialized"
+                assert report[thread_id]["verified"] is True
+                (ns,) = report[thread_id]["namespaces"]
+                assert ns["channels"] == {"messages": len(expected[thread_id])}
+                head = saver.get_tuple(config(thread_id))
+                assert (
+                    head.metadata[METADATA_KEY]["materialized_from"] == ns["source_checkpoint_id"]
+                )
+                assert head.metadata["source"] == "update"
+                assert count_checkpoints(saver, thread_id) == before_counts[thread_id] + 1
+                # the current LangGraph reads the materialized head as before
+                assert shown(graph, thread_id) == expected[thread_id]
+
+            again = gk(*target.argv("--all", "--json"))
+            assert again.code == 0, again.err
+            assert again.json()["written"] == 0
+            assert {t["status"] for t in again.json()["threads"]} == {"already_plain"}
+
+            # after: every message, in order; the chat goes on; the interrupt resumes
+            after = {t: old.ask("read", t) for t in (chat, waiting)}
+            assert after[chat]["messages"] == expected[chat]
+            assert after[waiting]["messages"] == expected[waiting]
+            assert after[waiting]["next"] == ["ask"] and after[waiting]["interrupts"] == []
+            more = old.ask("turn", chat, text="one more question", id="h-more")
+            assert more["messages"][:-2] == expected[chat]
+            assert more["messages"][-2:] == [
+                ["human", "h-more", "one more question"],
+                ["ai", "ai-h-more", "answer to one more question"],
+            ]
+            resumed = old.ask("resume", waiting, value="yes")
+            assert resumed["messages"] == [
+                *expected[waiting],
+                ["ai", "ai-approved-yes", "approved: yes"],
+            ]
+            assert resumed["next"] == []
+        finally:
+            old.close()
+        print(
+            f"\n{target.name}: LangGraph 1.1.10 saw {len(before[chat]['messages'])} of"
+            f" {len(expected[chat])} messages before, {len(after[chat]['messages'])} after;"
+            f" interrupted thread {len(before[waiting]['messages'])} ->"
+            f" {len(after[waiting]['messages'])} of {len(expected[waiting])}"
+        )
+        # the current LangGraph reads what LangGraph 1.1 wrote on top
+        assert shown(graph, chat) == more["messages"]
+        assert shown(graph, waiting) == resumed["messages"]
+        graph.invoke({"messages": [HumanMessage("back on 1.2", id="h-back")]}, config(chat))
+        assert shown(graph, chat)[-2:] == [
+            ["human", "h-back", "back on 1.2"],
+            ["ai", "ai-h-back", "answer to back on 1.2"],
+        ]
