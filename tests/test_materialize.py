@@ -327,3 +327,175 @@ def test_langgraph_1_1_reads_and_continues_delta_threads_after_materialize(
             ["human", "h-back", "back on 1.2"],
             ["ai", "ai-h-back", "answer to back on 1.2"],
         ]
+
+
+# -- the lease, bad input, other reducers, an interrupted batch ----------------------------
+
+
+def test_a_thread_locked_by_a_live_run_is_skipped_and_reported(native: Target) -> None:
+    with native.saver() as saver:
+        graph = chat_graph(saver)
+        write_chat(graph, "busy")
+        write_chat(graph, "free")
+        counts = {t: count_checkpoints(saver, t) for t in ("busy", "free")}
+        with saver.lock("busy", ttl=60):
+            held = gk(*native.argv("--all", "--json"))
+        assert held.code == 1, held.err
+        report = {t["thread_id"]: t for t in held.json()["threads"]}
+        assert report["busy"]["status"] == "locked" and report["busy"]["written"] == 0
+        assert "locked by another run" in report["busy"]["reason"]
+        assert report["free"]["status"] == "materialized"
+        assert count_checkpoints(saver, "busy") == counts["busy"]
+        assert count_checkpoints(saver, "free") == counts["free"] + 1
+        text = gk(*native.argv("--thread", "busy"))
+        assert text.code == 0, text.err
+        assert text.out.startswith("busy: 1 checkpoint(s) written: messages (24); verified")
+        assert count_checkpoints(saver, "busy") == counts["busy"] + 1
+
+
+@pytest.mark.redis
+def test_a_graph_that_cannot_be_imported_is_a_usage_error_and_writes_nothing() -> None:
+    setup = next(s for s in all_setups() if s.name == "redis")
+    store = Target("redis", setup.url, unique_prefix("mat"))
+    with store.saver() as saver:
+        write_chat(chat_graph(saver), "t1")
+        count = count_checkpoints(saver, "t1")
+        for spec, message in (
+            ("no_such_app_module:graph", "cannot import 'no_such_app_module'"),
+            ("tests.test_materialize:no_such_graph", "has no attribute 'no_such_graph'"),
+            ("tests.test_materialize:TEXTS", "is a list, not a compiled LangGraph graph"),
+            ("tests.test_materialize", "--graph takes module:attribute"),
+        ):
+            result = gk(*store.argv("--all", "--graph", spec))
+            assert result.code == 2, (spec, result.err)
+            assert result.err.startswith("graphkeep: error: ") and message in result.err, result.err
+            assert result.out == ""
+        assert count_checkpoints(saver, "t1") == count
+
+
+def append_batches(state: list[str] | None, batches: Any) -> list[str]:
+    result = list(state or [])
+    for batch in batches:
+        result.extend(batch)
+    return result
+
+
+class ItemsState(TypedDict):
+    messages: Annotated[list[AnyMessage], DeltaChannel(_messages_delta_reducer)]
+    items: Annotated[list[str], DeltaChannel(append_batches, snapshot_frequency=3)]
+
+
+def _note(state: ItemsState) -> dict[str, Any]:
+    n = len(state["items"])
+    return {"items": [f"item {n}", f"item {n + 1}"], "messages": [AIMessage(f"{n}", id=f"a{n}")]}
+
+
+class InnerState(TypedDict):
+    messages: Annotated[list[AnyMessage], DeltaChannel(_messages_delta_reducer)]
+    log: Annotated[list[str], DeltaChannel(append_batches)]
+
+
+def _log(state: InnerState) -> dict[str, Any]:
+    return {"log": [f"saw {len(state['messages'])} messages"]}
+
+
+def _subgraph() -> Any:
+    builder = StateGraph(InnerState)
+    builder.add_node("log", _log)
+    builder.add_edge(START, "log")
+    builder.add_edge("log", END)
+    return builder.compile()
+
+
+def items_graph(saver: Any) -> Any:
+    """``note`` writes two items and a message; ``inner``, a subgraph, keeps a ``log`` (a
+    DeltaChannel of strings) in a namespace of its own."""
+    builder = StateGraph(ItemsState)
+    builder.add_node("note", _note)
+    builder.add_node("inner", _subgraph())
+    builder.add_edge(START, "note")
+    builder.add_edge("note", "inner")
+    builder.add_edge("inner", END)
+    return builder.compile(checkpointer=saver)
+
+
+#: the app's graph, as ``--graph tests.test_materialize:ITEMS_GRAPH`` loads it
+ITEMS_GRAPH = items_graph(None)
+
+
+@pytest.fixture(params=["redis", "sqlite"])
+def two_kinds(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
+    """A graphkeep store and a LangGraph one: the reducer choice does not depend on more."""
+    if request.param == "sqlite":
+        return Target("sqlite", f"sqlite:///{tmp_path / 'items.db'}", None)
+    setup = next(s for s in all_setups() if s.name == "redis")
+    return Target("redis", setup.url, unique_prefix("mat"))
+
+
+def test_a_delta_channel_that_is_not_messages_needs_the_app_graph(two_kinds: Target) -> None:
+    target = two_kinds
+    with target.saver() as saver:
+        graph = items_graph(saver)
+        for n in range(4):
+            graph.invoke({"messages": [HumanMessage(f"q{n}", id=f"h{n}")]}, config("items"))
+        expected = graph.get_state(config("items")).values
+        assert len(expected["items"]) == 8 and len(expected["messages"]) == 8
+        count = count_checkpoints(saver, "items")
+
+        refused = gk(*target.argv("--thread", "items", "--json"))
+        assert refused.code == 1
+        (thread,) = refused.json()["threads"]
+        assert thread["status"] == "failed" and thread["written"] == 0
+        assert "channel 'items' is not a list of messages" in thread["reason"]
+        assert "channel 'log' is not a list of messages" in thread["reason"]
+        assert "--graph module:attr" in thread["reason"]
+        assert count_checkpoints(saver, "items") == count
+
+        done = gk(
+            *target.argv("--thread", "items", "--graph", "tests.test_materialize:ITEMS_GRAPH")
+        )
+        assert done.code == 0, done.err
+        namespaces = {
+            str(t.config["configurable"]["checkpoint_ns"]).split(":")[0]
+            for t in saver.list(config("items"))
+        }
+        assert namespaces == {"", "inner"}
+        heads = {
+            ns: saver.get_tuple({"configurable": {"thread_id": "items", "checkpoint_ns": ns}})
+            for ns in {
+                str(t.config["configurable"]["checkpoint_ns"]) for t in saver.list(config("items"))
+            }
+        }
+        assert len(heads) == 5  # the root and one namespace per run of the subgraph
+        for ns, head in heads.items():
+            values = head.checkpoint["channel_values"]
+            if ns:
+                assert head.metadata[METADATA_KEY]["channels"] == ["log", "messages"]
+                assert len(values["log"]) == 1 and values["log"][0].startswith("saw ")
+            else:
+                assert head.metadata[METADATA_KEY]["channels"] == ["items", "messages"]
+        assert heads[""].checkpoint["channel_values"]["items"] == expected["items"]
+        assert heads[""].checkpoint["channel_values"]["messages"] == expected["messages"]
+        assert graph.get_state(config("items")).values == expected
+        assert count_checkpoints(saver, "items") == count + len(heads)
+
+
+def test_an_interrupted_batch_is_finished_by_running_it_again(native: Target) -> None:
+    with native.saver() as saver:
+        graph = chat_graph(saver)
+        threads = ["a", "b", "c"]
+        for thread_id in threads:
+            write_chat(graph, thread_id)
+        counts = {t: count_checkpoints(saver, t) for t in threads}
+        # the batch stopped after its first thread (the Python function, as an app calls it)
+        first = materialize(saver, "a")
+        assert (first.status, first.written, first.verified) == ("materialized", 1, True)
+        rest = gk(*native.argv("--all", "--json"))
+        assert rest.code == 0, rest.err
+        statuses = {t["thread_id"]: t["status"] for t in rest.json()["threads"]}
+        assert statuses == {"a": "already_plain", "b": "materialized", "c": "materialized"}
+        assert {t: count_checkpoints(saver, t) for t in threads} == {
+            t: n + 1 for t, n in counts.items()
+        }
+        dry = materialize(saver, "a", dry_run=True)
+        assert (dry.status, dry.written) == ("already_plain", 0)
