@@ -25,6 +25,7 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage
 from langgraph.channels import DeltaChannel
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import _messages_delta_reducer
@@ -499,3 +500,37 @@ def test_an_interrupted_batch_is_finished_by_running_it_again(native: Target) ->
         }
         dry = materialize(saver, "a", dry_run=True)
         assert (dry.status, dry.written) == ("already_plain", 0)
+
+
+@pytest.mark.redis
+def test_an_encrypted_thread_is_materialized_encrypted_with_the_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    key = "0123456789abcdef0123456789abcdef"
+    setup = next(s for s in all_setups() if s.name == "redis")
+    store = Target("redis", setup.url, unique_prefix("mat"))
+    serde = EncryptedSerializer.from_pycryptodome_aes(key=key.encode())
+    with graphkeep.connect(store.url, key_prefix=store.key_prefix, serde=serde) as saver:
+        graph = chat_graph(saver)
+        write_chat(graph, "secret")
+        expected = shown(graph, "secret")
+        count = count_checkpoints(saver, "secret")
+        monkeypatch.delenv("LANGGRAPH_AES_KEY", raising=False)
+        refused = gk(*store.argv("--thread", "secret"))
+        assert refused.code == 1 and "graphkeep: error: " in refused.err
+        assert count_checkpoints(saver, "secret") == count
+        monkeypatch.setenv("LANGGRAPH_AES_KEY", key)
+        done = gk(*store.argv("--thread", "secret", "--json"))
+        assert done.code == 0, done.err
+        assert done.json()["threads"][0]["verified"] is True
+        assert count_checkpoints(saver, "secret") == count + 1
+        assert shown(graph, "secret") == expected
+    monkeypatch.delenv("LANGGRAPH_AES_KEY")
+    dumped = gk("dump", store.url, "--thread-id", "secret", "--channel", "messages",
+                "--key-prefix", str(store.key_prefix))  # fmt: skip
+    entry = dumped.json()["channels"]["messages"]
+    assert (
+        entry["seed_checkpoint_id"] == done.json()["threads"][0]["namespaces"][0]["checkpoint_id"]
+    )
+    # a shared list (graphkeep.checkpoint.lists): each element stored encrypted
+    assert entry["seed"] == [{"__encrypted__": "msgpack+aes"}] * len(expected)

@@ -4,13 +4,16 @@ Per thread, :func:`graphkeep.checkpoint.materialize.materialize` on the URL's sa
 or LangGraph's SQLite / Postgres saver): one new checkpoint per namespace whose DeltaChannels
 hold their full value as a plain value, read back and compared (``verified``). Idempotent and
 resumable: a thread already plain gets nothing, so an interrupted ``--all`` is finished by
-running it again. ``--graph module:attr`` loads the app's compiled graph for its reducers; it is
+running it again. With ``LANGGRAPH_AES_KEY`` set, values are read and written encrypted, as the
+app does. ``--graph module:attr`` loads the app's compiled graph for its reducers; it is
 loaded before the store is opened, so a graph that cannot be imported writes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from typing import Any, TextIO
 
 from graphkeep.checkpoint.materialize import (
@@ -34,6 +37,7 @@ from graphkeep.cli.console import (
     UsageError,
     print_json,
 )
+from graphkeep.cli.decode import AES_KEY_ENV
 from graphkeep.cli.endpoints import open_endpoint
 from graphkeep.cli.threads import iter_threads
 
@@ -69,12 +73,15 @@ def add_materialize_command(sub: Any, common: argparse.ArgumentParser) -> None:
 def cmd_materialize(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     graph = None
     if args.graph:
+        # as `python -m` and uvicorn do: the app's modules are found from where it is run
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            sys.path.insert(0, os.getcwd())
         try:
             graph = load_graph(args.graph)
         except GraphNotLoadable as exc:
             raise UsageError(str(exc)) from exc
     reports: list[MaterializeReport] = []
-    with open_endpoint(args.url, key_prefix=args.key_prefix) as endpoint:
+    with open_endpoint(args.url, key_prefix=args.key_prefix, serde=_serde()) as endpoint:
         label = endpoint.label
         threads = list(dict.fromkeys(args.thread)) if args.thread else list(iter_threads(endpoint))
         with Progress("materialize", len(threads), stream=err, enabled=args.progress) as progress:
@@ -111,6 +118,16 @@ def cmd_materialize(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if failed:
         return EXIT_ERROR
     return EXIT_NOT_FOUND if missing else EXIT_OK
+
+
+def _serde() -> Any:
+    """The app's serializer: values are decoded and the new checkpoint written as the app
+    writes them, so with ``LANGGRAPH_AES_KEY`` set, encrypted (None: the saver's default)."""
+    if not os.environ.get(AES_KEY_ENV):
+        return None
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+
+    return EncryptedSerializer.from_pycryptodome_aes()
 
 
 def _line(report: MaterializeReport) -> str:
