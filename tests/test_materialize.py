@@ -289,6 +289,9 @@ def test_langgraph_1_1_reads_and_continues_delta_threads_after_materialize(
                 assert count_checkpoints(saver, thread_id) == before_counts[thread_id] + 1
                 # the current LangGraph reads the materialized head as before
                 assert shown(graph, thread_id) == expected[thread_id]
+            # like after update_state: the same next step, no pending interrupt
+            state = graph.get_state(config(waiting))
+            assert state.next == ("ask",) and state.interrupts == ()
 
             again = gk(*target.argv("--all", "--json"))
             assert again.code == 0, again.err
@@ -452,6 +455,16 @@ def test_a_delta_channel_that_is_not_messages_needs_the_app_graph(two_kinds: Tar
         assert "--graph module:attr" in thread["reason"]
         assert count_checkpoints(saver, "items") == count
 
+        # --channel: only the messages (the built-in reducer); items and log stay deltas, and
+        # the current LangGraph still replays them across the new checkpoints
+        first = gk(*target.argv("--thread", "items", "--channel", "messages"))
+        assert first.code == 0, first.err
+        head = saver.get_tuple(config("items"))
+        assert head.metadata[METADATA_KEY]["channels"] == ["messages"]
+        assert "items" not in head.checkpoint["channel_values"]
+        assert head.metadata["counters_since_delta_snapshot"]["items"][1] >= 1
+        assert graph.get_state(config("items")).values == expected
+
         done = gk(
             *target.argv("--thread", "items", "--graph", "tests.test_materialize:ITEMS_GRAPH")
         )
@@ -471,14 +484,15 @@ def test_a_delta_channel_that_is_not_messages_needs_the_app_graph(two_kinds: Tar
         for ns, head in heads.items():
             values = head.checkpoint["channel_values"]
             if ns:
-                assert head.metadata[METADATA_KEY]["channels"] == ["log", "messages"]
+                assert head.metadata[METADATA_KEY]["channels"] == ["log"]
                 assert len(values["log"]) == 1 and values["log"][0].startswith("saw ")
             else:
-                assert head.metadata[METADATA_KEY]["channels"] == ["items", "messages"]
+                assert head.metadata[METADATA_KEY]["channels"] == ["items"]
+            assert "counters_since_delta_snapshot" not in head.metadata
         assert heads[""].checkpoint["channel_values"]["items"] == expected["items"]
         assert heads[""].checkpoint["channel_values"]["messages"] == expected["messages"]
         assert graph.get_state(config("items")).values == expected
-        assert count_checkpoints(saver, "items") == count + len(heads)
+        assert count_checkpoints(saver, "items") == count + 2 * len(heads)
 
 
 def test_an_interrupted_batch_is_finished_by_running_it_again(native: Target) -> None:
