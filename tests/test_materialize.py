@@ -33,7 +33,7 @@ from langgraph.types import Overwrite, interrupt
 
 import graphkeep
 from conformance.setups import all_setups
-from graphkeep.checkpoint.materialize import METADATA_KEY, materialize
+from graphkeep.checkpoint.materialize import METADATA_KEY, amaterialize, materialize
 from graphkeep.cli import main
 
 from .conftest import postgres_saver, unique_prefix
@@ -548,3 +548,18 @@ def test_an_encrypted_thread_is_materialized_encrypted_with_the_key(
     )
     # a shared list (graphkeep.checkpoint.lists): each element stored encrypted
     assert entry["seed"] == [{"__encrypted__": "msgpack+aes"}] * len(expected)
+
+
+@pytest.mark.redis
+async def test_amaterialize_drives_the_same_code_on_an_async_saver() -> None:
+    setup = next(s for s in all_setups() if s.name == "redis")
+    async with graphkeep.aconnect(setup.url, key_prefix=unique_prefix("mat")) as saver:
+        graph = chat_graph(saver)
+        for n, text in enumerate(TEXTS):
+            await graph.ainvoke({"messages": [HumanMessage(text, id=f"h{n}")]}, config("t"))
+        expected = (await graph.aget_state(config("t"))).values["messages"]
+        report = await amaterialize(saver, "t")
+        assert (report.status, report.written, report.verified) == ("materialized", 1, True)
+        head = await saver.aget_tuple(config("t"))
+        assert head is not None and head.checkpoint["channel_values"]["messages"] == expected
+        assert (await amaterialize(saver, "t")).status == "already_plain"

@@ -33,6 +33,7 @@ always materialized, so a reader never replays those writes into the new checkpo
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -435,6 +436,29 @@ def materialize(
             except LockNotAcquired as exc:
                 return MaterializeReport(thread_id, LOCKED, reason=str(exc))
     return _materialize(saver, thread_id, channels, graph, dry_run)
+
+
+async def amaterialize(
+    saver: BaseCheckpointSaver[Any],
+    thread_id: str,
+    *,
+    channels: Sequence[str] | None = None,
+    graph: Any = None,
+    dry_run: bool = False,
+    lock: bool = True,
+) -> MaterializeReport:
+    """:func:`materialize` for async callers, on any saver whose sync API answers from another
+    thread (graphkeep's async savers, ``AsyncSqliteSaver``, ``AsyncPostgresSaver``): the same
+    code, run in a worker thread."""
+    return await asyncio.to_thread(
+        materialize,
+        saver,
+        thread_id,
+        channels=channels,
+        graph=graph,
+        dry_run=dry_run,
+        lock=lock,
+    )
 
 
 def _materialize(
