@@ -563,3 +563,12 @@ async def test_amaterialize_drives_the_same_code_on_an_async_saver() -> None:
         head = await saver.aget_tuple(config("t"))
         assert head is not None and head.checkpoint["channel_values"]["messages"] == expected
         assert (await amaterialize(saver, "t")).status == "already_plain"
+        # the current LangGraph goes on from the plain value, as a DeltaChannel again
+        await graph.ainvoke(
+            {"messages": [{"role": "user", "content": "more", "id": "m"}]}, config("t")
+        )
+        after = (await graph.aget_state(config("t"))).values["messages"]
+        assert after[:-2] == expected and [m.id for m in after[-2:]] == ["m", "ai-m"]
+        head = await saver.aget_tuple(config("t"))
+        assert head is not None and "messages" not in head.checkpoint["channel_values"]
+        assert (await amaterialize(saver, "t", dry_run=True)).status == "would_materialize"

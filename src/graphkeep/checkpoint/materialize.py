@@ -182,14 +182,22 @@ def _unwrap(value: Any) -> Any:
     return value
 
 
+def _is_message(item: Any) -> bool:
+    """A message, or a message dict (``{"role"|"type": ..., "content": ...}``) as
+    ``add_messages`` takes it; a bare string is not: a list of strings is no chat."""
+    if isinstance(item, BaseMessage):
+        return True
+    return isinstance(item, dict) and "content" in item and ("role" in item or "type" in item)
+
+
 def _messages_like(values: Iterable[Any]) -> bool:
     """Every value is a message or a list of messages (after an ``Overwrite`` is unwrapped)."""
     for value in values:
         value = _unwrap(value)
-        items = value if isinstance(value, (list, tuple)) else [value]
         if value is None:
             continue
-        if not all(isinstance(item, BaseMessage) for item in items):
+        items = value if isinstance(value, list) else [value]
+        if not all(_is_message(item) for item in items):
             return False
     return True
 
