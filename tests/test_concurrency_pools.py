@@ -158,9 +158,7 @@ async def test_500_concurrent_async_threads_all_succeed_within_the_connection_bo
 @pytest.mark.parametrize("setup", SETUPS)
 def test_sync_threads_beyond_max_connections_queue_instead_of_failing(setup: Setup) -> None:
     ports = server_ports(setup)
-    with graphkeep.connect(
-        setup.url, key_prefix=unique_prefix("pool"), max_connections=8
-    ) as saver:
+    with graphkeep.connect(setup.url, key_prefix=unique_prefix("pool"), max_connections=8) as saver:
         graph = two_nodes(saver)
 
         def turn(i: int) -> int:

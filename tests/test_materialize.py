@@ -16,6 +16,7 @@ import io
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
@@ -62,6 +63,9 @@ def bot(state: ChatState) -> dict[str, Any]:
     answer = AIMessage(f"answer to {last.content}", id=f"ai-{last.id}")
     if last.content == "forget the first question":
         return {"messages": [RemoveMessage(id=state["messages"][0].id or ""), answer]}
+    if last.content == "forget a message that never was":
+        # LangGraph 1.2's messages reducer ignores an unknown id (add_messages would raise)
+        return {"messages": [RemoveMessage(id="never-was"), answer]}
     if last.content == "keep only my questions":
         humans = [m for m in state["messages"] if m.type == "human"]
         return {"messages": Overwrite([*humans, answer])}
@@ -89,6 +93,8 @@ TEXTS = [
     *(f"question {n}" for n in range(6, 9)),
     "keep only my questions",
     *(f"question {n}" for n in range(9, 16)),
+    # last, after every snapshot, so materialize replays it
+    "forget a message that never was",
 ]
 
 
@@ -253,7 +259,7 @@ def test_langgraph_1_1_reads_and_continues_delta_threads_after_materialize(
         write_chat(graph, chat)
         write_interrupted(graph, waiting)
         expected = {t: shown(graph, t) for t in (chat, waiting)}
-        assert len(expected[chat]) == 24 and len(expected[waiting]) == 9
+        assert len(expected[chat]) == 26 and len(expected[waiting]) == 9
         assert ["human", "h0", "question 1"] not in expected[chat]  # removed, then overwritten
         before_counts = {t: count_checkpoints(saver, t) for t in (chat, waiting)}
 
@@ -353,7 +359,7 @@ def test_a_thread_locked_by_a_live_run_is_skipped_and_reported(native: Target) -
         assert count_checkpoints(saver, "free") == counts["free"] + 1
         text = gk(*native.argv("--thread", "busy"))
         assert text.code == 0, text.err
-        assert text.out.startswith("busy: 1 checkpoint(s) written: messages (24); verified")
+        assert text.out.startswith("busy: 1 checkpoint(s) written: messages (26); verified")
         assert count_checkpoints(saver, "busy") == counts["busy"] + 1
 
 
@@ -572,3 +578,29 @@ async def test_amaterialize_drives_the_same_code_on_an_async_saver() -> None:
         head = await saver.aget_tuple(config("t"))
         assert head is not None and "messages" not in head.checkpoint["channel_values"]
         assert (await amaterialize(saver, "t", dry_run=True)).status == "would_materialize"
+
+
+def test_the_cli_runs_without_langgraphs_runtime_and_materialize_says_what_it_needs() -> None:
+    """graphkeep needs only langgraph-checkpoint: its other commands start without the runtime,
+    and materialize, which reduces with the runtime's DeltaChannel, says what to install."""
+    script = (
+        "import sys\n"
+        "runtime = ('langgraph.graph', 'langgraph.channels',\n"
+        "           'langgraph.pregel', 'langgraph.types')\n"
+        "for m in runtime:\n"
+        "    sys.modules[m] = None\n"
+        "from graphkeep.cli import main\n"
+        "assert main(['threads', '--help']) == 0\n"
+        "sys.exit(main(['materialize', 'sqlite:///nothing-here.db', '--all']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])},
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "needs LangGraph 1.2 or later" in done.stderr
+    assert "usage: graphkeep threads" in done.stdout

@@ -128,9 +128,7 @@ def test_prometheus_scrapes_the_p99_and_the_resume_failure_of_a_graph_process(
         assert process.stdout is not None
         line = process.stdout.readline()
         assert READY in line, f"the worker ended: {line!r} (exit {process.poll()})"
-        target.write_text(
-            json.dumps([{"targets": [f"127.0.0.1:{port}"], "labels": {"e2e": job}}])
-        )
+        target.write_text(json.dumps([{"targets": [f"127.0.0.1:{port}"], "labels": {"e2e": job}}]))
         failures_q = f'sum(graphkeep_resume_failures_total{{e2e="{job}"}})'
         p99_q = (
             "histogram_quantile(0.99, sum by (le) (db_client_operation_duration_seconds_bucket"

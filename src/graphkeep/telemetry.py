@@ -52,9 +52,7 @@ class FleetObserver:
     be unregistered, so a closed observer's gauges report nothing from then on.
     """
 
-    def __init__(
-        self, saver: Any, every: float, window: HealthWindow, meter_provider: Any
-    ) -> None:
+    def __init__(self, saver: Any, every: float, window: HealthWindow, meter_provider: Any) -> None:
         from opentelemetry import metrics
 
         self.saver = saver

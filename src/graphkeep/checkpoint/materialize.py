@@ -38,15 +38,14 @@ import importlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import reduce
 from typing import Any
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, RemoveMessage, convert_to_messages
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.base.id import uuid6
-from langgraph.graph.message import add_messages
+from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from langgraph.types import Overwrite
 
 from graphkeep.checkpoint.saver import SaverBase
@@ -168,10 +167,24 @@ def load_graph(spec: str) -> Any:
 
 
 def messages_reducer(state: Sequence[Any], writes: Sequence[Any]) -> list[Any]:
-    """``add_messages`` over a batch of writes (``RemoveMessage`` and ``REMOVE_ALL_MESSAGES``
-    as ``add_messages`` applies them); ``Overwrite`` is the channel's, before this is called."""
-    fold: Any = add_messages
-    return list(reduce(fold, writes, list(state or [])))
+    """``add_messages`` over a batch of writes, one write at a time (``RemoveMessage`` and
+    ``REMOVE_ALL_MESSAGES`` as ``add_messages`` applies them); ``Overwrite`` is the channel's,
+    before this is called. A ``RemoveMessage`` naming a message that is not there is dropped, as
+    LangGraph 1.2's DeltaChannel messages reducer does (``add_messages`` would raise): the
+    thread's own runtime read it that way."""
+    value: list[Any] = list(state or [])
+    for write in writes:
+        batch = convert_to_messages(write if isinstance(write, list) else [write])
+        known = {m.id for m in value if isinstance(m, BaseMessage)}
+        known.update(m.id for m in batch if not isinstance(m, RemoveMessage))
+        kept = [
+            m
+            for m in batch
+            if not isinstance(m, RemoveMessage) or m.id == REMOVE_ALL_MESSAGES or m.id in known
+        ]
+        fold: Any = add_messages
+        value = list(fold(value, kept))
+    return value
 
 
 def _unwrap(value: Any) -> Any:

@@ -14,20 +14,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from graphkeep.checkpoint.materialize import (
-    ALREADY_PLAIN,
-    FAILED,
-    LOCKED,
-    MATERIALIZED,
-    NOT_FOUND,
-    WOULD_MATERIALIZE,
-    GraphNotLoadable,
-    MaterializeReport,
-    load_graph,
-    materialize,
-)
 from graphkeep.cli.arguments import add_command
 from graphkeep.cli.console import (
     EXIT_ERROR,
@@ -40,6 +28,9 @@ from graphkeep.cli.console import (
 from graphkeep.cli.decode import AES_KEY_ENV
 from graphkeep.cli.endpoints import open_endpoint
 from graphkeep.cli.threads import iter_threads
+
+if TYPE_CHECKING:
+    from graphkeep.checkpoint.materialize import MaterializeReport
 
 
 def add_materialize_command(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -71,6 +62,22 @@ def add_materialize_command(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def cmd_materialize(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    # LangGraph's runtime (its DeltaChannel and add_messages) is imported here, not with the
+    # CLI: the other commands run where only langgraph-checkpoint is installed
+    try:
+        from graphkeep.checkpoint.materialize import (
+            FAILED,
+            LOCKED,
+            NOT_FOUND,
+            GraphNotLoadable,
+            load_graph,
+            materialize,
+        )
+    except ImportError as exc:
+        raise UsageError(
+            "graphkeep materialize needs LangGraph 1.2 or later (the runtime that wrote the"
+            f" DeltaChannels) in this environment: pip install 'langgraph>=1.2' ({exc})"
+        ) from exc
     graph = None
     if args.graph:
         # as `python -m` and uvicorn do: the app's modules are found from where it is run
@@ -131,6 +138,14 @@ def _serde() -> Any:
 
 
 def _line(report: MaterializeReport) -> str:
+    from graphkeep.checkpoint.materialize import (
+        ALREADY_PLAIN,
+        LOCKED,
+        MATERIALIZED,
+        NOT_FOUND,
+        WOULD_MATERIALIZE,
+    )
+
     done = [n for n in report.namespaces if n.status in (MATERIALIZED, WOULD_MATERIALIZE)]
     channels = ", ".join(
         f"{(n.ns + ' ') if n.ns else ''}{ch} ({size if size is not None else '?'})"
