@@ -51,6 +51,7 @@ from graphkeep.checkpoint.lists import (
     where,
 )
 from graphkeep.checkpoint.lock import ThreadLock
+from graphkeep.checkpoint.migrations import SCHEMA_VERSION_KEY, Schema, check_schema
 from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.records import (
     BlobRecord,
@@ -120,9 +121,14 @@ class SaverBase(BaseCheckpointSaver[str]):
         share_lists: bool = True,
         telemetry: Any = None,
         execute: Any = None,
+        schema_version: int | None = None,
+        migrations: Mapping[int, Callable[[Any], None]] | None = None,
     ) -> None:
         super().__init__(serde=serde)
         self.port = port
+        #: ``schema_version`` and ``migrations`` checked (None: unversioned); see
+        #: :mod:`graphkeep.checkpoint.migrations`
+        self.state_schema: Schema | None = check_schema(schema_version, migrations)
         #: spans and metrics of every call (``telemetry=False``: none); see
         #: :mod:`graphkeep.port.telemetry`
         self.telemetry = Telemetry(telemetry, target_of(execute))
@@ -184,6 +190,8 @@ class SaverBase(BaseCheckpointSaver[str]):
             for ch, v in (checkpoint.get("channel_versions") or {}).items()
         }
         merged = get_checkpoint_metadata(config, metadata)
+        if self.state_schema is not None:
+            merged[SCHEMA_VERSION_KEY] = self.state_schema.version  # type: ignore[literal-required]
         counters = merged.get("counters_since_delta_snapshot") or {}
         blobs: list[BlobRecord] = []
         shared: list[SharedList] = []
@@ -382,14 +390,24 @@ class SaverBase(BaseCheckpointSaver[str]):
         parent_config: RunnableConfig | None = None
         if record.parent_id:
             parent_config = checkpoint_config(record.thread_id, record.ns, record.parent_id)
+        writes = self._writes(
+            record.thread_id, record.ns, record.checkpoint_id, sort_writes(loaded.writes)
+        )
+        if self.state_schema is not None:
+            # the metadata stays as stored (list filters see it): its schema_version says
+            # which version the checkpoint was written at, the state is the running one's
+            writes = self.state_schema.upgrade(
+                checkpoint,  # type: ignore[arg-type]
+                writes,
+                self.state_schema.stored_version(metadata),
+                (record.thread_id, record.ns, record.checkpoint_id),
+            )
         return CheckpointTuple(
             config=checkpoint_config(record.thread_id, record.ns, record.checkpoint_id),
             checkpoint=checkpoint,
             metadata=metadata,
             parent_config=parent_config,
-            pending_writes=self._writes(
-                record.thread_id, record.ns, record.checkpoint_id, sort_writes(loaded.writes)
-            ),
+            pending_writes=writes,
         )
 
     @staticmethod

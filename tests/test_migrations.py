@@ -1,0 +1,300 @@
+"""Schema migrations (``schema_version=`` / ``migrations=``, ``graphkeep migrate``) on every
+backend set-up, sync and async, on real servers.
+
+The proof: an app interrupts a thread under schema 1 (a HITL approval pending), is redeployed
+with schema 2 (``title`` renamed ``name``; ``tags``, an ``operator.add`` list, moved to a new
+channel ``tag_set`` with a de-duplicating reducer, as the notes advise instead of changing a
+reducer in place), and the version-2 graph resumes the interrupted thread to the right final
+state; time travel to a version-1 checkpoint works under version 2; ``graphkeep migrate`` then
+leaves every head at version 2 and the same resumptions still pass.
+"""
+
+from __future__ import annotations
+
+import io
+import operator
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, redirect_stderr, redirect_stdout
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
+
+import graphkeep
+from graphkeep.checkpoint.migrations import StateUpgrade
+from graphkeep.cli import main
+from graphkeep.errors import ConfigurationError, MigrationFailed, SchemaVersionTooNew
+from tests.conftest import unique_prefix
+from tests.scenarios.backends import MODES, SETUPS, Backend
+
+# -- the app, version 1 and version 2 --------------------------------------------------------
+
+
+def dedupe(current: list[str] | None, update: list[str] | None) -> list[str]:
+    out = list(current or [])
+    out += [x for x in dict.fromkeys(update or []) if x not in out]
+    return out
+
+
+class StateV1(TypedDict, total=False):
+    title: str
+    tags: Annotated[list[str], operator.add]
+    approved: bool
+
+
+class StateV2(TypedDict, total=False):
+    name: str
+    tag_set: Annotated[list[str], dedupe]
+    approved: bool
+
+
+def v1_graph(saver: Any) -> Any:
+    def approve(state: StateV1) -> dict[str, Any]:
+        answer = interrupt({"title": state["title"]})
+        return {"approved": answer == "yes", "tags": ["reviewed"]}
+
+    g = StateGraph(StateV1)
+    g.add_node("draft", lambda s: {"title": s["title"].strip(), "tags": ["draft"]})
+    g.add_node("approve", approve)
+    g.add_node("finish", lambda s: {"tags": ["done"], "title": s["title"] + " (final)"})
+    g.add_edge(START, "draft")
+    g.add_edge("draft", "approve")
+    g.add_edge("approve", "finish")
+    g.add_edge("finish", END)
+    return g.compile(checkpointer=saver)
+
+
+def v2_graph(saver: Any) -> Any:
+    def approve(state: StateV2) -> dict[str, Any]:
+        answer = interrupt({"name": state["name"]})
+        return {"approved": answer == "yes", "tag_set": ["reviewed", "a"]}
+
+    g = StateGraph(StateV2)
+    g.add_node("draft", lambda s: {"name": s["name"].strip(), "tag_set": ["draft"]})
+    g.add_node("approve", approve)
+    g.add_node("finish", lambda s: {"tag_set": ["done"], "name": s["name"] + " (final)"})
+    g.add_edge(START, "draft")
+    g.add_edge("draft", "approve")
+    g.add_edge("approve", "finish")
+    g.add_edge("finish", END)
+    return g.compile(checkpointer=saver)
+
+
+def upgrade_1_to_2(state: StateUpgrade) -> None:
+    state.rename("title", "name")
+    state.move("tags", "tag_set", value=lambda tags: dedupe([], tags))
+
+
+MIGRATIONS = {1: upgrade_1_to_2}
+V2 = {"schema_version": 2, "migrations": MIGRATIONS}
+FINAL_YES = {
+    "name": "Report (final)",
+    "tag_set": ["a", "draft", "reviewed", "done"],
+    "approved": True,
+}
+FINAL_NO = {**FINAL_YES, "approved": False}
+INTERRUPTED_V2 = {"name": "Report", "tag_set": ["a", "draft"]}
+
+
+def failing(state: StateUpgrade) -> None:
+    raise KeyError("no such field")
+
+
+# -- running it on a backend, sync or async -----------------------------------------------------
+
+
+class App:
+    """A compiled graph on a saver, called sync or async as ``mode`` says."""
+
+    def __init__(self, graph: Any, mode: str) -> None:
+        self.graph, self.mode = graph, mode
+
+    async def invoke(self, value: Any, config: Any) -> Any:
+        if self.mode == "sync":
+            return self.graph.invoke(value, config)
+        return await self.graph.ainvoke(value, config)
+
+    async def state(self, config: Any) -> Any:
+        if self.mode == "sync":
+            return self.graph.get_state(config)
+        return await self.graph.aget_state(config)
+
+    async def history(self, config: Any) -> list[Any]:
+        if self.mode == "sync":
+            return list(self.graph.get_state_history(config))
+        return [s async for s in self.graph.aget_state_history(config)]
+
+
+@asynccontextmanager
+async def opened(backend: Backend, prefix: str, mode: str, **options: Any) -> AsyncIterator[Any]:
+    if mode == "sync":
+        with graphkeep.connect(backend.url, key_prefix=prefix, **options) as saver:
+            yield saver
+    else:
+        async with graphkeep.aconnect(backend.url, key_prefix=prefix, **options) as saver:
+            yield saver
+
+
+def cfg(thread_id: str, checkpoint_id: str | None = None) -> Any:
+    conf: dict[str, Any] = {"thread_id": thread_id}
+    if checkpoint_id is not None:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
+
+
+@pytest.fixture(params=[b.param() for b in SETUPS])
+def backend(request: pytest.FixtureRequest) -> Any:
+    return request.param
+
+
+@pytest.fixture
+def prefix(backend: Backend) -> Any:
+    name = unique_prefix("mig")
+    yield name
+    backend.raw.purge(backend.url, name)
+
+
+async def interrupt_under_v1(backend: Backend, prefix: str, mode: str, thread: str) -> None:
+    async with opened(backend, prefix, mode, schema_version=1) as saver:
+        app = App(v1_graph(saver), mode)
+        out = await app.invoke({"title": " Report ", "tags": ["a", "a"]}, cfg(thread))
+        assert out["__interrupt__"][0].value == {"title": "Report"}
+
+
+def gk(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+# -- the proof ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_v2_resumes_a_thread_interrupted_under_v1_and_time_travels_to_v1(
+    backend: Backend, prefix: str, mode: str
+) -> None:
+    await interrupt_under_v1(backend, prefix, mode, "t1")
+    async with opened(backend, prefix, mode, **V2) as saver:
+        app = App(v2_graph(saver), mode)
+        history = await app.history(cfg("t1"))
+        assert [h.metadata["schema_version"] for h in history] == [1, 1, 1]
+        interrupted = history[0]
+        assert interrupted.values == INTERRUPTED_V2 and interrupted.next == ("approve",)
+        assert await app.invoke(Command(resume="yes"), cfg("t1")) == FINAL_YES
+        head = await app.state(cfg("t1"))
+        assert head.metadata["schema_version"] == 2 and head.next == ()
+        # the v1 checkpoint now holds v2 writes of the resume beside its v1 ones: read again,
+        # the state is as before (the migration leaves writes already on tag_set alone)
+        again = await app.state(interrupted.config)
+        assert again.values == INTERRUPTED_V2 and again.next == ("approve",)
+        # time travel: the v1 checkpoint before `draft`, read and replayed under v2
+        before_draft = history[1]
+        assert before_draft.values == {"name": " Report ", "tag_set": ["a"]}
+        out = await app.invoke(None, before_draft.config)
+        assert out["__interrupt__"][0].value == {"name": "Report"}
+        assert await app.invoke(Command(resume="no"), cfg("t1")) == FINAL_NO
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_put_records_schema_version_and_unversioned_savers_add_nothing(
+    backend: Backend, prefix: str, mode: str
+) -> None:
+    async with opened(backend, prefix, mode) as saver:
+        app = App(v1_graph(saver), mode)
+        await app.invoke({"title": "x", "tags": []}, cfg("plain"))
+        assert all("schema_version" not in h.metadata for h in await app.history(cfg("plain")))
+    async with opened(backend, prefix, mode, schema_version=1) as saver:
+        found = (
+            [t async for t in saver.alist(cfg("plain"))]
+            if mode == "async"
+            else list(saver.list(cfg("plain")))
+        )
+        # an unversioned checkpoint is read as the running version when there is no chain
+        assert found and all("schema_version" not in t.metadata for t in found)
+        versioned = App(v1_graph(saver), mode)
+        await versioned.invoke({"title": "y", "tags": []}, cfg("versioned"))
+        if mode == "sync":
+            filtered = list(saver.list(None, filter={"schema_version": 1}))
+        else:
+            filtered = [t async for t in saver.alist(None, filter={"schema_version": 1})]
+        assert {t.config["configurable"]["thread_id"] for t in filtered} == {"versioned"}
+
+
+async def test_unversioned_checkpoints_read_as_the_first_version_of_the_chain(
+    backend: Backend, prefix: str
+) -> None:
+    async with opened(backend, prefix, "sync") as saver:
+        App(v1_graph(saver), "sync").graph.invoke({"title": " Report ", "tags": ["a"]}, cfg("t"))
+    async with opened(backend, prefix, "sync", **V2) as saver:
+        app = App(v2_graph(saver), "sync")
+        state = await app.state(cfg("t"))
+        assert state.values == INTERRUPTED_V2
+        assert await app.invoke(Command(resume="yes"), cfg("t")) == FINAL_YES
+
+
+# -- faults ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_checkpoint_newer_than_the_running_code_is_refused(
+    backend: Backend, prefix: str, mode: str
+) -> None:
+    await interrupt_under_v1(backend, prefix, "sync", "t1")
+    async with opened(backend, prefix, mode, **V2) as saver:
+        await App(v2_graph(saver), mode).invoke(Command(resume="yes"), cfg("t1"))
+    async with opened(backend, prefix, mode, schema_version=1) as saver:
+        app = App(v1_graph(saver), mode)
+        with pytest.raises(SchemaVersionTooNew) as caught:
+            await app.state(cfg("t1"))
+        error = caught.value
+        assert (error.thread_id, error.stored_version, error.running_version) == ("t1", 2, 1)
+        assert "'t1'" in str(error) and error.checkpoint_id in str(error)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_failing_migration_names_thread_checkpoint_and_step_and_writes_nothing(
+    backend: Backend, prefix: str, mode: str
+) -> None:
+    await interrupt_under_v1(backend, prefix, "sync", "t1")
+    before = backend.raw.scan(backend.url, prefix)
+    async with opened(backend, prefix, mode, schema_version=2, migrations={1: failing}) as saver:
+        app = App(v2_graph(saver), mode)
+        with pytest.raises(MigrationFailed) as caught:
+            await app.invoke(Command(resume="yes"), cfg("t1"))
+    error = caught.value
+    assert error.thread_id == "t1" and error.step == 1
+    assert "'t1'" in str(error) and error.checkpoint_id in str(error)
+    assert "1 → 2" in str(error) and isinstance(error.__cause__, KeyError)
+    assert backend.raw.scan(backend.url, prefix) == before
+
+
+def test_connect_checks_the_chain(backend: Backend, prefix: str) -> None:
+    cases: list[dict[str, Any]] = [
+        {"schema_version": 3, "migrations": {1: upgrade_1_to_2}},  # no step 2 → 3
+        {"schema_version": 2, "migrations": {1: upgrade_1_to_2, 2: upgrade_1_to_2}},
+        {"schema_version": 0},
+        {"schema_version": "2"},
+        {"migrations": MIGRATIONS},
+        {"schema_version": 2, "migrations": {1: "not callable"}},
+        {"schema_version": 2, "migrations": {"1": upgrade_1_to_2}},
+    ]
+    for options in cases:
+        with (
+            pytest.raises(ConfigurationError),
+            graphkeep.connect(backend.url, key_prefix=prefix, setup=False, **options),
+        ):
+            pass
+    with (
+        pytest.raises(ConfigurationError, match="2 → 3"),
+        graphkeep.connect(
+            backend.url,
+            key_prefix=prefix,
+            setup=False,
+            schema_version=4,
+            migrations={1: upgrade_1_to_2, 3: upgrade_1_to_2},
+        ),
+    ):
+        pass
