@@ -12,6 +12,7 @@ leaves every head at version 2 and the same resumptions still pass.
 from __future__ import annotations
 
 import io
+import json
 import operator
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, redirect_stderr, redirect_stdout
@@ -298,3 +299,135 @@ def test_connect_checks_the_chain(backend: Backend, prefix: str) -> None:
         ),
     ):
         pass
+
+
+# -- graphkeep migrate ------------------------------------------------------------------------
+
+FAILING = {1: failing}
+
+
+def migrate(backend: Backend, prefix: str, *argv: str) -> tuple[int, Any]:
+    code, out, err = gk(
+        "migrate",
+        backend.url,
+        "--to",
+        "2",
+        *argv,
+        "--key-prefix",
+        prefix,
+        "--json",
+    )
+    return code, json.loads(out)
+
+
+def by_thread(report: Any) -> dict[str, Any]:
+    return {t["thread_id"]: t for t in report["threads"]}
+
+
+async def three_v1_threads(backend: Backend, prefix: str) -> None:
+    """t1, t2 interrupted under v1; t3 finished under v1."""
+    await interrupt_under_v1(backend, prefix, "sync", "t1")
+    await interrupt_under_v1(backend, prefix, "sync", "t2")
+    await interrupt_under_v1(backend, prefix, "sync", "t3")
+    async with opened(backend, prefix, "sync", schema_version=1) as saver:
+        v1_graph(saver).invoke(Command(resume="yes"), cfg("t3"))
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_migrate_leaves_every_head_at_v2_and_the_resumptions_still_pass(
+    backend: Backend, prefix: str, mode: str
+) -> None:
+    await three_v1_threads(backend, prefix)
+    code, report = migrate(
+        backend, prefix, "--migrations", "tests.test_migrations:MIGRATIONS", "--all"
+    )
+    assert code == 0 and report["ok"], report
+    threads = by_thread(report)
+    assert {t: r["status"] for t, r in threads.items()} == dict.fromkeys(
+        ("t1", "t2", "t3"), "migrated"
+    )
+    (t1,) = threads["t1"]["namespaces"]
+    assert t1["from_version"] == 1 and t1["verified"] and t1["interrupted"]
+    assert t1["channels_changed"] == ["name", "tag_set"]
+    async with opened(backend, prefix, mode, **V2) as saver:
+        app = App(v2_graph(saver), mode)
+        for thread in ("t1", "t2", "t3"):
+            head = await app.state(cfg(thread))
+            assert head.metadata["schema_version"] == 2
+            assert head.metadata["graphkeep_migrate"]["from_version"] == 1
+            assert len(await app.history(cfg(thread))) in (4, 6)  # history kept, one appended
+        interrupted = await app.state(cfg("t1"))
+        # the interrupt is raised again when `approve` runs: none is pending on the new head
+        assert interrupted.values == INTERRUPTED_V2 and interrupted.next == ("approve",)
+        assert interrupted.interrupts == ()
+        assert await app.invoke(Command(resume="yes"), cfg("t1")) == FINAL_YES
+        assert (await app.state(cfg("t3"))).values == FINAL_YES
+        # time travel on a migrated thread to its v1 checkpoint before `draft`
+        before_draft = (await app.history(cfg("t2")))[2]
+        assert before_draft.metadata["schema_version"] == 1
+        out = await app.invoke(None, before_draft.config)
+        assert out["__interrupt__"][0].value == {"name": "Report"}
+        assert await app.invoke(Command(resume="no"), cfg("t2")) == FINAL_NO
+    # the same without the migrations: every head reads as stored, at v2
+    async with opened(backend, prefix, "sync", schema_version=2) as saver:
+        assert v2_graph(saver).get_state(cfg("t3")).values == FINAL_YES
+    before = backend.raw.scan(backend.url, prefix)
+    code, again = migrate(
+        backend, prefix, "--migrations", "tests.test_migrations:MIGRATIONS", "--all"
+    )
+    assert code == 0 and again["summary"]["up_to_date"] == 3
+    assert backend.raw.scan(backend.url, prefix) == before
+
+
+async def test_migrate_dry_run_writes_nothing(backend: Backend, prefix: str) -> None:
+    await three_v1_threads(backend, prefix)
+    before = backend.raw.scan(backend.url, prefix)
+    code, report = migrate(
+        backend, prefix, "--migrations", "tests.test_migrations:MIGRATIONS", "--all", "--dry-run"
+    )
+    assert code == 0 and report["dry_run"]
+    assert {r["status"] for r in report["threads"]} == {"would_migrate"}
+    assert all(n["checkpoint_id"] is None for r in report["threads"] for n in r["namespaces"])
+    assert backend.raw.scan(backend.url, prefix) == before
+
+
+async def test_migrate_skips_a_locked_thread_and_a_rerun_finishes_without_migrating_twice(
+    backend: Backend, prefix: str
+) -> None:
+    await three_v1_threads(backend, prefix)
+    spec = "tests.test_migrations:MIGRATIONS"
+    code, first = migrate(
+        backend, prefix, "--migrations", spec, "--thread", "t3"
+    )  # a batch cut short
+    assert code == 0 and by_thread(first)["t3"]["status"] == "migrated"
+    async with opened(backend, prefix, "sync") as saver:
+        with saver.lock("t1", ttl=30):  # a live run holds t1
+            code, second = migrate(backend, prefix, "--migrations", spec, "--all")
+        counts = {t: len(list(saver.list(cfg(t)))) for t in ("t1", "t2", "t3")}
+    threads = by_thread(second)
+    assert code == 1 and not second["ok"]
+    assert threads["t1"]["status"] == "locked" and "lease" in threads["t1"]["problems"][0]
+    assert threads["t2"]["status"] == "migrated" and threads["t3"]["status"] == "up_to_date"
+    assert counts == {"t1": 3, "t2": 4, "t3": 6}
+    code, third = migrate(backend, prefix, "--migrations", spec, "--all")
+    assert code == 0 and {t: r["status"] for t, r in by_thread(third).items()} == {
+        "t1": "migrated",
+        "t2": "up_to_date",
+        "t3": "up_to_date",
+    }
+    async with opened(backend, prefix, "sync") as saver:
+        assert {t: len(list(saver.list(cfg(t)))) for t in counts} == {"t1": 4, "t2": 4, "t3": 6}
+
+
+async def test_migrate_with_a_failing_migration_reports_it_and_writes_nothing(
+    backend: Backend, prefix: str
+) -> None:
+    await interrupt_under_v1(backend, prefix, "sync", "t1")
+    before = backend.raw.scan(backend.url, prefix)
+    code, report = migrate(
+        backend, prefix, "--migrations", "tests.test_migrations:FAILING", "--all"
+    )
+    (t1,) = report["threads"]
+    assert code == 1 and t1["status"] == "failed"
+    assert "'t1'" in t1["problems"][0] and "1 → 2" in t1["problems"][0]
+    assert backend.raw.scan(backend.url, prefix) == before

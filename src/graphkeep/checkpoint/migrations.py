@@ -23,9 +23,14 @@ as the first version of the chain (its lowest key), or as ``N`` when there are n
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
+
+from langgraph.checkpoint.base import CheckpointTuple
+from langgraph.checkpoint.base.id import uuid6
 
 from graphkeep.errors import ConfigurationError, MigrationFailed, SchemaVersionTooNew
 
@@ -195,6 +200,112 @@ class Schema:
         return state.pending_writes
 
 
+#: the metadata key naming what ``graphkeep migrate`` did to make a checkpoint
+MIGRATED_KEY = "graphkeep_migrate"
+
+
+@dataclass(frozen=True, slots=True)
+class HeadUpgrade:
+    """The checkpoint ``graphkeep migrate`` appends after a head stored at an older version:
+    the head's state upgraded, as a child of the head (``put(parent_config, checkpoint,
+    metadata, new_versions)``)."""
+
+    parent_config: Any
+    checkpoint: dict[str, Any]
+    metadata: dict[str, Any]
+    new_versions: dict[str, Any]
+    from_version: int
+    #: pending writes of the head that the child does not carry (see :func:`upgrade_head`)
+    pending_writes_left: int
+    #: the head had a pending interrupt
+    interrupted: bool
+
+
+def upgrade_head(
+    head: CheckpointTuple, schema: Schema, next_version: Callable[[Any], Any]
+) -> HeadUpgrade | None:
+    """The child checkpoint holding ``head``'s state at ``schema.version`` (None when the head
+    is already there), ``head`` as stored (read by a saver without ``schema_version``).
+
+    Channels whose value changed, appeared or was renamed get one new version (after the
+    highest one, as LangGraph's own steps do) and are the ``new_versions``; every node that
+    had seen such a channel's previous version is marked as having seen the new one, so no
+    node runs again because of the migration. ``updated_channels`` stays the head's, so the
+    same tasks are next. Like LangGraph's ``__copy__`` fork, the child does not carry the
+    head's pending writes: task ids derive from the checkpoint id, so a task that was
+    interrupted (or had finished beside an interrupted one) runs again on resume, and an
+    interrupt is raised again there (``Command(resume=value)`` answers it).
+    Raises :class:`~graphkeep.errors.MigrationFailed` / ``SchemaVersionTooNew`` as reads do.
+    """
+    conf = head.config["configurable"]
+    stored = schema.stored_version(head.metadata)
+    if stored == schema.version:
+        return None
+    raw = head.checkpoint
+    upgraded: dict[str, Any] = copy.deepcopy(dict(raw))
+    writes = schema.upgrade(
+        upgraded,
+        copy.deepcopy(list(head.pending_writes or [])),
+        stored,
+        (conf["thread_id"], conf.get("checkpoint_ns", ""), conf["checkpoint_id"]),
+    )
+    values: dict[str, Any] = upgraded["channel_values"]
+    versions: dict[str, Any] = dict(upgraded["channel_versions"])
+    raw_values = raw.get("channel_values") or {}
+    raw_versions = raw.get("channel_versions") or {}
+    changed = [
+        ch
+        for ch, value in values.items()
+        if ch not in raw_values
+        or raw_versions.get(ch) != versions.get(ch)
+        or not _same(raw_values[ch], value)
+    ]
+    new_versions: dict[str, Any] = {}
+    if changed:
+        bumped = next_version(max(versions.values(), default=None))
+        for ch in changed:
+            previous = versions.get(ch)
+            versions[ch] = new_versions[ch] = bumped
+            for seen in (upgraded.get("versions_seen") or {}).values():
+                if ch in seen and seen[ch] == previous:
+                    seen[ch] = bumped
+    step = head.metadata.get("step", -1) if isinstance(head.metadata, Mapping) else -1
+    step = step if isinstance(step, int) else -1
+    upgraded["id"] = str(uuid6(clock_seq=step + 1))
+    upgraded["ts"] = datetime.now(timezone.utc).isoformat()
+    upgraded["channel_versions"] = versions
+    metadata: dict[str, Any] = {
+        "source": "update",
+        "step": step + 1,
+        "parents": dict(head.metadata.get("parents") or {}),
+        SCHEMA_VERSION_KEY: schema.version,
+        MIGRATED_KEY: {
+            "from_checkpoint_id": conf["checkpoint_id"],
+            "from_version": stored,
+            "to_version": schema.version,
+        },
+    }
+    counters = head.metadata.get("counters_since_delta_snapshot")
+    if counters:  # the child replays its DeltaChannels through the head, as the head did
+        metadata["counters_since_delta_snapshot"] = counters
+    return HeadUpgrade(
+        parent_config={"configurable": {**conf}},
+        checkpoint=upgraded,
+        metadata=metadata,
+        new_versions=new_versions,
+        from_version=stored,
+        pending_writes_left=len(writes),
+        interrupted=any(w[1] == "__interrupt__" for w in writes),
+    )
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b) and type(a) is type(b)
+    except Exception:  # a value whose == raises is taken as changed
+        return False
+
+
 def check_schema(schema_version: Any, migrations: Any) -> Schema | None:
     """The :class:`Schema` of a saver's options (None: unversioned), or
     :class:`~graphkeep.errors.ConfigurationError` for a version that is not a positive int,
@@ -234,4 +345,13 @@ def check_schema(schema_version: Any, migrations: Any) -> Schema | None:
     return Schema(schema_version, dict(migrations))
 
 
-__all__ = ["SCHEMA_VERSION_KEY", "Migration", "Schema", "StateUpgrade", "check_schema"]
+__all__ = [
+    "MIGRATED_KEY",
+    "SCHEMA_VERSION_KEY",
+    "HeadUpgrade",
+    "Migration",
+    "Schema",
+    "StateUpgrade",
+    "check_schema",
+    "upgrade_head",
+]
