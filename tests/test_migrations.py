@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager, redirect_stderr, redirect_stdout
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from langgraph.channels import DeltaChannel
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
@@ -431,3 +432,56 @@ async def test_migrate_with_a_failing_migration_reports_it_and_writes_nothing(
     assert code == 1 and t1["status"] == "failed"
     assert "'t1'" in t1["problems"][0] and "1 → 2" in t1["problems"][0]
     assert backend.raw.scan(backend.url, prefix) == before
+
+
+# -- DeltaChannel history across a rename ---------------------------------------------------
+
+
+def concat(state: list[str] | None, writes: Any) -> list[str]:
+    out = list(state or [])
+    for w in writes:
+        out += w
+    return out
+
+
+class ChatV1(TypedDict, total=False):
+    chat: Annotated[list[str], DeltaChannel(concat, snapshot_frequency=3)]
+
+
+class ChatV2(TypedDict, total=False):
+    log: Annotated[list[str], DeltaChannel(concat, snapshot_frequency=3)]
+
+
+def chat_graph(state: Any, channel: str, saver: Any) -> Any:
+    g = StateGraph(state)
+    g.add_node("say", lambda s: {channel: [f"m{len(s.get(channel) or [])}"]})
+    g.add_edge(START, "say")
+    g.add_edge("say", END)
+    return g.compile(checkpointer=saver)
+
+
+def rename_chat(state: StateUpgrade) -> None:
+    state.rename("chat", "log")
+
+
+async def test_delta_channel_history_reads_a_renamed_channel_under_its_older_name(
+    backend: Backend, prefix: str
+) -> None:
+    async with opened(backend, prefix, "sync", schema_version=1) as saver:
+        v1 = chat_graph(ChatV1, "chat", saver)
+        for _ in range(5):
+            v1.invoke({}, cfg("c"))
+        assert v1.get_state(cfg("c")).values["chat"] == ["m0", "m1", "m2", "m3", "m4"]
+        v1_history = list(v1.get_state_history(cfg("c")))
+    async with opened(
+        backend, prefix, "sync", schema_version=2, migrations={1: rename_chat}
+    ) as saver:
+        v2 = chat_graph(ChatV2, "log", saver)
+        assert v2.get_state(cfg("c")).values == {"log": ["m0", "m1", "m2", "m3", "m4"]}
+        middle = v1_history[4]  # a v1 checkpoint between snapshots
+        assert v2.get_state(middle.config).values == {"log": middle.values["chat"]}
+        # v2 checkpoints on v1 ancestors: the history of `log` reads `chat` below them
+        v2.invoke({}, cfg("c"))
+        v2.invoke({}, cfg("c"))
+        assert v2.get_state(cfg("c")).values == {"log": [f"m{n}" for n in range(7)]}
+        assert saver.get_tuple(cfg("c")).metadata["schema_version"] == 2

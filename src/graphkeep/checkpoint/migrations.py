@@ -60,6 +60,8 @@ class StateUpgrade:
     checkpoint_id: str
     from_version: int
     updated_channels: list[str] | None = field(default=None)
+    #: every ``move`` / ``rename`` made, in order: ``(old, new, value, write)``
+    moves: list[tuple[str, str, Any, Any]] = field(default_factory=list)
 
     def rename(self, old: str, new: str) -> None:
         """Channel ``old`` is now ``new``: its value, its version, every node's version seen
@@ -83,6 +85,7 @@ class StateUpgrade:
         from the old one's value (never a changed reducer on the same channel)."""
         if old == new:
             return
+        self.moves.append((old, new, value, write))
         if old in self.values:
             moved = self.values.pop(old)
             self.values[new] = moved if value is None else value(moved)
@@ -110,11 +113,63 @@ class StateUpgrade:
 
 
 @dataclass(frozen=True, slots=True)
+class Alias:
+    """An older name of a channel, for DeltaChannel history: a seed stored under ``name`` is
+    ``value`` of it, a write to ``name`` is ``write`` of it (composed over the steps)."""
+
+    name: str
+    value: Callable[[Any], Any]
+    write: Callable[[Any], Any]
+
+
+def _compose(first: Callable[[Any], Any], then: Any) -> Callable[[Any], Any]:
+    return first if then is None else (lambda v: then(first(v)))
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+@dataclass(frozen=True, slots=True)
 class Schema:
     """A saver's checked ``schema_version`` and ``migrations``."""
 
     version: int
     migrations: Mapping[int, Migration]
+    #: channel -> its older names (:meth:`aliases`), found once
+    found_aliases: dict[str, list[Alias]] = field(default_factory=dict, compare=False)
+    probed: list[bool] = field(default_factory=list, compare=False)
+
+    def aliases(self) -> dict[str, list[Alias]]:
+        """Each channel's older names, from the ``rename`` / ``move`` calls the chain makes
+        on an empty state (what DeltaChannel history reads under those names).
+
+        A migration that reads a value (or raises) on the empty state contributes no
+        alias: renames of DeltaChannels must be unconditional ``rename`` / ``move`` calls.
+        """
+        if self.probed:
+            return self.found_aliases
+        names: dict[str, list[Alias]] = {}
+        for step in range(self.unversioned, self.version):
+            probe = StateUpgrade({}, {}, {}, [], "", "", "", step)
+            try:
+                self.migrations[step](probe)
+            except Exception:
+                continue
+            for old, new, value, write in probe.moves:
+                older = names.pop(old, [])
+                here = Alias(old, value or _identity, write or _identity)
+                names[new] = (
+                    [
+                        Alias(a.name, _compose(a.value, value), _compose(a.write, write))
+                        for a in older
+                    ]
+                    + [here]
+                    + names.get(new, [])
+                )
+        self.found_aliases.update(names)
+        self.probed.append(True)
+        return self.found_aliases
 
     @property
     def unversioned(self) -> int:

@@ -479,8 +479,17 @@ class SaverBase(BaseCheckpointSaver[str]):
             return {}
         thread_id, ns, checkpoint_id = self._address(config)
         wanted = list(dict.fromkeys(channels))
+        # stored name -> (requested channel, seed transform, write transform): a channel a
+        # migration renamed is read under its older names too (ancestors written before)
+        names: dict[str, tuple[str, Callable[[Any], Any] | None, Callable[[Any], Any] | None]]
+        names = {ch: (ch, None, None) for ch in wanted}
+        if self.state_schema is not None:
+            aliases = self.state_schema.aliases()
+            for ch in wanted:
+                for alias in aliases.get(ch, []):
+                    names.setdefault(alias.name, (ch, alias.value, alias.write))
         try:
-            chain = yield from self.port.chain(thread_id, ns, checkpoint_id, wanted)
+            chain = yield from self.port.chain(thread_id, ns, checkpoint_id, list(names))
             # a list seed written as a manifest (DeltaChannels normally are not)
             elements = yield from fetch_elements(self.port, thread_id, ns, chain.blobs.values())
         except CorruptData as exc:
@@ -492,19 +501,27 @@ class SaverBase(BaseCheckpointSaver[str]):
             if not remaining:
                 break
             for write in reversed(sort_writes(chain.writes.get(ancestor.checkpoint_id, []))):
-                if write.channel in remaining:
-                    collected[write.channel].append((ancestor.checkpoint_id, write))
-            for ch in [c for c in ancestor.present if c in remaining]:
-                blob = chain.blobs.get((ch, ancestor.versions.get(ch, "")))
+                if write.channel in names and names[write.channel][0] in remaining:
+                    collected[names[write.channel][0]].append((ancestor.checkpoint_id, write))
+            for stored in [c for c in ancestor.present if c in names]:
+                ch, upgrade, _ = names[stored]
+                if ch not in remaining:
+                    continue
+                blob = chain.blobs.get((stored, ancestor.versions.get(stored, "")))
                 if blob is not None and blob.tag != codec.EMPTY_TAG:
-                    at = where(thread_id, ns, ancestor.checkpoint_id, ch)
-                    seeds[ch] = load_value(self.serde, blob, elements, at)
+                    at = where(thread_id, ns, ancestor.checkpoint_id, stored)
+                    seed = load_value(self.serde, blob, elements, at)
+                    seeds[ch] = seed if upgrade is None else upgrade(seed)
                     remaining.discard(ch)
         result: dict[str, DeltaChannelHistory] = {}
         for ch in channels:
             entry: DeltaChannelHistory = {"writes": []}
             for cid, w in reversed(collected[ch]):
-                entry["writes"] += self._writes(thread_id, ns, cid, [w])
+                for task_id, stored, value in self._writes(thread_id, ns, cid, [w]):
+                    upgrade = names[stored][2]
+                    entry["writes"].append(
+                        (task_id, ch, value if upgrade is None else upgrade(value))
+                    )
             if ch in seeds:
                 entry["seed"] = seeds[ch]
             result[ch] = entry
