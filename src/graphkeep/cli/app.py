@@ -15,7 +15,7 @@ from graphkeep.cli.decode import EncryptedValueError
 from graphkeep.errors import ConfigurationError, GraphkeepError, InvalidInput, StorageUnavailable
 
 DESCRIPTION = """\
-Inspect, dump, prune, copy and size the checkpoints LangGraph apps keep in
+Inspect, dump, prune, copy, migrate and size the checkpoints LangGraph apps keep in
 graphkeep stores (the URLs of graphkeep.connect) and in LangGraph's own savers
 (sqlite:///path, postgresql://... when langgraph-checkpoint-sqlite / -postgres
 are installed); watch a thread's checkpoints and read a run's events live
