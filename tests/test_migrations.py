@@ -485,3 +485,77 @@ async def test_delta_channel_history_reads_a_renamed_channel_under_its_older_nam
         v2.invoke({}, cfg("c"))
         assert v2.get_state(cfg("c")).values == {"log": [f"m{n}" for n in range(7)]}
         assert saver.get_tuple(cfg("c")).metadata["schema_version"] == 2
+
+
+# -- subgraphs ------------------------------------------------------------------------------
+
+
+class ReviewV1(TypedDict, total=False):
+    title: str
+    approved: bool
+
+
+class ReviewV2(TypedDict, total=False):
+    name: str
+    approved: bool
+
+
+def review_graph(state: Any, field: str, saver: Any) -> Any:
+    """A parent whose `review` node is a subgraph interrupting for approval."""
+
+    def ask(s: Any) -> dict[str, Any]:
+        answer = interrupt({field: s[field]})
+        return {"approved": answer == "yes", field: s[field] + "!"}
+
+    sub = StateGraph(state)
+    sub.add_node("ask", ask)
+    sub.add_edge(START, "ask")
+    sub.add_edge("ask", END)
+    g = StateGraph(state)
+    g.add_node("prep", lambda s: {field: s[field].upper()})
+    g.add_node("review", sub.compile())
+    g.add_edge(START, "prep")
+    g.add_edge("prep", "review")
+    g.add_edge("review", END)
+    return g.compile(checkpointer=saver)
+
+
+def rename_title(state: StateUpgrade) -> None:
+    state.rename("title", "name")
+
+
+TITLE_TO_NAME = {1: rename_title}
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_subgraph_state_interrupted_under_v1_resumes_under_v2_before_and_after_migrate(
+    backend: Backend, prefix: str, mode: str
+) -> None:
+    async with opened(backend, prefix, mode, schema_version=1) as saver:
+        v1 = App(review_graph(ReviewV1, "title", saver), mode)
+        for thread in ("lazy", "migrated"):
+            await v1.invoke({"title": "doc"}, cfg(thread))
+    async with opened(backend, prefix, mode, schema_version=2, migrations=TITLE_TO_NAME) as saver:
+        v2 = App(review_graph(ReviewV2, "name", saver), mode)
+        config = cfg("lazy")
+        if mode == "sync":
+            state = v2.graph.get_state(config, subgraphs=True)
+        else:
+            state = await v2.graph.aget_state(config, subgraphs=True)
+        assert state.tasks[0].state.values == {"name": "DOC"}
+        assert await v2.invoke(Command(resume="yes"), cfg("lazy")) == {
+            "name": "DOC!",
+            "approved": True,
+        }
+    code, report = migrate(
+        backend, prefix, "--migrations", "tests.test_migrations:TITLE_TO_NAME", "--all"
+    )
+    assert code == 0, report
+    migrated = by_thread(report)["migrated"]
+    assert sorted(bool(n["checkpoint_ns"]) for n in migrated["namespaces"]) == [False, True]
+    async with opened(backend, prefix, mode, schema_version=2, migrations=TITLE_TO_NAME) as saver:
+        v2 = App(review_graph(ReviewV2, "name", saver), mode)
+        assert await v2.invoke(Command(resume="yes"), cfg("migrated")) == {
+            "name": "DOC!",
+            "approved": True,
+        }
