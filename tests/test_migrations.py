@@ -20,6 +20,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from langgraph.channels import DeltaChannel
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
@@ -559,3 +560,19 @@ async def test_subgraph_state_interrupted_under_v1_resumes_under_v2_before_and_a
             "name": "DOC!",
             "approved": True,
         }
+
+
+async def test_migrate_an_encrypted_store_with_the_apps_key(
+    backend: Backend, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = "0123456789abcdef0123456789abcdef"
+    monkeypatch.setenv("LANGGRAPH_AES_KEY", key)
+    serde = EncryptedSerializer.from_pycryptodome_aes(key=key.encode())
+    async with opened(backend, prefix, "sync", schema_version=1, serde=serde) as saver:
+        v1_graph(saver).invoke({"title": " Report ", "tags": ["a", "a"]}, cfg("t1"))
+    code, report = migrate(
+        backend, prefix, "--migrations", "tests.test_migrations:MIGRATIONS", "--all"
+    )
+    assert code == 0 and by_thread(report)["t1"]["status"] == "migrated"
+    async with opened(backend, prefix, "sync", serde=serde, **V2) as saver:
+        assert v2_graph(saver).invoke(Command(resume="yes"), cfg("t1")) == FINAL_YES

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO, cast
 
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
 from graphkeep.checkpoint.migrations import Schema, check_schema, upgrade_head
 from graphkeep.checkpoint.saver import SaverBase
@@ -38,6 +39,7 @@ from graphkeep.cli.console import (
     UsageError,
     print_json,
 )
+from graphkeep.cli.decode import AES_KEY_ENV
 from graphkeep.cli.endpoints import Native, open_endpoint, require_graphkeep
 from graphkeep.cli.threads import iter_threads, thread_config
 from graphkeep.errors import ConfigurationError, GraphkeepError, LockNotAcquired
@@ -131,7 +133,10 @@ def cmd_migrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     assert schema is not None
     results: list[ThreadMigration] = []
     missing: list[str] = []
-    with open_endpoint(args.url, key_prefix=args.key_prefix) as endpoint:
+    # the app's own values are read and written (its migrations are imported, so are its
+    # classes): LangGraph's serializer, encrypting like the app when LANGGRAPH_AES_KEY is set
+    serde = EncryptedSerializer.from_pycryptodome_aes() if os.environ.get(AES_KEY_ENV) else None
+    with open_endpoint(args.url, key_prefix=args.key_prefix, serde=serde) as endpoint:
         assert isinstance(endpoint, Native)
         threads = list(dict.fromkeys(args.thread)) if args.thread else list(iter_threads(endpoint))
         with Progress("migrate", len(threads), stream=err, enabled=args.progress) as progress:
