@@ -576,3 +576,23 @@ async def test_migrate_an_encrypted_store_with_the_apps_key(
     assert code == 0 and by_thread(report)["t1"]["status"] == "migrated"
     async with opened(backend, prefix, "sync", serde=serde, **V2) as saver:
         assert v2_graph(saver).invoke(Command(resume="yes"), cfg("t1")) == FINAL_YES
+
+
+def move_chat_failing(state: StateUpgrade) -> None:
+    state.move("chat", "log", write=lambda update: update["missing"])
+
+
+async def test_a_failing_transform_of_delta_channel_history_names_where(
+    backend: Backend, prefix: str
+) -> None:
+    async with opened(backend, prefix, "sync", schema_version=1) as saver:
+        v1 = chat_graph(ChatV1, "chat", saver)
+        for _ in range(2):
+            v1.invoke({}, cfg("c"))
+    options: dict[str, Any] = {"schema_version": 2, "migrations": {1: move_chat_failing}}
+    async with opened(backend, prefix, "sync", **options) as saver:
+        with pytest.raises(MigrationFailed) as caught:
+            chat_graph(ChatV2, "log", saver).get_state(cfg("c"))
+    error = caught.value
+    assert error.thread_id == "c" and error.step == 1 and "'chat'" in str(error)
+    assert isinstance(error.__cause__, TypeError)

@@ -120,6 +120,8 @@ class Alias:
     name: str
     value: Callable[[Any], Any]
     write: Callable[[Any], Any]
+    #: the version whose step renamed ``name`` first
+    step: int
 
 
 def _compose(first: Callable[[Any], Any], then: Any) -> Callable[[Any], Any]:
@@ -158,10 +160,10 @@ class Schema:
                 continue
             for old, new, value, write in probe.moves:
                 older = names.pop(old, [])
-                here = Alias(old, value or _identity, write or _identity)
+                here = Alias(old, value or _identity, write or _identity, step)
                 names[new] = (
                     [
-                        Alias(a.name, _compose(a.value, value), _compose(a.write, write))
+                        Alias(a.name, _compose(a.value, value), _compose(a.write, write), a.step)
                         for a in older
                     ]
                     + [here]
@@ -400,7 +402,28 @@ def check_schema(schema_version: Any, migrations: Any) -> Schema | None:
     return Schema(schema_version, dict(migrations))
 
 
+def history_upgrade(
+    alias: Alias, transform: Callable[[Any], Any], value: Any, place: tuple[str, str, str]
+) -> Any:
+    """``transform(value)`` for a DeltaChannel seed or write found under ``alias.name``;
+    :class:`~graphkeep.errors.MigrationFailed` naming where when it raises."""
+    try:
+        return transform(value)
+    except Exception as exc:
+        thread_id, ns, checkpoint_id = place
+        raise MigrationFailed(
+            f"thread {thread_id!r}, namespace {ns!r}, checkpoint {checkpoint_id!r}: DeltaChannel"
+            f" history under the older name {alias.name!r}, step {alias.step} →"
+            f" {alias.step + 1}: the migration raised {type(exc).__name__}: {exc}",
+            thread_id=thread_id,
+            checkpoint_ns=ns,
+            checkpoint_id=checkpoint_id,
+            step=alias.step,
+        ) from exc
+
+
 __all__ = [
+    "Alias",
     "MIGRATED_KEY",
     "SCHEMA_VERSION_KEY",
     "HeadUpgrade",
@@ -408,5 +431,6 @@ __all__ = [
     "Schema",
     "StateUpgrade",
     "check_schema",
+    "history_upgrade",
     "upgrade_head",
 ]

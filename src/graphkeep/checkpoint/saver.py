@@ -51,7 +51,13 @@ from graphkeep.checkpoint.lists import (
     where,
 )
 from graphkeep.checkpoint.lock import ThreadLock
-from graphkeep.checkpoint.migrations import SCHEMA_VERSION_KEY, Schema, check_schema
+from graphkeep.checkpoint.migrations import (
+    SCHEMA_VERSION_KEY,
+    Alias,
+    Schema,
+    check_schema,
+    history_upgrade,
+)
 from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.records import (
     BlobRecord,
@@ -479,15 +485,14 @@ class SaverBase(BaseCheckpointSaver[str]):
             return {}
         thread_id, ns, checkpoint_id = self._address(config)
         wanted = list(dict.fromkeys(channels))
-        # stored name -> (requested channel, seed transform, write transform): a channel a
-        # migration renamed is read under its older names too (ancestors written before)
-        names: dict[str, tuple[str, Callable[[Any], Any] | None, Callable[[Any], Any] | None]]
-        names = {ch: (ch, None, None) for ch in wanted}
+        # stored name -> (requested channel, the older name it is): a channel a migration
+        # renamed is read under its older names too (ancestors written before the rename)
+        names: dict[str, tuple[str, Alias | None]] = {ch: (ch, None) for ch in wanted}
         if self.state_schema is not None:
             aliases = self.state_schema.aliases()
             for ch in wanted:
                 for alias in aliases.get(ch, []):
-                    names.setdefault(alias.name, (ch, alias.value, alias.write))
+                    names.setdefault(alias.name, (ch, alias))
         try:
             chain = yield from self.port.chain(thread_id, ns, checkpoint_id, list(names))
             # a list seed written as a manifest (DeltaChannels normally are not)
@@ -504,24 +509,27 @@ class SaverBase(BaseCheckpointSaver[str]):
                 if write.channel in names and names[write.channel][0] in remaining:
                     collected[names[write.channel][0]].append((ancestor.checkpoint_id, write))
             for stored in [c for c in ancestor.present if c in names]:
-                ch, upgrade, _ = names[stored]
+                ch, older = names[stored]
                 if ch not in remaining:
                     continue
                 blob = chain.blobs.get((stored, ancestor.versions.get(stored, "")))
                 if blob is not None and blob.tag != codec.EMPTY_TAG:
                     at = where(thread_id, ns, ancestor.checkpoint_id, stored)
                     seed = load_value(self.serde, blob, elements, at)
-                    seeds[ch] = seed if upgrade is None else upgrade(seed)
+                    if older is not None:
+                        place = (thread_id, ns, ancestor.checkpoint_id)
+                        seed = history_upgrade(older, older.value, seed, place)
+                    seeds[ch] = seed
                     remaining.discard(ch)
         result: dict[str, DeltaChannelHistory] = {}
         for ch in channels:
             entry: DeltaChannelHistory = {"writes": []}
             for cid, w in reversed(collected[ch]):
                 for task_id, stored, value in self._writes(thread_id, ns, cid, [w]):
-                    upgrade = names[stored][2]
-                    entry["writes"].append(
-                        (task_id, ch, value if upgrade is None else upgrade(value))
-                    )
+                    older = names[stored][1]
+                    if older is not None:
+                        value = history_upgrade(older, older.write, value, (thread_id, ns, cid))
+                    entry["writes"].append((task_id, ch, value))
             if ch in seeds:
                 entry["seed"] = seeds[ch]
             result[ch] = entry
