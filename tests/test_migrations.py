@@ -27,6 +27,7 @@ from langgraph.types import Command, interrupt
 import graphkeep
 from graphkeep.checkpoint.migrations import StateUpgrade
 from graphkeep.cli import main
+from graphkeep.connect import class_for
 from graphkeep.errors import ConfigurationError, MigrationFailed, SchemaVersionTooNew
 from tests.conftest import unique_prefix
 from tests.scenarios.backends import MODES, SETUPS, Backend
@@ -301,6 +302,25 @@ def test_connect_checks_the_chain(backend: Backend, prefix: str) -> None:
         ),
     ):
         pass
+
+
+async def test_the_saver_classes_take_the_options_too(backend: Backend, prefix: str) -> None:
+    sync_class = class_for(backend.url)
+    async_class = class_for(backend.url, is_async=True)
+    with pytest.raises(ConfigurationError, match="2 → 3"):
+        with sync_class.from_url(
+            backend.url, key_prefix=prefix, schema_version=3, migrations=MIGRATIONS
+        ):
+            pass
+    with pytest.raises(ConfigurationError, match="2 → 3"):
+        async with async_class.from_url(
+            backend.url, key_prefix=prefix, schema_version=3, migrations=MIGRATIONS
+        ):
+            pass
+    with sync_class.from_url(backend.url, key_prefix=prefix, **V2) as saver:
+        assert saver.state_schema.version == 2
+    async with async_class.from_url(backend.url, key_prefix=prefix, **V2) as saver:
+        assert saver.state_schema.version == 2
 
 
 # -- graphkeep migrate ------------------------------------------------------------------------
