@@ -194,6 +194,14 @@ async def test_v2_resumes_a_thread_interrupted_under_v1_and_time_travels_to_v1(
         # the state is as before (the migration leaves writes already on tag_set alone)
         again = await app.state(interrupted.config)
         assert again.values == INTERRUPTED_V2 and again.next == ("approve",)
+        if mode == "sync":
+            stored = saver.get_tuple(interrupted.config)
+        else:
+            stored = await saver.aget_tuple(interrupted.config)
+        channels = [(ch, value) for _, ch, value in stored.pending_writes]
+        assert ("tag_set", ["reviewed", "a"]) in channels and ("approved", True) in channels
+        assert not any(ch in ("tags", "title") for ch, _ in channels)
+        assert stored.metadata["schema_version"] == 1
         # time travel: the v1 checkpoint before `draft`, read and replayed under v2
         before_draft = history[1]
         assert before_draft.values == {"name": " Report ", "tag_set": ["a"]}
