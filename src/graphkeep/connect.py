@@ -79,7 +79,7 @@ POOL_OPTIONS = frozenset({"max_connections", "pool_timeout"})
 #: options every backend accepts
 COMMON_OPTIONS = POOL_OPTIONS | frozenset(
     {"serde", "ttl", "refresh_ttl_on_read", "key_prefix", "setup", "max_id_bytes", "share_lists"}
-    | {"telemetry"}
+    | {"telemetry", "schema_version", "migrations"}
 )
 #: extra options a backend accepts, by module
 BACKEND_OPTIONS: dict[str, frozenset[str]] = {

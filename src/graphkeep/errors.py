@@ -167,6 +167,50 @@ class UnsafePrune(GraphkeepError):
     """A prune plan would take from a kept checkpoint what it needs (nothing was deleted)."""
 
 
+class SchemaVersionTooNew(GraphkeepError):
+    """A checkpoint was written with a ``schema_version`` newer than the reading saver's
+    (it is never read downgraded). ``thread_id``, ``checkpoint_ns``, ``checkpoint_id``,
+    ``stored_version`` and ``running_version`` say which and how."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        stored_version: int,
+        running_version: int,
+    ) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.checkpoint_id = checkpoint_id
+        self.stored_version = stored_version
+        self.running_version = running_version
+
+
+class MigrationFailed(GraphkeepError):
+    """A schema migration raised (the cause is chained) or is missing while a checkpoint was
+    read upgraded; nothing was written. ``thread_id``, ``checkpoint_ns``, ``checkpoint_id``
+    and ``step`` (the version the failed step upgrades from) say where."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        step: int,
+    ) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.checkpoint_id = checkpoint_id
+        self.step = step
+
+
 class UnknownRun(InvalidInput):
     """An event-log run id has no events, heartbeat or close (never written, or expired)."""
 
@@ -193,11 +237,13 @@ __all__ = [
     "InvalidNamespace",
     "InvalidThreadId",
     "LockNotAcquired",
+    "MigrationFailed",
     "PayloadTooLarge",
     "Place",
     "PoolExhausted",
     "RunClosed",
     "RunStale",
+    "SchemaVersionTooNew",
     "SerializationError",
     "StorageUnavailable",
     "UnknownRun",

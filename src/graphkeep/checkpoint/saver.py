@@ -51,6 +51,13 @@ from graphkeep.checkpoint.lists import (
     where,
 )
 from graphkeep.checkpoint.lock import ThreadLock
+from graphkeep.checkpoint.migrations import (
+    SCHEMA_VERSION_KEY,
+    Alias,
+    Schema,
+    check_schema,
+    history_upgrade,
+)
 from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.records import (
     BlobRecord,
@@ -120,9 +127,14 @@ class SaverBase(BaseCheckpointSaver[str]):
         share_lists: bool = True,
         telemetry: Any = None,
         execute: Any = None,
+        schema_version: int | None = None,
+        migrations: Mapping[int, Callable[[Any], None]] | None = None,
     ) -> None:
         super().__init__(serde=serde)
         self.port = port
+        #: ``schema_version`` and ``migrations`` checked (None: unversioned); see
+        #: :mod:`graphkeep.checkpoint.migrations`
+        self.state_schema: Schema | None = check_schema(schema_version, migrations)
         #: spans and metrics of every call (``telemetry=False``: none); see
         #: :mod:`graphkeep.port.telemetry`
         self.telemetry = Telemetry(telemetry, target_of(execute))
@@ -184,6 +196,8 @@ class SaverBase(BaseCheckpointSaver[str]):
             for ch, v in (checkpoint.get("channel_versions") or {}).items()
         }
         merged = get_checkpoint_metadata(config, metadata)
+        if self.state_schema is not None:
+            merged[SCHEMA_VERSION_KEY] = self.state_schema.version  # type: ignore[literal-required]
         counters = merged.get("counters_since_delta_snapshot") or {}
         blobs: list[BlobRecord] = []
         shared: list[SharedList] = []
@@ -382,14 +396,24 @@ class SaverBase(BaseCheckpointSaver[str]):
         parent_config: RunnableConfig | None = None
         if record.parent_id:
             parent_config = checkpoint_config(record.thread_id, record.ns, record.parent_id)
+        writes = self._writes(
+            record.thread_id, record.ns, record.checkpoint_id, sort_writes(loaded.writes)
+        )
+        if self.state_schema is not None:
+            # the metadata stays as stored (list filters see it): its schema_version says
+            # which version the checkpoint was written at, the state is the running one's
+            writes = self.state_schema.upgrade(
+                checkpoint,  # type: ignore[arg-type]
+                writes,
+                self.state_schema.stored_version(metadata),
+                (record.thread_id, record.ns, record.checkpoint_id),
+            )
         return CheckpointTuple(
             config=checkpoint_config(record.thread_id, record.ns, record.checkpoint_id),
             checkpoint=checkpoint,
             metadata=metadata,
             parent_config=parent_config,
-            pending_writes=self._writes(
-                record.thread_id, record.ns, record.checkpoint_id, sort_writes(loaded.writes)
-            ),
+            pending_writes=writes,
         )
 
     @staticmethod
@@ -461,8 +485,16 @@ class SaverBase(BaseCheckpointSaver[str]):
             return {}
         thread_id, ns, checkpoint_id = self._address(config)
         wanted = list(dict.fromkeys(channels))
+        # stored name -> (requested channel, the older name it is): a channel a migration
+        # renamed is read under its older names too (ancestors written before the rename)
+        names: dict[str, tuple[str, Alias | None]] = {ch: (ch, None) for ch in wanted}
+        if self.state_schema is not None:
+            aliases = self.state_schema.aliases()
+            for ch in wanted:
+                for alias in aliases.get(ch, []):
+                    names.setdefault(alias.name, (ch, alias))
         try:
-            chain = yield from self.port.chain(thread_id, ns, checkpoint_id, wanted)
+            chain = yield from self.port.chain(thread_id, ns, checkpoint_id, list(names))
             # a list seed written as a manifest (DeltaChannels normally are not)
             elements = yield from fetch_elements(self.port, thread_id, ns, chain.blobs.values())
         except CorruptData as exc:
@@ -474,19 +506,30 @@ class SaverBase(BaseCheckpointSaver[str]):
             if not remaining:
                 break
             for write in reversed(sort_writes(chain.writes.get(ancestor.checkpoint_id, []))):
-                if write.channel in remaining:
-                    collected[write.channel].append((ancestor.checkpoint_id, write))
-            for ch in [c for c in ancestor.present if c in remaining]:
-                blob = chain.blobs.get((ch, ancestor.versions.get(ch, "")))
+                if write.channel in names and names[write.channel][0] in remaining:
+                    collected[names[write.channel][0]].append((ancestor.checkpoint_id, write))
+            for stored in [c for c in ancestor.present if c in names]:
+                ch, older = names[stored]
+                if ch not in remaining:
+                    continue
+                blob = chain.blobs.get((stored, ancestor.versions.get(stored, "")))
                 if blob is not None and blob.tag != codec.EMPTY_TAG:
-                    at = where(thread_id, ns, ancestor.checkpoint_id, ch)
-                    seeds[ch] = load_value(self.serde, blob, elements, at)
+                    at = where(thread_id, ns, ancestor.checkpoint_id, stored)
+                    seed = load_value(self.serde, blob, elements, at)
+                    if older is not None:
+                        place = (thread_id, ns, ancestor.checkpoint_id)
+                        seed = history_upgrade(older, older.value, seed, place)
+                    seeds[ch] = seed
                     remaining.discard(ch)
         result: dict[str, DeltaChannelHistory] = {}
         for ch in channels:
             entry: DeltaChannelHistory = {"writes": []}
             for cid, w in reversed(collected[ch]):
-                entry["writes"] += self._writes(thread_id, ns, cid, [w])
+                for task_id, stored, value in self._writes(thread_id, ns, cid, [w]):
+                    older = names[stored][1]
+                    if older is not None:
+                        value = history_upgrade(older, older.write, value, (thread_id, ns, cid))
+                    entry["writes"].append((task_id, ch, value))
             if ch in seeds:
                 entry["seed"] = seeds[ch]
             result[ch] = entry

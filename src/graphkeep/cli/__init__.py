@@ -1,5 +1,5 @@
-"""The ``graphkeep`` command: inspect, dump for recovery, prune, copy between stores, stats, setup,
-watch a thread live and read a run's events.
+"""The ``graphkeep`` command: inspect, dump for recovery, prune, copy between stores, migrate to a
+schema version, stats, setup, watch a thread live and read a run's events.
 
 ``main(argv)`` is the console script (``graphkeep = "graphkeep.cli:main"``, also
 ``python -m graphkeep.cli``); it returns the exit code (0 ok, 1 error, 2 usage,

@@ -15,10 +15,11 @@ from graphkeep.cli.decode import EncryptedValueError
 from graphkeep.errors import ConfigurationError, GraphkeepError, InvalidInput, StorageUnavailable
 
 DESCRIPTION = """\
-Inspect, dump, prune, copy, materialize and size the checkpoints LangGraph apps
-keep in graphkeep stores (the URLs of graphkeep.connect) and in LangGraph's own
-savers (sqlite:///path, postgresql://... when langgraph-checkpoint-sqlite /
--postgres are installed); watch a thread's checkpoints and read a run's events live
+Inspect, dump, prune, copy, materialize, migrate and size the checkpoints
+LangGraph apps keep in graphkeep stores (the URLs of graphkeep.connect) and in
+LangGraph's own savers (sqlite:///path, postgresql://... when
+langgraph-checkpoint-sqlite / -postgres are installed); watch a thread's
+checkpoints and read a run's events live
 (graphkeep stores only)."""
 
 EPILOG = """\
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     from graphkeep.cli.live import add_live_commands
     from graphkeep.cli.maintain import cmd_prune, cmd_setup, cmd_stats
     from graphkeep.cli.materialize import add_materialize_command
+    from graphkeep.cli.migrate import cmd_migrate
     from graphkeep.cli.store import add_store_commands
 
     parser = argparse.ArgumentParser(
@@ -212,6 +214,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print", action="store_true", help="print the schema instead of creating it")
 
     add_materialize_command(sub, common)
+    p = add_command(
+        sub,
+        "migrate",
+        cmd_migrate,
+        "bring every thread's head to a schema version: one upgraded checkpoint appended per"
+        " thread (history kept), under the thread's lease, verified",
+        "  graphkeep migrate redis://localhost:6379/0 --to 2 \\\n"
+        "      --migrations myapp.schema:MIGRATIONS \\\n"
+        "      --all --dry-run\n"
+        "  graphkeep migrate redis://localhost:6379/0 --to 2 \\\n"
+        "      --migrations myapp.schema:MIGRATIONS \\\n"
+        "      --thread t1 t2 --json\n"
+        "\n"
+        "--migrations names the mapping given to graphkeep.connect(migrations=...). Idempotent\n"
+        "and resumable: heads already at the version are left alone, so re-run the same\n"
+        "command after an interruption. A thread whose lease is held (a live run) is skipped\n"
+        "and reported; exit code 1 when a thread was skipped or failed.\n",
+        common,
+    )
+    p.add_argument("url", metavar="URL")
+    p.add_argument("--to", type=positive, required=True, metavar="N", help="the schema version")
+    p.add_argument(
+        "--migrations", required=True, metavar="MODULE:ATTR", help="the migrations mapping"
+    )
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--thread", nargs="+", metavar="THREAD", help="these threads")
+    which.add_argument("--all", action="store_true", help="every thread of the store")
+    p.add_argument("--dry-run", action="store_true", help="report the plan, write nothing")
+
     add_health_command(sub, common)
     add_check_command(sub, common)
     add_live_commands(sub, common)
@@ -229,7 +260,9 @@ def run(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
         code: int = args.func(args, out, err)
         return code
     except KeyboardInterrupt:
-        err.write("graphkeep: interrupted (copy, prune and materialize are safe to re-run)\n")
+        err.write(
+            "graphkeep: interrupted (copy, prune, materialize and migrate are safe to re-run)\n"
+        )
         return 130
     except BrokenPipeError:
         return 0
