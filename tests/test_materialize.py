@@ -34,7 +34,8 @@ from langgraph.types import Overwrite, interrupt
 
 import graphkeep
 from conformance.setups import all_setups
-from graphkeep.checkpoint.materialize import METADATA_KEY, amaterialize, materialize
+from graphkeep.checkpoint.append import MATERIALIZED_KEY
+from graphkeep.checkpoint.materialize import amaterialize, materialize
 from graphkeep.cli import main
 
 from .conftest import postgres_saver, unique_prefix
@@ -102,15 +103,22 @@ def config(thread_id: str) -> Any:
     return {"configurable": {"thread_id": thread_id}}
 
 
+def app_config(thread_id: str) -> Any:
+    """The app's config: its metadata lands in each checkpoint's (a user id here)."""
+    return {**config(thread_id), "metadata": {"user_id": "u-7"}}
+
+
 def write_chat(graph: Any, thread_id: str) -> None:
     for n, text in enumerate(TEXTS):
-        graph.invoke({"messages": [HumanMessage(text, id=f"h{n}")]}, config(thread_id))
+        graph.invoke({"messages": [HumanMessage(text, id=f"h{n}")]}, app_config(thread_id))
 
 
 def write_interrupted(graph: Any, thread_id: str) -> None:
     for n, text in enumerate(TEXTS[:4]):
-        graph.invoke({"messages": [HumanMessage(text, id=f"h{n}")]}, config(thread_id))
-    graph.invoke({"messages": [HumanMessage("please approve", id="h-approve")]}, config(thread_id))
+        graph.invoke({"messages": [HumanMessage(text, id=f"h{n}")]}, app_config(thread_id))
+    graph.invoke(
+        {"messages": [HumanMessage("please approve", id="h-approve")]}, app_config(thread_id)
+    )
 
 
 def shown(graph: Any, thread_id: str) -> list[list[Any]]:
@@ -289,7 +297,8 @@ def test_langgraph_1_1_reads_and_continues_delta_threads_after_materialize(
                 assert ns["channels"] == {"messages": len(expected[thread_id])}
                 head = saver.get_tuple(config(thread_id))
                 assert (
-                    head.metadata[METADATA_KEY]["materialized_from"] == ns["source_checkpoint_id"]
+                    head.metadata[MATERIALIZED_KEY]["from_checkpoint_id"]
+                    == ns["source_checkpoint_id"]
                 )
                 assert head.metadata["source"] == "update"
                 assert count_checkpoints(saver, thread_id) == before_counts[thread_id] + 1
@@ -466,7 +475,7 @@ def test_a_delta_channel_that_is_not_messages_needs_the_app_graph(two_kinds: Tar
         first = gk(*target.argv("--thread", "items", "--channel", "messages"))
         assert first.code == 0, first.err
         head = saver.get_tuple(config("items"))
-        assert head.metadata[METADATA_KEY]["channels"] == ["messages"]
+        assert head.metadata[MATERIALIZED_KEY]["channels"] == ["messages"]
         assert "items" not in head.checkpoint["channel_values"]
         assert head.metadata["counters_since_delta_snapshot"]["items"][1] >= 1
         assert graph.get_state(config("items")).values == expected
@@ -490,10 +499,10 @@ def test_a_delta_channel_that_is_not_messages_needs_the_app_graph(two_kinds: Tar
         for ns, head in heads.items():
             values = head.checkpoint["channel_values"]
             if ns:
-                assert head.metadata[METADATA_KEY]["channels"] == ["log"]
+                assert head.metadata[MATERIALIZED_KEY]["channels"] == ["log"]
                 assert len(values["log"]) == 1 and values["log"][0].startswith("saw ")
             else:
-                assert head.metadata[METADATA_KEY]["channels"] == ["items"]
+                assert head.metadata[MATERIALIZED_KEY]["channels"] == ["items"]
             assert "counters_since_delta_snapshot" not in head.metadata
         assert heads[""].checkpoint["channel_values"]["items"] == expected["items"]
         assert heads[""].checkpoint["channel_values"]["messages"] == expected["messages"]

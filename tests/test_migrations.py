@@ -162,7 +162,9 @@ def prefix(backend: Backend) -> Any:
 async def interrupt_under_v1(backend: Backend, prefix: str, mode: str, thread: str) -> None:
     async with opened(backend, prefix, mode, schema_version=1) as saver:
         app = App(v1_graph(saver), mode)
-        out = await app.invoke({"title": " Report ", "tags": ["a", "a"]}, cfg(thread))
+        # the app's metadata (a user id) lands in the checkpoints' metadata
+        started = {**cfg(thread), "metadata": {"user_id": "u-7"}}
+        out = await app.invoke({"title": " Report ", "tags": ["a", "a"]}, started)
         assert out["__interrupt__"][0].value == {"title": "Report"}
 
 
@@ -385,6 +387,8 @@ async def test_migrate_leaves_every_head_at_v2_and_the_resumptions_still_pass(
             head = await app.state(cfg(thread))
             assert head.metadata["schema_version"] == 2
             assert head.metadata["graphkeep_migrate"]["from_version"] == 1
+            if thread == "t1":  # the head migrate appended after keeps the app's metadata
+                assert head.metadata["user_id"] == "u-7"
             assert len(await app.history(cfg(thread))) in (4, 6)  # history kept, one appended
         interrupted = await app.state(cfg("t1"))
         # the interrupt is raised again when `approve` runs: none is pending on the new head

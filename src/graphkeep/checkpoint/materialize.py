@@ -22,7 +22,8 @@ The new checkpoint:
   ``versions_seen`` and ``updated_channels`` are the head's, so the next step is the head's;
 - metadata ``source: "update"``, ``step`` one past the head's, the head's ``parents``,
   ``counters_since_delta_snapshot`` without the materialized channels (as LangGraph resets them
-  after a snapshot) and ``graphkeep: {"materialized_from": <head id>, "channels": [...]}``.
+  after a snapshot), ``graphkeep_materialize: {"from_checkpoint_id": <head id>, "channels":
+  [...]}`` and the head's other metadata (:mod:`.append`: the app's keys, ``schema_version``).
 
 Like LangGraph's ``update_state``, the new checkpoint does not carry the head's pending writes
 (they belong to the child that consumes them): an interrupted thread's ``next`` is unchanged,
@@ -37,22 +38,19 @@ import asyncio
 import importlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 from langchain_core.messages import BaseMessage, RemoveMessage, convert_to_messages
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
-from langgraph.checkpoint.base.id import uuid6
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from langgraph.types import Overwrite
 
+from graphkeep.checkpoint.append import MATERIALIZED_KEY, appended_identity, appended_metadata
 from graphkeep.checkpoint.saver import SaverBase
 from graphkeep.errors import LockNotAcquired
 
-#: the metadata key of a materialized checkpoint: ``{"materialized_from": id, "channels": [...]}``
-METADATA_KEY = "graphkeep"
 COUNTERS = "counters_since_delta_snapshot"
 #: ``Overwrite``'s dict form (``{"__overwrite__": value}``), as LangGraph's reducers accept it
 OVERWRITE_KEY = "__overwrite__"
@@ -379,7 +377,7 @@ def _write(
     head = planned.head
     head_id = str(head.checkpoint["id"])
     metadata_in: dict[str, Any] = dict(head.metadata or {})
-    step = int(metadata_in.get("step", -1)) + 1
+    metadata = appended_metadata(head, drop=(COUNTERS,))
     versions = dict(head.checkpoint.get("channel_versions") or {})
     bumped = saver.get_next_version(_highest(versions.values()), None)
     new_versions = {ch: bumped for ch in planned.values}
@@ -392,16 +390,13 @@ def _write(
     values.update(planned.values)
     checkpoint: Any = {
         **head.checkpoint,
-        "id": str(uuid6(clock_seq=step)),
-        "ts": datetime.now(timezone.utc).isoformat(),
+        **appended_identity(metadata),
         "channel_values": values,
         "channel_versions": versions,
     }
-    metadata: dict[str, Any] = {
-        "source": "update",
-        "step": step,
-        "parents": dict(metadata_in.get("parents") or {}),
-        METADATA_KEY: {"materialized_from": head_id, "channels": sorted(planned.values)},
+    metadata[MATERIALIZED_KEY] = {
+        "from_checkpoint_id": head_id,
+        "channels": sorted(planned.values),
     }
     # LangGraph resets a channel's counters when it snapshots; the other DeltaChannels count
     # this checkpoint as one more superstep without an update

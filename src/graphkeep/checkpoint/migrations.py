@@ -26,12 +26,11 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple
-from langgraph.checkpoint.base.id import uuid6
 
+from graphkeep.checkpoint.append import MIGRATED_KEY, appended_identity, appended_metadata
 from graphkeep.errors import ConfigurationError, MigrationFailed, SchemaVersionTooNew
 
 #: the metadata key every put of a versioned saver records
@@ -257,10 +256,6 @@ class Schema:
         return state.pending_writes
 
 
-#: the metadata key naming what ``graphkeep migrate`` did to make a checkpoint
-MIGRATED_KEY = "graphkeep_migrate"
-
-
 @dataclass(frozen=True, slots=True)
 class HeadUpgrade:
     """The checkpoint ``graphkeep migrate`` appends after a head stored at an older version:
@@ -326,25 +321,17 @@ def upgrade_head(
             for seen in (upgraded.get("versions_seen") or {}).values():
                 if ch in seen and seen[ch] == previous:
                     seen[ch] = bumped
-    step = head.metadata.get("step", -1) if isinstance(head.metadata, Mapping) else -1
-    step = step if isinstance(step, int) else -1
-    upgraded["id"] = str(uuid6(clock_seq=step + 1))
-    upgraded["ts"] = datetime.now(timezone.utc).isoformat()
-    upgraded["channel_versions"] = versions
-    metadata: dict[str, Any] = {
-        "source": "update",
-        "step": step + 1,
-        "parents": dict(head.metadata.get("parents") or {}),
-        SCHEMA_VERSION_KEY: schema.version,
-        MIGRATED_KEY: {
-            "from_checkpoint_id": conf["checkpoint_id"],
-            "from_version": stored,
-            "to_version": schema.version,
-        },
+    # counters_since_delta_snapshot is carried: the child replays its DeltaChannels through
+    # the head, as the head did
+    metadata = appended_metadata(head)
+    metadata[SCHEMA_VERSION_KEY] = schema.version
+    metadata[MIGRATED_KEY] = {
+        "from_checkpoint_id": conf["checkpoint_id"],
+        "from_version": stored,
+        "to_version": schema.version,
     }
-    counters = head.metadata.get("counters_since_delta_snapshot")
-    if counters:  # the child replays its DeltaChannels through the head, as the head did
-        metadata["counters_since_delta_snapshot"] = counters
+    upgraded.update(appended_identity(metadata))
+    upgraded["channel_versions"] = versions
     return HeadUpgrade(
         parent_config={"configurable": {**conf}},
         checkpoint=upgraded,
