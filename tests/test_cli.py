@@ -18,7 +18,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,11 +39,12 @@ import graphkeep
 from conformance.setups import all_setups
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, element_blob_keys, is_manifest
 from graphkeep.checkpoint.records import BlobRecord, ThreadDump, Typed
-from graphkeep.cli import main, show_thread
+from graphkeep.cli import show_thread
 from graphkeep.cli.console import Progress, parse_duration, parse_size, uuid6_time
 from graphkeep.cli.copy import task_batches
 from graphkeep.cli.threads import WriteItem
 
+from .cli_runs import Result, gk
 from .conftest import unique_prefix
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,23 +90,6 @@ def store(request: pytest.FixtureRequest) -> Store:
 def redis_store() -> Store:
     setup = next(s for s in all_setups() if s.name == "redis")
     return Store(setup.url, unique_prefix("cli"))
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
-def gk(*argv: str) -> Result:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = main(list(argv))
-    return Result(code, out.getvalue(), err.getvalue())
 
 
 def gk_subprocess(*argv: str, env: dict[str, str] | None = None) -> Result:

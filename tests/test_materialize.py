@@ -12,13 +12,12 @@ LangGraph's SQLite saver and on its Postgres saver. A missing side venv fails, n
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, redirect_stderr, redirect_stdout
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -36,8 +35,8 @@ import graphkeep
 from conformance.setups import all_setups
 from graphkeep.checkpoint.append import MATERIALIZED_KEY
 from graphkeep.checkpoint.materialize import amaterialize, materialize
-from graphkeep.cli import main
 
+from .cli_runs import gk
 from .conftest import postgres_saver, unique_prefix
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,23 +186,6 @@ def native(request: pytest.FixtureRequest) -> Target:
 
 
 # -- the CLI and the side venv -----------------------------------------------------------
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
-def gk(*argv: str) -> Result:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = main(list(argv))
-    return Result(code, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture(scope="session")
@@ -381,9 +363,9 @@ def test_a_graph_that_cannot_be_imported_is_a_usage_error_and_writes_nothing() -
         count = count_checkpoints(saver, "t1")
         for spec, message in (
             ("no_such_app_module:graph", "cannot import 'no_such_app_module'"),
-            ("tests.test_materialize:no_such_graph", "has no attribute 'no_such_graph'"),
+            ("tests.test_materialize:no_such_graph", "has no 'no_such_graph'"),
             ("tests.test_materialize:TEXTS", "is a list, not a compiled LangGraph graph"),
-            ("tests.test_materialize", "--graph takes module:attribute"),
+            ("tests.test_materialize", "--graph takes MODULE:ATTR"),
         ):
             result = gk(*store.argv("--all", "--graph", spec))
             assert result.code == 2, (spec, result.err)

@@ -11,11 +11,9 @@ leaves every head at version 2 and the same resumptions still pass.
 
 from __future__ import annotations
 
-import io
-import json
 import operator
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, redirect_stderr, redirect_stdout
+from contextlib import asynccontextmanager
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -26,9 +24,9 @@ from langgraph.types import Command, interrupt
 
 import graphkeep
 from graphkeep.checkpoint.migrations import StateUpgrade
-from graphkeep.cli import main
 from graphkeep.connect import class_for
 from graphkeep.errors import ConfigurationError, MigrationFailed, SchemaVersionTooNew
+from tests.cli_runs import gk
 from tests.conftest import unique_prefix
 from tests.scenarios.backends import MODES, SETUPS, Backend
 
@@ -166,13 +164,6 @@ async def interrupt_under_v1(backend: Backend, prefix: str, mode: str, thread: s
         started = {**cfg(thread), "metadata": {"user_id": "u-7"}}
         out = await app.invoke({"title": " Report ", "tags": ["a", "a"]}, started)
         assert out["__interrupt__"][0].value == {"title": "Report"}
-
-
-def gk(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = main(list(argv))
-    return code, out.getvalue(), err.getvalue()
 
 
 # -- the proof ---------------------------------------------------------------------------------
@@ -339,7 +330,7 @@ FAILING = {1: failing}
 
 
 def migrate(backend: Backend, prefix: str, *argv: str) -> tuple[int, Any]:
-    code, out, err = gk(
+    done = gk(
         "migrate",
         backend.url,
         "--to",
@@ -349,7 +340,7 @@ def migrate(backend: Backend, prefix: str, *argv: str) -> tuple[int, Any]:
         prefix,
         "--json",
     )
-    return code, json.loads(out)
+    return done.code, done.json()
 
 
 def by_thread(report: Any) -> dict[str, Any]:
@@ -628,3 +619,17 @@ async def test_a_failing_transform_of_delta_channel_history_names_where(
     error = caught.value
     assert error.thread_id == "c" and error.step == 1 and "'chat'" in str(error)
     assert isinstance(error.__cause__, TypeError)
+
+
+def test_migrate_refuses_migrations_it_cannot_load_before_opening_the_store() -> None:
+    # port 1: nothing listens there; the command stops before it would connect
+    url = "redis://127.0.0.1:1/0"
+    for spec, message in (
+        ("no_such_app_module:MIGRATIONS", "cannot import 'no_such_app_module'"),
+        ("tests.test_migrations:NO_SUCH", "has no 'NO_SUCH'"),
+        ("tests.test_migrations:cfg", "is a function, not a mapping of version"),
+        ("tests.test_migrations", "--migrations takes MODULE:ATTR"),
+    ):
+        done = gk("migrate", url, "--to", "2", "--migrations", spec, "--all")
+        assert done.code == 2, (spec, done.err)
+        assert done.err.startswith("graphkeep: error: ") and message in done.err, done.err

@@ -35,8 +35,7 @@ always materialized, so a reader never replays those writes into the new checkpo
 from __future__ import annotations
 
 import asyncio
-import importlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,45 +119,6 @@ class MaterializeReport:
             "verified": self.verified,
             "namespaces": [n.as_json() for n in self.namespaces],
         }
-
-
-class GraphNotLoadable(ValueError):
-    """``module:attr`` does not name an importable compiled graph."""
-
-
-def load_graph(spec: str) -> Any:
-    """The compiled graph ``module:attr`` names (a ``StateGraph`` builder is compiled; a
-    function without arguments is called first), or :class:`GraphNotLoadable`."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise GraphNotLoadable(
-            f"--graph takes module:attribute (e.g. app.graph:graph), got {spec!r}"
-        )
-    try:
-        found: Any = importlib.import_module(module_name)
-    except Exception as exc:
-        raise GraphNotLoadable(
-            f"cannot import {module_name!r} for --graph {spec}: {type(exc).__name__}: {exc}"
-        ) from exc
-    for part in attr.split("."):
-        try:
-            found = getattr(found, part)
-        except AttributeError as exc:
-            raise GraphNotLoadable(f"{module_name!r} has no attribute {attr!r} (--graph)") from exc
-    if callable(found) and not hasattr(found, "channels") and not hasattr(found, "compile"):
-        try:
-            found = found()
-        except Exception as exc:
-            raise GraphNotLoadable(
-                f"--graph {spec}: calling it failed: {type(exc).__name__}: {exc}"
-            ) from exc
-    if not hasattr(found, "channels") and hasattr(found, "compile"):
-        found = found.compile()
-    if not isinstance(getattr(found, "channels", None), Mapping):
-        raise GraphNotLoadable(
-            f"--graph {spec} is a {type(found).__name__}, not a compiled LangGraph graph"
-        )
-    return found
 
 
 # -- reducers --------------------------------------------------------------------------

@@ -4,17 +4,44 @@ how a sub-command is registered."""
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
+import sys
 import textwrap
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from graphkeep.cli.console import parse_duration, parse_size
+from graphkeep.cli.console import UsageError, parse_duration, parse_size
 
 #: a command: parsed arguments, stdout, stderr -> exit code
 Command = Callable[[argparse.Namespace, TextIO, TextIO], int]
 
 
 # -- value types -----------------------------------------------------------------------
+
+
+def import_object(spec: str, option: str, example: str) -> Any:
+    """What ``MODULE:ATTR`` (``ATTR`` may be dotted) names, for options such as ``--graph``,
+    ``--migrations`` and ``--serde``: the app's modules are found from the current directory,
+    as ``python -m`` finds them. Anything that goes wrong is a :class:`UsageError` naming
+    ``option`` (``example`` shows the form), before any store is opened."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"{option} takes MODULE:ATTR (e.g. {example}), got {spec!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found: Any = importlib.import_module(module_name)
+    except Exception as exc:  # the app's module may fail in any way while it is imported
+        raise UsageError(
+            f"{option} {spec}: cannot import {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+    for part in attr.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise UsageError(f"{option} {spec}: {module_name!r} has no {attr!r}") from None
+    return found
 
 
 def size(text: str) -> int:

@@ -101,6 +101,17 @@ def cipher() -> Any:
     return _cipher
 
 
+def app_serde() -> Any:
+    """The serializer of a command that writes what the app reads (``materialize``,
+    ``migrate``): LangGraph's, encrypting as the app does when ``LANGGRAPH_AES_KEY`` is set
+    (None: the saver's default)."""
+    if not os.environ.get(AES_KEY_ENV):
+        return None
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+
+    return EncryptedSerializer.from_pycryptodome_aes()
+
+
 def decrypt(tag: str, data: bytes) -> tuple[str, bytes] | Encrypted:
     """``("msgpack+aes", ct)`` -> ``("msgpack", plaintext)``, or :class:`Encrypted`."""
     inner, _, ciphername = tag.partition("+")

@@ -12,11 +12,10 @@ loaded before the store is opened, so a graph that cannot be imported writes not
 from __future__ import annotations
 
 import argparse
-import os
-import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
-from graphkeep.cli.arguments import add_command
+from graphkeep.cli.arguments import add_command, import_object
 from graphkeep.cli.console import (
     EXIT_ERROR,
     EXIT_NOT_FOUND,
@@ -25,7 +24,7 @@ from graphkeep.cli.console import (
     UsageError,
     print_json,
 )
-from graphkeep.cli.decode import AES_KEY_ENV
+from graphkeep.cli.decode import app_serde
 from graphkeep.cli.endpoints import open_endpoint
 from graphkeep.cli.threads import iter_threads
 
@@ -69,8 +68,6 @@ def cmd_materialize(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             FAILED,
             LOCKED,
             NOT_FOUND,
-            GraphNotLoadable,
-            load_graph,
             materialize,
         )
     except ImportError as exc:
@@ -78,17 +75,9 @@ def cmd_materialize(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             "graphkeep materialize needs LangGraph 1.2 or later (the runtime that wrote the"
             f" DeltaChannels) in this environment: pip install 'langgraph>=1.2' ({exc})"
         ) from exc
-    graph = None
-    if args.graph:
-        # as `python -m` and uvicorn do: the app's modules are found from where it is run
-        if os.getcwd() not in sys.path and "" not in sys.path:
-            sys.path.insert(0, os.getcwd())
-        try:
-            graph = load_graph(args.graph)
-        except GraphNotLoadable as exc:
-            raise UsageError(str(exc)) from exc
+    graph = load_graph(args.graph) if args.graph else None
     reports: list[MaterializeReport] = []
-    with open_endpoint(args.url, key_prefix=args.key_prefix, serde=_serde()) as endpoint:
+    with open_endpoint(args.url, key_prefix=args.key_prefix, serde=app_serde()) as endpoint:
         label = endpoint.label
         threads = list(dict.fromkeys(args.thread)) if args.thread else list(iter_threads(endpoint))
         with Progress("materialize", len(threads), stream=err, enabled=args.progress) as progress:
@@ -127,14 +116,24 @@ def cmd_materialize(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_NOT_FOUND if missing else EXIT_OK
 
 
-def _serde() -> Any:
-    """The app's serializer: values are decoded and the new checkpoint written as the app
-    writes them, so with ``LANGGRAPH_AES_KEY`` set, encrypted (None: the saver's default)."""
-    if not os.environ.get(AES_KEY_ENV):
-        return None
-    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
-
-    return EncryptedSerializer.from_pycryptodome_aes()
+def load_graph(spec: str) -> Any:
+    """The compiled graph ``module:attr`` names (see :func:`import_object`): a ``StateGraph``
+    builder is compiled, a function without arguments is called first."""
+    found = import_object(spec, "--graph", "app.graph:graph")
+    if callable(found) and not hasattr(found, "channels") and not hasattr(found, "compile"):
+        try:
+            found = found()
+        except Exception as exc:  # the app's factory may fail in any way
+            raise UsageError(
+                f"--graph {spec}: calling it failed: {type(exc).__name__}: {exc}"
+            ) from exc
+    if not hasattr(found, "channels") and hasattr(found, "compile"):
+        found = found.compile()
+    if not isinstance(getattr(found, "channels", None), Mapping):
+        raise UsageError(
+            f"--graph {spec} is a {type(found).__name__}, not a compiled LangGraph graph"
+        )
+    return found
 
 
 def _line(report: MaterializeReport) -> str:

@@ -19,18 +19,15 @@ so re-running after an interruption finishes the batch without migrating a threa
 from __future__ import annotations
 
 import argparse
-import importlib
-import os
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO, cast
 
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
-from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 
 from graphkeep.checkpoint.migrations import Schema, check_schema, upgrade_head
 from graphkeep.checkpoint.saver import SaverBase
+from graphkeep.cli.arguments import import_object
 from graphkeep.cli.console import (
     EXIT_ERROR,
     EXIT_NOT_FOUND,
@@ -39,7 +36,7 @@ from graphkeep.cli.console import (
     UsageError,
     print_json,
 )
-from graphkeep.cli.decode import AES_KEY_ENV
+from graphkeep.cli.decode import app_serde
 from graphkeep.cli.endpoints import Native, open_endpoint, require_graphkeep
 from graphkeep.cli.threads import iter_threads, thread_config
 from graphkeep.errors import ConfigurationError, GraphkeepError, LockNotAcquired
@@ -97,24 +94,8 @@ class ThreadMigration:
 
 
 def load_migrations(spec: str) -> Mapping[int, Any]:
-    """``module:attr`` (``attr`` may be dotted) → the migrations mapping it names; the
-    current directory is importable, as for ``python -m``."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise UsageError(
-            f"--migrations takes module:attr (e.g. myapp.schema:MIGRATIONS), got {spec!r}"
-        )
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        found: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UsageError(f"--migrations: cannot import {module_name!r}: {exc}") from exc
-    for part in attr.split("."):
-        try:
-            found = getattr(found, part)
-        except AttributeError:
-            raise UsageError(f"--migrations: {module_name!r} has no {attr!r}") from None
+    """``module:attr`` → the migrations mapping it names (see :func:`import_object`)."""
+    found = import_object(spec, "--migrations", "myapp.schema:MIGRATIONS")
     if not isinstance(found, Mapping):
         raise UsageError(
             f"--migrations: {spec} is a {type(found).__name__}, not a mapping of version"
@@ -135,8 +116,7 @@ def cmd_migrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     missing: list[str] = []
     # the app's own values are read and written (its migrations are imported, so are its
     # classes): LangGraph's serializer, encrypting like the app when LANGGRAPH_AES_KEY is set
-    serde = EncryptedSerializer.from_pycryptodome_aes() if os.environ.get(AES_KEY_ENV) else None
-    with open_endpoint(args.url, key_prefix=args.key_prefix, serde=serde) as endpoint:
+    with open_endpoint(args.url, key_prefix=args.key_prefix, serde=app_serde()) as endpoint:
         assert isinstance(endpoint, Native)
         threads = list(dict.fromkeys(args.thread)) if args.thread else list(iter_threads(endpoint))
         with Progress("migrate", len(threads), stream=err, enabled=args.progress) as progress:
