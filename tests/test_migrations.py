@@ -25,7 +25,12 @@ from langgraph.types import Command, interrupt
 import graphkeep
 from graphkeep.checkpoint.migrations import StateUpgrade
 from graphkeep.connect import class_for
-from graphkeep.errors import ConfigurationError, MigrationFailed, SchemaVersionTooNew
+from graphkeep.errors import (
+    ConfigurationError,
+    MigrationFailed,
+    SchemaError,
+    SchemaVersionTooNew,
+)
 from tests.cli_runs import gk
 from tests.conftest import unique_prefix
 from tests.scenarios.backends import MODES, SETUPS, Backend
@@ -255,6 +260,7 @@ async def test_a_checkpoint_newer_than_the_running_code_is_refused(
         with pytest.raises(SchemaVersionTooNew) as caught:
             await app.state(cfg("t1"))
         error = caught.value
+        assert isinstance(error, SchemaError)
         assert (error.thread_id, error.stored_version, error.running_version) == ("t1", 2, 1)
         assert "'t1'" in str(error) and error.checkpoint_id in str(error)
 
@@ -270,7 +276,7 @@ async def test_a_failing_migration_names_thread_checkpoint_and_step_and_writes_n
         with pytest.raises(MigrationFailed) as caught:
             await app.invoke(Command(resume="yes"), cfg("t1"))
     error = caught.value
-    assert error.thread_id == "t1" and error.step == 1
+    assert isinstance(error, SchemaError) and error.thread_id == "t1" and error.step == 1
     assert "'t1'" in str(error) and error.checkpoint_id in str(error)
     assert "1 → 2" in str(error) and isinstance(error.__cause__, KeyError)
     assert backend.raw.scan(backend.url, prefix) == before

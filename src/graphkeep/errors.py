@@ -167,10 +167,23 @@ class UnsafePrune(GraphkeepError):
     """A prune plan would take from a kept checkpoint what it needs (nothing was deleted)."""
 
 
-class SchemaVersionTooNew(GraphkeepError):
+class SchemaError(GraphkeepError):
+    """A checkpoint's state could not be given in the running schema version
+    (``schema_version=`` / ``migrations=``); nothing was written. ``thread_id``,
+    ``checkpoint_ns`` and ``checkpoint_id`` name the checkpoint."""
+
+    def __init__(
+        self, message: str, *, thread_id: str, checkpoint_ns: str, checkpoint_id: str
+    ) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.checkpoint_id = checkpoint_id
+
+
+class SchemaVersionTooNew(SchemaError):
     """A checkpoint was written with a ``schema_version`` newer than the reading saver's
-    (it is never read downgraded). ``thread_id``, ``checkpoint_ns``, ``checkpoint_id``,
-    ``stored_version`` and ``running_version`` say which and how."""
+    (it is never read downgraded). ``stored_version`` and ``running_version`` say how."""
 
     def __init__(
         self,
@@ -182,32 +195,23 @@ class SchemaVersionTooNew(GraphkeepError):
         stored_version: int,
         running_version: int,
     ) -> None:
-        super().__init__(message)
-        self.thread_id = thread_id
-        self.checkpoint_ns = checkpoint_ns
-        self.checkpoint_id = checkpoint_id
+        super().__init__(
+            message, thread_id=thread_id, checkpoint_ns=checkpoint_ns, checkpoint_id=checkpoint_id
+        )
         self.stored_version = stored_version
         self.running_version = running_version
 
 
-class MigrationFailed(GraphkeepError):
+class MigrationFailed(SchemaError):
     """A schema migration raised (the cause is chained) or is missing while a checkpoint was
-    read upgraded; nothing was written. ``thread_id``, ``checkpoint_ns``, ``checkpoint_id``
-    and ``step`` (the version the failed step upgrades from) say where."""
+    read upgraded. ``step`` is the version the failed step upgrades from."""
 
     def __init__(
-        self,
-        message: str,
-        *,
-        thread_id: str,
-        checkpoint_ns: str,
-        checkpoint_id: str,
-        step: int,
+        self, message: str, *, thread_id: str, checkpoint_ns: str, checkpoint_id: str, step: int
     ) -> None:
-        super().__init__(message)
-        self.thread_id = thread_id
-        self.checkpoint_ns = checkpoint_ns
-        self.checkpoint_id = checkpoint_id
+        super().__init__(
+            message, thread_id=thread_id, checkpoint_ns=checkpoint_ns, checkpoint_id=checkpoint_id
+        )
         self.step = step
 
 
@@ -243,6 +247,7 @@ __all__ = [
     "PoolExhausted",
     "RunClosed",
     "RunStale",
+    "SchemaError",
     "SchemaVersionTooNew",
     "SerializationError",
     "StorageUnavailable",
