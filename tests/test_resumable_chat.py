@@ -274,7 +274,7 @@ def test_a_dropped_event_stream_is_resumed_with_every_token_once(
         assert first["path"] == second["path"] == "/agent"
         assert first["last_event_id"] is None
         assert first["dropped"] and first["served"] == DROP_AFTER
-        assert second["last_event_id"] == first["last_event_id_sent"]
+        assert second["last_event_id"] in first["ids_sent"]
         assert second["served"] > 0
         assert len(connections) == 2, connections
         path = screenshot(browser, server, "resumable_chat-reconnect")
@@ -320,12 +320,17 @@ def test_reloading_the_page_mid_run_rebuilds_the_reply_and_carries_on(
             for c in connections[1:]
         ), connections
         # whichever connection the hook cut (the first, or usually the page's connect), the
-        # page rejoined the run right after the last event it was sent
+        # page rejoined the run right after the last event it read: an id the cut connection
+        # sent (a burst the cut reaches before the page reads it is lost with the connection);
+        # a connect whose events the page never read is sent again as a connect
         for i, cut in enumerate(connections):
             if cut["dropped"]:
                 after = connections[i + 1]
-                assert after["path"] == "/agent", connections
-                assert after["last_event_id"] == cut["last_event_id_sent"], connections
+                if after["last_event_id"] is None:
+                    assert cut["path"] == after["path"] == "/agent/connect", connections
+                else:
+                    assert after["path"] == "/agent", connections
+                    assert after["last_event_id"] in cut["ids_sent"], connections
         screenshot(browser, server, "resumable_chat-reload")
 
 

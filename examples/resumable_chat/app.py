@@ -28,7 +28,7 @@ streamed chunks, default 0.025). **Test hooks** (never set them in production):
 stream once, after N events (it closes the connection without ending the response, as a
 network drop does); with it (or with ``RESUMABLE_CHAT_TEST_HOOKS=1``) ``GET /_test/runs/{run_id}``
 lists the SSE connections the run was served on (``POST /agent`` or ``/agent/connect``, the
-``Last-Event-ID`` each came with, how many events it sent, the last id it sent, when) and the
+``Last-Event-ID`` each came with, how many events it sent, the ids it sent, when) and the
 run's state in the event log.
 """
 
@@ -135,6 +135,7 @@ class Chat:
                 "last_event_id": request.headers.get("last-event-id") or None,
                 "served": 0,
                 "last_event_id_sent": None,
+                "ids_sent": [],
                 "last_sent": None,
                 "dropped": False,
             }
@@ -149,6 +150,7 @@ class Chat:
                     connection["last_sent"] = time.time()
                     if event_id is not None:
                         connection["last_event_id_sent"] = event_id
+                        connection["ids_sent"].append(event_id)
                 if (
                     self.drop_after is None
                     or not run
