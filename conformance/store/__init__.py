@@ -17,6 +17,7 @@ from conformance.store import (  # noqa: F401  (importing registers the cases)
     bad_input,
     batch,
     cache,
+    effects,
     events,
     filters,
     get_put_delete,

@@ -22,6 +22,7 @@ CAPABILITIES: tuple[str, ...] = (
     "cache",  # LangGraph BaseCache (node cache); cases in cache.py
     "watch",  # saver.watch / awatch: a thread's checkpoints as committed; cases in watch.py
     "events",  # the run event log (graphkeep.connect_events); cases in events.py
+    "effects",  # the effect ledger (graphkeep.connect_effects); cases in effects.py
 )
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import importlib.util
+import inspect
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -58,6 +59,9 @@ class StoreConnector:
     #: run event logs (``graphkeep.connect_events``); None: no ``events`` module yet
     connect_events: Opener | None = None
     aconnect_events: Opener | None = None
+    #: effect ledgers (``graphkeep.connect_effects``); None: no ``effects`` module yet
+    connect_effects: Opener | None = None
+    aconnect_effects: Opener | None = None
 
 
 def _reference_cache() -> Any:
@@ -116,6 +120,9 @@ def store_connector_for(setup: Setup) -> StoreConnector:
         raise BackendNotReady(f"graphkeep has no {scheme}:// store module (store.py) yet")
     has_cache = _backend_module(scheme, "cache") is not None
     has_events = _backend_module(scheme, "events") is not None and hasattr(module, "connect_events")
+    has_effects = _backend_module(scheme, "effects") is not None and hasattr(
+        module, "connect_effects"
+    )
     return StoreConnector(
         module.connect_store,
         module.aconnect_store,
@@ -125,6 +132,8 @@ def store_connector_for(setup: Setup) -> StoreConnector:
         module.aconnect,
         module.connect_events if has_events else None,
         module.aconnect_events if has_events else None,
+        module.connect_effects if has_effects else None,
+        module.aconnect_effects if has_effects else None,
     )
 
 
@@ -528,6 +537,61 @@ class EventsApi(_Background):
             self._call("delete", sorted(self.runs))
 
 
+class EffectsApi:
+    """An effect ledger with one synchronous call shape: in "async" mode an effect is an
+    ``async def`` around the case's function, called on the private loop. Every record under
+    the ledger's prefix is cleared by ``cleanup``."""
+
+    def __init__(self, ledger: Any, mode: Mode, loop: EventLoop | None = None) -> None:
+        self.ledger = ledger
+        self.mode = mode
+        self.loop = loop
+
+    def _run(self, value: Any) -> Any:
+        if self.mode == "sync":
+            return value
+        assert self.loop is not None
+        return self.loop.run(value)
+
+    def once(self, fn: Callable[..., Any], **options: Any) -> Callable[..., Any]:
+        """``fn`` as an effect of the ledger (``ledger.once(fn, **options)``), called in
+        this mode."""
+        if self.mode == "sync":
+            return self.ledger.once(fn, **options)  # type: ignore[no-any-return]
+
+        async def effect(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs)
+
+        effect.__name__ = effect.__qualname__ = getattr(fn, "__name__", "effect")
+        effect.__signature__ = inspect.signature(fn)  # type: ignore[attr-defined]
+        wrapped = self.ledger.once(effect, **options)
+        return lambda *args, **kwargs: self.loop.run(wrapped(*args, **kwargs))  # type: ignore[union-attr]
+
+    def run(self, key: Any, fn: Callable[..., Any], *args: Any) -> Any:
+        if self.mode == "sync":
+            return self.ledger.run(key, fn, *args)
+        return self._run(self.ledger.arun(key, fn, *args))
+
+    def records(self, thread_id: Any = None) -> list[Any]:
+        if self.mode == "sync":
+            return list(self.ledger.records(thread_id))
+        return list(self._run(self.ledger.arecords(thread_id)))
+
+    def clear(self, thread_id: Any = None) -> int:
+        if self.mode == "sync":
+            return int(self.ledger.clear(thread_id))
+        return int(self._run(self.ledger.aclear(thread_id)))
+
+    def drive(self, op: Any) -> Any:
+        """One of the port's ops, run on the ledger's client (a dead holder's claim)."""
+        if self.mode == "sync":
+            return self.ledger.drive(op)
+        return self._run(self.ledger.adrive(op))
+
+    def cleanup(self) -> None:
+        self.clear(None)
+
+
 def new_key_prefix() -> str:
     return f"gks-{uuid4().hex[:10]}"
 
@@ -638,6 +702,24 @@ class StoreFactory:
         )
         with self._opened(manager) as (log, loop):
             api = EventsApi(log, self.mode, loop)
+            try:
+                yield api
+            finally:
+                api.cleanup()
+
+    @contextmanager
+    def open_effects(self, **options: Any) -> Iterator[EffectsApi]:
+        """An effect ledger (``graphkeep.connect_effects`` / ``aconnect_effects``); its
+        records are cleared when the block ends."""
+        if self.connector.connect_effects is None or self.connector.aconnect_effects is None:
+            if self.reference:
+                raise NotOffered("the reference set-up has no effect ledger")
+            raise CapabilityMissing(f"{self.setup.name}: no effect ledger module (effects.py) yet")
+        manager = self._manager(
+            self.connector.connect_effects, self.connector.aconnect_effects, options
+        )
+        with self._opened(manager) as (ledger, loop):
+            api = EffectsApi(ledger, self.mode, loop)
             try:
                 yield api
             finally:

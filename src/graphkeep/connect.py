@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from graphkeep.effects.port import LEDGER_OPTIONS
 from graphkeep.errors import ConfigurationError, mask_url
 from graphkeep.port.telemetry import check_telemetry
 
@@ -33,8 +34,9 @@ SCHEMES: dict[str, tuple[str, str]] = {
 }
 
 #: the products a URL can open: the saver (``connect``), the BaseStore (``connect_store``), the
-#: node cache (``connect_cache``), the run event log (``connect_events``)
-PRODUCTS = ("checkpoint", "store", "cache", "events")
+#: node cache (``connect_cache``), the run event log (``connect_events``), the effect ledger
+#: (``connect_effects``)
+PRODUCTS = ("checkpoint", "store", "cache", "events", "effects")
 
 #: backend package -> product -> (module, sync class, async class): every class a ``connect*``
 #: function returns, written out, so that renaming one fails tests/test_connect_table.py
@@ -45,6 +47,7 @@ CLASSES: dict[str, dict[str, tuple[str, str, str]]] = {
         "store": ("graphkeep.backends.redis.store", "RedisStore", "AsyncRedisStore"),
         "cache": ("graphkeep.backends.redis.cache", "RedisCache", "AsyncRedisCache"),
         "events": ("graphkeep.backends.redis.events", "RedisEventLog", "AsyncRedisEventLog"),
+        "effects": ("graphkeep.backends.redis.effects", "RedisEffects", "AsyncRedisEffects"),
     },
     "graphkeep.backends.mongodb": {
         "checkpoint": ("graphkeep.backends.mongodb", "MongoDBSaver", "AsyncMongoDBSaver"),
@@ -55,6 +58,7 @@ CLASSES: dict[str, dict[str, tuple[str, str, str]]] = {
             "MongoDBEventLog",
             "AsyncMongoDBEventLog",
         ),
+        "effects": ("graphkeep.backends.mongodb.effects", "MongoDBEffects", "AsyncMongoDBEffects"),
     },
     "graphkeep.backends.dynamodb": {
         "checkpoint": ("graphkeep.backends.dynamodb", "DynamoDBSaver", "AsyncDynamoDBSaver"),
@@ -64,6 +68,11 @@ CLASSES: dict[str, dict[str, tuple[str, str, str]]] = {
             "graphkeep.backends.dynamodb.events",
             "DynamoDBEventLog",
             "AsyncDynamoDBEventLog",
+        ),
+        "effects": (
+            "graphkeep.backends.dynamodb.effects",
+            "DynamoDBEffects",
+            "AsyncDynamoDBEffects",
         ),
     },
 }
@@ -101,12 +110,22 @@ COMMON_EVENTS_OPTIONS = POOL_OPTIONS | frozenset(
     {"ttl", "max_events", "stale_after", "poll_interval", "max_poll_interval"}
     | {"key_prefix", "setup", "telemetry"}
 )
+#: options every effect ledger accepts (``graphkeep.connect_effects``)
+COMMON_EFFECTS_OPTIONS = (
+    POOL_OPTIONS | frozenset({"serde", "key_prefix", "setup", "telemetry"}) | LEDGER_OPTIONS
+)
 #: the constant in a product's module naming the options it accepts beyond the common ones
-OPTIONS_CONSTANTS = {"store": "STORE_OPTIONS", "cache": "CACHE_OPTIONS", "events": "EVENTS_OPTIONS"}
+OPTIONS_CONSTANTS = {
+    "store": "STORE_OPTIONS",
+    "cache": "CACHE_OPTIONS",
+    "events": "EVENTS_OPTIONS",
+    "effects": "EFFECTS_OPTIONS",
+}
 COMMON_KIND_OPTIONS = {
     "store": COMMON_STORE_OPTIONS,
     "cache": COMMON_CACHE_OPTIONS,
     "events": COMMON_EVENTS_OPTIONS,
+    "effects": COMMON_EFFECTS_OPTIONS,
 }
 
 
@@ -286,3 +305,28 @@ async def aconnect_events(url: str, **options: Any) -> AsyncIterator[Any]:
     log_class = class_for(url, "events", is_async=True, options=options)
     async with log_class.from_url(url, **options) as log:
         yield log
+
+
+@contextmanager
+def connect_effects(url: str, **options: Any) -> Iterator[Any]:
+    """Yield a ready effect ledger (:class:`graphkeep.effects.ledger.SyncLedger`) for ``url``:
+    ``@ledger.once`` makes a function, node, task or tool happen once per key.
+
+    Options: ``ttl`` (seconds a record is kept, default 7 days), ``lease`` (seconds a running
+    effect holds its record, default 60), ``wait`` (seconds a duplicate waits, default 30),
+    ``poll``, ``on_unknown`` (``"retry"`` or ``"raise"``), ``cache_errors``, ``serde``,
+    ``key_prefix``, ``setup``, ``telemetry`` and the backend's own.
+    """
+    url, options = _checked(url, options)
+    ledger_class = class_for(url, "effects", options=options)
+    with ledger_class.from_url(url, **options) as ledger:
+        yield ledger
+
+
+@asynccontextmanager
+async def aconnect_effects(url: str, **options: Any) -> AsyncIterator[Any]:
+    """Yield a ready effect ledger on an async client for ``url`` (same options)."""
+    url, options = _checked(url, options)
+    ledger_class = class_for(url, "effects", is_async=True, options=options)
+    async with ledger_class.from_url(url, **options) as ledger:
+        yield ledger

@@ -215,6 +215,41 @@ class MigrationFailed(SchemaError):
         self.step = step
 
 
+class EffectError(GraphkeepError):
+    """A side effect of the effect ledger (``graphkeep.connect_effects``) could not be run
+    or replayed. ``thread_id`` (``""``: none) and ``key`` name its record."""
+
+    def __init__(self, message: str, *, thread_id: str, key: str) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.key = key
+
+
+class EffectInProgress(EffectError):
+    """Another call holds the effect (its lease is live) and did not finish within the
+    ledger's ``wait`` seconds; nothing ran here."""
+
+
+class EffectOutcomeUnknown(EffectError):
+    """The effect was started and its holder's lease ended without a result (the process
+    died mid-effect): whether it happened is unknown. Raised under ``on_unknown="raise"``
+    for a person to decide; nothing ran here."""
+
+
+class EffectFailed(EffectError):
+    """The effect raised when it first ran and its error was recorded
+    (``cache_errors=True``); ``error_type`` and the message are the original's."""
+
+    def __init__(self, message: str, *, thread_id: str, key: str, error_type: str) -> None:
+        super().__init__(message, thread_id=thread_id, key=key)
+        self.error_type = error_type
+
+
+class EffectKeyRequired(InvalidInput):
+    """An effect without an explicit key was called outside a LangGraph task (its default
+    key is derived from the running task)."""
+
+
 class UnknownRun(InvalidInput):
     """An event-log run id has no events, heartbeat or close (never written, or expired)."""
 
@@ -234,6 +269,11 @@ class EventsTrimmed(GraphkeepError):
 __all__ = [
     "ConfigurationError",
     "CorruptData",
+    "EffectError",
+    "EffectFailed",
+    "EffectInProgress",
+    "EffectKeyRequired",
+    "EffectOutcomeUnknown",
     "EventsTrimmed",
     "GraphkeepError",
     "InvalidFilter",

@@ -93,6 +93,7 @@ from graphkeep.port import (
     stream_on_loop,
     target_of,
 )
+from graphkeep.port.scoped import ThreadScoped
 
 LIST_PAGE_SIZE = 100
 PRUNE_STRATEGIES = ("keep_latest", "delete")
@@ -146,6 +147,27 @@ class SaverBase(BaseCheckpointSaver[str]):
         #: payloads are zlib-compressed here unless the store compresses them itself
         self.squeeze: Callable[[Typed, int], Typed] = _as_is if port.compresses else codec.squeeze
         self.lists = ListSharer(self.serde, self.squeeze)
+        #: records other products keep per thread, deleted with it (the effect ledger's)
+        self.thread_scoped: tuple[ThreadScoped, ...] = ()
+        #: the effect ledger on this saver's connection, serializer and key prefix
+        #: (:mod:`graphkeep.effects`), set by the backend; None where there is none
+        self.effects: Any = None
+
+    def with_effects(self, port: ThreadScoped, ledger: Any) -> None:
+        """Give this saver an effect ledger (``saver.effects``) whose records (``port``'s)
+        are set up with the saver's schema and deleted with their thread."""
+        self.thread_scoped = (*self.thread_scoped, port)
+        ledger.telemetry = self.telemetry
+        self.effects = ledger
+
+    def _setup(self) -> Op[None]:
+        yield from self.port.setup()
+        for scoped in self.thread_scoped:
+            yield from scoped.setup()
+
+    def _delete_scoped(self, thread_id: str) -> Op[None]:
+        for scoped in self.thread_scoped:
+            yield from scoped.clear(thread_id)
 
     # -- identifiers ---------------------------------------------------------------
 
@@ -541,6 +563,7 @@ class SaverBase(BaseCheckpointSaver[str]):
         thread = self.check_thread_id(thread_id)
         self.lists.forget(thread)
         yield from self.port.delete_thread(thread)
+        yield from self._delete_scoped(thread)
 
     def _delete_for_runs(self, run_ids: Sequence[str]) -> Op[None]:
         if isinstance(run_ids, str):
@@ -572,6 +595,7 @@ class SaverBase(BaseCheckpointSaver[str]):
             self.lists.forget(thread_id)
             if strategy == "delete":
                 yield from self.port.delete_thread(thread_id)
+                yield from self._delete_scoped(thread_id)
                 continue
             inventory = yield from self.port.inventory(thread_id)
             keep = keep_latest(inventory.checkpoints)
@@ -640,10 +664,10 @@ class SaverBase(BaseCheckpointSaver[str]):
 
     def setup(self) -> None:
         """Create the store's schema (idempotent); a no-op where there is none."""
-        self._call(self.observed("setup", self.port.setup()))
+        self._call(self.observed("setup", self._setup()))
 
     async def asetup(self) -> None:
-        await self._acall(self.observed("setup", self.port.setup()))
+        await self._acall(self.observed("setup", self._setup()))
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         op = self.observed("get_tuple", self._get_tuple(config), _thread(config), read=True)

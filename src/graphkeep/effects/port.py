@@ -28,6 +28,9 @@ STARTED, DONE, FAILED = "started", "done", "failed"
 STATES = (STARTED, DONE, FAILED)
 #: the longest idempotency key a caller may give
 MAX_KEY_CHARS = 512
+#: options every ledger accepts beyond serde, key_prefix, setup, telemetry and the pool's
+#: (see :class:`graphkeep.effects.ledger.LedgerBase`)
+LEDGER_OPTIONS = frozenset({"ttl", "lease", "wait", "poll", "on_unknown", "cache_errors"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,7 @@ from graphkeep.backends.redis.client import (
     connected,
     sync_executor,
 )
+from graphkeep.backends.redis.effects import EFFECT_SCRIPTS, RedisEffectsPort
 from graphkeep.backends.redis.keys import (
     check_prefix,
     decode_thread,
@@ -78,6 +79,7 @@ from graphkeep.checkpoint.records import (
     WriteRecord,
 )
 from graphkeep.checkpoint.saver import AsyncSaver, SyncSaver, ttl_seconds
+from graphkeep.effects.ledger import AsyncLedger, SyncLedger
 from graphkeep.errors import mask_url
 from graphkeep.port import Op, codec
 from graphkeep.port.factory import aopened, opened
@@ -87,6 +89,8 @@ __all__ = ["SAVER_OPTIONS", "AsyncRedisSaver", "RedisCheckpointPort", "RedisSave
 
 #: the savers' options beyond the common ones (``graphkeep.connect``): none
 SAVER_OPTIONS: frozenset[str] = frozenset()
+#: the saver's scripts and the effect ledger's (``saver.effects`` shares the executor)
+ALL_SCRIPTS = {**SCRIPTS, **EFFECT_SCRIPTS}
 FORMAT = "1"  # bump when the key layout changes; old keys stay readable by old code
 
 
@@ -553,7 +557,10 @@ class RedisSaver(SyncSaver):
         check_client(client)
         port, rest = _port(dict(options))
         self.client = client
-        super().__init__(port, sync_executor(client, SCRIPTS, where), **rest)
+        execute = sync_executor(client, ALL_SCRIPTS, where)
+        super().__init__(port, execute, **rest)
+        effects = RedisEffectsPort(key_prefix=port.prefix)
+        self.with_effects(effects, SyncLedger(effects, execute, serde=self.serde))
 
     @classmethod
     def from_url(
@@ -573,7 +580,10 @@ class AsyncRedisSaver(AsyncSaver):
         check_client(client)
         port, rest = _port(dict(options))
         self.client = client
-        super().__init__(port, async_executor(client, SCRIPTS, where), **rest)
+        aexecute = async_executor(client, ALL_SCRIPTS, where)
+        super().__init__(port, aexecute, **rest)
+        effects = RedisEffectsPort(key_prefix=port.prefix)
+        self.with_effects(effects, AsyncLedger(effects, aexecute, serde=self.serde))
 
     @classmethod
     def from_url(

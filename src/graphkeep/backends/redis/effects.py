@@ -1,0 +1,319 @@
+"""The effect ledger on Redis: :class:`RedisEffects` (sync) and :class:`AsyncRedisEffects`.
+
+Plain Redis >= 7 or Redis Cluster, the client types and URLs of the Redis savers::
+
+    with RedisEffects.from_url("redis://localhost:6379/0") as ledger:
+        @ledger.once
+        def create_ticket(title: str) -> str: ...
+
+Keys (``P`` = ``key_prefix``; ``<t>`` the thread id escaped as the saver escapes it, so the
+records are in the thread's own hash slot; ``%`` for effects called outside a graph, which
+no escaped thread id can be)::
+
+    P:fx1:{<t>}:r:<key>   HASH  s state, t token, l lease end (ms), x expiry (ms), d data,
+                                n name, c created (ms), u updated (ms); native PEXPIREAT x
+    P:fx1:{<t>}:i         ZSET  member <key>, score its expiry: the thread's records
+
+Every transition is one script on the thread's slot (claim, take_over, finish, release),
+atomic on a cluster too; ``get`` is one HGETALL, ``list`` / ``clear`` of a thread one
+script, of every thread a SCAN for the indexes on every primary, then one script each.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from typing import Any
+
+from graphkeep.backends.redis.client import (
+    aconnected,
+    async_executor,
+    check_client,
+    connected,
+    sync_executor,
+)
+from graphkeep.backends.redis.keys import check_prefix, decode_thread, encode_thread, pattern_prefix
+from graphkeep.backends.redis.requests import Command, Scan, Script
+from graphkeep.effects.ledger import AsyncLedger, SyncLedger
+from graphkeep.effects.port import EffectRecord
+from graphkeep.errors import mask_url
+from graphkeep.port import Op
+from graphkeep.port.factory import aopened, opened
+from graphkeep.port.pools import pool_options
+
+__all__ = [
+    "EFFECTS_OPTIONS",
+    "EFFECT_SCRIPTS",
+    "AsyncRedisEffects",
+    "RedisEffects",
+    "RedisEffectsPort",
+]
+
+#: options beyond the common ones (serde, key_prefix, setup, telemetry, the ledger's policy)
+EFFECTS_OPTIONS: frozenset[str] = frozenset()
+FORMAT = "fx1"
+#: the hash tag of effects called outside any graph (an escaped thread id never is "%")
+NO_THREAD = "%"
+
+# keeps a thread's index: the member's expiry as its score, expired members trimmed, the
+# index expiring with its last record
+_INDEX = """
+local function index(key, member, expires, now)
+  redis.call('ZADD', key, expires, member)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if #last > 0 then redis.call('PEXPIREAT', key, last[2]) end
+end
+"""
+
+# KEYS: record, index; ARGV: now, member, token, lease end, expiry, name
+CLAIM = (
+    _INDEX
+    + """
+local now = tonumber(ARGV[1])
+local x = redis.call('HGET', KEYS[1], 'x')
+if x and tonumber(x) > now then return redis.call('HGETALL', KEYS[1]) end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 's', 'started', 't', ARGV[3], 'l', ARGV[4], 'x', ARGV[5],
+  'n', ARGV[6], 'c', ARGV[1], 'u', ARGV[1])
+redis.call('PEXPIREAT', KEYS[1], ARGV[5])
+index(KEYS[2], ARGV[2], ARGV[5], now)
+return false
+"""
+)
+
+# KEYS: record, index; ARGV: now, member, old token, token, lease end, expiry
+TAKE_OVER = (
+    _INDEX
+    + """
+local now = tonumber(ARGV[1])
+local cur = redis.call('HMGET', KEYS[1], 's', 't', 'l', 'x')
+if cur[1] ~= 'started' or cur[2] ~= ARGV[3] or tonumber(cur[3]) > now
+   or tonumber(cur[4]) <= now then
+  return 0
+end
+redis.call('HSET', KEYS[1], 't', ARGV[4], 'l', ARGV[5], 'x', ARGV[6], 'u', ARGV[1])
+redis.call('PEXPIREAT', KEYS[1], ARGV[6])
+index(KEYS[2], ARGV[2], ARGV[6], now)
+return 1
+"""
+)
+
+# KEYS: record, index; ARGV: now, member, token, state, data, expiry
+FINISH = (
+    _INDEX
+    + """
+local cur = redis.call('HMGET', KEYS[1], 's', 't')
+if cur[1] ~= 'started' or cur[2] ~= ARGV[3] then return 0 end
+redis.call('HSET', KEYS[1], 's', ARGV[4], 'd', ARGV[5], 'x', ARGV[6], 'u', ARGV[1])
+redis.call('PEXPIREAT', KEYS[1], ARGV[6])
+index(KEYS[2], ARGV[2], ARGV[6], tonumber(ARGV[1]))
+return 1
+"""
+)
+
+# KEYS: record, index; ARGV: member, token
+RELEASE = """
+local cur = redis.call('HMGET', KEYS[1], 's', 't')
+if cur[1] ~= 'started' or cur[2] ~= ARGV[2] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+return 1
+"""
+
+# KEYS: index; ARGV: the records' key base. Returns member, fields, member, fields, ...
+LIST = """
+local out = {}
+for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local fields = redis.call('HGETALL', ARGV[1] .. member)
+  if #fields > 0 then
+    out[#out + 1] = member
+    out[#out + 1] = fields
+  end
+end
+return out
+"""
+
+# KEYS: index; ARGV: the records' key base. Deletes the indexed records and the index.
+CLEAR = """
+local members = redis.call('ZRANGE', KEYS[1], 0, -1)
+local deleted = 0
+for i = 1, #members, 500 do
+  local batch = {}
+  for j = i, math.min(i + 499, #members) do
+    batch[#batch + 1] = ARGV[1] .. members[j]
+  end
+  deleted = deleted + redis.call('DEL', unpack(batch))
+end
+redis.call('DEL', KEYS[1])
+return deleted
+"""
+
+EFFECT_SCRIPTS = {
+    "effects_claim": CLAIM,
+    "effects_take_over": TAKE_OVER,
+    "effects_finish": FINISH,
+    "effects_release": RELEASE,
+    "effects_list": LIST,
+    "effects_clear": CLEAR,
+}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _record(thread_id: str, key: str, flat: list[Any]) -> EffectRecord:
+    fields = {_text(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}
+    data = fields.get("d")
+    return EffectRecord(
+        thread_id=thread_id,
+        key=key,
+        state=_text(fields["s"]),
+        token=_text(fields["t"]),
+        lease_until_ms=int(fields["l"]),
+        expires_ms=int(fields["x"]),
+        data=None if data is None else bytes(data),
+        name=_text(fields.get("n", b"")),
+        created_ms=int(fields["c"]),
+        updated_ms=int(fields["u"]),
+    )
+
+
+class RedisEffectsPort:
+    """The effect ledger's port on Redis (a thread's records in its hash slot)."""
+
+    def __init__(self, *, key_prefix: str = "graphkeep") -> None:
+        self.prefix = check_prefix(key_prefix)
+
+    def _base(self, thread_id: str) -> str:
+        tag = encode_thread(thread_id) if thread_id else NO_THREAD
+        return f"{self.prefix}:{FORMAT}:{{{tag}}}:"
+
+    def record_key(self, thread_id: str, key: str) -> str:
+        return f"{self._base(thread_id)}r:{key}"
+
+    def index_key(self, thread_id: str) -> str:
+        return f"{self._base(thread_id)}i"
+
+    def _keys(self, record: EffectRecord) -> list[str]:
+        return [self.record_key(record.thread_id, record.key), self.index_key(record.thread_id)]
+
+    def _thread_of(self, index: str) -> str:
+        tag = index[len(self.prefix) + len(FORMAT) + 3 : -3]
+        return "" if tag == NO_THREAD else decode_thread(tag)
+
+    def setup(self) -> Op[None]:
+        yield Script("__load__", [], [])
+
+    def claim(self, record: EffectRecord, now_ms: int) -> Op[EffectRecord | None]:
+        args = [now_ms, record.key, record.token, record.lease_until_ms, record.expires_ms]
+        found = yield Script("effects_claim", self._keys(record), [*args, record.name])
+        return _record(record.thread_id, record.key, found) if found else None
+
+    def take_over(self, record: EffectRecord, old_token: str, now_ms: int) -> Op[bool]:
+        args = [now_ms, record.key, old_token, record.token]
+        done = yield Script(
+            "effects_take_over",
+            self._keys(record),
+            [*args, record.lease_until_ms, record.expires_ms],
+        )
+        return bool(done)
+
+    def finish(self, record: EffectRecord, now_ms: int) -> Op[bool]:
+        args = [now_ms, record.key, record.token, record.state, record.data or b""]
+        done = yield Script("effects_finish", self._keys(record), [*args, record.expires_ms])
+        return bool(done)
+
+    def release(self, thread_id: str, key: str, token: str) -> Op[bool]:
+        keys = [self.record_key(thread_id, key), self.index_key(thread_id)]
+        done = yield Script("effects_release", keys, [key, token])
+        return bool(done)
+
+    def get(self, thread_id: str, key: str) -> Op[EffectRecord | None]:
+        flat = yield Command(("HGETALL", self.record_key(thread_id, key)))
+        if isinstance(flat, dict):  # a client that answers HGETALL with a dict
+            flat = [x for pair in flat.items() for x in pair]
+        return _record(thread_id, key, list(flat)) if flat else None
+
+    def _indexes(self, thread_id: str | None) -> Op[list[str]]:
+        if thread_id is not None:
+            return [self.index_key(thread_id)]
+        found = yield Scan(f"{pattern_prefix(self.prefix)}:{FORMAT}:{{*}}:i")
+        return sorted({_text(k) for k in found})
+
+    def list(self, thread_id: str | None) -> Op[list[EffectRecord]]:
+        records: list[EffectRecord] = []
+        for index in (yield from self._indexes(thread_id)):
+            thread = self._thread_of(index)
+            flat = yield Script("effects_list", [index], [index[:-1] + "r:"])
+            for i in range(0, len(flat), 2):
+                records.append(_record(thread, _text(flat[i]), flat[i + 1]))
+        return records
+
+    def clear(self, thread_id: str | None) -> Op[int]:
+        deleted = 0
+        for index in (yield from self._indexes(thread_id)):
+            deleted += int((yield Script("effects_clear", [index], [index[:-1] + "r:"])))
+        return deleted
+
+
+def _port(client: Any, key_prefix: str) -> RedisEffectsPort:
+    check_client(client)
+    return RedisEffectsPort(key_prefix=key_prefix)
+
+
+class RedisEffects(SyncLedger):
+    """Effect ledger on a ``redis.Redis`` or ``redis.cluster.RedisCluster`` client.
+
+    Options: ``serde``, ``key_prefix`` (default ``"graphkeep"``), ``telemetry`` and the
+    ledger's (``ttl``, ``lease``, ``wait``, ``poll``, ``on_unknown``, ``cache_errors``:
+    see :class:`~graphkeep.effects.ledger.LedgerBase`).
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        key_prefix: str = "graphkeep",
+        where: str | None = None,
+        **options: Any,
+    ) -> None:
+        self.client = client
+        super().__init__(
+            _port(client, key_prefix), sync_executor(client, EFFECT_SCRIPTS, where), **options
+        )
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, setup: bool = True, **options: Any
+    ) -> AbstractContextManager[RedisEffects]:
+        def build(client: Any) -> RedisEffects:
+            return cls(client, where=mask_url(url), **options)
+
+        return opened(connected(url, pool_options(options)), build, setup)
+
+
+class AsyncRedisEffects(AsyncLedger):
+    """Effect ledger on a ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster`` client."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        key_prefix: str = "graphkeep",
+        where: str | None = None,
+        **options: Any,
+    ) -> None:
+        self.client = client
+        super().__init__(
+            _port(client, key_prefix), async_executor(client, EFFECT_SCRIPTS, where), **options
+        )
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, setup: bool = True, **options: Any
+    ) -> AbstractAsyncContextManager[AsyncRedisEffects]:
+        def build(client: Any) -> AsyncRedisEffects:
+            return cls(client, where=mask_url(url), **options)
+
+        return aopened(aconnected(url, pool_options(options)), build, setup, prepare=cls.setup)
