@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     from graphkeep.cli.check import add_check_command
     from graphkeep.cli.copy import cmd_copy
     from graphkeep.cli.dump import cmd_dump
+    from graphkeep.cli.effects import add_effects_command
     from graphkeep.cli.health import add_health_command
     from graphkeep.cli.inspection import cmd_history, cmd_threads
     from graphkeep.cli.live import add_live_commands

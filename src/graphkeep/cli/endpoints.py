@@ -167,6 +167,16 @@ def open_store(
 
 
 @contextmanager
+def open_effects(url: str, key_prefix: str | None) -> Iterator[Any]:
+    """The effect ledger at ``url`` (never creates anything: ``setup=False``)."""
+    _scheme(url, "redis://host:6379/0")
+    require_graphkeep(url, "effects")
+    options = {"setup": False, "key_prefix": key_prefix}
+    with _connected(graphkeep.connect_effects, url, options) as ledger:
+        yield ledger
+
+
+@contextmanager
 def open_events(url: str, key_prefix: str | None) -> Iterator[Any]:
     """The run event log at ``url`` (never creates anything: ``setup=False``)."""
     _scheme(url, "redis://host:6379/0")

@@ -8,6 +8,7 @@ with the same arguments in one step are two effects, each replayed for its own c
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import typing
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,11 @@ from graphkeep.effects.keys import TOOL_CALL_ID
 
 if TYPE_CHECKING:
     from graphkeep.effects.ledger import Effect, LedgerBase
+
+
+#: set while the ledger runs a tool's ``_arun``: a ``_run`` it calls (in a worker thread,
+#: which copies the context) is the same effect, not a second one
+_INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar("graphkeep_once_tool", default=False)
 
 
 def is_tool(value: Any) -> bool:
@@ -71,6 +77,8 @@ def once_tool(ledger: LedgerBase, tool: Any, effect: Effect) -> Any:
             self, *args: Any, config: RunnableConfig, run_manager: Any = None, **kwargs: Any
         ) -> Any:
             plumbing = _plumbing(base._run, config, run_manager)
+            if _INSIDE.get():  # the tool's _arun runs its _run in a thread: one effect
+                return base._run(self, *args, **kwargs, **plumbing)
 
             def run(*_args: Any, **_kwargs: Any) -> Any:
                 return base._run(self, *args, **kwargs, **plumbing)
@@ -83,7 +91,11 @@ def once_tool(ledger: LedgerBase, tool: Any, effect: Effect) -> Any:
             plumbing = _plumbing(base._arun, config, run_manager)
 
             async def arun(*_args: Any, **_kwargs: Any) -> Any:
-                return await base._arun(self, *args, **kwargs, **plumbing)
+                inside = _INSIDE.set(True)
+                try:
+                    return await base._arun(self, *args, **kwargs, **plumbing)
+                finally:
+                    _INSIDE.reset(inside)
 
             return await ledger.acall(effect, arun, args, kwargs)
 

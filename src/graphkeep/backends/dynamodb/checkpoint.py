@@ -67,6 +67,7 @@ from graphkeep.backends.dynamodb.client import (
     parse_url,
     sync_client,
 )
+from graphkeep.backends.dynamodb.effects import DynamoDBEffectsPort
 from graphkeep.backends.dynamodb.schema import (
     definition_as,
     setup_table,
@@ -87,6 +88,7 @@ from graphkeep.checkpoint.records import (
     WriteRecord,
 )
 from graphkeep.checkpoint.saver import AsyncSaver, SyncSaver, ttl_seconds
+from graphkeep.effects.ledger import AsyncLedger, SyncLedger
 from graphkeep.port import Op
 from graphkeep.port.factory import aopened, opened
 
@@ -239,7 +241,10 @@ class DynamoDBSaver(SyncSaver):
         self.client = client
         self.table_name = table_name
         self.run_index = port.run_index
-        super().__init__(port, executor(client, table_name), **rest)
+        execute = executor(client, table_name)
+        super().__init__(port, execute, **rest)
+        effects = DynamoDBEffectsPort(table_name, key_prefix=options.get("key_prefix", "graphkeep"))
+        self.with_effects(effects, SyncLedger(effects, execute, serde=self.serde))
 
     @staticmethod
     def table_definition(
@@ -296,7 +301,10 @@ class AsyncDynamoDBSaver(AsyncSaver):
         self.client = client
         self.table_name = table_name
         self.run_index = port.run_index
-        super().__init__(port, async_executor(client, table_name), **rest)
+        aexecute = async_executor(client, table_name)
+        super().__init__(port, aexecute, **rest)
+        effects = DynamoDBEffectsPort(table_name, key_prefix=options.get("key_prefix", "graphkeep"))
+        self.with_effects(effects, AsyncLedger(effects, aexecute, serde=self.serde))
 
     table_definition = staticmethod(DynamoDBSaver.table_definition)
     print_table_definition = DynamoDBSaver.print_table_definition

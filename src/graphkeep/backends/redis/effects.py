@@ -81,7 +81,7 @@ return false
 """
 )
 
-# KEYS: record, index; ARGV: now, member, old token, token, lease end, expiry
+# KEYS: record, index; ARGV: now, member, old token, token, lease end, expiry, name
 TAKE_OVER = (
     _INDEX
     + """
@@ -91,7 +91,8 @@ if cur[1] ~= 'started' or cur[2] ~= ARGV[3] or tonumber(cur[3]) > now
    or tonumber(cur[4]) <= now then
   return 0
 end
-redis.call('HSET', KEYS[1], 't', ARGV[4], 'l', ARGV[5], 'x', ARGV[6], 'u', ARGV[1])
+redis.call('HSET', KEYS[1], 't', ARGV[4], 'l', ARGV[5], 'x', ARGV[6], 'n', ARGV[7],
+  'u', ARGV[1])
 redis.call('PEXPIREAT', KEYS[1], ARGV[6])
 index(KEYS[2], ARGV[2], ARGV[6], now)
 return 1
@@ -215,7 +216,7 @@ class RedisEffectsPort:
         done = yield Script(
             "effects_take_over",
             self._keys(record),
-            [*args, record.lease_until_ms, record.expires_ms],
+            [*args, record.lease_until_ms, record.expires_ms, record.name],
         )
         return bool(done)
 

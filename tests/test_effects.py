@@ -1,0 +1,304 @@
+"""The effect ledger in real graphs, on every backend (real servers), sync and async.
+
+- a worker process (tests/effects_worker.py: ``create_react_agent`` with a ``ledger.once``
+  tool counting into a file) is kill -9'd after the tool returned and before its output was
+  written; a new process resumes the thread: the tool ran once and the final state carries
+  the recorded result;
+- a node with a side effect before ``interrupt()`` resumed 3 times: the effect ran once;
+- 50 concurrent calls with one key (threads sharing a sync ledger, tasks sharing an async
+  one): one execution, 50 identical results;
+- ``delete_thread`` removes a thread's records; an encrypting serializer leaves no
+  plaintext result in a raw scan of the store;
+- ``graphkeep effects URL`` lists, ``graphkeep effects URL clear`` removes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import operator
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
+
+import graphkeep
+from conformance.setups import Setup, all_setups
+from conformance.testing import marks_for
+from tests.cli_runs import gk
+from tests.conftest import unique_prefix
+
+ROOT = Path(__file__).resolve().parent.parent
+SETUPS = [pytest.param(s, id=s.name, marks=marks_for(s)) for s in all_setups() if s.marker]
+MODES = ["sync", "async"]
+SECRET = "plaintext-secret-7f3a"
+
+
+@pytest.fixture(params=SETUPS)
+def setup(request: pytest.FixtureRequest) -> Setup:
+    return request.param  # type: ignore[no-any-return]
+
+
+def _worker(setup: Setup, prefix: str, thread: str, counter: Path, mode: str, phase: str) -> Any:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.effects_worker",
+            setup.url,
+            prefix,
+            thread,
+            str(counter),
+            mode,
+            phase,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])},
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_tool_killed_before_its_output_is_saved_does_not_run_again_on_resume(
+    setup: Setup, mode: str, tmp_path: Path
+) -> None:
+    prefix, thread = unique_prefix("fx"), "ticket-thread"
+    counter = tmp_path / "tickets.txt"
+    crashing = _worker(setup, prefix, thread, counter, mode, "crash")
+    try:
+        assert crashing.stdout is not None
+        line = crashing.stdout.readline()
+        assert line.strip() == "TOOL-RETURNED", crashing.stderr.read() if crashing.stderr else ""
+        assert counter.read_text().splitlines() == ["parcel lost"]
+        os.kill(crashing.pid, signal.SIGKILL)
+        crashing.wait(timeout=30)
+        assert crashing.returncode == -signal.SIGKILL
+    finally:
+        if crashing.poll() is None:
+            crashing.kill()
+    resumed = _worker(setup, prefix, thread, counter, mode, "resume")
+    out, err = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, err
+    messages = [json.loads(line) for line in out.splitlines()]
+    assert [m["type"] for m in messages] == ["human", "ai", "tool", "ai"]
+    assert messages[2]["content"] == "ticket #1: parcel lost"  # the recorded result
+    assert messages[3]["content"] == "Done: ticket #1: parcel lost"
+    assert counter.read_text().splitlines() == ["parcel lost"]  # the tool ran once
+    with graphkeep.connect(setup.url, key_prefix=prefix) as saver:
+        [record] = saver.effects.records(thread)
+        assert record.state == "done" and record.name == "create_ticket"
+        saver.delete_thread(thread)
+        assert saver.effects.records() == []
+
+
+class Log(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def _approval_graph(saver: Any, sent: list[str]) -> Any:
+    ledger = saver.effects
+
+    @ledger.once
+    def send_email(to: str, idempotency_key: str) -> str:
+        sent.append(idempotency_key)
+        return f"mail to {to}"
+
+    @ledger.once
+    async def asend_email(to: str, idempotency_key: str) -> str:
+        sent.append(idempotency_key)
+        return f"mail to {to}"
+
+    def ask(state: Log) -> dict[str, Any]:
+        receipt = send_email("bob@example.com")
+        answer = interrupt(f"{receipt}: approve?")
+        return {"log": [receipt, str(answer)]}
+
+    async def aask(state: Log) -> dict[str, Any]:
+        receipt = await asend_email("bob@example.com")
+        answer = interrupt(f"{receipt}: approve?")
+        return {"log": [receipt, str(answer)]}
+
+    builder = StateGraph(Log)
+    builder.add_node("ask", ask)
+    builder.add_node("aask", aask)
+    builder.add_edge(START, "ask")
+    builder.add_edge("ask", "aask")
+    builder.add_edge("aask", END)
+    return builder.compile(checkpointer=saver)
+
+
+def test_a_side_effect_before_interrupt_runs_once_across_resumes(setup: Setup) -> None:
+    sent: list[str] = []
+    with graphkeep.connect(setup.url, key_prefix=unique_prefix("fx")) as saver:
+        graph = _approval_graph(saver, sent)
+        config = {"configurable": {"thread_id": 7}}
+        graph.invoke({"log": []}, config)
+        for _ in range(3):  # resumed without an answer: the node re-runs up to interrupt()
+            graph.invoke(None, config)
+        graph.invoke(Command(resume="yes"), config)  # on to the async node's interrupt
+        for _ in range(2):
+            graph.invoke(None, config)
+        state = graph.invoke(Command(resume="ok"), config)
+        assert state["log"] == ["mail to bob@example.com", "yes", "mail to bob@example.com", "ok"]
+        assert len(sent) == 2 and len(set(sent)) == 2  # one per node, different keys
+        assert all(k.startswith("auto:") for k in sent)
+        assert {r.thread_id for r in saver.effects.records()} == {"7"}  # 7 and "7": one thread
+        saver.delete_thread("7")
+        assert saver.effects.records() == []
+
+
+async def test_a_side_effect_before_interrupt_runs_once_across_async_resumes(setup: Setup) -> None:
+    sent: list[str] = []
+    async with graphkeep.aconnect(setup.url, key_prefix=unique_prefix("fx")) as saver:
+        graph = _approval_graph(saver, sent)
+        config = {"configurable": {"thread_id": "t-async"}}
+        await graph.ainvoke({"log": []}, config)
+        for _ in range(3):
+            await graph.ainvoke(None, config)
+        await graph.ainvoke(Command(resume="yes"), config)
+        for _ in range(2):
+            await graph.ainvoke(None, config)
+        state = await graph.ainvoke(Command(resume="ok"), config)
+        assert state["log"] == ["mail to bob@example.com", "yes", "mail to bob@example.com", "ok"]
+        assert len(sent) == 2
+        await saver.adelete_thread("t-async")
+        assert await saver.effects.arecords() == []
+
+
+def test_50_threads_sharing_a_sync_ledger_run_one_key_once(setup: Setup) -> None:
+    ran: list[int] = []
+    lock = threading.Lock()
+    start = threading.Barrier(50)
+
+    def charge(amount: int) -> dict[str, Any]:
+        with lock:
+            ran.append(amount)
+        return {"charged": amount, "receipt": "r-1"}
+
+    with graphkeep.connect_effects(setup.url, key_prefix=unique_prefix("fx"), poll=0.02) as ledger:
+
+        def call(_: int) -> Any:
+            start.wait()
+            return ledger.run("charge-order-1", charge, 42)
+
+        with ThreadPoolExecutor(50) as pool:
+            results = list(pool.map(call, range(50)))
+        assert ran == [42]
+        assert results == [{"charged": 42, "receipt": "r-1"}] * 50
+        assert ledger.clear() == 1
+
+
+async def test_50_tasks_sharing_an_async_ledger_run_one_key_once(setup: Setup) -> None:
+    ran: list[int] = []
+
+    async def charge(amount: int) -> dict[str, Any]:
+        ran.append(amount)
+        await asyncio.sleep(0.05)
+        return {"charged": amount}
+
+    async with graphkeep.aconnect_effects(
+        setup.url, key_prefix=unique_prefix("fx"), poll=0.02
+    ) as ledger:
+        once = ledger.once(charge, key="charge-order-2")
+        results = await asyncio.gather(*(once(7) for _ in range(50)))
+        assert ran == [7]
+        assert results == [{"charged": 7}] * 50
+        assert await ledger.aclear() == 1
+
+
+def _raw(setup: Setup, prefix: str) -> Iterator[bytes]:
+    """Every stored byte under ``prefix``'s effect records, read past graphkeep."""
+    scheme = setup.url.split("://", 1)[0]
+    if scheme.startswith("redis"):
+        import redis
+        from redis.cluster import RedisCluster
+
+        url = setup.url.replace("redis+cluster://", "redis://")
+        client: Any = (
+            RedisCluster.from_url(url) if "cluster" in scheme else redis.Redis.from_url(url)
+        )
+        with client:
+            for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+                kind = client.type(key)
+                values = client.hgetall(key) if kind == b"hash" else client.zrange(key, 0, -1)
+                yield key + b"".join(
+                    [*values.keys(), *values.values()] if isinstance(values, dict) else values
+                )
+    elif scheme.startswith("mongodb"):
+        import bson
+        from pymongo import MongoClient
+
+        with MongoClient(setup.url) as client:
+            db = client.get_default_database("graphkeep_test")
+            for doc in db[f"{prefix}_effects"].find():
+                yield bson.encode(doc)
+    else:
+        from graphkeep.backends.dynamodb.client import parse_url, sync_client
+
+        table = parse_url(setup.url)[0]
+        with sync_client(setup.url) as client:
+            for page in client.get_paginator("scan").paginate(TableName=table):
+                for item in page["Items"]:
+                    if str(item.get("pk", {}).get("S", "")).startswith(prefix):
+                        yield repr(item).encode()
+
+
+def test_an_encrypting_serializer_leaves_no_plaintext_in_the_store(setup: Setup) -> None:
+    prefix = unique_prefix("fx")
+    serde = EncryptedSerializer.from_pycryptodome_aes(key=b"0123456789abcdef")
+    with graphkeep.connect_effects(setup.url, key_prefix=prefix, serde=serde) as ledger:
+        assert ledger.run("k", lambda: {"note": SECRET}) == {"note": SECRET}
+        assert ledger.run("k", lambda: None) == {"note": SECRET}  # replayed, decrypted
+        stored = list(_raw(setup, prefix))
+        assert stored, "the raw scan found no record"
+        assert not any(SECRET.encode() in raw for raw in stored)
+        ledger.clear()
+    # the same records through a plain serializer: the plaintext never comes back
+    with graphkeep.connect_effects(setup.url, key_prefix=prefix, serde=serde) as ledger:
+        ledger.run("k2", lambda: SECRET)
+        with graphkeep.connect_effects(setup.url, key_prefix=prefix) as plain:
+            with pytest.raises(Exception) as caught:
+                plain.run("k2", lambda: "ran again")
+            assert SECRET not in str(caught.value)
+        ledger.clear()
+
+
+def test_the_cli_lists_and_clears_effect_records(setup: Setup) -> None:
+    prefix = unique_prefix("fx")
+    url = f"{setup.url}{'&' if '?' in setup.url else '?'}key_prefix={prefix}"
+    with graphkeep.connect_effects(setup.url, key_prefix=prefix) as ledger:
+        ledger.run("order-1", lambda: {"secret": SECRET})
+        with graphkeep.connect(setup.url, key_prefix=prefix) as saver:
+            sent: list[str] = []
+            graph = _approval_graph(saver, sent)
+            graph.invoke({"log": []}, {"configurable": {"thread_id": "cli-thread"}})
+        listed = gk("effects", url, "--json")
+        assert listed.code == 0, listed.err
+        rows = json.loads(listed.out)
+        assert {(r["thread_id"], r["state"]) for r in rows} == {
+            ("", "done"),
+            ("cli-thread", "done"),
+        }
+        assert SECRET not in listed.out  # names and states, never results
+        only = json.loads(gk("effects", url, "--thread", "cli-thread", "--json").out)
+        assert [r["thread_id"] for r in only] == ["cli-thread"]
+        table = gk("effects", url)
+        assert "order-1" in table.out and "cli-thread" in table.out
+        cleared = gk("effects", url, "clear", "--thread", "cli-thread")
+        assert cleared.code == 0 and "1 record" in cleared.out
+        assert [r.key for r in ledger.records()] == ["order-1"]
+        assert gk("effects", "clear", url).code == 0  # the action first reads the same
+        assert ledger.records() == []
+        assert gk("effects", url, "--thread", "nope", "--json").out.strip() == "[]"
