@@ -1,7 +1,8 @@
-"""Every MongoDB index graphkeep keeps, for all four products, and :func:`ensure_indexes`.
+"""Every MongoDB index graphkeep keeps, for all its products, and :func:`ensure_indexes`.
 
 The saver's (:func:`index_specs`), the store's (:func:`store_indexes`), the node cache's
-(:data:`CACHE_INDEXES`) and the event log's (:data:`EVENTS_INDEXES`) specs are plain dicts;
+(:data:`CACHE_INDEXES`), the event log's (:data:`EVENTS_INDEXES`) and the effect ledger's
+(:data:`EFFECTS_INDEXES`) specs are plain dicts;
 each port's ``setup()`` creates them with :func:`ensure_indexes`, idempotently, comparing
 key *and* options, and a server without TTL indexes (FerretDB 1.x) gets a plain index
 instead. See docs/architecture.md.
@@ -69,7 +70,7 @@ def index_specs(prefix: str = "graphkeep") -> list[dict[str, Any]]:
     ]
 
 
-# -- the store, the node cache and the event log ----------------------------------------
+# -- the store, the node cache, the event log and the effect ledger --------------------
 
 
 def store_indexes(key_prefix: str = "graphkeep") -> list[dict[str, Any]]:
@@ -99,6 +100,9 @@ EVENTS_INDEXES: list[dict[str, Any]] = [
     {"name": "gk_run_seq", "key": [["run", 1], ["seq", 1]], "unique": True},
     _expiry(),
 ]
+
+#: the effect ledger's ``<prefix>_effects``: ``list`` / ``clear`` of a thread by ``t``, expiry
+EFFECTS_INDEXES: list[dict[str, Any]] = [{"name": "gk_thread", "key": [["t", 1]]}, _expiry()]
 
 
 # -- creating them ---------------------------------------------------------------------
