@@ -6,6 +6,11 @@ of the saver's ledger, ``ledger.once(tool)``) appends a line to a counter file.
 stop inside the saver's write of the tool's output (before anything of it is stored), print
 ``TOOL-RETURNED`` and wait to be killed; PHASE ``resume``: resume the thread (``invoke(None)``)
 and print its final messages as JSON lines.
+
+The graph runs with ``durability="sync"``: each step's checkpoint is stored before the next
+step starts, so the step that asked for the tool is saved when the tool runs (under
+LangGraph's default ``"async"`` it may still be in flight, and a crash then loses the
+request itself: the model step runs again and asks anew — see the README).
 """
 
 from __future__ import annotations
@@ -112,9 +117,9 @@ def main(url: str, prefix: str, thread: str, counter: str, mode: str, phase: str
             graph = agent(saver, Path(counter))
             if phase == "crash":
                 crash_on_tool_output(saver)
-                graph.invoke(question, config)
+                graph.invoke(question, config, durability="sync")
                 raise SystemExit("the crash window was never reached")
-            report(graph.invoke(None, config))
+            report(graph.invoke(None, config, durability="sync"))
         return
 
     async def run() -> None:
@@ -122,9 +127,9 @@ def main(url: str, prefix: str, thread: str, counter: str, mode: str, phase: str
             graph = agent(saver, Path(counter))
             if phase == "crash":
                 crash_on_tool_output(saver)
-                await graph.ainvoke(question, config)
+                await graph.ainvoke(question, config, durability="sync")
                 raise SystemExit("the crash window was never reached")
-            report(await graph.ainvoke(None, config))
+            report(await graph.ainvoke(None, config, durability="sync"))
 
     asyncio.run(run())
 

@@ -226,27 +226,6 @@ def test_concurrent_claims_exactly_one_wins(ports: Ports) -> None:
     assert all(r == winner for r in results if r is not None)
 
 
-def test_concurrent_claims_of_an_expired_record_exactly_one_wins(ports: Ports) -> None:
-    t = now()
-    ports.claim(replace(started("race", "k", t - 5_000), expires_ms=t - 1), t - 5_000)
-    results: list[EffectRecord | None] = []
-    barrier = threading.Barrier(10)
-
-    def claim(i: int) -> None:
-        record = started("race", "k", t, token=f"{i:032x}")
-        barrier.wait()
-        result = ports.claim(record, t)
-        results.append(result)
-
-    threads = [threading.Thread(target=claim, args=(i,)) for i in range(10)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len(results) == 10
-    assert results.count(None) == 1
-
-
 # -- take_over, finish, release ----------------------------------------------------------
 
 

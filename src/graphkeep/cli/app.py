@@ -247,6 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_health_command(sub, common)
     add_check_command(sub, common)
     add_live_commands(sub, common)
+    add_effects_command(sub, common)
     add_store_commands(sub, common)
     return parser
 

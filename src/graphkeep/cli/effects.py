@@ -61,7 +61,9 @@ def cmd_effects(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         ]
         for r in records
     ]
-    table(["THREAD", "KEY", "EFFECT", "STATE", "CREATED (UTC)", "EXPIRES (UTC)", "BYTES"], rows, out)
+    table(
+        ["THREAD", "KEY", "EFFECT", "STATE", "CREATED (UTC)", "EXPIRES (UTC)", "BYTES"], rows, out
+    )
     return EXIT_OK
 
 

@@ -228,6 +228,7 @@ from graphkeep.backends.mongodb.documents import (
     payload_type,
     write_record,
 )
+from graphkeep.backends.mongodb.effects import MongoDBEffectsPort
 from graphkeep.backends.mongodb.heads import (
     SUMMARY_FIELDS,
     DeltaMap,
@@ -263,6 +264,7 @@ from graphkeep.checkpoint.records import (
     WriteRecord,
 )
 from graphkeep.checkpoint.saver import AsyncSaver, SyncSaver, ttl_seconds
+from graphkeep.effects.ledger import AsyncLedger, SyncLedger
 from graphkeep.errors import ConfigurationError, mask_url
 from graphkeep.port import Op
 from graphkeep.port.factory import aopened, opened
@@ -1099,7 +1101,10 @@ class MongoDBSaver(_MongoSaverMixin, SyncSaver):
         port, rest = _port(dict(options))
         self.client = client
         self.db = client[check_db_name(db_name)]
-        super().__init__(port, sync_executor(self.db, where or describe(client)), **rest)
+        execute = sync_executor(self.db, where or describe(client))
+        super().__init__(port, execute, **rest)
+        effects = MongoDBEffectsPort(key_prefix=options.get("key_prefix", "graphkeep"))
+        self.with_effects(effects, SyncLedger(effects, execute, serde=self.serde))
 
     @classmethod
     @contextmanager
@@ -1130,7 +1135,10 @@ class AsyncMongoDBSaver(_MongoSaverMixin, AsyncSaver):
         port, rest = _port(dict(options))
         self.client = client
         self.db = client[check_db_name(db_name)]
-        super().__init__(port, async_executor(self.db, where or describe(client)), **rest)
+        aexecute = async_executor(self.db, where or describe(client))
+        super().__init__(port, aexecute, **rest)
+        effects = MongoDBEffectsPort(key_prefix=options.get("key_prefix", "graphkeep"))
+        self.with_effects(effects, AsyncLedger(effects, aexecute, serde=self.serde))
 
     @classmethod
     @asynccontextmanager
