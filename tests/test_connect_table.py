@@ -13,6 +13,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
 from graphkeep.connect import BACKENDS, CLASSES, PRODUCTS, SCHEMES, class_for
+from graphkeep.effects.ledger import AsyncLedger, SyncLedger
 from graphkeep.errors import ConfigurationError
 
 #: one URL per backend package, for class_for
@@ -52,6 +53,8 @@ def test_each_entry_imports_and_is_what_connect_returns(
         assert issubclass(cls, BaseStore)
     elif product == "cache":
         assert issubclass(cls, BaseCache)
+    elif product == "effects":
+        assert issubclass(cls, AsyncLedger if is_async else SyncLedger)
     else:  # a run event log: append / read, awaited on the async one
         assert inspect.iscoroutinefunction(cls.append) == is_async
         assert callable(cls.read)
