@@ -1,6 +1,6 @@
 """Command line of ``python -m graphkeep.bench`` (``./dev bench``).
 
-    python -m graphkeep.bench [--suite redis|mongodb|dynamodb|store|live|concurrency|all]
+    python -m graphkeep.bench [--suite redis|mongodb|dynamodb|store|live|concurrency|effects|all]
                               [--turns N | --quick] [--rounds N] [--growth-turns N]
                               [--threads 1,10,100,500] [--backends redis,mongodb,...]
 
@@ -12,10 +12,11 @@ more turns after its history read (default as many again: W50-100), for the
 growth rows (stored after 50 and 100 turns, bytes sent per turn). A suite whose
 graphkeep backend has not landed yet prints ``skipped: backend not available yet``
 (exit status 0); a suite asked for by name that cannot reach its server fails.
-The ``store``, ``live`` and ``concurrency`` suites have their own workloads and reports
+The ``store``, ``live``, ``concurrency`` and ``effects`` suites have their own workloads and reports
 (:mod:`.suites.store`, :mod:`.suites.live`: watch latency and run event logs on every
 backend, and PUBLISH per event on the same Redis; :mod:`.suites.concurrency`: N threads at
-once on one async saver, ``--threads`` and ``--backends`` pick the N and the backends).
+once on one async saver, ``--threads`` and ``--backends`` pick the N and the backends;
+:mod:`.suites.effects`: the effect ledger's cost per call on every backend).
 """
 
 from __future__ import annotations

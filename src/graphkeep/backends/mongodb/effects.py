@@ -20,15 +20,17 @@ One collection ``<key_prefix>_effects``, one document per record (see
      n: "<name>",               # the effect's qualified name
      c: int, u: int}            # created_ms, updated_ms
 
-Every transition is one atomic request on the unique ``_id``: ``claim`` an ``insert_one``
-(on a duplicate key the stored record is read and, when past ``exp_ms``, replaced by a
-``replace_one`` conditioned on that expiry), ``take_over`` and ``finish`` a conditional
-``replace_one`` (state, token and, for ``take_over``, an ended lease), ``release`` a
-conditional ``delete_one``. ``get`` is a ``find_one``, ``list`` a ``find`` and ``clear`` a
-``delete_many``, by ``t`` or over the whole collection. A result over 16 MiB - 64 KiB does
-not fit a document: ``finish`` raises :class:`~graphkeep.errors.PayloadTooLarge` before
-writing. Servers without TTL indexes (FerretDB 1.x) get a plain index: expired records stay
-until replaced by a claim or cleared; the ledger treats them as absent.
+Every transition is one atomic request on the unique ``_id``: ``claim`` a
+``find_one_and_update`` upsert with ``$setOnInsert`` (nothing back: claimed; else the
+stored record, in the same request — when past ``exp_ms`` it is replaced by a
+``replace_one`` conditioned on that expiry; a concurrent upsert's duplicate key reads it
+again), ``take_over`` and ``finish`` a conditional ``replace_one`` (state, token and, for
+``take_over``, an ended lease), ``release`` a conditional ``delete_one``. ``get`` is a
+``find_one``, ``list`` a ``find`` and ``clear`` a ``delete_many``, by ``t`` or over the
+whole collection. A result over 16 MiB - 64 KiB does not fit a document: ``finish`` raises
+:class:`~graphkeep.errors.PayloadTooLarge` before writing. Servers without TTL indexes
+(FerretDB 1.x) get a plain index: expired records stay until replaced by a claim or
+cleared; the ledger treats them as absent.
 """
 
 from __future__ import annotations
@@ -130,15 +132,21 @@ class MongoDBEffectsPort:
 
     def claim(self, record: EffectRecord, now_ms: int) -> Op[EffectRecord | None]:
         doc = self.document(record)
+        fields = {k: v for k, v in doc.items() if k != "_id"}
         for _ in range(CLAIM_ROUNDS):
+            # one request either way: inserted (None back) or the stored record
             try:
-                yield Command(self.collection, "insert_one", (doc,), retry_conflicts=False)
-                return None
+                stored = yield Command(
+                    self.collection,
+                    "find_one_and_update",
+                    ({"_id": doc["_id"]}, {"$setOnInsert": fields}),
+                    {"upsert": True},
+                    retry_conflicts=False,
+                )
             except DuplicateKeyError:
-                pass
-            stored = yield Command(self.collection, "find_one", ({"_id": doc["_id"]},))
+                continue  # a concurrent claim inserted it first: read it next round
             if stored is None:
-                continue  # released, cleared or reaped since: insert again
+                return None
             if stored.get("s") == STARTED and stored.get("tok") == record.token:
                 # this very claim, re-sent after its reply was lost (a token is per attempt)
                 return None

@@ -49,6 +49,7 @@ SUITES: dict[str, str] = {
     "store": "graphkeep.bench.suites.store",
     "live": "graphkeep.bench.suites.live",
     "concurrency": "graphkeep.bench.suites.concurrency",
+    "effects": "graphkeep.bench.suites.effects",
 }
 
 
