@@ -298,6 +298,8 @@ def test_the_cli_lists_and_clears_effect_records(setup: Setup) -> None:
         assert SECRET not in listed.out  # names and states, never results
         only = json.loads(gk("effects", url, "--thread", "cli-thread", "--json").out)
         assert [r["thread_id"] for r in only] == ["cli-thread"]
+        outside = json.loads(gk("effects", url, "--thread", "-", "--json").out)
+        assert [(r["thread_id"], r["key"]) for r in outside] == [("", "order-1")]
         table = gk("effects", url)
         assert "order-1" in table.out and "cli-thread" in table.out
         cleared = gk("effects", url, "clear", "--thread", "cli-thread")
@@ -306,3 +308,85 @@ def test_the_cli_lists_and_clears_effect_records(setup: Setup) -> None:
         assert gk("effects", "clear", url).code == 0  # the action first reads the same
         assert ledger.records() == []
         assert gk("effects", url, "--thread", "nope", "--json").out.strip() == "[]"
+
+
+def test_tools_tasks_and_plain_calls_derive_their_keys_from_the_task(setup: Setup) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.func import entrypoint, task
+    from langgraph.graph import MessagesState
+    from langgraph.prebuilt import ToolNode
+
+    from graphkeep.errors import EffectKeyRequired
+
+    calls: list[str] = []
+    with graphkeep.connect(setup.url, key_prefix=unique_prefix("fx")) as saver:
+        ledger = saver.effects
+
+        @tool
+        @ledger.once
+        def open_ticket(title: str, idempotency_key: str) -> str:
+            """Open a ticket."""
+            calls.append(f"open {title}")
+            return f"ticket for {title}"
+
+        @tool
+        def refund(order: str) -> str:
+            """Refund an order."""
+            calls.append(f"refund {order}")
+            return f"refunded {order}"
+
+        # the key parameter is the ledger's, never the model's
+        assert set(open_ticket.args) == {"title"}
+        with pytest.raises(EffectKeyRequired):
+            ledger.once(lambda: None)()
+
+        def model(state: MessagesState) -> dict[str, Any]:
+            if len(state["messages"]) > 1:
+                return {"messages": [AIMessage("done")]}
+            same = {"order": "5521"}
+            tool_calls = [
+                {"name": "open_ticket", "args": {"title": "lost"}, "id": "c1"},
+                {"name": "refund", "args": same, "id": "c2"},
+                {"name": "refund", "args": same, "id": "c3"},  # asked twice: two refunds
+            ]
+            return {"messages": [AIMessage("", tool_calls=tool_calls)]}
+
+        builder = StateGraph(MessagesState)
+        builder.add_node("model", model)
+        builder.add_node("tools", ToolNode([open_ticket, ledger.once(refund)]))
+        builder.add_edge(START, "model")
+        builder.add_conditional_edges(
+            "model", lambda s: "tools" if s["messages"][-1].tool_calls else END
+        )
+        builder.add_edge("tools", "model")
+        graph = builder.compile(checkpointer=saver)
+        out = graph.invoke({"messages": [HumanMessage("hi")]}, {"configurable": {"thread_id": "t"}})
+        assert [m.content for m in out["messages"][2:5]] == [
+            "ticket for lost",
+            "refunded 5521",
+            "refunded 5521",
+        ]
+        assert sorted(calls) == ["open lost", "refund 5521", "refund 5521"]
+        records = saver.effects.records("t")
+        names = sorted(r.name.rsplit(".", 1)[-1] for r in records)
+        assert names == ["open_ticket", "refund", "refund"]
+
+        @task
+        @ledger.once
+        def notify(user: str) -> str:
+            calls.append(f"notify {user}")
+            return f"notified {user}"
+
+        @entrypoint(checkpointer=saver)
+        def workflow(user: str) -> str:
+            receipt = notify(user).result()
+            return str(interrupt(receipt))
+
+        config = {"configurable": {"thread_id": "wf"}}
+        workflow.invoke("ada", config)
+        workflow.invoke(Command(resume="ok"), config)
+        assert calls.count("notify ada") == 1
+        assert [r.state for r in saver.effects.records("wf")] == ["done"]
+        for thread in ("t", "wf"):
+            saver.delete_thread(thread)

@@ -16,6 +16,8 @@ from graphkeep.cli.console import EXIT_OK, UsageError, print_json, table
 from graphkeep.cli.endpoints import open_effects
 
 ACTIONS = ("clear",)
+#: ``--thread -``: the records of effects called outside any graph
+NO_THREAD = "-"
 KEY_WIDTH = 40
 
 
@@ -36,16 +38,23 @@ def _short(key: str) -> str:
 
 def cmd_effects(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     url, action = _url_and_action(args.words)
+    thread = "" if args.thread == NO_THREAD else args.thread
     with open_effects(url, args.key_prefix) as ledger:
         if action == "clear":
-            count = ledger.clear(args.thread)
-            where = "every thread" if args.thread is None else f"thread {args.thread!r}"
+            count = ledger.clear(thread)
+            where = (
+                "every thread"
+                if thread is None
+                else "no thread"
+                if thread == ""
+                else f"thread {thread!r}"
+            )
             if args.json:
-                print_json({"cleared": count, "thread_id": args.thread}, out)
+                print_json({"cleared": count, "thread_id": thread}, out)
             else:
                 out.write(f"cleared {count} record{'' if count == 1 else 's'} ({where})\n")
             return EXIT_OK
-        records = ledger.records(args.thread)
+        records = ledger.records(thread)
     if args.json:
         print_json([r.as_dict() for r in records], out)
         return EXIT_OK
@@ -85,4 +94,8 @@ def add_effects_command(sub: Any, common: argparse.ArgumentParser) -> None:
         common,
     )
     p.add_argument("words", nargs="+", metavar="URL [clear]")
-    p.add_argument("--thread", metavar="T", help="only this thread's records (- : no thread)")
+    p.add_argument(
+        "--thread",
+        metavar="T",
+        help="only this thread's records (-: those of effects called outside any graph)",
+    )
