@@ -166,21 +166,24 @@ def open_store(
         yield store
 
 
-@contextmanager
-def open_effects(url: str, key_prefix: str | None) -> Iterator[Any]:
-    """The effect ledger at ``url`` (never creates anything: ``setup=False``)."""
-    _scheme(url, "redis://host:6379/0")
-    require_graphkeep(url, "effects")
-    options = {"setup": False, "key_prefix": key_prefix}
-    with _connected(graphkeep.connect_effects, url, options) as ledger:
-        yield ledger
+def _graphkeep_only(
+    connect: Callable[..., AbstractContextManager[Any]], command: str
+) -> Callable[[str, str | None], AbstractContextManager[Any]]:
+    """An opener of ``connect``'s product at a graphkeep URL (never creates anything:
+    ``setup=False``), for ``graphkeep <command>``."""
+
+    @contextmanager
+    def open_product(url: str, key_prefix: str | None) -> Iterator[Any]:
+        _scheme(url, "redis://host:6379/0")
+        require_graphkeep(url, command)
+        options = {"setup": False, "key_prefix": key_prefix}
+        with _connected(connect, url, options) as product:
+            yield product
+
+    return open_product
 
 
-@contextmanager
-def open_events(url: str, key_prefix: str | None) -> Iterator[Any]:
-    """The run event log at ``url`` (never creates anything: ``setup=False``)."""
-    _scheme(url, "redis://host:6379/0")
-    require_graphkeep(url, "events")
-    options = {"setup": False, "key_prefix": key_prefix}
-    with _connected(graphkeep.connect_events, url, options) as log:
-        yield log
+#: the effect ledger at a URL (``graphkeep effects``)
+open_effects = _graphkeep_only(graphkeep.connect_effects, "effects")
+#: the run event log at a URL (``graphkeep events``)
+open_events = _graphkeep_only(graphkeep.connect_events, "events")
