@@ -390,3 +390,34 @@ def test_tools_tasks_and_plain_calls_derive_their_keys_from_the_task(setup: Setu
         assert [r.state for r in saver.effects.records("wf")] == ["done"]
         for thread in ("t", "wf"):
             saver.delete_thread(thread)
+
+
+def test_a_node_retried_by_its_retry_policy_does_not_repeat_its_effect(setup: Setup) -> None:
+    from langgraph.types import RetryPolicy
+
+    sent: list[str] = []
+    attempts: list[int] = []
+    with graphkeep.connect(setup.url, key_prefix=unique_prefix("fx")) as saver:
+
+        @saver.effects.once
+        def charge(order: str) -> str:
+            sent.append(order)
+            return f"charged {order}"
+
+        def pay(state: Log) -> dict[str, Any]:
+            receipt = charge("5521")
+            attempts.append(1)
+            if len(attempts) == 1:
+                raise ConnectionError("the mail server after the charge was down")
+            return {"log": [receipt]}
+
+        builder = StateGraph(Log)
+        builder.add_node(
+            "pay", pay, retry_policy=RetryPolicy(max_attempts=3, initial_interval=0.01)
+        )
+        builder.add_edge(START, "pay")
+        graph = builder.compile(checkpointer=saver)
+        state = graph.invoke({"log": []}, {"configurable": {"thread_id": "retried"}})
+        assert state["log"] == ["charged 5521"]
+        assert len(attempts) == 2 and sent == ["5521"]  # retried once, charged once
+        saver.delete_thread("retried")

@@ -85,7 +85,8 @@ class Positions:
     """The n-th call of an effect with given arguments, per execution of a task.
 
     An execution is told apart by LangGraph's per-execution scratchpad object (a new one
-    each time the task runs), so a re-execution counts from zero again. Thread-safe: a
+    each time the task runs, a ``RetryPolicy`` attempt included), so a re-execution counts
+    from zero again. Thread-safe: a
     task's parallel tool calls run in a thread pool.
     """
 
