@@ -31,6 +31,7 @@ import pytest
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
+from pydantic import BaseModel
 
 import graphkeep
 from conformance.setups import Setup, all_setups
@@ -101,6 +102,10 @@ def test_a_tool_killed_before_its_output_is_saved_does_not_run_again_on_resume(
         assert record.state == "done" and record.name == "create_ticket"
         saver.delete_thread(thread)
         assert saver.effects.records() == []
+
+
+class Order(BaseModel):
+    number: str
 
 
 class Log(TypedDict):
@@ -336,8 +341,17 @@ def test_tools_tasks_and_plain_calls_derive_their_keys_from_the_task(setup: Setu
             calls.append(f"refund {order}")
             return f"refunded {order}"
 
-        # the key parameter is the ledger's, never the model's
+        @tool
+        @ledger.once(key=lambda order, verbose=False: f"look-up-{order.number}")
+        def look_up(order: Order, verbose: bool = False) -> str:
+            """Look an order up."""
+            return order.number
+
+        # the key parameter is the ledger's, never the model's; the rest is the function's
         assert set(open_ticket.args) == {"title"}
+        assert set(look_up.args) == {"order", "verbose"}
+        assert look_up.invoke({"order": {"number": "5521"}}) == "5521"
+        assert [r.key for r in ledger.records("")] == ["look-up-5521"]
         with pytest.raises(EffectKeyRequired):
             ledger.once(lambda: None)()
 

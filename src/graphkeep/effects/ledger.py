@@ -702,15 +702,19 @@ def wrap_function(ledger: LedgerBase, fn: Callable[..., Any], effect: Effect) ->
             return ledger.call(effect, fn, args, kwargs)
 
         wrapper = once
-    if effect.takes_key:
-        signature = inspect.signature(fn)
+    try:
+        signature: inspect.Signature | None = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without one: callers see (*args, **kwargs)
+        signature = None
+    if signature is not None:
         wrapper.__signature__ = signature.replace(
             parameters=[p for n, p in signature.parameters.items() if n != KEY_PARAMETER]
         )
-        wrapper.__annotations__ = {
-            k: v for k, v in getattr(fn, "__annotations__", {}).items() if k != KEY_PARAMETER
-        }
-    del wrapper.__wrapped__  # tools and inspect read the signature above, not fn's
+    wrapper.__annotations__ = {
+        k: v for k, v in getattr(fn, "__annotations__", {}).items() if k != KEY_PARAMETER
+    }
+    # inspect (and @tool's schema) stop at __signature__; __wrapped__ stays for the
+    # globals that resolve fn's string annotations (get_type_hints follows it)
     wrapper.effect = effect
     wrapper.ledger = ledger
     return wrapper
