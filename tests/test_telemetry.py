@@ -346,6 +346,9 @@ def test_thread_ids_are_recorded_on_spans_only_when_opted_in(
 # -- store, cache, event log -------------------------------------------------------------------
 
 PRODUCT_CALLS = {
+    "effects.begin",
+    "effects.finish",
+    "effects.clear",
     "store.put",
     "store.get",
     "store.search",
@@ -380,6 +383,10 @@ def products_sync(url: str, option: dict[str, Any], run: str) -> None:
         assert len(list(events.read(run, follow=False))) == 5
         assert events.state(run) is not None
         events.delete(run)
+    with graphkeep.connect_effects(url, telemetry=option) as ledger:
+        assert ledger.run(f"fx-{run}", lambda: {"r": SECRET}) == {"r": SECRET}
+        assert ledger.run(f"fx-{run}", lambda: None) == {"r": SECRET}  # replayed
+        ledger.clear("")
 
 
 async def products_async(url: str, option: dict[str, Any], run: str) -> None:
@@ -401,9 +408,13 @@ async def products_async(url: str, option: dict[str, Any], run: str) -> None:
         assert len([e async for e in events.read(run, follow=False)]) == 5
         assert await events.state(run) is not None
         await events.delete(run)
+    async with graphkeep.aconnect_effects(url, telemetry=option) as ledger:
+        assert await ledger.arun(f"fx-{run}", lambda: {"r": SECRET}) == {"r": SECRET}
+        assert await ledger.arun(f"fx-{run}", lambda: None) == {"r": SECRET}  # replayed
+        await ledger.aclear("")
 
 
-def test_store_cache_and_event_log_calls_record_one_client_span_each(
+def test_store_cache_event_log_and_ledger_calls_record_one_client_span_each(
     graphkeep_backend: str, graphkeep_url: str, mode: str, otel: Otel, thread_id: str
 ) -> None:
     run = f"run-{thread_id}"
