@@ -27,6 +27,7 @@ from graphkeep.connect import (
     connect_store,
 )
 from graphkeep.errors import GraphkeepError
+from graphkeep.hot import hot_layer
 
 __version__ = "0.1.0"
 
@@ -65,4 +66,5 @@ __all__ = [
     "connect_effects",
     "connect_events",
     "connect_store",
+    "hot_layer",
 ]

@@ -16,6 +16,7 @@ from graphkeep.checkpoint.records import (
     Activity,
     BlobRecord,
     Chain,
+    CheckpointKeys,
     CheckpointRecord,
     Inventory,
     ListQuery,
@@ -39,7 +40,9 @@ class CheckpointPort(Protocol):
     - ``compresses`` (default False): the port compresses payloads itself, so the saver
       stores them as they are; otherwise the saver zlib-compresses large payloads;
     - ``feed`` (default False): the port has a native commit feed (:class:`Feed`) that
-      ``watch`` blocks on; otherwise ``watch`` polls :meth:`commits`.
+      ``watch`` blocks on; otherwise ``watch`` polls :meth:`commits`;
+    - ``probes`` (default False): the port answers :meth:`checkpoint_keys`, so a Redis hot
+      layer can sit over it (:mod:`graphkeep.checkpoint.hot`).
 
     Semantics every implementation must keep (see docs/architecture.md):
     - ``put_checkpoint`` stores ``blobs`` and then the record so that no reader
@@ -54,6 +57,7 @@ class CheckpointPort(Protocol):
 
     compresses: bool = False
     feed: bool = False
+    probes: bool = False
 
     def setup(self) -> Op[None]: ...
 
@@ -127,6 +131,18 @@ class CheckpointPort(Protocol):
     def newest_commit(self, thread_id: str, ns: str | None) -> Op[str | None]:
         """The thread's highest checkpoint id (in ``ns``, or any when None); None if none."""
         ...
+
+    def checkpoint_keys(
+        self, thread_id: str, ns: str, checkpoint_id: str, newer: bool
+    ) -> Op[list[CheckpointKeys]]:
+        """The :class:`~graphkeep.checkpoint.records.CheckpointKeys` of checkpoint
+        ``checkpoint_id`` of ``(thread_id, ns)`` and, when ``newer``, of every newer one,
+        ascending by id; empty when it is gone. Keys only (never a payload), in ONE
+        request; what ``load`` hides (expired) is left out; what it cannot read yet (a
+        payload still being written) may show, so the hot layer reads the store then, never
+        its cache. Only a port whose ``probes`` is True has it."""
+        raise NotImplementedError(f"{type(self).__name__} has no key-only read (probes=False)")
+        yield  # an op
 
     def write_indexes(self, thread_id: str, ns: str, checkpoint_id: str) -> Op[list[int]]:
         """The ``idx`` of each pending write of one checkpoint, from the store's keys or

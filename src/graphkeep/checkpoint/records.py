@@ -25,6 +25,7 @@ __all__ = [
     "Chain",
     "CheckpointRecord",
     "Expiring",
+    "CheckpointKeys",
     "Inventory",
     "ListQuery",
     "Loaded",
@@ -83,6 +84,26 @@ class WriteRecord:
     def special(self) -> bool:
         """Special writes (error, interrupt, resume, scheduled) replace; others insert once."""
         return self.idx < 0
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointKeys:
+    """A checkpoint as its keys show it (no payload): its id and the ``idx`` of each of its
+    pending writes, one per write, in any order.
+
+    What the hot layer (:mod:`graphkeep.checkpoint.hot`) validates a cached checkpoint
+    against: a checkpoint never changes once written and its regular writes are only ever
+    added, so the same id with as many writes is the same checkpoint with the same writes;
+    special writes (``idx < 0``: error, interrupt, resume, scheduled) replace in place, so
+    a checkpoint that has one is never served from a cache.
+    """
+
+    checkpoint_id: str
+    indexes: tuple[int, ...]
+
+    @property
+    def special(self) -> bool:
+        return any(idx < 0 for idx in self.indexes)
 
 
 @dataclass(frozen=True, slots=True)

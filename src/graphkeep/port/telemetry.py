@@ -73,6 +73,7 @@ LOCK_CONTENTION = "graphkeep.lock.contention"
 WATCH_LAG = "graphkeep.watch.lag"
 APPEND_BATCH_SIZE = "graphkeep.events.append.batch_size"
 RESUME_FAILURES = "graphkeep.resume.failures"
+HOT_READS = "graphkeep.hot.reads"
 METRICS = (
     DURATION,
     CALL_REQUESTS,
@@ -87,6 +88,7 @@ METRICS = (
 THREAD_ID = "graphkeep.thread_id"
 REASON = "graphkeep.reason"
 LOCK_ACQUIRED = "graphkeep.lock.acquired"
+HOT_OUTCOME = "graphkeep.hot.outcome"
 ATTRIBUTES = (THREAD_ID, REASON, LOCK_ACQUIRED)
 
 #: ``graphkeep.resume.failures``' reasons (a :class:`~graphkeep.errors.CorruptData` carries
@@ -245,6 +247,12 @@ class Instruments:
             unit="{event}",
             description="Events stored by one event-log append.",
             explicit_bucket_boundaries_advisory=BATCH_BUCKETS,
+        )
+        self.hot_reads = meter.create_counter(
+            HOT_READS,
+            unit="{read}",
+            description="Checkpoint reads through a Redis hot layer, by outcome (hit, miss,"
+            " special, error).",
         )
         self.resume_failures = meter.create_counter(
             RESUME_FAILURES,
@@ -540,6 +548,16 @@ class Telemetry:
             return
         try:
             self.instruments.lock_contention.add(1, self.attributes("checkpoint.lock.acquire"))
+        except Exception:  # noqa: BLE001
+            pass
+
+    def hot_read(self, outcome: str) -> None:
+        """``graphkeep.hot.reads``: one read through the hot layer and its outcome."""
+        if self.instruments is None or not self.active():
+            return
+        try:
+            attributes = self.attributes("checkpoint.get_tuple")
+            self.instruments.hot_reads.add(1, {**attributes, HOT_OUTCOME: outcome})
         except Exception:  # noqa: BLE001
             pass
 

@@ -79,6 +79,7 @@ from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.records import (
     BlobRecord,
     Chain,
+    CheckpointKeys,
     CheckpointRecord,
     Inventory,
     ListQuery,
@@ -111,6 +112,7 @@ class DynamoDBCheckpointPort(ExpiringTable, CheckpointPort):
     #: payloads are compressed here, per item (``compress`` option, recorded in ``z``),
     #: so the saver leaves them alone
     compresses = True
+    probes = True
 
     def __init__(
         self,
@@ -201,6 +203,11 @@ class DynamoDBCheckpointPort(ExpiringTable, CheckpointPort):
 
     def write_indexes(self, thread_id: str, ns: str, checkpoint_id: str) -> Op[list[int]]:
         return watch.write_indexes(self, thread_id, ns, checkpoint_id)
+
+    def checkpoint_keys(
+        self, thread_id: str, ns: str, checkpoint_id: str, newer: bool
+    ) -> Op[list[CheckpointKeys]]:
+        return watch.checkpoint_keys(self, thread_id, ns, checkpoint_id, newer)
 
     def storage_bytes(self) -> Op[int | None]:
         return table_size(self.table)

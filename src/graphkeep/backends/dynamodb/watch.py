@@ -20,10 +20,16 @@ from __future__ import annotations
 from typing import Any
 
 from graphkeep.backends.dynamodb import keys
-from graphkeep.backends.dynamodb.encoding import CheckpointTable, names_of
-from graphkeep.backends.dynamodb.items import EXP, HEAD, RAW, SK, VIS, head_hidden, s
+from graphkeep.backends.dynamodb.encoding import (
+    CheckpointTable,
+    collections_of,
+    head_names,
+    names_of,
+)
+from graphkeep.backends.dynamodb.items import EXP, HEAD, RAW, SK, VIS, head_hidden, hidden, s
 from graphkeep.backends.dynamodb.reads import LATEST_FIRST_PAGE
 from graphkeep.backends.dynamodb.requests import query_all, query_page
+from graphkeep.checkpoint.records import CheckpointKeys
 from graphkeep.port import Op
 
 
@@ -154,3 +160,33 @@ def write_indexes(t: CheckpointTable, thread_id: str, ns: str, checkpoint_id: st
     items = yield from query_all(t.query(pk, begins=begins, projection=[]))
     parsed = [keys.parse_sk(s(item, SK)) for item in items]
     return [p.idx for p in parsed if p.kind == "w"]
+
+
+def checkpoint_keys(
+    t: CheckpointTable, thread_id: str, ns: str, checkpoint_id: str, newer: bool
+) -> Op[list[CheckpointKeys]]:
+    """The checkpoint's head and writes (and, when ``newer``, every newer checkpoint's) from
+    their sort keys: one consistent Query of ``c#<ns>#<id>#`` (or ``BETWEEN`` it and the
+    namespace's end), projecting keys, raw names and expiry only. Expired items are left
+    out as ``load`` leaves them out."""
+    now = t.clock()
+    pk, _ = t.thread_key(thread_id)
+    ns_part = keys.part(ns)[0]
+    first = keys.head_sk(ns_part, keys.part(checkpoint_id)[0])
+    projection = [RAW, VIS, EXP]
+    if newer:
+        params = t.query(pk, between=(first, keys.namespace_end(ns_part)), projection=projection)
+    else:
+        params = t.query(pk, begins=first, projection=projection)
+    items = yield from query_all(params)
+    found: list[CheckpointKeys] = []
+    for coll in collections_of(items).values():
+        if coll.head is None or head_hidden(coll.head, now):
+            continue
+        cid = head_names(coll.head).checkpoint_id
+        if cid < checkpoint_id or (cid != checkpoint_id and not newer):
+            continue  # a shortened id sorts by its head only
+        indexes = tuple(keys.parse_sk(s(w, SK)).idx for w in coll.writes if not hidden(w, now))
+        found.append(CheckpointKeys(cid, indexes))
+    found.sort(key=lambda k: k.checkpoint_id)
+    return found

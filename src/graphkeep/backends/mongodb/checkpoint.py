@@ -253,6 +253,7 @@ from graphkeep.checkpoint.records import (
     Activity,
     BlobRecord,
     Chain,
+    CheckpointKeys,
     CheckpointRecord,
     Expiring,
     Inventory,
@@ -291,6 +292,8 @@ def _epoch(value: Any) -> float | None:
 
 class MongoDBCheckpointPort(CheckpointPort):
     """The checkpoint port on MongoDB. ``ttl`` (seconds) slides per thread on every write."""
+
+    probes = True
 
     def __init__(
         self,
@@ -995,6 +998,34 @@ class MongoDBCheckpointPort(CheckpointPort):
             projection={"_id": 0, "sub": 1, "idx": 1},
         )
         return [int(d["idx"]) if "idx" in d else parse_write_sub(d["sub"])[1] for d in docs]
+
+    def checkpoint_keys(
+        self, thread_id: str, ns: str, checkpoint_id: str, newer: bool
+    ) -> Op[list[CheckpointKeys]]:
+        """ONE ``find`` on ``gk_thread_ns_kind_ref`` of the checkpoint documents and write
+        documents with ``ref`` = ``checkpoint_id`` (or ``>=`` it when ``newer``), projecting
+        ``ref``, ``kind`` and the write's ``sub`` (format 1: ``task_id``, ``idx``) — never a
+        payload. A write stored in chunks counts once (its chunks share ``sub``)."""
+        ref: Any = {"$gte": checkpoint_id} if newer else checkpoint_id
+        match = {"thread_id": thread_id, "ns": ns, "kind": {"$in": [KIND_CP, KIND_WRITE]}}
+        docs = yield find(
+            self.payloads,
+            conjunction([{**match, "ref": ref}, live(self._now())]),
+            projection={"_id": 0, "kind": 1, "ref": 1, "sub": 1, "task_id": 1, "idx": 1},
+        )
+        heads: set[str] = set()
+        writes: dict[str, dict[tuple[str, int], None]] = {}
+        for doc in docs:
+            if doc["kind"] == KIND_CP:
+                heads.add(doc["ref"])
+                continue
+            sub = doc.get("sub")
+            key = parse_write_sub(sub) if sub is not None else (doc["task_id"], int(doc["idx"]))
+            writes.setdefault(doc["ref"], {})[key] = None
+        return [
+            CheckpointKeys(cid, tuple(idx for _, idx in writes.get(cid, {})))
+            for cid in sorted(heads)
+        ]
 
     def storage_bytes(self) -> Op[int | None]:
         """ONE ``collStats`` of the thread collection: its ``size`` (the documents' bytes,

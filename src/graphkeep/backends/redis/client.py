@@ -53,6 +53,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("the Redis backend needs redis-py: pip install 'graphkeep[redis]'") from exc
 
 __all__ = [
+    "ONCE",
     "RETRY",
     "AsyncSend",
     "ResponseError",
@@ -314,6 +315,8 @@ def _failure(exc: BaseException, where: str) -> BaseException:
 
 #: how Redis requests are retried (see the module docstring)
 RETRY = Retry(delays=RETRY_DELAYS, retryable=_retryable, failure=_failure)
+#: one attempt, no retry: the hot layer's (a cache read that fails is a durable read)
+ONCE = Retry(delays=(), retryable=_retryable, failure=_failure)
 
 
 # -- sending one request once ----------------------------------------------------------
@@ -456,18 +459,22 @@ class AsyncSend:
 # -- executors -------------------------------------------------------------------------
 
 
-def sync_executor(client: Any, scripts: dict[str, str], where: str | None = None) -> SyncExecutor:
-    """Runs requests on a sync client, retried as :data:`RETRY` says; ``where`` names the
-    server in errors (default: :func:`describe` of the client)."""
+def sync_executor(
+    client: Any, scripts: dict[str, str], where: str | None = None, *, retry: Retry = RETRY
+) -> SyncExecutor:
+    """Runs requests on a sync client, retried as ``retry`` (:data:`RETRY`) says; ``where``
+    names the server in errors (default: :func:`describe` of the client)."""
     send = SyncSend(client, scripts)
     pool = pool_for(client, lambda: _default_pool(client))
     where = describe(client) if where is None else where
-    return SyncExecutor(send, RETRY, where, target(client), pool=pool)
+    return SyncExecutor(send, retry, where, target(client), pool=pool)
 
 
-def async_executor(client: Any, scripts: dict[str, str], where: str | None = None) -> AsyncExecutor:
+def async_executor(
+    client: Any, scripts: dict[str, str], where: str | None = None, *, retry: Retry = RETRY
+) -> AsyncExecutor:
     """The asyncio twin of :func:`sync_executor`."""
     pool = pool_for(client, lambda: _default_pool(client))
     send: Callable[[Any], Awaitable[Any]] = AsyncSend(client, scripts, pool)
     where = describe(client) if where is None else where
-    return AsyncExecutor(send, RETRY, where, target(client), pool=pool)
+    return AsyncExecutor(send, retry, where, target(client), pool=pool)

@@ -1,0 +1,84 @@
+"""The hot layer's Redis side (:class:`RedisHotPort`): recently read checkpoints, per thread.
+
+One HASH per thread (``P`` = the durable saver's ``key_prefix``; the thread escaped as the
+savers' keys escape it, so a thread is one Cluster slot)::
+
+    P:hot1:{<thread>}   HASH   c\\0<ns>\\0<checkpoint id>  -> entry (the checkpoint tuple as the
+                                                            durable saver returned it, in its
+                                                            serializer: encryption respected)
+                               n\\0<ns>                   -> the id of the newest entry of ns
+
+``fetch`` and ``fill`` are one script each (the newest id and its entry in one round trip);
+both push the hash's expiry ``hot_ttl`` out, so a thread leaves Redis ``hot_ttl`` after its
+last read. ``evict`` is one ``UNLINK``. What is cached is validated against the durable store
+by :mod:`graphkeep.checkpoint.hot` before it is served: nothing here needs invalidating.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graphkeep.backends.redis.keys import check_prefix, encode_thread
+from graphkeep.backends.redis.requests import Command, Script
+from graphkeep.port import Op
+
+__all__ = ["HOT_SCRIPTS", "RedisHotPort"]
+
+FORMAT = "hot1"
+
+# KEYS: the thread's hash; ARGV: ns, checkpoint id ('' = the newest cached), ttl_ms
+FETCH = """
+local id = ARGV[2]
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+if id == '' then
+  id = redis.call('HGET', KEYS[1], 'n\\0' .. ARGV[1])
+  if not id then return false end
+end
+return redis.call('HGET', KEYS[1], 'c\\0' .. ARGV[1] .. '\\0' .. id)
+"""
+
+# KEYS: the thread's hash; ARGV: ns, checkpoint id, entry, latest ('1' or ''), ttl_ms
+FILL = """
+redis.call('HSET', KEYS[1], 'c\\0' .. ARGV[1] .. '\\0' .. ARGV[2], ARGV[3])
+if ARGV[4] == '1' then
+  redis.call('HSET', KEYS[1], 'n\\0' .. ARGV[1], ARGV[2])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 0
+"""
+
+HOT_SCRIPTS = {"hot_fetch": FETCH, "hot_fill": FILL}
+
+
+class RedisHotPort:
+    """The :class:`~graphkeep.checkpoint.hot.HotPort` on Redis or Redis Cluster."""
+
+    def __init__(self, *, key_prefix: str = "graphkeep") -> None:
+        self.prefix = check_prefix(key_prefix)
+
+    def key(self, thread_id: str) -> str:
+        return f"{self.prefix}:{FORMAT}:{{{encode_thread(thread_id)}}}"
+
+    def setup(self) -> Op[None]:
+        yield Script("__load__", [], [])
+
+    def fetch(
+        self, thread_id: str, ns: str, checkpoint_id: str | None, ttl_ms: int
+    ) -> Op[bytes | None]:
+        found: Any = yield Script(
+            "hot_fetch", [self.key(thread_id)], [ns, checkpoint_id or "", ttl_ms]
+        )
+        return found if isinstance(found, bytes) else None
+
+    def fill(
+        self, thread_id: str, ns: str, checkpoint_id: str, entry: bytes, latest: bool, ttl_ms: int
+    ) -> Op[None]:
+        args = [ns, checkpoint_id, entry, "1" if latest else "", ttl_ms]
+        yield Script("hot_fill", [self.key(thread_id)], args)
+
+    def evict(self, thread_id: str) -> Op[None]:
+        yield Command(("UNLINK", self.key(thread_id)))
+
+    def footprint(self, thread_id: str) -> Op[int]:
+        used = yield Command(("MEMORY", "USAGE", self.key(thread_id), "SAMPLES", "0"))
+        return int(used or 0)

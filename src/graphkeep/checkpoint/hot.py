@@ -1,0 +1,530 @@
+"""Redis as the hot layer over a durable saver: reads from Redis, never stale.
+
+:class:`HotLayer` (sync) and :class:`AsyncHotLayer` wrap a durable saver — graphkeep's
+MongoDB or DynamoDB saver, LangGraph's Postgres saver — and serve ``get_tuple`` (so
+``get_state``, and the first read of every ``invoke``) from a Redis copy of the checkpoints
+read recently, validated on every read by ONE key-only request to the durable store.
+
+The rules, written once as ops (the Redis side is a :class:`HotPort`, the durable side the
+requests :class:`Probe` and :class:`Durable`, answered by the shell):
+
+- **Durability is the durable store's.** Every write (``put``, ``put_writes``, deletes,
+  copies, prunes) goes to the durable saver only; Redis is filled by reads. A call returns
+  when the durable store has answered; Redis never fails, slows or loses a write.
+- **Never stale.** A checkpoint never changes once written and its regular pending writes are
+  only ever added, so a cached checkpoint is served only when the durable store's keys
+  (:class:`~graphkeep.checkpoint.records.CheckpointKeys`: the checkpoint still there, no
+  newer one for a "latest" read, as many writes as the copy holds) say it is what a read of
+  the durable store would return. A checkpoint with a special write (an interrupt, an
+  error, a resume: they replace in place) is always read from the durable store. So no
+  read returns an older checkpoint as the latest or misses a pending write, whatever
+  happened to Redis (flushed, restarted from an old snapshot, written by a process that
+  died, unreachable from one process only) and whoever wrote the durable store.
+- **Redis failing is never the graph's problem.** A Redis error is logged, counted
+  (``graphkeep.hot.reads`` with outcome ``error``) and turns the layer durable-only for
+  :data:`PAUSE` seconds; reads then go to the durable store as if there were no layer.
+- **Bounded.** A thread's copies live in one Redis hash that expires ``hot_ttl`` seconds
+  after the thread's last read through the layer (sliding), and come back on the next read.
+
+See docs/hot.md for the measured costs and the fault matrix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+
+from graphkeep.checkpoint.ids import (
+    normalize_checkpoint_id,
+    normalize_namespace,
+    normalize_thread_id,
+)
+from graphkeep.checkpoint.records import CheckpointKeys
+from graphkeep.errors import ConfigurationError, CorruptData
+from graphkeep.port import Op, codec
+from graphkeep.port.loop import on_loop, running_loop
+from graphkeep.port.ops import adrive, drive
+
+__all__ = [
+    "DEFAULT_HOT_TTL",
+    "PAUSE",
+    "AsyncHotLayer",
+    "Durable",
+    "HotLayer",
+    "HotLayerBase",
+    "HotPort",
+    "Probe",
+    "Prober",
+    "ToHot",
+    "check_hot_ttl",
+]
+
+log = logging.getLogger("graphkeep.hot")
+
+#: seconds a thread stays in Redis after its last read, unless ``hot_ttl`` says otherwise
+DEFAULT_HOT_TTL = 3600.0
+#: seconds the layer stays durable-only after a Redis error
+PAUSE = 1.0
+#: the layout of a cached entry (a new one makes older entries misses, never errors)
+ENTRY_FORMAT = 1
+
+
+# -- what the ops yield besides the Redis port's own requests --------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ToHot:
+    """A request of the :class:`HotPort` (a Redis script call), for the hot store."""
+
+    request: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """The durable store's :class:`~graphkeep.checkpoint.records.CheckpointKeys` of one
+    checkpoint (and every newer one when ``newer``): :meth:`Prober.keys`."""
+
+    thread_id: str
+    ns: str
+    checkpoint_id: str
+    newer: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Durable:
+    """A call of the durable saver's method ``method`` (its ``a…`` twin on an async layer)."""
+
+    method: str
+    args: tuple[Any, ...]
+
+
+class HotPort(Protocol):
+    """The hot store's side: a Redis mapping (``graphkeep.backends.redis.hot``)."""
+
+    def setup(self) -> Op[None]: ...
+
+    def fetch(
+        self, thread_id: str, ns: str, checkpoint_id: str | None, ttl_ms: int
+    ) -> Op[bytes | None]:
+        """The cached entry of ``checkpoint_id`` (None: of the newest checkpoint cached in
+        ``ns``), pushing the thread's expiry ``ttl_ms`` out; None when there is none."""
+        ...
+
+    def fill(
+        self, thread_id: str, ns: str, checkpoint_id: str, entry: bytes, latest: bool, ttl_ms: int
+    ) -> Op[None]:
+        """Cache ``entry`` as ``checkpoint_id``'s (and, when ``latest``, as the newest of
+        ``ns``: what ``fetch`` of no id answers), pushing the thread's expiry out."""
+        ...
+
+    def evict(self, thread_id: str) -> Op[None]:
+        """Drop everything cached of the thread."""
+        ...
+
+    def footprint(self, thread_id: str) -> Op[int]:
+        """The bytes Redis uses for the thread's copies (0 when none)."""
+        ...
+
+
+class Prober(Protocol):
+    """Answers :class:`Probe` for one durable saver: keys only, one request."""
+
+    def keys(
+        self, thread_id: str, ns: str, checkpoint_id: str, newer: bool
+    ) -> list[CheckpointKeys]: ...
+
+    async def akeys(
+        self, thread_id: str, ns: str, checkpoint_id: str, newer: bool
+    ) -> list[CheckpointKeys]: ...
+
+
+def check_hot_ttl(hot_ttl: Any) -> float:
+    """``hot_ttl`` in seconds (> 0), or :class:`~graphkeep.errors.ConfigurationError`."""
+    if isinstance(hot_ttl, bool) or not isinstance(hot_ttl, int | float) or not hot_ttl > 0:
+        raise ConfigurationError(f"hot_ttl must be a number of seconds above 0, got {hot_ttl!r}")
+    if hot_ttl == float("inf"):
+        raise ConfigurationError("hot_ttl must be finite: the hot layer only holds hot threads")
+    return float(hot_ttl)
+
+
+def _checkpoint_id(found: CheckpointTuple) -> str:
+    return str(found.config["configurable"]["checkpoint_id"])
+
+
+class HotLayerBase(BaseCheckpointSaver[Any]):
+    """The contract of the hot layer; :class:`HotLayer` and :class:`AsyncHotLayer` run it.
+
+    Every method the layer does not serve itself is the durable saver's (``watch``,
+    ``lock``, ``effects``… of a graphkeep saver included), called on it directly.
+    """
+
+    def __init__(
+        self,
+        durable: BaseCheckpointSaver[Any],
+        port: HotPort,
+        prober: Prober,
+        *,
+        hot_ttl: float = DEFAULT_HOT_TTL,
+        where: str = "Redis",
+        schema: str = "",
+        telemetry: Any = None,
+        owned: Callable[[], Any] | None = None,
+    ) -> None:
+        super().__init__(serde=durable.serde)
+        self.durable = durable
+        self.port = port
+        self.prober = prober
+        self.hot_ttl = check_hot_ttl(hot_ttl)
+        self.ttl_ms = max(1, int(self.hot_ttl * 1000))
+        #: names the hot store in logs (password masked)
+        self.where = where
+        #: the reading code's state schema: a copy made by code of another schema is a miss
+        self.schema = schema
+        #: reads by outcome: ``hit``, ``miss``, ``special`` (read from the durable store
+        #: because of a special write), ``error`` (Redis failed; durable-only for a while)
+        self.reads: Counter[str] = Counter()
+        self.telemetry = telemetry
+        self._owned = owned
+        self._paused_until = 0.0
+
+    # -- the durable saver's own surface ----------------------------------------------
+
+    @property
+    def config_specs(self) -> list[Any]:
+        return list(self.durable.config_specs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "durable":
+            raise AttributeError(name)
+        return getattr(self.durable, name)
+
+    def hit_rate(self) -> float | None:
+        """Hits over reads through the layer so far (None before the first read)."""
+        total = sum(self.reads.values())
+        return None if total == 0 else self.reads["hit"] / total
+
+    # -- the ops ------------------------------------------------------------------------
+
+    def _count(self, outcome: str) -> None:
+        self.reads[outcome] += 1
+        if self.telemetry is not None:
+            self.telemetry.hot_read(outcome)
+
+    def _hot(self, op: Op[Any]) -> Op[Any]:
+        """``op`` (a :class:`HotPort` op) with its requests sent to Redis; None, logged and
+        counted when Redis fails, and None without a request while the layer is paused."""
+        if time.monotonic() < self._paused_until:
+            return None
+        try:
+            request = next(op)
+            while True:
+                try:
+                    result = yield ToHot(request)
+                except BaseException as exc:  # the executor's error goes into the op
+                    request = op.throw(exc)
+                else:
+                    request = op.send(result)
+        except StopIteration as stop:
+            return stop.value
+        except Exception as exc:  # noqa: BLE001 - Redis failing is never the graph's problem
+            self._paused_until = time.monotonic() + PAUSE
+            self._count("error")
+            log.warning(
+                "hot layer: %s failed (%s); reading the durable store only for %.0f s",
+                self.where,
+                type(exc).__name__,
+                PAUSE,
+            )
+            return None
+
+    def _address(self, config: RunnableConfig) -> tuple[str, str, str | None]:
+        conf = config.get("configurable") or {}
+        return (
+            normalize_thread_id(conf.get("thread_id")),
+            normalize_namespace(conf.get("checkpoint_ns")),
+            normalize_checkpoint_id(conf.get("checkpoint_id")),
+        )
+
+    def _read(self, config: RunnableConfig) -> Op[CheckpointTuple | None]:
+        thread_id, ns, wanted = self._address(config)
+        raw = yield from self._hot(self.port.fetch(thread_id, ns, wanted, self.ttl_ms))
+        cached = self._decode(raw)
+        probed: list[CheckpointKeys] = []
+        if cached is not None:
+            cached_id, writes, copy = cached
+            probed = yield Probe(thread_id, ns, cached_id, wanted is None)
+            if (
+                probed
+                and probed[0].checkpoint_id == cached_id
+                and probed[-1].checkpoint_id == cached_id
+                and not probed[0].special
+                and len(probed[0].indexes) == writes
+            ):
+                self._count("hit")
+                return copy
+        found: CheckpointTuple | None = yield Durable("get_tuple", (config,))
+        if found is None:
+            self._count("miss")
+            return None
+        found_id = _checkpoint_id(found)
+        keys = next((k for k in probed if k.checkpoint_id == found_id), None)
+        if keys is None:
+            # after the read: the store's writes then are at least those read
+            again = yield Probe(thread_id, ns, found_id, False)
+            keys = again[0] if again else None
+        # before or after the read, the same number of writes means the same writes
+        if keys is None or keys.special or len(keys.indexes) != len(found.pending_writes or []):
+            self._count("special" if keys is not None and keys.special else "miss")
+            return found
+        self._count("miss")
+        entry = self._encode(found_id, found)
+        fill = self.port.fill(thread_id, ns, found_id, entry, wanted is None, self.ttl_ms)
+        yield from self._hot(fill)
+        return found
+
+    def _evict(self, thread_id: Any) -> Op[None]:
+        yield from self._hot(self.port.evict(normalize_thread_id(thread_id)))
+
+    # -- entries ---------------------------------------------------------------------------
+
+    def _encode(self, checkpoint_id: str, found: CheckpointTuple) -> bytes:
+        kind, data = self.serde.dumps_typed(
+            [
+                found.config,
+                found.checkpoint,
+                found.metadata,
+                found.parent_config,
+                [list(w) for w in found.pending_writes or []],
+            ]
+        )
+        writes = len(found.pending_writes or [])
+        return codec.packb([ENTRY_FORMAT, self.schema, checkpoint_id, writes, kind, data])
+
+    def _decode(self, raw: bytes | None) -> tuple[str, int, CheckpointTuple] | None:
+        """(checkpoint id, pending writes, tuple) of a cached entry; None for an entry of
+        another format or schema, or one that cannot be read (a miss, logged)."""
+        if raw is None:
+            return None
+        try:
+            fmt, schema, checkpoint_id, writes, kind, data = codec.unpack_fields(raw, 6)
+            if fmt != ENTRY_FORMAT or schema != self.schema:
+                return None
+            config, checkpoint, metadata, parent, pending = self.serde.loads_typed((kind, data))
+        except (CorruptData, ValueError, TypeError) as exc:
+            log.warning("hot layer: a cached checkpoint could not be read (%s): a miss", exc)
+            return None
+        except Exception as exc:  # noqa: BLE001 - a serializer's own error: read the store
+            log.warning("hot layer: a cached checkpoint could not be read (%s): a miss", exc)
+            return None
+        found = CheckpointTuple(
+            config=config,
+            checkpoint=checkpoint,
+            metadata=metadata,
+            parent_config=parent,
+            pending_writes=[tuple(w) for w in pending],
+        )
+        return str(checkpoint_id), int(writes), found
+
+
+class HotLayer(HotLayerBase):
+    """The hot layer over a sync durable saver, on a blocking Redis client (``execute``)."""
+
+    def __init__(
+        self,
+        durable: BaseCheckpointSaver[Any],
+        port: HotPort,
+        prober: Prober,
+        execute: Callable[[Any], Any],
+        **options: Any,
+    ) -> None:
+        super().__init__(durable, port, prober, **options)
+        self._execute = execute
+
+    def _route(self, request: Any) -> Any:
+        if isinstance(request, ToHot):
+            return self._execute(request.request)
+        if isinstance(request, Probe):
+            return self.prober.keys(
+                request.thread_id, request.ns, request.checkpoint_id, request.newer
+            )
+        return getattr(self.durable, request.method)(*request.args)
+
+    def _run(self, op: Op[Any]) -> Any:
+        return drive(op, self._route)
+
+    def setup(self) -> None:
+        """The durable saver's ``setup`` (when it has one), then the Redis scripts."""
+        setup = getattr(self.durable, "setup", None)
+        if callable(setup):
+            setup()
+        self._run(self._hot(self.port.setup()))
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._run(self._read(config))  # type: ignore[no-any-return]
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    def delete_thread(self, thread_id: str) -> None:
+        self.durable.delete_thread(thread_id)
+        self._run(self._evict(thread_id))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    def footprint(self, thread_id: Any) -> int:
+        """Bytes Redis holds for the thread's copies (0 when none, or Redis is down)."""
+        op = self._hot(self.port.footprint(normalize_thread_id(thread_id)))
+        return int(self._run(op) or 0)
+
+    def close(self) -> None:
+        """Close the Redis client the layer made (never the durable saver's)."""
+        if self._owned is not None:
+            self._owned()
+            self._owned = None
+
+    def __enter__(self) -> HotLayer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncHotLayer(HotLayerBase):
+    """The hot layer over an async durable saver, on an asyncio Redis client; sync calls
+    from other threads hop onto the loop it was made on (as graphkeep's async savers do)."""
+
+    def __init__(
+        self,
+        durable: BaseCheckpointSaver[Any],
+        port: HotPort,
+        prober: Prober,
+        aexecute: Callable[[Any], Any],
+        **options: Any,
+    ) -> None:
+        #: sorts an error of the first request (:meth:`acheck`): raises when Redis refuses
+        #: the layer's commands, returns when it is only unreachable
+        self._checked: Callable[[BaseException, str], None] | None = options.pop("checked", None)
+        super().__init__(durable, port, prober, **options)
+        self._aexecute = aexecute
+        self.loop = running_loop()
+
+    async def acheck(self) -> None:
+        """Load the layer's scripts: an error when Redis refuses them, a warning (and reads
+        from the durable store) when it cannot be reached now."""
+        try:
+            await self._aexecute(next(self.port.setup()))
+        except Exception as exc:
+            if self._checked is None:
+                raise
+            self._checked(exc, self.where)
+
+    async def _aroute(self, request: Any) -> Any:
+        if isinstance(request, ToHot):
+            return await self._aexecute(request.request)
+        if isinstance(request, Probe):
+            return await self.prober.akeys(
+                request.thread_id, request.ns, request.checkpoint_id, request.newer
+            )
+        return await getattr(self.durable, "a" + request.method)(*request.args)
+
+    async def _arun(self, op: Op[Any]) -> Any:
+        return await adrive(op, self._aroute)
+
+    def _on_loop(self, coro: Any) -> Any:
+        return on_loop(self.loop, coro, "hot layer", "the async methods (ainvoke, aget_state…)")
+
+    async def asetup(self) -> None:
+        setup = getattr(self.durable, "asetup", None) or getattr(self.durable, "setup", None)
+        if callable(setup):
+            result = setup()
+            if asyncio.iscoroutine(result):
+                await result
+        await self._arun(self._hot(self.port.setup()))
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._arun(self._read(config))  # type: ignore[no-any-return]
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._on_loop(self.aget_tuple(config))  # type: ignore[no-any-return]
+
+    async def aget_iter(self, config: RunnableConfig) -> AsyncIterator[CheckpointTuple]:
+        """LangGraph Agent Server's read of a thread's state, through the layer."""
+        found = await self.aget_tuple(config)
+
+        async def once() -> AsyncIterator[CheckpointTuple]:
+            if found is not None:
+                yield found
+
+        return once()
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self.durable.adelete_thread(thread_id)
+        await self._arun(self._evict(thread_id))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._on_loop(self.adelete_thread(thread_id))
+
+    async def afootprint(self, thread_id: Any) -> int:
+        """Bytes Redis holds for the thread's copies (0 when none, or Redis is down)."""
+        op = self._hot(self.port.footprint(normalize_thread_id(thread_id)))
+        return int(await self._arun(op) or 0)
+
+    async def aclose(self) -> None:
+        """Close the Redis client the layer made (never the durable saver's)."""
+        if self._owned is not None:
+            closing = self._owned()
+            self._owned = None
+            if asyncio.iscoroutine(closing):
+                await closing
+
+    async def __aenter__(self) -> AsyncHotLayer:
+        try:
+            await self.acheck()
+        except BaseException:
+            await self.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _delegate(name: str) -> Any:
+    def method(self: HotLayerBase, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.durable, name)(*args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = f"The durable saver's ``{name}``."
+    return method
+
+
+#: what the layer passes to the durable saver as it is: every write, and the reads it
+#: does not serve (``list`` — history pages — and DeltaChannel history are the durable's)
+PASSED = (
+    "put",
+    "aput",
+    "put_writes",
+    "aput_writes",
+    "list",
+    "alist",
+    "delete_for_runs",
+    "adelete_for_runs",
+    "copy_thread",
+    "acopy_thread",
+    "prune",
+    "aprune",
+    "get_next_version",
+    "get_delta_channel_history",
+    "aget_delta_channel_history",
+)
+for _name in PASSED:
+    setattr(HotLayerBase, _name, _delegate(_name))
