@@ -10,7 +10,7 @@ import sys
 import time
 
 from conformance.runner import SetupReport, render_matrix, render_problems, run_setup
-from conformance.setups import all_setups, enabled_names, selected
+from conformance.setups import all_setups, enabled_names, hot_setups, selected
 from conformance.spec import GROUPS
 from conformance.store import CAPABILITIES as STORE_CAPABILITIES
 from conformance.store_runner import (
@@ -22,7 +22,7 @@ from conformance.store_runner import (
 
 
 def _parser() -> argparse.ArgumentParser:
-    known = ", ".join(s.name for s in all_setups())
+    known = ", ".join(s.name for s in [*all_setups(), *hot_setups()])
     parser = argparse.ArgumentParser(prog="python -m conformance", description=__doc__)
     parser.add_argument(
         "--backend",
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     store_reports: list[StoreReport] = []
-    for setup in [] if args.no_store else setups:
+    for setup in [] if args.no_store else [s for s in setups if s.hot is None]:
         print(f"== {setup.name} store ({setup.url})", file=sys.stderr, flush=True)
         store_reports.append(
             run_store_setup(setup, capabilities=args.capability, progress=progress)

@@ -381,9 +381,11 @@ class SaverFactory:
     key_prefix: str = field(default_factory=new_key_prefix)
 
     def connect(self, **options: Any) -> AbstractContextManager[Saver]:
+        options = {**self.setup.options, **options}
         return self.connector.connect(self.setup.url, key_prefix=self.key_prefix, **options)
 
     def aconnect(self, **options: Any) -> AbstractAsyncContextManager[Saver]:
+        options = {**self.setup.options, **options}
         return self.connector.aconnect(self.setup.url, key_prefix=self.key_prefix, **options)
 
     @contextmanager

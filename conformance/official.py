@@ -92,7 +92,8 @@ async def arun_official(setup: Setup, connector: Connector) -> dict[str, Capabil
     """Run the official suite; never raises, a crash marks every capability failed."""
 
     async def factory() -> AsyncIterator[Any]:
-        async with connector.aconnect(setup.url, key_prefix=new_key_prefix()) as saver:
+        prefix = new_key_prefix()
+        async with connector.aconnect(setup.url, key_prefix=prefix, **setup.options) as saver:
             yield saver
 
     registered = checkpointer_test(name=f"graphkeep[{setup.name}]")(factory)

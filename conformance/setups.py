@@ -19,6 +19,14 @@ class Setup:
     name: str
     url: str
     marker: str | None
+    #: a Redis URL: the set-up's saver is ``connect(url, hot=hot)``, the durable store behind
+    #: graphkeep's Redis hot layer (a checkpoint row of the matrix only)
+    hot: str | None = None
+
+    @property
+    def options(self) -> dict[str, str]:
+        """What ``connect`` gets besides the URL and the key prefix."""
+        return {} if self.hot is None else {"hot": self.hot}
 
 
 def _dynamodb_url() -> str:
@@ -45,8 +53,25 @@ def all_setups() -> list[Setup]:
     ]
 
 
+def hot_setups() -> list[Setup]:
+    """The durable savers behind a Redis hot layer: checkpoint rows of the matrix."""
+    redis = os.environ.get("REDIS_URL", "redis://127.0.0.1:16379/0")
+    durable = {s.name: s for s in all_setups()}
+    return [
+        Setup(f"{name}+hot", durable[name].url, durable[name].marker, hot=redis)
+        for name in ("mongodb", "dynamodb")
+    ]
+
+
 # Every backend set-up runs by default; GRAPHKEEP_SETUPS narrows it.
-DEFAULT_ENABLED: tuple[str, ...] = ("redis", "redis-cluster", "mongodb", "dynamodb")
+DEFAULT_ENABLED: tuple[str, ...] = (
+    "redis",
+    "redis-cluster",
+    "mongodb",
+    "dynamodb",
+    "mongodb+hot",
+    "dynamodb+hot",
+)
 
 
 def enabled_names() -> list[str]:
@@ -56,10 +81,10 @@ def enabled_names() -> list[str]:
 
 
 def by_name(name: str) -> Setup:
-    for setup in all_setups():
+    for setup in [*all_setups(), *hot_setups()]:
         if setup.name == name:
             return setup
-    known = ", ".join(s.name for s in all_setups())
+    known = ", ".join(s.name for s in [*all_setups(), *hot_setups()])
     raise KeyError(f"unknown set-up {name!r}; known: {known}")
 
 
@@ -68,4 +93,7 @@ def selected(names: list[str] | None = None) -> list[Setup]:
     return [by_name(n) for n in (names or enabled_names())]
 
 
-ENABLED: list[Setup] = selected()
+#: the enabled set-ups of the checkpoint matrix (hot-layer rows included)
+SAVER_ENABLED: list[Setup] = selected()
+#: the enabled backends, for every other product (a hot layer is a saver's only)
+ENABLED: list[Setup] = [s for s in SAVER_ENABLED if s.hot is None]

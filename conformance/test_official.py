@@ -6,7 +6,7 @@ import pytest
 
 from conformance.factory import Connector
 from conformance.official import CAPABILITIES, CapabilityOutcome, run_official
-from conformance.setups import ENABLED, Setup
+from conformance.setups import SAVER_ENABLED, Setup
 from conformance.testing import connector_or_skip, marks_for
 
 _RESULTS: dict[str, dict[str, CapabilityOutcome]] = {}
@@ -23,7 +23,7 @@ def _official(setup: Setup, connector: Connector) -> dict[str, CapabilityOutcome
     ("setup", "capability"),
     [
         pytest.param(setup, capability, id=f"{setup.name}-{capability}", marks=marks_for(setup))
-        for setup in ENABLED
+        for setup in SAVER_ENABLED
         for capability in CAPABILITIES
     ],
 )

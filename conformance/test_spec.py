@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.factory import Mode, SaverFactory
-from conformance.setups import ENABLED, Setup
+from conformance.setups import SAVER_ENABLED, Setup
 from conformance.spec import Case, runs
 from conformance.testing import connector_or_skip, marks_for
 
@@ -17,7 +17,7 @@ PARAMS = [
         id=f"{setup.name}-{spec_case.group}-{spec_case.name}-{mode}",
         marks=marks_for(setup),
     )
-    for setup in ENABLED
+    for setup in SAVER_ENABLED
     for spec_case, mode in runs()
 ]
 

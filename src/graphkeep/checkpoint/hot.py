@@ -32,15 +32,23 @@ See docs/hot.md for the measured costs and the fault matrix.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+)
 
 from graphkeep.checkpoint.ids import (
     normalize_checkpoint_id,
@@ -75,6 +83,8 @@ DEFAULT_HOT_TTL = 3600.0
 PAUSE = 1.0
 #: the layout of a cached entry (a new one makes older entries misses, never errors)
 ENTRY_FORMAT = 1
+#: seconds between two additions of a layer's counts to the shared totals in Redis
+SHARE_EVERY = 5.0
 
 
 # -- what the ops yield besides the Redis port's own requests --------------------------
@@ -131,6 +141,14 @@ class HotPort(Protocol):
 
     def footprint(self, thread_id: str) -> Op[int]:
         """The bytes Redis uses for the thread's copies (0 when none)."""
+        ...
+
+    def count(self, counts: dict[str, int]) -> Op[None]:
+        """Add ``counts`` (reads by outcome) to the totals every process shares."""
+        ...
+
+    def stats(self) -> Op[dict[str, int]]:
+        """The shared totals of reads by outcome."""
         ...
 
 
@@ -194,6 +212,10 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         self.telemetry = telemetry
         self._owned = owned
         self._paused_until = 0.0
+        self._unshared: Counter[str] = Counter()
+        self._share_at = 0.0
+        #: whether the durable saver's put_writes takes ``task_path`` (LangGraph asks ours)
+        self._task_path = "task_path" in inspect.signature(durable.put_writes).parameters
 
     # -- the durable saver's own surface ----------------------------------------------
 
@@ -211,12 +233,118 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         total = sum(self.reads.values())
         return None if total == 0 else self.reads["hit"] / total
 
+    # every write, and the reads the layer does not serve (``list`` — history pages — and
+    # DeltaChannel history), go to the durable saver as they are; same signatures, since
+    # LangGraph reads them (``put_writes``' ``task_path``)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self.durable.put(config, checkpoint, metadata, new_versions)
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await self.durable.aput(config, checkpoint, metadata, new_versions)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        if self._task_path:
+            self.durable.put_writes(config, writes, task_id, task_path)
+        else:
+            self.durable.put_writes(config, writes, task_id)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        if self._task_path:
+            await self.durable.aput_writes(config, writes, task_id, task_path)
+        else:
+            await self.durable.aput_writes(config, writes, task_id)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,  # noqa: A002 - LangGraph's name
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        return self.durable.list(config, filter=filter, before=before, limit=limit)
+
+    def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,  # noqa: A002 - LangGraph's name
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        return self.durable.alist(config, filter=filter, before=before, limit=limit)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self.durable.delete_for_runs(run_ids)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self.durable.adelete_for_runs(run_ids)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self.durable.copy_thread(source_thread_id, target_thread_id)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self.durable.acopy_thread(source_thread_id, target_thread_id)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self.durable.prune(thread_ids, strategy=strategy)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self.durable.aprune(thread_ids, strategy=strategy)
+
+    def get_next_version(self, current: Any, channel: None = None) -> Any:
+        return self.durable.get_next_version(current, channel)
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return self.durable.get_delta_channel_history(config=config, channels=channels)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return await self.durable.aget_delta_channel_history(config=config, channels=channels)
+
     # -- the ops ------------------------------------------------------------------------
 
     def _count(self, outcome: str) -> None:
         self.reads[outcome] += 1
+        self._unshared[outcome] += 1
         if self.telemetry is not None:
             self.telemetry.hot_read(outcome)
+
+    def _share(self) -> Op[None]:
+        """Add the counts of the last :data:`SHARE_EVERY` seconds to Redis's totals."""
+        if not self._unshared or time.monotonic() < self._share_at:
+            return
+        counts, self._unshared = dict(self._unshared), Counter()
+        self._share_at = time.monotonic() + SHARE_EVERY
+        yield from self._hot(self.port.count(counts))
 
     def _hot(self, op: Op[Any]) -> Op[Any]:
         """``op`` (a :class:`HotPort` op) with its requests sent to Redis; None, logged and
@@ -254,6 +382,11 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         )
 
     def _read(self, config: RunnableConfig) -> Op[CheckpointTuple | None]:
+        found = yield from self._lookup(config)
+        yield from self._share()
+        return found
+
+    def _lookup(self, config: RunnableConfig) -> Op[CheckpointTuple | None]:
         thread_id, ns, wanted = self._address(config)
         raw = yield from self._hot(self.port.fetch(thread_id, ns, wanted, self.ttl_ms))
         cached = self._decode(raw)
@@ -385,6 +518,15 @@ class HotLayer(HotLayerBase):
         op = self._hot(self.port.footprint(normalize_thread_id(thread_id)))
         return int(self._run(op) or 0)
 
+    def evict(self, thread_id: Any) -> None:
+        """Drop the thread's copies from Redis (the durable store keeps everything)."""
+        self._run(self._evict(thread_id))
+
+    def shared_stats(self) -> dict[str, int]:
+        """Reads by outcome of every process sharing this Redis and prefix (this one's
+        counts of the last few seconds not yet in them); empty when Redis is down."""
+        return dict(self._run(self._hot(self.port.stats())) or {})
+
     def close(self) -> None:
         """Close the Redis client the layer made (never the durable saver's)."""
         if self._owned is not None:
@@ -473,6 +615,10 @@ class AsyncHotLayer(HotLayerBase):
     def delete_thread(self, thread_id: str) -> None:
         self._on_loop(self.adelete_thread(thread_id))
 
+    async def aevict(self, thread_id: Any) -> None:
+        """Drop the thread's copies from Redis (the durable store keeps everything)."""
+        await self._arun(self._evict(thread_id))
+
     async def afootprint(self, thread_id: Any) -> int:
         """Bytes Redis holds for the thread's copies (0 when none, or Redis is down)."""
         op = self._hot(self.port.footprint(normalize_thread_id(thread_id)))
@@ -496,35 +642,3 @@ class AsyncHotLayer(HotLayerBase):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-def _delegate(name: str) -> Any:
-    def method(self: HotLayerBase, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.durable, name)(*args, **kwargs)
-
-    method.__name__ = name
-    method.__doc__ = f"The durable saver's ``{name}``."
-    return method
-
-
-#: what the layer passes to the durable saver as it is: every write, and the reads it
-#: does not serve (``list`` — history pages — and DeltaChannel history are the durable's)
-PASSED = (
-    "put",
-    "aput",
-    "put_writes",
-    "aput_writes",
-    "list",
-    "alist",
-    "delete_for_runs",
-    "adelete_for_runs",
-    "copy_thread",
-    "acopy_thread",
-    "prune",
-    "aprune",
-    "get_next_version",
-    "get_delta_channel_history",
-    "aget_delta_channel_history",
-)
-for _name in PASSED:
-    setattr(HotLayerBase, _name, _delegate(_name))

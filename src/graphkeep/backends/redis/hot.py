@@ -8,6 +8,10 @@ savers' keys escape it, so a thread is one Cluster slot)::
                                                             serializer: encryption respected)
                                n\\0<ns>                   -> the id of the newest entry of ns
 
+    P:hot1:stats        HASH   hit / miss / special / error -> reads of every process since
+                               the hash was made (each layer adds its counts every few
+                               seconds: ``graphkeep stats --hot`` shows the hit rate)
+
 ``fetch`` and ``fill`` are one script each (the newest id and its entry in one round trip);
 both push the hash's expiry ``hot_ttl`` out, so a thread leaves Redis ``hot_ttl`` after its
 last read. ``evict`` is one ``UNLINK``. What is cached is validated against the durable store
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graphkeep.backends.redis.keys import check_prefix, encode_thread
+from graphkeep.backends.redis.keys import check_prefix, encode_thread, pattern_prefix
 from graphkeep.backends.redis.requests import Command, Script
 from graphkeep.port import Op
 
@@ -47,7 +51,15 @@ redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return 0
 """
 
-HOT_SCRIPTS = {"hot_fetch": FETCH, "hot_fill": FILL}
+# KEYS: the stats hash; ARGV: outcome, count, outcome, count...
+COUNT = """
+for i = 1, #ARGV, 2 do
+  redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+return 0
+"""
+
+HOT_SCRIPTS = {"hot_fetch": FETCH, "hot_fill": FILL, "hot_count": COUNT}
 
 
 class RedisHotPort:
@@ -58,6 +70,13 @@ class RedisHotPort:
 
     def key(self, thread_id: str) -> str:
         return f"{self.prefix}:{FORMAT}:{{{encode_thread(thread_id)}}}"
+
+    def stats_key(self) -> str:
+        return f"{self.prefix}:{FORMAT}:stats"
+
+    def thread_pattern(self) -> str:
+        """A SCAN pattern of every thread's hash under this prefix."""
+        return f"{pattern_prefix(self.prefix)}:{FORMAT}:{{*}}"
 
     def setup(self) -> Op[None]:
         yield Script("__load__", [], [])
@@ -79,6 +98,21 @@ class RedisHotPort:
     def evict(self, thread_id: str) -> Op[None]:
         yield Command(("UNLINK", self.key(thread_id)))
 
+    def count(self, counts: dict[str, int]) -> Op[None]:
+        args: list[Any] = []
+        for outcome, n in counts.items():
+            args += [outcome, n]
+        if args:
+            yield Script("hot_count", [self.stats_key()], args)
+
+    def stats(self) -> Op[dict[str, int]]:
+        raw = yield Command(("HGETALL", self.stats_key()))
+        return {_text(k): int(v) for k, v in (raw or {}).items()}
+
     def footprint(self, thread_id: str) -> Op[int]:
         used = yield Command(("MEMORY", "USAGE", self.key(thread_id), "SAMPLES", "0"))
         return int(used or 0)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
