@@ -23,6 +23,7 @@ from graphkeep.checkpoint.hot import (
     HotLayer,
     HotLayerBase,
     check_hot_ttl,
+    layer_class,
 )
 from graphkeep.checkpoint.records import CheckpointKeys
 from graphkeep.checkpoint.saver import AsyncSaver, SaverBase
@@ -180,12 +181,15 @@ def hot_layer(
             )
         aclient = async_client(redis_url)
         aexecute = hot_executor(aclient, HOT_SCRIPTS, where, is_async=True)
-        return AsyncHotLayer(
+        async_shell = layer_class(AsyncHotLayer, saver)
+        return async_shell(  # type: ignore[no-any-return]
             saver, port, prober, aexecute, owned=aclient.aclose, checked=_checked_redis, **options
         )
     client = sync_client(redis_url)
     execute = hot_executor(client, HOT_SCRIPTS, where, is_async=False)
-    layer = HotLayer(saver, port, prober, execute, owned=client.close, **options)
+    layer: HotLayer = layer_class(HotLayer, saver)(
+        saver, port, prober, execute, owned=client.close, **options
+    )
     try:
         execute(next(port.setup()))
     except Exception as exc:  # noqa: BLE001 - sorted by _checked_redis

@@ -73,6 +73,7 @@ __all__ = [
     "Prober",
     "ToHot",
     "check_hot_ttl",
+    "layer_class",
 ]
 
 log = logging.getLogger("graphkeep.hot")
@@ -642,3 +643,37 @@ class AsyncHotLayer(HotLayerBase):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+#: methods a saver may leave to ``BaseCheckpointSaver`` (which raises, or composes them from
+#: the others); the layer then leaves them too, so it declares exactly the durable saver's
+#: capabilities (LangGraph's conformance suite detects them by override)
+OPTIONAL = (
+    "delete_thread",
+    "adelete_thread",
+    "delete_for_runs",
+    "adelete_for_runs",
+    "copy_thread",
+    "acopy_thread",
+    "prune",
+    "aprune",
+    "get_delta_channel_history",
+    "aget_delta_channel_history",
+)
+_CLASSES: dict[tuple[type, type], type] = {}
+
+
+def layer_class(shell: type[HotLayerBase], durable: BaseCheckpointSaver[Any]) -> type[Any]:
+    """``shell`` (:class:`HotLayer` or :class:`AsyncHotLayer`) without the methods of
+    :data:`OPTIONAL` that ``durable``'s class does not have itself."""
+    kind = type(durable)
+    made = _CLASSES.get((shell, kind))
+    if made is None:
+        missing = {
+            name: getattr(BaseCheckpointSaver, name)
+            for name in OPTIONAL
+            if getattr(kind, name, None) is getattr(BaseCheckpointSaver, name)
+        }
+        made = type(shell.__name__, (shell,), {**missing, "__module__": shell.__module__})
+        _CLASSES[(shell, kind)] = made
+    return made
