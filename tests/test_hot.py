@@ -44,9 +44,8 @@ from tests.conftest import unique_prefix
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:16379/0")
 REDIS_CLUSTER_URL = os.environ.get("REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:17001")
 MONGODB_URL = os.environ.get("MONGODB_URI", "mongodb://127.0.0.1:27117/graphkeep_test")
-DYNAMODB_URL = (
-    "dynamodb://graphkeep_test?region=us-east-1&endpoint_url="
-    + os.environ.get("DYNAMODB_ENDPOINT_URL", "http://127.0.0.1:15000")
+DYNAMODB_URL = "dynamodb://graphkeep_test?region=us-east-1&endpoint_url=" + os.environ.get(
+    "DYNAMODB_ENDPOINT_URL", "http://127.0.0.1:15000"
 )
 DURABLES = [
     pytest.param("mongodb", marks=pytest.mark.mongodb),
@@ -595,3 +594,40 @@ async def test_the_official_suite_on_postgres_behind_the_layer_as_without_it() -
     }
     for name in ("put", "put_writes", "get_tuple", "list", "delete_thread"):
         assert hot[name].ok, hot[name].failures
+
+
+@pytest.mark.parametrize("kind", [p for p in DURABLES if p.values[0] != "postgres"])
+def test_two_processes_on_the_same_threads_under_the_lease(kind: str) -> None:
+    """Two processes, each with its own layer on the same Redis and durable store, take
+    turns on the same six threads (the durable saver's lease orders them): every read each
+    one makes through its layer equals the durable store's, and no item is lost."""
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    url = MONGODB_URL if kind == "mongodb" else DYNAMODB_URL
+    prefix = unique_prefix("hot")
+    threads = [f"t-{uuid.uuid4().hex[:6]}-{i}" for i in range(6)]
+    turns = 2
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)])}
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.hot_worker", url, prefix, REDIS_URL, label, str(turns)]
+            + threads,
+            cwd=root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for label in ("one", "two")
+    ]
+    outputs = [w.communicate(timeout=600) for w in workers]
+    for worker, (out, err) in zip(workers, outputs, strict=True):
+        assert worker.returncode == 0, out + err[-3000:]
+        assert "DONE" in out
+    with graphkeep.connect(url, key_prefix=prefix, hot=REDIS_URL) as layer:
+        for thread in threads:
+            items = _plain_graph(layer).get_state(_config(thread)).values["items"]
+            assert sorted(items) == sorted(f"{w}-{t}" for w in ("one", "two") for t in range(turns))
+            _same(layer, layer.durable, thread)

@@ -12,7 +12,7 @@ checks the Redis side before the first read.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -26,10 +26,14 @@ from graphkeep.checkpoint.hot import (
     layer_class,
 )
 from graphkeep.checkpoint.records import CheckpointKeys
-from graphkeep.checkpoint.saver import AsyncSaver, SaverBase
+from graphkeep.checkpoint.saver import AsyncSaver, SaverBase, SyncSaver
 from graphkeep.errors import ConfigurationError, StorageUnavailable, mask_url
 from graphkeep.port.loop import running_loop
 from graphkeep.port.telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
 __all__ = ["HOT_SCHEMES", "PortProber", "hot_layer"]
 
@@ -128,6 +132,39 @@ def _checked_redis(exc: BaseException, where: str) -> None:
         f"hot layer: {where} refused what the layer needs (Lua scripts, HSET, PEXPIRE,"
         f" UNLINK): {type(exc).__name__}: {exc}"
     ) from exc
+
+
+@overload
+def hot_layer(
+    saver: AsyncSaver | AsyncPostgresSaver,
+    url: str,
+    *,
+    hot_ttl: float = ...,
+    key_prefix: str | None = ...,
+    telemetry: Any = ...,
+) -> AsyncHotLayer: ...
+
+
+@overload
+def hot_layer(
+    saver: SyncSaver | PostgresSaver,
+    url: str,
+    *,
+    hot_ttl: float = ...,
+    key_prefix: str | None = ...,
+    telemetry: Any = ...,
+) -> HotLayer: ...
+
+
+@overload
+def hot_layer(
+    saver: BaseCheckpointSaver[Any],
+    url: str,
+    *,
+    hot_ttl: float = ...,
+    key_prefix: str | None = ...,
+    telemetry: Any = ...,
+) -> Any: ...
 
 
 def hot_layer(
