@@ -397,6 +397,7 @@ class Demo:
         original = self.time_travel()
         self.fork(original)
         self.memory_across_threads()
+        self.hot_layer()
 
     # -- 1 -----------------------------------------------------------------------
 
@@ -627,6 +628,50 @@ class Demo:
             len(notes) == 4 and {n.value["thread"] for n in notes} == set(threads),
             "4 ticket notes from both threads are in the store, newest first",
         )
+
+    # -- 6 -----------------------------------------------------------------------
+
+    def hot_layer(self) -> None:
+        say()
+        say("6. Redis as the hot layer (graphkeep.connect(url, hot='redis://...'))")
+        if self.backend.name == "redis":
+            say("(the hot layer goes over MongoDB, DynamoDB and Postgres: skipped on Redis)", 2)
+            return
+        hot = redis_url()
+        if not server_answers(hot):
+            say(f"(no Redis at {mask_url(hot)} for the hot layer: skipped)", 2)
+            return
+        with graphkeep.connect(self.url, key_prefix=KEY_PREFIX, hot=hot) as layer:
+            app, alone = build_app(layer), build_app(layer.durable)
+            pages = 5
+            for _ in range(pages):  # a UI reloading the thread: its state and a history page
+                state = app.get_state(self.config())
+                history = list(app.get_state_history(self.config(), limit=10))
+            truth = alone.get_state(self.config())
+            reads = dict(layer.reads)
+            rate = layer.hit_rate() or 0.0
+            say(
+                f"{pages} page loads: {reads.get('hit', 0)} reads from Redis,"
+                f" {reads.get('miss', 0) + reads.get('special', 0)} from {self.backend.name}"
+                f" (hit rate {rate:.0%}); Redis holds {layer.footprint(self.thread_id)} bytes"
+                " of this thread",
+                2,
+            )
+            check(
+                state.values == truth.values and state.config == truth.config,
+                f"the state read through Redis is {self.backend.name}'s latest, exactly",
+            )
+            check(
+                [h.config for h in history]
+                == [h.config for h in alone.get_state_history(self.config(), limit=10)],
+                "the history page is the durable store's",
+            )
+            check(
+                reads.get("hit", 0) >= pages - 1,
+                "every page load after the first read the checkpoint from Redis, after one"
+                f" key-only check against {self.backend.name}",
+            )
+            layer.evict(self.thread_id)
 
 
 class Metrics:
