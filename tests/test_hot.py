@@ -631,3 +631,38 @@ def test_two_processes_on_the_same_threads_under_the_lease(kind: str) -> None:
             items = _plain_graph(layer).get_state(_config(thread)).values["items"]
             assert sorted(items) == sorted(f"{w}-{t}" for w in ("one", "two") for t in range(turns))
             _same(layer, layer.durable, thread)
+
+
+@pytest.mark.dynamodb
+def test_reads_are_counted_by_outcome_in_graphkeep_hot_reads() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    telemetry = {"meter_provider": MeterProvider(metric_readers=[reader])}
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    prefix = unique_prefix("hot")
+    with graphkeep.connect(
+        DYNAMODB_URL, key_prefix=prefix, hot=REDIS_URL, telemetry=telemetry
+    ) as saver:
+        app = _graph(saver)
+        app.invoke({"items": ["start"]}, _config(thread))  # interrupted: special reads
+        app.get_state(_config(thread))
+        done = saver.get_tuple(_config(thread))
+        assert done is not None
+        parent = done.parent_config
+        assert parent is not None
+        for _ in range(3):
+            saver.get_tuple(parent)  # a miss, then hits
+        expected = dict(saver.reads)
+    data = reader.get_metrics_data()
+    counted: dict[str, int] = {}
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name == "graphkeep.hot.reads":
+                    for point in metric.data.data_points:
+                        outcome = str(point.attributes["graphkeep.hot.outcome"])
+                        counted[outcome] = counted.get(outcome, 0) + int(point.value)
+    assert counted == expected
+    assert counted["hit"] == 2 and counted["special"] >= 2

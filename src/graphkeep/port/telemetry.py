@@ -83,13 +83,14 @@ METRICS = (
     WATCH_LAG,
     APPEND_BATCH_SIZE,
     RESUME_FAILURES,
+    HOT_READS,
 )
 #: graphkeep's own attributes (beyond the conventions' ``db.*``, ``server.*``, ``error.type``)
 THREAD_ID = "graphkeep.thread_id"
 REASON = "graphkeep.reason"
 LOCK_ACQUIRED = "graphkeep.lock.acquired"
 HOT_OUTCOME = "graphkeep.hot.outcome"
-ATTRIBUTES = (THREAD_ID, REASON, LOCK_ACQUIRED)
+ATTRIBUTES = (THREAD_ID, REASON, LOCK_ACQUIRED, HOT_OUTCOME)
 
 #: ``graphkeep.resume.failures``' reasons (a :class:`~graphkeep.errors.CorruptData` carries
 #: the one that applies as its ``kind``); also ``UNDECODABLE`` and ``MISSING_VALUE``
