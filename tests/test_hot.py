@@ -666,3 +666,34 @@ def test_reads_are_counted_by_outcome_in_graphkeep_hot_reads() -> None:
                         counted[outcome] = counted.get(outcome, 0) + int(point.value)
     assert counted == expected
     assert counted["hit"] == 2 and counted["special"] >= 2
+
+
+@pytest.mark.parametrize("kind", [p for p in DURABLES if p.values[0] != "postgres"])
+def test_the_durable_savers_own_methods_through_the_layer(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """watch, copy_thread and prune of a graphkeep saver (made with its own options, a
+    ``ttl`` here), called on the layer."""
+    source, target = (f"t-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    url = MONGODB_URL if kind == "mongodb" else DYNAMODB_URL
+    with graphkeep.connect(url, key_prefix=unique_prefix("hot"), hot=REDIS_URL, ttl=3600) as layer:
+        app = _plain_graph(layer)
+        app.invoke({"items": ["one"]}, _config(source))
+        first = app.get_state(_config(source))
+        seen: list[Any] = []
+        watcher = threading.Thread(
+            target=lambda: seen.extend(
+                layer.watch(source, after=first.config["configurable"]["checkpoint_id"], timeout=5)
+            )
+        )
+        watcher.start()
+        app.invoke({"items": ["two"]}, _config(source))
+        watcher.join()
+        assert seen and seen[-1] == layer.durable.get_tuple(_config(source))
+        layer.copy_thread(source, target)
+        assert app.get_state(_config(target)).values == app.get_state(_config(source)).values
+        _same(layer, layer.durable, target)
+        layer.prune([source], strategy="keep_latest")
+        assert len(list(layer.list(_config(source)))) == 1
+        _same(layer, layer.durable, source)
+        assert app.get_state(_config(source)).values["items"] == ["one", "first", "two", "first"]
