@@ -655,13 +655,14 @@ def test_reads_are_counted_by_outcome_in_graphkeep_hot_reads() -> None:
         for _ in range(3):
             saver.get_tuple(parent)  # a miss, then hits
         expected = dict(saver.reads)
-    data = reader.get_metrics_data()
+    data: Any = reader.get_metrics_data()
     counted: dict[str, int] = {}
     for resource in data.resource_metrics:
         for scope in resource.scope_metrics:
             for metric in scope.metrics:
                 if metric.name == "graphkeep.hot.reads":
-                    for point in metric.data.data_points:
+                    points: Any = metric.data.data_points
+                    for point in points:
                         outcome = str(point.attributes["graphkeep.hot.outcome"])
                         counted[outcome] = counted.get(outcome, 0) + int(point.value)
     assert counted == expected
