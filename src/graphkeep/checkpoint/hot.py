@@ -56,7 +56,7 @@ from graphkeep.checkpoint.ids import (
     normalize_thread_id,
 )
 from graphkeep.checkpoint.records import CheckpointKeys
-from graphkeep.errors import ConfigurationError, CorruptData
+from graphkeep.errors import ConfigurationError, CorruptData, InvalidInput
 from graphkeep.port import Op, codec
 from graphkeep.port.loop import on_loop, running_loop
 from graphkeep.port.ops import adrive, drive
@@ -388,7 +388,11 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         return found
 
     def _lookup(self, config: RunnableConfig) -> Op[CheckpointTuple | None]:
-        thread_id, ns, wanted = self._address(config)
+        try:
+            thread_id, ns, wanted = self._address(config)
+        except InvalidInput:  # the durable saver's own rules decide (its answer or error)
+            direct: CheckpointTuple | None = yield Durable("get_tuple", (config,))
+            return direct
         raw = yield from self._hot(self.port.fetch(thread_id, ns, wanted, self.ttl_ms))
         cached = self._decode(raw)
         probed: list[CheckpointKeys] = []
