@@ -127,6 +127,14 @@ async def _adurable(kind: str, request: pytest.FixtureRequest) -> AsyncIterator[
         yield saver
 
 
+def _pages(history: list[Any]) -> list[dict[str, Any]]:
+    """``list`` calls a UI makes: the newest page (short and long), and an older one."""
+    pages: list[dict[str, Any]] = [{"limit": 3}, {"limit": 10}]
+    if len(history) > 2:
+        pages.append({"before": history[1].config, "limit": 2})
+    return pages
+
+
 def _same(layer: Any, durable: Any, thread: str) -> None:
     """The layer answers as the durable store alone: latest, every checkpoint, lists."""
     assert layer.get_tuple(_config(thread)) == durable.get_tuple(_config(thread))
@@ -135,6 +143,10 @@ def _same(layer: Any, durable: Any, thread: str) -> None:
     for item in history:
         assert layer.get_tuple(item.config) == durable.get_tuple(item.config)
         assert layer.get_tuple(item.config) == item  # twice: the second from Redis
+    for page in _pages(history):  # history pages, twice: the second from Redis
+        expected = list(durable.list(_config(thread), **page))
+        for _ in range(2):
+            assert list(layer.list(_config(thread), **page)) == expected
 
 
 async def _asame(layer: Any, durable: Any, thread: str) -> None:
@@ -144,6 +156,10 @@ async def _asame(layer: Any, durable: Any, thread: str) -> None:
     for item in history:
         assert await layer.aget_tuple(item.config) == await durable.aget_tuple(item.config)
         assert await layer.aget_tuple(item.config) == item
+    for page in _pages(history):
+        expected = [item async for item in durable.alist(_config(thread), **page)]
+        for _ in range(2):
+            assert [item async for item in layer.alist(_config(thread), **page)] == expected
 
 
 def _hot_key(prefix: str | None, thread: str) -> str:

@@ -84,6 +84,12 @@ DEFAULT_HOT_TTL = 3600.0
 PAUSE = 1.0
 #: the layout of a cached entry (a new one makes older entries misses, never errors)
 ENTRY_FORMAT = 1
+#: a ``list`` page as the layer returns it (named here: ``list`` is a method in the class)
+Page = list[CheckpointTuple]
+Probed = list[CheckpointKeys]
+
+#: the most checkpoints of a ``list`` page the layer serves from Redis (a UI's history page)
+MAX_PAGE = 100
 #: seconds between two additions of a layer's counts to the shared totals in Redis
 SHARE_EVERY = 5.0
 
@@ -111,10 +117,12 @@ class Probe:
 
 @dataclass(frozen=True, slots=True)
 class Durable:
-    """A call of the durable saver's method ``method`` (its ``a…`` twin on an async layer)."""
+    """A call of the durable saver's method ``method`` (its ``a…`` twin on an async layer);
+    ``list`` answers a list of its tuples."""
 
     method: str
     args: tuple[Any, ...]
+    kwargs: tuple[tuple[str, Any], ...] = ()
 
 
 class HotPort(Protocol):
@@ -134,6 +142,25 @@ class HotPort(Protocol):
     ) -> Op[None]:
         """Cache ``entry`` as ``checkpoint_id``'s (and, when ``latest``, as the newest of
         ``ns``: what ``fetch`` of no id answers), pushing the thread's expiry out."""
+        ...
+
+    def fetch_page(
+        self, thread_id: str, ns: str, before: str | None, limit: int, ttl_ms: int
+    ) -> Op[list[bytes] | None]:
+        """The entries of a cached ``list`` page (newest first), pushing the thread's expiry
+        out; None when the page, or one of its entries, is not cached."""
+        ...
+
+    def fill_page(
+        self,
+        thread_id: str,
+        ns: str,
+        before: str | None,
+        limit: int,
+        entries: list[tuple[str, bytes]],
+        ttl_ms: int,
+    ) -> Op[None]:
+        """Cache a ``list`` page: ``(checkpoint id, entry)`` newest first."""
         ...
 
     def evict(self, thread_id: str) -> Op[None]:
@@ -176,6 +203,24 @@ def check_hot_ttl(hot_ttl: Any) -> float:
 
 def _checkpoint_id(found: CheckpointTuple) -> str:
     return str(found.config["configurable"]["checkpoint_id"])
+
+
+def _page_current(
+    probed: list[CheckpointKeys], page: list[tuple[str, int]], below: str | None
+) -> bool:
+    """Whether a ``list`` page — ``(checkpoint id, pending writes)`` newest first — is what
+    the durable store holds: its keys from the page's oldest checkpoint (all of them for a
+    short page) name exactly the page's checkpoints below ``below``, each with as many
+    writes and none special."""
+    keys = sorted(
+        (k for k in probed if below is None or k.checkpoint_id < below),
+        key=lambda k: k.checkpoint_id,
+        reverse=True,
+    )
+    return [k.checkpoint_id for k in keys] == [cid for cid, _ in page] and all(
+        not k.special and len(k.indexes) == writes
+        for k, (_, writes) in zip(keys, page, strict=True)
+    )
 
 
 class HotLayerBase(BaseCheckpointSaver[Any]):
@@ -288,7 +333,10 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        return self.durable.list(config, filter=filter, before=before, limit=limit)
+        page = self._page_address(config, filter, before, limit)
+        if page is None or config is None:
+            return self.durable.list(config, filter=filter, before=before, limit=limit)
+        return iter(self._run_page(self._page(config, before, page)))
 
     def alist(
         self,
@@ -298,7 +346,20 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        return self.durable.alist(config, filter=filter, before=before, limit=limit)
+        page = self._page_address(config, filter, before, limit)
+        if page is None or config is None:
+            return self.durable.alist(config, filter=filter, before=before, limit=limit)
+        return self._apage(self._page(config, before, page))
+
+    async def _apage(self, op: Op[Page]) -> AsyncIterator[CheckpointTuple]:
+        for item in await self._arun_page(op):
+            yield item
+
+    def _run_page(self, op: Op[Page]) -> Page:
+        raise NotImplementedError
+
+    async def _arun_page(self, op: Op[Page]) -> Page:
+        raise NotImplementedError
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         self.durable.delete_for_runs(run_ids)
@@ -428,6 +489,72 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         yield from self._hot(fill)
         return found
 
+    def _page_address(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,  # noqa: A002 - LangGraph's name
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> tuple[str, str, str | None, int] | None:
+        """``(thread, ns, before id, limit)`` of a ``list`` call the layer serves — one
+        namespace of one thread, newest first, at most :data:`MAX_PAGE` — else None."""
+        if config is None or filter or limit is None or not 0 < limit <= MAX_PAGE:
+            return None
+        conf = config.get("configurable") or {}
+        if "checkpoint_ns" not in conf or conf.get("checkpoint_id"):
+            return None
+        try:
+            thread_id = normalize_thread_id(conf.get("thread_id"))
+            ns = normalize_namespace(conf.get("checkpoint_ns"))
+            below = None
+            if before is not None:
+                below = normalize_checkpoint_id(
+                    (before.get("configurable") or {}).get("checkpoint_id")
+                )
+                if below is None:
+                    return None
+        except InvalidInput:
+            return None
+        return thread_id, ns, below, limit
+
+    def _page(
+        self,
+        config: RunnableConfig,
+        before: RunnableConfig | None,
+        address: tuple[str, str, str | None, int],
+    ) -> Op[Page]:
+        """A history page: Redis's copy when the durable store's keys (from the page's
+        oldest checkpoint, or all of a short page's) show the same checkpoints with as many
+        writes; else the durable store's page, copied when its keys agree."""
+        thread_id, ns, below, limit = address
+        raw = yield from self._hot(self.port.fetch_page(thread_id, ns, below, limit, self.ttl_ms))
+        cached = [self._decode(entry) for entry in raw or []]
+        if cached and all(entry is not None for entry in cached):
+            copies = [entry for entry in cached if entry is not None]
+            low = copies[-1][0] if len(copies) == limit else ""
+            probed: Probed = yield Probe(thread_id, ns, low, True)
+            if _page_current(probed, [(cid, n) for cid, n, _ in copies], below):
+                self._count("hit")
+                yield from self._share()
+                return [found for _, _, found in copies]
+        kwargs = (("before", before), ("limit", limit))
+        page: Page = yield Durable("list", (config,), kwargs)
+        ids = [(_checkpoint_id(t), len(t.pending_writes or [])) for t in page]
+        if ids:
+            low = ids[-1][0] if len(ids) == limit else ""
+            probed = yield Probe(thread_id, ns, low, True)
+            if _page_current(probed, ids, below):
+                self._count("miss")
+                entries = [
+                    (cid, self._encode(cid, t)) for (cid, _), t in zip(ids, page, strict=True)
+                ]
+                fill = self.port.fill_page(thread_id, ns, below, limit, entries, self.ttl_ms)
+                yield from self._hot(fill)
+            else:
+                self._count("special" if any(k.special for k in probed) else "miss")
+        yield from self._share()
+        return page
+
     def _evict(self, thread_id: Any) -> Op[None]:
         yield from self._hot(self.port.evict(normalize_thread_id(thread_id)))
 
@@ -493,10 +620,17 @@ class HotLayer(HotLayerBase):
             return self.prober.keys(
                 request.thread_id, request.ns, request.checkpoint_id, request.newer
             )
-        return getattr(self.durable, request.method)(*request.args)
+        found = getattr(self.durable, request.method)(*request.args, **dict(request.kwargs))
+        return list(found) if request.method == "list" else found
 
     def _run(self, op: Op[Any]) -> Any:
         return drive(op, self._route)
+
+    def _run_page(self, op: Op[Page]) -> Page:
+        return drive(op, self._route)
+
+    async def _arun_page(self, op: Op[Page]) -> Page:
+        return await asyncio.to_thread(drive, op, self._route)
 
     def setup(self) -> None:
         """The durable saver's ``setup`` (when it has one), then the Redis scripts."""
@@ -581,10 +715,19 @@ class AsyncHotLayer(HotLayerBase):
             return await self.prober.akeys(
                 request.thread_id, request.ns, request.checkpoint_id, request.newer
             )
-        return await getattr(self.durable, "a" + request.method)(*request.args)
+        method = getattr(self.durable, "a" + request.method)
+        if request.method == "list":
+            return [item async for item in method(*request.args, **dict(request.kwargs))]
+        return await method(*request.args, **dict(request.kwargs))
 
     async def _arun(self, op: Op[Any]) -> Any:
         return await adrive(op, self._aroute)
+
+    async def _arun_page(self, op: Op[Page]) -> Page:
+        return await adrive(op, self._aroute)
+
+    def _run_page(self, op: Op[Page]) -> Page:
+        return self._on_loop(self._arun_page(op))  # type: ignore[no-any-return]
 
     def _on_loop(self, coro: Any) -> Any:
         return on_loop(self.loop, coro, "hot layer", "the async methods (ainvoke, aget_state…)")

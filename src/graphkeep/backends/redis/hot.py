@@ -7,6 +7,8 @@ savers' keys escape it, so a thread is one Cluster slot)::
                                                             durable saver returned it, in its
                                                             serializer: encryption respected)
                                n\\0<ns>                   -> the id of the newest entry of ns
+                               l\\0<ns>\\0<before>\\0<limit> -> a ``list`` page: its ids
+                               p\\0<ns>\\0<checkpoint id>  -> the entry of a page's checkpoint
 
     P:hot1:stats        HASH   hit / miss / special / error -> reads of every process since
                                the hash was made (each layer adds its counts every few
@@ -24,7 +26,7 @@ from typing import Any
 
 from graphkeep.backends.redis.keys import check_prefix, encode_thread, pattern_prefix
 from graphkeep.backends.redis.requests import Command, Script
-from graphkeep.port import Op
+from graphkeep.port import Op, codec
 
 __all__ = ["HOT_SCRIPTS", "RedisHotPort"]
 
@@ -51,6 +53,30 @@ redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return 0
 """
 
+# KEYS: the thread's hash; ARGV: the page's field, ttl_ms. The page's ids, then their entries
+PAGE = """
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local index = redis.call('HGET', KEYS[1], ARGV[1])
+if not index then return false end
+local ids = cmsgpack.unpack(index)
+local found = {index}
+for i = 1, #ids do
+  found[i + 1] = redis.call('HGET', KEYS[1], ARGV[3] .. ids[i]) or ''
+end
+return found
+"""
+
+# KEYS: the thread's hash; ARGV: the page's field, its index, ttl_ms, entry prefix, then
+# (checkpoint id, entry) pairs
+FILL_PAGE = """
+for i = 5, #ARGV, 2 do
+  redis.call('HSET', KEYS[1], ARGV[4] .. ARGV[i], ARGV[i + 1])
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 0
+"""
+
 # KEYS: the stats hash; ARGV: outcome, count, outcome, count...
 COUNT = """
 for i = 1, #ARGV, 2 do
@@ -59,7 +85,13 @@ end
 return 0
 """
 
-HOT_SCRIPTS = {"hot_fetch": FETCH, "hot_fill": FILL, "hot_count": COUNT}
+HOT_SCRIPTS = {
+    "hot_fetch": FETCH,
+    "hot_fill": FILL,
+    "hot_page": PAGE,
+    "hot_fill_page": FILL_PAGE,
+    "hot_count": COUNT,
+}
 
 
 class RedisHotPort:
@@ -95,6 +127,35 @@ class RedisHotPort:
         args = [ns, checkpoint_id, entry, "1" if latest else "", ttl_ms]
         yield Script("hot_fill", [self.key(thread_id)], args)
 
+    def fetch_page(
+        self, thread_id: str, ns: str, before: str | None, limit: int, ttl_ms: int
+    ) -> Op[list[bytes] | None]:
+        field = _page_field(ns, before, limit)
+        found: Any = yield Script(
+            "hot_page", [self.key(thread_id)], [field, ttl_ms, _page_entry(ns, "")]
+        )
+        if not isinstance(found, list) or not found:
+            return None
+        ids = codec.unpackb(found[0])
+        if len(found) != len(ids) + 1 or any(not entry for entry in found[1:]):
+            return None  # an entry is gone: read the store
+        return [bytes(entry) for entry in found[1:]]
+
+    def fill_page(
+        self,
+        thread_id: str,
+        ns: str,
+        before: str | None,
+        limit: int,
+        entries: list[tuple[str, bytes]],
+        ttl_ms: int,
+    ) -> Op[None]:
+        index = codec.packb([cid for cid, _ in entries])
+        args: list[Any] = [_page_field(ns, before, limit), index, ttl_ms, _page_entry(ns, "")]
+        for cid, entry in entries:
+            args += [cid, entry]
+        yield Script("hot_fill_page", [self.key(thread_id)], args)
+
     def evict(self, thread_id: str) -> Op[None]:
         yield Command(("UNLINK", self.key(thread_id)))
 
@@ -112,6 +173,14 @@ class RedisHotPort:
     def footprint(self, thread_id: str) -> Op[int]:
         used = yield Command(("MEMORY", "USAGE", self.key(thread_id), "SAMPLES", "0"))
         return int(used or 0)
+
+
+def _page_field(ns: str, before: str | None, limit: int) -> str:
+    return f"l\0{ns}\0{before or ''}\0{limit}"
+
+
+def _page_entry(ns: str, checkpoint_id: str) -> str:
+    return f"p\0{ns}\0{checkpoint_id}"
 
 
 def _text(value: Any) -> str:
