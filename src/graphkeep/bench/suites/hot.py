@@ -6,7 +6,7 @@ a fresh saver WITHOUT the layer ("plain") and one WITH it ("hot", Redis at ``RED
 one after the other on the same servers, each on its own threads, both workloads in turn:
 
 - **W50**: the W50 chat graph of :mod:`graphkeep.bench.workloads` (2 nodes, ``add_messages``)
-  on 50 threads (``--quick``: 10), a few turns each (``graph.invoke`` of one human message),
+  on 50 threads (``--quick``: 5), a few turns each (``graph.invoke`` of one human message),
   the threads interleaved turn by turn;
 - **read-heavy**: then, on the same threads, turns "as a UI-driven Agent Server does":
   ``graph.get_state(config)``, a 10-item history page
@@ -35,14 +35,15 @@ same executor or connection as the saver's own reads):
   ours (``cursor_factory``) that counts every SQL statement executed (``execute``: one;
   ``executemany``: one per parameter set) and, after each ``execute``, the bytes of the
   result's values as they came over the wire (the sum of the lengths of
-  ``PGresult.get_value`` over every row and column; NULL counts 0). ``put``'s statements run in a pipeline: they are counted as statements
-  (fewer round trips than statements) and return no rows, so no bytes.
+  ``PGresult.get_value`` over every row and column; NULL counts 0). ``put``'s statements run
+  in a pipeline: they are counted as statements (fewer round trips than statements) and
+  return no rows, so no bytes.
 
 The issue's targets (27): payload reads from the durable store go to 0 for a hot thread;
 durable requests per turn down by at least 50% on the read-heavy turn. Both are judged on the
 read-heavy turn of every store and printed met or MISSED as measured. Run it with
-``./dev bench --suite hot`` or ``python -m graphkeep.bench.suites.hot`` (``--quick``: 10
-threads, fewer turns).
+``./dev bench --suite hot`` or ``python -m graphkeep.bench.suites.hot`` (``--quick``: 5
+threads, 2 + 2 turns each instead of 4 + 4).
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from langchain_core.runnables import RunnableConfig
+
 from graphkeep.bench import render
 from graphkeep.bench.render import number, section, table, target_lines, versions
 from graphkeep.bench.suites import Options, Skip, Suite
@@ -72,8 +75,8 @@ from graphkeep.errors import mask_url
 BACKENDS = ("mongodb", "dynamodb", "postgres")
 MODES = ("plain", "hot")
 FULL_TURNS = 50  # Options.turns of a full run (--quick: 10)
-FULL_THREADS = 50
-#: W50 turns and read-heavy turns per thread (full run, quick run)
+#: threads, W50 turns and read-heavy turns per thread (full run, quick run)
+THREADS = (50, 5)
 W50_TURNS = (4, 2)
 READ_TURNS = (4, 2)
 HISTORY_PAGE = 10
@@ -183,12 +186,12 @@ def counting_cursor(meter: Meter) -> type[Any]:
     import psycopg
 
     class Counted(psycopg.Cursor[Any]):
-        def execute(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        def execute(self, *args: Any, **kwargs: Any) -> Any:
             result = super().execute(*args, **kwargs)
             meter.add(1, _result_bytes(self.pgresult))
             return result
 
-        def executemany(self, query: Any, params_seq: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        def executemany(self, query: Any, params_seq: Any, **kwargs: Any) -> None:
             params = list(params_seq)
             super().executemany(query, params, **kwargs)
             meter.add(len(params), 0)
@@ -229,6 +232,7 @@ class Durable:
 def _graphkeep_durable(name: str, prefix: str) -> Iterator[Durable]:
     import graphkeep
 
+    size: Callable[[Any], int]
     if name == "mongodb":
         from graphkeep.bench.suites.mongodb import mongodb_url
 
@@ -372,11 +376,11 @@ class Row:
     errors: list[str] = field(default_factory=list)
 
 
-def _config(thread: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread}}
+def _config(thread: str) -> RunnableConfig:
+    return RunnableConfig(configurable={"thread_id": thread})
 
 
-def _page(graph: Any, config: dict[str, Any]) -> list[Any]:
+def _page(graph: Any, config: RunnableConfig) -> list[Any]:
     return list(graph.get_state_history(config, limit=HISTORY_PAGE))
 
 
@@ -387,7 +391,7 @@ def _reads(layer: Any) -> Counter[str]:
 def _footprint(layer: Any, threads: Sequence[str]) -> float | None:
     if layer is None:
         return None
-    return statistics.mean(layer.footprint(t) for t in threads)
+    return float(statistics.mean(layer.footprint(t) for t in threads))
 
 
 def run_row(
@@ -486,8 +490,7 @@ def measure_row(name: str, mode: str, threads: int, w50: int, reads: int) -> Row
 
 def measure_backend(name: str, options: Options) -> list[Row]:
     quick = options.turns < FULL_TURNS
-    threads = max(5, round(FULL_THREADS * min(options.turns / FULL_TURNS, 1.0)))
-    w50, reads = W50_TURNS[quick], READ_TURNS[quick]
+    threads, w50, reads = THREADS[quick], W50_TURNS[quick], READ_TURNS[quick]
     try:
         prepare(name)
     except Exception as exc:  # noqa: BLE001 - the backend's rows say why
@@ -633,7 +636,9 @@ def markdown(rows: Sequence[Row]) -> str:
                 r.backend,
                 "yes" if r.mode == "hot" else "no",
                 *[
-                    "n/a" if (p := r.read_heavy.part(name)) is None else f"{p[0]:.2f} / {p[1]:,.0f}"
+                    "n/a"
+                    if (cell := r.read_heavy.part(name)) is None
+                    else f"{cell[0]:.2f} / {cell[1]:,.0f}"
                     for name in PARTS
                 ],
             ]
@@ -685,7 +690,7 @@ SUITE = Suite(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m graphkeep.bench.suites.hot")
-    parser.add_argument("--quick", action="store_true", help="10 threads, fewer turns")
+    parser.add_argument("--quick", action="store_true", help="5 threads, 2 + 2 turns each")
     parser.add_argument("--only", default=None, help=f"comma list of: {', '.join(BACKENDS)}")
     parser.add_argument("--out", default=".bench", help="report directory (default .bench)")
     args = parser.parse_args(argv)
