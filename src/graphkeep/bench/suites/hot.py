@@ -563,7 +563,7 @@ def targets(rows: Sequence[Row]) -> list[tuple[str, bool]]:
 
 
 def markdown(rows: Sequence[Row]) -> str:
-    where = "; ".join(f"{r.backend} {r.mode}: {r.where}" for r in rows if r.where)
+    where = "; ".join(dict.fromkeys(f"{r.backend}: {r.where}" for r in rows if r.where))
     first = rows[0] if rows else Row("", "")
     lines = [
         "# graphkeep bench: Redis as the hot layer",
