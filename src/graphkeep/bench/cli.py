@@ -1,6 +1,7 @@
 """Command line of ``python -m graphkeep.bench`` (``./dev bench``).
 
-    python -m graphkeep.bench [--suite redis|mongodb|dynamodb|store|live|concurrency|effects|all]
+    python -m graphkeep.bench [--suite redis|mongodb|dynamodb|store|live|concurrency|effects
+                                       |hot|all]
                               [--turns N | --quick] [--rounds N] [--growth-turns N]
                               [--threads 1,10,100,500] [--backends redis,mongodb,...]
 
@@ -12,11 +13,13 @@ more turns after its history read (default as many again: W50-100), for the
 growth rows (stored after 50 and 100 turns, bytes sent per turn). A suite whose
 graphkeep backend has not landed yet prints ``skipped: backend not available yet``
 (exit status 0); a suite asked for by name that cannot reach its server fails.
-The ``store``, ``live``, ``concurrency`` and ``effects`` suites have their own workloads and reports
-(:mod:`.suites.store`, :mod:`.suites.live`: watch latency and run event logs on every
-backend, and PUBLISH per event on the same Redis; :mod:`.suites.concurrency`: N threads at
-once on one async saver, ``--threads`` and ``--backends`` pick the N and the backends;
-:mod:`.suites.effects`: the effect ledger's cost per call on every backend).
+The ``store``, ``live``, ``concurrency``, ``effects`` and ``hot`` suites have their own
+workloads and reports (:mod:`.suites.store`, :mod:`.suites.live`: watch latency and run event
+logs on every backend, and PUBLISH per event on the same Redis; :mod:`.suites.concurrency`: N
+threads at once on one async saver, ``--threads`` and ``--backends`` pick the N and the
+backends; :mod:`.suites.effects`: the effect ledger's cost per call on every backend;
+:mod:`.suites.hot`: MongoDB, DynamoDB and Postgres with and without Redis as the hot layer,
+durable requests and bytes read per turn, ``--backends`` picks the stores).
 """
 
 from __future__ import annotations
@@ -101,7 +104,8 @@ def _parser() -> argparse.ArgumentParser:
         type=lambda text: tuple(b for b in text.split(",") if b),
         default=(),
         help="concurrency suite: comma list of backends (default: all of"
-        " redis,redis-stack,redis-cluster,mongodb,dynamodb)",
+        " redis,redis-stack,redis-cluster,mongodb,dynamodb); hot suite: of"
+        " mongodb,dynamodb,postgres",
     )
     parser.add_argument("--force-flush", action="store_true", help=argparse.SUPPRESS)
     return parser

@@ -50,6 +50,7 @@ SUITES: dict[str, str] = {
     "live": "graphkeep.bench.suites.live",
     "concurrency": "graphkeep.bench.suites.concurrency",
     "effects": "graphkeep.bench.suites.effects",
+    "hot": "graphkeep.bench.suites.hot",
 }
 
 
