@@ -358,6 +358,12 @@ def cmd_dump(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             checkpoint_id=args.checkpoint_id,
             ns=args.checkpoint_ns,
         )
+    if args.hot:
+        from graphkeep.cli.hot import open_hot, thread_hot
+
+        with open_hot(args.url, args.hot, args.key_prefix) as view:
+            ns, wanted = args.checkpoint_ns, args.checkpoint_id
+            document["hot"] = thread_hot(view, args.thread_id, ns, wanted)
     if args.output in (None, "-"):
         print_json(document, out, compact=args.compact)
     else:
