@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import shlex
 from collections.abc import Sequence
+from contextlib import ExitStack
 from typing import Any, TextIO
 
 from graphkeep.checkpoint.records import ListQuery, Loaded, Summary, Typed
@@ -221,12 +222,17 @@ def _row(
 
 def cmd_history(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     ns = None if args.all_ns else args.ns
-    with open_endpoint(args.url, key_prefix=args.key_prefix, serde=inspection_serde()) as endpoint:
-        rows = history_rows(endpoint, args.thread, ns, args.limit)
-        label = endpoint.label
     hot = None
-    if args.hot:
-        with open_hot(args.url, args.hot, args.key_prefix) as view:
+    with ExitStack() as stack:  # --hot opened first: a bad one fails before any read
+        view = (
+            stack.enter_context(open_hot(args.url, args.hot, args.key_prefix)) if args.hot else None
+        )
+        with open_endpoint(
+            args.url, key_prefix=args.key_prefix, serde=inspection_serde()
+        ) as endpoint:
+            rows = history_rows(endpoint, args.thread, ns, args.limit)
+            label = endpoint.label
+        if view is not None:
             hot = thread_hot(view, args.thread, ns or "")
     if args.json:
         report = {"url": label, "thread_id": args.thread, "checkpoints": rows}
