@@ -174,6 +174,37 @@ def test_warm_leaves_an_interrupted_head_to_the_durable_store_and_reports_unknow
     assert "no (special write)" in text.out
 
 
+AES_KEY = "0123456789abcdef0123456789abcdef"
+
+
+@pytest.mark.dynamodb
+def test_warm_keeps_an_encrypted_thread_encrypted_in_redis(
+    prefix: str, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+
+    serde = EncryptedSerializer.from_pycryptodome_aes(key=AES_KEY.encode())
+    options = {"key_prefix": prefix, "serde": serde}
+    with graphkeep.connect(DYNAMODB_URL, setup=True, **options) as saver:
+        _graph(saver).invoke({"messages": [HumanMessage(content="secret words")]}, _config("s1"))
+
+    monkeypatch.delenv("LANGGRAPH_AES_KEY", raising=False)
+    locked = gk("hot", "warm", *_base(DYNAMODB_URL, prefix), "--thread", "s1")
+    assert locked.code == 1 and "LANGGRAPH_AES_KEY" in locked.err
+    assert not r.exists(_key(prefix, "s1"))  # nothing half-readable was cached
+
+    monkeypatch.setenv("LANGGRAPH_AES_KEY", AES_KEY)
+    warm = gk("hot", "warm", *_base(DYNAMODB_URL, prefix), "--thread", "s1", "--json")
+    assert warm.code == 0, warm.err
+    assert warm.json()["threads"][0]["namespaces"][0]["cached"] is True
+    stored = b"".join(r.hgetall(_key(prefix, "s1")).values())
+    assert stored and b"secret words" not in stored
+    with graphkeep.connect(DYNAMODB_URL, hot=REDIS_URL, **options) as saver:
+        values = _graph(saver).get_state(_config("s1")).values
+        assert dict(saver.reads) == {"hit": 1}
+    assert [m.content for m in values["messages"]] == ["secret words", "hi back"]
+
+
 # -- hot evict -----------------------------------------------------------------------------
 
 
