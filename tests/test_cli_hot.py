@@ -331,6 +331,19 @@ def test_a_hot_url_that_is_not_redis_or_missing_is_a_usage_error(prefix: str) ->
     assert neither.code == 2 and "--thread" in neither.err
 
 
+@pytest.mark.dynamodb
+def test_a_hot_redis_that_does_not_answer_is_one_line(prefix: str) -> None:
+    down = "redis://:pw123@127.0.0.1:1/0"
+    stats = gk("stats", DYNAMODB_URL, "--key-prefix", prefix, "--hot", down)
+    assert stats.code == 1 and stats.out == ""
+    assert "the hot layer's Redis at redis://:***@127.0.0.1:1/0 does not answer" in stats.err
+    assert "pw123" not in stats.err
+    health = gk("health", DYNAMODB_URL, "--key-prefix", prefix, "--hot", down)
+    assert health.code == 2 and "does not answer" in health.err
+    warm = gk("hot", "warm", DYNAMODB_URL, "--key-prefix", prefix, "--hot", down, "--thread", "x")
+    assert warm.code == 1 and "does not answer" in warm.err
+
+
 def test_a_hot_layer_over_redis_or_sqlite_is_a_usage_error(tmp_path: Any) -> None:
     over_redis = gk("stats", REDIS_URL, "--key-prefix", unique_prefix(), "--hot", REDIS_URL)
     assert over_redis.code == 2 and "keeps its checkpoints in Redis already" in over_redis.err

@@ -41,7 +41,7 @@ from graphkeep.cli.console import (
 )
 from graphkeep.cli.endpoints import Native, open_endpoint
 from graphkeep.cli.foreign import Foreign, postgres_snapshot
-from graphkeep.cli.hot import read_hot_report, write_hot_report
+from graphkeep.cli.hot import HotUnreachable, read_hot_report, write_hot_report
 from graphkeep.errors import StorageUnavailable
 
 _RUNAWAY = re.compile(r"^\s*(\d+)\s*/\s*(\S+)\s*$")
@@ -379,7 +379,10 @@ def cmd_health(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError("--json and --format prometheus exclude each other")
     count, period = args.runaway
     health_window = HealthWindow(args.window, count, period)
-    hot = read_hot_report(args)
+    try:
+        hot = read_hot_report(args)
+    except HotUnreachable as exc:
+        raise Unreachable(str(exc)) from exc
     health = read_health(args.url, args.key_prefix, health_window)
     violations = crossed(health, args)
     if args.json:

@@ -37,6 +37,7 @@ from graphkeep.cli.console import (
     EXIT_NOT_FOUND,
     EXIT_OK,
     MASK,
+    CliError,
     UsageError,
     human_bytes,
     print_json,
@@ -128,11 +129,28 @@ def open_hot(url: str, hot: str, key_prefix: str | None) -> Iterator[HotView]:
         try:
             client = sync_client(_client_url(hot))
             try:
+                _ping(client, hot)
                 yield HotView(endpoint, layer, client, hot)
             finally:
                 client.close()
         finally:
             layer.close()
+
+
+class HotUnreachable(CliError):
+    """The hot layer's Redis does not answer: one line (``health``: exit code 2)."""
+
+
+def _ping(client: Any, url: str) -> None:
+    """A Redis that does not answer is an error of the command (the layer itself would
+    only read the durable store: a CLI asked about Redis says so instead)."""
+    try:
+        client.ping()
+    except Exception as exc:  # noqa: BLE001 - redis-py's errors and graphkeep's alike
+        raise HotUnreachable(
+            f"the hot layer's Redis at {safe_url(url)} does not answer"
+            f" ({type(exc).__name__}: {exc})"
+        ) from exc
 
 
 # -- the report of stats and health ------------------------------------------------------
