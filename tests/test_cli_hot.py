@@ -127,6 +127,7 @@ def test_warm_puts_every_namespace_in_redis_and_the_app_reads_that_copy(
     assert result.code == 0, result.err
     report = result.json()
     assert report["not_found"] == []
+    assert (report["url"], report["hot"], report["key_prefix"]) == (DYNAMODB_URL, REDIS_URL, prefix)
     [thread] = report["threads"]
     namespaces = thread["namespaces"]
     assert [n["checkpoint_ns"] for n in namespaces][0] == ""

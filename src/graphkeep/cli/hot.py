@@ -347,7 +347,7 @@ def cmd_hot_warm(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     results: list[dict[str, Any]] = []
     missing: list[str] = []
     with open_hot(args.url, args.hot, args.key_prefix) as view:
-        label = view.label
+        label, durable = view.label, view.endpoint.label
         for thread_id in dict.fromkeys(args.thread):
             namespaces = thread_namespaces(view.endpoint, thread_id)
             reads = [read_through(view, thread_id, ns) for ns in namespaces or []]
@@ -362,7 +362,8 @@ def cmd_hot_warm(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 }
             )
     if args.json:
-        print_json({"hot": label, "threads": results, "not_found": missing}, out)
+        report = {"url": durable, "hot": label, "key_prefix": view.prefix}
+        print_json({**report, "threads": results, "not_found": missing}, out)
     else:
         rows = [
             [r["thread_id"], n["checkpoint_ns"] or '""', n["checkpoint_id"], n["read"], _yes(n)]
@@ -374,7 +375,7 @@ def cmd_hot_warm(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         for r in results:
             out.write(f"{r['thread_id']}: {human_bytes(r['bytes'])} in Redis\n")
         for thread_id in missing:
-            err.write(f"graphkeep: thread {thread_id!r} not found at {safe_url(args.url)}\n")
+            err.write(f"graphkeep: thread {thread_id!r} not found at {durable}\n")
     return EXIT_NOT_FOUND if missing else EXIT_OK
 
 
@@ -404,12 +405,12 @@ def _evict_keys(view: HotView, keys: Sequence[Any]) -> tuple[int, int]:
 def cmd_hot_evict(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     with open_hot(args.url, args.hot, args.key_prefix) as view:
         label = view.label
+        where = {"url": view.endpoint.label, "hot": label, "key_prefix": view.prefix}
         if args.all:
             keys = list(view.thread_keys())
             dropped, size = _evict_keys(view, keys)
             report: dict[str, Any] = {
-                "hot": label,
-                "key_prefix": view.prefix,
+                **where,
                 "all": True,
                 "threads_dropped": dropped,
                 "bytes": size,
@@ -421,7 +422,7 @@ def cmd_hot_evict(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             for thread_id in dict.fromkeys(args.thread):
                 dropped, size = _evict_keys(view, [view.key(thread_id)])
                 threads.append({"thread_id": thread_id, "dropped": bool(dropped), "bytes": size})
-            report = {"hot": label, "key_prefix": view.prefix, "all": False, "threads": threads}
+            report = {**where, "all": False, "threads": threads}
     if args.json:
         print_json(report, out)
     elif args.all:
