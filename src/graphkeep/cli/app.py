@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     from graphkeep.cli.dump import cmd_dump
     from graphkeep.cli.effects import add_effects_command
     from graphkeep.cli.health import add_health_command
+    from graphkeep.cli.hot import add_hot_commands, add_hot_option
     from graphkeep.cli.inspection import cmd_history, cmd_threads
     from graphkeep.cli.live import add_live_commands
     from graphkeep.cli.maintain import cmd_prune, cmd_setup, cmd_stats
@@ -103,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     ns.add_argument("--ns", default="", help='checkpoint namespace (default: root "")')
     ns.add_argument("--all-ns", action="store_true", help="every namespace (subgraphs too)")
     p.add_argument("--limit", type=positive, help="newest N checkpoints only")
+    add_hot_option(p)
 
     p = add_command(
         sub,
@@ -128,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-ns", default="", metavar="NS", help='namespace (default "")')
     p.add_argument("--output", "-o", metavar="FILE", help="write the JSON here (default: -)")
     p.add_argument("--compact", action="store_true", help="one-line JSON")
+    add_hot_option(p)
 
     p = add_command(
         sub,
@@ -200,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-bytes-per-thread", type=size, metavar="SIZE", help="e.g. 500KB, 10MB, 1GiB"
     )
+    add_hot_option(p)
 
     p = add_command(
         sub,
@@ -245,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="report the plan, write nothing")
 
     add_health_command(sub, common)
+    add_hot_commands(sub, common)
     add_check_command(sub, common)
     add_live_commands(sub, common)
     add_effects_command(sub, common)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -34,6 +35,7 @@ from graphkeep.cli.decode import (
 )
 from graphkeep.cli.endpoints import Endpoint, Native, open_endpoint
 from graphkeep.cli.foreign import Foreign
+from graphkeep.cli.hot import open_hot, thread_hot
 from graphkeep.cli.threads import CheckpointItem, foreign_writes
 from graphkeep.errors import Place
 from graphkeep.port import codec
@@ -350,14 +352,23 @@ def _foreign_entry(
 
 
 def cmd_dump(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    with open_endpoint(args.url, key_prefix=args.key_prefix, serde=inspection_serde()) as endpoint:
-        document = dump_thread(
-            endpoint,
-            args.thread_id,
-            args.channel,
-            checkpoint_id=args.checkpoint_id,
-            ns=args.checkpoint_ns,
+    with ExitStack() as stack:  # --hot opened first: a bad one fails before any read
+        view = (
+            stack.enter_context(open_hot(args.url, args.hot, args.key_prefix)) if args.hot else None
         )
+        with open_endpoint(
+            args.url, key_prefix=args.key_prefix, serde=inspection_serde()
+        ) as endpoint:
+            document = dump_thread(
+                endpoint,
+                args.thread_id,
+                args.channel,
+                checkpoint_id=args.checkpoint_id,
+                ns=args.checkpoint_ns,
+            )
+        if view is not None:
+            ns, wanted = args.checkpoint_ns, args.checkpoint_id
+            document["hot"] = thread_hot(view, args.thread_id, ns, wanted)
     if args.output in (None, "-"):
         print_json(document, out, compact=args.compact)
     else:

@@ -41,6 +41,7 @@ from graphkeep.cli.console import (
 )
 from graphkeep.cli.endpoints import Native, open_endpoint
 from graphkeep.cli.foreign import Foreign, postgres_snapshot
+from graphkeep.cli.hot import HotUnreachable, read_hot_report, write_hot_report
 from graphkeep.errors import StorageUnavailable
 
 _RUNAWAY = re.compile(r"^\s*(\d+)\s*/\s*(\S+)\s*$")
@@ -78,6 +79,7 @@ def runaway(text: str) -> tuple[int, float]:
 
 def add_health_command(sub: Any, common: argparse.ArgumentParser) -> None:
     from graphkeep.cli.arguments import add_command, non_negative, size
+    from graphkeep.cli.hot import add_hot_option
 
     p = add_command(
         sub,
@@ -128,6 +130,7 @@ def add_health_command(sub: Any, common: argparse.ArgumentParser) -> None:
         help="what the store may hold (its disk or memory): written as"
         " graphkeep_storage_capacity_bytes for the 70 %% alert",
     )
+    add_hot_option(p)
 
 
 # -- reading ---------------------------------------------------------------------------
@@ -319,6 +322,37 @@ def prometheus_text(health: FleetHealth, backend: str, capacity: int | None = No
     return "\n".join(lines) + "\n"
 
 
+#: (name, help, report field) of the gauges ``--hot`` adds to ``--format prometheus``
+HOT_GAUGES = [
+    (
+        "graphkeep_hot_hit_ratio",
+        "Hits over reads through the hot layer, every process (graphkeep health --hot).",
+        "hit_rate",
+    ),
+    ("graphkeep_hot_threads", "Threads the hot layer's Redis holds now.", "threads"),
+    ("graphkeep_hot_bytes", "Redis bytes of those threads (MEMORY USAGE).", "bytes"),
+]
+
+
+def hot_prometheus_text(hot: dict[str, Any], backend: str) -> str:
+    """``--hot``'s part in the text exposition format (reads by outcome as a counter)."""
+    labels = f'backend="{_label(backend)}"'
+    lines: list[str] = []
+    for name, help_text, key in HOT_GAUGES:
+        if hot[key] is None:
+            continue
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+        lines.append(f"{name}{{{labels}}} {_number(hot[key])}")
+    name = "graphkeep_hot_reads_total"
+    lines += [
+        f"# HELP {name} Reads through the hot layer by outcome, every process.",
+        f"# TYPE {name} counter",
+    ]
+    for outcome, count in hot["reads"].items():
+        lines.append(f'{name}{{{labels},outcome="{_label(outcome)}"}} {count}')
+    return "\n".join(lines) + "\n"
+
+
 def crossed(health: FleetHealth, args: argparse.Namespace) -> list[str]:
     """The thresholds given on the command line that the report crosses."""
     found = []
@@ -345,10 +379,14 @@ def cmd_health(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError("--json and --format prometheus exclude each other")
     count, period = args.runaway
     health_window = HealthWindow(args.window, count, period)
+    try:
+        hot = read_hot_report(args)
+    except HotUnreachable as exc:
+        raise Unreachable(str(exc)) from exc
     health = read_health(args.url, args.key_prefix, health_window)
     violations = crossed(health, args)
     if args.json:
-        report = {
+        report: dict[str, Any] = {
             "url": safe_url(args.url),
             **health.as_json(),
             "at": iso(health.at),
@@ -357,9 +395,13 @@ def cmd_health(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             "capacity_bytes": args.capacity,
             "violations": violations,
         }
+        if hot is not None:
+            report["hot"] = hot
         print_json(report, out)
     elif args.format == "prometheus":
         out.write(prometheus_text(health, _backend(args.url), args.capacity))
+        if hot is not None:
+            out.write(hot_prometheus_text(hot, _backend(args.url)))
     else:
         stored = "unknown" if health.storage_bytes is None else human_bytes(health.storage_bytes)
         out.write(
@@ -375,6 +417,8 @@ def cmd_health(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             out.write(f"RUNAWAY {r.thread_id}: {r.checkpoints} checkpoints in {_span(period)}\n")
         for thread_id in health.interrupted_ids[:20]:
             out.write(f"interrupted: {thread_id}\n")
+        if hot is not None:
+            write_hot_report(hot, out)
         for line in violations:
             out.write(f"THRESHOLD {line}\n")
     if violations and (args.json or args.format == "prometheus"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import shlex
 from collections.abc import Sequence
+from contextlib import ExitStack
 from typing import Any, TextIO
 
 from graphkeep.checkpoint.records import ListQuery, Loaded, Summary, Typed
@@ -16,6 +17,7 @@ from graphkeep.cli.decode import Encrypted, inspection_serde, load_plain, to_jso
 from graphkeep.cli.dump import dump_thread
 from graphkeep.cli.endpoints import Endpoint, Native, open_endpoint
 from graphkeep.cli.foreign import Foreign
+from graphkeep.cli.hot import open_hot, thread_hot, write_thread_hot
 from graphkeep.cli.threads import (
     CheckpointItem,
     ThreadInfo,
@@ -220,13 +222,27 @@ def _row(
 
 def cmd_history(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     ns = None if args.all_ns else args.ns
-    with open_endpoint(args.url, key_prefix=args.key_prefix, serde=inspection_serde()) as endpoint:
-        rows = history_rows(endpoint, args.thread, ns, args.limit)
-        label = endpoint.label
+    hot = None
+    with ExitStack() as stack:  # --hot opened first: a bad one fails before any read
+        view = (
+            stack.enter_context(open_hot(args.url, args.hot, args.key_prefix)) if args.hot else None
+        )
+        with open_endpoint(
+            args.url, key_prefix=args.key_prefix, serde=inspection_serde()
+        ) as endpoint:
+            rows = history_rows(endpoint, args.thread, ns, args.limit)
+            label = endpoint.label
+        if view is not None:
+            hot = thread_hot(view, args.thread, ns or "")
     if args.json:
-        print_json({"url": label, "thread_id": args.thread, "checkpoints": rows}, out)
+        report = {"url": label, "thread_id": args.thread, "checkpoints": rows}
+        if hot is not None:
+            report["hot"] = hot
+        print_json(report, out)
         return 0
     write_history(rows, out, show_ns=ns is None)
+    if hot is not None:
+        write_thread_hot(hot, out)
     return 0
 
 

@@ -38,6 +38,7 @@ from graphkeep.cli.console import (
 from graphkeep.cli.decode import LosslessSerde, load_plain, to_json
 from graphkeep.cli.endpoints import Native, is_foreign, open_endpoint, scheme_of
 from graphkeep.cli.foreign import describe_schema as describe_foreign_schema
+from graphkeep.cli.hot import read_hot_report, write_hot_report
 from graphkeep.cli.threads import ThreadInfo, checkpoint_ts, is_element, iter_threads, thread_info
 from graphkeep.connect import BACKENDS
 
@@ -208,6 +209,7 @@ def _elements_part(plan: dict[str, Any]) -> str:
 
 def cmd_stats(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     infos: list[ThreadInfo] = []
+    hot = read_hot_report(args)
     with (
         open_endpoint(
             args.url, key_prefix=args.key_prefix, serde=LosslessSerde(strict=False)
@@ -260,6 +262,8 @@ def cmd_stats(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         },
         "violations": violations,
     }
+    if hot is not None:
+        report["hot"] = hot
     if args.json:
         print_json(report, out)
     else:
@@ -297,6 +301,8 @@ def cmd_stats(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 ],
                 out,
             )
+        if hot is not None:
+            write_hot_report(hot, out)
         for v in violations:
             out.write(f"THRESHOLD {v['thread_id']}: {'; '.join(v['crossed'])}\n")
     return EXIT_THRESHOLD if violations else EXIT_OK
