@@ -529,10 +529,12 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         thread_id, ns, below, limit = address
         raw = yield from self._hot(self.port.fetch_page(thread_id, ns, below, limit, self.ttl_ms))
         cached = [self._decode(entry) for entry in raw or []]
+        probed: Probed | None = None
+        probed_from = ""
         if cached and all(entry is not None for entry in cached):
             copies = [entry for entry in cached if entry is not None]
-            low = copies[-1][0] if len(copies) == limit else ""
-            probed: Probed = yield Probe(thread_id, ns, low, True)
+            probed_from = copies[-1][0] if len(copies) == limit else ""
+            probed = yield Probe(thread_id, ns, probed_from, True)
             if _page_current(probed, [(cid, n) for cid, n, _ in copies], below):
                 self._count("hit")
                 yield from self._share()
@@ -542,7 +544,10 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         ids = [(_checkpoint_id(t), len(t.pending_writes or [])) for t in page]
         if ids:
             low = ids[-1][0] if len(ids) == limit else ""
-            probed = yield Probe(thread_id, ns, low, True)
+            if probed is None or probed_from > low:
+                # after the read (the keys read before it only serve a page they cover)
+                probed = yield Probe(thread_id, ns, low, True)
+            probed = [k for k in probed if k.checkpoint_id >= low]
             if _page_current(probed, ids, below):
                 self._count("miss")
                 entries = [
