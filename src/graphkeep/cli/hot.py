@@ -237,11 +237,12 @@ def read_through(
     found_id = None if found is None else str(found.config["configurable"]["checkpoint_id"])
     cached = False
     if found_id is not None:
+        port = view.layer.port
         if checkpoint_id is None:
-            newest = view.client.hget(view.key(thread_id), f"n\0{ns}")
+            newest = view.client.hget(view.key(thread_id), port.newest_field(ns))
             cached = newest is not None and newest.decode() == found_id
         else:
-            field = f"c\0{ns}\0{found_id}"
+            field = port.entry_field(ns, found_id)
             cached = bool(view.client.hexists(view.key(thread_id), field))
     return {
         "checkpoint_ns": ns,

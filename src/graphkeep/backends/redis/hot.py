@@ -103,6 +103,16 @@ class RedisHotPort:
     def key(self, thread_id: str) -> str:
         return f"{self.prefix}:{FORMAT}:{{{encode_thread(thread_id)}}}"
 
+    @staticmethod
+    def newest_field(ns: str) -> str:
+        """The field naming the newest copy of namespace ``ns`` in a thread's hash."""
+        return f"n\0{ns}"
+
+    @staticmethod
+    def entry_field(ns: str, checkpoint_id: str) -> str:
+        """The field of a checkpoint's copy in a thread's hash."""
+        return f"c\0{ns}\0{checkpoint_id}"
+
     def stats_key(self) -> str:
         return f"{self.prefix}:{FORMAT}:stats"
 
