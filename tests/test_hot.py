@@ -383,6 +383,8 @@ def test_redis_down_at_start_killed_and_back(
         with graphkeep.hot_layer(durable, private_redis.url) as layer:
             app = _graph(layer)
             config = _config(thread)
+            assert layer.get_tuple(config) is None
+            assert layer.reads == {"error": 1}  # one read, counted once
             app.invoke({"items": ["start"]}, config)
             assert app.get_state(config).tasks[0].interrupts[0].value == "question 1"
             assert layer.reads["error"] >= 1

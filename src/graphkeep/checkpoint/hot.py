@@ -87,6 +87,8 @@ ENTRY_FORMAT = 1
 #: a ``list`` page as the layer returns it (named here: ``list`` is a method in the class)
 Page = list[CheckpointTuple]
 Probed = list[CheckpointKeys]
+#: a read's record of its Redis failures (any: the read counts as an ``error``)
+Failures = list[bool]
 
 #: the most checkpoints of a ``list`` page the layer serves from Redis (a UI's history page)
 MAX_PAGE = 100
@@ -408,10 +410,14 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         self._share_at = time.monotonic() + SHARE_EVERY
         yield from self._hot(self.port.count(counts))
 
-    def _hot(self, op: Op[Any]) -> Op[Any]:
-        """``op`` (a :class:`HotPort` op) with its requests sent to Redis; None, logged and
-        counted when Redis fails, and None without a request while the layer is paused."""
+    def _hot(self, op: Op[Any], failed: Failures | None = None) -> Op[Any]:
+        """``op`` (a :class:`HotPort` op) with its requests sent to Redis; None when Redis
+        fails (logged; the layer then reads only the durable store for :data:`PAUSE`
+        seconds) and, without a request, while it is paused. A read passes ``failed``: it
+        then counts as an ``error`` read."""
         if time.monotonic() < self._paused_until:
+            if failed is not None:
+                failed.append(True)
             return None
         try:
             request = next(op)
@@ -426,7 +432,8 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
             return stop.value
         except Exception as exc:  # noqa: BLE001 - Redis failing is never the graph's problem
             self._paused_until = time.monotonic() + PAUSE
-            self._count("error")
+            if failed is not None:
+                failed.append(True)
             log.warning(
                 "hot layer: %s failed (%s); reading the durable store only for %.0f s",
                 self.where,
@@ -454,9 +461,10 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         except InvalidInput:  # the durable saver's own rules decide (its answer or error)
             direct: CheckpointTuple | None = yield Durable("get_tuple", (config,))
             return direct
-        raw = yield from self._hot(self.port.fetch(thread_id, ns, wanted, self.ttl_ms))
+        failed: Failures = []
+        raw = yield from self._hot(self.port.fetch(thread_id, ns, wanted, self.ttl_ms), failed)
         cached = self._decode(raw)
-        probed: list[CheckpointKeys] = []
+        probed: Probed = []
         if cached is not None:
             cached_id, writes, copy = cached
             probed = yield Probe(thread_id, ns, cached_id, wanted is None)
@@ -470,23 +478,22 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
                 self._count("hit")
                 return copy
         found: CheckpointTuple | None = yield Durable("get_tuple", (config,))
-        if found is None:
-            self._count("miss")
-            return None
-        found_id = _checkpoint_id(found)
-        keys = next((k for k in probed if k.checkpoint_id == found_id), None)
-        if keys is None:
-            # after the read: the store's writes then are at least those read
-            again = yield Probe(thread_id, ns, found_id, False)
-            keys = again[0] if again else None
-        # before or after the read, the same number of writes means the same writes
-        if keys is None or keys.special or len(keys.indexes) != len(found.pending_writes or []):
-            self._count("special" if keys is not None and keys.special else "miss")
-            return found
-        self._count("miss")
-        entry = self._encode(found_id, found)
-        fill = self.port.fill(thread_id, ns, found_id, entry, wanted is None, self.ttl_ms)
-        yield from self._hot(fill)
+        outcome = "miss"
+        if found is not None:
+            found_id = _checkpoint_id(found)
+            keys = next((k for k in probed if k.checkpoint_id == found_id), None)
+            if keys is None and not failed:
+                # after the read: the store's writes then are at least those read
+                again = yield Probe(thread_id, ns, found_id, False)
+                keys = again[0] if again else None
+            # before or after the read, the same number of writes means the same writes
+            if keys is not None and keys.special:
+                outcome = "special"
+            elif keys is not None and len(keys.indexes) == len(found.pending_writes or []):
+                entry = self._encode(found_id, found)
+                fill = self.port.fill(thread_id, ns, found_id, entry, wanted is None, self.ttl_ms)
+                yield from self._hot(fill, failed)
+        self._count("error" if failed else outcome)
         return found
 
     def _page_address(
@@ -527,7 +534,9 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         oldest checkpoint, or all of a short page's) show the same checkpoints with as many
         writes; else the durable store's page, copied when its keys agree."""
         thread_id, ns, below, limit = address
-        raw = yield from self._hot(self.port.fetch_page(thread_id, ns, below, limit, self.ttl_ms))
+        failed: Failures = []
+        fetch = self.port.fetch_page(thread_id, ns, below, limit, self.ttl_ms)
+        raw = yield from self._hot(fetch, failed)
         cached = [self._decode(entry) for entry in raw or []]
         probed: Probed | None = None
         probed_from = ""
@@ -542,21 +551,21 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         kwargs = (("before", before), ("limit", limit))
         page: Page = yield Durable("list", (config,), kwargs)
         ids = [(_checkpoint_id(t), len(t.pending_writes or [])) for t in page]
-        if ids:
+        outcome = "miss"
+        if ids and not failed:
             low = ids[-1][0] if len(ids) == limit else ""
             if probed is None or probed_from > low:
                 # after the read (the keys read before it only serve a page they cover)
                 probed = yield Probe(thread_id, ns, low, True)
             probed = [k for k in probed if k.checkpoint_id >= low]
             if _page_current(probed, ids, below):
-                self._count("miss")
-                entries = [
-                    (cid, self._encode(cid, t)) for (cid, _), t in zip(ids, page, strict=True)
-                ]
+                pairs = zip(ids, page, strict=True)
+                entries = [(cid, self._encode(cid, t)) for (cid, _), t in pairs]
                 fill = self.port.fill_page(thread_id, ns, below, limit, entries, self.ttl_ms)
-                yield from self._hot(fill)
-            else:
-                self._count("special" if any(k.special for k in probed) else "miss")
+                yield from self._hot(fill, failed)
+            elif any(k.special for k in probed):
+                outcome = "special"
+        self._count("error" if failed else outcome)
         yield from self._share()
         return page
 

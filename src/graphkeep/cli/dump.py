@@ -35,7 +35,7 @@ from graphkeep.cli.decode import (
 )
 from graphkeep.cli.endpoints import Endpoint, Native, open_endpoint
 from graphkeep.cli.foreign import Foreign
-from graphkeep.cli.hot import open_hot, thread_hot
+from graphkeep.cli.hot import enter_hot, thread_hot
 from graphkeep.cli.threads import CheckpointItem, foreign_writes
 from graphkeep.errors import Place
 from graphkeep.port import codec
@@ -353,9 +353,7 @@ def _foreign_entry(
 
 def cmd_dump(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     with ExitStack() as stack:  # --hot opened first: a bad one fails before any read
-        view = (
-            stack.enter_context(open_hot(args.url, args.hot, args.key_prefix)) if args.hot else None
-        )
+        view = enter_hot(stack, args)
         with open_endpoint(
             args.url, key_prefix=args.key_prefix, serde=inspection_serde()
         ) as endpoint:

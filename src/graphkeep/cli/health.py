@@ -300,18 +300,24 @@ def _number(value: float) -> str:
     return repr(float(value)) if isinstance(value, float) else str(value)
 
 
-def prometheus_text(health: FleetHealth, backend: str, capacity: int | None = None) -> str:
-    """The report in Prometheus' text exposition format (a ``backend`` label on each)."""
-    values: dict[str, Any] = {g.field: g.value(health) for g in FLEET_GAUGES}
-    values["capacity"] = capacity
-    labels = f'backend="{_label(backend)}"'
+def _gauges(specs: list[tuple[str, str, str]], values: dict[str, Any], labels: str) -> list[str]:
+    """The exposition lines of gauges ``(name, help, key)`` whose ``values[key]`` is known."""
     lines: list[str] = []
-    for name, help_text, key in GAUGES:
+    for name, help_text, key in specs:
         value = values[key]
         if value is None:
             continue
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
         lines.append(f"{name}{{{labels}}} {_number(value)}")
+    return lines
+
+
+def prometheus_text(health: FleetHealth, backend: str, capacity: int | None = None) -> str:
+    """The report in Prometheus' text exposition format (a ``backend`` label on each)."""
+    values: dict[str, Any] = {g.field: g.value(health) for g in FLEET_GAUGES}
+    values["capacity"] = capacity
+    labels = f'backend="{_label(backend)}"'
+    lines = _gauges(GAUGES, values, labels)
     name = "graphkeep_runaway_thread_checkpoints"
     lines += [
         f"# HELP {name} Checkpoints in the runaway period of each runaway thread.",
@@ -337,12 +343,7 @@ HOT_GAUGES = [
 def hot_prometheus_text(hot: dict[str, Any], backend: str) -> str:
     """``--hot``'s part in the text exposition format (reads by outcome as a counter)."""
     labels = f'backend="{_label(backend)}"'
-    lines: list[str] = []
-    for name, help_text, key in HOT_GAUGES:
-        if hot[key] is None:
-            continue
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
-        lines.append(f"{name}{{{labels}}} {_number(hot[key])}")
+    lines = _gauges(HOT_GAUGES, hot, labels)
     name = "graphkeep_hot_reads_total"
     lines += [
         f"# HELP {name} Reads through the hot layer by outcome, every process.",

@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, TextIO
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -135,6 +135,14 @@ def open_hot(url: str, hot: str, key_prefix: str | None) -> Iterator[HotView]:
                 client.close()
         finally:
             layer.close()
+
+
+def enter_hot(stack: ExitStack, args: argparse.Namespace) -> HotView | None:
+    """The ``--hot`` view of a reading command, entered on ``stack`` before the command
+    reads (so a bad ``--hot`` fails first); None without ``--hot``."""
+    if not getattr(args, "hot", None):
+        return None
+    return stack.enter_context(open_hot(args.url, args.hot, args.key_prefix))
 
 
 class HotUnreachable(CliError):

@@ -17,7 +17,7 @@ from graphkeep.cli.decode import Encrypted, inspection_serde, load_plain, to_jso
 from graphkeep.cli.dump import dump_thread
 from graphkeep.cli.endpoints import Endpoint, Native, open_endpoint
 from graphkeep.cli.foreign import Foreign
-from graphkeep.cli.hot import open_hot, thread_hot, write_thread_hot
+from graphkeep.cli.hot import enter_hot, thread_hot, write_thread_hot
 from graphkeep.cli.threads import (
     CheckpointItem,
     ThreadInfo,
@@ -224,9 +224,7 @@ def cmd_history(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     ns = None if args.all_ns else args.ns
     hot = None
     with ExitStack() as stack:  # --hot opened first: a bad one fails before any read
-        view = (
-            stack.enter_context(open_hot(args.url, args.hot, args.key_prefix)) if args.hot else None
-        )
+        view = enter_hot(stack, args)
         with open_endpoint(
             args.url, key_prefix=args.key_prefix, serde=inspection_serde()
         ) as endpoint:
