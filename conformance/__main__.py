@@ -55,6 +55,10 @@ def _progress(message: str) -> None:
     print(f"  .. {time.monotonic() - _STARTED:7.1f}s {message}", file=sys.stderr, flush=True)
 
 
+def _took(name: str, began: float) -> None:
+    print(f"   {name}: {time.monotonic() - began:.0f}s", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -66,17 +70,21 @@ def main(argv: list[str] | None = None) -> int:
     reports: list[SetupReport] = []
     for setup in [] if args.store_only else setups:
         print(f"== {setup.name} ({setup.url})", file=sys.stderr, flush=True)
+        began = time.monotonic()
         reports.append(
             run_setup(
                 setup, groups=args.group, with_official=not args.no_official, progress=progress
             )
         )
+        _took(setup.name, began)
     store_reports: list[StoreReport] = []
     for setup in [] if args.no_store else [s for s in setups if s.hot is None]:
         print(f"== {setup.name} store ({setup.url})", file=sys.stderr, flush=True)
+        began = time.monotonic()
         store_reports.append(
             run_store_setup(setup, capabilities=args.capability, progress=progress)
         )
+        _took(f"{setup.name} store", began)
     sections = [render_matrix(reports)] if reports else []
     sections += [render_store_matrix(store_reports)] if store_reports else []
     print("\n\n".join(sections))
