@@ -716,3 +716,47 @@ def test_the_durable_savers_own_methods_through_the_layer(
         assert len(list(layer.list(_config(source)))) == 1
         _same(layer, layer.durable, source)
         assert app.get_state(_config(source)).values["items"] == ["one", "first", "two", "first"]
+
+
+def _saver_classes(kind: str) -> tuple[Any, Any]:
+    if kind == "mongodb":
+        from graphkeep.backends.mongodb import AsyncMongoDBSaver, MongoDBSaver
+
+        return MongoDBSaver, AsyncMongoDBSaver
+    from graphkeep.backends.dynamodb import AsyncDynamoDBSaver, DynamoDBSaver
+
+    return DynamoDBSaver, AsyncDynamoDBSaver
+
+
+@pytest.mark.parametrize("kind", [p for p in DURABLES if p.values[0] != "postgres"])
+async def test_the_saver_classes_take_hot_and_hot_ttl(kind: str) -> None:
+    """``from_url(url, hot=…, hot_ttl=…)`` of the saver classes, sync and async: the layer
+    (a reload served from Redis, Redis expiring the thread after hot_ttl); bad ``hot=`` /
+    ``hot_ttl`` are ConfigurationErrors before any connection."""
+    sync_class, async_class = _saver_classes(kind)
+    url = MONGODB_URL if kind == "mongodb" else DYNAMODB_URL
+    prefix = unique_prefix("hot")
+    thread, athread = (f"t-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    client = redis.Redis.from_url(REDIS_URL)
+    with sync_class.from_url(url, key_prefix=prefix, hot=REDIS_URL, hot_ttl=120) as saver:
+        assert type(saver).__name__ == "HotLayer"
+        _plain_graph(saver).invoke({"items": ["one"]}, _config(thread))
+        for _ in range(2):
+            saver.get_tuple(_config(thread))
+        assert saver.reads["hit"] == 1
+        assert 0 < client.ttl(_hot_key(prefix, thread)) <= 120
+    async with async_class.from_url(url, key_prefix=prefix, hot=REDIS_URL) as asaver:
+        assert type(asaver).__name__ == "AsyncHotLayer"
+        await _plain_graph(asaver).ainvoke({"items": ["one"]}, _config(athread))
+        for _ in range(2):
+            await asaver.aget_tuple(_config(athread))
+        assert asaver.reads["hit"] == 1
+        async with async_class.from_url(url, key_prefix=prefix) as plain:
+            await _asame(asaver, plain, athread)
+    client.close()
+    for bad in ({"hot_ttl": 0}, {"hot": MONGODB_URL}, {"hot": REDIS_URL, "hot_ttl": -1}):
+        with pytest.raises(ConfigurationError), sync_class.from_url(url, **bad):
+            pass
+        with pytest.raises(ConfigurationError):
+            async with async_class.from_url(url, **bad):
+                pass

@@ -17,10 +17,10 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from graphkeep.checkpoint.hot import DEFAULT_HOT_TTL, check_hot_ttl
+from graphkeep.checkpoint.hot import alayered, hot_options, layered
 from graphkeep.effects.port import LEDGER_OPTIONS
 from graphkeep.errors import ConfigurationError, mask_url
-from graphkeep.hot import hot_layer
+from graphkeep.hot import hot_layer  # noqa: F401 - registers the layer hot= makes
 from graphkeep.port.telemetry import check_telemetry
 
 #: scheme -> (backend package, pip extra)
@@ -225,35 +225,16 @@ def class_for(
     return getattr(module, async_name if is_async else sync_name)
 
 
-def _hot_options(options: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
-    """``hot`` (a Redis URL, or None) and ``hot_ttl`` taken out of a saver's ``options``,
-    and checked before any connection."""
-    hot = options.pop("hot", None)
-    if "hot_ttl" in options and hot is None:
-        raise ConfigurationError("hot_ttl is an option of the hot layer: give hot='redis://…'")
-    layer: dict[str, Any] = {}
-    if hot is not None:
-        layer["hot_ttl"] = check_hot_ttl(options.pop("hot_ttl", DEFAULT_HOT_TTL))
-        if "telemetry" in options:
-            layer["telemetry"] = options["telemetry"]
-    return hot, layer
-
-
 @contextmanager
 def connect(url: str, **options: Any) -> Iterator[Any]:
     """Yield a ready sync saver for ``url`` (schema created unless ``setup=False``);
     ``hot="redis://…"`` (and ``hot_ttl``) puts Redis in front of it as its hot layer
     (:func:`graphkeep.hot_layer`)."""
     url, options = _checked(url, options)
-    hot, layer = _hot_options(options)
+    hot, layer = hot_options(options)
     saver_class = class_for(url, options=options)
-    with saver_class.from_url(url, **options) as saver:
-        if hot is None:
-            yield saver
-        else:
-            sync_layer: Any = hot_layer(saver, hot, **layer)
-            with sync_layer as hot_saver:
-                yield hot_saver
+    with saver_class.from_url(url, **options) as saver, layered(saver, hot, layer) as layer_saver:
+        yield layer_saver
 
 
 @asynccontextmanager
@@ -261,15 +242,13 @@ async def aconnect(url: str, **options: Any) -> AsyncIterator[Any]:
     """Yield a ready async saver for ``url`` (schema created unless ``setup=False``);
     ``hot="redis://…"`` as for :func:`connect`."""
     url, options = _checked(url, options)
-    hot, layer = _hot_options(options)
+    hot, layer = hot_options(options)
     saver_class = class_for(url, is_async=True, options=options)
-    async with saver_class.from_url(url, **options) as saver:
-        if hot is None:
-            yield saver
-        else:
-            async_layer: Any = hot_layer(saver, hot, **layer)
-            async with async_layer as hot_saver:
-                yield hot_saver
+    async with (
+        saver_class.from_url(url, **options) as saver,
+        alayered(saver, hot, layer) as layer_saver,
+    ):
+        yield layer_saver
 
 
 @contextmanager

@@ -19,11 +19,14 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from graphkeep.checkpoint.hot import (
     DEFAULT_HOT_TTL,
+    HOT_SCHEMES,
     AsyncHotLayer,
     HotLayer,
     HotLayerBase,
     check_hot_ttl,
+    check_hot_url,
     layer_class,
+    register_opener,
 )
 from graphkeep.checkpoint.records import CheckpointKeys
 from graphkeep.checkpoint.saver import AsyncSaver, SaverBase, SyncSaver
@@ -39,8 +42,6 @@ __all__ = ["HOT_SCHEMES", "PortProber", "hot_layer"]
 
 log = logging.getLogger("graphkeep.hot")
 
-#: URL schemes the hot layer accepts (Redis and Redis Cluster)
-HOT_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 #: seconds a Redis request of the hot layer may take (connect and reply) unless the URL says
 HOT_TIMEOUT = 0.5
 
@@ -68,14 +69,7 @@ class PortProber:
 def _redis_url(url: Any) -> tuple[str, str | None]:
     """``url`` with the hot layer's timeouts (unless it sets its own) and without a
     ``key_prefix`` query option, and that option."""
-    if not isinstance(url, str) or "://" not in url:
-        raise ConfigurationError(f"hot= must be a Redis URL (redis://…), got {url!r}")
-    scheme = url.split("://", 1)[0].lower()
-    if scheme not in HOT_SCHEMES:
-        raise ConfigurationError(
-            f"hot= must be a Redis URL ({', '.join(s + '://' for s in HOT_SCHEMES)}),"
-            f" got {mask_url(url)}"
-        )
+    url = check_hot_url(url)
     parts = urlsplit(url)
     pairs = parse_qsl(parts.query, keep_blank_values=True)
     prefix = next((v for n, v in pairs if n == "key_prefix"), None)
@@ -246,3 +240,6 @@ def hot_executor(client: Any, scripts: dict[str, str], where: str, *, is_async: 
     if is_async:
         return async_executor(client, scripts, where, retry=ONCE)
     return sync_executor(client, scripts, where, retry=ONCE)
+
+
+register_opener(hot_layer)

@@ -75,6 +75,7 @@ from graphkeep.backends.dynamodb.schema import (
     table_size,
 )
 from graphkeep.backends.dynamodb.ttl import ExpiringTable
+from graphkeep.checkpoint.hot import alayered, hot_options, layered
 from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.records import (
     BlobRecord,
@@ -280,7 +281,9 @@ class DynamoDBSaver(SyncSaver):
         setup: bool = True,
         **options: Any,
     ) -> Iterator[DynamoDBSaver]:
-        """A saver on a new client (closed on exit); ``setup()`` first unless ``setup=False``."""
+        """A saver on a new client (closed on exit); ``setup()`` first unless ``setup=False``;
+        ``hot="redis://…"`` (and ``hot_ttl``) puts Redis in front of it as its hot layer."""
+        hot, layer = hot_options(options)
         client = sync_client(
             region_name,
             endpoint_url,
@@ -289,8 +292,11 @@ class DynamoDBSaver(SyncSaver):
             botocore_config=botocore_config,
             **client_options(options),
         )
-        with opened(client, lambda made: cls(made, table_name, **options), setup) as saver:
-            yield saver
+        with (
+            opened(client, lambda made: cls(made, table_name, **options), setup) as saver,
+            layered(saver, hot, layer) as layer_saver,
+        ):
+            yield layer_saver
 
     @classmethod
     @contextmanager
@@ -330,7 +336,9 @@ class AsyncDynamoDBSaver(AsyncSaver):
         setup: bool = True,
         **options: Any,
     ) -> AsyncIterator[AsyncDynamoDBSaver]:
-        """A saver on a new aiobotocore client (closed on exit); ``asetup()`` unless told not to."""
+        """A saver on a new aiobotocore client (closed on exit); ``asetup()`` unless told not
+        to; ``hot="redis://…"`` as for :meth:`DynamoDBSaver.from_table`."""
+        hot, layer = hot_options(options)
         client = async_client(
             region_name,
             endpoint_url,
@@ -339,8 +347,11 @@ class AsyncDynamoDBSaver(AsyncSaver):
             botocore_config=botocore_config,
             **client_options(options),
         )
-        async with aopened(client, lambda made: cls(made, table_name, **options), setup) as saver:
-            yield saver
+        async with (
+            aopened(client, lambda made: cls(made, table_name, **options), setup) as saver,
+            alayered(saver, hot, layer) as layer_saver,
+        ):
+            yield layer_saver
 
     @classmethod
     @asynccontextmanager

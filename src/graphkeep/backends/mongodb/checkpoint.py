@@ -244,6 +244,7 @@ from graphkeep.backends.mongodb.requests import Command, find
 from graphkeep.backends.mongodb.schema import collection_names, ensure_indexes, index_specs
 from graphkeep.backends.mongodb.ttl import Expiry, Refresh, loaded_refreshes
 from graphkeep.backends.mongodb.upserts import Upserts
+from graphkeep.checkpoint.hot import alayered, hot_options, layered
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, is_manifest
 from graphkeep.checkpoint.port import INTERRUPT_IDX, CheckpointPort
 from graphkeep.checkpoint.records import (
@@ -1143,12 +1144,14 @@ class MongoDBSaver(_MongoSaverMixin, SyncSaver):
         cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
     ) -> Iterator[MongoDBSaver]:
         name = check_db_name(db_name) if db_name is not None else database_from_url(url)
+        hot, layer = hot_options(options)
 
         def build(client: Any) -> MongoDBSaver:
             return cls(client, db_name=name, where=mask_url(url), **options)
 
-        with opened(sync_client(url, pool_options(options)), build, setup) as saver:
-            yield saver
+        client = sync_client(url, pool_options(options))
+        with opened(client, build, setup) as saver, layered(saver, hot, layer) as layer_saver:
+            yield layer_saver
 
 
 class AsyncMongoDBSaver(_MongoSaverMixin, AsyncSaver):
@@ -1177,9 +1180,13 @@ class AsyncMongoDBSaver(_MongoSaverMixin, AsyncSaver):
         cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
     ) -> AsyncIterator[AsyncMongoDBSaver]:
         name = check_db_name(db_name) if db_name is not None else database_from_url(url)
+        hot, layer = hot_options(options)
 
         def build(client: Any) -> AsyncMongoDBSaver:
             return cls(client, db_name=name, where=mask_url(url), **options)
 
-        async with aopened(async_client(url, pool_options(options)), build, setup) as saver:
-            yield saver
+        async with (
+            aopened(async_client(url, pool_options(options)), build, setup) as saver,
+            alayered(saver, hot, layer) as layer_saver,
+        ):
+            yield layer_saver
