@@ -760,3 +760,17 @@ async def test_the_saver_classes_take_hot_and_hot_ttl(kind: str) -> None:
         with pytest.raises(ConfigurationError):
             async with async_class.from_url(url, **bad):
                 pass
+
+
+@pytest.mark.dynamodb
+def test_a_redis_cluster_down_at_start_is_durable_reads_not_a_failure() -> None:
+    """redis-py's RedisCluster connects when it is made: the layer makes it on first use,
+    so a cluster that does not answer yet costs durable reads (counted), never the layer."""
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    nowhere = f"redis+cluster://127.0.0.1:{_free_port()}"
+    with graphkeep.connect(DYNAMODB_URL, key_prefix=unique_prefix("hot"), hot=nowhere) as saver:
+        app = _plain_graph(saver)
+        app.invoke({"items": ["one"]}, _config(thread))
+        assert app.get_state(_config(thread)).values == {"items": ["one", "first"]}
+        assert saver.reads["error"] >= 1 and saver.reads["hit"] == 0
+        _same(saver, saver.durable, thread)

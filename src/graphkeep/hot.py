@@ -12,6 +12,8 @@ checks the Redis side before the first read.
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, overload
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -119,6 +121,8 @@ def _is_async(saver: Any) -> bool:
 def _checked_redis(exc: BaseException, where: str) -> None:
     """A failed check of the Redis side: down or unreachable is fine (the layer reads the
     durable store until it answers); a server that refuses the layer's commands is not."""
+    if isinstance(exc, ConfigurationError):  # the URL itself (a client made on first use)
+        raise exc
     if isinstance(exc, StorageUnavailable):
         log.warning("hot layer: %s is not reachable now (%s): durable reads only", where, exc)
         return
@@ -216,10 +220,9 @@ def hot_layer(
         return async_shell(  # type: ignore[no-any-return]
             saver, port, prober, aexecute, owned=aclient.aclose, checked=_checked_redis, **options
         )
-    client = sync_client(redis_url)
-    execute = hot_executor(client, HOT_SCRIPTS, where, is_async=False)
+    execute = DeferredExecutor(lambda: sync_client(redis_url), HOT_SCRIPTS, where)
     layer: HotLayer = layer_class(HotLayer, saver)(
-        saver, port, prober, execute, owned=client.close, **options
+        saver, port, prober, execute, owned=execute.close, **options
     )
     try:
         execute(next(port.setup()))
@@ -230,6 +233,38 @@ def hot_layer(
             layer.close()
             raise
     return layer
+
+
+class DeferredExecutor:
+    """The sync layer's executor, its Redis client made at its first request (and again at
+    the next one while that fails): redis-py's ``RedisCluster`` connects when it is made, so a
+    cluster down when the layer starts makes requests fail (durable reads, counted) instead
+    of the layer; a single Redis client connects on use anyway."""
+
+    def __init__(self, make: Callable[[], Any], scripts: dict[str, str], where: str) -> None:
+        self._make = make
+        self._scripts = scripts
+        self._where = where
+        self._lock = threading.Lock()
+        self._client: Any = None
+        self._execute: Callable[[Any], Any] | None = None
+
+    def __call__(self, request: Any) -> Any:
+        execute = self._execute
+        if execute is None:
+            with self._lock:
+                if self._execute is None:
+                    client = self._make()  # StorageUnavailable while a cluster is down
+                    self._execute = hot_executor(client, self._scripts, self._where, is_async=False)
+                    self._client = client
+                execute = self._execute
+        return execute(request)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+            self._client = self._execute = None
 
 
 def hot_executor(client: Any, scripts: dict[str, str], where: str, *, is_async: bool) -> Any:
