@@ -774,3 +774,30 @@ def test_a_redis_cluster_down_at_start_is_durable_reads_not_a_failure() -> None:
         assert app.get_state(_config(thread)).values == {"items": ["one", "first"]}
         assert saver.reads["error"] >= 1 and saver.reads["hit"] == 0
         _same(saver, saver.durable, thread)
+
+
+@pytest.mark.dynamodb
+async def test_agent_server_checkpointer_takes_hot_from_graphkeep_options(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``graphkeep.server:checkpointer`` (langgraph.json) with GRAPHKEEP_OPTIONS naming hot and
+    hot_ttl: Agent Server's checkpointer is the layer."""
+    from graphkeep import server
+
+    prefix = unique_prefix("hot")
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("GRAPHKEEP_URL", DYNAMODB_URL)
+    monkeypatch.setenv("GRAPHKEEP_KEY_PREFIX", prefix)
+    monkeypatch.setenv("GRAPHKEEP_OPTIONS", f'{{"hot": "{REDIS_URL}", "hot_ttl": 60}}')
+    async with server.checkpointer() as saver:
+        assert type(saver).__name__ == "AsyncHotLayer"
+        await _plain_graph(saver).ainvoke({"items": ["one"]}, _config(thread))
+        for _ in range(2):
+            await saver.aget_tuple(_config(thread))
+        assert saver.reads["hit"] == 1
+    client = redis.Redis.from_url(REDIS_URL)
+    assert 0 < client.ttl(_hot_key(prefix, thread)) <= 60
+    client.close()
+    monkeypatch.setenv("GRAPHKEEP_URL", REDIS_URL)  # a hot layer over Redis: no such option
+    with pytest.raises(ConfigurationError, match="hot"):
+        server.checkpointer_settings(os.environ)

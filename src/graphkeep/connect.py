@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from graphkeep.checkpoint.hot import alayered, hot_options, layered
+from graphkeep.checkpoint.hot import HOT_OPTIONS, alayered, hot_options, layered
 from graphkeep.effects.port import LEDGER_OPTIONS
 from graphkeep.errors import ConfigurationError, mask_url
 from graphkeep.hot import hot_layer  # noqa: F401 - registers the layer hot= makes
@@ -96,8 +96,9 @@ COMMON_OPTIONS = POOL_OPTIONS | frozenset(
 BACKEND_OPTIONS: dict[str, frozenset[str]] = {
     "graphkeep.backends.dynamodb": frozenset(
         {"compress", "run_index", "session", "profile_name", "botocore_config"}
-    ),
-    "graphkeep.backends.mongodb": frozenset({"db_name", "chunk_size", "sharded"}),
+    )
+    | HOT_OPTIONS,
+    "graphkeep.backends.mongodb": frozenset({"db_name", "chunk_size", "sharded"}) | HOT_OPTIONS,
 }
 
 

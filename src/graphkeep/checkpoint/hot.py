@@ -64,6 +64,7 @@ from graphkeep.port.ops import adrive, drive
 
 __all__ = [
     "DEFAULT_HOT_TTL",
+    "HOT_OPTIONS",
     "HOT_SCHEMES",
     "PAUSE",
     "AsyncHotLayer",
@@ -225,6 +226,10 @@ def check_hot_url(url: Any) -> str:
             f" got {mask_url(url)}"
         )
     return url
+
+
+#: the saver options that make the layer (savers whose durable store is not Redis take them)
+HOT_OPTIONS = frozenset({"hot", "hot_ttl"})
 
 
 def hot_options(options: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
