@@ -801,3 +801,47 @@ async def test_agent_server_checkpointer_takes_hot_from_graphkeep_options(
     monkeypatch.setenv("GRAPHKEEP_URL", REDIS_URL)  # a hot layer over Redis: no such option
     with pytest.raises(ConfigurationError, match="hot"):
         server.checkpointer_settings(os.environ)
+
+
+class _CountingProber:
+    """The layer's prober, counting its key-only reads of the durable store."""
+
+    def __init__(self, prober: Any) -> None:
+        self.prober = prober
+        self.calls = 0
+
+    def keys(self, *args: Any) -> Any:
+        self.calls += 1
+        return self.prober.keys(*args)
+
+    async def akeys(self, *args: Any) -> Any:
+        self.calls += 1
+        return await self.prober.akeys(*args)
+
+
+@pytest.mark.parametrize("kind", DURABLES)
+def test_the_head_read_after_a_write_is_one_durable_read_not_two(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """A checkpoint written through the layer makes Redis forget the namespace's newest copy
+    and newest pages, and a miss fills from what the durable read itself shows: the first
+    get_state and history page after a turn cost the durable store what they cost without
+    the layer (no key-only read), the next ones one key-only read each (hits)."""
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    config = _config(thread)
+    with _durable(kind, request) as (durable, _), graphkeep.hot_layer(durable, REDIS_URL) as layer:
+        counting = _CountingProber(layer.prober)
+        layer.prober = counting
+        app = _plain_graph(layer)
+        for turn in range(3):
+            app.invoke({"items": [f"turn {turn}"]}, config)
+            before, hits = counting.calls, layer.reads["hit"]
+            app.get_state(config)
+            history = list(app.get_state_history(config, limit=10))
+            assert counting.calls == before  # misses: the durable reads only
+            assert layer.reads["hit"] == hits
+            app.get_state(config)
+            assert list(app.get_state_history(config, limit=10)) == history
+            assert counting.calls == before + 2  # hits: one key-only read each
+            assert layer.reads["hit"] == hits + 2
+            _same(layer, durable, thread)

@@ -10,7 +10,8 @@ requests :class:`Probe` and :class:`Durable`, answered by the shell):
 
 - **Durability is the durable store's.** Every write (``put``, ``put_writes``, deletes,
   copies, prunes) goes to the durable saver only; Redis is filled by reads. A call returns
-  when the durable store has answered; Redis never fails, slows or loses a write.
+  when the durable store has answered (a ``put`` then has Redis forget the namespace's
+  newest copy: one request, its failure logged); Redis never fails or loses a write.
 - **Never stale.** A checkpoint never changes once written and its regular pending writes are
   only ever added, so a cached checkpoint is served only when the durable store's keys
   (:class:`~graphkeep.checkpoint.records.CheckpointKeys`: the checkpoint still there, no
@@ -43,6 +44,7 @@ from typing import Any, Protocol
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
     BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
@@ -173,6 +175,11 @@ class HotPort(Protocol):
         """Cache a ``list`` page: ``(checkpoint id, entry)`` newest first."""
         ...
 
+    def moved(self, thread_id: str, ns: str) -> Op[None]:
+        """Forget which cached copy is the newest of ``ns`` (and its newest ``list`` pages):
+        a checkpoint was written after them. Copies by id stay."""
+        ...
+
     def evict(self, thread_id: str) -> Op[None]:
         """Drop everything cached of the thread."""
         ...
@@ -286,6 +293,16 @@ async def alayered(saver: Any, hot: str | None, layer: Mapping[str, Any]) -> Asy
 
 def _checkpoint_id(found: CheckpointTuple) -> str:
     return str(found.config["configurable"]["checkpoint_id"])
+
+
+def _read_keys(found: CheckpointTuple) -> CheckpointKeys:
+    """The keys a durable read itself shows: the checkpoint's id and a write index per
+    pending write (special by its channel, as ``put_writes`` stores it). A copy filled from
+    them is served only once a later key-only read shows the same id with as many writes
+    (regular writes are only ever added, so as many is the same ones)."""
+    writes = found.pending_writes or []
+    indexes = tuple(WRITES_IDX_MAP.get(channel, i) for i, (_, channel, _) in enumerate(writes))
+    return CheckpointKeys(_checkpoint_id(found), indexes)
 
 
 def _page_current(
@@ -563,14 +580,12 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         if found is not None:
             found_id = _checkpoint_id(found)
             keys = next((k for k in probed if k.checkpoint_id == found_id), None)
-            if keys is None and not failed:
-                # after the read: the store's writes then are at least those read
-                again = yield Probe(thread_id, ns, found_id, False)
-                keys = again[0] if again else None
-            # before or after the read, the same number of writes means the same writes
-            if keys is not None and keys.special:
+            if keys is None:  # nothing was probed for it: what the read shows
+                keys = _read_keys(found)
+            # before the read or in it, the same number of writes means the same writes
+            if keys.special:
                 outcome = "special"
-            elif keys is not None and len(keys.indexes) == len(found.pending_writes or []):
+            elif len(keys.indexes) == len(found.pending_writes or []):
                 entry = self._encode(found_id, found)
                 fill = self.port.fill(thread_id, ns, found_id, entry, wanted is None, self.ttl_ms)
                 yield from self._hot(fill, failed)
@@ -636,8 +651,8 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         if ids and not failed:
             low = ids[-1][0] if len(ids) == limit else ""
             if probed is None or probed_from > low:
-                # after the read (the keys read before it only serve a page they cover)
-                probed = yield Probe(thread_id, ns, low, True)
+                # what the read shows (the keys read before it only serve a page they cover)
+                probed = [_read_keys(found) for found in page]
             probed = [k for k in probed if k.checkpoint_id >= low]
             if _page_current(probed, ids, below):
                 pairs = zip(ids, page, strict=True)
@@ -649,6 +664,17 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         self._count("error" if failed else outcome)
         yield from self._share()
         return page
+
+    def _moved(self, saved: RunnableConfig) -> Op[None]:
+        """After a checkpoint is written through the layer: Redis forgets which copy was
+        the newest of its namespace (and the newest pages), so the next read of the head is
+        the durable store's one read, not a key-only read and then the read. Reads are right
+        without it (every copy is validated); a Redis error here is logged and paused on."""
+        try:
+            thread_id, ns, _ = self._address(saved)
+        except InvalidInput:
+            return
+        yield from self._hot(self.port.moved(thread_id, ns))
 
     def _evict(self, thread_id: Any) -> Op[None]:
         yield from self._hot(self.port.evict(normalize_thread_id(thread_id)))
@@ -723,6 +749,17 @@ class HotLayer(HotLayerBase):
 
     def _run_page(self, op: Op[Page]) -> Page:
         return drive(op, self._route)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        saved = self.durable.put(config, checkpoint, metadata, new_versions)
+        self._run(self._moved(saved))
+        return saved
 
     async def _arun_page(self, op: Op[Page]) -> Page:
         return await asyncio.to_thread(drive, op, self._route)
@@ -817,6 +854,17 @@ class AsyncHotLayer(HotLayerBase):
 
     async def _arun(self, op: Op[Any]) -> Any:
         return await adrive(op, self._aroute)
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        saved = await self.durable.aput(config, checkpoint, metadata, new_versions)
+        await self._arun(self._moved(saved))
+        return saved
 
     async def _arun_page(self, op: Op[Page]) -> Page:
         return await adrive(op, self._aroute)

@@ -17,7 +17,10 @@ savers' keys escape it, so a thread is one Cluster slot)::
 ``fetch`` and ``fill`` are one script each (the newest id and its entry in one round trip);
 both push the hash's expiry ``hot_ttl`` out, so a thread leaves Redis ``hot_ttl`` after its
 last read. ``evict`` is one ``UNLINK``. What is cached is validated against the durable store
-by :mod:`graphkeep.checkpoint.hot` before it is served: nothing here needs invalidating.
+by :mod:`graphkeep.checkpoint.hot` before it is served: nothing here needs invalidating for
+reads to be right. ``moved`` (one script, after a checkpoint is written through the layer)
+forgets the namespace's newest copy and newest pages, so the next read of the head goes
+straight to the durable store instead of asking it first whether the copy is current.
 """
 
 from __future__ import annotations
@@ -77,6 +80,20 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 0
 """
 
+# KEYS: the thread's hash; ARGV: ns's newest field, the prefix of ns's newest pages' fields
+MOVED = """
+if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 and redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+local fields = redis.call('HKEYS', KEYS[1])
+for i = 1, #fields do
+  if string.sub(fields[i], 1, #ARGV[2]) == ARGV[2] then
+    redis.call('HDEL', KEYS[1], fields[i])
+  end
+end
+return 0
+"""
+
 # KEYS: the stats hash; ARGV: outcome, count, outcome, count...
 COUNT = """
 for i = 1, #ARGV, 2 do
@@ -90,6 +107,7 @@ HOT_SCRIPTS = {
     "hot_fill": FILL,
     "hot_page": PAGE,
     "hot_fill_page": FILL_PAGE,
+    "hot_moved": MOVED,
     "hot_count": COUNT,
 }
 
@@ -165,6 +183,12 @@ class RedisHotPort:
         for cid, entry in entries:
             args += [cid, entry]
         yield Script("hot_fill_page", [self.key(thread_id)], args)
+
+    def moved(self, thread_id: str, ns: str) -> Op[None]:
+        """Forget which copy is the newest of ``ns`` and its newest pages (a checkpoint was
+        written after them); the copies stay, addressed by id."""
+        newest_pages = _page_field(ns, None, 0)[:-1]  # "l\0<ns>\0\0": every limit
+        yield Script("hot_moved", [self.key(thread_id)], [self.newest_field(ns), newest_pages])
 
     def evict(self, thread_id: str) -> Op[None]:
         yield Command(("UNLINK", self.key(thread_id)))

@@ -714,8 +714,9 @@ def markdown(rows: Sequence[Row]) -> str:
             "the layer serves get_tuple (get_state, invoke's first read) and history pages from"
             " Redis after one key-only durable request each; every write goes to the durable"
             " store unchanged and Redis is filled by reads only: the first reads after a turn's"
-            " writes are misses (a key-only request, then the durable read), so a turn that"
-            " writes every time gains bytes on invoke's read only, and a reload gains all",
+            " writes are misses (the durable read alone: a put makes Redis forget the newest"
+            " copy), so a turn that writes every time gains bytes on invoke's read only, and a"
+            " reload gains all",
             *[f"{r.backend} {r.mode}: {e}" for r in rows for e in r.errors],
         ],
     )
