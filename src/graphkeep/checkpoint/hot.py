@@ -379,9 +379,10 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         total = sum(self.reads.values())
         return None if total == 0 else self.reads["hit"] / total
 
-    # every write, and the reads the layer does not serve (``list`` — history pages — and
-    # DeltaChannel history), go to the durable saver as they are; same signatures, since
-    # LangGraph reads them (``put_writes``' ``task_path``)
+    # every write, and the reads the layer does not serve (``list`` calls other than one
+    # namespace's pages, DeltaChannel history), go to the durable saver as they are (a ``put``
+    # then has Redis forget the namespace's newest copy); same signatures, since LangGraph
+    # reads them (``put_writes``' ``task_path``)
 
     def put(
         self,
@@ -390,7 +391,9 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self.durable.put(config, checkpoint, metadata, new_versions)
+        saved = self.durable.put(config, checkpoint, metadata, new_versions)
+        self._run_any(self._moved(saved))
+        return saved
 
     async def aput(
         self,
@@ -399,7 +402,9 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await self.durable.aput(config, checkpoint, metadata, new_versions)
+        saved = await self.durable.aput(config, checkpoint, metadata, new_versions)
+        await self._arun_any(self._moved(saved))
+        return saved
 
     def put_writes(
         self,
@@ -436,7 +441,7 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         page = self._page_address(config, filter, before, limit)
         if page is None or config is None:
             return self.durable.list(config, filter=filter, before=before, limit=limit)
-        return iter(self._run_page(self._page(config, before, page)))
+        return iter(self._run_any(self._page(config, before, page)))
 
     def alist(
         self,
@@ -452,13 +457,15 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         return self._apage(self._page(config, before, page))
 
     async def _apage(self, op: Op[Page]) -> AsyncIterator[CheckpointTuple]:
-        for item in await self._arun_page(op):
+        for item in await self._arun_any(op):
             yield item
 
-    def _run_page(self, op: Op[Page]) -> Page:
+    def _run_any(self, op: Op[Any]) -> Any:
+        """Run ``op`` from sync code (the shell's way: on this thread, or on its loop)."""
         raise NotImplementedError
 
-    async def _arun_page(self, op: Op[Page]) -> Page:
+    async def _arun_any(self, op: Op[Any]) -> Any:
+        """Run ``op`` from async code."""
         raise NotImplementedError
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -747,21 +754,10 @@ class HotLayer(HotLayerBase):
     def _run(self, op: Op[Any]) -> Any:
         return drive(op, self._route)
 
-    def _run_page(self, op: Op[Page]) -> Page:
+    def _run_any(self, op: Op[Any]) -> Any:
         return drive(op, self._route)
 
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        saved = self.durable.put(config, checkpoint, metadata, new_versions)
-        self._run(self._moved(saved))
-        return saved
-
-    async def _arun_page(self, op: Op[Page]) -> Page:
+    async def _arun_any(self, op: Op[Any]) -> Any:
         return await asyncio.to_thread(drive, op, self._route)
 
     def setup(self) -> None:
@@ -855,22 +851,11 @@ class AsyncHotLayer(HotLayerBase):
     async def _arun(self, op: Op[Any]) -> Any:
         return await adrive(op, self._aroute)
 
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        saved = await self.durable.aput(config, checkpoint, metadata, new_versions)
-        await self._arun(self._moved(saved))
-        return saved
-
-    async def _arun_page(self, op: Op[Page]) -> Page:
+    async def _arun_any(self, op: Op[Any]) -> Any:
         return await adrive(op, self._aroute)
 
-    def _run_page(self, op: Op[Page]) -> Page:
-        return self._on_loop(self._arun_page(op))  # type: ignore[no-any-return]
+    def _run_any(self, op: Op[Any]) -> Any:
+        return self._on_loop(self._arun_any(op))
 
     def _on_loop(self, coro: Any) -> Any:
         return on_loop(self.loop, coro, "hot layer", "the async methods (ainvoke, aget_state…)")
