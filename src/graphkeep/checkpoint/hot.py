@@ -392,7 +392,7 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         saved = self.durable.put(config, checkpoint, metadata, new_versions)
-        self._run_any(self._moved(saved))
+        self._run(self._moved(saved))
         return saved
 
     async def aput(
@@ -403,7 +403,7 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         saved = await self.durable.aput(config, checkpoint, metadata, new_versions)
-        await self._arun_any(self._moved(saved))
+        await self._arun(self._moved(saved))
         return saved
 
     def put_writes(
@@ -441,7 +441,7 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         page = self._page_address(config, filter, before, limit)
         if page is None or config is None:
             return self.durable.list(config, filter=filter, before=before, limit=limit)
-        return iter(self._run_any(self._page(config, before, page)))
+        return iter(self._run(self._page(config, before, page)))
 
     def alist(
         self,
@@ -457,14 +457,14 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         return self._apage(self._page(config, before, page))
 
     async def _apage(self, op: Op[Page]) -> AsyncIterator[CheckpointTuple]:
-        for item in await self._arun_any(op):
+        for item in await self._arun(op):
             yield item
 
-    def _run_any(self, op: Op[Any]) -> Any:
+    def _run(self, op: Op[Any]) -> Any:
         """Run ``op`` from sync code (the shell's way: on this thread, or on its loop)."""
         raise NotImplementedError
 
-    async def _arun_any(self, op: Op[Any]) -> Any:
+    async def _arun(self, op: Op[Any]) -> Any:
         """Run ``op`` from async code."""
         raise NotImplementedError
 
@@ -754,10 +754,7 @@ class HotLayer(HotLayerBase):
     def _run(self, op: Op[Any]) -> Any:
         return drive(op, self._route)
 
-    def _run_any(self, op: Op[Any]) -> Any:
-        return drive(op, self._route)
-
-    async def _arun_any(self, op: Op[Any]) -> Any:
+    async def _arun(self, op: Op[Any]) -> Any:
         return await asyncio.to_thread(drive, op, self._route)
 
     def setup(self) -> None:
@@ -851,11 +848,8 @@ class AsyncHotLayer(HotLayerBase):
     async def _arun(self, op: Op[Any]) -> Any:
         return await adrive(op, self._aroute)
 
-    async def _arun_any(self, op: Op[Any]) -> Any:
-        return await adrive(op, self._aroute)
-
-    def _run_any(self, op: Op[Any]) -> Any:
-        return self._on_loop(self._arun_any(op))
+    def _run(self, op: Op[Any]) -> Any:
+        return self._on_loop(self._arun(op))
 
     def _on_loop(self, coro: Any) -> Any:
         return on_loop(self.loop, coro, "hot layer", "the async methods (ainvoke, aget_state…)")
