@@ -289,6 +289,40 @@ def test_stats_and_health_show_the_hit_rate_every_process_shares(
 
 
 @pytest.mark.dynamodb
+def test_threads_shows_what_redis_holds_and_the_commands_reads_stay_out_of_the_hit_rate(
+    prefix: str, r: redis.Redis
+) -> None:
+    for thread in ("t1", "t2"):
+        _write(DYNAMODB_URL, prefix, thread)
+    r.unlink(_key(prefix, "t1"), _key(prefix, "t2"), f"{prefix}:hot1:stats")
+    warmed = gk("hot", "warm", *_base(DYNAMODB_URL, prefix), "--thread", "t1")
+    assert warmed.code == 0, warmed.err
+    read = gk("history", DYNAMODB_URL, "t1", "--key-prefix", prefix, "--hot", REDIS_URL, "--json")
+    assert read.json()["hot"]["read"] == "hit"
+    size = r.memory_usage(_key(prefix, "t1"), samples=0)
+
+    listed = gk("threads", *_base(DYNAMODB_URL, prefix), "--json")
+    assert listed.code == 0, listed.err
+    assert listed.json()["hot"] == REDIS_URL
+    by_thread = {t["thread_id"]: t for t in listed.json()["threads"]}
+    assert by_thread["t1"]["hot_bytes"] == size > 0
+    assert by_thread["t2"]["hot_bytes"] is None
+    assert by_thread["t1"]["checkpoints"] == 3  # the durable columns are still there
+
+    text = gk("threads", *_base(DYNAMODB_URL, prefix))
+    assert text.code == 0, text.err
+    assert "HOT" in text.out.splitlines()[0]
+    assert "2 thread(s) at" in text.out and "; 1 in Redis (" in text.out
+    plain = gk("threads", DYNAMODB_URL, "--key-prefix", prefix, "--json")
+    assert "hot" not in plain.json() and "hot_bytes" not in plain.json()["threads"][0]
+
+    # warm's miss, history's hit: the commands' reads, not the app's
+    assert not r.exists(f"{prefix}:hot1:stats")
+    assert _one_read(DYNAMODB_URL, prefix, "t1") == {"hit": 1}
+    assert r.hgetall(f"{prefix}:hot1:stats") == {b"hit": b"1"}
+
+
+@pytest.mark.dynamodb
 def test_history_and_dump_read_the_head_through_the_layer(prefix: str, r: redis.Redis) -> None:
     _write(DYNAMODB_URL, prefix, "t1")
     r.unlink(_key(prefix, "t1"))
@@ -368,10 +402,11 @@ def test_warm_stats_and_evict_on_mongodb(prefix: str, r: redis.Redis) -> None:
     assert (head["checkpoint_id"], head["read"], head["cached"]) == (latest, "miss", True)
     assert r.exists(_key(prefix, "m1")) == 1
 
+    assert _one_read(MONGODB_URL, prefix, "m1") == {"hit": 1}  # the app reads warm's copy
     stats = gk("stats", *_base(MONGODB_URL, prefix), "--json")
     assert stats.code == 0, stats.err
-    hot = stats.json()["hot"]
-    assert hot["reads"]["miss"] == 1 and hot["reads_total"] == 1 and hot["hit_rate"] == 0.0
+    hot = stats.json()["hot"]  # warm's own miss is not in the app's hit rate
+    assert hot["reads"]["hit"] == 1 and hot["reads_total"] == 1 and hot["hit_rate"] == 1.0
     assert hot["threads"] == 1
 
     evict = gk("hot", "evict", *_base(MONGODB_URL, prefix), "--thread", "m1")

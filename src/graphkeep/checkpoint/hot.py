@@ -360,6 +360,9 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         self._paused_until = 0.0
         self._unshared: Counter[str] = Counter()
         self._share_at = 0.0
+        #: whether this layer adds its reads to the shared totals (``graphkeep`` commands
+        #: reading through a layer set it to False: their reads are not the app's)
+        self.shares = True
         #: whether the durable saver's put_writes takes ``task_path`` (LangGraph asks ours)
         self._task_path = "task_path" in inspect.signature(durable.put_writes).parameters
 
@@ -509,7 +512,7 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
 
     def _share(self) -> Op[None]:
         """Add the counts of the last :data:`SHARE_EVERY` seconds to Redis's totals."""
-        if not self._unshared or time.monotonic() < self._share_at:
+        if not self.shares or not self._unshared or time.monotonic() < self._share_at:
             return
         counts, self._unshared = dict(self._unshared), Counter()
         self._share_at = time.monotonic() + SHARE_EVERY

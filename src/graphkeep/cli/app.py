@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
         "  graphkeep threads redis://localhost:6379/0\n"
         "  graphkeep threads redis://localhost:6379/0 --limit 50 --json\n"
         "  graphkeep threads 'dynamodb://app?region=eu-west-1' --quick\n"
-        "  graphkeep threads sqlite:///checkpoints.db\n",
+        "  graphkeep threads sqlite:///checkpoints.db\n"
+        "  graphkeep threads mongodb://db/app --hot redis://cache:6379/0\n",
         common,
     )
     p.add_argument("url", metavar="URL")
@@ -86,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="read only the store's index: no sizes or write counts, much faster on big stores",
     )
+    add_hot_option(p)
 
     p = add_command(
         sub,

@@ -10,6 +10,9 @@ layer (:func:`graphkeep.hot_layer`) over a durable saver.
   ``get_state`` of an app with the layer reads: a hit, or a durable read that fills Redis)
   and say how it went; their rows still come from the durable store byte for byte (the
   layer serves ``get_tuple`` only).
+- ``threads`` with ``--hot`` adds, per thread, the bytes Redis holds for it (none: not hot).
+- The command's own reads through the layer are not added to the shared totals: the hit rate
+  ``stats`` / ``health`` report stays the app's.
 - ``hot warm`` reads the head of each namespace of each thread through the layer, so Redis
   holds it; ``hot evict`` drops threads' copies (``UNLINK``; ``--all``: every thread hash of
   the prefix). The durable store is never written.
@@ -126,6 +129,7 @@ def open_hot(url: str, hot: str, key_prefix: str | None) -> Iterator[HotView]:
             layer: Any = graphkeep.hot_layer(saver, hot)
         except ConfigurationError as exc:
             raise UsageError(f"--hot: {exc}") from exc
+        layer.shares = False  # the command's own reads are not the app's hit rate
         try:
             client = sync_client(_client_url(hot))
             try:
@@ -278,6 +282,15 @@ def thread_hot(
     """``history`` / ``dump --hot``: the head read through the layer, the thread's bytes."""
     read = read_through(view, thread_id, ns, checkpoint_id)
     return {"url": view.label, **read, "bytes": view.memory(view.key(thread_id))}
+
+
+def hot_bytes(view: HotView, thread_ids: Sequence[str]) -> list[int | None]:
+    """``threads --hot``: the bytes Redis holds for each thread (None: not in Redis)."""
+    found: list[int | None] = []
+    for thread_id in thread_ids:
+        size = view.client.memory_usage(view.key(thread_id), samples=0)
+        found.append(None if size is None else int(size))
+    return found
 
 
 def write_thread_hot(hot: dict[str, Any], out: TextIO) -> None:

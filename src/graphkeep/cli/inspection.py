@@ -17,7 +17,7 @@ from graphkeep.cli.decode import Encrypted, inspection_serde, load_plain, to_jso
 from graphkeep.cli.dump import dump_thread
 from graphkeep.cli.endpoints import Endpoint, Native, open_endpoint
 from graphkeep.cli.foreign import Foreign
-from graphkeep.cli.hot import enter_hot, thread_hot, write_thread_hot
+from graphkeep.cli.hot import enter_hot, hot_bytes, thread_hot, write_thread_hot
 from graphkeep.cli.threads import (
     CheckpointItem,
     ThreadInfo,
@@ -38,50 +38,60 @@ HISTORY_PAGE_SIZE = 100
 def cmd_threads(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     infos: list[ThreadInfo] = []
     truncated = False
-    with (
-        open_endpoint(args.url, key_prefix=args.key_prefix, serde=inspection_serde()) as endpoint,
-        Progress("threads", stream=err, enabled=args.progress) as progress,
-    ):
-        for thread_id in iter_threads(endpoint, args.page_size):
-            if args.limit is not None and len(infos) >= args.limit:
-                truncated = True
-                break
-            info = (quick_info if args.quick else thread_info)(endpoint, thread_id)
-            progress.advance(detail=thread_id)
-            if info is not None:
-                infos.append(info)
-        label = endpoint.label
+    hot: list[int | None] | None = None
+    with ExitStack() as stack:  # --hot opened first: a bad one fails before any read
+        view = enter_hot(stack, args)
+        with (
+            open_endpoint(
+                args.url, key_prefix=args.key_prefix, serde=inspection_serde()
+            ) as endpoint,
+            Progress("threads", stream=err, enabled=args.progress) as progress,
+        ):
+            for thread_id in iter_threads(endpoint, args.page_size):
+                if args.limit is not None and len(infos) >= args.limit:
+                    truncated = True
+                    break
+                info = (quick_info if args.quick else thread_info)(endpoint, thread_id)
+                progress.advance(detail=thread_id)
+                if info is not None:
+                    infos.append(info)
+            label = endpoint.label
+        if view is not None:
+            hot = hot_bytes(view, [i.thread_id for i in infos])
     if args.json:
-        print_json(
-            {
-                "url": label,
-                "count": len(infos),
-                "truncated": truncated,
-                "threads": [i.as_json() for i in infos],
-            },
-            out,
-        )
+        listed = [i.as_json() for i in infos]
+        for entry, size in zip(listed, hot or [], strict=False):
+            entry["hot_bytes"] = size
+        report: dict[str, Any] = {"url": label, "count": len(infos), "truncated": truncated}
+        if view is not None:
+            report["hot"] = view.label
+        print_json({**report, "threads": listed}, out)
         return 0
     if not infos:
         out.write(f"no threads at {label}\n")
         return 0
-    table(
-        ["THREAD", "CHECKPOINTS", "NAMESPACES", "WRITES", "SIZE", "LAST CHECKPOINT"],
+    headers = ["THREAD", "CHECKPOINTS", "NAMESPACES", "WRITES", "SIZE", "LAST CHECKPOINT"]
+    rows_out: list[list[Any]] = [
         [
-            [
-                i.thread_id,
-                i.checkpoints,
-                _namespaces(i.namespaces),
-                i.writes,
-                human_bytes(i.bytes),
-                iso(i.last_ts),
-            ]
-            for i in infos
-        ],
-        out,
-    )
+            i.thread_id,
+            i.checkpoints,
+            _namespaces(i.namespaces),
+            i.writes,
+            human_bytes(i.bytes),
+            iso(i.last_ts),
+        ]
+        for i in infos
+    ]
+    if hot is not None:
+        headers.append("HOT")
+        for row, size in zip(rows_out, hot, strict=True):
+            row.append("-" if size is None else human_bytes(size))
+    table(headers, rows_out, out)
     more = f" (first {len(infos)}; --limit to see more)" if truncated else ""
-    out.write(f"{len(infos)} thread(s) at {label}{more}\n")
+    held = ""
+    if view is not None and hot is not None:
+        held = f"; {sum(s is not None for s in hot)} in Redis ({view.label})"
+    out.write(f"{len(infos)} thread(s) at {label}{more}{held}\n")
     return 0
 
 
