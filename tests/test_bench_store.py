@@ -97,3 +97,25 @@ def test_the_store_suite_is_registered_with_its_own_runner() -> None:
 
 
 TINY_SIZES = Sizes.scaled(TINY.turns / store_suite.FULL_TURNS)
+
+
+def test_s10_is_ten_times_the_data_with_the_same_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s1, s10 = Sizes.scaled(0.06), Sizes.scaled(0.06, 10)
+    assert (s1.label, s10.label) == ("S1", "S10")
+    assert (s10.items, s10.namespaces) == (10 * s1.items, 10 * s1.namespaces)
+    assert all(s10.calls(kind) == s1.calls(kind) for kind in KINDS if kind != "put")
+    assert len({ns for ns, _, _ in calls(s10).puts}) == 200
+
+    monkeypatch.setenv("REDIS_URL", REDIS_URL)
+    outcomes = store_suite.run(
+        TINY, tmp_path, False, only={"InMemoryStore", "graphkeep-redis"}, data=10
+    )
+    written = (tmp_path / "store-s10.md").read_text()
+    assert "workload S10" in written and "S10: 600 puts in 200 namespaces" in written
+    by = {o.name: o.result for o in outcomes}
+    ours, reference = by["graphkeep-redis"], by["InMemoryStore"]
+    assert ours is not None and reference is not None
+    assert ours.ops["put"].calls == 600
+    assert ours.ops["list_namespaces"].answers == reference.ops["list_namespaces"].answers

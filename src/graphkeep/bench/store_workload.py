@@ -72,17 +72,24 @@ class Sizes:
         return cls(1000, 20, 2000, 200, 100, 20)
 
     @classmethod
-    def scaled(cls, scale: float) -> Sizes:
-        """S1 scaled down (``scale`` < 1) with at least one call of each kind."""
+    def scaled(cls, scale: float, data: int = 1) -> Sizes:
+        """S1 scaled down (``scale`` < 1) with at least one call of each kind; ``data`` > 1
+        stores that many times the items in as many times the namespaces (S10: ``data=10``)
+        and makes the same calls, to show how each operation grows with the data."""
         f = cls.full()
         return cls(
-            items=max(f.namespaces, round(f.items * scale)),
-            namespaces=f.namespaces,
+            items=max(f.namespaces * data, round(f.items * scale * data)),
+            namespaces=f.namespaces * data,
             gets=max(1, round(f.gets * scale)),
             searches=max(1, round(f.searches * scale)),
             semantic=max(1, round(f.semantic * scale)),
             list_namespaces=max(1, round(f.list_namespaces * scale)),
         )
+
+    @property
+    def label(self) -> str:
+        """``S1``, or ``S10`` for ten times its data."""
+        return f"S{max(1, self.namespaces // self.full().namespaces)}"
 
     def calls(self, kind: str) -> int:
         return {
@@ -350,6 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m graphkeep.bench.store_workload")
     parser.add_argument("--factory", required=True, help="module:function -> ContextManager")
     parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--data", type=int, default=1, help="times S1's data (10: S10)")
     parser.add_argument("--contender", required=True)
     args = parser.parse_args(argv)
     module_name, _, function = args.factory.partition(":")
@@ -357,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         importlib.import_module(module_name), function
     )
     with factory() as opened:
-        result = measure_store(opened, args.contender, Sizes.scaled(args.scale))
+        result = measure_store(opened, args.contender, Sizes.scaled(args.scale, args.data))
     print(RESULT_MARK + json.dumps(result.to_json()), flush=True)
     return 0
 

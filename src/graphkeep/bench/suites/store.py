@@ -24,7 +24,8 @@ index on this server is run without it and its semantic row says why; a graphkee
 that has not landed is left out with "not available yet".
 
 Run it with ``./dev bench --suite store`` or ``python -m graphkeep.bench.suites.store``
-(``--only NAME,...`` picks contenders; ``--scale`` shrinks S1).
+(``--only NAME,...`` picks contenders; ``--scale`` shrinks S1; ``--data 10`` runs S10, ten
+times the items in ten times the namespaces with the same calls).
 """
 
 from __future__ import annotations
@@ -148,9 +149,9 @@ def markdown(outcomes: Sequence[Outcome], sizes: Sizes, rounds: int, where: str)
     top = top_k_column(outcomes, sizes)
     dists = ("langgraph", "graphkeep", "langgraph-checkpoint-redis", "langgraph-store-mongodb")
     lines = [
-        "## graphkeep bench: Store (workload S1)",
+        f"## graphkeep bench: Store (workload {sizes.label})",
         "",
-        f"{where}. S1: {sizes.items:,} puts in {sizes.namespaces} namespaces"
+        f"{where}. {sizes.label}: {sizes.items:,} puts in {sizes.namespaces} namespaces"
         f' (`("users", "u<n>", "memories")`, value = text + category + score),'
         f" {sizes.gets:,} gets, {sizes.searches:,} filtered searches (one namespace,"
         f" category equality and score `$gt`, limit 10), {sizes.semantic:,} semantic"
@@ -224,7 +225,7 @@ def markdown(outcomes: Sequence[Outcome], sizes: Sizes, rounds: int, where: str)
     return "\n".join(lines) + "\n"
 
 
-def chart(outcomes: Sequence[Outcome], path: Path) -> None:
+def chart(outcomes: Sequence[Outcome], sizes: Sizes, path: Path) -> None:
     """ms/op and requests/op per operation kind, one bar per contender."""
     ran = [o for o in outcomes if o.result]
 
@@ -242,18 +243,25 @@ def chart(outcomes: Sequence[Outcome], path: Path) -> None:
     ]
     for panel in panels:
         panel.tick_size = 8
-    render.chart(Figure("graphkeep bench: Store (workload S1)", panels, size=(15, 5.5)), path)
+    title = f"graphkeep bench: Store (workload {sizes.label})"
+    render.chart(Figure(title, panels, size=(15, 5.5)), path)
 
 
 def run(
-    options: Options, out: Path, chart_too: bool, only: set[str] | None = None
+    options: Options,
+    out: Path,
+    chart_too: bool,
+    only: set[str] | None = None,
+    data: int = 1,
 ) -> list[Outcome]:
-    """S1 for every contender (``only``: these), report to stdout and ``<out>/store.md``."""
-    sizes = Sizes.scaled(min(options.turns / FULL_TURNS, 1.0))
+    """S1 (S10 with ``data=10``) for every contender (``only``: these), report to stdout and
+    ``<out>/store.md`` (``store-s10.md``)."""
+    sizes = Sizes.scaled(min(options.turns / FULL_TURNS, 1.0), data)
     listed, where = contenders(options)
     outcomes = run_contenders(listed, sizes, options.rounds, only)
     text = markdown(outcomes, sizes, options.rounds, where)
-    render.publish(text, out, "store", partial(chart, outcomes) if chart_too else None)
+    name = "store" if data == 1 else f"store-{sizes.label.lower()}"
+    render.publish(text, out, name, partial(chart, outcomes, sizes) if chart_too else None)
     return outcomes
 
 
@@ -277,6 +285,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m graphkeep.bench.suites.store")
     parser.add_argument("--quick", action="store_true", help="S1 at a fifth of its size")
     parser.add_argument("--scale", type=float, default=None, help="S1 size factor (1.0)")
+    parser.add_argument(
+        "--data", type=int, default=1, help="times S1's items and namespaces (10: S10)"
+    )
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--only", default=None, help=f"comma list of: {', '.join(CONTENDERS)}")
     parser.add_argument("--out", type=Path, default=Path("bench-results"))
@@ -290,7 +301,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = Options(
         turns=max(1, round(scale * FULL_TURNS)), rounds=args.rounds, force_flush=args.force_flush
     )
-    run(options, args.out, not args.no_chart, only)
+    if args.data < 1:
+        parser.error("--data must be 1 or more")
+    run(options, args.out, not args.no_chart, only, args.data)
     return 0
 
 

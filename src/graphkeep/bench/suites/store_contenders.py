@@ -352,12 +352,14 @@ def _aws_rival(sizes: Sizes) -> StoreResult:
     pins = [f"{d}=={metadata.version(d)}" for d in ("langgraph", "langgraph-checkpoint")]
     python = ensure_venv(venv_dir(), ["langgraph-checkpoint-aws", *pins])
     path = os.pathsep.join(p for p in (str(SRC_DIR), os.environ.get("PYTHONPATH")) if p)
-    scale = sizes.items / Sizes.full().items
+    full = Sizes.full()
+    times = max(1, sizes.namespaces // full.namespaces)
+    scale = sizes.items / (full.items * times)
     done = subprocess.run(
         [
             str(python), "-m", "graphkeep.bench.store_workload",
             "--factory", "graphkeep.bench.suites.store_contenders:open_dynamodb_rival",
-            "--scale", repr(scale), "--contender", "DynamoDBStore",
+            "--scale", repr(scale), "--data", str(times), "--contender", "DynamoDBStore",
         ],
         env={**os.environ, "PYTHONPATH": path},
         capture_output=True,
