@@ -113,8 +113,13 @@ class HotView:
         pattern = self.layer.port.thread_pattern()
         yield from self.client.scan_iter(match=pattern, count=SCAN_COUNT)
 
+    def held(self, key: Any) -> int | None:
+        """``MEMORY USAGE`` of ``key``; None when Redis does not hold it."""
+        size = self.client.memory_usage(key, samples=0)
+        return None if size is None else int(size)
+
     def memory(self, key: Any) -> int:
-        return int(self.client.memory_usage(key, samples=0) or 0)
+        return self.held(key) or 0
 
 
 @contextmanager
@@ -286,11 +291,7 @@ def thread_hot(
 
 def hot_bytes(view: HotView, thread_ids: Sequence[str]) -> list[int | None]:
     """``threads --hot``: the bytes Redis holds for each thread (None: not in Redis)."""
-    found: list[int | None] = []
-    for thread_id in thread_ids:
-        size = view.client.memory_usage(view.key(thread_id), samples=0)
-        found.append(None if size is None else int(size))
-    return found
+    return [view.held(view.key(thread_id)) for thread_id in thread_ids]
 
 
 def write_thread_hot(hot: dict[str, Any], out: TextIO) -> None:
