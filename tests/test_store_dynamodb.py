@@ -320,7 +320,8 @@ def test_value_over_400_kb_is_chunked_updated_and_deleted(
     assert not [i for i in _partition_items(client, table, store) if i["sk"]["S"][0] == "k"]
     store.put(("files",), "big", big)
     store.delete(("files",), "big")
-    assert [i["sk"]["S"][:2] for i in _partition_items(client, table, store)] == ["p#"]
+    left = sorted(i["sk"]["S"][:2] for i in _partition_items(client, table, store))
+    assert left == ["n#", "p#"]  # the namespace list's entry and the partition's registry item
 
 
 # --------------------------------------------------------------------------- costs
@@ -330,10 +331,11 @@ def test_api_calls_per_operation(table: str) -> None:
     made_client = boto3.client("dynamodb", region_name=REGION, endpoint_url=ENDPOINT)
     calls = Calls(made_client)
     store = DynamoDBStore(made_client, table, key_prefix=unique_prefix("cost"))
-    with calls.count() as made:  # new partition: the item and its registry entry together
+    store.setup()
+    with calls.count() as made:  # new namespace: the item, its partition and list entries
         store.put(("u", "1", "m"), "a", {"v": 1})
     assert made == ["TransactWriteItems"]
-    with calls.count() as made:  # partition known to this process: one UpdateItem
+    with calls.count() as made:  # namespace known to this process: one UpdateItem
         store.put(("u", "1", "m"), "b", {"v": 2})
     assert made == ["UpdateItem"]
     with calls.count() as made:
@@ -348,13 +350,84 @@ def test_api_calls_per_operation(table: str) -> None:
     with calls.count() as made:  # shorter prefix: the registry, then each partition
         store.search(("u",))
     assert made == ["Query", "Query", "Query"]
-    with calls.count() as made:
-        store.list_namespaces(prefix=("u",))
+    with calls.count() as made:  # the namespace list; a batch split over two transactions
+        # marked both entries, so each namespace is checked for a live item
+        assert store.list_namespaces(prefix=("u",)) == [("u", "0", "m"), ("u", "1", "m")]
     assert made == ["Query", "Query", "Query"]
-    with calls.count() as made:
+    with calls.count() as made:  # entry already marked: the delete alone
         store.delete(("u", "1", "m"), "a")
     assert made == ["DeleteItem"]
+    with calls.count() as made:  # a namespace written by plain puts only: one Query for all
+        for user in range(5):
+            store.put(("v", str(user), "m"), "a", {"v": user})
+        assert len(store.list_namespaces(prefix=("v",))) == 5
+    assert made == ["TransactWriteItems"] * 5 + ["Query"]
+    with calls.count() as made:  # the first delete there marks the entry, in one transaction
+        store.delete(("v", "0", "m"), "a")
+        assert store.list_namespaces(prefix=("v",)) == [("v", str(u), "m") for u in range(1, 5)]
+    assert made == ["TransactWriteItems", "Query", "Query"]
     made_client.close()
+
+
+def test_namespace_list_is_exact_across_processes_and_long_namespaces(
+    table: str, client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock(monkeypatch)
+    prefix = unique_prefix("nsl")
+    one = DynamoDBStore(client, table, key_prefix=prefix)
+    one.setup()
+    other = DynamoDBStore(client, table, key_prefix=prefix)  # another process: its own cache
+    one.put(("x", "1"), "k", {"v": 1})
+    one.put(("x", "2"), "k", {"v": 2})
+    other.delete(("x", "1"), "k")  # the last item of ("x", "1"), by a writer `one` never sees
+    other.put(("x", "2"), "t", {"v": 3}, ttl=1)
+    other.delete(("x", "2"), "k")  # ("x", "2") now holds an item with a TTL only
+    assert one.list_namespaces() == [("x", "2")]
+    clock.advance(61)
+    assert one.list_namespaces() == []  # expired, not yet swept
+    # labels too long for one sort key: the entry keeps the leading labels and a digest
+    long = tuple(f"{label}{'L' * 185}" for label in "abcde")
+    one.put(long, "k", {"v": 4})
+    one.put((*long[:4], "short"), "k", {"v": 5})
+    names_pk = one.port.names_pk  # type: ignore[attr-defined]
+    entries = [
+        i["sk"]["S"] for i in _partition_items(client, table, one) if i["pk"]["S"] == names_pk
+    ]
+    assert len([sk for sk in entries if "$~" in sk]) == 1
+    assert one.list_namespaces(prefix=long[:1]) == [long, (*long[:4], "short")]
+    assert one.list_namespaces(prefix=long) == [long]  # past the kept labels: the partitions
+    assert one.list_namespaces(prefix=long[:2], max_depth=3) == [long[:3]]
+
+
+def test_setup_lists_the_namespaces_of_a_table_written_before_the_list(
+    table: str, client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock(monkeypatch)
+    prefix = unique_prefix("old")
+    writer = DynamoDBStore(client, table, key_prefix=prefix)
+    writer.put(("a", "b", "c"), "k", {"v": 1})
+    writer.put(("a", "x"), "k", {"v": 2})
+    writer.put(("z",), "gone", {"v": 3}, ttl=1)
+    # what an earlier graphkeep left: items and partitions, no namespace list
+    names_pk = writer.port.names_pk  # type: ignore[attr-defined]
+    for item in _partition_items(client, table, writer):
+        if item["pk"]["S"] == names_pk:
+            client.delete_item(TableName=table, Key={"pk": item["pk"], "sk": item["sk"]})
+    clock.advance(61)
+    before = DynamoDBStore(client, table, key_prefix=prefix)  # not set up: the partitions
+    assert before.list_namespaces() == [("a", "b", "c"), ("a", "x")]
+    after = DynamoDBStore(client, table, key_prefix=prefix)
+    after.setup()
+    entries = [i for i in _partition_items(client, table, after) if i["pk"]["S"] == names_pk]
+    assert sorted(i["sk"]["S"] for i in entries) == ["n#a#b#c#", "n#a#x#", "n#z#", "v#1"]
+    assert all(i["vf"] == {"BOOL": True} for i in entries if i["sk"]["S"] != "v#1")
+    calls = Calls(client)
+    with calls.count() as made:
+        assert after.list_namespaces() == [("a", "b", "c"), ("a", "x")]
+    assert made == ["Query", "Query", "Query", "Query"]  # the list, then each marked entry
+    again = DynamoDBStore(client, table, key_prefix=prefix)
+    again.setup()  # already complete: nothing is rewritten
+    assert again.list_namespaces(prefix=("a",)) == [("a", "b", "c"), ("a", "x")]
 
 
 def test_saver_and_store_on_one_table_do_not_see_each_other(table: str) -> None:

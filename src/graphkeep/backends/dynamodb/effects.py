@@ -9,7 +9,7 @@ Same table and URLs as the savers, the node cache and the event log
 One partition per thread, one item per effect (``P`` = escaped ``key_prefix``)::
 
     pk  P#f1#<thread>   the thread, key-escaped (``P#f1#`` for "": an effect outside a graph);
-                        never P#1#.. of the saver, P#m1#.. / P#m1r of the store, P#n1#.. of
+                        never P#1#.. of the saver, P#m1#.. / P#m1r / P#m1n of the store, P#n1#.. of
                         the cache nor P#e1#.. of the event log
     sk  e#<key>         the idempotency key, key-escaped (long ones shortened with a digest,
                         see .keys; ``th`` and ``k`` always carry the raw names)

@@ -12,6 +12,8 @@ Key design (labels escaped as the saver escapes names, so ``#`` never occurs ins
     pk  <prefix>#m1#<label 1>#...#<label S>#          the first S = shard_labels labels
     sk  i#<label S+1>#...#<label n>#<key>           the remaining labels, then the key
     pk  <prefix>#m1r   sk  p#<label 1>#...#<label S>#  registry: one item per partition
+    pk  <prefix>#m1n   sk  n#<label 1>#...#<label n>#  namespaces: one item per namespace
+    pk  <prefix>#m1n   sk  v#1                         "every namespace is listed" (setup)
 
 A namespace with at least ``shard_labels`` labels selects one partition, and its descendants
 are ``begins_with(sk, "i#<rest>#")`` there (a label is always followed by ``#`` and a key
@@ -20,6 +22,19 @@ registry (``begins_with(sk, "p#<prefix>#")``) for its partitions and then each o
 partition's registry item is written in the same TransactWriteItems as the first item this
 process puts there (an idempotent Put); registry items are never removed (a partition whose
 items all went away costs one empty Query per cross-partition search).
+
+The namespace list (``list_namespaces``) is its own partition: one item per namespace, written
+(an UpdateItem, so concurrent writers only ever add) in the same transaction as the first
+write a process makes to that namespace, so a namespace is listed no later than its first item.
+It is written once per namespace and process, never by the item traffic after that, so it stays
+far below a partition's 1,000 writes a second unless namespaces are created faster than that.
+An entry is *sure* while nothing can have removed the namespace's last item: every write that
+could (a delete, a put with a TTL, a batch of puts split over several transactions) marks its
+entry ``vf`` for good, and ``list_namespaces`` checks a marked namespace with one Query for a
+live item of it. A namespace written only by plain puts costs nothing beyond the one Query of
+the list. ``setup()`` builds the list from the items of a table written before it existed (every
+entry marked) and then writes ``v#1``; until a process has seen ``v#1`` it lists namespaces
+from the partitions, as before.
 
 Item attributes: ``ns`` and ``k`` (raw namespace text and key), ``v`` (value as JSON bytes,
 zlib-compressed from 4 KiB when it pays; chunk items when still over the 400 KB limit),
@@ -40,7 +55,10 @@ costs 1 RCU per 4 KB read, a write 1 WCU per 1 KB written, twice that inside a t
   expired" costs nothing, and when it fails (the old value was chunked, or the old item
   expired) the item is read and rewritten alone. Large values: chunk items first (1
   BatchWriteItem per 25 chunks of 350 KB), then the owner.
-- ``search``/``list_namespaces``: 1 Query per 1 MB page of the prefix's items in every
+- ``list_namespaces``: 1 Query per 1 MB page of the namespace list under the prefix, +1 Query
+  per listed namespace marked ``vf`` (deletes or TTLs), which reads its partition's items under
+  it until one is live; before ``setup()`` has built the list, as ``search``.
+- ``search``: 1 Query per 1 MB page of the prefix's items in every
   partition it covers (+1 registry Query when the prefix is shorter than ``shard_labels``).
   Ordering by ``updated_at`` (or by score) and ``offset``/``limit`` happen client-side over
   all of the prefix's items, so a search reads (and pays RCU for) the whole prefix, whatever
@@ -54,6 +72,7 @@ costs 1 RCU per 4 KB read, a write 1 WCU per 1 KB written, twice that inside a t
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -98,6 +117,7 @@ from graphkeep.backends.dynamodb.requests import (
     batch_get,
     batch_write,
     query_all,
+    query_page,
     query_params,
     transact,
 )
@@ -125,8 +145,13 @@ STORE_OPTIONS = frozenset(
 FORMAT = "m1"
 ITEM_KIND = "i#"
 REGISTRY_KIND = "p#"
-NS, KEY, CREATED, UPDATED, EXPIRES, TTL_MINUTES, VECTORS, WRITTEN = (
-    "ns", "k", "cu", "uu", "xm", "tm", "vec", "at",
+NAMES_KIND = "n#"
+#: the namespace list's "complete" marker: setup() writes it once every namespace is listed
+NAMES_MARKER = "v#1"
+#: a namespace list entry longer than this (escaped labels, bytes) keeps a head plus a digest
+NAMES_LIMIT = 900
+NS, KEY, CREATED, UPDATED, EXPIRES, TTL_MINUTES, VECTORS, WRITTEN, VERIFY = (
+    "ns", "k", "cu", "uu", "xm", "tm", "vec", "at", "vf",
 )  # fmt: skip
 #: attributes an item update replaces or removes (everything but the keys and ``cu``)
 REPLACED = (
@@ -175,6 +200,7 @@ class _Write:
 
     address: Address
     stored: StoredItem | None
+    namespace: Namespace
     item: dict[str, Any] = field(default_factory=dict)
     chunks: list[dict[str, Any]] = field(default_factory=list)
 
@@ -208,6 +234,11 @@ class DynamoDBStorePort:
         self.level = compress_level(compress)
         self.registry_pk = f"{self.prefix}{dkeys.SEP}{FORMAT}r"
         self.registered: set[str] = set()
+        self.names_pk = f"{self.prefix}{dkeys.SEP}{FORMAT}n"
+        #: namespace list entries this process has written: sort key -> whether marked ``vf``
+        self.named: dict[str, bool] = {}
+        #: whether the namespace list is complete (``v#1`` seen); None: not asked yet
+        self.names_complete: bool | None = None
 
     # -- keys ------------------------------------------------------------------------
 
@@ -223,6 +254,39 @@ class DynamoDBStorePort:
 
     def _partition(self, shard: str) -> str:
         return f"{self.prefix}{dkeys.SEP}{FORMAT}{dkeys.SEP}{shard}"
+
+    @staticmethod
+    def names_sk(namespace: Namespace) -> str:
+        """The namespace list's sort key of ``namespace``: its escaped labels, or when they are
+        too long, the leading labels that fit, ``$~`` and a digest of the whole namespace."""
+        labels = _labels(namespace)
+        if len(labels.encode("utf-8")) <= NAMES_LIMIT:
+            return NAMES_KIND + labels
+        digest = dkeys.HASH_MARK + hashlib.sha256(labels.encode("utf-8")).hexdigest()[:40]
+        head = ""
+        for label in namespace:
+            more = _labels((label,))
+            if len((head + more + digest).encode("utf-8")) > NAMES_LIMIT:
+                break
+            head += more
+        return NAMES_KIND + head + digest
+
+    def _name(self, namespace: Namespace, verify: bool) -> dict[str, Any]:
+        """The namespace list entry of ``namespace`` (only ever adds: ``vf`` stays once set)."""
+        names, values = {"#ns": NS}, {":ns": S(dotted_namespace(namespace))}
+        expression = "SET #ns = :ns"
+        if verify:
+            names["#vf"], values[":vf"] = VERIFY, {"BOOL": True}
+            expression += ", #vf = :vf"
+        return {
+            "Update": {
+                "TableName": self.table,
+                "Key": key(self.names_pk, self.names_sk(namespace)),
+                "UpdateExpression": expression,
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
+            }
+        }
 
     def _partitions(self, prefix: Namespace) -> Op[list[tuple[str, str]]]:
         """(pk, sort key prefix) of every partition holding namespaces under ``prefix``."""
@@ -263,7 +327,7 @@ class DynamoDBStorePort:
             item[EXP] = N(-(-stored.expires_ms // 1000))
         if stored.ttl_minutes is not None:
             item[TTL_MINUTES] = {"N": repr(float(stored.ttl_minutes))}
-        return _Write(address, stored, item, encoded.chunks)
+        return _Write(address, stored, stored.namespace, item, encoded.chunks)
 
     def _decode(self, item: dict[str, Any], chunks: dict[str, dict[str, Any]]) -> StoredItem:
         vectors = (
@@ -352,6 +416,22 @@ class DynamoDBStorePort:
 
     def setup(self) -> Op[None]:
         yield from setup_table(self.table)  # the saver's table: same schema, TTL on ``exp``
+        if (yield from self._names_complete()):
+            return
+        # a table written before the namespace list: list every namespace its items name,
+        # each marked (checked on every list), then say the list is complete
+        namespaces = {namespace for namespace, _ in (yield from self._item_namespaces(()))}
+        entries = [
+            {
+                **key(self.names_pk, self.names_sk(namespace)),
+                NS: S(dotted_namespace(namespace)),
+                VERIFY: {"BOOL": True},
+            }
+            for namespace in sorted(namespaces)
+        ]
+        yield from batch_write(self.table, [{"PutRequest": {"Item": e}} for e in entries])
+        yield Call("put_item", {"TableName": self.table, "Item": key(self.names_pk, NAMES_MARKER)})
+        self.names_complete = True
 
     def get(
         self, keys: list[ItemKey], refresh: list[bool], now_ms: int, vectors: bool = False
@@ -422,8 +502,8 @@ class DynamoDBStorePort:
             yield from transact(group, list(range(len(group))))  # changed meanwhile: skipped
 
     def put(self, items: list[StoredItem], deletes: list[ItemKey], now_ms: int) -> Op[None]:
-        writes = [_Write(self.address(i.namespace, i.key), i) for i in items]
-        writes += [_Write(self.address(ns, k), None) for ns, k in deletes]
+        writes = [_Write(self.address(i.namespace, i.key), i, i.namespace) for i in items]
+        writes += [_Write(self.address(ns, k), None, ns) for ns, k in deletes]
         # everything is built (and refused) before the first request
         for write in writes:
             if not write.address.fits and write.stored is not None:
@@ -448,8 +528,12 @@ class DynamoDBStorePort:
             owners.append(index)
         # registry items go first: a partition is listed no later than its first item
         registry = [self._register(sk) for sk in new_partitions]
-        actions = registry + actions
-        owners = [-1 - i for i in range(len(registry))] + owners
+        names = self._names(writes, split=False)
+        every = registry + list(names.values()) + actions
+        if len(list(_transactions(every, [0] * len(every)))) > 1:
+            names = self._names(writes, split=True)  # a failed later group leaves no item
+        actions = registry + list(names.values()) + actions
+        owners = [-1 - i for i in range(len(registry) + len(names))] + owners
         chunks = [c for w in writes for c in w.chunks]
         if chunks:  # values first, owners after: no reader meets an owner without its chunks
             yield from batch_write(self.table, [{"PutRequest": {"Item": c}} for c in chunks])
@@ -459,6 +543,24 @@ class DynamoDBStorePort:
         for index in sorted(i for i in failed if i >= 0):
             yield from self._rewrite(writes[index], now_ms)
         self.registered.update(new_partitions)
+        for sk, action in names.items():
+            self.named[sk] = (
+                self.named.get(sk, False)
+                or ":vf" in (action["Update"]["ExpressionAttributeValues"])
+            )
+
+    def _names(self, writes: list[_Write], *, split: bool) -> dict[str, dict[str, Any]]:
+        """The namespace list entries ``writes`` need: one per namespace this process has not
+        listed yet, or has listed as sure while a write could take its last item away (a
+        delete, a put with a TTL, or any write of a put ``split`` over transactions)."""
+        wanted: dict[str, tuple[Namespace, bool]] = {}
+        for write in writes:
+            sk = self.names_sk(write.namespace)
+            verify = split or write.stored is None or write.stored.expires_ms is not None
+            verify = verify or wanted.get(sk, ((), False))[1]
+            if sk not in self.named or (verify and not self.named[sk]):
+                wanted[sk] = (write.namespace, verify)
+        return {sk: self._name(ns, verify) for sk, (ns, verify) in wanted.items()}
 
     def _rewrite(self, write: _Write, now_ms: int) -> Op[None]:
         """A put or delete whose condition failed: the old item had chunks (of another
@@ -511,16 +613,75 @@ class DynamoDBStorePort:
         return page
 
     def namespaces(self, prefix: Namespace, now_ms: int) -> Op[list[Namespace]]:
+        complete = yield from self._names_complete()
+        begins = NAMES_KIND + _labels(prefix)
+        if not complete or len(begins.encode("utf-8")) > NAMES_LIMIT - 44:
+            return (yield from self._namespaces_by_partition(prefix, now_ms))
+        params = query_params(self.table, self.names_pk, begins=begins, projection=[NS, VERIFY])
         found: set[Namespace] = set()
+        for entry in (yield from query_all(params)):
+            namespace = namespace_from_dotted(s(entry, NS))
+            if not in_prefix(namespace, prefix):
+                continue
+            if VERIFY not in entry or (yield from self._holds_live(namespace, now_ms)):
+                found.add(namespace)
+        return sorted(found)
+
+    def _names_complete(self) -> Op[bool]:
+        """Whether ``setup()`` has built the namespace list (asked once per process)."""
+        if self.names_complete is None:
+            reply = yield Call(
+                "get_item",
+                {
+                    "TableName": self.table,
+                    "Key": key(self.names_pk, NAMES_MARKER),
+                    "ConsistentRead": True,
+                },
+            )
+            self.names_complete = bool(reply.get("Item"))
+        return self.names_complete
+
+    def _holds_live(self, namespace: Namespace, now_ms: int) -> Op[bool]:
+        """Whether ``namespace`` itself (not a descendant) has an item that has not expired:
+        its partition's items under it, a page at a time, until one is."""
+        address = self.address(namespace, "")
+        if not address.fits:
+            return False
+        params = query_params(self.table, address.pk, begins=address.sk, projection=[])
+        params["FilterExpression"] = "#ns = :ns AND (attribute_not_exists(#xm) OR #xm > :now)"
+        params["ExpressionAttributeNames"].update({"#ns": NS, "#xm": EXPIRES})
+        params["ExpressionAttributeValues"].update(
+            {":ns": S(dotted_namespace(namespace)), ":now": N(now_ms)}
+        )
+        start: dict[str, Any] | None = None
+        while True:
+            page = yield from query_page(params, start)
+            if page.get("Items"):
+                return True
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return False
+
+    def _namespaces_by_partition(self, prefix: Namespace, now_ms: int) -> Op[list[Namespace]]:
+        """The namespaces under ``prefix`` from the items of every partition it covers (a table
+        whose namespace list ``setup()`` has not built yet)."""
+        found: set[Namespace] = set()
+        for namespace, expires in (yield from self._item_namespaces(prefix)):
+            if expires is None or expires > now_ms:
+                found.add(namespace)
+        return sorted(found)
+
+    def _item_namespaces(self, prefix: Namespace) -> Op[list[tuple[Namespace, int | None]]]:
+        """(namespace, expiry) of every item under ``prefix``, read partition by partition."""
+        found: list[tuple[Namespace, int | None]] = []
         partitions = yield from self._partitions(prefix)
         for pk, begins in partitions:
             params = query_params(self.table, pk, begins=begins, projection=[NS, EXPIRES])
             for item in (yield from query_all(params)):
-                expires = n(item, EXPIRES)
                 namespace = namespace_from_dotted(s(item, NS))
-                if (expires is None or expires > now_ms) and in_prefix(namespace, prefix):
-                    found.add(namespace)
-        return sorted(found)
+                if in_prefix(namespace, prefix):
+                    found.append((namespace, n(item, EXPIRES)))
+        return found
 
     def sweep(self, now_ms: int) -> Op[int]:
         removed = 0
