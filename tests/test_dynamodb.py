@@ -1092,6 +1092,97 @@ def _version(saver: Any, config: Any) -> Any:
     return found.checkpoint["channel_versions"]["messages"]
 
 
+def test_the_test_servers_plain_json_answers_round_trip_every_attribute_type(
+    table: str, client: Any
+) -> None:
+    """tools/moto_server.py writes the answers of the item operations as DynamoDB's JSON
+    directly instead of through moto's shape serializer: every attribute type must come back
+    exactly as it was written, through every operation that returns items, and errors must
+    still be DynamoDB's errors."""
+    blob = bytes(range(256))
+    item = {
+        "pk": {"S": "json-types"},
+        "sk": {"S": "a"},
+        "s": {"S": "text é ✓"},
+        "n": {"N": "-12.5"},
+        "b": {"B": blob},
+        "t": {"BOOL": True},
+        "z": {"NULL": True},
+        "m": {"M": {"inner": {"B": b"\x00\xff"}, "l": {"L": [{"N": "1"}, {"S": "x"}]}}},
+        "ss": {"SS": ["x", "y"]},
+        "ns": {"NS": ["1", "2.5"]},
+        "bs": {"BS": [b"\x01", b"\x02"]},
+    }
+    key = {"pk": item["pk"], "sk": item["sk"]}
+
+    def same(got: dict[str, Any]) -> None:
+        normal = {
+            k: {t: sorted(v) if t in ("SS", "NS", "BS") else v for t, v in a.items()}
+            for k, a in got.items()
+        }
+        expected = {
+            k: {t: sorted(v) if t in ("SS", "NS", "BS") else v for t, v in a.items()}
+            for k, a in item.items()
+        }
+        assert normal == expected
+
+    client.put_item(TableName=table, Item=item)
+    client.put_item(TableName=table, Item={"pk": item["pk"], "sk": {"S": "b"}})
+    same(client.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"])
+    page = client.query(
+        TableName=table,
+        KeyConditionExpression="pk = :p",
+        ExpressionAttributeValues={":p": item["pk"]},
+        ConsistentRead=True,
+        Limit=1,
+        ReturnConsumedCapacity="TOTAL",
+    )
+    assert page["Count"] == 1 and page["LastEvaluatedKey"] == key
+    assert page["ConsumedCapacity"]["TableName"] == table
+    same(page["Items"][0])
+    same(client.batch_get_item(RequestItems={table: {"Keys": [key]}})["Responses"][table][0])
+    same(
+        client.transact_get_items(TransactItems=[{"Get": {"TableName": table, "Key": key}}])[
+            "Responses"
+        ][0]["Item"]
+    )
+    updated = client.update_item(
+        TableName=table,
+        Key=key,
+        UpdateExpression="SET s = :s",
+        ExpressionAttributeValues={":s": item["s"]},
+        ReturnValues="ALL_NEW",
+    )
+    same(updated["Attributes"])
+    same(client.delete_item(TableName=table, Key=key, ReturnValues="ALL_OLD")["Attributes"])
+    assert "Item" not in client.get_item(TableName=table, Key=key, ConsistentRead=True)
+    with pytest.raises(ClientError) as failed:
+        client.update_item(
+            TableName=table,
+            Key=key,
+            UpdateExpression="SET s = :s",
+            ConditionExpression="attribute_exists(pk)",
+            ExpressionAttributeValues={":s": item["s"]},
+        )
+    assert failed.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
+
+
+def test_dynamodb_clients_share_one_loader_of_botocores_models() -> None:
+    """Every client graphkeep makes reads botocore's service model and endpoint rules through
+    one loader, so a process parses those JSON files once, not once per client."""
+    from graphkeep.backends.dynamodb.client import async_client, sync_client
+
+    with sync_client(REGION, ENDPOINT) as one, sync_client(REGION, ENDPOINT) as two:
+        assert one._loader is two._loader
+        assert one.describe_limits()["AccountMaxReadCapacityUnits"] > 0
+
+    async def made() -> Any:
+        async with async_client(REGION, ENDPOINT) as three:
+            return three._loader
+
+    assert asyncio.run(made()) is one._loader
+
+
 def test_element_sort_keys_are_ranges_per_epoch() -> None:
     from graphkeep.backends.dynamodb.elements import ELEMENT_GAP, element_runs, is_element_sk
     from graphkeep.checkpoint.lists import element_key

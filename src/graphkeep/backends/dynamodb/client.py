@@ -18,6 +18,7 @@ anyway (typed attribute values, never ``Decimal``).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -40,6 +41,8 @@ from graphkeep.port.telemetry import Target
 
 try:
     import boto3
+    import botocore.loaders
+    import botocore.session
     from botocore.config import Config
     from botocore.exceptions import (
         ClientError,
@@ -112,6 +115,22 @@ def client_options(options: dict[str, Any]) -> dict[str, Any]:
 _CONFIG = {"retries": {"total_max_attempts": 2, "mode": "standard"}, "connect_timeout": 5}
 
 
+@functools.cache
+def _loader() -> Any:
+    """One botocore data loader for every session this module makes. A new session reads
+    and parses DynamoDB's service model and AWS's endpoint rules from botocore's JSON files
+    again (about 100 ms of CPU per client); its loader caches them, so sessions sharing one
+    read them once per process. The loaded data is read-only: it is what many clients of
+    one session share anyway."""
+    return botocore.loaders.create_loader()
+
+
+def _with_loader(session: Any) -> Any:
+    """``session`` (botocore, or aiobotocore's subclass) reading through :func:`_loader`."""
+    session.register_component("data_loader", _loader())
+    return session
+
+
 def _pool(max_connections: int, pool_timeout: float) -> PoolOptions:
     return pool_options({"max_connections": max_connections, "pool_timeout": pool_timeout})
 
@@ -153,7 +172,10 @@ def sync_client(
     )
     try:
         if session is None:
-            session = boto3.session.Session(profile_name=profile_name)
+            session = boto3.session.Session(
+                botocore_session=_with_loader(botocore.session.Session()),
+                profile_name=profile_name,
+            )
         client = session.client(
             "dynamodb", region_name=region_name, endpoint_url=endpoint_url, config=config
         )
@@ -186,7 +208,7 @@ async def async_client(
             "the async DynamoDB backend needs aiobotocore: pip install 'graphkeep[dynamodb]'"
         ) from exc
     if session is None:
-        session = get_session()
+        session = _with_loader(get_session())
         if profile_name:
             session.set_config_variable("profile", profile_name)
     config = botocore_config or AioConfig(
