@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -475,6 +476,53 @@ async def test_async_store_round_trip_search_and_calls(table: str) -> None:
         await store.adelete(("a", "b"), "k")
         assert await store.asearch(()) == []
         assert await store.sweep_ttl() == 0
+
+
+class InFlight:
+    """The most Queries a client had sent and not yet had answered, at any moment."""
+
+    def __init__(self, client: Any) -> None:
+        self.now = self.most = 0
+        self._lock = threading.Lock()
+        client.meta.events.register("before-send.dynamodb.Query", self._sent)
+        client.meta.events.register("after-call.dynamodb.Query", self._answered)
+
+    def _sent(self, **_: Any) -> None:
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def _answered(self, **_: Any) -> None:
+        with self._lock:
+            self.now -= 1
+
+
+def test_a_search_across_partitions_reads_them_at_once(table: str) -> None:
+    made = boto3.client("dynamodb", region_name=REGION, endpoint_url=ENDPOINT)
+    store = DynamoDBStore(made, table, key_prefix=unique_prefix("par"))
+    for user in range(12):
+        store.put(("users", f"u{user}"), "k", {"user": user})
+    flight, calls = InFlight(made), Calls(made)
+    with calls.count() as names:
+        found = store.search(("users",), limit=20)
+    assert names == ["Query"] * 13  # the registry, then the 12 partitions
+    assert sorted(item.value["user"] for item in found) == list(range(12))
+    assert 1 < flight.most <= 8, flight.most  # in flight together, at most 8 at a time
+    made.close()
+
+
+async def test_an_async_search_across_partitions_reads_them_at_once(table: str) -> None:
+    async with AsyncDynamoDBStore.from_url(
+        _url(table), key_prefix=unique_prefix("apar"), setup=False
+    ) as store:
+        for user in range(12):
+            await store.aput(("users", f"u{user}"), "k", {"user": user})
+        flight, calls = InFlight(store.client), Calls(store.client)
+        with calls.count() as names:
+            found = await store.asearch(("users",), limit=20)
+        assert names == ["Query"] * 13
+        assert sorted(item.value["user"] for item in found) == list(range(12))
+        assert 1 < flight.most <= 8, flight.most
 
 
 async def test_aconnect_store_builds_the_async_store(table: str) -> None:

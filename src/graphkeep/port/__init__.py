@@ -12,7 +12,16 @@ from __future__ import annotations
 
 from graphkeep.port.backoff import IDLE_AFTER, Backoff
 from graphkeep.port.loop import on_loop, running_loop, stream_in_thread, stream_on_loop
-from graphkeep.port.ops import Emit, Op, Sleep, adrive, adrive_iter, drive, drive_iter
+from graphkeep.port.ops import (
+    Emit,
+    Op,
+    Parallel,
+    Sleep,
+    adrive,
+    adrive_iter,
+    drive,
+    drive_iter,
+)
 from graphkeep.port.telemetry import Target, Telemetry, target_of
 
 __all__ = [
@@ -20,6 +29,7 @@ __all__ = [
     "Backoff",
     "Emit",
     "Op",
+    "Parallel",
     "Sleep",
     "Target",
     "Telemetry",

@@ -14,8 +14,10 @@ See docs/architecture.md ("The port") for a worked example.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -38,17 +40,68 @@ class Emit:
     value: Any
 
 
+@dataclass(frozen=True, slots=True)
+class Parallel:
+    """Yielded by ops whose next requests do not depend on each other (a Query per
+    partition): the driver runs the sub-``ops`` at once, at most ``limit`` at a time
+    (threads in :func:`drive`, tasks in :func:`adrive`), and sends back their answers in
+    order. When any fails, the first failure (in order) is raised into the op after all
+    have ended, so none is left running."""
+
+    ops: tuple[Op[Any], ...]
+    limit: int = 8
+
+
+def _parallel(request: Parallel, execute: Callable[[Any], Any]) -> list[Any]:
+    if len(request.ops) <= 1:
+        return [drive(op, execute) for op in request.ops]
+    with ThreadPoolExecutor(min(request.limit, len(request.ops))) as pool:
+        # each thread carries the caller's context (the call's telemetry span, for one)
+        futures = [
+            pool.submit(contextvars.copy_context().run, drive, op, execute) for op in request.ops
+        ]
+        return [future.result() for future in futures]
+
+
+async def _aparallel(request: Parallel, execute: Callable[[Any], Awaitable[Any]]) -> list[Any]:
+    gate = asyncio.Semaphore(request.limit)
+
+    async def one(op: Op[Any]) -> Any:
+        async with gate:
+            return await adrive(op, execute)
+
+    results = await asyncio.gather(*(one(op) for op in request.ops), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results
+
+
+def _run(request: Any, execute: Callable[[Any], Any]) -> Any:
+    if isinstance(request, Sleep):
+        time.sleep(request.seconds)
+        return None
+    if isinstance(request, Parallel):
+        return _parallel(request, execute)
+    return execute(request)
+
+
+async def _arun(request: Any, execute: Callable[[Any], Awaitable[Any]]) -> Any:
+    if isinstance(request, Sleep):
+        await asyncio.sleep(request.seconds)
+        return None
+    if isinstance(request, Parallel):
+        return await _aparallel(request, execute)
+    return await execute(request)
+
+
 def drive(op: Op[T], execute: Callable[[Any], Any]) -> T:
     """Run ``op`` to completion, executing each request synchronously."""
     try:
         request = next(op)
         while True:
             try:
-                if isinstance(request, Sleep):
-                    time.sleep(request.seconds)
-                    result = None
-                else:
-                    result = execute(request)
+                result = _run(request, execute)
             except BaseException as exc:  # the op may handle store errors
                 request = op.throw(exc)
             else:
@@ -63,11 +116,7 @@ async def adrive(op: Op[T], execute: Callable[[Any], Awaitable[Any]]) -> T:
         request = next(op)
         while True:
             try:
-                if isinstance(request, Sleep):
-                    await asyncio.sleep(request.seconds)
-                    result = None
-                else:
-                    result = await execute(request)
+                result = await _arun(request, execute)
             except BaseException as exc:
                 request = op.throw(exc)
             else:
@@ -89,11 +138,7 @@ def drive_iter(op: Op[None], execute: Callable[[Any], Any]) -> Iterator[Any]:
             request = next(op, None)
             continue
         try:
-            if isinstance(request, Sleep):
-                time.sleep(request.seconds)
-                result = None
-            else:
-                result = execute(request)
+            result = _run(request, execute)
         except BaseException as exc:
             request = _throw(op, exc)
         else:
@@ -108,11 +153,7 @@ async def adrive_iter(op: Op[None], execute: Callable[[Any], Awaitable[Any]]) ->
             request = next(op, None)
             continue
         try:
-            if isinstance(request, Sleep):
-                await asyncio.sleep(request.seconds)
-                result = None
-            else:
-                result = await execute(request)
+            result = await _arun(request, execute)
         except BaseException as exc:
             request = _throw(op, exc)
         else:
@@ -120,19 +161,33 @@ async def adrive_iter(op: Op[None], execute: Callable[[Any], Awaitable[Any]]) ->
 
 
 def counted(op: Op[T], tally: list[int]) -> Op[T]:
-    """``op``, counting the requests it yields into ``tally[0]`` (a scan reports its cost)."""
+    """``op``, counting the requests it yields into ``tally[0]`` (a scan reports its cost);
+    the requests of a :class:`Parallel` are counted one by one."""
     try:
         request = next(op)
         while True:
-            tally[0] += 1
+            sent, tallies = each_counted(request)
+            tally[0] += 1 if tallies is None else 0
             try:
-                result = yield request
+                result = yield sent
             except BaseException as exc:  # the executor's error goes into the op
                 request = op.throw(exc)
             else:
                 request = op.send(result)
+            finally:
+                tally[0] += sum(t[0] for t in tallies or ())
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
+
+
+def each_counted(request: Any) -> tuple[Any, list[list[int]] | None]:
+    """A :class:`Parallel` whose sub-ops count their requests (one tally each, summed once
+    they have all ended), with those tallies; any other request as it is, with None."""
+    if not isinstance(request, Parallel):
+        return request, None
+    tallies = [[0] for _ in request.ops]
+    ops = tuple(counted(op, t) for op, t in zip(request.ops, tallies, strict=True))
+    return Parallel(ops, request.limit), tallies
 
 
 def _send(op: Op[None], value: Any) -> Any:

@@ -39,7 +39,7 @@ from graphkeep.errors import (
     CorruptData,
     GraphkeepError,
 )
-from graphkeep.port.ops import Emit, Op, Sleep, T
+from graphkeep.port.ops import Emit, Op, Sleep, T, each_counted
 
 try:
     from opentelemetry import context as otel_context
@@ -441,10 +441,11 @@ class Telemetry:
         try:
             request = next(op)
             while True:
-                if not isinstance(request, skip):
+                sent, tallies = each_counted(request)
+                if tallies is None and not isinstance(request, skip):
                     requests += 1
                 try:
-                    result = yield request
+                    result = yield sent
                 except GeneratorExit:
                     op.close()
                     raise
@@ -453,6 +454,8 @@ class Telemetry:
                     request = op.throw(exc)
                 else:
                     request = op.send(result)
+                finally:
+                    requests += sum(t[0] for t in tallies or ())
         except StopIteration as stop:
             self._end(call, requests, None, read=False)
             return stop.value  # type: ignore[no-any-return]

@@ -59,7 +59,8 @@ costs 1 RCU per 4 KB read, a write 1 WCU per 1 KB written, twice that inside a t
   per listed namespace marked ``vf`` (deletes or TTLs), which reads its partition's items under
   it until one is live; before ``setup()`` has built the list, as ``search``.
 - ``search``: 1 Query per 1 MB page of the prefix's items in every
-  partition it covers (+1 registry Query when the prefix is shorter than ``shard_labels``).
+  partition it covers (+1 registry Query when the prefix is shorter than ``shard_labels``);
+  the partitions are read at once (a ``Parallel`` of up to 8 Queries in flight).
   Ordering by ``updated_at`` (or by score) and ``offset``/``limit`` happen client-side over
   all of the prefix's items, so a search reads (and pays RCU for) the whole prefix, whatever
   the limit: keep prefixes narrow (e.g. ``("users", user_id)``) on large stores.
@@ -123,7 +124,7 @@ from graphkeep.backends.dynamodb.requests import (
 )
 from graphkeep.backends.dynamodb.schema import check_table_name, setup_table
 from graphkeep.errors import ConfigurationError, CorruptData, InvalidInput, PayloadTooLarge, Place
-from graphkeep.port import Op, codec
+from graphkeep.port import Op, Parallel, codec
 from graphkeep.port.factory import aopened, opened
 from graphkeep.store.port import ItemKey, Namespace, SearchQuery, StoredItem, Vector
 from graphkeep.store.ranking import in_prefix, rank
@@ -583,13 +584,20 @@ class DynamoDBStorePort:
 
     def _scan(self, prefix: Namespace, vectors: bool) -> Op[list[dict[str, Any]]]:
         attrs = [*READ, VECTORS] if vectors else list(READ)
-        items: list[dict[str, Any]] = []
         partitions = yield from self._partitions(prefix)
-        for pk, begins in partitions:
-            items += yield from query_all(
-                query_params(self.table, pk, begins=begins, projection=attrs)
+        return (yield from self._each_partition(partitions, attrs))
+
+    def _each_partition(
+        self, partitions: list[tuple[str, str]], attrs: list[str]
+    ) -> Op[list[dict[str, Any]]]:
+        """Every item of those partitions (``attrs`` of it), the partitions read at once."""
+        pages = yield Parallel(
+            tuple(
+                query_all(query_params(self.table, pk, begins=begins, projection=attrs))
+                for pk, begins in partitions
             )
-        return items
+        )
+        return [item for page in pages for item in page]
 
     def search(self, query: SearchQuery) -> Op[list[StoredItem]]:
         items = yield from self._scan(query.prefix, query.vector is not None)
@@ -675,12 +683,10 @@ class DynamoDBStorePort:
         """(namespace, expiry) of every item under ``prefix``, read partition by partition."""
         found: list[tuple[Namespace, int | None]] = []
         partitions = yield from self._partitions(prefix)
-        for pk, begins in partitions:
-            params = query_params(self.table, pk, begins=begins, projection=[NS, EXPIRES])
-            for item in (yield from query_all(params)):
-                namespace = namespace_from_dotted(s(item, NS))
-                if in_prefix(namespace, prefix):
-                    found.append((namespace, n(item, EXPIRES)))
+        for item in (yield from self._each_partition(partitions, [NS, EXPIRES])):
+            namespace = namespace_from_dotted(s(item, NS))
+            if in_prefix(namespace, prefix):
+                found.append((namespace, n(item, EXPIRES)))
         return found
 
     def sweep(self, now_ms: int) -> Op[int]:
