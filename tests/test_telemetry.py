@@ -365,6 +365,38 @@ PRODUCT_CALLS = {
 }
 
 
+@pytest.mark.dynamodb
+@pytest.mark.parametrize("mode", MODES)
+def test_a_search_reading_partitions_at_once_counts_each_request(otel: Otel, mode: str) -> None:
+    """The DynamoDB store's cross-partition search sends its Queries as one ``Parallel``:
+    the call's requests are still counted one by one (the registry + one per partition)."""
+    from .test_dynamodb import ENDPOINT, REGION
+
+    url = f"dynamodb://graphkeep_test?region={REGION}&endpoint_url={ENDPOINT}"
+    prefix = f"par-{uuid.uuid4().hex[:8]}"
+    name = {"db.operation.name": "store.search"}
+    if mode == "sync":
+        with graphkeep.connect_store(url, key_prefix=prefix, telemetry=otel.option()) as store:
+            for user in range(5):
+                store.put(("users", f"u{user}"), "k", {"user": user})
+            assert len(store.search(("users",))) == 5
+    else:
+
+        async def main() -> None:
+            async with graphkeep.aconnect_store(
+                url, key_prefix=prefix, telemetry=otel.option()
+            ) as store:
+                for user in range(5):
+                    await store.aput(("users", f"u{user}"), "k", {"user": user})
+                assert len(await store.asearch(("users",))) == 5
+
+        asyncio.run(main())
+    (sent,) = otel.points("graphkeep.call.requests", **name)
+    assert sent.value == 6
+    (search,) = [s for s in otel.spans() if s.attributes["db.operation.name"] == "store.search"]
+    assert search.status.is_ok
+
+
 def products_sync(url: str, option: dict[str, Any], run: str) -> None:
     with graphkeep.connect_store(url, telemetry=option) as store:
         store.put(("users", "ada"), "note", {"text": SECRET})
