@@ -167,7 +167,8 @@ def counted(op: Op[T], tally: list[int]) -> Op[T]:
         request = next(op)
         while True:
             sent, tallies = each_counted(request)
-            tally[0] += 1 if tallies is None else 0
+            if tallies is None:
+                tally[0] += 1
             try:
                 result = yield sent
             except BaseException as exc:  # the executor's error goes into the op

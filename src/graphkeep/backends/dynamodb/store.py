@@ -151,6 +151,8 @@ NAMES_KIND = "n#"
 NAMES_MARKER = "v#1"
 #: a namespace list entry longer than this (escaped labels, bytes) keeps a head plus a digest
 NAMES_LIMIT = 900
+#: what follows the head of a shortened entry: ``$~`` and 40 hex digits
+NAMES_DIGEST = len(dkeys.HASH_MARK) + 40
 NS, KEY, CREATED, UPDATED, EXPIRES, TTL_MINUTES, VECTORS, WRITTEN, VERIFY = (
     "ns", "k", "cu", "uu", "xm", "tm", "vec", "at", "vf",
 )  # fmt: skip
@@ -263,7 +265,8 @@ class DynamoDBStorePort:
         labels = _labels(namespace)
         if len(labels.encode("utf-8")) <= NAMES_LIMIT:
             return NAMES_KIND + labels
-        digest = dkeys.HASH_MARK + hashlib.sha256(labels.encode("utf-8")).hexdigest()[:40]
+        digest = dkeys.HASH_MARK + hashlib.sha256(labels.encode("utf-8")).hexdigest()
+        digest = digest[:NAMES_DIGEST]
         head = ""
         for label in namespace:
             more = _labels((label,))
@@ -622,18 +625,22 @@ class DynamoDBStorePort:
 
     def namespaces(self, prefix: Namespace, now_ms: int) -> Op[list[Namespace]]:
         complete = yield from self._names_complete()
-        begins = NAMES_KIND + _labels(prefix)
-        if not complete or len(begins.encode("utf-8")) > NAMES_LIMIT - 44:
+        labels = _labels(prefix)
+        # a prefix longer than a shortened entry's head may not be in it: read the partitions
+        if not complete or len(labels.encode("utf-8")) > NAMES_LIMIT - NAMES_DIGEST:
             return (yield from self._namespaces_by_partition(prefix, now_ms))
-        params = query_params(self.table, self.names_pk, begins=begins, projection=[NS, VERIFY])
-        found: set[Namespace] = set()
+        params = query_params(
+            self.table, self.names_pk, begins=NAMES_KIND + labels, projection=[NS, VERIFY]
+        )
+        sure: set[Namespace] = set()
+        marked: set[Namespace] = set()
         for entry in (yield from query_all(params)):
             namespace = namespace_from_dotted(s(entry, NS))
-            if not in_prefix(namespace, prefix):
-                continue
-            if VERIFY not in entry or (yield from self._holds_live(namespace, now_ms)):
-                found.add(namespace)
-        return sorted(found)
+            if in_prefix(namespace, prefix):
+                (marked if VERIFY in entry else sure).add(namespace)
+        checks = sorted(marked - sure)
+        live = yield Parallel(tuple(self._holds_live(ns, now_ms) for ns in checks))
+        return sorted(sure | {ns for ns, alive in zip(checks, live, strict=True) if alive})
 
     def _names_complete(self) -> Op[bool]:
         """Whether ``setup()`` has built the namespace list (asked once per process)."""
@@ -680,7 +687,7 @@ class DynamoDBStorePort:
         return sorted(found)
 
     def _item_namespaces(self, prefix: Namespace) -> Op[list[tuple[Namespace, int | None]]]:
-        """(namespace, expiry) of every item under ``prefix``, read partition by partition."""
+        """(namespace, expiry) of every item under ``prefix``, from every partition it covers."""
         found: list[tuple[Namespace, int | None]] = []
         partitions = yield from self._partitions(prefix)
         for item in (yield from self._each_partition(partitions, [NS, EXPIRES])):
