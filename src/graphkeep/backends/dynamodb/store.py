@@ -533,10 +533,10 @@ class DynamoDBStorePort:
         # registry items go first: a partition is listed no later than its first item
         registry = [self._register(sk) for sk in new_partitions]
         names = self._names(writes, split=False)
-        every = registry + list(names.values()) + actions
+        every = registry + [self._name(*entry) for entry in names.values()] + actions
         if len(list(_transactions(every, [0] * len(every)))) > 1:
             names = self._names(writes, split=True)  # a failed later group leaves no item
-        actions = registry + list(names.values()) + actions
+        actions = registry + [self._name(*entry) for entry in names.values()] + actions
         owners = [-1 - i for i in range(len(registry) + len(names))] + owners
         chunks = [c for w in writes for c in w.chunks]
         if chunks:  # values first, owners after: no reader meets an owner without its chunks
@@ -547,16 +547,14 @@ class DynamoDBStorePort:
         for index in sorted(i for i in failed if i >= 0):
             yield from self._rewrite(writes[index], now_ms)
         self.registered.update(new_partitions)
-        for sk, action in names.items():
-            self.named[sk] = (
-                self.named.get(sk, False)
-                or ":vf" in (action["Update"]["ExpressionAttributeValues"])
-            )
+        for sk, (_, verify) in names.items():
+            self.named[sk] = self.named.get(sk, False) or verify
 
-    def _names(self, writes: list[_Write], *, split: bool) -> dict[str, dict[str, Any]]:
-        """The namespace list entries ``writes`` need: one per namespace this process has not
-        listed yet, or has listed as sure while a write could take its last item away (a
-        delete, a put with a TTL, or any write of a put ``split`` over transactions)."""
+    def _names(self, writes: list[_Write], *, split: bool) -> dict[str, tuple[Namespace, bool]]:
+        """The namespace list entries ``writes`` need, by sort key: (namespace, marked) for
+        each namespace this process has not listed yet, or has listed as sure while a write
+        could take its last item away (a delete, a put with a TTL, or any write of a put
+        ``split`` over transactions)."""
         wanted: dict[str, tuple[Namespace, bool]] = {}
         for write in writes:
             sk = self.names_sk(write.namespace)
@@ -564,7 +562,7 @@ class DynamoDBStorePort:
             verify = verify or wanted.get(sk, ((), False))[1]
             if sk not in self.named or (verify and not self.named[sk]):
                 wanted[sk] = (write.namespace, verify)
-        return {sk: self._name(ns, verify) for sk, (ns, verify) in wanted.items()}
+        return wanted
 
     def _rewrite(self, write: _Write, now_ms: int) -> Op[None]:
         """A put or delete whose condition failed: the old item had chunks (of another
