@@ -96,16 +96,19 @@ def key(pk: str, sk: str) -> dict[str, Any]:
 
 def size_of(item: dict[str, Any]) -> int:
     """DynamoDB's item size: attribute names plus values (numbers estimated generously)."""
-    total = 0
-    for name, value in item.items():
-        total += len(name)
-        if "S" in value:
-            total += len(value["S"].encode("utf-8"))
-        elif "B" in value:
-            total += len(value["B"])
-        else:
-            total += 21
-    return total
+    return sum(len(name) + _value_size(value) for name, value in item.items())
+
+
+def _value_size(value: dict[str, Any]) -> int:
+    if "S" in value:
+        return len(value["S"].encode("utf-8"))
+    if "B" in value:
+        return len(value["B"])
+    if "M" in value:  # 3 bytes of its own, and a byte per element
+        return 3 + sum(1 + len(k.encode("utf-8")) + _value_size(v) for k, v in value["M"].items())
+    if "SS" in value:
+        return sum(len(m.encode("utf-8")) for m in value["SS"])
+    return 21
 
 
 @dataclass(slots=True)

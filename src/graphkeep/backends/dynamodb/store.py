@@ -41,8 +41,10 @@ zlib-compressed from 4 KiB when it pays; chunk items when still over the 400 KB 
 ``cu``/``uu`` (created/updated, epoch microseconds), ``xm`` (exact expiry, epoch ms, checked
 on every read), ``tm`` (TTL minutes, what a refresh re-arms), ``exp`` (DynamoDB's TTL
 attribute, epoch seconds; DynamoDB reaps within about 48 hours), ``vec`` (embeddings, msgpack
-of ``[path, digest, float32 bytes]``). Chunk items carry ``at`` (written, epoch ms) and no
-``exp``: ``sweep`` deletes them with their owner, or when their owner has disappeared.
+of ``[path, digest, float32 bytes]``), ``fa``/``fx`` (the value's top-level scalars as native
+attributes for the server-side filter, and the keys left out of them). Chunk items carry
+``at`` (written, epoch ms) and no ``exp``: ``sweep`` deletes them with their owner, or when
+their owner has disappeared.
 
 Requests per operation (RCU/WCU at DynamoDB's on-demand rates: a strongly consistent read
 costs 1 RCU per 4 KB read, a write 1 WCU per 1 KB written, twice that inside a transaction):
@@ -64,8 +66,10 @@ costs 1 RCU per 4 KB read, a write 1 WCU per 1 KB written, twice that inside a t
   Ordering by ``updated_at`` (or by score) and ``offset``/``limit`` happen client-side over
   all of the prefix's items, so a search reads (and pays RCU for) the whole prefix, whatever
   the limit: keep prefixes narrow (e.g. ``("users", user_id)``) on large stores.
-  Filters are applied client-side too (``matches``): a DynamoDB FilterExpression does not
-  lower the RCU of a Query, and the value is stored as exact JSON bytes, not as a map.
+  Top-level filter conditions run on the server too, on ``fa``/``fx`` (the value's top-level
+  scalars as native attributes, :mod:`.store_filter`): DynamoDB returns fewer items (the RCU
+  of the Query stay those of the whole prefix); every condition is still checked exactly
+  client-side (``matches``).
   Semantic search ranks the vectors of the prefix's items client-side (``rank``).
 - ``sweep``: 1 registry Query + 1 filtered Query per partition page (``xm <= now`` and chunk
   items; the RCU of the whole partition), then BatchWriteItem deletes per 25.
@@ -123,10 +127,16 @@ from graphkeep.backends.dynamodb.requests import (
     transact,
 )
 from graphkeep.backends.dynamodb.schema import check_table_name, setup_table
+from graphkeep.backends.dynamodb.store_filter import (
+    FILTER,
+    SKIPPED,
+    filter_attributes,
+    filter_expression,
+)
 from graphkeep.errors import ConfigurationError, CorruptData, InvalidInput, PayloadTooLarge, Place
 from graphkeep.port import Op, Parallel, codec
 from graphkeep.port.factory import aopened, opened
-from graphkeep.store.port import ItemKey, Namespace, SearchQuery, StoredItem, Vector
+from graphkeep.store.port import Condition, ItemKey, Namespace, SearchQuery, StoredItem, Vector
 from graphkeep.store.ranking import in_prefix, rank
 from graphkeep.store.shells import AsyncStore, SyncStore
 from graphkeep.store.values import (
@@ -170,6 +180,8 @@ REPLACED = (
     DIGEST,
     SIZE,
     CODEC,
+    FILTER,
+    SKIPPED,
 )
 READ = (NS, KEY, VALUE, CREATED, UPDATED, EXPIRES, TTL_MINUTES, NCHUNKS, DIGEST, SIZE, CODEC)
 #: a label or key longer than this (escaped, bytes) keeps a head plus a digest in the key
@@ -318,6 +330,7 @@ class DynamoDBStorePort:
         }
         if stored.vectors:
             item[VECTORS] = B(codec.packb([[v.path, v.digest, v.data] for v in stored.vectors]))
+        item.update(filter_attributes(stored.value))
         if size_of(item) > MAX_ITEM_BYTES // 2:
             raise PayloadTooLarge(
                 f"the embeddings of {stored.key!r} take {size_of(item)} bytes; DynamoDB items"
@@ -583,25 +596,31 @@ class DynamoDBStorePort:
             stale = [key(address.pk, sk) for sk in owner_chunks(old)]
             yield from batch_write(self.table, [{"DeleteRequest": {"Key": k}} for k in stale])
 
-    def _scan(self, prefix: Namespace, vectors: bool) -> Op[list[dict[str, Any]]]:
-        attrs = [*READ, VECTORS] if vectors else list(READ)
-        partitions = yield from self._partitions(prefix)
-        return (yield from self._each_partition(partitions, attrs))
-
     def _each_partition(
-        self, partitions: list[tuple[str, str]], attrs: list[str]
+        self,
+        partitions: list[tuple[str, str]],
+        attrs: list[str],
+        conditions: tuple[Condition, ...] = (),
     ) -> Op[list[dict[str, Any]]]:
-        """Every item of those partitions (``attrs`` of it), the partitions read at once."""
-        pages = yield Parallel(
-            tuple(
-                query_all(query_params(self.table, pk, begins=begins, projection=attrs))
-                for pk, begins in partitions
-            )
-        )
+        """Every item of those partitions (``attrs`` of it), the partitions read at once;
+        with ``conditions``, DynamoDB leaves out items it can tell fail them."""
+        queries = []
+        server_filter = filter_expression(conditions)
+        for pk, begins in partitions:
+            params = query_params(self.table, pk, begins=begins, projection=attrs)
+            if server_filter is not None:
+                expression, names, values = server_filter
+                params["FilterExpression"] = expression
+                params["ExpressionAttributeNames"].update(names)
+                params["ExpressionAttributeValues"].update(values)
+            queries.append(query_all(params))
+        pages = yield Parallel(tuple(queries))
         return [item for page in pages for item in page]
 
     def search(self, query: SearchQuery) -> Op[list[StoredItem]]:
-        items = yield from self._scan(query.prefix, query.vector is not None)
+        attrs = [*READ, VECTORS] if query.vector is not None else list(READ)
+        partitions = yield from self._partitions(query.prefix)
+        items = yield from self._each_partition(partitions, attrs, query.conditions)
         if query.conditions or query.vector is not None:
             chunks = yield from self._chunks(items)
             page = rank((self._decode(i, chunks) for i in items), query)

@@ -1,0 +1,151 @@
+"""The DynamoDB store's server-side filter: each item's top-level scalar values as native
+attributes, and the ``FilterExpression`` a search's conditions allow on them.
+
+``fa`` (a map) holds each top-level key of the value whose value is a string of at most
+:data:`STRING_LIMIT` bytes, a number DynamoDB compares exactly as Python does (integers up to
+2**53, finite floats inside DynamoDB's range), a boolean or null. ``fx`` (a string set) names
+the top-level keys whose scalar value was left out (a longer string, another number, or past
+the item's :data:`BUDGET`). Lists and objects are in neither: no scalar operand equals them or
+orders against them.
+
+The expression only ever lets through *more* items than the exact check (``matches``), which
+the client still applies to every item: an item without ``fa`` (written before it existed, or
+whose value has keys that are not strings) passes, a condition on a key named in ``fx``
+passes, and a condition the server cannot decide exactly (a nested path, a list or object
+operand, a number it cannot hold exactly) is left out. So a search returns the same items;
+DynamoDB returns fewer of them over the wire (it still reads, and bills, the whole prefix).
+
+Why numbers are limited to 2**53 and finite floats: DynamoDB compares decimal texts exactly,
+Python compares an int with a float exactly too, and a float's shortest text (``repr``) keeps
+the order of floats; every number in the set is a float exactly, so both sides agree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from graphkeep.store.port import Condition
+
+__all__ = ["FILTER", "SKIPPED", "filter_attributes", "filter_expression"]
+
+#: the attribute names: the native copy of the value's top-level scalars, and the keys left out
+FILTER, SKIPPED = "fa", "fx"
+#: the longest string (UTF-8 bytes) copied into ``fa``
+STRING_LIMIT = 256
+#: the most bytes ``fa`` may take in an item (names and values); keys past it go to ``fx``
+BUDGET = 2048
+#: the most bytes of key names ``fx`` may take; past it the item gets neither (it always passes)
+SKIPPED_LIMIT = 1024
+#: integers DynamoDB and Python compare alike against any float of the set
+EXACT_INT = 2**53
+#: DynamoDB's number range (magnitudes), with a margin below its 1E-130 floor
+SMALLEST, LARGEST = 1e-125, 9.9e125
+
+
+def _number(value: int | float) -> str | None:
+    """The DynamoDB number text of ``value`` when the server compares it exactly, else None."""
+    if isinstance(value, int):
+        return str(value) if -EXACT_INT <= value <= EXACT_INT else None
+    if not math.isfinite(value):
+        return None
+    if value == 0:
+        return "0"
+    return repr(value) if SMALLEST <= abs(value) <= LARGEST else None
+
+
+def _native(value: Any) -> dict[str, Any] | None:
+    """``value`` as a DynamoDB attribute value the filter can test exactly, else None."""
+    if value is None:
+        return {"NULL": True}
+    if isinstance(value, bool):
+        return {"BOOL": value}
+    if isinstance(value, (int, float)):
+        text = _number(value)
+        return None if text is None else {"N": text}
+    if isinstance(value, str) and len(value.encode("utf-8")) <= STRING_LIMIT:
+        return {"S": value}
+    return None
+
+
+def _size(name: str, value: dict[str, Any]) -> int:
+    text = value.get("S") or value.get("N") or ""
+    return len(name.encode("utf-8")) + len(text.encode("utf-8")) + 1
+
+
+def filter_attributes(value: Mapping[str, Any]) -> dict[str, Any]:
+    """``fa`` (and ``fx`` when keys were left out) for an item holding ``value``; nothing when
+    a key is not a string (the stored JSON turns it into one: such items always pass)."""
+    natives: dict[str, Any] = {}
+    skipped: list[str] = []
+    used = 0
+    for name, field in value.items():
+        if not isinstance(name, str):
+            return {}
+        if not name or "." in name or isinstance(field, (dict, list)):
+            continue  # no condition can name it, or no scalar operand matches it
+        native = _native(field)
+        if native is not None and used + _size(name, native) <= BUDGET:
+            natives[name] = native
+            used += _size(name, native)
+        else:
+            skipped.append(name)
+    attributes: dict[str, Any] = {FILTER: {"M": natives}}
+    if skipped:
+        if sum(len(n.encode("utf-8")) for n in skipped) > SKIPPED_LIMIT:
+            return {}
+        attributes[SKIPPED] = {"SS": skipped}
+    return attributes
+
+
+_ORDER = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+
+
+def filter_expression(
+    conditions: Iterable[Condition],
+) -> tuple[str, dict[str, str], dict[str, Any]] | None:
+    """(FilterExpression, names, values) passing at least every item ``matches`` accepts for
+    ``conditions``, or None when the server can decide none of them."""
+    names: dict[str, str] = {}
+    values: dict[str, Any] = {}
+    clauses: list[str] = []
+    for i, condition in enumerate(conditions):
+        if len(condition.path) != 1:
+            continue
+        path, operand = f"#fa.#f{i}", f":f{i}"
+        test = _test(condition, path, operand, values)
+        if test is None:
+            continue
+        names[f"#f{i}"] = condition.path[0]
+        values[f":k{i}"] = {"S": condition.path[0]}
+        clauses.append(f"(contains(#fx, :k{i}) OR {test})")
+    if not clauses:
+        return None
+    names.update({"#fa": FILTER, "#fx": SKIPPED})
+    every = clauses[0] if len(clauses) == 1 else "(" + " AND ".join(clauses) + ")"
+    return f"attribute_not_exists(#fa) OR {every}", names, values  # DynamoDB refuses ((...))
+
+
+def _test(condition: Condition, path: str, operand: str, values: dict[str, Any]) -> str | None:
+    """The server test of one top-level condition on ``path`` (``fa.<key>``), or None."""
+    op, expected = condition.op, condition.value
+    if op == "$eq" and expected is None:  # missing or null
+        values[":null"] = {"S": "NULL"}
+        return f"(attribute_not_exists({path}) OR attribute_type({path}, :null))"
+    native = _native(expected) if expected is not None else None
+    if native is None:
+        return None
+    values[operand] = native
+    if op == "$eq":
+        return f"{path} = {operand}"
+    kind = next(iter(native))
+    if op != "$ne" and (op not in _ORDER or kind not in ("S", "N")):
+        return None
+    values[f":t{kind}"] = {"S": kind}
+    # each comparison only between values of one type: DynamoDB's rule, made explicit for
+    # servers that compare across types (moto takes True for 1)
+    same_type = f"attribute_type({path}, :t{kind})"
+    if op == "$ne":  # a list or object is not in ``fa`` and differs from every scalar
+        return f"(attribute_not_exists({path}) OR NOT {same_type} OR {path} <> {operand})"
+    return f"({same_type} AND {path} {_ORDER[op]} {operand})"
