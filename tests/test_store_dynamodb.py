@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import enum
 import os
 import threading
 import time
@@ -158,6 +159,10 @@ def test_filters_with_operators(store: DynamoDBStore) -> None:
     assert found(kind="note", score={"$gte": 5}) == {"a"}
 
 
+class _Level(int, enum.Enum):  # its text is "_Level.ONE", its JSON 1
+    ONE = 1
+
+
 #: values whose top-level scalars DynamoDB can and cannot compare exactly as the client does
 FILTER_VALUES: dict[str, dict[Any, Any]] = {
     "int": {"n": 1},
@@ -185,6 +190,7 @@ FILTER_VALUES: dict[str, dict[Any, Any]] = {
     "budget": {**{f"k{i}": "y" * 200 for i in range(20)}, "n": 3},
     "dotted": {"a.b": 1, "a": {"b": 2}},
     "old": {"n": 7},
+    "enum": {"n": _Level.ONE},
 }
 FILTER_OPERANDS: list[Any] = [
     1, 1.0, 0, -0.0, True, False, "1", "", "é", "y", "z", 2**53, 2**53 + 1, 2**64, 1e-300,

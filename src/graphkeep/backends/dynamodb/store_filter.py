@@ -46,13 +46,13 @@ SMALLEST, LARGEST = 1e-125, 9.9e125
 
 def _number(value: int | float) -> str | None:
     """The DynamoDB number text of ``value`` when the server compares it exactly, else None."""
-    if isinstance(value, int):
-        return str(value) if -EXACT_INT <= value <= EXACT_INT else None
+    if isinstance(value, int):  # int() and float(): an enum's text is not its number
+        return str(int(value)) if -EXACT_INT <= value <= EXACT_INT else None
     if not math.isfinite(value):
         return None
     if value == 0:
         return "0"
-    return repr(value) if SMALLEST <= abs(value) <= LARGEST else None
+    return repr(float(value)) if SMALLEST <= abs(value) <= LARGEST else None
 
 
 def _native(value: Any) -> dict[str, Any] | None:
@@ -65,7 +65,7 @@ def _native(value: Any) -> dict[str, Any] | None:
         text = _number(value)
         return None if text is None else {"N": text}
     if isinstance(value, str) and len(value.encode("utf-8")) <= STRING_LIMIT:
-        return {"S": value}
+        return {"S": str.__str__(value)}  # a str enum's content, as the JSON holds it
     return None
 
 
