@@ -41,8 +41,8 @@ zlib-compressed from 4 KiB when it pays; chunk items when still over the 400 KB 
 ``cu``/``uu`` (created/updated, epoch microseconds), ``xm`` (exact expiry, epoch ms, checked
 on every read), ``tm`` (TTL minutes, what a refresh re-arms), ``exp`` (DynamoDB's TTL
 attribute, epoch seconds; DynamoDB reaps within about 48 hours), ``vec`` (embeddings, msgpack
-of ``[path, digest, float32 bytes]``), ``fa``/``fx`` (the value's top-level scalars as native
-attributes for the server-side filter, and the keys left out of them). Chunk items carry
+of ``[path, digest, float32 bytes]``), ``fa`` (the value's top-level scalars as native
+attributes, for the server-side filter). Chunk items carry
 ``at`` (written, epoch ms) and no ``exp``: ``sweep`` deletes them with their owner, or when
 their owner has disappeared.
 
@@ -66,8 +66,8 @@ costs 1 RCU per 4 KB read, a write 1 WCU per 1 KB written, twice that inside a t
   Ordering by ``updated_at`` (or by score) and ``offset``/``limit`` happen client-side over
   all of the prefix's items, so a search reads (and pays RCU for) the whole prefix, whatever
   the limit: keep prefixes narrow (e.g. ``("users", user_id)``) on large stores.
-  Top-level filter conditions run on the server too, on ``fa``/``fx`` (the value's top-level
-  scalars as native attributes, :mod:`.store_filter`): DynamoDB returns fewer items (the RCU
+  Top-level filter conditions run on the server too, on ``fa`` (the value's top-level scalars
+  as native attributes, :mod:`.store_filter`): DynamoDB returns fewer items (the RCU
   of the Query stay those of the whole prefix); every condition is still checked exactly
   client-side (``matches``).
   Semantic search ranks the vectors of the prefix's items client-side (``rank``).
@@ -127,12 +127,7 @@ from graphkeep.backends.dynamodb.requests import (
     transact,
 )
 from graphkeep.backends.dynamodb.schema import check_table_name, setup_table
-from graphkeep.backends.dynamodb.store_filter import (
-    FILTER,
-    SKIPPED,
-    filter_attributes,
-    filter_expression,
-)
+from graphkeep.backends.dynamodb.store_filter import FILTER, filter_attributes, filter_expression
 from graphkeep.errors import ConfigurationError, CorruptData, InvalidInput, PayloadTooLarge, Place
 from graphkeep.port import Op, Parallel, codec
 from graphkeep.port.factory import aopened, opened
@@ -181,7 +176,6 @@ REPLACED = (
     SIZE,
     CODEC,
     FILTER,
-    SKIPPED,
 )
 READ = (NS, KEY, VALUE, CREATED, UPDATED, EXPIRES, TTL_MINUTES, NCHUNKS, DIGEST, SIZE, CODEC)
 #: a label or key longer than this (escaped, bytes) keeps a head plus a digest in the key

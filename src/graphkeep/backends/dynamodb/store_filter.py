@@ -3,17 +3,17 @@ attributes, and the ``FilterExpression`` a search's conditions allow on them.
 
 ``fa`` (a map) holds each top-level key of the value whose value is a string of at most
 :data:`STRING_LIMIT` bytes, a number DynamoDB compares exactly as Python does (integers up to
-2**53, finite floats inside DynamoDB's range), a boolean or null. ``fx`` (a string set) names
-the top-level keys whose scalar value was left out (a longer string, another number, or past
-the item's :data:`BUDGET`). Lists and objects are in neither: no scalar operand equals them or
-orders against them.
+2**53, finite floats inside DynamoDB's range), a boolean or null. A key whose scalar value was
+left out (a longer string, another number, or past the item's :data:`BUDGET`) is in ``fa`` as
+an empty binary, which no JSON value is: a condition on it always passes. Lists and objects are
+not in ``fa``: no scalar operand equals them or orders against them.
 
 The expression only ever lets through *more* items than the exact check (``matches``), which
 the client still applies to every item: an item without ``fa`` (written before it existed, or
-whose value has keys that are not strings) passes, a condition on a key named in ``fx``
-passes, and a condition the server cannot decide exactly (a nested path, a list or object
-operand, a number it cannot hold exactly) is left out. So a search returns the same items;
-DynamoDB returns fewer of them over the wire (it still reads, and bills, the whole prefix).
+whose value has keys that are not strings) passes, a condition on a left-out key passes, and a
+condition the server cannot decide exactly (a nested path, a list or object operand, a number
+it cannot hold exactly) is left out. So a search returns the same items; DynamoDB returns fewer
+of them over the wire (it still reads, and bills, the whole prefix).
 
 Why numbers are limited to 2**53 and finite floats: DynamoDB compares decimal texts exactly,
 Python compares an int with a float exactly too, and a float's shortest text (``repr``) keeps
@@ -28,16 +28,18 @@ from typing import Any
 
 from graphkeep.store.port import Condition
 
-__all__ = ["FILTER", "SKIPPED", "filter_attributes", "filter_expression"]
+__all__ = ["FILTER", "filter_attributes", "filter_expression"]
 
-#: the attribute names: the native copy of the value's top-level scalars, and the keys left out
-FILTER, SKIPPED = "fa", "fx"
+#: the attribute: the native copy of the value's top-level scalars
+FILTER = "fa"
+#: what a left-out key holds in ``fa``: a binary, which no JSON value is
+LEFT_OUT: dict[str, Any] = {"B": b""}
 #: the longest string (UTF-8 bytes) copied into ``fa``
 STRING_LIMIT = 256
-#: the most bytes ``fa`` may take in an item (names and values); keys past it go to ``fx``
+#: the most bytes of copied values (names and values) in an item; keys past it are left out
 BUDGET = 2048
-#: the most bytes of key names ``fx`` may take; past it the item gets neither (it always passes)
-SKIPPED_LIMIT = 1024
+#: the most bytes ``fa`` may take with its left-out keys; past it the item gets no ``fa``
+LIMIT = 3072
 #: integers DynamoDB and Python compare alike against any float of the set
 EXACT_INT = 2**53
 #: DynamoDB's number range (magnitudes), with a margin below its 1E-130 floor
@@ -75,28 +77,26 @@ def _size(name: str, value: dict[str, Any]) -> int:
 
 
 def filter_attributes(value: Mapping[str, Any]) -> dict[str, Any]:
-    """``fa`` (and ``fx`` when keys were left out) for an item holding ``value``; nothing when
-    a key is not a string (the stored JSON turns it into one: such items always pass)."""
+    """``fa`` for an item holding ``value``; nothing when a key is not a string (the stored
+    JSON turns it into one) or the left-out keys alone pass :data:`LIMIT`: such items always
+    pass the server."""
     natives: dict[str, Any] = {}
-    skipped: list[str] = []
-    used = 0
+    copied = total = 0  # bytes of the copied values; of everything in ``fa``
     for name, field in value.items():
         if not isinstance(name, str):
             return {}
         if not name or "." in name or isinstance(field, (dict, list)):
             continue  # no condition can name it, or no scalar operand matches it
         native = _native(field)
-        if native is not None and used + _size(name, native) <= BUDGET:
-            natives[name] = native
-            used += _size(name, native)
+        if native is not None and copied + _size(name, native) <= BUDGET:
+            copied += _size(name, native)
         else:
-            skipped.append(name)
-    attributes: dict[str, Any] = {FILTER: {"M": natives}}
-    if skipped:
-        if sum(len(n.encode("utf-8")) for n in skipped) > SKIPPED_LIMIT:
+            native = LEFT_OUT
+        natives[name] = native
+        total += _size(name, native)
+        if total > LIMIT:
             return {}
-        attributes[SKIPPED] = {"SS": skipped}
-    return attributes
+    return {FILTER: {"M": natives}}
 
 
 _ORDER = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
@@ -113,32 +113,35 @@ def filter_expression(
     for i, condition in enumerate(conditions):
         if len(condition.path) != 1:
             continue
-        path, operand = f"#fa.#f{i}", f":f{i}"
-        test = _test(condition, path, operand, values)
+        path = f"#fa.#f{i}"
+        test = _test(condition, path, f":f{i}", values)
         if test is None:
             continue
         names[f"#f{i}"] = condition.path[0]
-        values[f":k{i}"] = {"S": condition.path[0]}
-        clauses.append(f"(contains(#fx, :k{i}) OR {test})")
+        clauses.append(test)
     if not clauses:
         return None
-    names.update({"#fa": FILTER, "#fx": SKIPPED})
-    every = clauses[0] if len(clauses) == 1 else "(" + " AND ".join(clauses) + ")"
-    return f"attribute_not_exists(#fa) OR {every}", names, values  # DynamoDB refuses ((...))
+    names["#fa"] = FILTER
+    values[":tB"] = {"S": "B"}
+    every = clauses[0] if len(clauses) == 1 else " AND ".join(f"({c})" for c in clauses)
+    # DynamoDB refuses redundant parentheses: ((...)) is an error
+    return f"attribute_not_exists(#fa) OR {every}", names, values
 
 
 def _test(condition: Condition, path: str, operand: str, values: dict[str, Any]) -> str | None:
-    """The server test of one top-level condition on ``path`` (``fa.<key>``), or None."""
+    """The server test of one top-level condition on ``path`` (``fa.<key>``), or None; a
+    left-out key (a binary) passes every test."""
     op, expected = condition.op, condition.value
+    left_out = f"attribute_type({path}, :tB)"
     if op == "$eq" and expected is None:  # missing or null
-        values[":null"] = {"S": "NULL"}
-        return f"(attribute_not_exists({path}) OR attribute_type({path}, :null))"
+        values[":tNULL"] = {"S": "NULL"}
+        return f"attribute_not_exists({path}) OR attribute_type({path}, :tNULL) OR {left_out}"
     native = _native(expected) if expected is not None else None
     if native is None:
         return None
     values[operand] = native
     if op == "$eq":
-        return f"{path} = {operand}"
+        return f"{left_out} OR {path} = {operand}"
     kind = next(iter(native))
     if op != "$ne" and (op not in _ORDER or kind not in ("S", "N")):
         return None
@@ -147,5 +150,5 @@ def _test(condition: Condition, path: str, operand: str, values: dict[str, Any])
     # servers that compare across types (moto takes True for 1)
     same_type = f"attribute_type({path}, :t{kind})"
     if op == "$ne":  # a list or object is not in ``fa`` and differs from every scalar
-        return f"(attribute_not_exists({path}) OR NOT {same_type} OR {path} <> {operand})"
-    return f"({same_type} AND {path} {_ORDER[op]} {operand})"
+        return f"attribute_not_exists({path}) OR NOT {same_type} OR {path} <> {operand}"
+    return f"{left_out} OR ({same_type} AND {path} {_ORDER[op]} {operand})"
