@@ -230,6 +230,15 @@ def test_server_filter_returns_exactly_what_the_client_check_accepts(
                 assert got == want, (filter, got ^ want)
                 checked += 1
     assert checked > 400
+    for filter in (  # several conditions: each clause on the server, all of them in the client
+        {"n": {"$gte": 0, "$lt": 3}},
+        {"n": {"$gt": "a", "$ne": "z"}},
+        {"n": 1, "t": "b"},
+        {"t": "b", "n": {"$ne": None}},
+        {"n": {"$lte": 7}, "a.b": 1, "k3": "y" * 200},
+    ):
+        want = {k for k, v in stored.items() if matches(v, compile_filter(filter))}
+        assert {i.key for i in store.search(ns, filter=filter, limit=100)} == want, filter
     # the server left items out: an equality on a short text returns what may match only
     returned.clear()
     assert [i.key for i in store.search(ns, filter={"n": "z"}, limit=100)] == ["z"]
