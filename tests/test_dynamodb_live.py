@@ -247,9 +247,14 @@ async def test_awatch_sees_every_checkpoint_and_releases_on_break(table: str) ->
             async for item in stream:
                 got.append(item)
 
-        # an empty thread: the watcher starts before the first checkpoint, whenever it runs
+        # an empty thread: the watcher's first read (its floor) is answered before the first
+        # checkpoint is written; a busy machine may otherwise run it after (then the watcher
+        # rightly starts from there, and ``after=`` is how a client misses nothing)
+        floor_read = asyncio.Event()
+        saver.client.meta.events.register("after-call.dynamodb.Query", lambda **_: floor_read.set())
         task = asyncio.create_task(watch())
         await ready.wait()
+        await asyncio.wait_for(floor_read.wait(), 30)
         for i in range(10):
             await graph.ainvoke({"n": i}, _config("t"))
         await asyncio.wait_for(task, 60)
