@@ -191,6 +191,7 @@ FILTER_VALUES: dict[str, dict[Any, Any]] = {
     "dotted": {"a.b": 1, "a": {"b": 2}},
     "old": {"n": 7},
     "enum": {"n": _Level.ONE},
+    "longkey": {"k" * 2000: 1, "n": 5},
 }
 FILTER_OPERANDS: list[Any] = [
     1, 1.0, 0, -0.0, True, False, "1", "", "é", "y", "z", 2**53, 2**53 + 1, 2**64, 1e-300,
@@ -236,21 +237,23 @@ def test_server_filter_returns_exactly_what_the_client_check_accepts(
         {"n": 1, "t": "b"},
         {"t": "b", "n": {"$ne": None}},
         {"n": {"$lte": 7}, "a.b": 1, "k3": "y" * 200},
+        {"k" * 2000: 1},
+        {"k" * 2000: {"$gt": 0}, "n": 5},
     ):
         want = {k for k, v in stored.items() if matches(v, compile_filter(filter))}
         assert {i.key for i in store.search(ns, filter=filter, limit=100)} == want, filter
     # the server left items out: an equality on a short text returns what may match only
     returned.clear()
     assert [i.key for i in store.search(ns, filter={"n": "z"}, limit=100)] == ["z"]
-    # z, two without ``fa`` (intkey: a key that is not a string; old) and five whose "n" is
-    # left out of ``fa`` (past53, past64, tiny, huge: numbers DynamoDB cannot compare exactly;
-    # long: a text over 256 bytes)
-    assert returned == [8]
+    # z, three without ``fa`` (intkey: a key that is not a string; longkey: a key over 1 KB;
+    # old) and five whose "n" is left out of ``fa`` (past53, past64, tiny, huge: numbers
+    # DynamoDB cannot compare exactly; long: a text over 256 bytes)
+    assert returned == [9]
     returned.clear()
     assert {i.key for i in store.search(ns, filter={"n": {"$gt": 1}}, limit=100)} == {
-        "past53", "past64", "huge", "float53", "intkey", "budget", "old"
+        "past53", "past64", "huge", "float53", "intkey", "budget", "old", "longkey"
     }  # fmt: skip
-    assert returned == [9]  # those 7, and tiny and long (left out), refused by the client
+    assert returned == [10]  # those 8, and tiny and long (left out), refused by the client
     items = _partition_items(client, table, store)
     native = next(i for i in items if i["sk"]["S"].endswith("#int"))
     assert native["fa"] == {"M": {"n": {"N": "1"}}}

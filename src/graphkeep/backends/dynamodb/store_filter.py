@@ -1,7 +1,8 @@
 """The DynamoDB store's server-side filter: each item's top-level scalar values as native
 attributes, and the ``FilterExpression`` a search's conditions allow on them.
 
-``fa`` (a map) holds each top-level key of the value whose value is a string of at most
+``fa`` (a map) holds each top-level key of the value (of at most :data:`KEY_LIMIT` bytes: a
+value with a longer key gets no ``fa``) whose value is a string of at most
 :data:`STRING_LIMIT` bytes, a number DynamoDB compares exactly as Python does (integers up to
 2**53, finite floats inside DynamoDB's range), a boolean or null. A key whose scalar value was
 left out (a longer string, another number, or past the item's :data:`BUDGET`) is in ``fa`` as
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from decimal import Decimal
 from typing import Any
 
 from graphkeep.store.port import Condition
@@ -36,6 +38,8 @@ FILTER = "fa"
 LEFT_OUT: dict[str, Any] = {"B": b""}
 #: the longest string (UTF-8 bytes) copied into ``fa``
 STRING_LIMIT = 256
+#: the longest top-level key (UTF-8 bytes) ``fa`` holds; a value with a longer one gets no ``fa``
+KEY_LIMIT = 1024
 #: the most bytes of copied values (names and values) in an item; keys past it are left out
 BUDGET = 2048
 #: the most bytes ``fa`` may take with its left-out keys; past it the item gets no ``fa``
@@ -54,7 +58,9 @@ def _number(value: int | float) -> str | None:
         return None
     if value == 0:
         return "0"
-    return repr(float(value)) if SMALLEST <= abs(value) <= LARGEST else None
+    if not SMALLEST <= abs(value) <= LARGEST:
+        return None
+    return str(Decimal(repr(float(value))))  # the shortest text, spelled as boto3 sends numbers
 
 
 def _native(value: Any) -> dict[str, Any] | None:
@@ -83,7 +89,7 @@ def filter_attributes(value: Mapping[str, Any]) -> dict[str, Any]:
     natives: dict[str, Any] = {}
     copied = total = 0  # bytes of the copied values; of everything in ``fa``
     for name, field in value.items():
-        if not isinstance(name, str):
+        if not isinstance(name, str) or len(name.encode("utf-8")) > KEY_LIMIT:
             return {}
         if not name or "." in name or isinstance(field, (dict, list)):
             continue  # no condition can name it, or no scalar operand matches it
@@ -111,7 +117,7 @@ def filter_expression(
     values: dict[str, Any] = {}
     clauses: list[str] = []
     for i, condition in enumerate(conditions):
-        if len(condition.path) != 1:
+        if len(condition.path) != 1 or len(condition.path[0].encode("utf-8")) > KEY_LIMIT:
             continue
         path = f"#fa.#f{i}"
         test = _test(condition, path, f":f{i}", values)
