@@ -106,8 +106,6 @@ def _value_size(value: dict[str, Any]) -> int:
         return len(value["B"])
     if "M" in value:  # 3 bytes of its own, and a byte per element
         return 3 + sum(1 + len(k.encode("utf-8")) + _value_size(v) for k, v in value["M"].items())
-    if "SS" in value:
-        return sum(len(m.encode("utf-8")) for m in value["SS"])
     return 21
 
 

@@ -540,10 +540,12 @@ class DynamoDBStorePort:
         # registry items go first: a partition is listed no later than its first item
         registry = [self._register(sk) for sk in new_partitions]
         names = self._names(writes, split=False)
-        every = registry + [self._name(*entry) for entry in names.values()] + actions
+        entries = [self._name(*entry) for entry in names.values()]
+        every = registry + entries + actions
         if len(list(_transactions(every, [0] * len(every)))) > 1:
             names = self._names(writes, split=True)  # a failed later group leaves no item
-        actions = registry + [self._name(*entry) for entry in names.values()] + actions
+            entries = [self._name(*entry) for entry in names.values()]
+        actions = registry + entries + actions
         owners = [-1 - i for i in range(len(registry) + len(names))] + owners
         chunks = [c for w in writes for c in w.chunks]
         if chunks:  # values first, owners after: no reader meets an owner without its chunks

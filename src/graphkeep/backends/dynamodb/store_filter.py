@@ -84,8 +84,8 @@ def _size(name: str, value: dict[str, Any]) -> int:
 
 def filter_attributes(value: Mapping[str, Any]) -> dict[str, Any]:
     """``fa`` for an item holding ``value``; nothing when a key is not a string (the stored
-    JSON turns it into one) or the left-out keys alone pass :data:`LIMIT`: such items always
-    pass the server."""
+    JSON turns it into one) or is over :data:`KEY_LIMIT`, or when ``fa`` with its left-out
+    keys would pass :data:`LIMIT`: such items always pass the server."""
     natives: dict[str, Any] = {}
     copied = total = 0  # bytes of the copied values; of everything in ``fa``
     for name, field in value.items():
