@@ -8,9 +8,10 @@ checkpoint (issue 28 item 6).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -139,3 +140,54 @@ def test_a_backlog_longer_than_a_page_is_read_whole(saver: Any, monkeypatch: Any
     assert [s.config["configurable"]["checkpoint_id"] for s in seen] == ids[1:]
     for one in seen:
         same_as_get_tuple(saver, one)
+
+
+@pytest.fixture(params=SETUPS)
+async def asaver(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    setup: Setup = request.param
+    async with graphkeep.aconnect(setup.url, key_prefix=unique_prefix("burst")) as opened:
+        yield opened
+
+
+def test_a_watcher_starts_at_its_call_not_at_its_first_read(saver: Any) -> None:
+    """``watch`` reads where the thread ends when iteration starts; a turn written between
+    the call and then is still seen, and what was there before the call is not."""
+    graph = two_nodes(saver)
+    config = {"configurable": {"thread_id": "late"}}
+    graph.invoke({"n": 0, "log": []}, config)
+    before = committed(saver, "late")
+    watcher = saver.watch("late", timeout=0.5, poll_interval=0.05)
+    graph.invoke({"n": 10, "log": []}, config)
+    made_after = committed(saver, "late")[len(before) :]
+    assert len(made_after) >= 3
+    seen = [s.config["configurable"]["checkpoint_id"] for s in watcher]
+    assert seen == made_after
+    # an empty thread: everything of its first turn, run between the call and the first read
+    fresh = saver.watch("empty", timeout=0.5, poll_interval=0.05)
+    graph.invoke({"n": 0, "log": []}, {"configurable": {"thread_id": "empty"}})
+    got = [s.config["configurable"]["checkpoint_id"] for s in fresh]
+    assert got == committed(saver, "empty")
+
+
+async def test_an_async_watcher_starts_at_its_call_not_when_its_task_first_runs(
+    asaver: Any,
+) -> None:
+    graph = two_nodes(asaver)
+    config = {"configurable": {"thread_id": "late"}}
+    await graph.ainvoke({"n": 0, "log": []}, config)
+    before = {t.config["configurable"]["checkpoint_id"] async for t in asaver.alist(config)}
+    seen: list[str] = []
+    started = asyncio.Event()
+
+    async def follow(stream: AsyncIterator[Any]) -> None:
+        await started.wait()  # a busy loop runs the task late: here, after the turn below
+        async for item in stream:
+            seen.append(item.config["configurable"]["checkpoint_id"])
+
+    task = asyncio.create_task(follow(asaver.awatch("late", timeout=0.5, poll_interval=0.05)))
+    await graph.ainvoke({"n": 10, "log": []}, config)
+    started.set()
+    await asyncio.wait_for(task, 60)
+    ids = sorted([t.config["configurable"]["checkpoint_id"] async for t in asaver.alist(config)])
+    assert seen == [i for i in ids if i not in before]
+    assert len(seen) >= 3

@@ -18,10 +18,15 @@ window are remembered so none is yielded twice.
 
 ``after=<checkpoint_id>`` first yields every checkpoint with a higher id (the commits after
 it: checkpoint ids grow with time), then goes on live — a client that remembers the last id
-it saw misses none. ``timeout`` ends the iterator after that many seconds without a new
-checkpoint. A burst (or a backlog) is loaded a ``list`` page at a time per namespace, each
-checkpoint as ``get_tuple`` would return it; a lone commit is one ``get_tuple``; one
-deleted in between (prune, delete_thread) is skipped.
+it saw misses none. Without ``after`` the watch starts at the call, not at its first read
+(made when iteration starts; for ``awatch`` in a task, when that task first runs): that read
+notes where the thread ends and, when its newest checkpoint was made after the call (a uuid6
+id carries its time), also yields every checkpoint made after the call.
+
+``timeout`` ends the iterator after that many seconds without a new checkpoint. A burst
+(or a backlog) is loaded a ``list`` page at a time per namespace, each checkpoint as
+``get_tuple`` would return it; a lone commit is one ``get_tuple``; one deleted in between
+(prune, delete_thread) is skipped.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from graphkeep.checkpoint.ids import normalize_checkpoint_id, normalize_namespace
+from graphkeep.checkpoint.ids import id_at, id_time, normalize_checkpoint_id, normalize_namespace
 from graphkeep.port import Backoff, Emit, Op, Sleep
 from graphkeep.port.checks import check_seconds
 
@@ -71,9 +76,19 @@ def watch_op(
     wait = None if timeout is None else check_seconds(timeout, "timeout")
     interval = check_seconds(poll_interval, "poll_interval", finite=True)
     longest = max(check_seconds(max_poll_interval, "max_poll_interval", finite=True), interval)
+    since = time.time()  # without ``after``, the watch starts here, at the call
     if saver.port.feed:
-        return _follow_feed(saver, thread, ns, start, wait)
-    return _poll(saver, thread, ns, start, wait, interval, longest)
+        return _follow_feed(saver, thread, ns, start, since, wait)
+    return _poll(saver, thread, ns, start, since, wait, interval, longest)
+
+
+def _made_after(newest: str | None, since: float) -> bool:
+    """Whether the thread's newest checkpoint at a watch's first read was made after the
+    call (``since``): then checkpoints made after the call may have committed before that
+    read, and the watch starts at the call's instant (``id_at(since)``) instead. Ids that
+    carry no time (not uuid6) never are."""
+    made = None if newest is None else id_time(newest)
+    return made is not None and made > since
 
 
 def _emit(
@@ -136,10 +151,19 @@ def _backlog(
 
 
 def _follow_feed(
-    saver: SaverBase, thread: str, ns: str | None, start: str | None, wait: float | None
+    saver: SaverBase,
+    thread: str,
+    ns: str | None,
+    start: str | None,
+    since: float,
+    wait: float | None,
 ) -> Op[None]:
     store: Any = saver.port
     position = yield from store.feed_end(thread)
+    if start is None:  # the feed has what commits from now on; before now, the index
+        newest = yield from store.newest_commit(thread, ns)
+        if _made_after(newest, since):
+            start = id_at(since)
     pending: set[tuple[str, str]] = set()
     if start is not None:
         backlog = yield from _backlog(saver, thread, ns, start)
@@ -168,6 +192,7 @@ def _poll(
     thread: str,
     ns: str | None,
     start: str | None,
+    since: float,
     wait: float | None,
     interval: float,
     longest: float,
@@ -176,6 +201,8 @@ def _poll(
     floor = start
     if floor is None:
         floor = yield from store.newest_commit(thread, ns)
+        if _made_after(floor, since):
+            floor = id_at(since)
     #: commits above ``floor`` already emitted, with when they were first seen
     recent: dict[tuple[str, str], float] = {}
     backoff = Backoff(interval, longest)
