@@ -40,6 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from graphkeep.backends.dynamodb.items import attribute_size
+
 WRITE_UNIT_BYTES = 1024
 READ_UNIT_BYTES = 4096
 #: attribute sizes of one item, by name (the name included)
@@ -47,32 +49,8 @@ Sizes = dict[str, int]
 Key = tuple[str, str]
 
 
-def value_size(value: dict[str, Any]) -> int:
-    """Bytes of one typed attribute value by DynamoDB's rules."""
-    ((kind, raw),) = value.items()
-    if kind == "S":
-        return len(str(raw).encode())
-    if kind == "B":
-        return len(raw)
-    if kind == "N":
-        return (len(str(raw).lstrip("-").replace(".", "")) + 1) // 2 + 1
-    if kind in ("BOOL", "NULL"):
-        return 1
-    if kind == "SS":
-        return sum(len(str(s).encode()) for s in raw)
-    if kind == "BS":
-        return sum(len(b) for b in raw)
-    if kind == "NS":
-        return sum(value_size({"N": n}) for n in raw)
-    if kind == "L":
-        return 3 + sum(1 + value_size(v) for v in raw)
-    if kind == "M":
-        return 3 + sum(1 + len(k.encode()) + value_size(v) for k, v in raw.items())
-    return 0
-
-
 def sizes_of(item: dict[str, Any]) -> Sizes:
-    return {name: len(name.encode()) + value_size(value) for name, value in item.items()}
+    return {name: len(name.encode()) + attribute_size(value) for name, value in item.items()}
 
 
 def item_size(item: dict[str, Any]) -> int:
@@ -240,14 +218,16 @@ class CapacityMeter:
                     target, _, source = clause.partition("=")
                     name = _name(target, names)
                     operands = [values[p] for p in _PLACEHOLDER.findall(source) if p in values]
-                    size = max((value_size(v) for v in operands), default=new.get(name, 0))
+                    size = max((attribute_size(v) for v in operands), default=new.get(name, 0))
                     new[name] = len(name.encode()) + size
                 elif verb.upper() == "ADD":
                     target, _, placeholder = clause.partition(" ")
                     name = _name(target, names)
                     value = values.get(placeholder.strip())
                     if value is not None:
-                        new[name] = max(new.get(name, 0), len(name.encode()) + value_size(value))
+                        new[name] = max(
+                            new.get(name, 0), len(name.encode()) + attribute_size(value)
+                        )
         if apply:
             self.mirror.table(table)[key] = new
         return max(sum(old.values()) if old else 0, sum(new.values()))

@@ -94,19 +94,46 @@ def key(pk: str, sk: str) -> dict[str, Any]:
     return {PK: S(pk), SK: S(sk)}
 
 
+#: what :func:`size_of` counts for a number without reading its digits: DynamoDB keeps at
+#: most 38 significant digits, 21 bytes
+NUMBER_BYTES = 21
+
+
+def attribute_size(value: dict[str, Any], number_bytes: int | None = None) -> int:
+    """Bytes of one typed value (``{"S": ...}``, ``{"M": {...}}`` …) by DynamoDB's item-size
+    rules: UTF-8 text, raw binary, a number one byte per two significant digits plus one
+    (``number_bytes`` instead, when given), 1 for a boolean or null, a set its members,
+    3 bytes per list or map plus 1 per element (and a map's keys)."""
+    ((kind, raw),) = value.items()
+    if kind == "S":
+        return len(raw.encode())
+    if kind == "B":
+        return len(raw)
+    if kind == "N":
+        if number_bytes is not None:
+            return number_bytes
+        return (len(str(raw).lstrip("-").replace(".", "")) + 1) // 2 + 1
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "SS":
+        return sum(len(text.encode()) for text in raw)
+    if kind == "BS":
+        return sum(len(data) for data in raw)
+    if kind == "NS":
+        return sum(attribute_size({"N": n}, number_bytes) for n in raw)
+    if kind == "L":
+        return 3 + sum(1 + attribute_size(v, number_bytes) for v in raw)
+    if kind == "M":
+        return 3 + sum(
+            1 + len(k.encode()) + attribute_size(v, number_bytes) for k, v in raw.items()
+        )
+    raise ValueError(f"not a DynamoDB attribute value: {kind!r}")
+
+
 def size_of(item: dict[str, Any]) -> int:
-    """DynamoDB's item size: attribute names plus values (numbers estimated generously)."""
-    return sum(len(name) + _value_size(value) for name, value in item.items())
-
-
-def _value_size(value: dict[str, Any]) -> int:
-    if "S" in value:
-        return len(value["S"].encode("utf-8"))
-    if "B" in value:
-        return len(value["B"])
-    if "M" in value:  # 3 bytes of its own, and a byte per element
-        return 3 + sum(1 + len(k.encode("utf-8")) + _value_size(v) for k, v in value["M"].items())
-    return 21
+    """DynamoDB's item size: attribute names plus values, each number counted as
+    :data:`NUMBER_BYTES` (an upper bound, for the size limits)."""
+    return sum(len(name.encode()) + attribute_size(v, NUMBER_BYTES) for name, v in item.items())
 
 
 @dataclass(slots=True)

@@ -70,6 +70,7 @@ from urllib.parse import urlsplit, urlunsplit
 from langchain_core.runnables import RunnableConfig
 
 from graphkeep.bench import render
+from graphkeep.bench.capacity import item_size
 from graphkeep.bench.render import number, section, table, target_lines, versions
 from graphkeep.bench.suites import Options, Skip, Suite
 from graphkeep.bench.workloads import WORKLOADS, human_message
@@ -138,39 +139,6 @@ def mongodb_size(result: Any) -> int:
     return 0
 
 
-def _attribute_size(value: Any) -> int:
-    """Bytes of one typed DynamoDB value (``{"S": "..."}``…) by AWS's item-size rules."""
-    if not isinstance(value, Mapping) or len(value) != 1:
-        return 0
-    ((kind, inner),) = value.items()
-    if kind == "S":
-        return len(str(inner).encode())
-    if kind == "B":
-        return len(inner)
-    if kind == "N":
-        return (len(str(inner).lstrip("-").replace(".", "")) + 1) // 2 + 1
-    if kind in ("BOOL", "NULL"):
-        return 1
-    if kind == "SS":
-        return sum(len(str(s).encode()) for s in inner)
-    if kind == "BS":
-        return sum(len(b) for b in inner)
-    if kind == "NS":
-        return sum(_attribute_size({"N": n}) for n in inner)
-    if kind == "L":
-        return 3 + sum(1 + _attribute_size(v) for v in inner)
-    if kind == "M":
-        return 3 + sum(1 + len(str(k).encode()) + _attribute_size(v) for k, v in inner.items())
-    return 0
-
-
-def item_size(item: Any) -> int:
-    """Bytes of a DynamoDB item: its attributes' names and values."""
-    if not isinstance(item, Mapping):
-        return 0
-    return sum(len(str(name).encode()) + _attribute_size(v) for name, v in item.items())
-
-
 def dynamodb_size(response: Any) -> int:
     """Bytes of the items in a DynamoDB response (:func:`item_size` each)."""
     if not isinstance(response, Mapping):
@@ -185,7 +153,7 @@ def dynamodb_size(response: Any) -> int:
             items.extend(found or [])
     elif isinstance(responses, list):  # TransactGetItems: [{"Item": ...}]
         items.extend(r.get("Item") for r in responses if isinstance(r, Mapping))
-    return sum(item_size(item) for item in items)
+    return sum(item_size(item) for item in items if item)
 
 
 def counting_cursor(meter: Meter) -> type[Any]:
