@@ -86,6 +86,10 @@ def test_quick_store_suite_runs_graphkeep_and_in_memory_store(
         assert op.calls == TINY_SIZES.calls(kind)
         assert op.requests_per_op is not None and op.requests_per_op >= 1, kind
     assert graphkeep.result.ops["get"].answers == reference.ops["get"].answers
+    # a put with nothing to embed is one round trip (with texts to embed, two: their digests)
+    assert graphkeep.result.ops["put (index=False)"].requests_per_op == 1
+    assert graphkeep.result.ops["put"].requests_per_op >= 2
+    assert "| put (index=False) | InMemoryStore |" in written
     assert store_suite.top_k_column(outcomes, TINY_SIZES)["graphkeep-redis"] == "yes"
     assert "| graphkeep-redis | yes |" in written
 

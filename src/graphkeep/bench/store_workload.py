@@ -39,7 +39,14 @@ from graphkeep.bench.probes import Probe
 DIMS = 64
 RESULT_MARK = "GRAPHKEEP-BENCH-STORE-RESULT "
 #: the operation kinds of S1, in the order they run
-KINDS = ("put", "get", "search (filter)", "search (semantic)", "list_namespaces")
+KINDS = (
+    "put",
+    "get",
+    "search (filter)",
+    "search (semantic)",
+    "list_namespaces",
+    "put (index=False)",
+)
 TOP_K = 10
 #: scores closer than this count as a tie when comparing a top-10 with InMemoryStore's
 SCORE_TOLERANCE = 1e-5
@@ -98,6 +105,7 @@ class Sizes:
             "search (filter)": self.searches,
             "search (semantic)": self.semantic,
             "list_namespaces": self.list_namespaces,
+            "put (index=False)": self.gets // 4,
         }[kind]
 
 
@@ -135,6 +143,8 @@ class Calls:
     searches: list[tuple[tuple[str, ...], dict[str, Any]]]
     queries: list[str]
     prefixes: list[tuple[str, ...]]
+    #: new items put with ``index=False`` (nothing to embed), after every other phase
+    plain_puts: list[tuple[tuple[str, ...], str, dict[str, Any]]]
 
 
 def namespace(user: int) -> tuple[str, ...]:
@@ -173,7 +183,11 @@ def calls(sizes: Sizes, seed: int = 1) -> Calls:
         ("users",) if n % 2 == 0 else ("users", f"u{rng.randrange(sizes.namespaces)}")
         for n in range(sizes.list_namespaces)
     ]
-    return Calls(puts, gets, searches, queries, prefixes)
+    plain_puts = [
+        (ns, f"p{i}", value)
+        for i, (ns, _, value) in enumerate(rng.choice(puts) for _ in range(sizes.gets // 4))
+    ]
+    return Calls(puts, gets, searches, queries, prefixes, plain_puts)
 
 
 # --------------------------------------------------------------------------- results
@@ -307,6 +321,13 @@ def measure_store(opened: OpenedStore, name: str, sizes: Sizes) -> StoreResult:
         work.prefixes,
         lambda p: store.list_namespaces(prefix=p, limit=100),
         listed,
+    )
+    _phase(
+        result,
+        "put (index=False)",
+        opened,
+        work.plain_puts,
+        lambda a: store.put(*a, index=False),
     )
     return result
 

@@ -155,7 +155,9 @@ def markdown(outcomes: Sequence[Outcome], sizes: Sizes, rounds: int, where: str)
         f' (`("users", "u<n>", "memories")`, value = text + category + score),'
         f" {sizes.gets:,} gets, {sizes.searches:,} filtered searches (one namespace,"
         f" category equality and score `$gt`, limit 10), {sizes.semantic:,} semantic"
-        f' searches over `("users",)` (top 10), {sizes.list_namespaces:,} list_namespaces;'
+        f' searches over `("users",)` (top 10), {sizes.list_namespaces:,} list_namespaces,'
+        f" then {sizes.calls('put (index=False)'):,} puts of new keys with `index=False`"
+        " (nothing to embed);"
         f" index = 64-dim hashing bag-of-words on `text` (local, deterministic);"
         f" {rounds} round(s), one thread, medians pooled over rounds. {versions(dists)}.",
         "",
