@@ -992,7 +992,7 @@ def test_get_blobs_is_one_find_by_ranges_and_leaves_absent_keys_out(
     t.put({"messages": _messages(12), "other": "x"})
     got_tuple = saver.get_tuple(t.config)
     assert got_tuple is not None
-    docs_keys = list(saver.lists._cache[(thread_id, "", "messages")].known.values())
+    docs_keys = [k for k, _, _ in saver.lists._cache[(thread_id, "", "messages")].known.values()]
     epoch = docs_keys[0][:16]
     keys = [("", ELEMENT, k) for k in docs_keys]
     keys += [("", ELEMENT, lists.element_key(epoch, 999)), ("", "other", t.versions["other"])]

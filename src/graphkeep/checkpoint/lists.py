@@ -53,7 +53,7 @@ MIN_SHARED_BYTES = 1024
 COMPRESS_ELEMENT_BYTES = 128
 #: how many (thread, namespace, channel) a saver remembers (least recently used go) ...
 CACHE_ENTRIES = 4096
-#: ... and how many element hashes in all (about 150 bytes each: ~10 MB)
+#: ... and how many element hashes in all (about 250 bytes each: ~16 MB)
 CACHE_ELEMENTS = 65536
 
 _SEQ_DIGITS = 8
@@ -67,15 +67,20 @@ def split_key(key: str) -> tuple[str, int]:
     return key[:-_SEQ_DIGITS], int(key[-_SEQ_DIGITS:], 16)
 
 
-def encode_manifest(keys: list[str]) -> Typed:
+#: an element's key with its two parts: ``(key, epoch, seq)``
+Known = tuple[str, str, int]
+
+
+def encode_manifest(elements: Iterable[Known]) -> Typed:
     """Runs of consecutive keys within one epoch: ``[1, [[epoch, start, count], ...]]``."""
     runs: list[list[Any]] = []
-    for key in keys:
-        epoch, seq = split_key(key)
-        if runs and runs[-1][0] == epoch and runs[-1][1] + runs[-1][2] == seq:
-            runs[-1][2] += 1
+    last: list[Any] = [None, 0, 0]
+    for _, epoch, seq in elements:
+        if last[0] == epoch and last[1] + last[2] == seq:
+            last[2] += 1
         else:
-            runs.append([epoch, seq, 1])
+            last = [epoch, seq, 1]
+            runs.append(last)
     return Typed(MANIFEST_TAG, codec.packb([1, runs]))
 
 
@@ -188,7 +193,7 @@ class _Entry:
     epoch: str
     next_seq: int = 0
     #: content hash -> element key, for the last list written or read here
-    known: dict[bytes, str] = field(default_factory=dict)
+    known: dict[bytes, Known] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -198,7 +203,7 @@ class SharedList:
     channel: str
     manifest: Typed
     elements: list[BlobRecord]
-    known: dict[bytes, str]
+    known: dict[bytes, Known]
 
 
 class ListSharer:
@@ -229,7 +234,7 @@ class ListSharer:
             self._cache.move_to_end(slot)
         return entry
 
-    def _remember(self, slot: tuple[str, str, str], known: dict[bytes, str]) -> None:
+    def _remember(self, slot: tuple[str, str, str], known: dict[bytes, Known]) -> None:
         """Set a slot's known elements; the least recently used slots go past the bounds."""
         entry = self._entry(slot)
         self._known += len(known) - len(entry.known)
@@ -252,22 +257,29 @@ class ListSharer:
         if type(value) is not list or len(value) < 2:
             return None
         plain = self._dump_all(value, what)
-        if sum(len(data) for _, data in plain) < MIN_SHARED_BYTES:
+        size = 0
+        for _, data in plain:
+            size += len(data)
+            if size >= MIN_SHARED_BYTES:
+                break
+        else:
             return None
         encrypt = self.plain is not self.serde
-        keys: list[str] = []
+        order: list[Known] = []
         elements: list[BlobRecord] = []
-        known: dict[bytes, str] = {}
+        known: dict[bytes, Known] = {}
+        sha1 = hashlib.sha1
         with self._lock:
             entry = self._entry((thread_id, ns, channel))
             seen = entry.known
             for i, (tag, data) in enumerate(plain):
-                digest = _digest(tag, data)
-                key = known.get(digest) or seen.get(digest)
-                if key is None:
+                digest = sha1(data).digest() if tag == "msgpack" else _digest(tag, data)
+                found = known.get(digest) or seen.get(digest)
+                if found is None:
                     # reserved now, even if this put fails: a key is never reused
-                    key = element_key(entry.epoch, entry.next_seq)
+                    seq = entry.next_seq
                     entry.next_seq += 1
+                    found = (element_key(entry.epoch, seq), entry.epoch, seq)
                     stored = (
                         codec.dump(self.serde, value[i], f"{what}[{i}]")
                         if encrypt
@@ -275,12 +287,12 @@ class ListSharer:
                     )
                     elements.append(
                         BlobRecord(
-                            ELEMENT_CHANNEL, key, self.squeeze(stored, COMPRESS_ELEMENT_BYTES)
+                            ELEMENT_CHANNEL, found[0], self.squeeze(stored, COMPRESS_ELEMENT_BYTES)
                         )
                     )
-                known[digest] = key
-                keys.append(key)
-        return SharedList(channel, encode_manifest(keys), elements, known)
+                known[digest] = found
+                order.append(found)
+        return SharedList(channel, encode_manifest(order), elements, known)
 
     def _dump_all(self, value: list[Any], what: str) -> list[tuple[str, bytes]]:
         """Every element serialized alone (the hot path: no per-element wrapper)."""
@@ -308,15 +320,19 @@ class ListSharer:
         slot = (thread_id, ns, channel)
         with self._lock:
             entry = self._cache.get(slot)
-            if entry is not None and set(entry.known.values()).issuperset(k for k, _ in pairs):
+            if entry is not None and {k for k, _, _ in entry.known.values()}.issuperset(
+                k for k, _ in pairs
+            ):
                 return  # this saver wrote (or read) them: nothing new to learn
-        known: dict[bytes, str] = {}
+        known: dict[bytes, Known] = {}
+        epochs: dict[str, str] = {}  # one string per epoch, not one per element
         for item, (key, typed) in zip(values, pairs, strict=True):
             if self.plain is not self.serde:
                 typed = codec.dump(self.plain, item, "a list element")
             else:
                 typed = codec.unsqueeze(typed)
-            known[_digest(typed.tag, typed.data)] = key
+            epoch, seq = split_key(key)
+            known[_digest(typed.tag, typed.data)] = (key, epochs.setdefault(epoch, epoch), seq)
         with self._lock:
             self._remember(slot, known)
 
