@@ -192,7 +192,7 @@ def _digest(tag: str, data: bytes) -> bytes:
 class _Entry:
     epoch: str
     next_seq: int = 0
-    #: content hash -> element key, for the last list written or read here
+    #: content hash -> the element's key and its parts, for the last list written or read here
     known: dict[bytes, Known] = field(default_factory=dict)
 
 
