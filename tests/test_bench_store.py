@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from graphkeep.bench.store_workload import (
     KINDS,
     OpResult,
     Sizes,
+    StoreResult,
     calls,
     embed,
     exact_scores,
@@ -23,6 +25,7 @@ from graphkeep.bench.store_workload import (
 )
 from graphkeep.bench.suites import Options, load
 from graphkeep.bench.suites import store as store_suite
+from graphkeep.bench.suites.store_contenders import Contender
 
 from .conftest import REDIS_URL
 
@@ -123,3 +126,20 @@ def test_s10_is_ten_times_the_data_with_the_same_calls(
     assert ours is not None and reference is not None
     assert ours.ops["put"].calls == 600
     assert ours.ops["list_namespaces"].answers == reference.ops["list_namespaces"].answers
+
+
+def test_a_contender_that_fails_is_reported_and_the_others_still_pooled() -> None:
+    def broken(sizes: Sizes) -> Any:
+        raise RuntimeError("database 0 holds keys the bench did not write")
+
+    def fine(sizes: Sizes) -> Any:
+        return StoreResult("fine")
+
+    outcomes = store_suite.run_contenders(
+        [Contender("broken", run=broken), Contender("fine", run=fine)], TINY_SIZES, rounds=2
+    )
+    by = {o.name: o for o in outcomes}
+    assert by["broken"].result is None
+    why = "failed: RuntimeError: database 0 holds keys the bench did not write"
+    assert by["broken"].skipped == why
+    assert by["fine"].result is not None and by["fine"].skipped is None

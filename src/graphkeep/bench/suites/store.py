@@ -108,7 +108,8 @@ def run_contenders(
             print(f"  store round {round_ + 1}/{rounds}: {contender.name} ...", end="", flush=True)
             started = time.perf_counter()
             try:
-                samples.setdefault(contender.name, []).append(contender.measure(sizes))
+                measured = contender.measure(sizes)  # before the list: a failure leaves none
+                samples.setdefault(contender.name, []).append(measured)
             except Unavailable as exc:
                 outcome.skipped = str(exc)
             except Exception as exc:  # noqa: BLE001 - one contender failing is reported
