@@ -82,13 +82,19 @@ def watch_op(
     return _poll(saver, thread, ns, start, since, wait, interval, longest)
 
 
-def _made_after(newest: str | None, since: float) -> bool:
-    """Whether the thread's newest checkpoint at a watch's first read was made after the
-    call (``since``): then checkpoints made after the call may have committed before that
-    read, and the watch starts at the call's instant (``id_at(since)``) instead. Ids that
-    carry no time (not uuid6) never are."""
+def _from_the_call(
+    saver: SaverBase, thread: str, ns: str | None, since: float
+) -> Op[tuple[str | None, bool]]:
+    """Where a watch without ``after`` starts, read at its first read: the thread's newest
+    checkpoint id then, or — when that checkpoint was made after the call (``since``), so
+    others made after the call may have committed before this read — the call's instant
+    (``id_at(since)``); and whether it is the latter. Ids that carry no time (not uuid6)
+    keep the newest."""
+    newest = yield from saver.port.newest_commit(thread, ns)
     made = None if newest is None else id_time(newest)
-    return made is not None and made > since
+    if made is not None and made > since:
+        return id_at(since), True
+    return newest, False
 
 
 def _emit(
@@ -161,9 +167,8 @@ def _follow_feed(
     store: Any = saver.port
     position = yield from store.feed_end(thread)
     if start is None:  # the feed has what commits from now on; before now, the index
-        newest = yield from store.newest_commit(thread, ns)
-        if _made_after(newest, since):
-            start = id_at(since)
+        floor, lowered = yield from _from_the_call(saver, thread, ns, since)
+        start = floor if lowered else None
     pending: set[tuple[str, str]] = set()
     if start is not None:
         backlog = yield from _backlog(saver, thread, ns, start)
@@ -200,9 +205,7 @@ def _poll(
     store = saver.port
     floor = start
     if floor is None:
-        floor = yield from store.newest_commit(thread, ns)
-        if _made_after(floor, since):
-            floor = id_at(since)
+        floor, _ = yield from _from_the_call(saver, thread, ns, since)
     #: commits above ``floor`` already emitted, with when they were first seen
     recent: dict[tuple[str, str], float] = {}
     backoff = Backoff(interval, longest)
