@@ -268,12 +268,11 @@ class ListSharer:
         order: list[Known] = []
         elements: list[BlobRecord] = []
         known: dict[bytes, Known] = {}
-        sha1 = hashlib.sha1
         with self._lock:
             entry = self._entry((thread_id, ns, channel))
             seen = entry.known
             for i, (tag, data) in enumerate(plain):
-                digest = sha1(data).digest() if tag == "msgpack" else _digest(tag, data)
+                digest = _digest(tag, data)
                 found = known.get(digest) or seen.get(digest)
                 if found is None:
                     # reserved now, even if this put fails: a key is never reused
