@@ -185,7 +185,9 @@ def calls(sizes: Sizes, seed: int = 1) -> Calls:
     ]
     plain_puts = [
         (ns, f"p{i}", value)
-        for i, (ns, _, value) in enumerate(rng.choice(puts) for _ in range(sizes.gets // 4))
+        for i, (ns, _, value) in enumerate(
+            rng.choice(puts) for _ in range(sizes.calls("put (index=False)"))
+        )
     ]
     return Calls(puts, gets, searches, queries, prefixes, plain_puts)
 
