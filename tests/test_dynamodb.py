@@ -10,8 +10,11 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import signal
 import socket
 import string
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -635,6 +638,79 @@ def test_puts_and_writes_beyond_one_transaction(counted: tuple[DynamoDBSaver, Ca
     assert found is not None
     assert found.checkpoint["channel_values"] == values
     assert [w[2] for w in found.pending_writes] == list(range(130))
+
+
+#: a process putting a checkpoint over the transaction limits, SIGKILLed by the test between
+#: its values (BatchWriteItem) and its head (PutItem): the head's request is held, not faked
+_CRASH_WORKER = """
+import sys, time
+from langgraph.checkpoint.base import empty_checkpoint
+from graphkeep.backends.dynamodb import DynamoDBSaver
+
+table, region, endpoint, prefix, parent_id = sys.argv[1:6]
+with DynamoDBSaver.from_table(table, region, endpoint, key_prefix=prefix, setup=False) as saver:
+    def hold_the_head(model, **_):
+        print("values written, head next", flush=True)
+        time.sleep(600)
+
+    saver.client.meta.events.register("before-call.dynamodb.PutItem", hold_the_head)
+    values = {f"ch{i}": i for i in range(130)}
+    cp = empty_checkpoint()
+    cp["channel_values"] = values
+    cp["channel_versions"] = {ch: 2 for ch in values}
+    conf = {"thread_id": "crash", "checkpoint_ns": "", "checkpoint_id": parent_id}
+    saver.put({"configurable": conf}, cp, {"source": "loop", "step": 1}, {ch: 2 for ch in values})
+"""
+
+
+def test_a_process_killed_between_the_values_and_the_head_leaves_the_last_checkpoint(
+    table: str, client: Any
+) -> None:
+    """kill -9 after a put's values went out in plain batch writes and before its head: no
+    reader sees the new checkpoint with values missing; the thread reads as before the put,
+    the next put of the same checkpoint completes, and delete_thread leaves nothing behind."""
+    prefix = unique_prefix("crash")
+    saver = DynamoDBSaver(client, table, key_prefix=prefix)
+    first = _put(saver, "crash", {"ch0": "first"}, {"ch0": 1})
+    before = _thread_items(saver, client, table, "crash")
+    parent_id = first["configurable"]["checkpoint_id"]
+    worker = subprocess.Popen(
+        [sys.executable, "-c", _CRASH_WORKER, table, REGION, ENDPOINT, prefix, parent_id],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stdout is not None
+        line = worker.stdout.readline()
+        assert line.strip() == "values written, head next", worker.stderr and worker.stderr.read()
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert worker.returncode == -signal.SIGKILL
+    # the values went out (the thread holds more items than before), the head did not
+    assert len(_thread_items(saver, client, table, "crash")) > len(before)
+
+    reader = DynamoDBSaver(client, table, key_prefix=prefix)
+    found = reader.get_tuple(_config("crash"))
+    assert found is not None
+    assert found.config["configurable"]["checkpoint_id"] == parent_id
+    assert found.checkpoint["channel_values"] == {"ch0": "first"}
+    assert [t.config["configurable"]["checkpoint_id"] for t in reader.list(_config("crash"))] == [
+        parent_id
+    ]
+
+    values = {f"ch{i}": i for i in range(130)}
+    again = _put(reader, "crash", values, {ch: 2 for ch in values}, parent=first)
+    found = reader.get_tuple(_config("crash"))
+    assert found is not None
+    assert found.config["configurable"]["checkpoint_id"] == again["configurable"]["checkpoint_id"]
+    assert found.checkpoint["channel_values"] == values
+    reader.delete_thread("crash")
+    assert _thread_items(reader, client, table, "crash") == []
 
 
 # --------------------------------------------------------------------------- types
