@@ -16,9 +16,14 @@ ROOT = Path(__file__).resolve().parent.parent
 ROWS = ["--backend", "reference", "--no-official", "--group", "thread_ids", "--capability", "batch"]
 
 
+def command(*args: str) -> list[str]:
+    """`python -m conformance` on ROWS with ARGS."""
+    return [sys.executable, "-m", "conformance", *ROWS, *args]
+
+
 def conformance(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "conformance", *ROWS, *args],
+        command(*args),
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -28,7 +33,7 @@ def conformance(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_queue_processes_run_each_row_once_and_the_report_is_one_matrix(tmp_path: Path) -> None:
     queue = tmp_path / "queue"
-    argv = [sys.executable, "-m", "conformance", *ROWS, "--queue", str(queue)]
+    argv = command("--queue", str(queue))
     workers = [
         subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(2)
