@@ -40,7 +40,8 @@ line (``VARIABLE=backend:param`` takes one query parameter of the URL, e.g.
 before any conftest is imported and each variable is set to its server's URL.
 
 This module is the plugin pytest loads: its hooks and fixtures. The servers are started by
-:mod:`graphkeep.testing.servers` (with :mod:`~graphkeep.testing.local` and
+:mod:`graphkeep.testing.servers` (with :mod:`~graphkeep.testing.local`, whose server processes,
+:mod:`~graphkeep.testing.processes`, also run graphkeep's own ``./dev services``, and
 :mod:`~graphkeep.testing.containers`), each test's private data is
 :mod:`graphkeep.testing.isolation`'s (docs/architecture.md).
 """

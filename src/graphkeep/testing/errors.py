@@ -1,5 +1,5 @@
-"""The plugin's own error: a set-up problem (no engine, missing image, program or URL) as one
-clear line, which the fixtures turn into a failed test without a traceback
+"""The plugin's own errors: a set-up problem (no engine, missing image, program or URL, a port
+taken) as one clear line, which the fixtures turn into a failed test without a traceback
 (docs/architecture.md)."""
 
 from __future__ import annotations
@@ -7,3 +7,7 @@ from __future__ import annotations
 
 class GraphkeepTestingError(Exception):
     """A set-up problem of the plugin (no engine, missing image or URL): one clear line."""
+
+
+class PortInUse(GraphkeepTestingError):
+    """A server's port is held by a process that is not the server's own."""

@@ -19,10 +19,13 @@ def not_exited() -> str | None:
 
 
 def wait(
-    what: str, ready: Callable[[], bool], exited: Callable[[], str | None] = not_exited
+    what: str,
+    ready: Callable[[], bool],
+    exited: Callable[[], str | None] = not_exited,
+    timeout: float = START_TIMEOUT,
 ) -> None:
     """Until ``ready()`` answers; fail at once with ``exited()``'s log when the server is gone."""
-    deadline = time.monotonic() + START_TIMEOUT
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             if ready():
@@ -33,7 +36,7 @@ def wait(
         if log is not None:
             raise GraphkeepTestingError(f"{what} exited at start:\n{log}")
         time.sleep(0.1)
-    raise GraphkeepTestingError(f"{what} did not answer within {START_TIMEOUT:.0f}s")
+    raise GraphkeepTestingError(f"{what} did not answer within {timeout:.0f}s")
 
 
 def redis_ping(url: str) -> bool:
@@ -43,14 +46,19 @@ def redis_ping(url: str) -> bool:
         return bool(client.ping())
 
 
-def cluster_ok(port: int) -> bool:
-    """The cluster node on 127.0.0.1 ``port`` reports ``cluster_state:ok``."""
+def cluster_info(port: int) -> dict[str, str]:
+    """``CLUSTER INFO`` of the node on 127.0.0.1 ``port``."""
     import redis
 
     with redis.Redis(host="127.0.0.1", port=port, socket_timeout=2) as client:
         info = client.execute_command("CLUSTER", "INFO")
     text = info.decode() if isinstance(info, bytes) else str(info)
-    return "cluster_state:ok" in text
+    return dict(line.split(":", 1) for line in text.split() if ":" in line)
+
+
+def cluster_ok(port: int) -> bool:
+    """The cluster node on 127.0.0.1 ``port`` reports ``cluster_state:ok``."""
+    return cluster_info(port).get("cluster_state") == "ok"
 
 
 def mongo_ping(url: str) -> bool:
