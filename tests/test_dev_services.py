@@ -1,0 +1,195 @@
+"""The long-lived servers of ``./dev services`` (tools/devenv.py on graphkeep.testing's
+:class:`~graphkeep.testing.processes.Server`), on real processes: fixed ports (free ones here),
+their files under one directory (a temporary one here, not .services/), recognised by their pid
+file by the next invocation; a port held by another process is refused and left alone."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from graphkeep.testing.addresses import free_ports
+from graphkeep.testing.cluster import form_cluster
+from graphkeep.testing.errors import PortInUse
+from graphkeep.testing.local import backend_servers
+from graphkeep.testing.processes import Server, alive, port_taken
+from tools import devenv
+
+REDIS_SERVER = shutil.which("redis-server") or "redis-server"
+
+
+def redis_service(home: Path, port: int) -> tuple[str, Server]:
+    """``./dev services``' Redis (its server as a new invocation of ./dev builds it)."""
+    url, [server] = backend_servers("redis", [REDIS_SERVER], [port], home, session=False)
+    return url, server
+
+
+@pytest.fixture
+def started() -> Iterator[list[Server]]:
+    """Servers a test starts, stopped at its end whatever happens."""
+    servers: list[Server] = []
+    yield servers
+    for server in servers:
+        server.down()
+
+
+@pytest.fixture
+def foreign() -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """A process that is not ours listening on a free port (its command line does not name it)."""
+    port = free_ports(1)[0]
+    listen = (
+        "import os, socket, time\n"
+        "s = socket.create_server(('127.0.0.1', int(os.environ['FOREIGN_PORT'])))\n"
+        "time.sleep(300)\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", listen], env={**os.environ, "FOREIGN_PORT": str(port)}
+    )
+    deadline = time.monotonic() + 20
+    while not port_taken(port):
+        assert process.poll() is None and time.monotonic() < deadline, "the listener did not start"
+        time.sleep(0.05)
+    yield port, process
+    process.kill()
+    process.wait()
+
+
+def test_up_is_idempotent_and_a_restart_keeps_the_data(
+    tmp_path: Path, started: list[Server]
+) -> None:
+    url, server = redis_service(tmp_path, free_ports(1)[0])
+    started.append(server)
+    assert server.up() is True
+    pid = server.pid()
+    assert pid is not None and server.pidfile.read_text().strip() == str(pid)
+    with redis.Redis.from_url(url) as client:
+        client.set("kept", "yes")
+
+    _, again = redis_service(tmp_path, server.port)  # the next ./dev invocation
+    assert again.up() is False and again.pid() == pid, "a second up started another server"
+    assert again.down() is True
+    assert not alive(pid) and again.pid() is None and not again.pidfile.exists()
+    assert again.down() is False  # nothing of ours runs: nothing to stop
+
+    assert again.up() is True and again.pid() != pid
+    started.append(again)
+    with redis.Redis.from_url(url) as client:
+        assert client.get("kept") == b"yes", "the append-only file did not survive the restart"
+
+
+def test_a_server_outlives_the_process_that_started_it(
+    tmp_path: Path, started: list[Server]
+) -> None:
+    port = free_ports(1)[0]
+    script = (
+        "import sys\nfrom pathlib import Path\n"
+        "from graphkeep.testing.local import backend_servers\n"
+        "_, [server] = backend_servers('redis', [sys.argv[1]], [int(sys.argv[2])],"
+        " Path(sys.argv[3]), session=False)\n"
+        "assert server.up()\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", script, REDIS_SERVER, str(port), str(tmp_path)], check=True
+    )
+    _, server = redis_service(tmp_path, port)
+    started.append(server)
+    pid = server.pid()
+    assert pid is not None and server.ready()
+    assert server.down() is True and not alive(pid)
+
+
+def test_a_foreign_process_on_the_port_is_refused_and_never_stopped(
+    tmp_path: Path, foreign: tuple[int, subprocess.Popen[bytes]]
+) -> None:
+    port, process = foreign
+    _, server = redis_service(tmp_path, port)
+    with pytest.raises(PortInUse) as refused:
+        server.up()
+    assert str(refused.value).startswith(
+        f"port {port} (for redis) is already in use by a process that is not ours:"
+        f" pid {process.pid} ({sys.executable} -c"
+    )
+    # a pid file naming it (a stale one whose pid was reused) does not make it ours
+    server.pidfile.parent.mkdir(parents=True, exist_ok=True)
+    server.pidfile.write_text(f"{process.pid}\n")
+    assert server.pid() is None
+    assert server.down() is False
+    assert process.poll() is None, "down stopped a process that is not ours"
+
+
+def test_dev_services_up_says_what_it_did_and_status_sees_only_ours(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    foreign: tuple[int, subprocess.Popen[bytes]],
+) -> None:
+    monkeypatch.setattr(devenv, "SVC", tmp_path)
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    port = free_ports(1)[0]
+    monkeypatch.setenv("GK_REDIS_PORT", str(port))
+    assert devenv.status("redis") == "down"
+    try:
+        devenv.service_up("redis")
+        devenv.service_up("redis")
+        assert capsys.readouterr().err.splitlines() == [
+            f"==> redis up on 127.0.0.1:{port}",
+            f"==> redis already running on 127.0.0.1:{port}",
+        ]
+        [server] = devenv.servers("redis")
+        assert devenv.status("redis") == f"up    pid {server.pid()}"
+        assert (tmp_path / "logs" / "redis.log").is_file()
+        assert (tmp_path / "run" / f"redis-{port}.pid").is_file()
+    finally:
+        devenv.servers("redis")[0].down()
+    assert devenv.status("redis") == "down"
+
+    monkeypatch.setenv("GK_REDIS_PORT", str(foreign[0]))
+    with pytest.raises(devenv.Failed) as refused:
+        devenv.service_up("redis")
+    assert "is already in use by a process that is not ours" in str(refused.value)
+    assert str(refused.value).endswith(
+        "Stop it, pick another port (GK_REDIS_PORT), or point REDIS_URL at that server yourself."
+    )
+    assert devenv.status("redis") == "down"
+    monkeypatch.setenv("REDIS_URL", "redis://elsewhere:6379/0")  # the user's own server
+    devenv.service_up("redis")
+    assert "using REDIS_URL=redis://elsewhere:6379/0 (set by you;" in capsys.readouterr().err
+
+
+def test_a_cluster_restarted_from_its_files_forms_again(
+    tmp_path: Path, started: list[Server]
+) -> None:
+    ports = free_ports(3)
+    url, nodes = backend_servers("redis-cluster", [REDIS_SERVER], ports, tmp_path, session=False)
+    started += nodes
+    assert all(node.up() for node in nodes)
+    assert form_cluster("cluster", ports) == url
+    with redis.RedisCluster(host="127.0.0.1", port=ports[0]) as cluster:
+        cluster.set("kept", "yes")
+    for node in nodes:
+        node.down()
+    assert all(node.up() for node in nodes)
+    form_cluster("cluster", ports)  # the nodes' nodes.conf: no slots handed out again
+    with redis.RedisCluster(host="127.0.0.1", port=ports[0]) as cluster:
+        assert cluster.get("kept") == b"yes"
+
+
+def test_a_server_that_ignores_its_stop_signals_is_killed(tmp_path: Path) -> None:
+    port = free_ports(1)[0]
+    ignore = f"trap '' INT TERM; while :; do sleep 0.1; done # {port}"
+    server = Server("sh", port, ["sh", "-c", ignore], lambda: True, tmp_path)
+    server.stop_signals = ((signal.SIGINT, 0.5), (signal.SIGTERM, 0.5))  # PostgreSQL's kind
+    server.spawn()
+    pid = server.pid()
+    assert pid is not None
+    time.sleep(0.2)  # the traps are set
+    assert server.down() is True and not alive(pid)
