@@ -29,10 +29,7 @@ from typing import Any
 from langgraph.cache.base import FullKey, Namespace
 
 from graphkeep.backends.dynamodb import keys as keyspace
-from graphkeep.backends.dynamodb.client import (
-    OnDynamoDB,
-    TablePort,
-)
+from graphkeep.backends.dynamodb.client import OnDynamoDB, TablePort
 from graphkeep.backends.dynamodb.items import (
     CODEC,
     COMPRESS_MIN_BYTES,

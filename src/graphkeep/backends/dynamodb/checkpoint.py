@@ -58,10 +58,7 @@ from typing import Any
 
 from graphkeep.backends.dynamodb import deletes, export, locks, reads, watch
 from graphkeep.backends.dynamodb import writes as writing
-from graphkeep.backends.dynamodb.client import (
-    DynamoDBSite,
-    OnDynamoDB,
-)
+from graphkeep.backends.dynamodb.client import DynamoDBSite, OnDynamoDB
 from graphkeep.backends.dynamodb.effects import DynamoDBEffectsPort
 from graphkeep.backends.dynamodb.schema import (
     definition_as,

@@ -81,10 +81,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from graphkeep.backends.dynamodb import keys as keyspace
-from graphkeep.backends.dynamodb.client import (
-    OnDynamoDB,
-    TablePort,
-)
+from graphkeep.backends.dynamodb.client import OnDynamoDB, TablePort
 from graphkeep.backends.dynamodb.items import (
     CODEC,
     COMPRESS_MIN_BYTES,

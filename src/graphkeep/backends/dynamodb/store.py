@@ -14,10 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graphkeep.backends.dynamodb import keys as dkeys
-from graphkeep.backends.dynamodb.client import (
-    DynamoDBSite,
-    OnDynamoDB,
-)
+from graphkeep.backends.dynamodb.client import DynamoDBSite, OnDynamoDB
 from graphkeep.backends.dynamodb.items import (
     CODEC,
     DIGEST,

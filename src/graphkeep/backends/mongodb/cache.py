@@ -30,9 +30,7 @@ import bson
 from langgraph.cache.base import FullKey, Namespace
 from pymongo import DeleteOne, ReplaceOne
 
-from graphkeep.backends.mongodb.client import (
-    OnMongoDB,
-)
+from graphkeep.backends.mongodb.client import OnMongoDB
 from graphkeep.backends.mongodb.documents import check_prefix
 from graphkeep.backends.mongodb.requests import Command
 from graphkeep.backends.mongodb.schema import CACHE_INDEXES, ensure_indexes

@@ -22,9 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 from pymongo import ReplaceOne
 
 from graphkeep.backends.mongodb.ancestors import CHAIN_PAGE, HeadPages, read_ancestors
-from graphkeep.backends.mongodb.client import (
-    OnMongoDB,
-)
+from graphkeep.backends.mongodb.client import OnMongoDB
 from graphkeep.backends.mongodb.documents import (
     CHUNK_SIZE,
     FORMAT,

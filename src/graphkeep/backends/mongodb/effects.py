@@ -42,9 +42,7 @@ from typing import Any
 import bson
 from pymongo.errors import DuplicateKeyError
 
-from graphkeep.backends.mongodb.client import (
-    OnMongoDB,
-)
+from graphkeep.backends.mongodb.client import OnMongoDB
 from graphkeep.backends.mongodb.documents import check_prefix
 from graphkeep.backends.mongodb.requests import Command, find
 from graphkeep.backends.mongodb.schema import EFFECTS_INDEXES, ensure_indexes

@@ -83,9 +83,7 @@ import bson
 from pymongo import UpdateMany, UpdateOne
 from pymongo.errors import BulkWriteError
 
-from graphkeep.backends.mongodb.client import (
-    OnMongoDB,
-)
+from graphkeep.backends.mongodb.client import OnMongoDB
 from graphkeep.backends.mongodb.documents import check_prefix, doc_id, live
 from graphkeep.backends.mongodb.requests import Command
 from graphkeep.backends.mongodb.schema import EVENTS_INDEXES, ensure_indexes

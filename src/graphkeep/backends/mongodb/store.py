@@ -48,9 +48,7 @@ import bson
 import orjson
 from pymongo import DeleteOne, UpdateOne
 
-from graphkeep.backends.mongodb.client import (
-    OnMongoDB,
-)
+from graphkeep.backends.mongodb.client import OnMongoDB
 from graphkeep.backends.mongodb.documents import check_prefix
 from graphkeep.backends.mongodb.requests import Command
 from graphkeep.backends.mongodb.schema import ensure_indexes, store_indexes
