@@ -37,6 +37,7 @@ from graphkeep.errors import (
     RunStale,
     UnknownRun,
 )
+from graphkeep.events.port import Batch
 from graphkeep.port import drive
 
 from .conftest import unique_prefix
@@ -481,7 +482,7 @@ def test_ttl_attribute_is_set_and_slides_with_appends_and_heartbeats(table: str,
         # an append just after does not refresh again (amortised)
         calls = Calls(log.client)
         drive(
-            log.port.append("run", [b'{"i":3}'], False, later + 1000, log.retention),
+            log.port.append("run", Batch([b'{"i":3}'], False, later + 1000, log.retention)),
             log._execute,
         )
         assert calls.since(0) == ["TransactWriteItems"]

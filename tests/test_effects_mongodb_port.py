@@ -22,11 +22,12 @@ import pytest
 
 from graphkeep.backends.mongodb.client import async_executor, sync_executor
 from graphkeep.backends.mongodb.effects import (
-    EFFECTS_OPTIONS,
     MAX_DATA_BYTES,
+    MongoDBEffects,
     MongoDBEffectsPort,
 )
 from graphkeep.backends.mongodb.schema import EFFECTS_INDEXES
+from graphkeep.connect import accepted_options
 from graphkeep.effects.port import DONE, FAILED, STARTED, EffectRecord
 from graphkeep.errors import ConfigurationError, PayloadTooLarge, mask_url
 from graphkeep.port import adrive, drive
@@ -115,7 +116,7 @@ def test_setup_creates_the_thread_and_expiry_indexes_idempotently(ports: Ports) 
     ports.setup()
     assert {ix["name"] for ix in ports.collection.list_indexes()} == names
     assert [spec["name"] for spec in EFFECTS_INDEXES] == ["gk_thread", "gk_expires_at"]
-    assert EFFECTS_OPTIONS == frozenset({"db_name"})
+    assert "db_name" in accepted_options(MongoDBEffects, "effects")
 
 
 def test_a_record_is_one_document_with_the_documented_fields(ports: Ports) -> None:

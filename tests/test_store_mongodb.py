@@ -26,11 +26,11 @@ from pymongo import monitoring
 
 import graphkeep
 from graphkeep.backends.mongodb.store import (
-    STORE_OPTIONS,
     AsyncMongoDBStore,
     MongoDBStore,
     escape_key,
 )
+from graphkeep.connect import accepted_options
 from graphkeep.errors import (
     ConfigurationError,
     InvalidFilter,
@@ -500,7 +500,7 @@ def test_setup_is_idempotent_and_creates_the_indexes(client: Any, prefix: str) -
 
 
 def test_connect_store_picks_the_mongodb_store(client: Any, prefix: str) -> None:
-    assert STORE_OPTIONS == {"db_name"}
+    assert "db_name" in accepted_options(MongoDBStore, "store")
     with graphkeep.connect_store(url(), key_prefix=prefix) as store:
         assert isinstance(store, MongoDBStore)
         store.put(("a",), "k", {"v": 1})

@@ -3,21 +3,21 @@ async twins): one URL, the right backend, a ready saver, store, node cache or ru
 
 The URL scheme picks the backend (:data:`SCHEMES`) and :data:`CLASSES` names the class of each
 product there; the backend module is imported only then, so ``pip install graphkeep[redis]`` is
-enough for Redis users. Each product module declares the options it accepts beyond the common
-ones (``STORE_OPTIONS`` / ``CACHE_OPTIONS`` / ``EVENTS_OPTIONS``; savers: :data:`BACKEND_OPTIONS`).
-See docs/architecture.md.
+enough for Redis users. What a class accepts (:func:`accepted_options`) is its kind's common
+options, its module's own (``SAVER_OPTIONS``, ``STORE_OPTIONS``, …) and its backend's client
+options; an unknown one is refused before any connection. Each function returns the class's
+``from_url`` (:mod:`graphkeep.construction`). See docs/architecture.md.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import AsyncIterator, Iterable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterable
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from graphkeep.checkpoint.hot import HOT_OPTIONS, alayered, hot_options, layered
 from graphkeep.effects.port import LEDGER_OPTIONS
 from graphkeep.errors import ConfigurationError, mask_url
 from graphkeep.hot import hot_layer  # noqa: F401 - registers the layer hot= makes
@@ -40,43 +40,29 @@ SCHEMES: dict[str, tuple[str, str]] = {
 #: (``connect_effects``)
 PRODUCTS = ("checkpoint", "store", "cache", "events", "effects")
 
+#: backend package -> the name its classes start with (``RedisSaver``, ``AsyncRedisStore``, …)
+BACKEND_NAMES = {
+    "graphkeep.backends.redis": "Redis",
+    "graphkeep.backends.mongodb": "MongoDB",
+    "graphkeep.backends.dynamodb": "DynamoDB",
+}
+#: product -> (its module in a backend package, its classes' name after the backend's)
+PRODUCT_CLASSES = {
+    "checkpoint": ("", "Saver"),
+    "store": (".store", "Store"),
+    "cache": (".cache", "Cache"),
+    "events": (".events", "EventLog"),
+    "effects": (".effects", "Effects"),
+}
 #: backend package -> product -> (module, sync class, async class): every class a ``connect*``
-#: function returns, written out, so that renaming one fails tests/test_connect_table.py
-#: rather than a user's first connect call
+#: function returns, so that renaming one fails tests/test_connect_table.py rather than a
+#: user's first connect call
 CLASSES: dict[str, dict[str, tuple[str, str, str]]] = {
-    "graphkeep.backends.redis": {
-        "checkpoint": ("graphkeep.backends.redis", "RedisSaver", "AsyncRedisSaver"),
-        "store": ("graphkeep.backends.redis.store", "RedisStore", "AsyncRedisStore"),
-        "cache": ("graphkeep.backends.redis.cache", "RedisCache", "AsyncRedisCache"),
-        "events": ("graphkeep.backends.redis.events", "RedisEventLog", "AsyncRedisEventLog"),
-        "effects": ("graphkeep.backends.redis.effects", "RedisEffects", "AsyncRedisEffects"),
-    },
-    "graphkeep.backends.mongodb": {
-        "checkpoint": ("graphkeep.backends.mongodb", "MongoDBSaver", "AsyncMongoDBSaver"),
-        "store": ("graphkeep.backends.mongodb.store", "MongoDBStore", "AsyncMongoDBStore"),
-        "cache": ("graphkeep.backends.mongodb.cache", "MongoDBCache", "AsyncMongoDBCache"),
-        "events": (
-            "graphkeep.backends.mongodb.events",
-            "MongoDBEventLog",
-            "AsyncMongoDBEventLog",
-        ),
-        "effects": ("graphkeep.backends.mongodb.effects", "MongoDBEffects", "AsyncMongoDBEffects"),
-    },
-    "graphkeep.backends.dynamodb": {
-        "checkpoint": ("graphkeep.backends.dynamodb", "DynamoDBSaver", "AsyncDynamoDBSaver"),
-        "store": ("graphkeep.backends.dynamodb.store", "DynamoDBStore", "AsyncDynamoDBStore"),
-        "cache": ("graphkeep.backends.dynamodb.cache", "DynamoDBCache", "AsyncDynamoDBCache"),
-        "events": (
-            "graphkeep.backends.dynamodb.events",
-            "DynamoDBEventLog",
-            "AsyncDynamoDBEventLog",
-        ),
-        "effects": (
-            "graphkeep.backends.dynamodb.effects",
-            "DynamoDBEffects",
-            "AsyncDynamoDBEffects",
-        ),
-    },
+    package: {
+        product: (package + module, f"{name}{kind}", f"Async{name}{kind}")
+        for product, (module, kind) in PRODUCT_CLASSES.items()
+    }
+    for package, name in BACKEND_NAMES.items()
 }
 
 #: scheme -> (module, sync saver class, async saver class, pip extra)
@@ -87,48 +73,33 @@ BACKENDS: dict[str, tuple[str, str, str, str]] = {
 #: options every product on every backend accepts for its client's connection pool
 #: (graphkeep.port.pools: requests queue for a connection instead of failing under load)
 POOL_OPTIONS = frozenset({"max_connections", "pool_timeout"})
-#: options every backend accepts
-COMMON_OPTIONS = POOL_OPTIONS | frozenset(
-    {"serde", "ttl", "refresh_ttl_on_read", "key_prefix", "setup", "max_id_bytes", "share_lists"}
-    | {"telemetry", "schema_version", "migrations"}
-)
-#: extra options a backend accepts, by module
-BACKEND_OPTIONS: dict[str, frozenset[str]] = {
-    "graphkeep.backends.dynamodb": frozenset(
-        {"compress", "run_index", "session", "profile_name", "botocore_config"}
-    )
-    | HOT_OPTIONS,
-    "graphkeep.backends.mongodb": frozenset({"db_name", "chunk_size", "sharded"}) | HOT_OPTIONS,
+#: the options every backend's product of each kind accepts; a product module adds its own in
+#: its ``<KIND>_OPTIONS`` constant, its backend the client options in its ``client_options``
+COMMON_KIND_OPTIONS: dict[str, frozenset[str]] = {
+    "checkpoint": POOL_OPTIONS
+    | frozenset(
+        {"serde", "ttl", "refresh_ttl_on_read", "key_prefix", "setup", "max_id_bytes"}
+        | {"share_lists", "telemetry", "schema_version", "migrations"}
+    ),
+    "store": POOL_OPTIONS
+    | frozenset({"index", "ttl", "key_prefix", "setup", "max_key_bytes", "telemetry"}),
+    "cache": POOL_OPTIONS | frozenset({"serde", "key_prefix", "setup", "telemetry"}),
+    "events": POOL_OPTIONS
+    | frozenset(
+        {"ttl", "max_events", "stale_after", "poll_interval", "max_poll_interval"}
+        | {"key_prefix", "setup", "telemetry"}
+    ),
+    "effects": POOL_OPTIONS
+    | frozenset({"serde", "key_prefix", "setup", "telemetry"})
+    | LEDGER_OPTIONS,
 }
-
-
-#: options every store accepts (``graphkeep.connect_store``)
-COMMON_STORE_OPTIONS = POOL_OPTIONS | frozenset(
-    {"index", "ttl", "key_prefix", "setup", "max_key_bytes", "telemetry"}
-)
-#: options every node cache accepts (``graphkeep.connect_cache``)
-COMMON_CACHE_OPTIONS = POOL_OPTIONS | frozenset({"serde", "key_prefix", "setup", "telemetry"})
-#: options every run event log accepts (``graphkeep.connect_events``)
-COMMON_EVENTS_OPTIONS = POOL_OPTIONS | frozenset(
-    {"ttl", "max_events", "stale_after", "poll_interval", "max_poll_interval"}
-    | {"key_prefix", "setup", "telemetry"}
-)
-#: options every effect ledger accepts (``graphkeep.connect_effects``)
-COMMON_EFFECTS_OPTIONS = (
-    POOL_OPTIONS | frozenset({"serde", "key_prefix", "setup", "telemetry"}) | LEDGER_OPTIONS
-)
 #: the constant in a product's module naming the options it accepts beyond the common ones
 OPTIONS_CONSTANTS = {
+    "checkpoint": "SAVER_OPTIONS",
     "store": "STORE_OPTIONS",
     "cache": "CACHE_OPTIONS",
     "events": "EVENTS_OPTIONS",
     "effects": "EFFECTS_OPTIONS",
-}
-COMMON_KIND_OPTIONS = {
-    "store": COMMON_STORE_OPTIONS,
-    "cache": COMMON_CACHE_OPTIONS,
-    "events": COMMON_EVENTS_OPTIONS,
-    "effects": COMMON_EFFECTS_OPTIONS,
 }
 
 
@@ -209,135 +180,103 @@ def class_for(
     after checking the names in ``options`` against what it accepts (:data:`CLASSES`)."""
     scheme, package, extra = _scheme(url)
     module_name, sync_name, async_name = CLASSES[package][product]
-    if product == "checkpoint":
-        allowed = COMMON_OPTIONS | BACKEND_OPTIONS.get(package, frozenset())
-        unknown = sorted(set(options) - allowed)
-        if unknown:
-            raise _unknown(unknown, f"{scheme}://", allowed)
-        module = _import(scheme, module_name, extra)
-    else:
-        module = _import(scheme, module_name, extra)
-        allowed = COMMON_KIND_OPTIONS[product] | frozenset(
-            getattr(module, OPTIONS_CONSTANTS[product], ())
-        )
-        unknown = sorted(set(options) - allowed)
-        if unknown:
-            raise _unknown(unknown, f"a {product} at {scheme}://", allowed)
-    return getattr(module, async_name if is_async else sync_name)
+    module = _import(scheme, module_name, extra)
+    chosen = getattr(module, async_name if is_async else sync_name)
+    allowed = accepted_options(chosen, product)
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        where = f"{scheme}://" if product == "checkpoint" else f"a {product} at {scheme}://"
+        raise _unknown(unknown, where, allowed)
+    return chosen
 
 
-@contextmanager
-def connect(url: str, **options: Any) -> Iterator[Any]:
-    """Yield a ready sync saver for ``url`` (schema created unless ``setup=False``);
-    ``hot="redis://…"`` (and ``hot_ttl``) puts Redis in front of it as its hot layer
-    (:func:`graphkeep.hot_layer`)."""
+def accepted_options(cls: Any, product: str = "checkpoint") -> frozenset[str]:
+    """Every option ``cls`` (a ``product`` class) takes: the kind's common ones, its module's
+    own and its backend's client options."""
+    module = importlib.import_module(cls.__module__)
+    own = frozenset(getattr(module, OPTIONS_CONSTANTS[product], ()))
+    return COMMON_KIND_OPTIONS[product] | own | frozenset(cls.client_options)
+
+
+def _opened(url: str, product: str, is_async: bool, options: dict[str, Any]) -> Any:
+    """``from_url`` of the class ``product`` has at ``url``, its options checked first."""
     url, options = _checked(url, options)
-    hot, layer = hot_options(options)
-    saver_class = class_for(url, options=options)
-    with saver_class.from_url(url, **options) as saver, layered(saver, hot, layer) as layer_saver:
-        yield layer_saver
+    return class_for(url, product, is_async=is_async, options=options).from_url(url, **options)
 
 
-@asynccontextmanager
-async def aconnect(url: str, **options: Any) -> AsyncIterator[Any]:
-    """Yield a ready async saver for ``url`` (schema created unless ``setup=False``);
-    ``hot="redis://…"`` as for :func:`connect`."""
-    url, options = _checked(url, options)
-    hot, layer = hot_options(options)
-    saver_class = class_for(url, is_async=True, options=options)
-    async with (
-        saver_class.from_url(url, **options) as saver,
-        alayered(saver, hot, layer) as layer_saver,
-    ):
-        yield layer_saver
+def connect(url: str, **options: Any) -> AbstractContextManager[Any]:
+    """``with connect(url) as saver``: a ready sync saver for ``url`` (schema created unless
+    ``setup=False``); ``hot="redis://…"`` (and ``hot_ttl``) puts Redis in front of it as its
+    hot layer (:func:`graphkeep.hot_layer`)."""
+    return cast(AbstractContextManager[Any], _opened(url, "checkpoint", False, options))
 
 
-@contextmanager
-def connect_store(url: str, **options: Any) -> Iterator[Any]:
-    """Yield a ready sync LangGraph store (``BaseStore``) for ``url``.
+def aconnect(url: str, **options: Any) -> AbstractAsyncContextManager[Any]:
+    """``async with aconnect(url) as saver``: a ready async saver for ``url`` (schema created
+    unless ``setup=False``); ``hot="redis://…"`` as for :func:`connect`."""
+    return cast(AbstractAsyncContextManager[Any], _opened(url, "checkpoint", True, options))
+
+
+def connect_store(url: str, **options: Any) -> AbstractContextManager[Any]:
+    """``with connect_store(url) as store``: a ready sync LangGraph store (``BaseStore``).
 
     Options: ``index`` (IndexConfig: ``dims``, ``embed``, ``fields``, ``distance_type``),
     ``ttl`` (TTLConfig: ``default_ttl``, ``refresh_on_read``, ``sweep_interval_minutes``,
     in minutes), ``key_prefix``, ``setup``, ``max_key_bytes``, ``telemetry`` and the
     backend's own.
     """
-    url, options = _checked(url, options)
-    store_class = class_for(url, "store", options=options)
-    with store_class.from_url(url, **options) as store:
-        yield store
+    return cast(AbstractContextManager[Any], _opened(url, "store", False, options))
 
 
-@asynccontextmanager
-async def aconnect_store(url: str, **options: Any) -> AsyncIterator[Any]:
-    """Yield a ready async LangGraph store for ``url`` (native async driver)."""
-    url, options = _checked(url, options)
-    store_class = class_for(url, "store", is_async=True, options=options)
-    async with store_class.from_url(url, **options) as store:
-        yield store
+def aconnect_store(url: str, **options: Any) -> AbstractAsyncContextManager[Any]:
+    """``async with aconnect_store(url) as store``: a ready async LangGraph store for ``url``
+    (native async driver)."""
+    return cast(AbstractAsyncContextManager[Any], _opened(url, "store", True, options))
 
 
-@contextmanager
-def connect_cache(url: str, **options: Any) -> Iterator[Any]:
-    """Yield a ready LangGraph node cache (``BaseCache``) on a sync client for ``url``."""
-    url, options = _checked(url, options)
-    cache_class = class_for(url, "cache", options=options)
-    with cache_class.from_url(url, **options) as cache:
-        yield cache
+def connect_cache(url: str, **options: Any) -> AbstractContextManager[Any]:
+    """``with connect_cache(url) as cache``: a ready LangGraph node cache (``BaseCache``) on a
+    sync client for ``url``."""
+    return cast(AbstractContextManager[Any], _opened(url, "cache", False, options))
 
 
-@asynccontextmanager
-async def aconnect_cache(url: str, **options: Any) -> AsyncIterator[Any]:
-    """Yield a ready LangGraph node cache on an async client for ``url``."""
-    url, options = _checked(url, options)
-    cache_class = class_for(url, "cache", is_async=True, options=options)
-    async with cache_class.from_url(url, **options) as cache:
-        yield cache
+def aconnect_cache(url: str, **options: Any) -> AbstractAsyncContextManager[Any]:
+    """``async with aconnect_cache(url) as cache``: a ready LangGraph node cache on an async
+    client for ``url``."""
+    return cast(AbstractAsyncContextManager[Any], _opened(url, "cache", True, options))
 
 
-@contextmanager
-def connect_events(url: str, **options: Any) -> Iterator[Any]:
-    """Yield a ready run event log (:class:`graphkeep.events.log.SyncEventLog`) for ``url``.
+def connect_events(url: str, **options: Any) -> AbstractContextManager[Any]:
+    """``with connect_events(url) as log``: a ready run event log
+    (:class:`graphkeep.events.log.SyncEventLog`) for ``url``.
 
     Options: ``ttl`` (seconds after a run's last append, sliding; default one day),
     ``max_events`` (per run, default 10,000), ``stale_after`` (seconds, default 60),
     ``poll_interval`` / ``max_poll_interval``, ``key_prefix``, ``setup``, ``telemetry``.
     """
-    url, options = _checked(url, options)
-    log_class = class_for(url, "events", options=options)
-    with log_class.from_url(url, **options) as log:
-        yield log
+    return cast(AbstractContextManager[Any], _opened(url, "events", False, options))
 
 
-@asynccontextmanager
-async def aconnect_events(url: str, **options: Any) -> AsyncIterator[Any]:
-    """Yield a ready async run event log (``await log.append(...)``,
-    ``async for event_id, event in log.read(...)``)."""
-    url, options = _checked(url, options)
-    log_class = class_for(url, "events", is_async=True, options=options)
-    async with log_class.from_url(url, **options) as log:
-        yield log
+def aconnect_events(url: str, **options: Any) -> AbstractAsyncContextManager[Any]:
+    """``async with aconnect_events(url) as log``: a ready async run event log
+    (``await log.append(...)``, ``async for event_id, event in log.read(...)``)."""
+    return cast(AbstractAsyncContextManager[Any], _opened(url, "events", True, options))
 
 
-@contextmanager
-def connect_effects(url: str, **options: Any) -> Iterator[Any]:
-    """Yield a ready effect ledger (:class:`graphkeep.effects.ledger.SyncLedger`) for ``url``:
-    ``@ledger.once`` makes a function, node, task or tool happen once per key.
+def connect_effects(url: str, **options: Any) -> AbstractContextManager[Any]:
+    """``with connect_effects(url) as ledger``: a ready effect ledger
+    (:class:`graphkeep.effects.ledger.SyncLedger`) for ``url``: ``@ledger.once`` makes a
+    function, node, task or tool happen once per key.
 
     Options: ``ttl`` (seconds a record is kept, default 7 days), ``lease`` (seconds a running
     effect holds its record, default 60), ``wait`` (seconds a duplicate waits, default 30),
     ``poll``, ``on_unknown`` (``"retry"`` or ``"raise"``), ``cache_errors``, ``serde``,
     ``key_prefix``, ``setup``, ``telemetry`` and the backend's own.
     """
-    url, options = _checked(url, options)
-    ledger_class = class_for(url, "effects", options=options)
-    with ledger_class.from_url(url, **options) as ledger:
-        yield ledger
+    return cast(AbstractContextManager[Any], _opened(url, "effects", False, options))
 
 
-@asynccontextmanager
-async def aconnect_effects(url: str, **options: Any) -> AsyncIterator[Any]:
-    """Yield a ready effect ledger on an async client for ``url`` (same options)."""
-    url, options = _checked(url, options)
-    ledger_class = class_for(url, "effects", is_async=True, options=options)
-    async with ledger_class.from_url(url, **options) as ledger:
-        yield ledger
+def aconnect_effects(url: str, **options: Any) -> AbstractAsyncContextManager[Any]:
+    """``async with aconnect_effects(url) as ledger``: a ready effect ledger on an async client
+    for ``url`` (same options)."""
+    return cast(AbstractAsyncContextManager[Any], _opened(url, "effects", True, options))

@@ -30,7 +30,7 @@ from langchain_core.runnables import RunnableConfig
 
 from conformance.factory import Api
 from conformance.spec.fixtures import checkpoint, config, expect_raises, metadata, put_one
-from graphkeep.connect import BACKEND_OPTIONS, BACKENDS
+from graphkeep.connect import accepted_options, class_for
 from graphkeep.errors import (
     InvalidFilter,
     InvalidThreadId,
@@ -284,7 +284,7 @@ def test_unserializable_values_are_refused_naming_the_channel(
 
 def _chunking_off(backend: Backend) -> dict[str, Any] | None:
     """The option that switches chunking off, where the backend offers one."""
-    options = BACKEND_OPTIONS.get(BACKENDS[backend.scheme][0], frozenset())
+    options = accepted_options(class_for(f"{backend.scheme}://x"))
     return {"chunking": False} if "chunking" in options else None
 
 

@@ -22,6 +22,7 @@ from graphkeep.errors import (
     UnknownRun,
 )
 from graphkeep.events.port import (
+    Batch,
     EventsPort,
     Retention,
     RunState,
@@ -154,7 +155,9 @@ class EventLogBase:
         if not payloads:
             return []
         self.telemetry.append_batch(len(payloads))
-        return (yield from self.port.append(run, payloads, closing, now_ms(), self.retention))
+        return (
+            yield from self.port.append(run, Batch(payloads, closing, now_ms(), self.retention))
+        )
 
     def _close(self, run_id: Any, status: Any, error: Any) -> Op[str]:
         ids = yield from self._append(run_id, [close_event(status, error)], closing=True)

@@ -61,6 +61,17 @@ class StoredEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class Batch:
+    """What one ``append`` stores: the payloads in order (when ``closing``, the last is the
+    close event), at ``now_ms``, under ``retention``."""
+
+    payloads: list[bytes]
+    closing: bool
+    now_ms: int
+    retention: Retention
+
+
+@dataclass(frozen=True, slots=True)
 class RunState:
     """What a port knows of a run."""
 
@@ -75,9 +86,9 @@ class RunState:
 class EventsPort(Protocol):
     """What a backend maps onto its store; run ids and payloads arrive validated.
 
-    - ``append`` stores ``payloads`` in order as the run's next events and returns their
-      ids (strictly increasing per run, also across writers and processes); when
-      ``closing`` the last payload is the close event. It raises
+    - ``append`` stores a :class:`Batch`'s payloads in order as the run's next events and
+      returns their ids (strictly increasing per run, also across writers and processes);
+      when ``closing`` the last payload is the close event. It raises
       :class:`~graphkeep.errors.RunClosed` (writing nothing) when the run is already
       closed, applies ``retention`` and marks the run active at ``now_ms``.
     - ``read`` returns up to ``limit`` events after ``after`` (from the first when None)
@@ -97,14 +108,7 @@ class EventsPort(Protocol):
 
     def setup(self) -> Op[None]: ...
 
-    def append(
-        self,
-        run_id: str,
-        payloads: list[bytes],
-        closing: bool,
-        now_ms: int,
-        retention: Retention,
-    ) -> Op[list[str]]: ...
+    def append(self, run_id: str, batch: Batch) -> Op[list[str]]: ...
 
     def read(
         self, run_id: str, after: str | None, limit: int, wait_ms: int

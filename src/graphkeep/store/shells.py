@@ -315,25 +315,23 @@ def operation_name(ops: list[Any]) -> str:
     return kinds.pop() if len(kinds) == 1 else "batch"
 
 
+def _fields(stored: StoredItem) -> dict[str, Any]:
+    """What an ``Item`` and a ``SearchItem`` of ``stored`` share."""
+    return {
+        "namespace": stored.namespace,
+        "key": stored.key,
+        "value": stored.value,
+        "created_at": datetime_of_us(stored.created_us),
+        "updated_at": datetime_of_us(stored.updated_us),
+    }
+
+
 def _item(stored: StoredItem) -> Item:
-    return Item(
-        value=stored.value,
-        key=stored.key,
-        namespace=stored.namespace,
-        created_at=datetime_of_us(stored.created_us),
-        updated_at=datetime_of_us(stored.updated_us),
-    )
+    return Item(**_fields(stored))
 
 
 def _search_item(stored: StoredItem, scored: bool) -> SearchItem:
-    return SearchItem(
-        namespace=stored.namespace,
-        key=stored.key,
-        value=stored.value,
-        created_at=datetime_of_us(stored.created_us),
-        updated_at=datetime_of_us(stored.updated_us),
-        score=stored.score if scored else None,
-    )
+    return SearchItem(**_fields(stored), score=stored.score if scored else None)
 
 
 class SyncStore(StoreBase):

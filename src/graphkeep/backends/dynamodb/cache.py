@@ -24,20 +24,12 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from langgraph.cache.base import FullKey, Namespace
 
 from graphkeep.backends.dynamodb import keys as keyspace
-from graphkeep.backends.dynamodb.client import (
-    async_client,
-    async_executor,
-    executor,
-    parse_url,
-    sync_client,
-)
+from graphkeep.backends.dynamodb.client import OnDynamoDB, TablePort
 from graphkeep.backends.dynamodb.items import (
     CODEC,
     COMPRESS_MIN_BYTES,
@@ -60,31 +52,21 @@ from graphkeep.backends.dynamodb.requests import batch_get, batch_write, query_a
 from graphkeep.backends.dynamodb.schema import setup_table
 from graphkeep.cache.port import Entry, Stored, escaped_namespace, unreadable
 from graphkeep.cache.shells import AsyncCache, SyncCache
-from graphkeep.errors import ConfigurationError, CorruptData
+from graphkeep.errors import CorruptData
 from graphkeep.port import Op, codec
-from graphkeep.port.factory import aopened, opened
 
-__all__ = ["CACHE_OPTIONS", "AsyncDynamoDBCache", "DynamoDBCache", "DynamoDBCachePort"]
+__all__ = ["AsyncDynamoDBCache", "DynamoDBCache", "DynamoDBCachePort"]
 
 log = logging.getLogger("graphkeep.dynamodb")
 
-#: options beyond the common ones (serde, key_prefix, setup): how the client is made
-CACHE_OPTIONS = frozenset({"session", "profile_name", "botocore_config"})
 FORMAT = "n1"
 ENTRY = "n#"
 EXPIRES_MS = "xm"
 KEY_NAMES = {"#p": PK, "#s": SK}
 
 
-class DynamoDBCachePort:
+class DynamoDBCachePort(TablePort):
     """The cache port on one DynamoDB table (shared with the savers if you like)."""
-
-    def __init__(self, table: str, *, key_prefix: str = "graphkeep") -> None:
-        if not isinstance(table, str) or not table:
-            raise ConfigurationError("table_name must be a non-empty string")
-        self.table = table
-        self.key_prefix = key_prefix
-        self.prefix = keyspace.check_prefix(key_prefix)
 
     def partition(self, namespace: Namespace) -> str:
         text = keyspace.part(escaped_namespace(namespace), keyspace.THREAD_LIMIT)[0]
@@ -175,7 +157,7 @@ class DynamoDBCachePort:
         yield from batch_write(self.table, deletes)
 
 
-class DynamoDBCache(SyncCache):
+class DynamoDBCache(OnDynamoDB, SyncCache):
     """Node cache on a boto3 low-level DynamoDB client (``boto3.client("dynamodb")``).
 
     Options: ``serde``, ``key_prefix`` (default ``"graphkeep"``); ``from_url`` also takes
@@ -183,77 +165,10 @@ class DynamoDBCache(SyncCache):
     ``botocore_config``).
     """
 
-    def __init__(
-        self,
-        client: Any,
-        table_name: str = "graphkeep",
-        *,
-        serde: Any = None,
-        key_prefix: str = "graphkeep",
-        telemetry: Any = None,
-    ) -> None:
-        port = DynamoDBCachePort(table_name, key_prefix=key_prefix)
-        self.client = client
-        self.table_name = table_name
-        super().__init__(port, executor(client, table_name), serde=serde, telemetry=telemetry)
-
-    @classmethod
-    @contextmanager
-    def from_url(
-        cls,
-        url: str,
-        *,
-        setup: bool = True,
-        serde: Any = None,
-        key_prefix: str = "graphkeep",
-        telemetry: Any = None,
-        **client_options: Any,
-    ) -> Iterator[DynamoDBCache]:
-        table, kwargs = parse_url(url)
-        client = sync_client(**kwargs, **client_options)
-        with opened(
-            client,
-            lambda made: cls(made, table, serde=serde, key_prefix=key_prefix, telemetry=telemetry),
-            setup,
-        ) as cache:
-            yield cache
+    port_type = DynamoDBCachePort
 
 
-class AsyncDynamoDBCache(AsyncCache):
+class AsyncDynamoDBCache(OnDynamoDB, AsyncCache):
     """Node cache on an aiobotocore DynamoDB client (same options)."""
 
-    def __init__(
-        self,
-        client: Any,
-        table_name: str = "graphkeep",
-        *,
-        serde: Any = None,
-        key_prefix: str = "graphkeep",
-        telemetry: Any = None,
-    ) -> None:
-        port = DynamoDBCachePort(table_name, key_prefix=key_prefix)
-        self.client = client
-        self.table_name = table_name
-        super().__init__(port, async_executor(client, table_name), serde=serde, telemetry=telemetry)
-
-    @classmethod
-    @asynccontextmanager
-    async def from_url(
-        cls,
-        url: str,
-        *,
-        setup: bool = True,
-        serde: Any = None,
-        key_prefix: str = "graphkeep",
-        telemetry: Any = None,
-        **client_options: Any,
-    ) -> AsyncIterator[AsyncDynamoDBCache]:
-        table, kwargs = parse_url(url)
-        client = async_client(**kwargs, **client_options)
-        async with aopened(
-            client,
-            lambda made: cls(made, table, serde=serde, key_prefix=key_prefix, telemetry=telemetry),
-            setup,
-            prepare=cls.setup,
-        ) as cache:
-            yield cache
+    port_type = DynamoDBCachePort

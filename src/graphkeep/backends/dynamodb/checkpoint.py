@@ -53,20 +53,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from graphkeep.backends.dynamodb import deletes, export, locks, reads, watch
 from graphkeep.backends.dynamodb import writes as writing
-from graphkeep.backends.dynamodb.client import (
-    async_client,
-    async_executor,
-    client_options,
-    executor,
-    parse_url,
-    sync_client,
-)
+from graphkeep.backends.dynamodb.client import DynamoDBSite, OnDynamoDB
 from graphkeep.backends.dynamodb.effects import DynamoDBEffectsPort
 from graphkeep.backends.dynamodb.schema import (
     definition_as,
@@ -75,7 +67,7 @@ from graphkeep.backends.dynamodb.schema import (
     table_size,
 )
 from graphkeep.backends.dynamodb.ttl import ExpiringTable
-from graphkeep.checkpoint.hot import alayered, hot_options, layered
+from graphkeep.checkpoint.hot import HOT_OPTIONS
 from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.records import (
     BlobRecord,
@@ -90,9 +82,7 @@ from graphkeep.checkpoint.records import (
     WriteRecord,
 )
 from graphkeep.checkpoint.saver import AsyncSaver, SyncSaver, ttl_seconds
-from graphkeep.effects.ledger import AsyncLedger, SyncLedger
 from graphkeep.port import Op
-from graphkeep.port.factory import aopened, opened
 
 __all__ = [
     "SAVER_OPTIONS",
@@ -102,9 +92,9 @@ __all__ = [
     "table_definition",
 ]
 
-#: the savers' options beyond the common ones (``graphkeep.connect`` also passes the client
-#: options, see :data:`.client.CLIENT_OPTIONS`)
-SAVER_OPTIONS = ("key_prefix", "ttl", "refresh_ttl_on_read", "compress", "run_index")
+#: the savers' options beyond every saver's (``graphkeep.connect`` also takes the client
+#: options, see :class:`.client.OnDynamoDB`)
+SAVER_OPTIONS = frozenset({"compress", "run_index"}) | HOT_OPTIONS
 
 
 class DynamoDBCheckpointPort(ExpiringTable, CheckpointPort):
@@ -135,6 +125,19 @@ class DynamoDBCheckpointPort(ExpiringTable, CheckpointPort):
             clock=clock,
         )
         self.run_index = run_index
+
+    @classmethod
+    def configured(cls, site: DynamoDBSite, options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """The port built from the saver options (:data:`SAVER_OPTIONS`), and the rest."""
+        port = cls(
+            site.table,
+            key_prefix=options.pop("key_prefix", "graphkeep"),
+            ttl=ttl_seconds(options.pop("ttl", None)),
+            refresh_ttl_on_read=bool(options.pop("refresh_ttl_on_read", False)),
+            compress=options.pop("compress", True),
+            run_index=bool(options.pop("run_index", True)),
+        )
+        return port, options
 
     def setup(self) -> Op[None]:
         return setup_table(self.table, run_index=self.run_index)
@@ -226,33 +229,11 @@ class DynamoDBCheckpointPort(ExpiringTable, CheckpointPort):
 # --------------------------------------------------------------------------- the savers
 
 
-def _port(
-    table_name: str, options: dict[str, Any]
-) -> tuple[DynamoDBCheckpointPort, dict[str, Any]]:
-    """The port built from the saver options (:data:`SAVER_OPTIONS`), and the rest."""
-    port = DynamoDBCheckpointPort(
-        table_name,
-        key_prefix=options.pop("key_prefix", "graphkeep"),
-        ttl=ttl_seconds(options.pop("ttl", None)),
-        refresh_ttl_on_read=bool(options.pop("refresh_ttl_on_read", False)),
-        compress=options.pop("compress", True),
-        run_index=bool(options.pop("run_index", True)),
-    )
-    return port, options
+class _DynamoDBSaverMixin:
+    """What both DynamoDB savers add to the shared contract: their table's definition."""
 
-
-class DynamoDBSaver(SyncSaver):
-    """Sync saver on a boto3 low-level DynamoDB client (``boto3.client("dynamodb")``)."""
-
-    def __init__(self, client: Any, table_name: str = "graphkeep", **options: Any) -> None:
-        port, rest = _port(table_name, dict(options))
-        self.client = client
-        self.table_name = table_name
-        self.run_index = port.run_index
-        execute = executor(client, table_name)
-        super().__init__(port, execute, **rest)
-        effects = DynamoDBEffectsPort(table_name, key_prefix=options.get("key_prefix", "graphkeep"))
-        self.with_effects(effects, SyncLedger(effects, execute, serde=self.serde))
+    port: Any
+    table_name: str
 
     @staticmethod
     def table_definition(
@@ -263,101 +244,25 @@ class DynamoDBSaver(SyncSaver):
         the TTL specification (TTL is a separate API call otherwise)."""
         return definition_as(table_name, run_index, format)
 
+    @property
+    def run_index(self) -> bool:
+        """Whether the table has the ``run_id`` index (``delete_for_runs`` without a scan)."""
+        return bool(self.port.run_index)
+
     def print_table_definition(self, format: str = "create_table") -> None:
         """Print this saver's table definition as JSON (for CloudFormation/Terraform users)."""
         print(json.dumps(definition_as(self.table_name, self.run_index, format), indent=2))
 
-    @classmethod
-    @contextmanager
-    def from_table(
-        cls,
-        table_name: str,
-        region_name: str | None = None,
-        endpoint_url: str | None = None,
-        *,
-        session: Any = None,
-        profile_name: str | None = None,
-        botocore_config: Any = None,
-        setup: bool = True,
-        **options: Any,
-    ) -> Iterator[DynamoDBSaver]:
-        """A saver on a new client (closed on exit); ``setup()`` first unless ``setup=False``;
-        ``hot="redis://…"`` (and ``hot_ttl``) puts Redis in front of it as its hot layer."""
-        hot, layer = hot_options(options)
-        client = sync_client(
-            region_name,
-            endpoint_url,
-            session=session,
-            profile_name=profile_name,
-            botocore_config=botocore_config,
-            **client_options(options),
-        )
-        with (
-            opened(client, lambda made: cls(made, table_name, **options), setup) as saver,
-            layered(saver, hot, layer) as layer_saver,
-        ):
-            yield layer_saver
 
-    @classmethod
-    @contextmanager
-    def from_url(cls, url: str, *, setup: bool = True, **options: Any) -> Iterator[DynamoDBSaver]:
-        table, kwargs = parse_url(url)
-        with cls.from_table(table, setup=setup, **kwargs, **options) as saver:
-            yield saver
+class DynamoDBSaver(OnDynamoDB, _DynamoDBSaverMixin, SyncSaver):
+    """Sync saver on a boto3 low-level DynamoDB client (``boto3.client("dynamodb")``)."""
+
+    port_type = DynamoDBCheckpointPort
+    effects_port_type = DynamoDBEffectsPort
 
 
-class AsyncDynamoDBSaver(AsyncSaver):
+class AsyncDynamoDBSaver(OnDynamoDB, _DynamoDBSaverMixin, AsyncSaver):
     """Asyncio saver on an aiobotocore DynamoDB client (``session.create_client("dynamodb")``)."""
 
-    def __init__(self, client: Any, table_name: str = "graphkeep", **options: Any) -> None:
-        port, rest = _port(table_name, dict(options))
-        self.client = client
-        self.table_name = table_name
-        self.run_index = port.run_index
-        aexecute = async_executor(client, table_name)
-        super().__init__(port, aexecute, **rest)
-        effects = DynamoDBEffectsPort(table_name, key_prefix=options.get("key_prefix", "graphkeep"))
-        self.with_effects(effects, AsyncLedger(effects, aexecute, serde=self.serde))
-
-    table_definition = staticmethod(DynamoDBSaver.table_definition)
-    print_table_definition = DynamoDBSaver.print_table_definition
-
-    @classmethod
-    @asynccontextmanager
-    async def from_table(
-        cls,
-        table_name: str,
-        region_name: str | None = None,
-        endpoint_url: str | None = None,
-        *,
-        session: Any = None,
-        profile_name: str | None = None,
-        botocore_config: Any = None,
-        setup: bool = True,
-        **options: Any,
-    ) -> AsyncIterator[AsyncDynamoDBSaver]:
-        """A saver on a new aiobotocore client (closed on exit); ``asetup()`` unless told not
-        to; ``hot="redis://…"`` as for :meth:`DynamoDBSaver.from_table`."""
-        hot, layer = hot_options(options)
-        client = async_client(
-            region_name,
-            endpoint_url,
-            session=session,
-            profile_name=profile_name,
-            botocore_config=botocore_config,
-            **client_options(options),
-        )
-        async with (
-            aopened(client, lambda made: cls(made, table_name, **options), setup) as saver,
-            alayered(saver, hot, layer) as layer_saver,
-        ):
-            yield layer_saver
-
-    @classmethod
-    @asynccontextmanager
-    async def from_url(
-        cls, url: str, *, setup: bool = True, **options: Any
-    ) -> AsyncIterator[AsyncDynamoDBSaver]:
-        table, kwargs = parse_url(url)
-        async with cls.from_table(table, setup=setup, **kwargs, **options) as saver:
-            yield saver
+    port_type = DynamoDBCheckpointPort
+    effects_port_type = DynamoDBEffectsPort

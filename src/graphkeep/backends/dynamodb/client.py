@@ -22,10 +22,27 @@ import functools
 import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
+import boto3
+import botocore.loaders
+import botocore.session
+from botocore.config import Config
+from botocore.exceptions import (
+    ClientError,
+    HTTPClientError,
+    NoCredentialsError,
+    NoRegionError,
+)
+from botocore.exceptions import (
+    ConnectionError as BotoConnectionError,
+)
+
+from graphkeep.backends.dynamodb import keys as keyspace
 from graphkeep.backends.dynamodb.requests import Call, error_code
+from graphkeep.construction import Opened, Opening, P, Product
 from graphkeep.errors import ConfigurationError, StorageUnavailable, mask_url
 from graphkeep.port.pools import (
     DEFAULT_MAX_CONNECTIONS,
@@ -38,25 +55,6 @@ from graphkeep.port.pools import (
 )
 from graphkeep.port.retry import AsyncExecutor, Retry, SyncExecutor
 from graphkeep.port.telemetry import Target
-
-try:
-    import boto3
-    import botocore.loaders
-    import botocore.session
-    from botocore.config import Config
-    from botocore.exceptions import (
-        ClientError,
-        HTTPClientError,
-        NoCredentialsError,
-        NoRegionError,
-    )
-    from botocore.exceptions import (
-        ConnectionError as BotoConnectionError,
-    )
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "the DynamoDB backend needs boto3: pip install 'graphkeep[dynamodb]'"
-    ) from exc
 
 #: transport failures and server-side throttling, retried (every request is idempotent:
 #: puts of identical content, conditional puts whose failure means "already there",
@@ -315,3 +313,87 @@ def _gate(client: Any) -> Pool:
     """The gate :func:`sync_client` / :func:`async_client` registered, or one sized from
     the HTTP pool of a client the application made."""
     return pool_for(client, lambda: _sized(client, PoolOptions()))
+
+
+# --------------------------------------------------------------------------- the products
+
+
+@dataclass(frozen=True)
+class DynamoDBSite:
+    """One table through a low-level client, as the products' ports see it."""
+
+    client: Any
+    table: str
+
+    def executor(self, port: Any, is_async: bool) -> SyncExecutor | AsyncExecutor:
+        return (async_executor if is_async else executor)(self.client, self.table)
+
+
+class TablePort:
+    """A port on one table whose one option is ``key_prefix``."""
+
+    def __init__(self, table: str, *, key_prefix: str = "graphkeep") -> None:
+        if not isinstance(table, str) or not table:
+            raise ConfigurationError("table_name must be a non-empty string")
+        self.table = table
+        self.key_prefix = key_prefix
+        self.prefix = keyspace.check_prefix(key_prefix)
+
+    @classmethod
+    def configured(cls, site: DynamoDBSite, options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        return cast(Any, cls)(
+            site.table, key_prefix=options.pop("key_prefix", "graphkeep")
+        ), options
+
+
+class OnDynamoDB(Product):
+    """A product on one DynamoDB table through a low-level client: boto3's
+    (``boto3.client("dynamodb")``), or aiobotocore's for an ``Async…`` class.
+    ``Class(client, table_name="graphkeep", **options)``; ``from_url`` and :meth:`from_table`
+    open a client of their own, taking the client options ``session``, ``profile_name``,
+    ``botocore_config``, ``max_connections`` and ``pool_timeout``. Without ``endpoint_url``
+    the normal AWS credential and endpoint chain applies."""
+
+    client_options = frozenset({"session", "profile_name", "botocore_config"})
+
+    def __init__(self, client: Any, table_name: str = "graphkeep", **options: Any) -> None:
+        self.client = client
+        self.table_name = table_name
+        self.build(DynamoDBSite(client, table_name), options)
+
+    @classmethod
+    def opening(cls, url: str, options: dict[str, Any]) -> Opening:
+        table, kwargs = parse_url(url)
+        given = client_options(options)
+        both = sorted(set(kwargs) & set(given))
+        if both:
+            raise ConfigurationError(
+                f"{', '.join(both)} given both in the URL {mask_url(url)} and as an option"
+            )
+        return table_opening(table, {**kwargs, **given})
+
+    @classmethod
+    def from_table(
+        cls: type[P],
+        table_name: str,
+        region_name: str | None = None,
+        endpoint_url: str | None = None,
+        *,
+        setup: bool = True,
+        **options: Any,
+    ) -> Opened[P]:
+        """``from_url`` for table ``table_name`` (``region_name``, ``endpoint_url`` and the
+        client options given as arguments)."""
+        kwargs = {"region_name": region_name, "endpoint_url": endpoint_url}
+        return cls.opened(
+            table_opening(table_name, {**kwargs, **client_options(options)}), setup, options
+        )
+
+
+def table_opening(table: str, kwargs: dict[str, Any]) -> Opening:
+    """A new client with ``kwargs`` (:func:`sync_client`'s), the class on ``table``."""
+
+    def client(is_async: bool) -> Any:
+        return (async_client if is_async else sync_client)(**kwargs)
+
+    return Opening(client, {"table_name": table})

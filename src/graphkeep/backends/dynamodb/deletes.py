@@ -14,6 +14,8 @@ import math
 from dataclasses import replace
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from graphkeep.backends.dynamodb import keys
 from graphkeep.backends.dynamodb.encoding import names_of, summary_of
 from graphkeep.backends.dynamodb.items import (
@@ -49,13 +51,6 @@ from graphkeep.checkpoint.records import (
     Summary,
 )
 from graphkeep.port import Op
-
-try:
-    from botocore.exceptions import ClientError
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "the DynamoDB backend needs boto3: pip install 'graphkeep[dynamodb]'"
-    ) from exc
 
 log = logging.getLogger("graphkeep.dynamodb")
 

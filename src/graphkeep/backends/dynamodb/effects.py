@@ -42,19 +42,12 @@ partition, ``list(None)`` / ``clear(None)`` a Scan for this prefix's effect part
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from graphkeep.backends.dynamodb import keys as keyspace
-from graphkeep.backends.dynamodb.client import (
-    async_client,
-    async_executor,
-    client_options,
-    executor,
-    parse_url,
-    sync_client,
-)
+from graphkeep.backends.dynamodb.client import OnDynamoDB, TablePort
 from graphkeep.backends.dynamodb.items import (
     CODEC,
     COMPRESS_MIN_BYTES,
@@ -84,21 +77,11 @@ from graphkeep.backends.dynamodb.requests import (
 from graphkeep.backends.dynamodb.schema import setup_table
 from graphkeep.effects.ledger import AsyncLedger, SyncLedger
 from graphkeep.effects.port import STARTED, EffectRecord
-from graphkeep.errors import ConfigurationError, CorruptData, PayloadTooLarge, StorageUnavailable
+from graphkeep.errors import CorruptData, PayloadTooLarge, StorageUnavailable
 from graphkeep.port import Op, Sleep, codec
-from graphkeep.port.factory import aopened, opened
 
-try:
-    from botocore.exceptions import ClientError
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "the DynamoDB backend needs boto3: pip install 'graphkeep[dynamodb]'"
-    ) from exc
+__all__ = ["AsyncDynamoDBEffects", "DynamoDBEffects", "DynamoDBEffectsPort"]
 
-__all__ = ["EFFECTS_OPTIONS", "AsyncDynamoDBEffects", "DynamoDBEffects", "DynamoDBEffectsPort"]
-
-#: options beyond the common ones (serde, key_prefix, setup): how the client is made
-EFFECTS_OPTIONS = frozenset({"session", "profile_name", "botocore_config"})
 #: the partition tag of effect records ("e1" is the event log's)
 FORMAT = "f1"
 ENTRY = "e#"
@@ -113,15 +96,11 @@ KEY_LIMIT = 1000
 CONDITION_FAILED = "ConditionalCheckFailedException"
 
 
-class DynamoDBEffectsPort:
+class DynamoDBEffectsPort(TablePort):
     """The effect ledger's port on one DynamoDB table (shared with the savers if you like)."""
 
     def __init__(self, table: str, *, key_prefix: str = "graphkeep") -> None:
-        if not isinstance(table, str) or not table:
-            raise ConfigurationError("table_name must be a non-empty string")
-        self.table = table
-        self.key_prefix = key_prefix
-        self.prefix = keyspace.check_prefix(key_prefix)
+        super().__init__(table, key_prefix=key_prefix)
         #: what every effect partition of this prefix starts with
         self.base = f"{self.prefix}{keyspace.SEP}{FORMAT}{keyspace.SEP}"
 
@@ -335,7 +314,7 @@ class DynamoDBEffectsPort:
         return len(deletes)
 
 
-class DynamoDBEffects(SyncLedger):
+class DynamoDBEffects(OnDynamoDB, SyncLedger):
     """Effect ledger on a boto3 low-level DynamoDB client (``boto3.client("dynamodb")``).
 
     Options: ``serde``, ``key_prefix`` (default ``"graphkeep"``), ``telemetry`` and the
@@ -343,86 +322,10 @@ class DynamoDBEffects(SyncLedger):
     ``DynamoDBSaver.from_table`` (``session``, ``profile_name``, ``botocore_config``).
     """
 
-    def __init__(
-        self,
-        client: Any,
-        table_name: str = "graphkeep",
-        *,
-        serde: Any = None,
-        key_prefix: str = "graphkeep",
-        telemetry: Any = None,
-        **options: Any,
-    ) -> None:
-        port = DynamoDBEffectsPort(table_name, key_prefix=key_prefix)
-        self.client = client
-        self.table_name = table_name
-        super().__init__(
-            port, executor(client, table_name), serde=serde, telemetry=telemetry, **options
-        )
-
-    @classmethod
-    @contextmanager
-    def from_url(
-        cls,
-        url: str,
-        *,
-        setup: bool = True,
-        serde: Any = None,
-        key_prefix: str = "graphkeep",
-        telemetry: Any = None,
-        **options: Any,
-    ) -> Iterator[DynamoDBEffects]:
-        table, kwargs = parse_url(url)
-        client = sync_client(**kwargs, **client_options(options))
-        with opened(
-            client,
-            lambda made: cls(
-                made, table, serde=serde, key_prefix=key_prefix, telemetry=telemetry, **options
-            ),
-            setup,
-        ) as effects:
-            yield effects
+    port_type = DynamoDBEffectsPort
 
 
-class AsyncDynamoDBEffects(AsyncLedger):
+class AsyncDynamoDBEffects(OnDynamoDB, AsyncLedger):
     """Effect ledger on an aiobotocore DynamoDB client (same options)."""
 
-    def __init__(
-        self,
-        client: Any,
-        table_name: str = "graphkeep",
-        *,
-        serde: Any = None,
-        key_prefix: str = "graphkeep",
-        telemetry: Any = None,
-        **options: Any,
-    ) -> None:
-        port = DynamoDBEffectsPort(table_name, key_prefix=key_prefix)
-        self.client = client
-        self.table_name = table_name
-        super().__init__(
-            port, async_executor(client, table_name), serde=serde, telemetry=telemetry, **options
-        )
-
-    @classmethod
-    @asynccontextmanager
-    async def from_url(
-        cls,
-        url: str,
-        *,
-        setup: bool = True,
-        serde: Any = None,
-        key_prefix: str = "graphkeep",
-        telemetry: Any = None,
-        **options: Any,
-    ) -> AsyncIterator[AsyncDynamoDBEffects]:
-        table, kwargs = parse_url(url)
-        client = async_client(**kwargs, **client_options(options))
-        async with aopened(
-            client,
-            lambda made: cls(
-                made, table, serde=serde, key_prefix=key_prefix, telemetry=telemetry, **options
-            ),
-            setup,
-        ) as effects:
-            yield effects
+    port_type = DynamoDBEffectsPort

@@ -74,20 +74,14 @@ import json
 import math
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from graphkeep.backends.dynamodb import keys as keyspace
-from graphkeep.backends.dynamodb.client import (
-    async_client,
-    async_executor,
-    client_options,
-    executor,
-    parse_url,
-    sync_client,
-)
+from graphkeep.backends.dynamodb.client import OnDynamoDB, TablePort
 from graphkeep.backends.dynamodb.items import (
     CODEC,
     COMPRESS_MIN_BYTES,
@@ -120,31 +114,19 @@ from graphkeep.backends.dynamodb.requests import (
     transact,
 )
 from graphkeep.backends.dynamodb.schema import setup_table
-from graphkeep.errors import ConfigurationError, GraphkeepError, InvalidInput, RunClosed
+from graphkeep.errors import GraphkeepError, InvalidInput, RunClosed
 from graphkeep.events.log import AsyncEventLog, SyncEventLog
-from graphkeep.events.port import Retention, RunState, StoredEvent, check_sequence
+from graphkeep.events.port import Batch, Retention, RunState, StoredEvent, check_sequence
 from graphkeep.port import Op, Sleep, codec
 from graphkeep.port.clock import now_ms as clock_ms
-from graphkeep.port.factory import aopened, opened
 from graphkeep.port.lru import ThreadLRU
 
-try:
-    from botocore.exceptions import ClientError
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "the DynamoDB backend needs boto3: pip install 'graphkeep[dynamodb]'"
-    ) from exc
-
 __all__ = [
-    "EVENTS_OPTIONS",
     "AsyncDynamoDBEventLog",
     "DynamoDBEventLog",
     "DynamoDBEventsPort",
 ]
 
-#: options beyond the common ones (ttl, max_events, stale_after, poll_interval,
-#: max_poll_interval, key_prefix, setup): how the client is made
-EVENTS_OPTIONS = frozenset({"session", "profile_name", "botocore_config"})
 
 FORMAT = "e1"
 EVENT = "e#"
@@ -193,17 +175,13 @@ class _Pack:
     closing: bool
 
 
-class DynamoDBEventsPort:
+class DynamoDBEventsPort(TablePort):
     """The event port on one DynamoDB table (shared with the savers if you like)."""
 
     blocking = False
 
     def __init__(self, table: str, *, key_prefix: str = "graphkeep") -> None:
-        if not isinstance(table, str) or not table:
-            raise ConfigurationError("table_name must be a non-empty string")
-        self.table = table
-        self.key_prefix = key_prefix
-        self.prefix = keyspace.check_prefix(key_prefix)
+        super().__init__(table, key_prefix=key_prefix)
         self.runs: ThreadLRU[tuple[str], _Run] = ThreadLRU(KNOWN_RUNS)
 
     def partition(self, run_id: str) -> str:
@@ -225,14 +203,9 @@ class DynamoDBEventsPort:
 
     # -- append --------------------------------------------------------------------------
 
-    def append(
-        self,
-        run_id: str,
-        payloads: list[bytes],
-        closing: bool,
-        now_ms: int,
-        retention: Retention,
-    ) -> Op[list[str]]:
+    def append(self, run_id: str, batch: Batch) -> Op[list[str]]:
+        payloads, closing = batch.payloads, batch.closing
+        now_ms, retention = batch.now_ms, batch.retention
         pk = self.partition(run_id)
         known = self._known(pk)
         status = str(json.loads(payloads[-1])["status"]) if closing else None
@@ -738,7 +711,7 @@ def _events_of(item: dict[str, Any], floor: int) -> list[StoredEvent]:
     ]
 
 
-class DynamoDBEventLog(SyncEventLog):
+class DynamoDBEventLog(OnDynamoDB, SyncEventLog):
     """Run event log on a boto3 low-level DynamoDB client (``boto3.client("dynamodb")``).
 
     Options: ``ttl``, ``max_events``, ``stale_after``, ``poll_interval``,
@@ -747,59 +720,10 @@ class DynamoDBEventLog(SyncEventLog):
     (``session``, ``profile_name``, ``botocore_config``).
     """
 
-    def __init__(
-        self,
-        client: Any,
-        table_name: str = "graphkeep",
-        *,
-        key_prefix: str = "graphkeep",
-        **options: Any,
-    ) -> None:
-        port = DynamoDBEventsPort(table_name, key_prefix=key_prefix)
-        self.client = client
-        self.table_name = table_name
-        super().__init__(port, executor(client, table_name), **options)
-
-    @classmethod
-    @contextmanager
-    def from_url(
-        cls, url: str, *, setup: bool = True, key_prefix: str = "graphkeep", **options: Any
-    ) -> Iterator[DynamoDBEventLog]:
-        table, kwargs = parse_url(url)
-        client = sync_client(**kwargs, **client_options(options))
-        with opened(
-            client, lambda made: cls(made, table, key_prefix=key_prefix, **options), setup
-        ) as log:
-            yield log
+    port_type = DynamoDBEventsPort
 
 
-class AsyncDynamoDBEventLog(AsyncEventLog):
+class AsyncDynamoDBEventLog(OnDynamoDB, AsyncEventLog):
     """Run event log on an aiobotocore DynamoDB client (same options)."""
 
-    def __init__(
-        self,
-        client: Any,
-        table_name: str = "graphkeep",
-        *,
-        key_prefix: str = "graphkeep",
-        **options: Any,
-    ) -> None:
-        port = DynamoDBEventsPort(table_name, key_prefix=key_prefix)
-        self.client = client
-        self.table_name = table_name
-        super().__init__(port, async_executor(client, table_name), **options)
-
-    @classmethod
-    @asynccontextmanager
-    async def from_url(
-        cls, url: str, *, setup: bool = True, key_prefix: str = "graphkeep", **options: Any
-    ) -> AsyncIterator[AsyncDynamoDBEventLog]:
-        table, kwargs = parse_url(url)
-        client = async_client(**kwargs, **client_options(options))
-        async with aopened(
-            client,
-            lambda made: cls(made, table, key_prefix=key_prefix, **options),
-            setup,
-            prepare=cls.setup,
-        ) as log:
-            yield log
+    port_type = DynamoDBEventsPort

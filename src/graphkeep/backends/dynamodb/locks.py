@@ -8,18 +8,13 @@ conditioned on the token still holding it. See docs/architecture.md.
 
 from __future__ import annotations
 
+from botocore.exceptions import ClientError
+
 from graphkeep.backends.dynamodb import keys
 from graphkeep.backends.dynamodb.encoding import CheckpointTable
 from graphkeep.backends.dynamodb.items import EXP, LOCK_TOKEN, LOCK_UNTIL, PK, SK, N, S, key
 from graphkeep.backends.dynamodb.requests import Call, error_code
 from graphkeep.port import Op
-
-try:
-    from botocore.exceptions import ClientError
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "the DynamoDB backend needs boto3: pip install 'graphkeep[dynamodb]'"
-    ) from exc
 
 
 def acquire_lock(t: CheckpointTable, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:

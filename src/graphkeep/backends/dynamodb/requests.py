@@ -26,16 +26,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from graphkeep.backends.dynamodb.items import PK, SK, S, key, s
 from graphkeep.errors import StorageUnavailable
 from graphkeep.port import Op, Sleep
-
-try:
-    from botocore.exceptions import ClientError
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "the DynamoDB backend needs boto3: pip install 'graphkeep[dynamodb]'"
-    ) from exc
 
 BATCH_WRITE_MAX = 25
 BATCH_GET_MAX = 100

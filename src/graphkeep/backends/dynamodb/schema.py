@@ -11,17 +11,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from graphkeep.backends.dynamodb.items import EXP, PK, RAW, RUN, RUN_INDEX, SK
 from graphkeep.backends.dynamodb.requests import Call, error_code
 from graphkeep.errors import ConfigurationError, GraphkeepError
 from graphkeep.port import Op, Sleep
-
-try:
-    from botocore.exceptions import ClientError
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "the DynamoDB backend needs boto3: pip install 'graphkeep[dynamodb]'"
-    ) from exc
 
 log = logging.getLogger("graphkeep.dynamodb")
 

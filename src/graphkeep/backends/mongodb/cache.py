@@ -23,46 +23,24 @@ and any older value at that key deleted): a cache may drop an entry, never crash
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
+import bson
 from langgraph.cache.base import FullKey, Namespace
+from pymongo import DeleteOne, ReplaceOne
 
-from graphkeep.backends.mongodb.client import (
-    DEFAULT_DB,
-    async_client,
-    async_executor,
-    check_client,
-    check_db_name,
-    database_from_url,
-    describe,
-    sync_client,
-    sync_executor,
-)
+from graphkeep.backends.mongodb.client import OnMongoDB
 from graphkeep.backends.mongodb.documents import check_prefix
 from graphkeep.backends.mongodb.requests import Command
 from graphkeep.backends.mongodb.schema import CACHE_INDEXES, ensure_indexes
 from graphkeep.cache.port import Entry, Stored, escaped_key, escaped_namespace
 from graphkeep.cache.shells import AsyncCache, SyncCache
-from graphkeep.errors import mask_url
+from graphkeep.construction import PrefixedPort
 from graphkeep.port import Op
-from graphkeep.port.factory import aopened, opened
-from graphkeep.port.pools import pool_options
 
-try:
-    import bson
-    from pymongo import DeleteOne, ReplaceOne
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "the MongoDB backend needs PyMongo >= 4.13.2: pip install 'graphkeep[mongodb]'"
-    ) from exc
+__all__ = ["AsyncMongoDBCache", "MongoDBCache", "MongoDBCachePort"]
 
-__all__ = ["CACHE_OPTIONS", "AsyncMongoDBCache", "MongoDBCache", "MongoDBCachePort"]
-
-#: options beyond the common ones (serde, key_prefix, setup)
-CACHE_OPTIONS = frozenset({"db_name"})
 
 log = logging.getLogger("graphkeep.mongodb")
 
@@ -70,7 +48,7 @@ log = logging.getLogger("graphkeep.mongodb")
 MAX_VALUE_BYTES = 16 * 1024 * 1024 - 64 * 1024
 
 
-class MongoDBCachePort:
+class MongoDBCachePort(PrefixedPort):
     """The cache port on one MongoDB collection."""
 
     def __init__(self, *, key_prefix: str = "graphkeep") -> None:
@@ -131,81 +109,17 @@ class MongoDBCachePort:
         yield Command(self.collection, "delete_many", (query,))
 
 
-class MongoDBCache(SyncCache):
+class MongoDBCache(OnMongoDB, SyncCache):
     """Node cache on a ``pymongo.MongoClient``.
 
     Options: ``db_name`` (default ``"graphkeep"``; ``from_url`` takes the URL path),
     ``serde``, ``key_prefix`` (default ``"graphkeep"``: collection ``<prefix>_cache``).
     """
 
-    def __init__(
-        self,
-        client: Any,
-        db_name: str = DEFAULT_DB,
-        *,
-        serde: Any = None,
-        key_prefix: str = "graphkeep",
-        telemetry: Any = None,
-        where: str | None = None,
-    ) -> None:
-        check_client(client, True, "MongoDBCache")
-        self.client = client
-        self.db = client[check_db_name(db_name)]
-        port = MongoDBCachePort(key_prefix=key_prefix)
-        super().__init__(
-            port,
-            sync_executor(self.db, where or describe(client)),
-            serde=serde,
-            telemetry=telemetry,
-        )
-
-    @classmethod
-    @contextmanager
-    def from_url(
-        cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
-    ) -> Iterator[MongoDBCache]:
-        name = check_db_name(db_name) if db_name is not None else database_from_url(url)
-
-        def build(client: Any) -> MongoDBCache:
-            return cls(client, name, where=mask_url(url), **options)
-
-        with opened(sync_client(url, pool_options(options)), build, setup) as cache:
-            yield cache
+    port_type = MongoDBCachePort
 
 
-class AsyncMongoDBCache(AsyncCache):
+class AsyncMongoDBCache(OnMongoDB, AsyncCache):
     """Node cache on PyMongo's native ``pymongo.AsyncMongoClient`` (same options)."""
 
-    def __init__(
-        self,
-        client: Any,
-        db_name: str = DEFAULT_DB,
-        *,
-        serde: Any = None,
-        key_prefix: str = "graphkeep",
-        telemetry: Any = None,
-        where: str | None = None,
-    ) -> None:
-        check_client(client, False, "AsyncMongoDBCache")
-        self.client = client
-        self.db = client[check_db_name(db_name)]
-        port = MongoDBCachePort(key_prefix=key_prefix)
-        super().__init__(
-            port,
-            async_executor(self.db, where or describe(client)),
-            serde=serde,
-            telemetry=telemetry,
-        )
-
-    @classmethod
-    @asynccontextmanager
-    async def from_url(
-        cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
-    ) -> AsyncIterator[AsyncMongoDBCache]:
-        name = check_db_name(db_name) if db_name is not None else database_from_url(url)
-
-        def build(client: Any) -> AsyncMongoDBCache:
-            return cls(client, name, where=mask_url(url), **options)
-
-        async with aopened(async_client(url, pool_options(options)), build, setup) as cache:
-            yield cache
+    port_type = MongoDBCachePort

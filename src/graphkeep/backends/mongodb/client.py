@@ -11,39 +11,35 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
+import pymongo
+from pymongo.asynchronous.command_cursor import AsyncCommandCursor
+from pymongo.asynchronous.cursor import AsyncCursor
+from pymongo.command_cursor import CommandCursor
+from pymongo.cursor import Cursor
+from pymongo.driver_info import DriverInfo
+from pymongo.errors import (
+    AutoReconnect,
+    BulkWriteError,
+    ConnectionFailure,
+    DuplicateKeyError,
+    InvalidURI,
+    OperationFailure,
+    ProtocolError,
+    ServerSelectionTimeoutError,
+)
+from pymongo.errors import ConfigurationError as PyMongoConfigurationError
+
 from graphkeep.backends.mongodb.requests import Command
+from graphkeep.construction import Opening, Product
 from graphkeep.errors import ConfigurationError, StorageUnavailable, mask_url
-from graphkeep.port.pools import Pool, PoolOptions, pool_for, register
+from graphkeep.port.pools import Pool, PoolOptions, pool_for, pool_options, register
 from graphkeep.port.retry import AsyncExecutor, Retry, SyncExecutor
 from graphkeep.port.telemetry import Target
-
-try:
-    import pymongo
-    from pymongo.asynchronous.command_cursor import AsyncCommandCursor
-    from pymongo.asynchronous.cursor import AsyncCursor
-    from pymongo.command_cursor import CommandCursor
-    from pymongo.cursor import Cursor
-    from pymongo.driver_info import DriverInfo
-    from pymongo.errors import (
-        AutoReconnect,
-        BulkWriteError,
-        ConnectionFailure,
-        DuplicateKeyError,
-        InvalidURI,
-        OperationFailure,
-        ProtocolError,
-        ServerSelectionTimeoutError,
-    )
-    from pymongo.errors import ConfigurationError as PyMongoConfigurationError
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "the MongoDB backend needs PyMongo >= 4.13.2: pip install 'graphkeep[mongodb]'"
-    ) from exc
 
 DEFAULT_DB = "graphkeep"
 RETRY_DELAYS = (0.05, 0.2, 0.5)
@@ -77,7 +73,7 @@ def database_from_url(url: str) -> str:
 
 
 def check_client(client: Any, sync: bool, name: str) -> None:
-    """``name`` (a store or cache class) runs on a ``MongoClient`` when ``sync``, else on an
+    """``name`` (a product class) runs on a ``MongoClient`` when ``sync``, else on an
     ``AsyncMongoClient``; the other kind is refused, naming the class to use instead."""
     wanted = pymongo.MongoClient if sync else pymongo.AsyncMongoClient
     if not isinstance(client, wanted):
@@ -85,7 +81,7 @@ def check_client(client: Any, sync: bool, name: str) -> None:
         other_client = "MongoClient" if wanted is pymongo.AsyncMongoClient else "AsyncMongoClient"
         raise ConfigurationError(
             f"{name} needs a pymongo.{wanted.__name__}, got {type(client).__name__};"
-            f" use {other} with pymongo.{other_client}"
+            f" use {other} with pymongo.{other_client} (motor is not supported)"
         )
 
 
@@ -307,3 +303,46 @@ def sync_client(url: str, pool: PoolOptions | None = None) -> Any:
 def async_client(url: str, pool: PoolOptions | None = None) -> Any:
     """The ``AsyncMongoClient`` twin of :func:`sync_client`."""
     return _made(pymongo.AsyncMongoClient, url, pool)
+
+
+# -- the products' construction (graphkeep.construction) --------------------------------
+
+
+@dataclass(frozen=True)
+class MongoDBSite:
+    """One database of a PyMongo client as the products' ports see it."""
+
+    db: Any
+    where: str
+
+    def executor(self, port: Any, is_async: bool) -> SyncExecutor | AsyncExecutor:
+        return (async_executor if is_async else sync_executor)(self.db, self.where)
+
+
+class OnMongoDB(Product):
+    """A product on PyMongo: a ``pymongo.MongoClient``, or PyMongo's native
+    ``pymongo.AsyncMongoClient`` for an ``Async…`` class (motor is not supported).
+    ``Class(client, db_name="graphkeep", *, where=None, **options)``: ``where`` names the
+    server in errors (default: the client's hosts); ``from_url`` takes the database from the
+    URL path unless ``db_name=`` names it, and ``max_connections`` / ``pool_timeout``."""
+
+    client_options = frozenset({"db_name"})
+
+    def __init__(
+        self, client: Any, db_name: str = DEFAULT_DB, *, where: str | None = None, **options: Any
+    ) -> None:
+        check_client(client, not self.is_async(), type(self).__name__)
+        self.client = client
+        self.db = client[check_db_name(db_name)]
+        self.build(MongoDBSite(self.db, where or describe(client)), options)
+
+    @classmethod
+    def opening(cls, url: str, options: dict[str, Any]) -> Opening:
+        named = options.pop("db_name", None)
+        db_name = check_db_name(named) if named is not None else database_from_url(url)
+        pool = pool_options(options)
+
+        def client(is_async: bool) -> Any:
+            return (async_client if is_async else sync_client)(url, pool)
+
+        return Opening(client, {"db_name": db_name, "where": mask_url(url)})

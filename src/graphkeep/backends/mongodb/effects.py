@@ -35,45 +35,26 @@ cleared; the ledger treats them as absent.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from graphkeep.backends.mongodb.client import (
-    DEFAULT_DB,
-    async_client,
-    async_executor,
-    check_client,
-    check_db_name,
-    database_from_url,
-    describe,
-    sync_client,
-    sync_executor,
-)
+import bson
+from pymongo.errors import DuplicateKeyError
+
+from graphkeep.backends.mongodb.client import OnMongoDB
 from graphkeep.backends.mongodb.documents import check_prefix
 from graphkeep.backends.mongodb.requests import Command, find
 from graphkeep.backends.mongodb.schema import EFFECTS_INDEXES, ensure_indexes
 from graphkeep.cache.port import escaped_key
+from graphkeep.construction import PrefixedPort
 from graphkeep.effects.ledger import AsyncLedger, SyncLedger
 from graphkeep.effects.port import STARTED, EffectRecord
-from graphkeep.errors import GraphkeepError, PayloadTooLarge, mask_url
+from graphkeep.errors import GraphkeepError, PayloadTooLarge
 from graphkeep.port import Op
-from graphkeep.port.factory import aopened, opened
-from graphkeep.port.pools import pool_options
 
-try:
-    import bson
-    from pymongo.errors import DuplicateKeyError
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "the MongoDB backend needs PyMongo >= 4.13.2: pip install 'graphkeep[mongodb]'"
-    ) from exc
+__all__ = ["AsyncMongoDBEffects", "MongoDBEffects", "MongoDBEffectsPort"]
 
-__all__ = ["EFFECTS_OPTIONS", "AsyncMongoDBEffects", "MongoDBEffects", "MongoDBEffectsPort"]
-
-#: options beyond the common ones (serde, key_prefix, setup)
-EFFECTS_OPTIONS = frozenset({"db_name"})
 
 #: a result larger than this does not fit a document (BSON's 16 MiB, less room for the rest)
 MAX_DATA_BYTES = 16 * 1024 * 1024 - 64 * 1024
@@ -82,7 +63,7 @@ MAX_DATA_BYTES = 16 * 1024 * 1024 - 64 * 1024
 CLAIM_ROUNDS = 8
 
 
-class MongoDBEffectsPort:
+class MongoDBEffectsPort(PrefixedPort):
     """The effect ledger's port on one MongoDB collection (see the module docstring)."""
 
     def __init__(self, *, key_prefix: str = "graphkeep") -> None:
@@ -217,7 +198,7 @@ class MongoDBEffectsPort:
         return int(result.deleted_count)
 
 
-class MongoDBEffects(SyncLedger):
+class MongoDBEffects(OnMongoDB, SyncLedger):
     """Effect ledger on a ``pymongo.MongoClient``.
 
     Options: ``db_name`` (default ``"graphkeep"``; ``from_url`` takes the URL path),
@@ -225,78 +206,10 @@ class MongoDBEffects(SyncLedger):
     and the ledger's own options.
     """
 
-    def __init__(
-        self,
-        client: Any,
-        db_name: str = DEFAULT_DB,
-        *,
-        serde: Any = None,
-        key_prefix: str = "graphkeep",
-        telemetry: Any = None,
-        where: str | None = None,
-        **options: Any,
-    ) -> None:
-        check_client(client, True, "MongoDBEffects")
-        self.client = client
-        self.db = client[check_db_name(db_name)]
-        port = MongoDBEffectsPort(key_prefix=key_prefix)
-        super().__init__(
-            port,
-            sync_executor(self.db, where or describe(client)),
-            serde=serde,
-            telemetry=telemetry,
-            **options,
-        )
-
-    @classmethod
-    @contextmanager
-    def from_url(
-        cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
-    ) -> Iterator[MongoDBEffects]:
-        name = check_db_name(db_name) if db_name is not None else database_from_url(url)
-
-        def build(client: Any) -> MongoDBEffects:
-            return cls(client, name, where=mask_url(url), **options)
-
-        with opened(sync_client(url, pool_options(options)), build, setup) as effects:
-            yield effects
+    port_type = MongoDBEffectsPort
 
 
-class AsyncMongoDBEffects(AsyncLedger):
+class AsyncMongoDBEffects(OnMongoDB, AsyncLedger):
     """Effect ledger on PyMongo's native ``pymongo.AsyncMongoClient`` (same options)."""
 
-    def __init__(
-        self,
-        client: Any,
-        db_name: str = DEFAULT_DB,
-        *,
-        serde: Any = None,
-        key_prefix: str = "graphkeep",
-        telemetry: Any = None,
-        where: str | None = None,
-        **options: Any,
-    ) -> None:
-        check_client(client, False, "AsyncMongoDBEffects")
-        self.client = client
-        self.db = client[check_db_name(db_name)]
-        port = MongoDBEffectsPort(key_prefix=key_prefix)
-        super().__init__(
-            port,
-            async_executor(self.db, where or describe(client)),
-            serde=serde,
-            telemetry=telemetry,
-            **options,
-        )
-
-    @classmethod
-    @asynccontextmanager
-    async def from_url(
-        cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
-    ) -> AsyncIterator[AsyncMongoDBEffects]:
-        name = check_db_name(db_name) if db_name is not None else database_from_url(url)
-
-        def build(client: Any) -> AsyncMongoDBEffects:
-            return cls(client, name, where=mask_url(url), **options)
-
-        async with aopened(async_client(url, pool_options(options)), build, setup) as effects:
-            yield effects
+    port_type = MongoDBEffectsPort

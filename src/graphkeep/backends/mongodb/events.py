@@ -74,47 +74,28 @@ import json
 import logging
 import re
 import secrets
-from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from graphkeep.backends.mongodb.client import (
-    DEFAULT_DB,
-    async_client,
-    async_executor,
-    check_client,
-    check_db_name,
-    database_from_url,
-    describe,
-    sync_client,
-    sync_executor,
-)
+import bson
+from pymongo import UpdateMany, UpdateOne
+from pymongo.errors import BulkWriteError
+
+from graphkeep.backends.mongodb.client import OnMongoDB
 from graphkeep.backends.mongodb.documents import check_prefix, doc_id, live
 from graphkeep.backends.mongodb.requests import Command
 from graphkeep.backends.mongodb.schema import EVENTS_INDEXES, ensure_indexes
-from graphkeep.errors import InvalidInput, RunClosed, mask_url
+from graphkeep.construction import PrefixedPort
+from graphkeep.errors import InvalidInput, RunClosed
 from graphkeep.events.log import AsyncEventLog, SyncEventLog
-from graphkeep.events.port import Retention, RunState, StoredEvent, check_sequence
-from graphkeep.port import Op, adrive, drive
-from graphkeep.port.factory import aopened, opened
+from graphkeep.events.port import Batch, Retention, RunState, StoredEvent, check_sequence
+from graphkeep.port import Op
 from graphkeep.port.lru import ThreadLRU
-from graphkeep.port.pools import pool_options
 
-try:
-    import bson
-    from pymongo import UpdateMany, UpdateOne
-    from pymongo.errors import BulkWriteError
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "the MongoDB backend needs PyMongo >= 4.13.2: pip install 'graphkeep[mongodb]'"
-    ) from exc
+__all__ = ["AsyncMongoDBEventLog", "MongoDBEventLog", "MongoDBEventsPort"]
 
-__all__ = ["EVENTS_OPTIONS", "AsyncMongoDBEventLog", "MongoDBEventLog", "MongoDBEventsPort"]
-
-#: options beyond the common ones (ttl, max_events, stale_after, poll intervals, key_prefix)
-EVENTS_OPTIONS = frozenset({"db_name"})
 
 log = logging.getLogger("graphkeep.mongodb")
 
@@ -164,7 +145,7 @@ def _conflict(exc: BulkWriteError) -> int:
     return int(min(e.get("index", 0) for e in errors))
 
 
-class MongoDBEventsPort:
+class MongoDBEventsPort(PrefixedPort):
     """The event port on one MongoDB collection (see the module docstring)."""
 
     blocking = False
@@ -273,14 +254,9 @@ class MongoDBEventsPort:
             )
         return (int(event_id),)
 
-    def append(
-        self,
-        run_id: str,
-        payloads: list[bytes],
-        closing: bool,
-        now_ms: int,
-        retention: Retention,
-    ) -> Op[list[str]]:
+    def append(self, run_id: str, batch: Batch) -> Op[list[str]]:
+        payloads, closing = batch.payloads, batch.closing
+        now_ms, retention = batch.now_ms, batch.retention
         known = self.runs.get((run_id,)) or _Run()
         if known.closed:
             raise RunClosed(f"run {run_id!r} is closed: nothing more can be appended")
@@ -508,7 +484,7 @@ class MongoDBEventsPort:
         return int(result.deleted_count)
 
 
-class MongoDBEventLog(SyncEventLog):
+class MongoDBEventLog(OnMongoDB, SyncEventLog):
     """Run event log on a ``pymongo.MongoClient``.
 
     Options: ``db_name`` (default ``"graphkeep"``; ``from_url`` takes the URL path),
@@ -518,74 +494,20 @@ class MongoDBEventLog(SyncEventLog):
     ``poll_interval`` / ``max_poll_interval`` (followers poll: reads do not block).
     """
 
+    port_type = MongoDBEventsPort
     port: MongoDBEventsPort
-
-    def __init__(
-        self,
-        client: Any,
-        db_name: str = DEFAULT_DB,
-        *,
-        key_prefix: str = "graphkeep",
-        where: str | None = None,
-        **options: Any,
-    ) -> None:
-        check_client(client, True, "MongoDBEventLog")
-        self.client = client
-        self.db = client[check_db_name(db_name)]
-        port = MongoDBEventsPort(key_prefix=key_prefix)
-        super().__init__(port, sync_executor(self.db, where or describe(client)), **options)
-
-    @classmethod
-    @contextmanager
-    def from_url(
-        cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
-    ) -> Iterator[MongoDBEventLog]:
-        name = check_db_name(db_name) if db_name is not None else database_from_url(url)
-
-        def build(client: Any) -> MongoDBEventLog:
-            return cls(client, name, where=mask_url(url), **options)
-
-        with opened(sync_client(url, pool_options(options)), build, setup) as events:
-            yield events
 
     def purge_expired(self) -> int:
         """Delete expired events now; only needed on servers without TTL indexes."""
-        return drive(self.port.purge_expired(), self._execute)
+        return int(self._call(self.port.purge_expired()))
 
 
-class AsyncMongoDBEventLog(AsyncEventLog):
+class AsyncMongoDBEventLog(OnMongoDB, AsyncEventLog):
     """Run event log on PyMongo's native ``pymongo.AsyncMongoClient`` (same options)."""
 
+    port_type = MongoDBEventsPort
     port: MongoDBEventsPort
-
-    def __init__(
-        self,
-        client: Any,
-        db_name: str = DEFAULT_DB,
-        *,
-        key_prefix: str = "graphkeep",
-        where: str | None = None,
-        **options: Any,
-    ) -> None:
-        check_client(client, False, "AsyncMongoDBEventLog")
-        self.client = client
-        self.db = client[check_db_name(db_name)]
-        port = MongoDBEventsPort(key_prefix=key_prefix)
-        super().__init__(port, async_executor(self.db, where or describe(client)), **options)
-
-    @classmethod
-    @asynccontextmanager
-    async def from_url(
-        cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
-    ) -> AsyncIterator[AsyncMongoDBEventLog]:
-        name = check_db_name(db_name) if db_name is not None else database_from_url(url)
-
-        def build(client: Any) -> AsyncMongoDBEventLog:
-            return cls(client, name, where=mask_url(url), **options)
-
-        async with aopened(async_client(url, pool_options(options)), build, setup) as events:
-            yield events
 
     async def purge_expired(self) -> int:
         """Delete expired events now; only needed on servers without TTL indexes."""
-        return await adrive(self.port.purge_expired(), self._aexecute)
+        return int(await self._acall(self.port.purge_expired()))

@@ -41,33 +41,21 @@ starts anew) then upserts with ``$setOnInsert`` for ``created_us``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import bson
 import orjson
 from pymongo import DeleteOne, UpdateOne
 
-from graphkeep.backends.mongodb.client import (
-    DEFAULT_DB,
-    async_client,
-    async_executor,
-    check_client,
-    check_db_name,
-    database_from_url,
-    describe,
-    sync_client,
-    sync_executor,
-)
+from graphkeep.backends.mongodb.client import OnMongoDB
 from graphkeep.backends.mongodb.documents import check_prefix
 from graphkeep.backends.mongodb.requests import Command
 from graphkeep.backends.mongodb.schema import ensure_indexes, store_indexes
-from graphkeep.errors import PayloadTooLarge, mask_url
+from graphkeep.construction import PrefixedPort
+from graphkeep.errors import PayloadTooLarge
 from graphkeep.port import Op
 from graphkeep.port.clock import datetime_of_us
-from graphkeep.port.factory import aopened, opened
-from graphkeep.port.pools import pool_options
 from graphkeep.store.port import Condition, ItemKey, Namespace, SearchQuery, StoredItem, Vector
 from graphkeep.store.ranking import rank
 from graphkeep.store.shells import AsyncStore, SyncStore
@@ -79,15 +67,12 @@ from graphkeep.store.values import (
 )
 
 __all__ = [
-    "STORE_OPTIONS",
     "AsyncMongoDBStore",
     "MongoDBStore",
     "MongoDBStorePort",
     "store_indexes",
 ]
 
-#: options beyond graphkeep.connect_store's common ones
-STORE_OPTIONS = frozenset({"db_name"})
 #: a value's JSON plus its queryable copy must stay well under MongoDB's 16 MiB document
 MAX_VALUE_BYTES = 7 * 1024 * 1024
 INT64 = (-(2**63), 2**63 - 1)
@@ -196,7 +181,7 @@ def item_of(doc: Mapping[str, Any]) -> StoredItem:
 # --------------------------------------------------------------------------- the port
 
 
-class MongoDBStorePort:
+class MongoDBStorePort(PrefixedPort):
     """:class:`~graphkeep.store.port.StorePort` on one MongoDB collection."""
 
     def __init__(self, *, key_prefix: str = "graphkeep") -> None:
@@ -345,7 +330,7 @@ class _Schema:
         return obj.port.schema
 
 
-class MongoDBStore(SyncStore):
+class MongoDBStore(OnMongoDB, SyncStore):
     """LangGraph ``BaseStore`` on a ``pymongo.MongoClient``.
 
     Options: ``db_name`` (default ``"graphkeep"``), ``key_prefix`` (collection
@@ -353,74 +338,14 @@ class MongoDBStore(SyncStore):
     ``max_key_bytes``. Call ``setup()`` once (``from_url`` does).
     """
 
+    port_type = MongoDBStorePort
     schema = _Schema()
     port: MongoDBStorePort
 
-    def __init__(
-        self,
-        client: Any,
-        db_name: str = DEFAULT_DB,
-        *,
-        key_prefix: str = "graphkeep",
-        where: str | None = None,
-        **options: Any,
-    ) -> None:
-        check_client(client, True, "MongoDBStore")
-        self.client = client
-        self.db = client[check_db_name(db_name)]
-        port = MongoDBStorePort(key_prefix=key_prefix)
-        super().__init__(port, sync_executor(self.db, where or describe(client)), **options)
 
-    @classmethod
-    @contextmanager
-    def from_url(
-        cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
-    ) -> Iterator[MongoDBStore]:
-        """A store on a new client for ``url`` (database from the URL path), closed on exit."""
-        name = check_db_name(db_name) if db_name is not None else database_from_url(url)
-
-        def build(client: Any) -> MongoDBStore:
-            return cls(client, db_name=name, where=mask_url(url), **options)
-
-        with opened(
-            sync_client(url, pool_options(options)), build, setup, close=cls.close
-        ) as store:
-            yield store
-
-
-class AsyncMongoDBStore(AsyncStore):
+class AsyncMongoDBStore(OnMongoDB, AsyncStore):
     """LangGraph ``BaseStore`` on PyMongo's native ``pymongo.AsyncMongoClient`` (same options)."""
 
+    port_type = MongoDBStorePort
     schema = _Schema()
     port: MongoDBStorePort
-
-    def __init__(
-        self,
-        client: Any,
-        db_name: str = DEFAULT_DB,
-        *,
-        key_prefix: str = "graphkeep",
-        where: str | None = None,
-        **options: Any,
-    ) -> None:
-        check_client(client, False, "AsyncMongoDBStore")
-        self.client = client
-        self.db = client[check_db_name(db_name)]
-        port = MongoDBStorePort(key_prefix=key_prefix)
-        super().__init__(port, async_executor(self.db, where or describe(client)), **options)
-
-    @classmethod
-    @asynccontextmanager
-    async def from_url(
-        cls, url: str, *, db_name: str | None = None, setup: bool = True, **options: Any
-    ) -> AsyncIterator[AsyncMongoDBStore]:
-        """A store on a new async client for ``url``, closed on exit."""
-        name = check_db_name(db_name) if db_name is not None else database_from_url(url)
-
-        def build(client: Any) -> AsyncMongoDBStore:
-            return cls(client, db_name=name, where=mask_url(url), **options)
-
-        async with aopened(
-            async_client(url, pool_options(options)), build, setup, close=cls.aclose
-        ) as store:
-            yield store

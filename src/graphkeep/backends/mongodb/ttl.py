@@ -1,7 +1,7 @@
 """The saver's sliding TTL on MongoDB: when the documents a write stores expire, and the
 updates extending what a new checkpoint (or a read) still needs.
 
-The rules are in the TTL section of :mod:`graphkeep.backends.mongodb.checkpoint`; see
+The rules are in the TTL section of :mod:`graphkeep.backends.mongodb`; see
 also docs/architecture.md.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from pymongo import UpdateMany
@@ -33,6 +33,11 @@ from graphkeep.checkpoint.records import Loaded
 #: ``ttl``) never outlives its elements, and an element is rewritten about once per
 #: half ``ttl`` instead of at every put (it may outlive its last checkpoint by ttl/2)
 ELEMENT_TTL_FACTOR = 1.5
+
+
+def utc_now() -> datetime:
+    """Now, as the documents' ``expires_at`` is compared (aware, UTC)."""
+    return datetime.now(timezone.utc)
 
 
 @dataclass(slots=True)

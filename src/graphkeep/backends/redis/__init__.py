@@ -17,6 +17,11 @@ URLs: ``redis://``, ``rediss://``, ``unix://`` for one server and
 
 from __future__ import annotations
 
+try:  # the driver first: without the pip extra, the error says which one to install
+    import redis  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("the Redis backend needs redis-py: pip install 'graphkeep[redis]'") from exc
+
 from graphkeep.backends.redis.cache import AsyncRedisCache, RedisCache
 from graphkeep.backends.redis.checkpoint import AsyncRedisSaver, RedisCheckpointPort, RedisSaver
 from graphkeep.backends.redis.client import async_client, sync_client

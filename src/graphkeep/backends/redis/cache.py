@@ -22,37 +22,21 @@ indexed keys; ``clear(None)`` SCANs for this prefix's indexes on every primary.
 
 from __future__ import annotations
 
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
 from langgraph.cache.base import FullKey, Namespace
+from redis.crc import key_slot
 
-from graphkeep.backends.redis.client import (
-    aconnected,
-    async_executor,
-    check_client,
-    connected,
-    is_cluster,
-    sync_executor,
-)
-from graphkeep.backends.redis.keys import check_prefix, pattern_prefix
+from graphkeep.backends.redis.client import OnRedis, RedisPort
+from graphkeep.backends.redis.keys import pattern_prefix
 from graphkeep.backends.redis.requests import Command, Scan, Script
 from graphkeep.cache.port import Entry, Stored, escaped_key, escaped_namespace, unreadable
 from graphkeep.cache.shells import AsyncCache, SyncCache
-from graphkeep.errors import CorruptData, mask_url
+from graphkeep.errors import CorruptData
 from graphkeep.port import Op, codec
-from graphkeep.port.factory import aopened, opened
-from graphkeep.port.pools import pool_options
 
-try:
-    from redis.crc import key_slot
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("the Redis backend needs redis-py: pip install 'graphkeep[redis]'") from exc
+__all__ = ["AsyncRedisCache", "RedisCache", "RedisCachePort"]
 
-__all__ = ["CACHE_OPTIONS", "AsyncRedisCache", "RedisCache", "RedisCachePort"]
-
-#: options beyond the common ones (serde, key_prefix, setup)
-CACHE_OPTIONS: frozenset[str] = frozenset()
 FORMAT = "nc1"
 
 # KEYS: index, entry...; ARGV: now_ms, then (member, value, expires_ms or "") per entry
@@ -101,12 +85,10 @@ return #members
 SCRIPTS = {"cache_set": SET, "cache_clear": CLEAR}
 
 
-class RedisCachePort:
+class RedisCachePort(RedisPort):
     """The cache port on Redis; ``cluster`` groups reads by slot."""
 
-    def __init__(self, *, key_prefix: str = "graphkeep", cluster: bool = False) -> None:
-        self.prefix = check_prefix(key_prefix)
-        self.cluster = cluster
+    scripts = SCRIPTS
 
     def _base(self, namespace: Namespace) -> str:
         return f"{self.prefix}:{FORMAT}:{{/{escaped_namespace(namespace)}}}:"
@@ -165,12 +147,7 @@ class RedisCachePort:
             yield Script("cache_clear", [index], [index.removesuffix("i") + "e:"])
 
 
-def _port(client: Any, key_prefix: str) -> RedisCachePort:
-    check_client(client)
-    return RedisCachePort(key_prefix=key_prefix, cluster=is_cluster(client))
-
-
-class RedisCache(SyncCache):
+class RedisCache(OnRedis, SyncCache):
     """Node cache on a ``redis.Redis`` or ``redis.cluster.RedisCluster`` client.
 
     Options: ``serde`` (default LangGraph's JsonPlusSerializer), ``key_prefix``
@@ -178,54 +155,10 @@ class RedisCache(SyncCache):
     client's host and port).
     """
 
-    def __init__(
-        self,
-        client: Any,
-        *,
-        serde: Any = None,
-        key_prefix: str = "graphkeep",
-        telemetry: Any = None,
-        where: str | None = None,
-    ) -> None:
-        port = _port(client, key_prefix)
-        self.client = client
-        super().__init__(
-            port, sync_executor(client, SCRIPTS, where), serde=serde, telemetry=telemetry
-        )
-
-    @classmethod
-    def from_url(
-        cls, url: str, *, setup: bool = True, **options: Any
-    ) -> AbstractContextManager[RedisCache]:
-        def build(client: Any) -> RedisCache:
-            return cls(client, where=mask_url(url), **options)
-
-        return opened(connected(url, pool_options(options)), build, setup)
+    port_type = RedisCachePort
 
 
-class AsyncRedisCache(AsyncCache):
+class AsyncRedisCache(OnRedis, AsyncCache):
     """Node cache on a ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster`` client."""
 
-    def __init__(
-        self,
-        client: Any,
-        *,
-        serde: Any = None,
-        key_prefix: str = "graphkeep",
-        telemetry: Any = None,
-        where: str | None = None,
-    ) -> None:
-        port = _port(client, key_prefix)
-        self.client = client
-        super().__init__(
-            port, async_executor(client, SCRIPTS, where), serde=serde, telemetry=telemetry
-        )
-
-    @classmethod
-    def from_url(
-        cls, url: str, *, setup: bool = True, **options: Any
-    ) -> AbstractAsyncContextManager[AsyncRedisCache]:
-        def build(client: Any) -> AsyncRedisCache:
-            return cls(client, where=mask_url(url), **options)
-
-        return aopened(aconnected(url, pool_options(options)), build, setup, prepare=cls.setup)
+    port_type = RedisCachePort

@@ -28,7 +28,6 @@ URLs: ``redis://``, ``rediss://``, ``unix://`` for one server and
 
 from __future__ import annotations
 
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
 from graphkeep.backends.redis.checkpoint_codec import (
@@ -44,13 +43,7 @@ from graphkeep.backends.redis.checkpoint_codec import (
     writes_of,
 )
 from graphkeep.backends.redis.checkpoint_scripts import FEED_COUNT, SCRIPTS
-from graphkeep.backends.redis.client import (
-    aconnected,
-    async_executor,
-    check_client,
-    connected,
-    sync_executor,
-)
+from graphkeep.backends.redis.client import OnRedis, RedisSite
 from graphkeep.backends.redis.effects import EFFECT_SCRIPTS, RedisEffectsPort
 from graphkeep.backends.redis.keys import (
     check_prefix,
@@ -79,16 +72,10 @@ from graphkeep.checkpoint.records import (
     WriteRecord,
 )
 from graphkeep.checkpoint.saver import AsyncSaver, SyncSaver, ttl_seconds
-from graphkeep.effects.ledger import AsyncLedger, SyncLedger
-from graphkeep.errors import mask_url
 from graphkeep.port import Op, codec
-from graphkeep.port.factory import aopened, opened
-from graphkeep.port.pools import pool_options
 
-__all__ = ["SAVER_OPTIONS", "AsyncRedisSaver", "RedisCheckpointPort", "RedisSaver"]
+__all__ = ["AsyncRedisSaver", "RedisCheckpointPort", "RedisSaver"]
 
-#: the savers' options beyond the common ones (``graphkeep.connect``): none
-SAVER_OPTIONS: frozenset[str] = frozenset()
 #: the saver's scripts and the effect ledger's (``saver.effects`` shares the executor)
 ALL_SCRIPTS = {**SCRIPTS, **EFFECT_SCRIPTS}
 FORMAT = "1"  # bump when the key layout changes; old keys stay readable by old code
@@ -119,6 +106,8 @@ class RedisCheckpointPort(CheckpointPort):
     """
 
     feed = True
+    #: the saver's scripts and its effect ledger's (the ledger shares the saver's executor)
+    scripts = ALL_SCRIPTS
 
     def __init__(
         self,
@@ -130,6 +119,15 @@ class RedisCheckpointPort(CheckpointPort):
         self.prefix = check_prefix(key_prefix)
         self.ttl_ms = int(ttl * 1000) if ttl else 0
         self.read_ttl_ms = self.ttl_ms if refresh_ttl_on_read else 0
+
+    @classmethod
+    def configured(cls, site: RedisSite, options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        port = cls(
+            key_prefix=options.pop("key_prefix", "graphkeep"),
+            ttl=ttl_seconds(options.pop("ttl", None)),
+            refresh_ttl_on_read=bool(options.pop("refresh_ttl_on_read", False)),
+        )
+        return port, options
 
     # -- keys ----------------------------------------------------------------------
 
@@ -535,16 +533,7 @@ def _highest(newest: str | None, found: list[tuple[str, str]]) -> str | None:
     return max(ids, default=None)
 
 
-def _port(options: dict[str, Any]) -> tuple[RedisCheckpointPort, dict[str, Any]]:
-    port = RedisCheckpointPort(
-        key_prefix=options.pop("key_prefix", "graphkeep"),
-        ttl=ttl_seconds(options.pop("ttl", None)),
-        refresh_ttl_on_read=bool(options.pop("refresh_ttl_on_read", False)),
-    )
-    return port, options
-
-
-class RedisSaver(SyncSaver):
+class RedisSaver(OnRedis, SyncSaver):
     """Sync saver on a ``redis.Redis`` or ``redis.cluster.RedisCluster`` client.
 
     Options: ``serde``, ``ttl`` (seconds or timedelta, sliding per thread),
@@ -553,43 +542,13 @@ class RedisSaver(SyncSaver):
     the client's host and port).
     """
 
-    def __init__(self, client: Any, *, where: str | None = None, **options: Any) -> None:
-        check_client(client)
-        port, rest = _port(dict(options))
-        self.client = client
-        execute = sync_executor(client, ALL_SCRIPTS, where)
-        super().__init__(port, execute, **rest)
-        effects = RedisEffectsPort(key_prefix=port.prefix)
-        self.with_effects(effects, SyncLedger(effects, execute, serde=self.serde))
-
-    @classmethod
-    def from_url(
-        cls, url: str, *, setup: bool = True, **options: Any
-    ) -> AbstractContextManager[RedisSaver]:
-        def build(client: Any) -> RedisSaver:
-            return cls(client, where=mask_url(url), **options)
-
-        return opened(connected(url, pool_options(options)), build, setup)
+    port_type = RedisCheckpointPort
+    effects_port_type = RedisEffectsPort
 
 
-class AsyncRedisSaver(AsyncSaver):
+class AsyncRedisSaver(OnRedis, AsyncSaver):
     """Asyncio saver on a ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster`` client
     (options as :class:`RedisSaver`)."""
 
-    def __init__(self, client: Any, *, where: str | None = None, **options: Any) -> None:
-        check_client(client)
-        port, rest = _port(dict(options))
-        self.client = client
-        aexecute = async_executor(client, ALL_SCRIPTS, where)
-        super().__init__(port, aexecute, **rest)
-        effects = RedisEffectsPort(key_prefix=port.prefix)
-        self.with_effects(effects, AsyncLedger(effects, aexecute, serde=self.serde))
-
-    @classmethod
-    def from_url(
-        cls, url: str, *, setup: bool = True, **options: Any
-    ) -> AbstractAsyncContextManager[AsyncRedisSaver]:
-        def build(client: Any) -> AsyncRedisSaver:
-            return cls(client, where=mask_url(url), **options)
-
-        return aopened(aconnected(url, pool_options(options)), build, setup)
+    port_type = RedisCheckpointPort
+    effects_port_type = RedisEffectsPort

@@ -17,45 +17,48 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
+import redis
+import redis.asyncio as aredis
+from redis.exceptions import (
+    AskError,
+    BusyLoadingError,
+    ClusterDownError,
+    MaxConnectionsError,
+    MovedError,
+    NoScriptError,
+    RedisClusterException,
+    ResponseError,
+    TryAgainError,
+)
+from redis.exceptions import (
+    ConnectionError as RedisConnectionError,
+)
+from redis.exceptions import (
+    TimeoutError as RedisTimeoutError,
+)
+
+from graphkeep.backends.redis.keys import check_prefix
 from graphkeep.backends.redis.requests import Command, Delete, Pipeline, Scan, Script, XRead
+from graphkeep.construction import Opening, Product
 from graphkeep.errors import ConfigurationError, PoolExhausted, StorageUnavailable, mask_url
 from graphkeep.port.pools import (
     DEFAULT_MAX_CONNECTIONS,
     Pool,
     PoolOptions,
     pool_for,
+    pool_options,
     register,
 )
 from graphkeep.port.retry import AsyncExecutor, Retry, SyncExecutor
 from graphkeep.port.telemetry import Target
 
-try:
-    import redis
-    import redis.asyncio as aredis
-    from redis.exceptions import (
-        AskError,
-        BusyLoadingError,
-        ClusterDownError,
-        MaxConnectionsError,
-        MovedError,
-        NoScriptError,
-        RedisClusterException,
-        ResponseError,
-        TryAgainError,
-    )
-    from redis.exceptions import (
-        ConnectionError as RedisConnectionError,
-    )
-    from redis.exceptions import (
-        TimeoutError as RedisTimeoutError,
-    )
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("the Redis backend needs redis-py: pip install 'graphkeep[redis]'") from exc
-
 __all__ = [
     "ONCE",
     "RETRY",
     "AsyncSend",
+    "OnRedis",
+    "RedisPort",
+    "RedisSite",
     "ResponseError",
     "SyncSend",
     "aconnected",
@@ -116,45 +119,33 @@ def sync_client(url: str, pool: PoolOptions | None = None) -> Any:
     """A ``redis.Redis`` (``redis://``, ``rediss://``, ``unix://``) or ``redis.RedisCluster``
     (``redis+cluster://``, ``rediss+cluster://``) for ``url``, its connections bounded as
     ``pool`` says (a ``max_connections`` in the URL's query wins)."""
-    scheme, rest = _split(url)
-    options = pool or PoolOptions()
-    try:
-        if scheme in CLUSTER_SCHEMES:
-            cluster = redis.RedisCluster.from_url(
-                f"{CLUSTER_SCHEMES[scheme]}://{rest}",
-                max_connections=CLUSTER_POOL_FACTOR * options.max_connections,
-            )
-            return _pool(cluster, f"Redis Cluster at {mask_url(url)}", options)
-        if scheme in SINGLE_SCHEMES:
-            connections = redis.BlockingConnectionPool.from_url(
-                url, max_connections=options.max_connections, timeout=options.pool_timeout
-            )
-            single = redis.Redis.from_pool(connections)
-            return _pool(single, f"Redis at {mask_url(url)}", _sized(options, connections))
-    except (*TRANSIENT, RedisClusterException) as exc:
-        raise unavailable(mask_url(url), exc) from exc
-    except ValueError as exc:
-        raise ConfigurationError(f"bad Redis URL {mask_url(url)}: {exc}") from exc
-    raise ConfigurationError(f"not a Redis URL: {mask_url(url)}")
+    return _client(redis, url, pool)
 
 
 def async_client(url: str, pool: PoolOptions | None = None) -> Any:
     """The ``redis.asyncio`` twin of :func:`sync_client` (it connects on first use)."""
+    return _client(aredis, url, pool)
+
+
+def _client(driver: Any, url: str, pool: PoolOptions | None) -> Any:
+    """:func:`sync_client` with ``driver`` (``redis`` or ``redis.asyncio``)."""
     scheme, rest = _split(url)
     options = pool or PoolOptions()
     try:
         if scheme in CLUSTER_SCHEMES:
-            cluster = aredis.RedisCluster.from_url(
+            cluster = driver.RedisCluster.from_url(
                 f"{CLUSTER_SCHEMES[scheme]}://{rest}",
                 max_connections=CLUSTER_POOL_FACTOR * options.max_connections,
             )
             return _pool(cluster, f"Redis Cluster at {mask_url(url)}", options)
         if scheme in SINGLE_SCHEMES:
-            connections = aredis.BlockingConnectionPool.from_url(
+            connections = driver.BlockingConnectionPool.from_url(
                 url, max_connections=options.max_connections, timeout=options.pool_timeout
             )
-            single = aredis.Redis.from_pool(connections)
+            single = driver.Redis.from_pool(connections)
             return _pool(single, f"Redis at {mask_url(url)}", _sized(options, connections))
+    except (*TRANSIENT, RedisClusterException) as exc:  # a sync Cluster client connects now
+        raise unavailable(mask_url(url), exc) from exc
     except ValueError as exc:
         raise ConfigurationError(f"bad Redis URL {mask_url(url)}: {exc}") from exc
     raise ConfigurationError(f"not a Redis URL: {mask_url(url)}")
@@ -478,3 +469,57 @@ def async_executor(
     send: Callable[[Any], Awaitable[Any]] = AsyncSend(client, scripts, pool)
     where = describe(client) if where is None else where
     return AsyncExecutor(send, retry, where, target(client), pool=pool)
+
+
+# -- the products' construction (graphkeep.construction) --------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RedisSite:
+    """A redis-py client as the products' ports see it: whether it is a Cluster client, and
+    the executor of a port's requests (its Lua scripts registered)."""
+
+    client: Any
+    where: str | None = None
+
+    @property
+    def cluster(self) -> bool:
+        return is_cluster(self.client)
+
+    def executor(self, port: Any, is_async: bool) -> SyncExecutor | AsyncExecutor:
+        make = async_executor if is_async else sync_executor
+        return make(self.client, port.scripts, self.where)
+
+
+class RedisPort:
+    """A port on the keys under one ``key_prefix`` that groups its reads by slot on a Cluster
+    (``cluster``): its ``configured`` builds it from the option and the client."""
+
+    def __init__(self, *, key_prefix: str = "graphkeep", cluster: bool = False) -> None:
+        self.prefix = check_prefix(key_prefix)
+        self.cluster = cluster
+
+    @classmethod
+    def configured(cls, site: RedisSite, options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        return cls(key_prefix=options.pop("key_prefix", "graphkeep"), cluster=site.cluster), options
+
+
+class OnRedis(Product):
+    """A product on a redis-py client: ``redis.Redis`` or ``redis.cluster.RedisCluster`` (their
+    ``redis.asyncio`` twins for an ``Async…`` class), made with ``decode_responses=False``.
+    ``Class(client, *, where=None, **options)``: ``where`` names the server in errors (default:
+    the client's host and port); ``from_url`` takes ``max_connections`` / ``pool_timeout``."""
+
+    def __init__(self, client: Any, *, where: str | None = None, **options: Any) -> None:
+        check_client(client)
+        self.client = client
+        self.build(RedisSite(client, where), options)
+
+    @classmethod
+    def opening(cls, url: str, options: dict[str, Any]) -> Opening:
+        pool = pool_options(options)
+
+        def client(is_async: bool) -> Any:
+            return (aconnected if is_async else connected)(url, pool)
+
+        return Opening(client, {"where": mask_url(url)})

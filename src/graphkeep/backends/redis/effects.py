@@ -21,35 +21,23 @@ script, of every thread a SCAN for the indexes on every primary, then one script
 
 from __future__ import annotations
 
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
-from graphkeep.backends.redis.client import (
-    aconnected,
-    async_executor,
-    check_client,
-    connected,
-    sync_executor,
-)
+from graphkeep.backends.redis.client import OnRedis
 from graphkeep.backends.redis.keys import check_prefix, decode_thread, encode_thread, pattern_prefix
 from graphkeep.backends.redis.requests import Command, Scan, Script
+from graphkeep.construction import PrefixedPort
 from graphkeep.effects.ledger import AsyncLedger, SyncLedger
 from graphkeep.effects.port import EffectRecord
-from graphkeep.errors import mask_url
 from graphkeep.port import Op
-from graphkeep.port.factory import aopened, opened
-from graphkeep.port.pools import pool_options
 
 __all__ = [
-    "EFFECTS_OPTIONS",
     "EFFECT_SCRIPTS",
     "AsyncRedisEffects",
     "RedisEffects",
     "RedisEffectsPort",
 ]
 
-#: options beyond the common ones (serde, key_prefix, setup, telemetry, the ledger's policy)
-EFFECTS_OPTIONS: frozenset[str] = frozenset()
 FORMAT = "fx1"
 #: the hash tag of effects called outside any graph (an escaped thread id never is "%")
 NO_THREAD = "%"
@@ -180,8 +168,10 @@ def _record(thread_id: str, key: str, flat: list[Any]) -> EffectRecord:
     )
 
 
-class RedisEffectsPort:
+class RedisEffectsPort(PrefixedPort):
     """The effect ledger's port on Redis (a thread's records in its hash slot)."""
+
+    scripts = EFFECT_SCRIPTS
 
     def __init__(self, *, key_prefix: str = "graphkeep") -> None:
         self.prefix = check_prefix(key_prefix)
@@ -258,12 +248,7 @@ class RedisEffectsPort:
         return deleted
 
 
-def _port(client: Any, key_prefix: str) -> RedisEffectsPort:
-    check_client(client)
-    return RedisEffectsPort(key_prefix=key_prefix)
-
-
-class RedisEffects(SyncLedger):
+class RedisEffects(OnRedis, SyncLedger):
     """Effect ledger on a ``redis.Redis`` or ``redis.cluster.RedisCluster`` client.
 
     Options: ``serde``, ``key_prefix`` (default ``"graphkeep"``), ``telemetry`` and the
@@ -271,50 +256,10 @@ class RedisEffects(SyncLedger):
     see :class:`~graphkeep.effects.ledger.LedgerBase`).
     """
 
-    def __init__(
-        self,
-        client: Any,
-        *,
-        key_prefix: str = "graphkeep",
-        where: str | None = None,
-        **options: Any,
-    ) -> None:
-        self.client = client
-        super().__init__(
-            _port(client, key_prefix), sync_executor(client, EFFECT_SCRIPTS, where), **options
-        )
-
-    @classmethod
-    def from_url(
-        cls, url: str, *, setup: bool = True, **options: Any
-    ) -> AbstractContextManager[RedisEffects]:
-        def build(client: Any) -> RedisEffects:
-            return cls(client, where=mask_url(url), **options)
-
-        return opened(connected(url, pool_options(options)), build, setup)
+    port_type = RedisEffectsPort
 
 
-class AsyncRedisEffects(AsyncLedger):
+class AsyncRedisEffects(OnRedis, AsyncLedger):
     """Effect ledger on a ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster`` client."""
 
-    def __init__(
-        self,
-        client: Any,
-        *,
-        key_prefix: str = "graphkeep",
-        where: str | None = None,
-        **options: Any,
-    ) -> None:
-        self.client = client
-        super().__init__(
-            _port(client, key_prefix), async_executor(client, EFFECT_SCRIPTS, where), **options
-        )
-
-    @classmethod
-    def from_url(
-        cls, url: str, *, setup: bool = True, **options: Any
-    ) -> AbstractAsyncContextManager[AsyncRedisEffects]:
-        def build(client: Any) -> AsyncRedisEffects:
-            return cls(client, where=mask_url(url), **options)
-
-        return aopened(aconnected(url, pool_options(options)), build, setup, prepare=cls.setup)
+    port_type = RedisEffectsPort

@@ -53,32 +53,18 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
-from graphkeep.backends.redis.client import (
-    ResponseError,
-    aconnected,
-    async_executor,
-    check_client,
-    connected,
-    is_cluster,
-    sync_executor,
-)
-from graphkeep.backends.redis.keys import check_prefix
+from graphkeep.backends.redis.client import OnRedis, RedisPort, ResponseError
 from graphkeep.backends.redis.requests import Command, Delete, Script, XRead
 from graphkeep.cache.port import escaped_key
-from graphkeep.errors import EventsTrimmed, InvalidInput, RunClosed, mask_url
+from graphkeep.errors import EventsTrimmed, InvalidInput, RunClosed
 from graphkeep.events.log import AsyncEventLog, SyncEventLog
-from graphkeep.events.port import Retention, RunState, StoredEvent
+from graphkeep.events.port import Batch, Retention, RunState, StoredEvent
 from graphkeep.port import Op, Sleep
-from graphkeep.port.factory import aopened, opened
-from graphkeep.port.pools import pool_options
 
-__all__ = ["EVENTS_OPTIONS", "AsyncRedisEventLog", "RedisEventLog", "RedisEventsPort"]
+__all__ = ["AsyncRedisEventLog", "RedisEventLog", "RedisEventsPort"]
 
-#: options beyond the common ones (ttl, max_events, stale_after, poll intervals, key_prefix, setup)
-EVENTS_OPTIONS: frozenset[str] = frozenset()
 FORMAT = "ev1"
 #: most events and payload bytes one append script call carries; larger batches take several
 CALL_EVENTS = 2000
@@ -234,14 +220,11 @@ def _xread_entries(raw: Any) -> tuple[list[StoredEvent], str | None]:
     return _entries(streams[0])
 
 
-class RedisEventsPort:
+class RedisEventsPort(RedisPort):
     """The event port on Redis (one stream and one hash per run, see the module docstring)."""
 
     blocking = True
-
-    def __init__(self, *, key_prefix: str = "graphkeep", cluster: bool = False) -> None:
-        self.prefix = check_prefix(key_prefix)
-        self.cluster = cluster
+    scripts = SCRIPTS
 
     def _base(self, run_id: str) -> str:
         return f"{self.prefix}:{FORMAT}:{{{escaped_key(run_id)}}}:"
@@ -258,14 +241,9 @@ class RedisEventsPort:
     def setup(self) -> Op[None]:
         yield Script("__load__", [], [])
 
-    def append(
-        self,
-        run_id: str,
-        payloads: list[bytes],
-        closing: bool,
-        now_ms: int,
-        retention: Retention,
-    ) -> Op[list[str]]:
+    def append(self, run_id: str, batch: Batch) -> Op[list[str]]:
+        payloads, closing = batch.payloads, batch.closing
+        now_ms, retention = batch.now_ms, batch.retention
         ttl = "" if retention.ttl_ms is None else retention.ttl_ms
         calls = _calls(payloads)
         ids: list[str] = []
@@ -368,12 +346,7 @@ def _close_status(payload: bytes) -> str:
     return str(json.loads(payload)["status"])
 
 
-def _port(client: Any, key_prefix: str) -> RedisEventsPort:
-    check_client(client)
-    return RedisEventsPort(key_prefix=key_prefix, cluster=is_cluster(client))
-
-
-class RedisEventLog(SyncEventLog):
+class RedisEventLog(OnRedis, SyncEventLog):
     """Run event log on a ``redis.Redis`` or ``redis.cluster.RedisCluster`` client.
 
     Options: ``ttl`` (seconds after a run's last append or heartbeat, sliding; default one
@@ -384,49 +357,11 @@ class RedisEventLog(SyncEventLog):
     (default: the client's host and port).
     """
 
-    def __init__(
-        self,
-        client: Any,
-        *,
-        key_prefix: str = "graphkeep",
-        where: str | None = None,
-        **options: Any,
-    ) -> None:
-        port = _port(client, key_prefix)
-        self.client = client
-        super().__init__(port, sync_executor(client, SCRIPTS, where), **options)
-
-    @classmethod
-    def from_url(
-        cls, url: str, *, setup: bool = True, **options: Any
-    ) -> AbstractContextManager[RedisEventLog]:
-        def build(client: Any) -> RedisEventLog:
-            return cls(client, where=mask_url(url), **options)
-
-        return opened(connected(url, pool_options(options)), build, setup)
+    port_type = RedisEventsPort
 
 
-class AsyncRedisEventLog(AsyncEventLog):
+class AsyncRedisEventLog(OnRedis, AsyncEventLog):
     """Run event log on a ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster`` client
     (options as :class:`RedisEventLog`)."""
 
-    def __init__(
-        self,
-        client: Any,
-        *,
-        key_prefix: str = "graphkeep",
-        where: str | None = None,
-        **options: Any,
-    ) -> None:
-        port = _port(client, key_prefix)
-        self.client = client
-        super().__init__(port, async_executor(client, SCRIPTS, where), **options)
-
-    @classmethod
-    def from_url(
-        cls, url: str, *, setup: bool = True, **options: Any
-    ) -> AbstractAsyncContextManager[AsyncRedisEventLog]:
-        def build(client: Any) -> AsyncRedisEventLog:
-            return cls(client, where=mask_url(url), **options)
-
-        return aopened(aconnected(url, pool_options(options)), build, setup, prepare=cls.setup)
+    port_type = RedisEventsPort

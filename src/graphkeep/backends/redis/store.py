@@ -35,30 +35,20 @@ index and indexes items written before it.
 from __future__ import annotations
 
 import hashlib
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from typing import Any, cast
+from typing import Any
 
 import orjson
 
-from graphkeep.backends.redis.client import (
-    ResponseError,
-    aconnected,
-    async_executor,
-    check_client,
-    connected,
-    is_cluster,
-    sync_executor,
-)
+from graphkeep.backends.redis.client import OnRedis, RedisSite, ResponseError
 from graphkeep.backends.redis.keys import check_prefix, encode_thread
 from graphkeep.backends.redis.requests import Command, Pipeline, Script
 from graphkeep.backends.redis.store_scripts import SCRIPTS
-from graphkeep.errors import ConfigurationError, mask_url
+from graphkeep.errors import ConfigurationError
 from graphkeep.port import Op, codec
-from graphkeep.port.factory import aopened, opened
-from graphkeep.port.pools import pool_options
 from graphkeep.store.port import ItemKey, Namespace, SearchQuery, StoredItem, Vector
 from graphkeep.store.ranking import rank
-from graphkeep.store.shells import AsyncStore, StoreBase, SyncStore
+from graphkeep.store.shells import AsyncStore, SyncStore
+from graphkeep.store.validation import index_config
 from graphkeep.store.values import (
     decode_value,
     dotted_namespace,
@@ -119,6 +109,8 @@ def _stored(member: bytes, record: bytes, expires: Any, vectors: bytes | None = 
 class RedisStorePort:
     """The :class:`~graphkeep.store.port.StorePort` on Redis."""
 
+    scripts = SCRIPTS
+
     def __init__(
         self, *, key_prefix: str = "graphkeep", shard_labels: int = 1, vector_index: bool = False
     ) -> None:
@@ -135,6 +127,27 @@ class RedisStorePort:
         self.index_name = ""
         self.index_prefix = ""
         self.index_schema: tuple[Any, ...] = ()
+
+    @classmethod
+    def configured(cls, site: RedisSite, options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """The port ``options`` describe (``vector_index`` with the ``index`` it indexes)."""
+        vector_index = options.pop("vector_index", False)
+        if vector_index and site.cluster:
+            raise ConfigurationError(
+                "vector_index=True needs a single Redis server: the Query Engine does not index"
+                " across an open-source Redis Cluster"
+            )
+        port = cls(
+            key_prefix=options.pop("key_prefix", "graphkeep"),
+            shard_labels=options.pop("shard_labels", 1),
+            vector_index=vector_index,
+        )
+        if port.vector_index:
+            index = index_config(options.get("index"))
+            if not index:
+                raise ConfigurationError("vector_index=True needs an index (dims, embed) to index")
+            port.use_index(int(index["dims"]), index["distance_type"])
+        return port, options
 
     def use_index(self, dims: int, distance: str) -> None:
         """Keep every embedding also as a hash indexed by the Query Engine (FLAT: exact)."""
@@ -353,30 +366,7 @@ def _tag(namespace: Namespace) -> str:
     return hashlib.sha1(dotted_namespace(namespace).encode()).hexdigest()[:20]
 
 
-def _port(client: Any, options: dict[str, Any]) -> tuple[RedisStorePort, dict[str, Any]]:
-    vector_index = options.pop("vector_index", False)
-    if vector_index and is_cluster(client):
-        raise ConfigurationError(
-            "vector_index=True needs a single Redis server: the Query Engine does not index"
-            " across an open-source Redis Cluster"
-        )
-    port = RedisStorePort(
-        key_prefix=options.pop("key_prefix", "graphkeep"),
-        shard_labels=options.pop("shard_labels", 1),
-        vector_index=vector_index,
-    )
-    return port, options
-
-
-def _use_index(store: StoreBase) -> None:
-    port = cast(RedisStorePort, store.port)
-    if port.vector_index:
-        if not store.index_config:
-            raise ConfigurationError("vector_index=True needs an index (dims, embed) to index")
-        port.use_index(int(store.index_config["dims"]), store.index_config["distance_type"])
-
-
-class RedisStore(SyncStore):
+class RedisStore(OnRedis, SyncStore):
     """LangGraph ``BaseStore`` on a ``redis.Redis`` or ``redis.cluster.RedisCluster`` client.
 
     Options: ``index`` (IndexConfig), ``ttl`` (TTLConfig), ``key_prefix``, ``shard_labels``
@@ -386,44 +376,10 @@ class RedisStore(SyncStore):
     names the server in errors (default: the client's host and port).
     """
 
-    def __init__(self, client: Any, *, where: str | None = None, **options: Any) -> None:
-        check_client(client)
-        port, rest = _port(client, dict(options))
-        self.client = client
-        super().__init__(port, sync_executor(client, SCRIPTS, where), **rest)
-        _use_index(self)
-
-    @classmethod
-    def from_url(
-        cls, url: str, *, setup: bool = True, **options: Any
-    ) -> AbstractContextManager[RedisStore]:
-        def build(client: Any) -> RedisStore:
-            return cls(client, where=mask_url(url), **options)
-
-        return opened(connected(url, pool_options(options)), build, setup, close=cls.close)
+    port_type = RedisStorePort
 
 
-class AsyncRedisStore(AsyncStore):
+class AsyncRedisStore(OnRedis, AsyncStore):
     """LangGraph ``BaseStore`` on a ``redis.asyncio`` client (``Redis`` or ``RedisCluster``)."""
 
-    def __init__(self, client: Any, *, where: str | None = None, **options: Any) -> None:
-        check_client(client)
-        port, rest = _port(client, dict(options))
-        self.client = client
-        super().__init__(port, async_executor(client, SCRIPTS, where), **rest)
-        _use_index(self)
-
-    @classmethod
-    def from_url(
-        cls, url: str, *, setup: bool = True, **options: Any
-    ) -> AbstractAsyncContextManager[AsyncRedisStore]:
-        def build(client: Any) -> AsyncRedisStore:
-            return cls(client, where=mask_url(url), **options)
-
-        return aopened(
-            aconnected(url, pool_options(options)),
-            build,
-            setup,
-            prepare=cls.setup,
-            close=cls.aclose,
-        )
+    port_type = RedisStorePort

@@ -1,0 +1,252 @@
+"""What the MongoDB checkpoint port does to whole threads: delete one, take its inventory and
+repair it (``graphkeep check``), export and import it (``copy_thread``), find runs
+(``delete_for_runs``), list the threads, and purge what expired on servers without TTL indexes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from pymongo import DeleteMany, ReplaceOne, UpdateMany
+
+from graphkeep.backends.mongodb.documents import (
+    KIND_BLOB,
+    KIND_CHECKPOINT,
+    KIND_CP,
+    KIND_WRITE,
+    blob_ref,
+    checkpoint_record,
+    complete_payloads,
+    in_batches,
+    parse_blob_ref,
+    payload_type,
+    write_record,
+)
+from graphkeep.backends.mongodb.heads import (
+    SUMMARY_FIELDS,
+    HeadCache,
+    ListMap,
+    head_of,
+    manifest_runs,
+)
+from graphkeep.backends.mongodb.requests import Command, find
+from graphkeep.backends.mongodb.ttl import Expiry, utc_now
+from graphkeep.backends.mongodb.upserts import Upserts
+from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, is_manifest
+from graphkeep.checkpoint.records import (
+    HOLDS_CHECKPOINT,
+    HOLDS_VALUE,
+    HOLDS_WRITES,
+    BlobRecord,
+    Expiring,
+    Inventory,
+    Summary,
+    ThreadDump,
+    Typed,
+)
+from graphkeep.port import Op
+
+#: the kinds whose ``ref`` is a checkpoint id besides the checkpoint's own document
+WRITE_KINDS = [KIND_WRITE, KIND_CHECKPOINT]
+
+
+def _epoch(value: Any) -> float | None:
+    """Epoch seconds of a stored ``expires_at`` (pymongo hands back naive UTC datetimes)."""
+    if not isinstance(value, datetime):
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    stamp: float = value.timestamp()
+    return stamp
+
+
+class ThreadOps:
+    """The checkpoint port's operations on whole threads (a part of
+    :class:`~graphkeep.backends.mongodb.checkpoint.MongoDBCheckpointPort`)."""
+
+    payloads: str
+    locks: str
+    heads: HeadCache
+    expiry: Expiry
+    upserts: Upserts
+
+    def delete_thread(self, thread_id: str) -> Op[None]:
+        self.heads.drop_thread(thread_id)
+        # ONE ordered command, checkpoints first: a reader never finds one whose values are gone
+        ops = [
+            DeleteMany({"thread_id": thread_id, "kind": KIND_CP}),
+            DeleteMany({"thread_id": thread_id}),
+        ]
+        yield Command(self.payloads, "bulk_write", (ops,), {"ordered": True})
+
+    def inventory(self, thread_id: str) -> Op[Inventory]:
+        # ``_id`` and ``expires_at`` ride along: each document's expiry, for the check
+        found = yield find(
+            self.payloads,
+            {"thread_id": thread_id},
+            projection={**SUMMARY_FIELDS, "_id": 1, "kind": 1, "expires_at": 1},
+        )
+        summaries: list[Summary] = []
+        write_keys: set[tuple[str, str]] = set()
+        blob_keys: set[tuple[str, str, str]] = set()
+        expiries: list[Expiring] = []
+        for doc in found:
+            at = _epoch(doc.get("expires_at"))
+            if doc["kind"] == KIND_CP:
+                summary = head_of(doc).summary
+                summaries.append(summary)
+                expiries.append(
+                    Expiring(doc["_id"], at, HOLDS_CHECKPOINT, summary.ns, summary.checkpoint_id)
+                )
+            elif doc["kind"] in WRITE_KINDS:
+                write_keys.add((doc["ns"], doc["ref"]))
+                # a pending write, or the payload of a chunked checkpoint
+                holds = HOLDS_WRITES if doc["kind"] == KIND_WRITE else HOLDS_CHECKPOINT
+                expiries.append(Expiring(doc["_id"], at, holds, doc["ns"], doc["ref"]))
+            elif doc["kind"] == KIND_BLOB:
+                ns, (channel, version) = doc["ns"], parse_blob_ref(doc["ref"])
+                blob_keys.add((ns, channel, version))
+                expiries.append(
+                    Expiring(doc["_id"], at, HOLDS_VALUE, ns, channel=channel, version=version)
+                )
+        return Inventory(summaries, write_keys, blob_keys, expiries)
+
+    def rearm(self, thread_id: str, refs: list[Any], at: float | None) -> Op[None]:
+        update: dict[str, Any] = (
+            {"$unset": {"expires_at": ""}}
+            if at is None
+            else {"$set": {"expires_at": datetime.fromtimestamp(at, timezone.utc)}}
+        )
+        ops = [
+            UpdateMany({"thread_id": thread_id, "_id": {"$in": batch}}, update)
+            for batch in in_batches(list(refs))
+        ]
+        if ops:
+            yield Command(self.payloads, "bulk_write", (ops,), {"ordered": True})
+
+    def delete_records(
+        self,
+        thread_id: str,
+        checkpoints: list[tuple[str, str]],
+        blobs: list[tuple[str, str, str]],
+    ) -> Op[None]:
+        ids_by_ns: dict[str, list[str]] = {}
+        for ns, cid in checkpoints:
+            ids_by_ns.setdefault(ns, []).append(cid)
+        refs_by_ns: dict[str, list[str]] = {}
+        for ns, ch, version in blobs:
+            refs_by_ns.setdefault(ns, []).append(blob_ref(ch, version))
+        checkpoint_ops: list[Any] = []
+        payload_ops: list[Any] = []
+        for ns, ids in ids_by_ns.items():
+            base = {"thread_id": thread_id, "ns": ns}
+            for batch in in_batches(ids):
+                checkpoint_ops.append(DeleteMany({**base, "kind": KIND_CP, "ref": {"$in": batch}}))
+                # writes and chunked payloads of those checkpoints, every chunk included
+                payload_ops.append(
+                    DeleteMany({**base, "kind": {"$in": WRITE_KINDS}, "ref": {"$in": batch}})
+                )
+        for ns, refs in refs_by_ns.items():
+            for batch in in_batches(refs):
+                payload_ops.append(
+                    DeleteMany(
+                        {"thread_id": thread_id, "ns": ns, "kind": KIND_BLOB, "ref": {"$in": batch}}
+                    )
+                )
+        if checkpoint_ops or payload_ops:
+            # ONE ordered command, checkpoints first (see delete_thread)
+            ops = checkpoint_ops + payload_ops
+            yield Command(self.payloads, "bulk_write", (ops,), {"ordered": True})
+
+    def find_runs(self, run_ids: list[str]) -> Op[dict[str, list[tuple[str, str]]]]:
+        found: dict[str, list[tuple[str, str]]] = {}
+        for batch in in_batches([str(r) for r in run_ids]):
+            docs = yield find(
+                self.payloads,
+                {"run_id": {"$in": batch}, "kind": KIND_CP},
+                projection={"_id": 0, "thread_id": 1, "ns": 1, "ref": 1},
+            )
+            for doc in docs:
+                found.setdefault(doc["thread_id"], []).append((doc["ns"], doc["ref"]))
+        return found
+
+    def export_thread(self, thread_id: str) -> Op[ThreadDump]:
+        found = yield find(self.payloads, {"thread_id": thread_id})
+        dump = ThreadDump([], [], [])
+        docs = [d for d in found if d["kind"] == KIND_CP]
+        chunks: dict[tuple[str, str], bytes] = {}
+        payloads = complete_payloads(d for d in found if d["kind"] != KIND_CP)
+        for _t, ns, kind, ref, head, data in payloads:
+            if kind == KIND_WRITE:
+                dump.writes.append((ns, ref, write_record(head, data)))
+            elif kind == KIND_BLOB:
+                value = Typed(payload_type(head), data)
+                dump.blobs.append((ns, BlobRecord(*parse_blob_ref(ref), value)))
+            elif kind == KIND_CHECKPOINT:
+                chunks[(ns, ref)] = data
+        for doc in docs:
+            record = checkpoint_record(doc, chunks.get((doc["ns"], doc["ref"])))
+            if record is not None:
+                dump.checkpoints.append(record)
+        return dump
+
+    def import_thread(self, thread_id: str, dump: ThreadDump) -> Op[None]:
+        now = utc_now()
+        expires_at = self.expiry.documents(now)
+        ops: list[Any] = []
+        for ns, blob in dump.blobs:
+            elements = blob.channel == ELEMENT_CHANNEL
+            ops += self.upserts.blob(
+                thread_id, ns, blob, self.expiry.elements(now) if elements else expires_at
+            )
+        for ns, cid, w in dump.writes:
+            ops += self.upserts.write(thread_id, ns, cid, w, expires_at, overwrite=True)
+        manifests = {
+            (ns, blob.channel, blob.version): blob.value
+            for ns, blob in dump.blobs
+            if is_manifest(blob.value)
+        }
+        checkpoint_ops: list[Any] = []
+        for source in dump.checkpoints:
+            record = source.renamed(thread_id)
+            lists: ListMap = {}
+            for ch in record.present:
+                version = record.versions.get(ch, "")
+                manifest = manifests.get((record.ns, ch, version))
+                if manifest is not None:
+                    lists[ch] = (version, manifest_runs(manifest))
+            doc, chunked = self.upserts.checkpoint_doc(record, expires_at, {}, lists)
+            if chunked is not None:
+                ops += self.upserts.chunked_checkpoint(
+                    thread_id, record.ns, record.checkpoint_id, chunked, expires_at
+                )
+            key = self.upserts.checkpoint_key(thread_id, record.ns, record.checkpoint_id)
+            checkpoint_ops.append(ReplaceOne(key, doc, upsert=True))
+        if ops or checkpoint_ops:
+            # values first, the checkpoints last, in one ordered command
+            yield Command(self.payloads, "bulk_write", (ops + checkpoint_ops,), {"ordered": True})
+
+    def list_threads(self, cursor: Any, page_size: int) -> Op[tuple[list[str], Any]]:
+        match: dict[str, Any] = {"kind": KIND_CP}
+        if cursor is not None:
+            match["thread_id"] = {"$gt": cursor}
+        pipeline = [
+            {"$match": match},
+            {"$group": {"_id": "$thread_id"}},
+            {"$sort": {"_id": 1}},
+            {"$limit": page_size},
+        ]
+        docs = yield Command(self.payloads, "aggregate", (pipeline,), {"batchSize": page_size})
+        threads = [d["_id"] for d in docs]
+        return threads, (threads[-1] if len(threads) == page_size else None)
+
+    def purge_expired(self) -> Op[int]:
+        """Delete expired documents now (for servers without a TTL monitor)."""
+        expired = {"expires_at": {"$lte": utc_now()}}
+        # checkpoints first: a reader never finds a checkpoint whose values are gone
+        ops = [DeleteMany({**expired, "kind": KIND_CP}), DeleteMany(expired)]
+        result = yield Command(self.payloads, "bulk_write", (ops,), {"ordered": True})
+        deleted = int(result.deleted_count)
+        locks = yield Command(self.locks, "delete_many", (expired,))
+        return deleted + int(locks.deleted_count)
