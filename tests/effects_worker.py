@@ -10,7 +10,7 @@ and print its final messages as JSON lines.
 The graph runs with ``durability="sync"``: each step's checkpoint is stored before the next
 step starts, so the step that asked for the tool is saved when the tool runs (under
 LangGraph's default ``"async"`` it may still be in flight, and a crash then loses the
-request itself: the model step runs again and asks anew — see the README).
+request itself: the model step runs again and asks anew — see docs/effects.md).
 """
 
 from __future__ import annotations

@@ -218,7 +218,7 @@ def to_messages(value: Any) -> list[Any]:
 
 
 def recover_messages(entry: dict[str, Any]) -> list[Any]:
-    """The recovery recipe of the README: seed, then the reducer over the writes in order."""
+    """The recovery recipe of docs/cli.md: seed, then the reducer over the writes in order."""
     seed = to_messages(entry["seed"]) if entry["seed"] is not None else []
     return _messages_delta_reducer(seed, [to_messages(w["value"]) for w in entry["writes"]])
 

@@ -1,6 +1,6 @@
 """The documentation against the code: every test RELIABILITY.md names exists, and the facts
-README.md and docs/ state (key counts, options, URL schemes, errors, commands, import paths,
-links, files) are the code's."""
+README.md, CHANGELOG.md and docs/ state (key counts, options, URL schemes, errors, commands,
+import paths, links, files, supported versions) are the code's."""
 
 from __future__ import annotations
 
@@ -296,3 +296,51 @@ def test_the_agent_server_page_lists_every_variable_graphkeep_server_reads() -> 
     assert {v for v in VARIABLES if v.startswith("GRAPHKEEP_")} <= set(
         re.findall(r"`(\w+)`", readme)
     )
+
+
+# -- the versions README.md, docs/compatibility.md and CHANGELOG.md state ---------------
+
+#: ``CPython 3.10–3.13`` (an en dash, as the pages write ranges)
+PYTHON_RANGE = re.compile(r"CPython (3\.\d+)–(3\.\d+)")
+
+
+def minor(version: str) -> int:
+    return int(version.split(".")[1])
+
+
+def test_the_python_range_is_the_same_in_the_pages_the_package_and_the_workflow() -> None:
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    floor = re.search(r'^requires-python = ">=(3\.\d+)"$', pyproject, re.M)
+    assert floor, "pyproject.toml no longer says requires-python = >=3.x"
+    matrix = re.search(
+        r"^\s+python: \[(.*?)\]$", (ROOT / ".github/workflows/ci.yml").read_text(), re.M
+    )
+    assert matrix, "the CI workflow no longer has a python matrix"
+    tested = sorted(minor(v.strip(' "')) for v in matrix.group(1).split(","))
+    for page in ("README.md", "docs/compatibility.md"):
+        stated = PYTHON_RANGE.findall((ROOT / page).read_text())
+        assert stated, f"{page} no longer states the supported CPython range"
+        for low, high in stated:
+            assert low == floor.group(1), page
+            assert list(range(minor(low), minor(high) + 1)) == tested, page
+
+
+def test_the_langgraph_versions_the_compatibility_page_names_are_the_packages() -> None:
+    text = " ".join((DOCS / "compatibility.md").read_text().split())
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    required = re.search(r'"(langgraph-checkpoint>=[^"]+)"', pyproject)
+    assert required and f"`{required.group(1)}`" in text
+    pins = dict(re.findall(r"^([\w-]+)==(\S+)$", (ROOT / "constraints.txt").read_text(), re.M))
+    for package in ("langgraph", "langgraph-checkpoint", "langgraph-api"):
+        assert f"{package} {pins[package]}" in text, package
+    conformance = pins["langgraph-checkpoint-conformance"]
+    assert f"`langgraph-checkpoint-conformance` {conformance}" in text
+
+
+def test_the_changelog_has_the_version_the_package_carries() -> None:
+    version = re.search(r'^version = "([^"]+)"$', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert version
+    headings = re.findall(r"^## \[([^\]]+)\]", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    assert headings[0] == "Unreleased"
+    assert version.group(1) in headings
+    assert f"| {version.group(1)} |" in (DOCS / "compatibility.md").read_text()
