@@ -46,7 +46,13 @@ from graphkeep.cli.console import (
     print_json,
 )
 from graphkeep.cli.decode import LosslessSerde
-from graphkeep.cli.endpoints import Endpoint, Native, is_foreign, open_endpoint
+from graphkeep.cli.endpoints import (
+    Endpoint,
+    Native,
+    copy_key_prefixes,
+    is_foreign,
+    open_endpoint,
+)
 from graphkeep.cli.threads import (
     CheckpointItem,
     WriteItem,
@@ -93,34 +99,24 @@ class ThreadCopy:
         }
 
 
-def _prefixes(args: argparse.Namespace) -> tuple[str | None, str | None]:
-    src = args.src_key_prefix if args.src_key_prefix is not None else args.key_prefix
-    dst = args.dst_key_prefix if args.dst_key_prefix is not None else args.key_prefix
-    return src, dst
-
-
 def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.rename_to is not None and (args.all or len(args.thread or []) != 1):
         raise UsageError("--rename-to needs exactly one --thread")
-    src_prefix, dst_prefix = _prefixes(args)
-    if args.key_prefix is not None and args.src_key_prefix is None and is_foreign(args.src):
-        src_prefix = None  # --key-prefix means the graphkeep side
-    if args.key_prefix is not None and args.dst_key_prefix is None and is_foreign(args.dst):
-        dst_prefix = None
-    same_store = args.src.rstrip("/") == args.dst.rstrip("/") and src_prefix == dst_prefix
+    src_prefix, dst_prefix = copy_key_prefixes(args)
+    same_store = args.src_url.rstrip("/") == args.dst_url.rstrip("/") and src_prefix == dst_prefix
     if same_store and args.rename_to is None:
         raise UsageError(
             "source and destination are the same store: use --rename-to (one thread)"
             " or a different --dst-key-prefix"
         )
-    both_native = not is_foreign(args.src) and not is_foreign(args.dst)
+    both_native = not is_foreign(args.src_url) and not is_foreign(args.dst_url)
     serde = LosslessSerde(strict=not both_native)
     results: list[ThreadCopy] = []
     missing: list[str] = []
     with (
-        open_endpoint(args.src, key_prefix=src_prefix, serde=serde) as src,
+        open_endpoint(args.src_url, key_prefix=src_prefix, serde=serde) as src,
         open_endpoint(
-            args.dst, key_prefix=dst_prefix, serde=serde, setup=True, must_exist=False
+            args.dst_url, key_prefix=dst_prefix, serde=serde, setup=True, must_exist=False
         ) as dst,
     ):
         threads = list(dict.fromkeys(args.thread)) if args.thread else list(iter_threads(src))

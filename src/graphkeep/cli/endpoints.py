@@ -12,6 +12,7 @@ docs/architecture.md.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -60,6 +61,19 @@ def scheme_of(url: str) -> str:
 def is_foreign(url: str) -> bool:
     """Is ``url`` one of LangGraph's own savers / stores (SQLite, Postgres)?"""
     return scheme_of(url) in FOREIGN_SCHEMES
+
+
+def copy_key_prefixes(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """The key prefixes a copy opens ``args.src_url`` and ``args.dst_url`` with: each side's
+    own ``--src-key-prefix`` / ``--dst-key-prefix``, else ``--key-prefix`` for a graphkeep URL
+    (LangGraph's own savers and stores have none)."""
+
+    def side(own: str | None, url: str) -> str | None:
+        if own is not None:
+            return own
+        return None if is_foreign(url) else args.key_prefix
+
+    return side(args.src_key_prefix, args.src_url), side(args.dst_key_prefix, args.dst_url)
 
 
 def known_schemes() -> list[str]:

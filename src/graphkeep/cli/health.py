@@ -27,6 +27,7 @@ from graphkeep.checkpoint.health import (
 )
 from graphkeep.checkpoint.port import INTERRUPT_IDX
 from graphkeep.checkpoint.records import Activity
+from graphkeep.cli.arguments import Commands, non_negative, size
 from graphkeep.cli.console import (
     EXIT_OK,
     EXIT_THRESHOLD,
@@ -41,7 +42,7 @@ from graphkeep.cli.console import (
 )
 from graphkeep.cli.endpoints import Native, open_endpoint
 from graphkeep.cli.foreign import Foreign, postgres_snapshot
-from graphkeep.cli.hot import HotUnreachable, read_hot_report, write_hot_report
+from graphkeep.cli.hot import HotUnreachable, add_hot_option, read_hot_report, write_hot_report
 from graphkeep.errors import StorageUnavailable
 
 _RUNAWAY = re.compile(r"^\s*(\d+)\s*/\s*(\S+)\s*$")
@@ -77,13 +78,9 @@ def runaway(text: str) -> tuple[int, float]:
     return int(match.group(1)), window(match.group(2))
 
 
-def add_health_command(sub: Any, common: argparse.ArgumentParser) -> None:
-    from graphkeep.cli.arguments import add_command, non_negative, size
-    from graphkeep.cli.hot import add_hot_option
-
-    p = add_command(
-        sub,
-        "health",
+def add_health_command(commands: Commands) -> None:
+    p = commands.add(
+        "health URL",
         cmd_health,
         "fleet health: active, interrupted and runaway threads, threads and bytes stored;"
         " exit code 3 when a threshold is crossed (for cron)",
@@ -98,9 +95,7 @@ def add_health_command(sub: Any, common: argparse.ArgumentParser) -> None:
         "checkpoint's values. A thread is active when its newest checkpoint is within\n"
         "--window, interrupted when its root namespace's latest checkpoint has a pending\n"
         "interrupt, runaway with more than N checkpoints in the --runaway period.\n",
-        common,
     )
-    p.add_argument("url", metavar="URL")
     p.add_argument("--window", type=window, default=3600.0, metavar="DURATION", help="default 1h")
     p.add_argument(
         "--runaway",
@@ -429,7 +424,7 @@ def cmd_health(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _span(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
+    for unit, factor in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= factor and seconds % factor == 0:
+            return f"{int(seconds // factor)}{unit}"
     return f"{seconds:g}s"

@@ -15,7 +15,7 @@ import argparse
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
-from graphkeep.cli.arguments import add_command, import_object
+from graphkeep.cli.arguments import Commands, add_thread_choice, import_object
 from graphkeep.cli.console import (
     EXIT_ERROR,
     EXIT_NOT_FOUND,
@@ -32,10 +32,9 @@ if TYPE_CHECKING:
     from graphkeep.checkpoint.materialize import MaterializeReport
 
 
-def add_materialize_command(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = add_command(
-        sub,
-        "materialize",
+def add_materialize_command(commands: Commands) -> None:
+    p = commands.add(
+        "materialize URL",
         cmd_materialize,
         "rollback for LangGraph < 1.2: write one checkpoint per thread and namespace whose"
         " DeltaChannels hold their full value as a plain value (history is kept)",
@@ -47,12 +46,8 @@ def add_materialize_command(sub: Any, common: argparse.ArgumentParser) -> None:
         "app's graph (--graph module:attr) for its reducer. Idempotent: a thread already\n"
         "plain is left alone, so re-run after an interruption. A thread a live run holds\n"
         "(graphkeep's lease) is skipped and reported; exit code 1 when one is not done.\n",
-        common,
     )
-    p.add_argument("url", metavar="URL")
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--thread", nargs="+", metavar="THREAD", help="these threads")
-    which.add_argument("--all", action="store_true", help="every thread of the store")
+    add_thread_choice(p, "every thread of the store")
     p.add_argument(
         "--channel", action="append", metavar="CHANNEL", help="only this DeltaChannel (repeatable)"
     )
