@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TextIO
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP
@@ -36,15 +36,8 @@ from graphkeep.checkpoint.records import (
     ThreadDump,
     WriteRecord,
 )
-from graphkeep.cli.console import (
-    EXIT_ERROR,
-    EXIT_NOT_FOUND,
-    EXIT_OK,
-    CliError,
-    Progress,
-    UsageError,
-    print_json,
-)
+from graphkeep.cli.batch import batch_exit, each_thread, report_not_found
+from graphkeep.cli.console import CliError, Progress, UsageError, print_json
 from graphkeep.cli.decode import LosslessSerde
 from graphkeep.cli.endpoints import (
     Endpoint,
@@ -60,7 +53,6 @@ from graphkeep.cli.threads import (
     export,
     foreign_items,
     is_element,
-    iter_threads,
     native_items,
     thread_config,
 )
@@ -72,31 +64,20 @@ BATCH_ITEMS = 500
 
 @dataclass
 class ThreadCopy:
-    source_thread_id: str
+    """One thread's copy, as ``--json`` prints it field by field (``thread_id``: the
+    source's)."""
+
+    thread_id: str
     target_thread_id: str
     checkpoints: int = 0
     checkpoints_copied: int = 0
-    checkpoints_skipped: int = 0
+    checkpoints_already_present: int = 0
     writes: int = 0
     blobs: int | None = None
     #: list element records (shared lists), not counted in ``blobs``
-    elements: int | None = None
+    list_elements: int | None = None
     verified: bool | None = None
     problems: list[str] = field(default_factory=list)
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "thread_id": self.source_thread_id,
-            "target_thread_id": self.target_thread_id,
-            "checkpoints": self.checkpoints,
-            "checkpoints_copied": self.checkpoints_copied,
-            "checkpoints_already_present": self.checkpoints_skipped,
-            "writes": self.writes,
-            "blobs": self.blobs,
-            "list_elements": self.elements,
-            "verified": self.verified,
-            "problems": self.problems,
-        }
 
 
 def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -111,28 +92,20 @@ def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
     both_native = not is_foreign(args.src_url) and not is_foreign(args.dst_url)
     serde = LosslessSerde(strict=not both_native)
-    results: list[ThreadCopy] = []
-    missing: list[str] = []
     with (
         open_endpoint(args.src_url, key_prefix=src_prefix, serde=serde) as src,
         open_endpoint(
             args.dst_url, key_prefix=dst_prefix, serde=serde, setup=True, must_exist=False
         ) as dst,
     ):
-        threads = list(dict.fromkeys(args.thread)) if args.thread else list(iter_threads(src))
-        with Progress("copy", len(threads), stream=err, enabled=args.progress) as progress:
-            for thread_id in threads:
-                target = args.rename_to or thread_id
-                progress.advance(0, detail=thread_id)
-                if isinstance(src, Native) and isinstance(dst, Native):
-                    result = _copy_native(src, dst, thread_id, target, args, err)
-                else:
-                    result = _copy_generic(src, dst, thread_id, target, args, err)
-                progress.advance(1, detail=thread_id)
-                if result is None:
-                    missing.append(thread_id)
-                else:
-                    results.append(result)
+
+        def copy_thread(thread_id: str) -> ThreadCopy | None:
+            target = args.rename_to or thread_id
+            if isinstance(src, Native) and isinstance(dst, Native):
+                return _copy_native(src, dst, thread_id, target, args, err)
+            return _copy_generic(src, dst, thread_id, target, args, err)
+
+        results, missing = each_thread("copy", args, src, copy_thread, err)
         src_label, dst_label = src.label, dst.label
     failed = [r for r in results if r.problems]
     if args.json:
@@ -140,7 +113,7 @@ def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             {
                 "source": src_label,
                 "destination": dst_label,
-                "threads": [r.as_json() for r in results],
+                "threads": [asdict(r) for r in results],
                 "not_found": missing,
                 "ok": not failed and not missing,
             },
@@ -148,26 +121,24 @@ def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
     else:
         for r in results:
-            name = r.source_thread_id
-            if r.target_thread_id != r.source_thread_id:
+            name = r.thread_id
+            if r.target_thread_id != r.thread_id:
                 name += f" -> {r.target_thread_id}"
             blobs = "" if r.blobs is None else f", {r.blobs} blob(s)"
-            if r.elements:
-                blobs += f", {r.elements} list element(s)"
+            if r.list_elements:
+                blobs += f", {r.list_elements} list element(s)"
             state = {True: "verified", False: "VERIFY FAILED", None: "not verified"}[r.verified]
             out.write(
                 f"{name}: {r.checkpoints_copied} checkpoint(s) copied,"
-                f" {r.checkpoints_skipped} already present, {r.writes} write(s){blobs}; {state}\n"
+                f" {r.checkpoints_already_present} already present,"
+                f" {r.writes} write(s){blobs}; {state}\n"
             )
             for problem in r.problems:
                 out.write(f"  ! {problem}\n")
-        for thread_id in missing:
-            err.write(f"graphkeep: thread {thread_id!r} not found at {src_label}\n")
+        report_not_found(missing, src_label, err)
         if not results and not missing:
             out.write(f"no threads at {src_label}\n")
-    if failed:
-        return EXIT_ERROR
-    return EXIT_NOT_FOUND if missing else EXIT_OK
+    return batch_exit(failed=bool(failed), missing=bool(missing))
 
 
 # -- graphkeep -> graphkeep: the port's export/import ----------------------------------
@@ -187,7 +158,7 @@ def _copy_native(
     result = ThreadCopy(thread_id, target, checkpoints=len(dump.checkpoints))
     elements = sum(1 for ns, b in dump.blobs if is_element((ns, b.channel, b.version)))
     result.writes, result.blobs = len(dump.writes), len(dump.blobs) - elements
-    result.elements = elements
+    result.list_elements = elements
     inventory = dst.call(dst.saver.port.inventory(target))
     present = {(s.ns, s.checkpoint_id) for s in inventory.checkpoints}
     checkpoints = [
@@ -196,7 +167,7 @@ def _copy_native(
         if (rec.ns, rec.checkpoint_id) not in present
     ]
     result.checkpoints_copied = len(checkpoints)
-    result.checkpoints_skipped = len(dump.checkpoints) - len(checkpoints)
+    result.checkpoints_already_present = len(dump.checkpoints) - len(checkpoints)
     copied = {(r.ns, r.checkpoint_id) for r in checkpoints}
     writes = [
         w for w in dump.writes if (w[0], w[1]) in copied or (w[0], w[1]) not in inventory.write_keys
@@ -446,7 +417,7 @@ def _copy_generic(
         for item in items:
             progress.advance()
             if (item.ns, item.checkpoint_id) in present:
-                result.checkpoints_skipped += 1
+                result.checkpoints_already_present += 1
                 continue
             _put_writes(dst, target, item)
             parent = by_key.get((item.ns, item.parent_id)) if item.parent_id else None

@@ -37,6 +37,7 @@ import graphkeep
 from graphkeep.backends.redis.client import sync_client
 from graphkeep.checkpoint.ids import normalize_thread_id
 from graphkeep.cli.arguments import Commands, add_thread_choice
+from graphkeep.cli.batch import report_not_found
 from graphkeep.cli.console import (
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -386,8 +387,7 @@ def cmd_hot_warm(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             table(["THREAD", "NS", "CHECKPOINT", "READ", "IN REDIS"], rows, out)
         for r in results:
             out.write(f"{r['thread_id']}: {human_bytes(r['bytes'])} in Redis\n")
-        for thread_id in missing:
-            err.write(f"graphkeep: thread {thread_id!r} not found at {durable}\n")
+        report_not_found(missing, durable, err)
     return EXIT_NOT_FOUND if missing else EXIT_OK
 
 
