@@ -217,36 +217,23 @@ def _batches(
     writes: list[tuple[str, str, WriteRecord]],
     checkpoints: list[CheckpointRecord],
 ) -> Iterator[tuple[ThreadDump, int]]:
-    current = ThreadDump([], [], [])
-    size = count = 0
-
-    def full() -> bool:
-        return size >= BATCH_BYTES or count >= BATCH_ITEMS
-
-    for blob in blobs:
-        current.blobs.append(blob)
-        size, count = size + len(blob[1].value.data) + 64, count + 1
-        if full():
-            yield current, size
-            current, size, count = ThreadDump([], [], []), 0, 0
-    for write in writes:
-        current.writes.append(write)
-        size, count = size + len(write[2].value.data) + 64, count + 1
-        if full():
-            yield current, size
-            current, size, count = ThreadDump([], [], []), 0, 0
-    if current:
-        yield current, size
+    """Batches (with their size), each closed once it reaches BATCH_BYTES or BATCH_ITEMS: the
+    values (blobs, then writes), then the checkpoints, which never share a batch with values."""
+    values: list[tuple[str, Any, int]] = [("blobs", b, len(b[1].value.data) + 64) for b in blobs]
+    values += [("writes", w, len(w[2].value.data) + 64) for w in writes]
+    heads = [
+        ("checkpoints", r, len(r.checkpoint.data) + len(r.metadata.data) + 128) for r in checkpoints
+    ]
+    for part in (values, heads):
         current, size, count = ThreadDump([], [], []), 0, 0
-    for record in checkpoints:
-        current.checkpoints.append(record)
-        size = size + len(record.checkpoint.data) + len(record.metadata.data) + 128
-        count += 1
-        if full():
+        for kind, record, cost in part:
+            getattr(current, kind).append(record)
+            size, count = size + cost, count + 1
+            if size >= BATCH_BYTES or count >= BATCH_ITEMS:
+                yield current, size
+                current, size, count = ThreadDump([], [], []), 0, 0
+        if current:
             yield current, size
-            current, size, count = ThreadDump([], [], []), 0, 0
-    if current:
-        yield current, size
 
 
 def _write_counts(writes: list[tuple[str, str, WriteRecord]]) -> dict[tuple[str, str], int]:
