@@ -31,6 +31,9 @@ from graphkeep.port import Op
 
 GRAPHKEEP_OR_SQLITE = "redis://host:6379/0 or sqlite:///file.db"
 
+#: opens one of LangGraph's own savers or stores (:mod:`graphkeep.cli.foreign`)
+Opener = Callable[..., AbstractContextManager[Any]]
+
 
 @dataclass
 class Native:
@@ -99,9 +102,17 @@ def _scheme(url: str, example: str) -> str:
     return scheme
 
 
-def _refuse_key_prefix(scheme: str, key_prefix: str | None) -> None:
+def _foreign_opener(
+    url: str, key_prefix: str | None, sqlite: Opener, postgres: Opener
+) -> Opener | None:
+    """The opener of LangGraph's own saver or store for a SQLite / Postgres ``url`` (None: a
+    graphkeep URL), which takes no ``--key-prefix``."""
+    scheme = _scheme(url, GRAPHKEEP_OR_SQLITE)
+    if scheme not in FOREIGN_SCHEMES:
+        return None
     if key_prefix is not None:
         raise UsageError(f"--key-prefix applies to graphkeep URLs, not to {scheme}://")
+    return sqlite if scheme in SQLITE_SCHEMES else postgres
 
 
 @contextmanager
@@ -143,12 +154,10 @@ def open_endpoint(
     must_exist: bool = True,
 ) -> Iterator[Endpoint]:
     """The saver at ``url``; ``setup`` creates the schema (destinations), reads never do."""
-    scheme = _scheme(url, GRAPHKEEP_OR_SQLITE)
-    if scheme in FOREIGN_SCHEMES:
-        _refuse_key_prefix(scheme, key_prefix)
-        opener = (
-            foreign.open_sqlite_saver if scheme in SQLITE_SCHEMES else foreign.open_postgres_saver
-        )
+    opener = _foreign_opener(
+        url, key_prefix, foreign.open_sqlite_saver, foreign.open_postgres_saver
+    )
+    if opener is not None:
         with opener(url, setup=setup, serde=serde, must_exist=must_exist) as found:
             yield found
         return
@@ -166,12 +175,10 @@ def open_store(
     index: dict[str, Any] | None = None,
 ) -> Iterator[BaseStore]:
     """A sync ``BaseStore`` for ``url``; ``setup`` creates the schema (destinations only)."""
-    scheme = _scheme(url, GRAPHKEEP_OR_SQLITE)
-    if scheme in FOREIGN_SCHEMES:
-        _refuse_key_prefix(scheme, key_prefix)
-        opener = (
-            foreign.open_sqlite_store if scheme in SQLITE_SCHEMES else foreign.open_postgres_store
-        )
+    opener = _foreign_opener(
+        url, key_prefix, foreign.open_sqlite_store, foreign.open_postgres_store
+    )
+    if opener is not None:
         with opener(url, setup=setup, index=index) as store:
             yield store
         return
