@@ -14,6 +14,7 @@ import argparse
 import re
 import sqlite3
 import time
+from collections.abc import Iterable
 from typing import Any, TextIO
 
 from graphkeep.checkpoint.health import (
@@ -307,20 +308,36 @@ def _gauges(specs: list[tuple[str, str, str]], values: dict[str, Any], labels: s
     return lines
 
 
+def _by_label(
+    name: str,
+    kind: str,
+    help_text: str,
+    labels: str,
+    label: str,
+    samples: Iterable[tuple[str, Any]],
+) -> list[str]:
+    """The exposition lines of the metric ``name`` with one sample per value of ``label``
+    (``samples``: (that value, the sample)), besides the ``labels`` every sample has."""
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+    for value, sample in samples:
+        lines.append(f'{name}{{{labels},{label}="{_label(value)}"}} {sample}')
+    return lines
+
+
 def prometheus_text(health: FleetHealth, backend: str, capacity: int | None = None) -> str:
     """The report in Prometheus' text exposition format (a ``backend`` label on each)."""
     values: dict[str, Any] = {g.field: g.value(health) for g in FLEET_GAUGES}
     values["capacity"] = capacity
     labels = f'backend="{_label(backend)}"'
-    lines = _gauges(GAUGES, values, labels)
-    name = "graphkeep_runaway_thread_checkpoints"
-    lines += [
-        f"# HELP {name} Checkpoints in the runaway period of each runaway thread.",
-        f"# TYPE {name} gauge",
-    ]
-    for r in health.runaway:
-        lines.append(f'{name}{{{labels},thread_id="{_label(r.thread_id)}"}} {r.checkpoints}')
-    return "\n".join(lines) + "\n"
+    runaway = _by_label(
+        "graphkeep_runaway_thread_checkpoints",
+        "gauge",
+        "Checkpoints in the runaway period of each runaway thread.",
+        labels,
+        "thread_id",
+        [(r.thread_id, r.checkpoints) for r in health.runaway],
+    )
+    return "\n".join(_gauges(GAUGES, values, labels) + runaway) + "\n"
 
 
 #: (name, help, report field) of the gauges ``--hot`` adds to ``--format prometheus``
@@ -338,15 +355,15 @@ HOT_GAUGES = [
 def hot_prometheus_text(hot: dict[str, Any], backend: str) -> str:
     """``--hot``'s part in the text exposition format (reads by outcome as a counter)."""
     labels = f'backend="{_label(backend)}"'
-    lines = _gauges(HOT_GAUGES, hot, labels)
-    name = "graphkeep_hot_reads_total"
-    lines += [
-        f"# HELP {name} Reads through the hot layer by outcome, every process.",
-        f"# TYPE {name} counter",
-    ]
-    for outcome, count in hot["reads"].items():
-        lines.append(f'{name}{{{labels},outcome="{_label(outcome)}"}} {count}')
-    return "\n".join(lines) + "\n"
+    reads = _by_label(
+        "graphkeep_hot_reads_total",
+        "counter",
+        "Reads through the hot layer by outcome, every process.",
+        labels,
+        "outcome",
+        hot["reads"].items(),
+    )
+    return "\n".join(_gauges(HOT_GAUGES, hot, labels) + reads) + "\n"
 
 
 def crossed(health: FleetHealth, args: argparse.Namespace) -> list[str]:
