@@ -23,7 +23,7 @@ from langgraph.store.base import BaseStore
 import graphkeep
 from graphkeep.checkpoint.saver import SaverBase
 from graphkeep.cli import foreign
-from graphkeep.cli.console import MASK, UsageError, safe_url
+from graphkeep.cli.console import MASK, Opened, UsageError, safe_url
 from graphkeep.cli.foreign import FOREIGN_SCHEMES, SQLITE_SCHEMES, Foreign
 from graphkeep.connect import BACKENDS
 from graphkeep.errors import ConfigurationError
@@ -36,15 +36,10 @@ Opener = Callable[..., AbstractContextManager[Any]]
 
 
 @dataclass
-class Native:
+class Native(Opened):
     """A graphkeep saver; the CLI uses its store through the port."""
 
-    url: str
     saver: SaverBase
-
-    @property
-    def label(self) -> str:
-        return safe_url(self.url)
 
     @property
     def scheme(self) -> str:

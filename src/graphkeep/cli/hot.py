@@ -43,6 +43,7 @@ from graphkeep.cli.console import (
     EXIT_OK,
     MASK,
     CliError,
+    Opened,
     UsageError,
     human_bytes,
     print_json,
@@ -91,18 +92,13 @@ def _client_url(url: str) -> str:
 
 
 @dataclass
-class HotView:
-    """A durable endpoint, its hot layer and a Redis client for what the layer does not
-    offer (SCAN, MEMORY USAGE, UNLINK with a count, HGET of a namespace's newest id)."""
+class HotView(Opened):
+    """A durable endpoint, its hot layer (at ``url``) and a Redis client for what the layer
+    does not offer (SCAN, MEMORY USAGE, UNLINK with a count, HGET of a namespace's newest id)."""
 
     endpoint: Endpoint
     layer: Any
     client: Any
-    url: str
-
-    @property
-    def label(self) -> str:
-        return safe_url(self.url)
 
     @property
     def prefix(self) -> str:
@@ -141,7 +137,7 @@ def open_hot(url: str, hot: str, key_prefix: str | None) -> Iterator[HotView]:
             client = sync_client(_client_url(hot))
             try:
                 _ping(client, hot)
-                yield HotView(endpoint, layer, client, hot)
+                yield HotView(hot, endpoint, layer, client)
             finally:
                 client.close()
         finally:
