@@ -1,5 +1,5 @@
-"""The argparse pieces every ``graphkeep`` command shares: value types, common options and
-how a sub-command is registered."""
+"""The argparse pieces ``graphkeep`` commands share: value types, the common options, the
+option groups several commands take and how a sub-command is registered."""
 
 from __future__ import annotations
 
@@ -191,6 +191,7 @@ def add_namespace_choice(parser: argparse.ArgumentParser) -> None:
 
 
 def add_key_prefixes(parser: argparse.ArgumentParser) -> None:
-    """A copy's ``--src-key-prefix`` and ``--dst-key-prefix`` (``--key-prefix``: both)."""
+    """A copy's ``--src-key-prefix`` and ``--dst-key-prefix`` (each side's own; unset: the
+    common ``--key-prefix``, see :func:`~graphkeep.cli.endpoints.copy_key_prefixes`)."""
     parser.add_argument("--src-key-prefix", metavar="PREFIX", help="key prefix of the source")
     parser.add_argument("--dst-key-prefix", metavar="PREFIX", help="key prefix of the destination")
