@@ -57,6 +57,21 @@ class LockNotAcquired(GraphkeepError):
     """A per-thread lease is held by someone else."""
 
 
+#: how a :class:`Place` names each of its set fields, in the order it names them
+_PLACE_FORMS = (
+    ("thread_id", "thread {!r}"),
+    ("checkpoint_ns", "namespace {!r}"),
+    ("checkpoint_id", "checkpoint {!r}"),
+    ("task_id", "pending write of task {!r} (idx {idx})"),
+    ("channel", "channel {!r}"),
+    ("namespace", "store namespace {!r}"),
+    ("key", "key {!r}"),
+    ("run_id", "run {!r}"),
+    ("event_id", "event {!r}"),
+    ("part", "{}"),
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Place:
     """Where a stored payload is, for :class:`CorruptData`: names and ids only, never bytes.
@@ -80,28 +95,12 @@ class Place:
     part: str | None = None
 
     def __str__(self) -> str:
-        out = []
-        if self.thread_id is not None:
-            out.append(f"thread {self.thread_id!r}")
-        if self.checkpoint_ns is not None:
-            out.append(f"namespace {self.checkpoint_ns!r}")
-        if self.checkpoint_id is not None:
-            out.append(f"checkpoint {self.checkpoint_id!r}")
-        if self.task_id is not None:
-            out.append(f"pending write of task {self.task_id!r} (idx {self.idx})")
-        if self.channel is not None:
-            out.append(f"channel {self.channel!r}")
-        if self.namespace is not None:
-            out.append(f"store namespace {self.namespace!r}")
-        if self.key is not None:
-            out.append(f"key {self.key!r}")
-        if self.run_id is not None:
-            out.append(f"run {self.run_id!r}")
-        if self.event_id is not None:
-            out.append(f"event {self.event_id!r}")
-        if self.part is not None:
-            out.append(self.part)
-        return ", ".join(out) or "a stored payload"
+        named = (
+            form.format(value, idx=self.idx)
+            for name, form in _PLACE_FORMS
+            if (value := getattr(self, name)) is not None
+        )
+        return ", ".join(named) or "a stored payload"
 
 
 #: :attr:`CorruptData.kind`: graphkeep's own framing of stored data is damaged (a record that

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -170,12 +170,23 @@ def agui_routes(runs: AGUIRuns | Callable[[], AGUIRuns], path: str = "") -> list
     get = runs if callable(runs) and not isinstance(runs, AGUIRuns) else (lambda: runs)
     base = path.rstrip("/")
 
-    async def run(request: Request) -> Response:
-        agui = get()
-        try:
-            agent = await _input(request)
-        except InvalidInput as exc:
-            return _error(422, str(exc))
+    def taking_input(
+        handle: Callable[[AGUIRuns, Any, Request], Awaitable[Response]],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """A POST route whose body is a ``RunAgentInput`` (422 when it is not)."""
+
+        async def route(request: Request) -> Response:
+            agui = get()
+            try:
+                agent = await _input(request)
+            except InvalidInput as exc:
+                return _error(422, str(exc))
+            return await handle(agui, agent, request)
+
+        return route
+
+    @taking_input
+    async def run(agui: AGUIRuns, agent: Any, request: Request) -> Response:
         after = request.headers.get("last-event-id") or None
         if after is None:
             try:
@@ -193,12 +204,8 @@ def agui_routes(runs: AGUIRuns | Callable[[], AGUIRuns], path: str = "") -> list
                 return _error(400, str(exc))
         return await _respond(agui.serve(agent.thread_id, agent.run_id, after))
 
-    async def connect(request: Request) -> Response:
-        agui = get()
-        try:
-            agent = await _input(request)
-        except InvalidInput as exc:
-            return _error(422, str(exc))
+    @taking_input
+    async def connect(agui: AGUIRuns, agent: Any, request: Request) -> Response:
         return await _respond(agui.connect(agent.thread_id, agent.run_id))
 
     async def health(request: Request) -> Response:

@@ -9,7 +9,16 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from graphkeep import __version__
-from graphkeep.cli.arguments import add_command, common_options, duration, positive, size
+from graphkeep.cli.arguments import (
+    Commands,
+    add_key_prefixes,
+    add_namespace_choice,
+    add_thread_choice,
+    common_options,
+    duration,
+    positive,
+    size,
+)
 from graphkeep.cli.console import EXIT_ERROR, EXIT_USAGE, CliError, mask
 from graphkeep.cli.decode import EncryptedValueError
 from graphkeep.errors import ConfigurationError, GraphkeepError, InvalidInput, StorageUnavailable
@@ -63,11 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"graphkeep {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    common = common_options()
+    commands = Commands(sub, common_options())
 
-    p = add_command(
-        sub,
-        "threads",
+    p = commands.add(
+        "threads URL",
         cmd_threads,
         "list threads with checkpoint count, namespaces, size and last checkpoint time",
         "  graphkeep threads redis://localhost:6379/0\n"
@@ -75,9 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         "  graphkeep threads 'dynamodb://app?region=eu-west-1' --quick\n"
         "  graphkeep threads sqlite:///checkpoints.db\n"
         "  graphkeep threads mongodb://db/app --hot redis://cache:6379/0\n",
-        common,
     )
-    p.add_argument("url", metavar="URL")
     p.add_argument("--limit", type=positive, help="show at most N threads")
     p.add_argument(
         "--page-size", type=positive, default=500, help="threads per store page (default 500)"
@@ -89,28 +95,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_hot_option(p)
 
-    p = add_command(
-        sub,
-        "history",
+    p = commands.add(
+        "history URL THREAD",
         cmd_history,
         "a thread's checkpoints, newest first: id, step, source, parent, pending writes,"
         " channels changed",
         "  graphkeep history redis://localhost:6379/0 support-42\n"
         "  graphkeep history redis://localhost:6379/0 support-42 --limit 5 --json\n"
         "  graphkeep history redis://localhost:6379/0 support-42 --all-ns\n",
-        common,
     )
-    p.add_argument("url", metavar="URL")
-    p.add_argument("thread", metavar="THREAD")
-    ns = p.add_mutually_exclusive_group()
-    ns.add_argument("--ns", default="", help='checkpoint namespace (default: root "")')
-    ns.add_argument("--all-ns", action="store_true", help="every namespace (subgraphs too)")
+    add_namespace_choice(p)
     p.add_argument("--limit", type=positive, help="newest N checkpoints only")
     add_hot_option(p)
 
-    p = add_command(
-        sub,
-        "dump",
+    p = commands.add(
+        "dump URL",
         cmd_dump,
         "read-only recovery export of channels as plain JSON: the stored seed value and"
         " every write since, oldest first",
@@ -121,9 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Recover a DeltaChannel value: start from `seed` (null when delta_kind is no_seed)\n"
         "and apply the channel's reducer to the `value` of each entry of `writes` in order.\n"
         "Without --channel every state channel of the checkpoint is dumped.\n",
-        common,
     )
-    p.add_argument("url", metavar="URL")
     p.add_argument("--thread-id", required=True, metavar="THREAD")
     p.add_argument(
         "--channel", action="append", metavar="CHANNEL", help="channel to dump (repeatable)"
@@ -134,9 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compact", action="store_true", help="one-line JSON")
     add_hot_option(p)
 
-    p = add_command(
-        sub,
-        "prune",
+    p = commands.add(
+        "prune URL",
         cmd_prune,
         "remove old checkpoints (keeping what DeltaChannels need) or whole threads",
         "  graphkeep prune redis://localhost:6379/0 --keep-latest --thread t1 t2 --dry-run\n"
@@ -146,9 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--keep-latest keeps each namespace's newest checkpoint plus the ancestors its\n"
         "DeltaChannels still replay from (the saver's own prune rule); --delete removes\n"
         "threads entirely. --older-than selects threads whose newest checkpoint is older.\n",
-        common,
     )
-    p.add_argument("url", metavar="URL")
     strategy = p.add_mutually_exclusive_group(required=True)
     strategy.add_argument("--keep-latest", action="store_true", help="keep the newest state")
     strategy.add_argument("--delete", action="store_true", help="delete the threads entirely")
@@ -160,9 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the plan, remove nothing")
     p.add_argument("--verbose", "-v", action="store_true", help="list every checkpoint removed")
 
-    p = add_command(
-        sub,
-        "copy",
+    p = commands.add(
+        "copy SRC_URL DST_URL",
         cmd_copy,
         "copy threads between any two savers with the same checkpoint ids, metadata,"
         " writes and DeltaChannel chains",
@@ -174,32 +167,23 @@ def build_parser() -> argparse.ArgumentParser:
         "Idempotent and resumable: checkpoints already on the destination are skipped, so\n"
         "re-run the same command after an interruption. Every thread is verified at the\n"
         "end (checkpoints and writes); exit code 1 when one is not.\n",
-        common,
     )
-    p.add_argument("src", metavar="SRC_URL")
-    p.add_argument("dst", metavar="DST_URL")
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--thread", nargs="+", metavar="THREAD", help="these threads")
-    which.add_argument("--all", action="store_true", help="every thread of the source")
+    add_thread_choice(p, "every thread of the source")
     p.add_argument("--rename-to", metavar="THREAD", help="new id for the (single) thread")
-    p.add_argument("--src-key-prefix", metavar="PREFIX", help="key prefix of the source")
-    p.add_argument("--dst-key-prefix", metavar="PREFIX", help="key prefix of the destination")
+    add_key_prefixes(p)
     p.add_argument(
         "--no-verify", dest="verify", action="store_false", help="skip the final verification"
     )
 
-    p = add_command(
-        sub,
-        "stats",
+    p = commands.add(
+        "stats URL",
         cmd_stats,
         "storage growth report; exit code 3 when a threshold is crossed (for cron)",
         "  graphkeep stats redis://localhost:6379/0\n"
         "  graphkeep stats redis://localhost:6379/0 --top 20 --json\n"
         "  graphkeep stats mongodb://db/app --max-checkpoints-per-thread 500 \\\n"
         "      --max-bytes-per-thread 10MB || alert 'checkpoints grow'\n",
-        common,
     )
-    p.add_argument("url", metavar="URL")
     p.add_argument("--top", type=positive, default=10, help="largest N threads (default 10)")
     p.add_argument("--max-checkpoints-per-thread", type=positive, metavar="N")
     p.add_argument(
@@ -207,23 +191,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_hot_option(p)
 
-    p = add_command(
-        sub,
-        "setup",
+    p = commands.add(
+        "setup URL",
         cmd_setup,
         "create the store's schema, or print it for teams that own their migrations",
         "  graphkeep setup 'dynamodb://app?region=eu-west-1'\n"
         "  graphkeep setup mongodb://db/app --print > indexes.json\n"
         "  graphkeep setup redis://localhost:6379/0 --print\n",
-        common,
     )
-    p.add_argument("url", metavar="URL")
     p.add_argument("--print", action="store_true", help="print the schema instead of creating it")
 
-    add_materialize_command(sub, common)
-    p = add_command(
-        sub,
-        "migrate",
+    add_materialize_command(commands)
+    p = commands.add(
+        "migrate URL",
         cmd_migrate,
         "bring every thread's head to a schema version: one upgraded checkpoint appended per"
         " thread (history kept), under the thread's lease, verified",
@@ -238,24 +218,20 @@ def build_parser() -> argparse.ArgumentParser:
         "and resumable: heads already at the version are left alone, so re-run the same\n"
         "command after an interruption. A thread whose lease is held (a live run) is skipped\n"
         "and reported; exit code 1 when a thread was skipped or failed.\n",
-        common,
     )
-    p.add_argument("url", metavar="URL")
     p.add_argument("--to", type=positive, required=True, metavar="N", help="the schema version")
     p.add_argument(
         "--migrations", required=True, metavar="MODULE:ATTR", help="the migrations mapping"
     )
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--thread", nargs="+", metavar="THREAD", help="these threads")
-    which.add_argument("--all", action="store_true", help="every thread of the store")
+    add_thread_choice(p, "every thread of the store")
     p.add_argument("--dry-run", action="store_true", help="report the plan, write nothing")
 
-    add_health_command(sub, common)
-    add_hot_commands(sub, common)
-    add_check_command(sub, common)
-    add_live_commands(sub, common)
-    add_effects_command(sub, common)
-    add_store_commands(sub, common)
+    add_health_command(commands)
+    add_hot_commands(commands)
+    add_check_command(commands)
+    add_live_commands(commands)
+    add_effects_command(commands)
+    add_store_commands(commands)
     return parser
 
 

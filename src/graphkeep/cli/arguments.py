@@ -1,5 +1,5 @@
-"""The argparse pieces every ``graphkeep`` command shares: value types, common options and
-how a sub-command is registered."""
+"""The argparse pieces ``graphkeep`` commands share: value types, the common options, the
+option groups several commands take and how a sub-command is registered."""
 
 from __future__ import annotations
 
@@ -128,22 +128,70 @@ def common_options() -> argparse.ArgumentParser:
     return common
 
 
-def add_command(
-    subparsers: Any,
-    name: str,
-    command: Command,
-    summary: str,
-    examples: str,
-    common: argparse.ArgumentParser,
-) -> argparse.ArgumentParser:
-    """Register ``name`` (running ``command``) with its summary and examples."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(
-        name,
-        help=summary,
-        description=textwrap.fill(summary, 79),
-        epilog="examples:\n" + examples,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[common],
-    )
-    parser.set_defaults(func=command)
-    return parser
+class Commands:
+    """The sub-commands of ``graphkeep``, or of a group of them (``graphkeep store``): each
+    takes the common options and shows its summary and examples in its ``--help``."""
+
+    def __init__(self, subparsers: Any, common: argparse.ArgumentParser) -> None:
+        self.subparsers = subparsers
+        self.common = common
+
+    def add(
+        self, usage: str, command: Command, summary: str, examples: str
+    ) -> argparse.ArgumentParser:
+        """Register the sub-command ``usage`` names (``"copy SRC_URL DST_URL"``: its name,
+        then the metavars of its first positional arguments, each stored under its
+        lower-cased name: ``args.src_url``), running ``command``."""
+        name, *positionals = usage.split()
+        parser: argparse.ArgumentParser = self.subparsers.add_parser(
+            name,
+            help=summary,
+            description=textwrap.fill(summary, 79),
+            epilog="examples:\n" + examples,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            parents=[self.common],
+        )
+        parser.set_defaults(func=command)
+        for metavar in positionals:
+            parser.add_argument(metavar.lower(), metavar=metavar)
+        return parser
+
+    def group(self, name: str, dest: str, **options: Any) -> Commands:
+        """The sub-commands of ``graphkeep NAME`` (their name in ``args.<dest>``);
+        ``options`` are those of the group's own parser (``help``, ``description`` ...)."""
+        parser = self.subparsers.add_parser(name, **options)
+        commands = parser.add_subparsers(dest=dest, metavar="COMMAND", required=True)
+        return Commands(commands, self.common)
+
+
+def add_thread_choice(
+    parser: argparse.ArgumentParser, every: str, *, repeatable: bool = False
+) -> None:
+    """``--thread THREAD [THREAD ...]`` or ``--all`` (``every`` says which threads), one of
+    them required; ``repeatable``: ``--thread`` may be given again, adding threads."""
+    which = parser.add_mutually_exclusive_group(required=True)
+    if repeatable:
+        which.add_argument(
+            "--thread",
+            action="extend",
+            nargs="+",
+            metavar="THREAD",
+            help="these threads (repeatable)",
+        )
+    else:
+        which.add_argument("--thread", nargs="+", metavar="THREAD", help="these threads")
+    which.add_argument("--all", action="store_true", help=every)
+
+
+def add_namespace_choice(parser: argparse.ArgumentParser) -> None:
+    """``--ns NS`` (default the root namespace) or ``--all-ns``."""
+    ns = parser.add_mutually_exclusive_group()
+    ns.add_argument("--ns", default="", help='checkpoint namespace (default: root "")')
+    ns.add_argument("--all-ns", action="store_true", help="every namespace (subgraphs too)")
+
+
+def add_key_prefixes(parser: argparse.ArgumentParser) -> None:
+    """A copy's ``--src-key-prefix`` and ``--dst-key-prefix`` (each side's own; unset: the
+    common ``--key-prefix``, see :func:`~graphkeep.cli.endpoints.copy_key_prefixes`)."""
+    parser.add_argument("--src-key-prefix", metavar="PREFIX", help="key prefix of the source")
+    parser.add_argument("--dst-key-prefix", metavar="PREFIX", help="key prefix of the destination")

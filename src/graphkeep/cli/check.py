@@ -31,6 +31,7 @@ from graphkeep.checkpoint.check import (
     thread_page,
 )
 from graphkeep.checkpoint.deep import is_encrypted
+from graphkeep.cli.arguments import Commands, add_thread_choice, positive
 from graphkeep.cli.console import (
     EXIT_ERROR,
     EXIT_OK,
@@ -60,12 +61,9 @@ def grace(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
-def add_check_command(sub: Any, common: argparse.ArgumentParser) -> None:
-    from graphkeep.cli.arguments import add_command, positive
-
-    p = add_command(
-        sub,
-        "check",
+def add_check_command(commands: Commands) -> None:
+    p = commands.add(
+        "check URL",
         cmd_check,
         "fsck for threads: parent chains, stored values, DeltaChannel seeds, orphaned writes"
         " and values, expiry drift; exit code 1 on errors, 3 on warnings only; --repair deletes"
@@ -87,18 +85,8 @@ def add_check_command(sub: Any, common: argparse.ArgumentParser) -> None:
         "hole in the history or expiry drift. --repair (graphkeep stores only) deletes orphans\n"
         "(never a checkpoint) and re-arms drifting expiries to the thread's, skips threads\n"
         "written within --grace, and checks the threads again after.\n",
-        common,
     )
-    p.add_argument("url", metavar="URL")
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument(
-        "--thread",
-        action="extend",
-        nargs="+",
-        metavar="THREAD",
-        help="these threads (repeatable)",
-    )
-    which.add_argument("--all", action="store_true", help="every thread, in id order")
+    add_thread_choice(p, "every thread, in id order", repeatable=True)
     p.add_argument("--checkpoint-ns", metavar="NS", help="only this namespace (default: all)")
     p.add_argument(
         "--after", metavar="THREAD", help="with --all: start after this thread (resume a check)"

@@ -11,6 +11,7 @@ import re
 import sys
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TextIO
 from urllib.parse import urlsplit
@@ -58,6 +59,17 @@ def safe_url(url: str) -> str:
     except ValueError:
         return masked
     return masked if has_secret else url
+
+
+@dataclass
+class Opened:
+    """What a command opened at ``url``; ``label`` names it in messages (password masked)."""
+
+    url: str
+
+    @property
+    def label(self) -> str:
+        return safe_url(self.url)
 
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>]+")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TextIO
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP
@@ -36,17 +36,16 @@ from graphkeep.checkpoint.records import (
     ThreadDump,
     WriteRecord,
 )
-from graphkeep.cli.console import (
-    EXIT_ERROR,
-    EXIT_NOT_FOUND,
-    EXIT_OK,
-    CliError,
-    Progress,
-    UsageError,
-    print_json,
-)
+from graphkeep.cli.batch import batch_exit, each_thread, report_not_found
+from graphkeep.cli.console import CliError, Progress, UsageError, print_json
 from graphkeep.cli.decode import LosslessSerde
-from graphkeep.cli.endpoints import Endpoint, Native, is_foreign, open_endpoint
+from graphkeep.cli.endpoints import (
+    Endpoint,
+    Native,
+    copy_key_prefixes,
+    is_foreign,
+    open_endpoint,
+)
 from graphkeep.cli.threads import (
     CheckpointItem,
     WriteItem,
@@ -54,7 +53,6 @@ from graphkeep.cli.threads import (
     export,
     foreign_items,
     is_element,
-    iter_threads,
     native_items,
     thread_config,
 )
@@ -66,77 +64,48 @@ BATCH_ITEMS = 500
 
 @dataclass
 class ThreadCopy:
-    source_thread_id: str
+    """One thread's copy, as ``--json`` prints it field by field (``thread_id``: the
+    source's)."""
+
+    thread_id: str
     target_thread_id: str
     checkpoints: int = 0
     checkpoints_copied: int = 0
-    checkpoints_skipped: int = 0
+    checkpoints_already_present: int = 0
     writes: int = 0
     blobs: int | None = None
     #: list element records (shared lists), not counted in ``blobs``
-    elements: int | None = None
+    list_elements: int | None = None
     verified: bool | None = None
     problems: list[str] = field(default_factory=list)
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "thread_id": self.source_thread_id,
-            "target_thread_id": self.target_thread_id,
-            "checkpoints": self.checkpoints,
-            "checkpoints_copied": self.checkpoints_copied,
-            "checkpoints_already_present": self.checkpoints_skipped,
-            "writes": self.writes,
-            "blobs": self.blobs,
-            "list_elements": self.elements,
-            "verified": self.verified,
-            "problems": self.problems,
-        }
-
-
-def _prefixes(args: argparse.Namespace) -> tuple[str | None, str | None]:
-    src = args.src_key_prefix if args.src_key_prefix is not None else args.key_prefix
-    dst = args.dst_key_prefix if args.dst_key_prefix is not None else args.key_prefix
-    return src, dst
 
 
 def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.rename_to is not None and (args.all or len(args.thread or []) != 1):
         raise UsageError("--rename-to needs exactly one --thread")
-    src_prefix, dst_prefix = _prefixes(args)
-    if args.key_prefix is not None and args.src_key_prefix is None and is_foreign(args.src):
-        src_prefix = None  # --key-prefix means the graphkeep side
-    if args.key_prefix is not None and args.dst_key_prefix is None and is_foreign(args.dst):
-        dst_prefix = None
-    same_store = args.src.rstrip("/") == args.dst.rstrip("/") and src_prefix == dst_prefix
+    src_prefix, dst_prefix = copy_key_prefixes(args)
+    same_store = args.src_url.rstrip("/") == args.dst_url.rstrip("/") and src_prefix == dst_prefix
     if same_store and args.rename_to is None:
         raise UsageError(
             "source and destination are the same store: use --rename-to (one thread)"
             " or a different --dst-key-prefix"
         )
-    both_native = not is_foreign(args.src) and not is_foreign(args.dst)
+    both_native = not is_foreign(args.src_url) and not is_foreign(args.dst_url)
     serde = LosslessSerde(strict=not both_native)
-    results: list[ThreadCopy] = []
-    missing: list[str] = []
     with (
-        open_endpoint(args.src, key_prefix=src_prefix, serde=serde) as src,
+        open_endpoint(args.src_url, key_prefix=src_prefix, serde=serde) as src,
         open_endpoint(
-            args.dst, key_prefix=dst_prefix, serde=serde, setup=True, must_exist=False
+            args.dst_url, key_prefix=dst_prefix, serde=serde, setup=True, must_exist=False
         ) as dst,
     ):
-        threads = list(dict.fromkeys(args.thread)) if args.thread else list(iter_threads(src))
-        with Progress("copy", len(threads), stream=err, enabled=args.progress) as progress:
-            for thread_id in threads:
-                target = args.rename_to or thread_id
-                progress.advance(0, detail=thread_id)
-                if isinstance(src, Native) and isinstance(dst, Native):
-                    result = _copy_native(src, dst, thread_id, target, args, err)
-                else:
-                    result = _copy_generic(src, dst, thread_id, target, args, err)
-                progress.advance(1, detail=thread_id)
-                if result is None:
-                    missing.append(thread_id)
-                else:
-                    results.append(result)
+
+        def copy_thread(thread_id: str) -> ThreadCopy | None:
+            target = args.rename_to or thread_id
+            if isinstance(src, Native) and isinstance(dst, Native):
+                return _copy_native(src, dst, thread_id, target, args, err)
+            return _copy_generic(src, dst, thread_id, target, args, err)
+
+        results, missing = each_thread("copy", args, src, copy_thread, err)
         src_label, dst_label = src.label, dst.label
     failed = [r for r in results if r.problems]
     if args.json:
@@ -144,7 +113,7 @@ def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             {
                 "source": src_label,
                 "destination": dst_label,
-                "threads": [r.as_json() for r in results],
+                "threads": [asdict(r) for r in results],
                 "not_found": missing,
                 "ok": not failed and not missing,
             },
@@ -152,26 +121,24 @@ def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
     else:
         for r in results:
-            name = r.source_thread_id
-            if r.target_thread_id != r.source_thread_id:
+            name = r.thread_id
+            if r.target_thread_id != r.thread_id:
                 name += f" -> {r.target_thread_id}"
             blobs = "" if r.blobs is None else f", {r.blobs} blob(s)"
-            if r.elements:
-                blobs += f", {r.elements} list element(s)"
+            if r.list_elements:
+                blobs += f", {r.list_elements} list element(s)"
             state = {True: "verified", False: "VERIFY FAILED", None: "not verified"}[r.verified]
             out.write(
                 f"{name}: {r.checkpoints_copied} checkpoint(s) copied,"
-                f" {r.checkpoints_skipped} already present, {r.writes} write(s){blobs}; {state}\n"
+                f" {r.checkpoints_already_present} already present,"
+                f" {r.writes} write(s){blobs}; {state}\n"
             )
             for problem in r.problems:
                 out.write(f"  ! {problem}\n")
-        for thread_id in missing:
-            err.write(f"graphkeep: thread {thread_id!r} not found at {src_label}\n")
+        report_not_found(missing, src_label, err)
         if not results and not missing:
             out.write(f"no threads at {src_label}\n")
-    if failed:
-        return EXIT_ERROR
-    return EXIT_NOT_FOUND if missing else EXIT_OK
+    return batch_exit(failed=bool(failed), missing=bool(missing))
 
 
 # -- graphkeep -> graphkeep: the port's export/import ----------------------------------
@@ -191,7 +158,7 @@ def _copy_native(
     result = ThreadCopy(thread_id, target, checkpoints=len(dump.checkpoints))
     elements = sum(1 for ns, b in dump.blobs if is_element((ns, b.channel, b.version)))
     result.writes, result.blobs = len(dump.writes), len(dump.blobs) - elements
-    result.elements = elements
+    result.list_elements = elements
     inventory = dst.call(dst.saver.port.inventory(target))
     present = {(s.ns, s.checkpoint_id) for s in inventory.checkpoints}
     checkpoints = [
@@ -200,7 +167,7 @@ def _copy_native(
         if (rec.ns, rec.checkpoint_id) not in present
     ]
     result.checkpoints_copied = len(checkpoints)
-    result.checkpoints_skipped = len(dump.checkpoints) - len(checkpoints)
+    result.checkpoints_already_present = len(dump.checkpoints) - len(checkpoints)
     copied = {(r.ns, r.checkpoint_id) for r in checkpoints}
     writes = [
         w for w in dump.writes if (w[0], w[1]) in copied or (w[0], w[1]) not in inventory.write_keys
@@ -250,36 +217,23 @@ def _batches(
     writes: list[tuple[str, str, WriteRecord]],
     checkpoints: list[CheckpointRecord],
 ) -> Iterator[tuple[ThreadDump, int]]:
-    current = ThreadDump([], [], [])
-    size = count = 0
-
-    def full() -> bool:
-        return size >= BATCH_BYTES or count >= BATCH_ITEMS
-
-    for blob in blobs:
-        current.blobs.append(blob)
-        size, count = size + len(blob[1].value.data) + 64, count + 1
-        if full():
-            yield current, size
-            current, size, count = ThreadDump([], [], []), 0, 0
-    for write in writes:
-        current.writes.append(write)
-        size, count = size + len(write[2].value.data) + 64, count + 1
-        if full():
-            yield current, size
-            current, size, count = ThreadDump([], [], []), 0, 0
-    if current:
-        yield current, size
+    """Batches (with their size), each closed once it reaches BATCH_BYTES or BATCH_ITEMS: the
+    values (blobs, then writes), then the checkpoints, which never share a batch with values."""
+    values: list[tuple[str, Any, int]] = [("blobs", b, len(b[1].value.data) + 64) for b in blobs]
+    values += [("writes", w, len(w[2].value.data) + 64) for w in writes]
+    heads = [
+        ("checkpoints", r, len(r.checkpoint.data) + len(r.metadata.data) + 128) for r in checkpoints
+    ]
+    for part in (values, heads):
         current, size, count = ThreadDump([], [], []), 0, 0
-    for record in checkpoints:
-        current.checkpoints.append(record)
-        size = size + len(record.checkpoint.data) + len(record.metadata.data) + 128
-        count += 1
-        if full():
+        for kind, record, cost in part:
+            getattr(current, kind).append(record)
+            size, count = size + cost, count + 1
+            if size >= BATCH_BYTES or count >= BATCH_ITEMS:
+                yield current, size
+                current, size, count = ThreadDump([], [], []), 0, 0
+        if current:
             yield current, size
-            current, size, count = ThreadDump([], [], []), 0, 0
-    if current:
-        yield current, size
 
 
 def _write_counts(writes: list[tuple[str, str, WriteRecord]]) -> dict[tuple[str, str], int]:
@@ -450,7 +404,7 @@ def _copy_generic(
         for item in items:
             progress.advance()
             if (item.ns, item.checkpoint_id) in present:
-                result.checkpoints_skipped += 1
+                result.checkpoints_already_present += 1
                 continue
             _put_writes(dst, target, item)
             parent = by_key.get((item.ns, item.parent_id)) if item.parent_id else None

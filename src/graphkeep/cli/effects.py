@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
-from graphkeep.cli.arguments import add_command
+from graphkeep.cli.arguments import Commands
 from graphkeep.cli.console import EXIT_OK, UsageError, print_json, table
 from graphkeep.cli.endpoints import open_effects
 
@@ -76,9 +76,8 @@ def cmd_effects(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
-def add_effects_command(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = add_command(
-        sub,
+def add_effects_command(commands: Commands) -> None:
+    p = commands.add(
         "effects",
         cmd_effects,
         "list the effect ledger's records (graphkeep.connect_effects, saver.effects): thread,"
@@ -91,7 +90,6 @@ def add_effects_command(sub: Any, common: argparse.ArgumentParser) -> None:
         "A record 'started' whose lease ended is an effect whose outcome is unknown (its\n"
         "process died mid-effect): check the outside system, then clear it to let the next\n"
         "call run it again. Without --thread, clear removes every record under the prefix.\n",
-        common,
     )
     p.add_argument("words", nargs="+", metavar="URL [clear]")
     p.add_argument(

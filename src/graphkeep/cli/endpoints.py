@@ -12,6 +12,7 @@ docs/architecture.md.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from langgraph.store.base import BaseStore
 import graphkeep
 from graphkeep.checkpoint.saver import SaverBase
 from graphkeep.cli import foreign
-from graphkeep.cli.console import MASK, UsageError, safe_url
+from graphkeep.cli.console import MASK, Opened, UsageError, safe_url
 from graphkeep.cli.foreign import FOREIGN_SCHEMES, SQLITE_SCHEMES, Foreign
 from graphkeep.connect import BACKENDS
 from graphkeep.errors import ConfigurationError
@@ -30,17 +31,15 @@ from graphkeep.port import Op
 
 GRAPHKEEP_OR_SQLITE = "redis://host:6379/0 or sqlite:///file.db"
 
+#: opens one of LangGraph's own savers or stores (:mod:`graphkeep.cli.foreign`)
+Opener = Callable[..., AbstractContextManager[Any]]
+
 
 @dataclass
-class Native:
+class Native(Opened):
     """A graphkeep saver; the CLI uses its store through the port."""
 
-    url: str
     saver: SaverBase
-
-    @property
-    def label(self) -> str:
-        return safe_url(self.url)
 
     @property
     def scheme(self) -> str:
@@ -60,6 +59,19 @@ def scheme_of(url: str) -> str:
 def is_foreign(url: str) -> bool:
     """Is ``url`` one of LangGraph's own savers / stores (SQLite, Postgres)?"""
     return scheme_of(url) in FOREIGN_SCHEMES
+
+
+def copy_key_prefixes(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """The key prefixes a copy opens ``args.src_url`` and ``args.dst_url`` with: each side's
+    own ``--src-key-prefix`` / ``--dst-key-prefix``, else ``--key-prefix`` for a graphkeep URL
+    (LangGraph's own savers and stores have none)."""
+
+    def side(own: str | None, url: str) -> str | None:
+        if own is not None:
+            return own
+        return None if is_foreign(url) else args.key_prefix
+
+    return side(args.src_key_prefix, args.src_url), side(args.dst_key_prefix, args.dst_url)
 
 
 def known_schemes() -> list[str]:
@@ -85,9 +97,17 @@ def _scheme(url: str, example: str) -> str:
     return scheme
 
 
-def _refuse_key_prefix(scheme: str, key_prefix: str | None) -> None:
+def _foreign_opener(
+    url: str, key_prefix: str | None, sqlite: Opener, postgres: Opener
+) -> Opener | None:
+    """The opener of LangGraph's own saver or store for a SQLite / Postgres ``url`` (None: a
+    graphkeep URL), which takes no ``--key-prefix``."""
+    scheme = _scheme(url, GRAPHKEEP_OR_SQLITE)
+    if scheme not in FOREIGN_SCHEMES:
+        return None
     if key_prefix is not None:
         raise UsageError(f"--key-prefix applies to graphkeep URLs, not to {scheme}://")
+    return sqlite if scheme in SQLITE_SCHEMES else postgres
 
 
 @contextmanager
@@ -129,12 +149,10 @@ def open_endpoint(
     must_exist: bool = True,
 ) -> Iterator[Endpoint]:
     """The saver at ``url``; ``setup`` creates the schema (destinations), reads never do."""
-    scheme = _scheme(url, GRAPHKEEP_OR_SQLITE)
-    if scheme in FOREIGN_SCHEMES:
-        _refuse_key_prefix(scheme, key_prefix)
-        opener = (
-            foreign.open_sqlite_saver if scheme in SQLITE_SCHEMES else foreign.open_postgres_saver
-        )
+    opener = _foreign_opener(
+        url, key_prefix, foreign.open_sqlite_saver, foreign.open_postgres_saver
+    )
+    if opener is not None:
         with opener(url, setup=setup, serde=serde, must_exist=must_exist) as found:
             yield found
         return
@@ -152,12 +170,10 @@ def open_store(
     index: dict[str, Any] | None = None,
 ) -> Iterator[BaseStore]:
     """A sync ``BaseStore`` for ``url``; ``setup`` creates the schema (destinations only)."""
-    scheme = _scheme(url, GRAPHKEEP_OR_SQLITE)
-    if scheme in FOREIGN_SCHEMES:
-        _refuse_key_prefix(scheme, key_prefix)
-        opener = (
-            foreign.open_sqlite_store if scheme in SQLITE_SCHEMES else foreign.open_postgres_store
-        )
+    opener = _foreign_opener(
+        url, key_prefix, foreign.open_sqlite_store, foreign.open_postgres_store
+    )
+    if opener is not None:
         with opener(url, setup=setup, index=index) as store:
             yield store
         return

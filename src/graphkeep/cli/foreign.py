@@ -21,7 +21,7 @@ from urllib.parse import quote
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
-from graphkeep.cli.console import CliError, NotFound, UsageError, safe_url
+from graphkeep.cli.console import CliError, NotFound, Opened, UsageError, safe_url
 from graphkeep.errors import StorageUnavailable
 
 SQLITE_SCHEMES = ("sqlite",)
@@ -33,17 +33,12 @@ WriteRows = Callable[[str, str, str], list[tuple[str, int, str, str]] | None]
 
 
 @dataclass
-class Foreign:
+class Foreign(Opened):
     """One of LangGraph's own savers (SQLite, Postgres), used through its public API."""
 
-    url: str
     saver: BaseCheckpointSaver[Any]
     kind: str
     write_rows: WriteRows | None = None
-
-    @property
-    def label(self) -> str:
-        return safe_url(self.url)
 
     @property
     def scheme(self) -> str:

@@ -14,6 +14,7 @@ import argparse
 import re
 import sqlite3
 import time
+from collections.abc import Iterable
 from typing import Any, TextIO
 
 from graphkeep.checkpoint.health import (
@@ -27,6 +28,7 @@ from graphkeep.checkpoint.health import (
 )
 from graphkeep.checkpoint.port import INTERRUPT_IDX
 from graphkeep.checkpoint.records import Activity
+from graphkeep.cli.arguments import Commands, non_negative, size
 from graphkeep.cli.console import (
     EXIT_OK,
     EXIT_THRESHOLD,
@@ -41,7 +43,7 @@ from graphkeep.cli.console import (
 )
 from graphkeep.cli.endpoints import Native, open_endpoint
 from graphkeep.cli.foreign import Foreign, postgres_snapshot
-from graphkeep.cli.hot import HotUnreachable, read_hot_report, write_hot_report
+from graphkeep.cli.hot import HotUnreachable, add_hot_option, read_hot_report, write_hot_report
 from graphkeep.errors import StorageUnavailable
 
 _RUNAWAY = re.compile(r"^\s*(\d+)\s*/\s*(\S+)\s*$")
@@ -77,13 +79,9 @@ def runaway(text: str) -> tuple[int, float]:
     return int(match.group(1)), window(match.group(2))
 
 
-def add_health_command(sub: Any, common: argparse.ArgumentParser) -> None:
-    from graphkeep.cli.arguments import add_command, non_negative, size
-    from graphkeep.cli.hot import add_hot_option
-
-    p = add_command(
-        sub,
-        "health",
+def add_health_command(commands: Commands) -> None:
+    p = commands.add(
+        "health URL",
         cmd_health,
         "fleet health: active, interrupted and runaway threads, threads and bytes stored;"
         " exit code 3 when a threshold is crossed (for cron)",
@@ -98,9 +96,7 @@ def add_health_command(sub: Any, common: argparse.ArgumentParser) -> None:
         "checkpoint's values. A thread is active when its newest checkpoint is within\n"
         "--window, interrupted when its root namespace's latest checkpoint has a pending\n"
         "interrupt, runaway with more than N checkpoints in the --runaway period.\n",
-        common,
     )
-    p.add_argument("url", metavar="URL")
     p.add_argument("--window", type=window, default=3600.0, metavar="DURATION", help="default 1h")
     p.add_argument(
         "--runaway",
@@ -312,20 +308,36 @@ def _gauges(specs: list[tuple[str, str, str]], values: dict[str, Any], labels: s
     return lines
 
 
+def _by_label(
+    name: str,
+    kind: str,
+    help_text: str,
+    labels: str,
+    label: str,
+    samples: Iterable[tuple[str, Any]],
+) -> list[str]:
+    """The exposition lines of the metric ``name`` with one sample per value of ``label``
+    (``samples``: (that value, the sample)), besides the ``labels`` every sample has."""
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+    for value, sample in samples:
+        lines.append(f'{name}{{{labels},{label}="{_label(value)}"}} {sample}')
+    return lines
+
+
 def prometheus_text(health: FleetHealth, backend: str, capacity: int | None = None) -> str:
     """The report in Prometheus' text exposition format (a ``backend`` label on each)."""
     values: dict[str, Any] = {g.field: g.value(health) for g in FLEET_GAUGES}
     values["capacity"] = capacity
     labels = f'backend="{_label(backend)}"'
-    lines = _gauges(GAUGES, values, labels)
-    name = "graphkeep_runaway_thread_checkpoints"
-    lines += [
-        f"# HELP {name} Checkpoints in the runaway period of each runaway thread.",
-        f"# TYPE {name} gauge",
-    ]
-    for r in health.runaway:
-        lines.append(f'{name}{{{labels},thread_id="{_label(r.thread_id)}"}} {r.checkpoints}')
-    return "\n".join(lines) + "\n"
+    runaway = _by_label(
+        "graphkeep_runaway_thread_checkpoints",
+        "gauge",
+        "Checkpoints in the runaway period of each runaway thread.",
+        labels,
+        "thread_id",
+        [(r.thread_id, r.checkpoints) for r in health.runaway],
+    )
+    return "\n".join(_gauges(GAUGES, values, labels) + runaway) + "\n"
 
 
 #: (name, help, report field) of the gauges ``--hot`` adds to ``--format prometheus``
@@ -343,15 +355,15 @@ HOT_GAUGES = [
 def hot_prometheus_text(hot: dict[str, Any], backend: str) -> str:
     """``--hot``'s part in the text exposition format (reads by outcome as a counter)."""
     labels = f'backend="{_label(backend)}"'
-    lines = _gauges(HOT_GAUGES, hot, labels)
-    name = "graphkeep_hot_reads_total"
-    lines += [
-        f"# HELP {name} Reads through the hot layer by outcome, every process.",
-        f"# TYPE {name} counter",
-    ]
-    for outcome, count in hot["reads"].items():
-        lines.append(f'{name}{{{labels},outcome="{_label(outcome)}"}} {count}')
-    return "\n".join(lines) + "\n"
+    reads = _by_label(
+        "graphkeep_hot_reads_total",
+        "counter",
+        "Reads through the hot layer by outcome, every process.",
+        labels,
+        "outcome",
+        hot["reads"].items(),
+    )
+    return "\n".join(_gauges(HOT_GAUGES, hot, labels) + reads) + "\n"
 
 
 def crossed(health: FleetHealth, args: argparse.Namespace) -> list[str]:
@@ -429,7 +441,7 @@ def cmd_health(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _span(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
+    for unit, factor in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= factor and seconds % factor == 0:
+            return f"{int(seconds // factor)}{unit}"
     return f"{seconds:g}s"

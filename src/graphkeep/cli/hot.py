@@ -36,11 +36,14 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import graphkeep
 from graphkeep.backends.redis.client import sync_client
 from graphkeep.checkpoint.ids import normalize_thread_id
+from graphkeep.cli.arguments import Commands, add_thread_choice
+from graphkeep.cli.batch import report_not_found
 from graphkeep.cli.console import (
     EXIT_NOT_FOUND,
     EXIT_OK,
     MASK,
     CliError,
+    Opened,
     UsageError,
     human_bytes,
     print_json,
@@ -89,18 +92,13 @@ def _client_url(url: str) -> str:
 
 
 @dataclass
-class HotView:
-    """A durable endpoint, its hot layer and a Redis client for what the layer does not
-    offer (SCAN, MEMORY USAGE, UNLINK with a count, HGET of a namespace's newest id)."""
+class HotView(Opened):
+    """A durable endpoint, its hot layer (at ``url``) and a Redis client for what the layer
+    does not offer (SCAN, MEMORY USAGE, UNLINK with a count, HGET of a namespace's newest id)."""
 
     endpoint: Endpoint
     layer: Any
     client: Any
-    url: str
-
-    @property
-    def label(self) -> str:
-        return safe_url(self.url)
 
     @property
     def prefix(self) -> str:
@@ -139,7 +137,7 @@ def open_hot(url: str, hot: str, key_prefix: str | None) -> Iterator[HotView]:
             client = sync_client(_client_url(hot))
             try:
                 _ping(client, hot)
-                yield HotView(endpoint, layer, client, hot)
+                yield HotView(hot, endpoint, layer, client)
             finally:
                 client.close()
         finally:
@@ -316,20 +314,17 @@ def _read_text(read: dict[str, Any]) -> str:
 # -- graphkeep hot warm | evict ----------------------------------------------------------
 
 
-def add_hot_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-    from graphkeep.cli.arguments import add_command
-
-    hot = sub.add_parser(
+def add_hot_commands(commands: Commands) -> None:
+    hot = commands.group(
         "hot",
+        "hot_command",
         help="Redis as the hot layer: warm threads into it, evict them from it",
         description="Redis as the hot layer (graphkeep.hot_layer) over a durable store:"
         " warm threads into it, evict them from it. The durable store is never written.",
     )
-    hot_sub = hot.add_subparsers(dest="hot_command", metavar="COMMAND", required=True)
 
-    p = add_command(
-        hot_sub,
-        "warm",
+    p = hot.add(
+        "warm URL",
         cmd_hot_warm,
         "read threads' latest checkpoints (every namespace) through the hot layer, so Redis"
         " holds them",
@@ -341,29 +336,20 @@ def add_hot_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "layer always reads it from the durable store. Copies expire hot_ttl after their\n"
         "last read (an hour by default). An app whose saver has a state_schema reads copies\n"
         "made without it as misses (and refills them).\n",
-        common,
     )
-    p.add_argument("url", metavar="URL")
     add_hot_option(p, required=True)
     p.add_argument("--thread", nargs="+", required=True, metavar="THREAD", help="these threads")
 
-    p = add_command(
-        hot_sub,
-        "evict",
+    p = hot.add(
+        "evict URL",
         cmd_hot_evict,
         "drop threads' copies from the hot layer's Redis (the durable store keeps everything)",
         "  graphkeep hot evict mongodb://db/app --hot redis://cache:6379/0 --thread t1 t2\n"
         "  graphkeep hot evict 'dynamodb://app?region=eu-west-1' --hot redis://cache:6379/0 \\\n"
         "      --all --json\n",
-        common,
     )
-    p.add_argument("url", metavar="URL")
     add_hot_option(p, required=True)
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--thread", nargs="+", metavar="THREAD", help="these threads")
-    which.add_argument(
-        "--all", action="store_true", help="every thread hash under the prefix (SCAN + UNLINK)"
-    )
+    add_thread_choice(p, "every thread hash under the prefix (SCAN + UNLINK)")
 
 
 def cmd_hot_warm(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -397,8 +383,7 @@ def cmd_hot_warm(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             table(["THREAD", "NS", "CHECKPOINT", "READ", "IN REDIS"], rows, out)
         for r in results:
             out.write(f"{r['thread_id']}: {human_bytes(r['bytes'])} in Redis\n")
-        for thread_id in missing:
-            err.write(f"graphkeep: thread {thread_id!r} not found at {durable}\n")
+        report_not_found(missing, durable, err)
     return EXIT_NOT_FOUND if missing else EXIT_OK
 
 

@@ -25,7 +25,7 @@ import json
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from graphkeep.cli.arguments import add_command, seconds
+from graphkeep.cli.arguments import Commands, add_namespace_choice, seconds
 from graphkeep.cli.console import EXIT_OK, NotFound, UsageError, iso, safe_url
 from graphkeep.cli.decode import inspection_serde, to_json
 from graphkeep.cli.endpoints import open_endpoint, open_events, require_graphkeep
@@ -37,11 +37,10 @@ from graphkeep.errors import UnknownRun
 EXIT_INTERRUPTED = 130
 
 
-def add_live_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+def add_live_commands(commands: Commands) -> None:
     """Register ``watch`` and ``events`` on the ``graphkeep`` sub-parsers."""
-    p = add_command(
-        sub,
-        "watch",
+    p = commands.add(
+        "watch URL THREAD",
         cmd_watch,
         "print a thread's checkpoints as they are committed (by any process): id, step,"
         " source, changed channels",
@@ -53,14 +52,9 @@ def add_live_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "first (pass the last id printed to resume without a gap). Redis reads the\n"
         "thread's stream (XREAD BLOCK); MongoDB and DynamoDB poll, backing off when idle.\n"
         "Ends after --timeout without a new checkpoint (default: never; Ctrl-C).\n",
-        common,
     )
-    p.add_argument("url", metavar="URL")
-    p.add_argument("thread", metavar="THREAD")
     p.add_argument("--after", metavar="ID", help="first print every checkpoint after this one")
-    ns = p.add_mutually_exclusive_group()
-    ns.add_argument("--ns", default="", help='checkpoint namespace (default: root "")')
-    ns.add_argument("--all-ns", action="store_true", help="every namespace (subgraphs too)")
+    add_namespace_choice(p)
     p.add_argument(
         "--timeout",
         type=seconds,
@@ -68,9 +62,8 @@ def add_live_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         help="stop after S seconds without a new checkpoint (5, 90s, 10m; default: never)",
     )
 
-    p = add_command(
-        sub,
-        "events",
+    p = commands.add(
+        "events URL RUN_ID",
         cmd_events,
         "print a run's events from its event log (graphkeep.connect_events):"
         " id<TAB>json, one per line",
@@ -81,10 +74,7 @@ def add_live_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "Without --follow prints what is stored and exits; with --follow goes on with live\n"
         "events until the run's close event. --after ID (an id printed before, or an SSE\n"
         "Last-Event-ID) starts after that event. Exit 4 for a run with no events.\n",
-        common,
     )
-    p.add_argument("url", metavar="URL")
-    p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--after", metavar="ID", help="start after this event id")
     p.add_argument(
         "--follow", "-f", action="store_true", help="keep printing live events until the close"

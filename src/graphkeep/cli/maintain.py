@@ -21,6 +21,7 @@ from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, MANIFEST_TAG
 from graphkeep.checkpoint.records import Inventory
 from graphkeep.checkpoint.saver import referenced_blobs
 from graphkeep.checkpoint.walk import keep_latest
+from graphkeep.cli.batch import report_not_found
 from graphkeep.cli.console import (
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -190,8 +191,7 @@ def cmd_prune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 for entry in plan["removed_checkpoint_ids"]:
                     ns = entry["checkpoint_ns"]
                     out.write(f"  - {entry['checkpoint_id']}{f' (ns {ns})' if ns else ''}\n")
-        for thread_id in missing:
-            err.write(f"graphkeep: thread {thread_id!r} not found at {label}\n")
+        report_not_found(missing, label, err)
         if not results and not missing:
             out.write(f"no thread matches at {label}\n")
         if args.dry_run and results:

@@ -15,27 +15,19 @@ import argparse
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
-from graphkeep.cli.arguments import add_command, import_object
-from graphkeep.cli.console import (
-    EXIT_ERROR,
-    EXIT_NOT_FOUND,
-    EXIT_OK,
-    Progress,
-    UsageError,
-    print_json,
-)
+from graphkeep.cli.arguments import Commands, add_thread_choice, import_object
+from graphkeep.cli.batch import batch_exit, each_thread
+from graphkeep.cli.console import UsageError, print_json
 from graphkeep.cli.decode import app_serde
 from graphkeep.cli.endpoints import open_endpoint
-from graphkeep.cli.threads import iter_threads
 
 if TYPE_CHECKING:
     from graphkeep.checkpoint.materialize import MaterializeReport
 
 
-def add_materialize_command(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = add_command(
-        sub,
-        "materialize",
+def add_materialize_command(commands: Commands) -> None:
+    p = commands.add(
+        "materialize URL",
         cmd_materialize,
         "rollback for LangGraph < 1.2: write one checkpoint per thread and namespace whose"
         " DeltaChannels hold their full value as a plain value (history is kept)",
@@ -47,12 +39,8 @@ def add_materialize_command(sub: Any, common: argparse.ArgumentParser) -> None:
         "app's graph (--graph module:attr) for its reducer. Idempotent: a thread already\n"
         "plain is left alone, so re-run after an interruption. A thread a live run holds\n"
         "(graphkeep's lease) is skipped and reported; exit code 1 when one is not done.\n",
-        common,
     )
-    p.add_argument("url", metavar="URL")
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--thread", nargs="+", metavar="THREAD", help="these threads")
-    which.add_argument("--all", action="store_true", help="every thread of the store")
+    add_thread_choice(p, "every thread of the store")
     p.add_argument(
         "--channel", action="append", metavar="CHANNEL", help="only this DeltaChannel (repeatable)"
     )
@@ -76,23 +64,15 @@ def cmd_materialize(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f" DeltaChannels) in this environment: pip install 'langgraph>=1.2' ({exc})"
         ) from exc
     graph = load_graph(args.graph) if args.graph else None
-    reports: list[MaterializeReport] = []
     with open_endpoint(args.url, key_prefix=args.key_prefix, serde=app_serde()) as endpoint:
         label = endpoint.label
-        threads = list(dict.fromkeys(args.thread)) if args.thread else list(iter_threads(endpoint))
-        with Progress("materialize", len(threads), stream=err, enabled=args.progress) as progress:
-            for thread_id in threads:
-                progress.advance(0, detail=thread_id)
-                reports.append(
-                    materialize(
-                        endpoint.saver,
-                        thread_id,
-                        channels=args.channel,
-                        graph=graph,
-                        dry_run=args.dry_run,
-                    )
-                )
-                progress.advance(1, detail=thread_id)
+
+        def materialize_thread(thread_id: str) -> MaterializeReport:
+            return materialize(
+                endpoint.saver, thread_id, channels=args.channel, graph=graph, dry_run=args.dry_run
+            )
+
+        reports, _ = each_thread("materialize", args, endpoint, materialize_thread, err)
     failed = [r for r in reports if r.status in (FAILED, LOCKED) or r.verified is False]
     missing = [r for r in reports if r.status == NOT_FOUND]
     if args.json:
@@ -111,9 +91,7 @@ def cmd_materialize(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             out.write(_line(r) + "\n")
         if not reports:
             out.write(f"no threads at {label}\n")
-    if failed:
-        return EXIT_ERROR
-    return EXIT_NOT_FOUND if missing else EXIT_OK
+    return batch_exit(failed=bool(failed), missing=bool(missing))
 
 
 def load_graph(spec: str) -> Any:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO, cast
 
 from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
@@ -28,17 +28,11 @@ from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
 from graphkeep.checkpoint.migrations import Schema, check_schema, upgrade_head
 from graphkeep.checkpoint.saver import SaverBase
 from graphkeep.cli.arguments import import_object
-from graphkeep.cli.console import (
-    EXIT_ERROR,
-    EXIT_NOT_FOUND,
-    EXIT_OK,
-    Progress,
-    UsageError,
-    print_json,
-)
+from graphkeep.cli.batch import batch_exit, each_thread, report_not_found
+from graphkeep.cli.console import UsageError, print_json
 from graphkeep.cli.decode import app_serde
 from graphkeep.cli.endpoints import Native, open_endpoint, require_graphkeep
-from graphkeep.cli.threads import iter_threads, thread_config
+from graphkeep.cli.threads import thread_config
 from graphkeep.errors import ConfigurationError, GraphkeepError, LockNotAcquired
 
 #: seconds of the lease a thread's migration holds (it takes a few requests per namespace)
@@ -55,6 +49,8 @@ MIGRATED, WOULD_MIGRATE, UP_TO_DATE, LOCKED, FAILED = (
 
 @dataclass
 class NamespaceMigration:
+    """One namespace head's migration, as ``--json`` prints it (field by field)."""
+
     checkpoint_ns: str
     from_checkpoint_id: str
     from_version: int
@@ -64,33 +60,15 @@ class NamespaceMigration:
     interrupted: bool = False
     verified: bool | None = None
 
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "checkpoint_ns": self.checkpoint_ns,
-            "from_checkpoint_id": self.from_checkpoint_id,
-            "from_version": self.from_version,
-            "checkpoint_id": self.checkpoint_id,
-            "channels_changed": self.channels_changed,
-            "pending_writes_left": self.pending_writes_left,
-            "interrupted": self.interrupted,
-            "verified": self.verified,
-        }
-
 
 @dataclass
 class ThreadMigration:
+    """One thread's migration, as ``--json`` prints it (field by field)."""
+
     thread_id: str
     status: str = UP_TO_DATE
     namespaces: list[NamespaceMigration] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "thread_id": self.thread_id,
-            "status": self.status,
-            "namespaces": [n.as_json() for n in self.namespaces],
-            "problems": self.problems,
-        }
 
 
 def load_migrations(spec: str) -> Mapping[int, Any]:
@@ -112,22 +90,17 @@ def cmd_migrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except ConfigurationError as exc:
         raise UsageError(str(exc)) from exc
     assert schema is not None
-    results: list[ThreadMigration] = []
-    missing: list[str] = []
     # the app's own values are read and written (its migrations are imported, so are its
     # classes): LangGraph's serializer, encrypting like the app when LANGGRAPH_AES_KEY is set
     with open_endpoint(args.url, key_prefix=args.key_prefix, serde=app_serde()) as endpoint:
         assert isinstance(endpoint, Native)
-        threads = list(dict.fromkeys(args.thread)) if args.thread else list(iter_threads(endpoint))
-        with Progress("migrate", len(threads), stream=err, enabled=args.progress) as progress:
-            for thread_id in threads:
-                progress.advance(0, detail=thread_id)
-                result = migrate_thread(endpoint, schema, thread_id, dry_run=args.dry_run)
-                progress.advance(1, detail=thread_id)
-                if result is None:
-                    missing.append(thread_id)
-                else:
-                    results.append(result)
+        results, missing = each_thread(
+            "migrate",
+            args,
+            endpoint,
+            lambda thread_id: migrate_thread(endpoint, schema, thread_id, dry_run=args.dry_run),
+            err,
+        )
         label = endpoint.label
     counts = {
         s: sum(r.status == s for r in results)
@@ -140,7 +113,7 @@ def cmd_migrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 "url": label,
                 "to_version": schema.version,
                 "dry_run": args.dry_run,
-                "threads": [r.as_json() for r in results],
+                "threads": [asdict(r) for r in results],
                 "not_found": missing,
                 "summary": counts,
                 "ok": not unfinished and not missing,
@@ -162,17 +135,14 @@ def cmd_migrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 )
             for problem in r.problems:
                 out.write(f"  ! {problem}\n")
-        for thread_id in missing:
-            err.write(f"graphkeep: thread {thread_id!r} not found at {label}\n")
+        report_not_found(missing, label, err)
         done = counts[WOULD_MIGRATE] if args.dry_run else counts[MIGRATED]
         out.write(
             f"{done} thread(s) {'to migrate' if args.dry_run else 'migrated'} to"
             f" v{schema.version}, {counts[UP_TO_DATE]} already there, {counts[LOCKED]} locked"
             f" (skipped: re-run later), {counts[FAILED]} failed\n"
         )
-    if unfinished:
-        return EXIT_ERROR
-    return EXIT_NOT_FOUND if missing else EXIT_OK
+    return batch_exit(failed=bool(unfinished), missing=bool(missing))
 
 
 def migrate_thread(

@@ -14,11 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, TextIO
+from typing import TextIO
 
 from langgraph.store.base import PutOp
 
-from graphkeep.cli.arguments import add_command, minutes, non_negative, positive
+from graphkeep.cli.arguments import (
+    Commands,
+    add_key_prefixes,
+    minutes,
+    non_negative,
+    positive,
+)
 from graphkeep.cli.console import EXIT_OK, NotFound, Progress, UsageError, print_json, table
 from graphkeep.cli.endpoints import open_store
 from graphkeep.cli.store_copy import cmd_store_copy
@@ -218,50 +224,43 @@ examples:
 """
 
 
-def add_store_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-    """Register ``graphkeep store <command>`` under the top-level subparsers ``sub``."""
-    group = sub.add_parser(
+def add_store_commands(commands: Commands) -> None:
+    """Register ``graphkeep store <command>`` among the top-level ``commands``."""
+    store = commands.group(
         "store",
+        "store_command",
         help=GROUP_HELP,
         description=GROUP_HELP,
         epilog=GROUP_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = group.add_subparsers(dest="store_command", metavar="COMMAND", required=True)
 
-    p = add_command(
-        commands,
-        "namespaces",
+    p = store.add(
+        "namespaces URL",
         cmd_namespaces,
         "list the namespaces that hold items, sorted; --prefix/--suffix may use * for any label",
         "  graphkeep store namespaces redis://localhost:6379/0\n"
         "  graphkeep store namespaces redis://localhost:6379/0 --prefix users --max-depth 2\n"
         "  graphkeep store namespaces sqlite:///store.db --suffix memories --json\n"
         "  graphkeep store namespaces mongodb://db/app --prefix '[\"team/a\"]' --limit 20\n",
-        common,
     )
-    p.add_argument("url", metavar="URL")
     p.add_argument("--prefix", metavar="NS", help=f"namespaces starting with NS ({NAMESPACE_HELP})")
     p.add_argument("--suffix", metavar="NS", help="namespaces ending with NS")
     p.add_argument("--max-depth", type=positive, metavar="N", help="truncate to N labels")
     p.add_argument("--limit", type=positive, metavar="N", help="at most N namespaces")
 
-    p = add_command(
-        commands,
-        "get",
+    p = store.add(
+        "get URL",
         cmd_get,
         "one item: its value and times; exit code 4 when it does not exist",
         "  graphkeep store get redis://localhost:6379/0 users/alice prefs\n"
         '  graphkeep store get sqlite:///store.db \'["team/a","notes"]\' n1 --json\n',
-        common,
     )
-    p.add_argument("url", metavar="URL")
     p.add_argument("namespace", metavar="NAMESPACE", help=NAMESPACE_HELP)
     p.add_argument("key", metavar="KEY")
 
-    p = add_command(
-        commands,
-        "search",
+    p = store.add(
+        "search URL",
         cmd_search,
         "items under a namespace prefix, newest first, or by similarity with --query",
         "  graphkeep store search redis://localhost:6379/0 users/alice\n"
@@ -270,9 +269,7 @@ def add_store_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "      --limit 50 --offset 50 --json\n"
         "  graphkeep store search redis://localhost:6379/0 users --query 'favourite food' \\\n"
         "      --embed openai:text-embedding-3-small --dims 1536\n",
-        common,
     )
-    p.add_argument("url", metavar="URL")
     p.add_argument(
         "namespace_prefix", metavar="NAMESPACE_PREFIX", help=f"{NAMESPACE_HELP}; / = all"
     )
@@ -282,26 +279,22 @@ def add_store_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--offset", type=non_negative, default=0, metavar="N", help="skip N items")
     index_flags(p, "the store's model, for --query")
 
-    p = add_command(
-        commands,
-        "delete",
+    p = store.add(
+        "delete URL",
         cmd_delete,
         "delete one item, or every item under a namespace prefix (--prefix NS --yes)",
         "  graphkeep store delete redis://localhost:6379/0 users/alice prefs\n"
         "  graphkeep store delete redis://localhost:6379/0 --prefix users/alice --dry-run\n"
         "  graphkeep store delete redis://localhost:6379/0 --prefix users/alice --yes\n",
-        common,
     )
-    p.add_argument("url", metavar="URL")
     p.add_argument("namespace", metavar="NAMESPACE", nargs="?", help=NAMESPACE_HELP)
     p.add_argument("key", metavar="KEY", nargs="?")
     p.add_argument("--prefix", metavar="NS", help="delete every item under NS")
     p.add_argument("--yes", action="store_true", help="confirm a --prefix delete")
     p.add_argument("--dry-run", action="store_true", help="show what would go, delete nothing")
 
-    p = add_command(
-        commands,
-        "copy",
+    p = store.add(
+        "copy SRC_URL DST_URL",
         cmd_store_copy,
         "copy items between any two stores (graphkeep URLs, sqlite:///, postgresql://),"
         " verified by reading every written item back",
@@ -316,13 +309,9 @@ def add_store_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "carried over (--ttl sets one). With --embed/--dims/--field the destination embeds\n"
         "what it receives (add --overwrite to embed items copied before).\n"
         "Exit code 1 when an item read back from the destination differs.\n",
-        common,
     )
-    p.add_argument("src", metavar="SRC_URL")
-    p.add_argument("dst", metavar="DST_URL")
     p.add_argument("--prefix", metavar="NS", help=f"only items under NS ({NAMESPACE_HELP})")
-    p.add_argument("--src-key-prefix", metavar="PREFIX", help="key prefix of the source")
-    p.add_argument("--dst-key-prefix", metavar="PREFIX", help="key prefix of the destination")
+    add_key_prefixes(p)
     p.add_argument("--ttl", type=minutes, metavar="MINUTES", help="TTL of the copied items")
     p.add_argument("--dry-run", action="store_true", help="count what would be written")
     p.add_argument(

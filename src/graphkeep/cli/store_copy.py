@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 
 from graphkeep.cli.console import EXIT_ERROR, EXIT_OK, Progress, UsageError, print_json
-from graphkeep.cli.endpoints import is_foreign, open_store, scheme_of
+from graphkeep.cli.endpoints import copy_key_prefixes, open_store, scheme_of
 from graphkeep.cli.foreign import SQLITE_SCHEMES, sqlite_has_store, sqlite_path
 from graphkeep.cli.store_values import (
     Namespace,
@@ -62,19 +62,10 @@ class CopyReport:
         }
 
 
-def _prefixes(args: argparse.Namespace) -> tuple[str | None, str | None]:
-    def side(own: str | None, url: str) -> str | None:
-        if own is not None:
-            return own
-        return None if is_foreign(url) else args.key_prefix  # --key-prefix means the graphkeep side
-
-    return side(args.src_key_prefix, args.src), side(args.dst_key_prefix, args.dst)
-
-
 def cmd_store_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     prefix = parse_namespace(args.prefix, root=True) if args.prefix else ()
-    src_prefix, dst_prefix = _prefixes(args)
-    if args.src.rstrip("/") == args.dst.rstrip("/") and src_prefix == dst_prefix:
+    src_prefix, dst_prefix = copy_key_prefixes(args)
+    if args.src_url.rstrip("/") == args.dst_url.rstrip("/") and src_prefix == dst_prefix:
         raise UsageError(
             "source and destination are the same store: use a different --dst-key-prefix"
         )
@@ -82,13 +73,13 @@ def cmd_store_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError(f"--ttl must be a positive number of minutes, got {args.ttl}")
     index = index_options(args)
     report = CopyReport(
-        store_label(args.src, src_prefix),
-        store_label(args.dst, dst_prefix),
+        store_label(args.src_url, src_prefix),
+        store_label(args.dst_url, dst_prefix),
         prefix,
         args.dry_run,
     )
     with (
-        open_store(args.src, key_prefix=src_prefix) as src,
+        open_store(args.src_url, key_prefix=src_prefix) as src,
         _destination(args, dst_prefix, index) as dst,
         Progress("copy", stream=err, enabled=args.progress) as progress,
     ):
@@ -107,12 +98,14 @@ def _destination(
     args: argparse.Namespace, key_prefix: str | None, index: dict[str, Any] | None
 ) -> Iterator[BaseStore | None]:
     """The destination store (schema created), or None for a dry run into an empty SQLite."""
-    if args.dry_run and scheme_of(args.dst) in SQLITE_SCHEMES:
-        path = sqlite_path(args.dst)
+    if args.dry_run and scheme_of(args.dst_url) in SQLITE_SCHEMES:
+        path = sqlite_path(args.dst_url)
         if not os.path.exists(path) or not sqlite_has_store(path):
             yield None  # nothing there yet: every item would be copied
             return
-    with open_store(args.dst, key_prefix=key_prefix, setup=not args.dry_run, index=index) as dst:
+    with open_store(
+        args.dst_url, key_prefix=key_prefix, setup=not args.dry_run, index=index
+    ) as dst:
         yield dst
 
 
