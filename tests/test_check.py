@@ -29,7 +29,7 @@ from langgraph.types import interrupt
 
 import graphkeep
 import graphkeep.checkpoint.check as check_module
-import graphkeep.checkpoint.saver as saver_module
+import graphkeep.checkpoint.maintenance as maintenance_module
 from graphkeep.checkpoint.check import Finding, findings_of
 from graphkeep.checkpoint.ids import id_at
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL
@@ -727,7 +727,7 @@ def test_prune_refuses_a_plan_that_drops_a_delta_channel_seed_and_deletes_nothin
             # a plan built by hand: every head, none of the ancestors its DeltaChannel needs
             return set(heads.items())
 
-        monkeypatch.setattr(saver_module, "keep_latest", heads_only)
+        monkeypatch.setattr(maintenance_module, "keep_latest", heads_only)
         with pytest.raises(UnsafePrune, match="delta_no_seed") as raised:
             saver.prune([thread_id])
         assert thread_id in str(raised.value) and "nothing deleted" in str(raised.value)

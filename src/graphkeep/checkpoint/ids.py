@@ -7,6 +7,7 @@ checked before any I/O, so a bad id never reaches a driver.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -107,6 +108,26 @@ def checkpoint_config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableCo
             "checkpoint_id": checkpoint_id,
         }
     }
+
+
+def configurable(config: RunnableConfig | Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """``config["configurable"]``, or an empty mapping when there is none (or not a mapping)."""
+    if not config:
+        return {}
+    conf = config.get("configurable")
+    return conf if isinstance(conf, Mapping) else {}
+
+
+def address(
+    config: RunnableConfig | None, *, max_bytes: int = DEFAULT_MAX_ID_BYTES
+) -> tuple[str, str, str | None]:
+    """``(thread_id, checkpoint_ns, checkpoint_id)`` of the checkpoint ``config`` names,
+    normalised (checkpoint_id None: the latest), or :class:`~graphkeep.errors.InvalidInput`."""
+    conf = configurable(config)
+    thread_id = normalize_thread_id(conf.get("thread_id"), max_bytes=max_bytes)
+    ns = normalize_namespace(conf.get("checkpoint_ns"), max_bytes=max_bytes)
+    checkpoint_id = normalize_checkpoint_id(conf.get("checkpoint_id"), max_bytes=max_bytes)
+    return thread_id, ns, checkpoint_id
 
 
 #: 100 ns ticks between the Gregorian epoch (uuid1/uuid6 time) and the Unix epoch

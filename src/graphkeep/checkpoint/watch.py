@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from graphkeep.checkpoint.ids import id_at, id_time, normalize_checkpoint_id, normalize_namespace
@@ -77,29 +78,40 @@ def watch_op(
     interval = check_seconds(poll_interval, "poll_interval", finite=True)
     longest = max(check_seconds(max_poll_interval, "max_poll_interval", finite=True), interval)
     since = time.time()  # without ``after``, the watch starts here, at the call
+    watched = Watched(saver, thread, ns, since, wait)
     if saver.port.feed:
-        return _follow_feed(saver, thread, ns, start, since, wait)
-    return _poll(saver, thread, ns, start, since, wait, interval, longest)
+        return _follow_feed(watched, start)
+    return _poll(watched, start, interval, longest)
 
 
-def _from_the_call(
-    saver: SaverBase, thread: str, ns: str | None, since: float
-) -> Op[tuple[str | None, bool]]:
+@dataclass(frozen=True, slots=True)
+class Watched:
+    """What one watch follows: the ``thread`` of ``saver`` in namespace ``ns`` (None: every
+    one), from the call made at ``since`` until ``wait`` seconds pass without a new
+    checkpoint (None: it never ends)."""
+
+    saver: SaverBase
+    thread: str
+    ns: str | None
+    since: float
+    wait: float | None
+
+
+def _from_the_call(watched: Watched) -> Op[tuple[str | None, bool]]:
     """Where a watch without ``after`` starts, read at its first read: the thread's newest
     checkpoint id then, or — when that checkpoint was made after the call (``since``), so
     others made after the call may have committed before this read — the call's instant
     (``id_at(since)``); and whether it is the latter. Ids that carry no time (not uuid6)
     keep the newest."""
-    newest = yield from saver.port.newest_commit(thread, ns)
+    newest = yield from watched.saver.port.newest_commit(watched.thread, watched.ns)
     made = None if newest is None else id_time(newest)
-    if made is not None and made > since:
-        return id_at(since), True
+    if made is not None and made > watched.since:
+        return id_at(watched.since), True
     return newest, False
 
 
 def _emit(
-    saver: SaverBase,
-    thread: str,
+    watched: Watched,
     commits: Iterable[tuple[str, str]],
     span: Iterable[tuple[str, str]] | None = None,
     newest: bool = True,
@@ -124,7 +136,7 @@ def _emit(
             before = None if newest else ids.pop()
             if not ids:
                 continue
-            page = yield from saver.newest_op(thread, ns, len(ids), before)
+            page = yield from watched.saver.newest_op(watched.thread, ns, len(ids), before)
             for one in page:
                 key = (ns, one.config["configurable"]["checkpoint_id"])
                 if key in wanted:
@@ -133,79 +145,61 @@ def _emit(
     for ns, checkpoint_id in commits:
         found = loaded.get((ns, checkpoint_id))
         if found is None:
-            found = yield from saver.load_op(thread, ns, checkpoint_id)
+            found = yield from watched.saver.load_op(watched.thread, ns, checkpoint_id)
         if found is not None:
-            saver.telemetry.watch_lag(found.checkpoint.get("ts"))
+            watched.saver.telemetry.watch_lag(found.checkpoint.get("ts"))
             yield Emit(found)
             count += 1
     return count
 
 
-def _backlog(
-    saver: SaverBase, thread: str, ns: str | None, above: str
-) -> Op[list[tuple[str, str]]]:
+def _backlog(watched: Watched, above: str) -> Op[list[tuple[str, str]]]:
     """Emit every commit with an id above ``above``, ascending, a page at a time; returns
     them."""
     found: list[tuple[str, str]] = []
     while True:
-        page = yield from saver.port.commits(thread, ns, above, PAGE)
+        page = yield from watched.saver.port.commits(watched.thread, watched.ns, above, PAGE)
         found += page
-        yield from _emit(saver, thread, page, newest=len(page) < PAGE)
+        yield from _emit(watched, page, newest=len(page) < PAGE)
         if len(page) < PAGE:
             return found
         above = page[-1][1]
 
 
-def _follow_feed(
-    saver: SaverBase,
-    thread: str,
-    ns: str | None,
-    start: str | None,
-    since: float,
-    wait: float | None,
-) -> Op[None]:
-    store: Any = saver.port
-    position = yield from store.feed_end(thread)
+def _follow_feed(watched: Watched, start: str | None) -> Op[None]:
+    store: Any = watched.saver.port
+    position = yield from store.feed_end(watched.thread)
     if start is None:  # the feed has what commits from now on; before now, the index
-        floor, lowered = yield from _from_the_call(saver, thread, ns, since)
+        floor, lowered = yield from _from_the_call(watched)
         start = floor if lowered else None
     pending: set[tuple[str, str]] = set()
     if start is not None:
-        backlog = yield from _backlog(saver, thread, ns, start)
+        backlog = yield from _backlog(watched, start)
         pending = set(backlog)  # may show up again in the feed: skip them there
     last = time.monotonic()
     while True:
         block = MAX_BLOCK_MS
-        if wait is not None:
-            left = wait - (time.monotonic() - last)
+        if watched.wait is not None:
+            left = watched.wait - (time.monotonic() - last)
             if left <= 0:
                 return
             block = max(1, min(block, math.ceil(left * 1000)))
-        entries, position = yield from store.feed_read(thread, position, block)
+        entries, position = yield from store.feed_read(watched.thread, position, block)
         fresh = []
         for entry in entries:
             if entry in pending:
                 pending.discard(entry)
-            elif ns is None or entry[0] == ns:
+            elif watched.ns is None or entry[0] == watched.ns:
                 fresh.append(entry)
-        if (yield from _emit(saver, thread, fresh)):
+        if (yield from _emit(watched, fresh)):
             last = time.monotonic()
 
 
-def _poll(
-    saver: SaverBase,
-    thread: str,
-    ns: str | None,
-    start: str | None,
-    since: float,
-    wait: float | None,
-    interval: float,
-    longest: float,
-) -> Op[None]:
-    store = saver.port
+def _poll(watched: Watched, start: str | None, interval: float, longest: float) -> Op[None]:
+    store = watched.saver.port
     floor = start
     if floor is None:
-        floor, _ = yield from _from_the_call(saver, thread, ns, since)
+        floor, _ = yield from _from_the_call(watched)
     #: commits above ``floor`` already emitted, with when they were first seen
     recent: dict[tuple[str, str], float] = {}
     backoff = Backoff(interval, longest)
@@ -213,12 +207,12 @@ def _poll(
         emitted = 0
         above = floor
         while True:
-            page = yield from store.commits(thread, ns, above, PAGE)
+            page = yield from store.commits(watched.thread, watched.ns, above, PAGE)
             now = time.monotonic()
             fresh = [c for c in page if c not in recent]
             for commit in fresh:
                 recent[commit] = now
-            emitted += yield from _emit(saver, thread, fresh, page, newest=len(page) < PAGE)
+            emitted += yield from _emit(watched, fresh, page, newest=len(page) < PAGE)
             if len(page) < PAGE:
                 break
             above = page[-1][1]  # a full page: read on right away
@@ -231,7 +225,7 @@ def _poll(
             backoff.news()  # silence counts from the end of what was just handed out
             continue  # a busy thread: read on at once, until a read finds nothing new
         idle = backoff.quiet
-        if wait is not None and idle >= wait:
+        if watched.wait is not None and idle >= watched.wait:
             return
         delay = backoff.pause()
-        yield Sleep(delay if wait is None else min(delay, max(0.001, wait - idle)))
+        yield Sleep(delay if watched.wait is None else min(delay, max(0.001, watched.wait - idle)))

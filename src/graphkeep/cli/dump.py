@@ -21,8 +21,8 @@ from typing import Any, TextIO
 from langgraph.checkpoint.base import writes_sort_key
 
 from graphkeep.checkpoint.lists import is_manifest, rebuild, where
+from graphkeep.checkpoint.read import fetch_elements, sort_writes
 from graphkeep.checkpoint.records import Loaded, Typed, WriteRecord
-from graphkeep.checkpoint.saver import fetch_elements, sort_writes
 from graphkeep.cli.console import EXIT_NOT_FOUND, CliError, NotFound, print_json
 from graphkeep.cli.decode import (
     EXT_DELTA_SNAPSHOT,

@@ -18,8 +18,8 @@ from typing import Any, TextIO
 from urllib.parse import parse_qs, urlsplit
 
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, MANIFEST_TAG
+from graphkeep.checkpoint.maintenance import referenced_blobs
 from graphkeep.checkpoint.records import Inventory
-from graphkeep.checkpoint.saver import referenced_blobs
 from graphkeep.checkpoint.walk import keep_latest
 from graphkeep.cli.batch import report_not_found
 from graphkeep.cli.console import (

@@ -2,7 +2,8 @@
 
 Sync calls on an async saver, store, cache or event log hop onto the loop that owns its
 client (:func:`on_loop`); endless streams cross between a blocking iterator and an async
-one a step at a time (:func:`stream_in_thread`, :func:`stream_on_loop`).
+one a step at a time (:func:`stream_in_thread`, :func:`stream_on_loop`); an answer already
+read is handed to async callers as an iterator (:func:`aiter_of`).
 """
 
 from __future__ import annotations
@@ -85,3 +86,9 @@ def stream_on_loop(iterator: AsyncIterator[T], run: Callable[[Any], Any]) -> Ite
             yield item
     finally:
         run(close())
+
+
+async def aiter_of(item: T | None) -> AsyncIterator[T]:
+    """An async iterator of ``item`` alone (of nothing when it is None)."""
+    if item is not None:
+        yield item

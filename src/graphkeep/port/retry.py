@@ -17,11 +17,13 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from graphkeep.port.ops import Sleep
 from graphkeep.port.pools import Pool
 from graphkeep.port.telemetry import Target
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,9 @@ class Retry:
         raise error from exc
 
 
-class SyncExecutor:
-    """Runs a request with ``send`` (one attempt), retried as ``retry`` says.
+class Executor(Generic[R]):
+    """Runs a request with ``send`` (one attempt), retried as ``retry`` says: what
+    :class:`SyncExecutor` and :class:`AsyncExecutor` share.
 
     ``where`` names the server in errors (password masked), ``target`` in telemetry
     (:class:`~graphkeep.port.telemetry.Target`); ``Sleep`` requests pause. With a ``pool``,
@@ -62,7 +65,7 @@ class SyncExecutor:
 
     def __init__(
         self,
-        send: Callable[[Any], Any],
+        send: Callable[[Any], R],
         retry: Retry,
         where: str,
         target: Target | None = None,
@@ -74,6 +77,10 @@ class SyncExecutor:
         #: what the requests go to, for telemetry (``db.system.name``, ``db.namespace``…)
         self.target = target
         self.pool = pool
+
+
+class SyncExecutor(Executor[Any]):
+    """The blocking executor: ``send`` returns the request's result."""
 
     def __call__(self, request: Any) -> Any:
         if isinstance(request, Sleep):
@@ -91,23 +98,8 @@ class SyncExecutor:
         raise AssertionError("unreachable")
 
 
-class AsyncExecutor:
+class AsyncExecutor(Executor[Awaitable[Any]]):
     """The async twin of :class:`SyncExecutor`: ``send`` returns an awaitable."""
-
-    def __init__(
-        self,
-        send: Callable[[Any], Awaitable[Any]],
-        retry: Retry,
-        where: str,
-        target: Target | None = None,
-        pool: Pool | None = None,
-    ) -> None:
-        self.send = send
-        self.retry = retry
-        self.where = where
-        #: what the requests go to, for telemetry (``db.system.name``, ``db.namespace``…)
-        self.target = target
-        self.pool = pool
 
     async def __call__(self, request: Any) -> Any:
         if isinstance(request, Sleep):

@@ -199,15 +199,22 @@ class Totals:
             yield Observation(value, dict(key))
 
 
+def seconds_histogram(meter: Any, name: str, description: str) -> Any:
+    """A histogram of durations: in seconds, over :data:`DURATION_BUCKETS`."""
+    return meter.create_histogram(
+        name,
+        unit="s",
+        description=description,
+        explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+    )
+
+
 class Instruments:
     """Every instrument graphkeep records with, made once per meter."""
 
     def __init__(self, meter: Any) -> None:
-        self.duration = meter.create_histogram(
-            DURATION,
-            unit="s",
-            description="Duration of a graphkeep call (every request and retry in it).",
-            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        self.duration = seconds_histogram(
+            meter, DURATION, "Duration of a graphkeep call (every request and retry in it)."
         )
         #: graphkeep.call.requests / graphkeep.put.bytes: counters, summed per call here
         self.requests = Totals()
@@ -226,22 +233,16 @@ class Instruments:
             description="Payload bytes written by put and put_writes (per call: over"
             " db.client.operation.duration's count).",
         )
-        self.lock_wait = meter.create_histogram(
-            LOCK_WAIT,
-            unit="s",
-            description="Time spent acquiring a thread's lease (acquired or given up).",
-            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        self.lock_wait = seconds_histogram(
+            meter, LOCK_WAIT, "Time spent acquiring a thread's lease (acquired or given up)."
         )
         self.lock_contention = meter.create_counter(
             LOCK_CONTENTION,
             unit="{attempt}",
             description="Attempts to take a thread's lease that found it held.",
         )
-        self.watch_lag = meter.create_histogram(
-            WATCH_LAG,
-            unit="s",
-            description="Time from a checkpoint's creation to its delivery by watch.",
-            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        self.watch_lag = seconds_histogram(
+            meter, WATCH_LAG, "Time from a checkpoint's creation to its delivery by watch."
         )
         self.append_batch = meter.create_histogram(
             APPEND_BATCH_SIZE,

@@ -1,0 +1,132 @@
+"""The saver's thread maintenance as ops: ``delete_thread``, ``delete_for_runs``, ``copy_thread``
+and ``prune``, deleting only what no kept checkpoint needs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from graphkeep.checkpoint.check import plan_problems
+from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, element_blob_keys, is_manifest
+from graphkeep.checkpoint.port import CheckpointPort
+from graphkeep.checkpoint.records import Inventory, Typed
+from graphkeep.checkpoint.walk import keep_latest
+from graphkeep.errors import UnsafePrune
+from graphkeep.port import Op
+
+if TYPE_CHECKING:
+    from graphkeep.checkpoint.saver import SaverBase
+
+PRUNE_STRATEGIES = ("keep_latest", "delete")
+
+
+def delete_thread_op(saver: SaverBase, thread_id: Any) -> Op[None]:
+    """The op of ``delete_thread``: the thread's records, and those other products keep
+    with it (:attr:`~graphkeep.checkpoint.saver.SaverBase.thread_scoped`)."""
+    thread = saver.check_thread_id(thread_id)
+    saver.lists.forget(thread)
+    yield from saver.port.delete_thread(thread)
+    yield from _delete_scoped(saver, thread)
+
+
+def delete_for_runs_op(saver: SaverBase, run_ids: Sequence[str]) -> Op[None]:
+    """The op of ``delete_for_runs``: the checkpoints those runs wrote, with their writes
+    and the values no other checkpoint uses."""
+    if isinstance(run_ids, str):
+        raise TypeError("run_ids must be a sequence of run ids, not a single str")
+    wanted = [str(r) for r in run_ids if r is not None and str(r)]
+    if not wanted:
+        return
+    found = yield from saver.port.find_runs(wanted)
+    for thread_id, doomed in found.items():
+        inventory = yield from saver.port.inventory(thread_id)
+        yield from _delete_keeping(saver, thread_id, inventory, set(doomed))
+
+
+def copy_thread_op(saver: SaverBase, source_thread_id: Any, target_thread_id: Any) -> Op[None]:
+    """The op of ``copy_thread``: every record of the source thread, under the target's id."""
+    source = saver.check_thread_id(source_thread_id)
+    target = saver.check_thread_id(target_thread_id)
+    if source == target:
+        return
+    dump = yield from saver.port.export_thread(source)
+    if dump:
+        yield from saver.port.import_thread(target, dump)
+
+
+def prune_op(saver: SaverBase, thread_ids: Sequence[str], strategy: str) -> Op[None]:
+    """The op of ``prune``: per thread, ``keep_latest`` keeps each namespace's newest
+    checkpoint (refusing a plan that would leave it incomplete), ``delete`` drops it all."""
+    if isinstance(thread_ids, str):
+        raise TypeError("thread_ids must be a sequence of thread ids, not a single str")
+    if strategy not in PRUNE_STRATEGIES:
+        raise ValueError(f"unknown prune strategy {strategy!r}; use one of {PRUNE_STRATEGIES}")
+    threads = list(dict.fromkeys(saver.check_thread_id(t) for t in thread_ids))
+    for thread_id in threads:
+        saver.lists.forget(thread_id)
+        if strategy == "delete":
+            yield from saver.port.delete_thread(thread_id)
+            yield from _delete_scoped(saver, thread_id)
+            continue
+        inventory = yield from saver.port.inventory(thread_id)
+        keep = keep_latest(inventory.checkpoints)
+        doomed = {(s.ns, s.checkpoint_id) for s in inventory.checkpoints} - keep
+        doomed |= inventory.write_keys - keep
+        yield from _delete_keeping(saver, thread_id, inventory, doomed, preflight=True)
+
+
+def referenced_blobs(
+    port: CheckpointPort, thread_id: str, inventory: Inventory, keep: set[tuple[str, str]]
+) -> Op[set[tuple[str, str, str]]]:
+    """Blob keys the checkpoints ``keep`` (ns, id) need: their values and list elements.
+
+    List elements are needed while a kept manifest names them; the manifests
+    are read for that (they are small, one ``get_blobs``), only when the thread
+    has elements at all.
+    """
+    survivors = [s for s in inventory.checkpoints if (s.ns, s.checkpoint_id) in keep]
+    referenced = {(s.ns, ch, s.versions[ch]) for s in survivors for ch in s.present}
+    if any(key[1] == ELEMENT_CHANNEL for key in inventory.blob_keys):
+        stored = sorted(referenced & inventory.blob_keys)
+        got: dict[tuple[str, str, str], Typed] = {}
+        if stored:
+            got = yield from port.get_blobs(thread_id, stored)
+        for (ns, _, _), blob in got.items():
+            if is_manifest(blob):
+                referenced.update(element_blob_keys(ns, [blob]))
+    return referenced
+
+
+def _delete_scoped(saver: SaverBase, thread_id: str) -> Op[None]:
+    for scoped in saver.thread_scoped:
+        yield from scoped.clear(thread_id)
+
+
+def _delete_keeping(
+    saver: SaverBase,
+    thread_id: str,
+    inventory: Inventory,
+    doomed: set[tuple[str, str]],
+    *,
+    preflight: bool = False,
+) -> Op[None]:
+    """Delete ``doomed`` checkpoints (with their writes) and blobs nothing else uses.
+
+    ``preflight`` (prune): refuse, before deleting anything, a plan that leaves a kept
+    checkpoint without what ``graphkeep check`` finds it needs (its DeltaChannel seed or
+    the parents its walk replays, a value, its parent in the history)."""
+    saver.lists.forget(thread_id)
+    keep = {(s.ns, s.checkpoint_id) for s in inventory.checkpoints} - doomed
+    referenced = yield from referenced_blobs(saver.port, thread_id, inventory, keep)
+    garbage = sorted(inventory.blob_keys - referenced)
+    if preflight:
+        problems = plan_problems(thread_id, inventory, doomed, garbage)
+        if problems:
+            raise UnsafePrune(
+                f"prune of thread {thread_id!r} refused, nothing deleted: the plan would"
+                f" leave {len(problems)} problem(s), first: {problems[0].kind} in"
+                f" namespace {problems[0].ns!r} at checkpoint {problems[0].checkpoint_id}"
+                f" (channel {problems[0].channel}): {problems[0].detail}"
+            )
+    if doomed or garbage:
+        yield from saver.port.delete_records(thread_id, sorted(doomed), garbage)
