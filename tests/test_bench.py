@@ -1,4 +1,4 @@
-"""``python -m graphkeep.bench``: the Redis suite end to end, and how it counts requests."""
+"""``python -m bench``: the Redis suite end to end, and how it counts requests."""
 
 from __future__ import annotations
 
@@ -18,14 +18,13 @@ from botocore.exceptions import ClientError
 from langgraph.checkpoint.memory import InMemorySaver
 
 import graphkeep
-from graphkeep.backends.dynamodb.requests import error_code
-from graphkeep.bench import cli, report
-from graphkeep.bench.capacity import item_size
-from graphkeep.bench.probes import Probe, count_round_trips, packed_size
-from graphkeep.bench.suites import Options, growth_targets
-from graphkeep.bench.suites.dynamodb import body_size, count_capacity, drop_table, dynamodb_client
-from graphkeep.bench.worker import InSubprocess
-from graphkeep.bench.workloads import (
+from bench import cli, report
+from bench.capacity import item_size
+from bench.probes import Probe, count_round_trips, packed_size
+from bench.suites import Options, growth_targets
+from bench.suites.dynamodb import body_size, count_capacity, drop_table, dynamodb_client
+from bench.worker import ROOT, InSubprocess
+from bench.workloads import (
     Opened,
     Result,
     large_text,
@@ -34,6 +33,7 @@ from graphkeep.bench.workloads import (
     new_message_bytes,
     workload,
 )
+from graphkeep.backends.dynamodb.requests import error_code
 from graphkeep.connect import BACKENDS
 
 from .conftest import REDIS_URL
@@ -45,7 +45,8 @@ SAVERS = {"graphkeep", "graphkeep-otel", "graphkeep-notel", "plainredis", "InMem
 
 def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "graphkeep.bench", *args],
+        [sys.executable, "-m", "bench", *args],
+        cwd=ROOT,
         env=dict(os.environ, REDIS_URL=REDIS_URL),
         capture_output=True,
         text=True,
@@ -153,7 +154,7 @@ def test_requests_are_attributed_to_the_saver_call_that_made_them() -> None:
 
 
 def test_a_contender_can_run_in_another_interpreter() -> None:
-    contender = InSubprocess("in-subprocess", sys.executable, "graphkeep.bench.worker:in_memory")
+    contender = InSubprocess("in-subprocess", sys.executable, "bench.worker:in_memory")
     result = contender.run(workload("W50-delta"), Options(turns=2, history_runs=1), "test")
     assert (result.saver, result.workload, result.history_entries) == (
         "in-subprocess",
@@ -175,7 +176,7 @@ def test_a_suite_whose_backend_has_not_landed_is_skipped_not_failed(
 
 
 def test_the_large_message_check_runs_in_another_interpreter() -> None:
-    contender = InSubprocess("in-subprocess", sys.executable, "graphkeep.bench.worker:in_memory")
+    contender = InSubprocess("in-subprocess", sys.executable, "bench.worker:in_memory")
     result = contender.run_large(50_000, "test")
     assert (result.saver, result.size_bytes, result.ok) == ("in-subprocess", 50_000, True)
     assert result.outcome == "stored and read back"
@@ -261,7 +262,7 @@ def test_growth_turns_go_on_after_the_history_and_measure_the_store_again() -> N
 
 
 def test_growth_runs_in_another_interpreter_too() -> None:
-    contender = InSubprocess("in-subprocess", sys.executable, "graphkeep.bench.worker:in_memory")
+    contender = InSubprocess("in-subprocess", sys.executable, "bench.worker:in_memory")
     result = contender.run(workload("W50"), Options(turns=2, history_runs=1), "test", 2)
     assert result.extra_turns == 2 and result.turn_tally.calls["put"] == 8
     assert (result.sent_bytes, result.stored_first) == ([], None)  # no store behind it
@@ -431,10 +432,10 @@ def test_quick_dynamodb_suite_reports_capacity_units_per_turn_beside_the_rivals(
     tmp_path: Path,
 ) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "graphkeep.bench", "--suite", "dynamodb", "--turns", "3",
+        [sys.executable, "-m", "bench", "--suite", "dynamodb", "--turns", "3",
          "--rounds", "1", "--history-runs", "1", "--growth-turns", "0", "--no-chart",
          "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=900,
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     section = done.stdout.split("### Capacity units per turn")[1].split("###")[0]

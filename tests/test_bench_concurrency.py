@@ -1,4 +1,4 @@
-"""``python -m graphkeep.bench --suite concurrency``: the report's shape, never its timings.
+"""``python -m bench --suite concurrency``: the report's shape, never its timings.
 
 A tiny run (N = 1 and 4, one turn per thread) on every backend: each backend has its section
 with graphkeep and its rivals at each N, graphkeep's cells are numbers and sane (every turn
@@ -23,9 +23,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from graphkeep.bench.concurrency_workload import Steps, established, percentile
-from graphkeep.bench.suites import concurrency as concurrency_suite
-from graphkeep.bench.suites import load
+from bench.concurrency_workload import Steps, established, percentile
+from bench.suites import concurrency as concurrency_suite
+from bench.suites import load
+from bench.worker import ROOT
 
 from .conftest import REDIS_URL
 
@@ -125,8 +126,9 @@ def test_quick_concurrency_suite_reports_graphkeep_and_rivals_on_every_backend(
     tmp_path: Path,
 ) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "graphkeep.bench", "--suite", "concurrency"]
+        [sys.executable, "-m", "bench", "--suite", "concurrency"]
         + ["--turns", "1", "--threads", "1,4", "--redis-db", "10", "--out", str(tmp_path)],
+        cwd=ROOT,
         env=dict(os.environ, REDIS_URL=REDIS_URL),
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""``python -m graphkeep.bench --suite effects --quick``: the report's shape and request counts,
+"""``python -m bench --suite effects --quick``: the report's shape and request counts,
 never its timings.
 
 Every backend (Redis, Redis Cluster, MongoDB, DynamoDB) gives a number in every cell, and the
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from graphkeep.bench.suites import Options, load
-from graphkeep.bench.suites import effects as effects_suite
+from bench.suites import Options, load
+from bench.suites import effects as effects_suite
 
 pytestmark = pytest.mark.redis
 

@@ -1,4 +1,4 @@
-"""``python -m graphkeep.bench --suite hot --quick``: the report's shape and what the hot layer
+"""``python -m bench --suite hot --quick``: the report's shape and what the hot layer
 saves the durable store in requests and bytes, never its timings.
 
 On every durable store (MongoDB, DynamoDB, Postgres), with Redis as the hot layer and without:
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from graphkeep.bench.suites import Options, load
-from graphkeep.bench.suites import hot as hot_suite
+from bench.suites import Options, load
+from bench.suites import hot as hot_suite
 
 pytestmark = pytest.mark.redis
 

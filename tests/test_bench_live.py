@@ -1,4 +1,4 @@
-"""``python -m graphkeep.bench --suite live --quick``: the report's shape, never its timings.
+"""``python -m bench --suite live --quick``: the report's shape, never its timings.
 
 The quick run measures every backend (Redis, Redis Cluster, MongoDB, DynamoDB) at a fifth
 of the sizes and the PUBLISH comparison on the same Redis; the test checks that every
@@ -20,10 +20,11 @@ from pathlib import Path
 import pytest
 
 import graphkeep
+from bench.live_workload import Requests, forget_agui, measure_agui, percentile
+from bench.suites import live as live_suite
+from bench.suites import load
+from bench.worker import ROOT
 from graphkeep.agui.runs import index_id
-from graphkeep.bench.live_workload import Requests, forget_agui, measure_agui, percentile
-from graphkeep.bench.suites import live as live_suite
-from graphkeep.bench.suites import load
 
 from .conftest import REDIS_URL
 
@@ -63,8 +64,8 @@ def test_the_live_suite_is_registered_with_its_own_runner() -> None:
 
 def test_quick_live_suite_reports_every_backend_side_by_side(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "graphkeep.bench", "--suite", "live", "--quick"]
-        + ["--out", str(tmp_path)],
+        [sys.executable, "-m", "bench", "--suite", "live", "--quick"] + ["--out", str(tmp_path)],
+        cwd=ROOT,
         env=dict(os.environ, REDIS_URL=REDIS_URL),
         capture_output=True,
         text=True,

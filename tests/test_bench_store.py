@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from graphkeep.bench.store_workload import (
+from bench.store_workload import (
     KINDS,
     OpResult,
     Sizes,
@@ -23,9 +23,9 @@ from graphkeep.bench.store_workload import (
     exact_scores,
     same_top_k,
 )
-from graphkeep.bench.suites import Options, load
-from graphkeep.bench.suites import store as store_suite
-from graphkeep.bench.suites.store_contenders import Contender
+from bench.suites import Options, load
+from bench.suites import store as store_suite
+from bench.suites.store_contenders import Contender
 
 from .conftest import REDIS_URL
 

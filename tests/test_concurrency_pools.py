@@ -24,9 +24,9 @@ from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
 import graphkeep
+from bench.concurrency_workload import established
 from conformance.setups import ENABLED, Setup
 from conformance.testing import marks_for
-from graphkeep.bench.concurrency_workload import established
 from graphkeep.errors import ConfigurationError, PoolExhausted
 from graphkeep.port.pools import pool_for
 from graphkeep.testing.isolation import isolated

@@ -1,8 +1,8 @@
 """The two import rules import-linter does not express (docs/architecture.md, "Import rules"):
 no module uses another module's private (``_underscore``) name, and no cycle among the imports
 that run when a module is imported; ``python tools/check_private_imports.py [PATH ...]``
-(default ``src tests conformance examples``) prints each report with its file:line and exits 1
-if there is any. Standard library only, so it runs before anything is installed.
+(default ``src bench tests conformance examples``) prints each report with its file:line and
+exits 1 if there is any. Standard library only, so it runs before anything is installed.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_PATHS = ("src", "tests", "conformance", "examples")
+DEFAULT_PATHS = ("src", "bench", "tests", "conformance", "examples")
 #: ``try`` statements (``try``/``except*`` is its own node from Python 3.11 on)
 TRY = (ast.Try, getattr(ast, "TryStar", ast.Try))
 

@@ -12,7 +12,7 @@ The embedding is local and deterministic: a hashing bag-of-words in 64 dimension
 This module needs only the standard library and ``langgraph``: it also runs as the worker of
 a rival store that lives in another virtualenv::
 
-    python -m graphkeep.bench.store_workload --factory pkg.module:open_store --scale 1.0 \\
+    python -m bench.store_workload --factory pkg.module:open_store --scale 1.0 \\
         --contender DynamoDBStore
 
 printing one ``RESULT_MARK`` line of JSON (:meth:`StoreResult.to_json`).
@@ -34,7 +34,7 @@ from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from graphkeep.bench.probes import Probe
+from bench.probes import Probe
 
 DIMS = 64
 RESULT_MARK = "GRAPHKEEP-BENCH-STORE-RESULT "
@@ -377,7 +377,7 @@ def same_top_k(ours: OpResult, reference: OpResult, sizes: Sizes) -> bool | None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m graphkeep.bench.store_workload")
+    parser = argparse.ArgumentParser(prog="python -m bench.store_workload")
     parser.add_argument("--factory", required=True, help="module:function -> ContextManager")
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--data", type=int, default=1, help="times S1's data (10: S10)")

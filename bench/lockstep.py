@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphkeep.bench.workloads import Opened, Workload, human_message
+from bench.workloads import Opened, Workload, human_message
 
 #: the at-most ratio of issue 22's cost target (ms/turn with telemetry over without)
 MAX_OVERHEAD = 1.05

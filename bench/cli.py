@@ -1,6 +1,6 @@
-"""Command line of ``python -m graphkeep.bench`` (``./dev bench``).
+"""Command line of ``python -m bench`` (``./dev bench``).
 
-    python -m graphkeep.bench [--suite redis|mongodb|dynamodb|store|live|concurrency|effects
+    python -m bench [--suite redis|mongodb|dynamodb|store|live|concurrency|effects
                                        |hot|all]
                               [--turns N | --quick] [--rounds N] [--growth-turns N]
                               [--threads 1,10,100,500] [--backends redis,mongodb,...]
@@ -33,9 +33,9 @@ from pathlib import Path
 
 from langgraph.checkpoint.memory import InMemorySaver
 
-from graphkeep.bench import lockstep, report
-from graphkeep.bench.probes import Probe
-from graphkeep.bench.suites import (
+from bench import lockstep, report
+from bench.probes import Probe
+from bench.suites import (
     SUITES,
     BenchError,
     Contender,
@@ -44,7 +44,7 @@ from graphkeep.bench.suites import (
     Suite,
     load,
 )
-from graphkeep.bench.workloads import (
+from bench.workloads import (
     GROWTH_WORKLOAD,
     WORKLOADS,
     LargeResult,
@@ -60,7 +60,7 @@ QUICK_TURNS = 10
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m graphkeep.bench",
+        prog="python -m bench",
         description="graphkeep vs other LangGraph checkpoint savers on the same store",
     )
     parser.add_argument(
@@ -137,7 +137,7 @@ def warm_up() -> None:
 def run_lockstep(
     suite: Suite, contenders: Sequence[Contender], options: Options
 ) -> tuple[list[str], list[tuple[str, bool]]]:
-    """The suite's lockstep contenders on W50 (:mod:`graphkeep.bench.lockstep`): the
+    """The suite's lockstep contenders on W50 (:mod:`bench.lockstep`): the
     report's section and the cost targets; nothing when the suite names none."""
     by = {c.name: c for c in contenders if isinstance(c, InProcess)}
     chosen = [(name, by[name].open) for name in suite.lockstep if name in by]

@@ -3,13 +3,13 @@
 Some rival savers pin dependencies that clash with ours (``langgraph-checkpoint-aws``
 wants a newer boto3), so a suite can run them as :class:`InSubprocess`: the child
 is another interpreter with this checkout on ``PYTHONPATH``, runs
-:func:`graphkeep.bench.workloads.measure` there and prints the result as one JSON
+:func:`bench.workloads.measure` there and prints the result as one JSON
 line::
 
-    python -m graphkeep.bench.worker --factory pkg.module:open_saver --workload W50 \\
+    python -m bench.worker --factory pkg.module:open_saver --workload W50 \\
         --turns 50 --history-runs 5 --suite dynamodb --saver DynamoDBSaver [--extra-turns 50]
 
-``--large BYTES`` runs :func:`graphkeep.bench.workloads.measure_large` instead.
+``--large BYTES`` runs :func:`bench.workloads.measure_large` instead.
 
 ``--factory`` names a function ``(Workload) -> ContextManager[Opened]`` importable
 in the child. :func:`ensure_venv` makes such a virtualenv on demand.
@@ -32,8 +32,8 @@ from typing import Any
 
 from langgraph.checkpoint.memory import InMemorySaver
 
-from graphkeep.bench.probes import Probe
-from graphkeep.bench.workloads import (
+from bench.probes import Probe
+from bench.workloads import (
     WORKLOADS,
     LargeResult,
     Opened,
@@ -45,7 +45,13 @@ from graphkeep.bench.workloads import (
 )
 
 RESULT_MARK = "GRAPHKEEP-BENCH-RESULT "
-SRC_DIR = Path(__file__).resolve().parents[2]  # .../src, holding the graphkeep package
+ROOT = Path(__file__).resolve().parents[1]  # the checkout: bench/ here, graphkeep in src/
+
+
+def pythonpath() -> str:
+    """A child's ``PYTHONPATH``: this checkout's graphkeep and bench, then the caller's own."""
+    entries = (str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH"))
+    return os.pathsep.join(p for p in entries if p)
 
 
 @contextmanager
@@ -73,7 +79,7 @@ def ensure_venv(path: Path, requirements: Sequence[str]) -> Path:
 
 @dataclass
 class InSubprocess:
-    """A contender measured by :mod:`graphkeep.bench.worker` under another interpreter."""
+    """A contender measured by :mod:`bench.worker` under another interpreter."""
 
     name: str
     python: str
@@ -92,11 +98,10 @@ class InSubprocess:
 
     def _child(self, *args: str) -> Any:
         command = [
-            self.python, "-m", "graphkeep.bench.worker",
+            self.python, "-m", "bench.worker",
             "--factory", self.factory, "--saver", self.name, *args,
         ]  # fmt: skip
-        path = os.pathsep.join(p for p in (str(SRC_DIR), os.environ.get("PYTHONPATH")) if p)
-        env = {**os.environ, **self.env, "PYTHONPATH": path}
+        env = {**os.environ, **self.env, "PYTHONPATH": pythonpath()}
         done = subprocess.run(
             command, env=env, capture_output=True, text=True, timeout=self.timeout
         )
@@ -108,7 +113,7 @@ class InSubprocess:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m graphkeep.bench.worker")
+    parser = argparse.ArgumentParser(prog="python -m bench.worker")
     parser.add_argument("--factory", required=True, help="module:function")
     parser.add_argument("--workload", default=WORKLOADS[0].name)
     parser.add_argument("--turns", type=int, default=50)

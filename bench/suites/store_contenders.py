@@ -1,10 +1,10 @@
-"""The store suite's contenders (:mod:`graphkeep.bench.suites.store`): how each LangGraph
+"""The store suite's contenders (:mod:`bench.suites.store`): how each LangGraph
 store is opened on a fresh scratch space of its server and how its requests are counted.
 
 graphkeep on Redis (Redis Stack when ``REDIS_STACK_URL`` answers, with its Query Engine
 vector index; else ``REDIS_URL`` db 13) and ``RedisStore``; graphkeep on MongoDB and
 ``MongoDBStore``, each in its own database; graphkeep on DynamoDB and ``DynamoDBStore``
-(run in ``.bench-venvs/aws`` through :mod:`graphkeep.bench.store_workload`'s worker), each in
+(run in ``.bench-venvs/aws`` through :mod:`bench.store_workload`'s worker), each in
 its own table; ``InMemoryStore``, the floor and the reference answers. Requests: Redis
 commands at the connection (a pipeline = 1), MongoDB commands seen by a ``CommandListener``,
 DynamoDB HTTP requests (botocore ``before-send``).
@@ -23,8 +23,8 @@ from functools import partial
 from importlib import metadata
 from typing import Any
 
-from graphkeep.bench.probes import Probe, count_round_trips
-from graphkeep.bench.store_workload import (
+from bench.probes import Probe, count_round_trips
+from bench.store_workload import (
     OpenedStore,
     Sizes,
     StoreResult,
@@ -32,7 +32,7 @@ from graphkeep.bench.store_workload import (
     measure_store,
     parse_worker_output,
 )
-from graphkeep.bench.suites import Options
+from bench.suites import Options
 from graphkeep.errors import mask_url
 
 KEY_PREFIX = "bench"
@@ -86,7 +86,7 @@ class Contender:
 
 
 def _redis_ping(url: str) -> str | None:
-    from graphkeep.bench.suites.redis import admin_client
+    from bench.suites.redis import admin_client
 
     try:
         client = admin_client(url)
@@ -148,7 +148,7 @@ def _listen_to_mongodb(probe: Probe) -> None:
     global _mongo_registered
     from pymongo import monitoring
 
-    from graphkeep.bench.suites.mongodb import HOUSEKEEPING
+    from bench.suites.mongodb import HOUSEKEEPING
 
     with _MONGO_LISTENING:
         _MONGO_PROBE["probe"] = probe
@@ -183,7 +183,7 @@ def open_graphkeep_redis(
     url: str, db: int, force: bool, vector_index: bool = False
 ) -> Iterator[OpenedStore]:
     import graphkeep
-    from graphkeep.bench.suites.redis import scratch_database
+    from bench.suites.redis import scratch_database
 
     _store_module("redis")
     db_url = scratch_database(url, db, force)
@@ -199,7 +199,7 @@ def open_graphkeep_redis(
 def open_redis_rival(url: str, db: int, force: bool) -> Iterator[OpenedStore]:
     from langgraph.store.redis import RedisStore
 
-    from graphkeep.bench.suites.redis import scratch_database
+    from bench.suites.redis import scratch_database
 
     db_url = scratch_database(url, db, force)
     probe = Probe()
@@ -210,7 +210,7 @@ def open_redis_rival(url: str, db: int, force: bool) -> Iterator[OpenedStore]:
 
 
 def _mongodb_scratch(name: str, force: bool) -> None:
-    from graphkeep.bench.suites.mongodb import mongo_client, scratch_database
+    from bench.suites.mongodb import mongo_client, scratch_database
 
     client = mongo_client()
     try:
@@ -222,7 +222,7 @@ def _mongodb_scratch(name: str, force: bool) -> None:
 @contextmanager
 def open_graphkeep_mongodb(force: bool) -> Iterator[OpenedStore]:
     import graphkeep
-    from graphkeep.bench.suites.mongodb import mongodb_url
+    from bench.suites.mongodb import mongodb_url
 
     _store_module("mongodb")
     name = MONGODB_DATABASES["graphkeep-mongodb"]
@@ -243,7 +243,7 @@ def open_mongodb_rival(force: bool) -> Iterator[OpenedStore]:
     import pymongo
     from langgraph.store.mongodb import MongoDBStore, create_vector_index_config
 
-    from graphkeep.bench.suites.mongodb import mongodb_url
+    from bench.suites.mongodb import mongodb_url
 
     name = MONGODB_DATABASES["MongoDBStore"]
     _mongodb_scratch(name, force)
@@ -274,7 +274,7 @@ def open_mongodb_rival(force: bool) -> Iterator[OpenedStore]:
 @contextmanager
 def open_graphkeep_dynamodb() -> Iterator[OpenedStore]:
     import graphkeep
-    from graphkeep.bench.suites.dynamodb import (
+    from bench.suites.dynamodb import (
         count_requests,
         drop_table,
         dynamodb_client,
@@ -299,7 +299,7 @@ def open_dynamodb_rival() -> Iterator[OpenedStore]:
     """Factory run inside ``.bench-venvs/aws`` (langgraph-checkpoint-aws)."""
     from langgraph_checkpoint_aws import DynamoDBStore
 
-    from graphkeep.bench.suites.dynamodb import (
+    from bench.suites.dynamodb import (
         count_requests,
         drop_table,
         dynamodb_client,
@@ -346,22 +346,21 @@ def open_dynamodb_rival() -> Iterator[OpenedStore]:
 
 
 def _aws_rival(sizes: Sizes) -> StoreResult:
-    from graphkeep.bench.suites.dynamodb import venv_dir
-    from graphkeep.bench.worker import SRC_DIR, ensure_venv
+    from bench.suites.dynamodb import venv_dir
+    from bench.worker import ensure_venv, pythonpath
 
     pins = [f"{d}=={metadata.version(d)}" for d in ("langgraph", "langgraph-checkpoint")]
     python = ensure_venv(venv_dir(), ["langgraph-checkpoint-aws", *pins])
-    path = os.pathsep.join(p for p in (str(SRC_DIR), os.environ.get("PYTHONPATH")) if p)
     full = Sizes.full()
     times = max(1, sizes.namespaces // full.namespaces)
     scale = sizes.items / (full.items * times)
     done = subprocess.run(
         [
-            str(python), "-m", "graphkeep.bench.store_workload",
-            "--factory", "graphkeep.bench.suites.store_contenders:open_dynamodb_rival",
+            str(python), "-m", "bench.store_workload",
+            "--factory", "bench.suites.store_contenders:open_dynamodb_rival",
             "--scale", repr(scale), "--data", str(times), "--contender", "DynamoDBStore",
         ],
-        env={**os.environ, "PYTHONPATH": path},
+        env={**os.environ, "PYTHONPATH": pythonpath()},
         capture_output=True,
         text=True,
         timeout=3600,
@@ -374,7 +373,7 @@ def _aws_rival(sizes: Sizes) -> StoreResult:
 
 def contenders(options: Options) -> tuple[list[Contender], str]:
     """Every contender of S1, and where each runs (for the report)."""
-    from graphkeep.bench.suites.redis import redis_url
+    from bench.suites.redis import redis_url
 
     force = options.force_flush
     stack = redis_stack_url()
@@ -394,8 +393,8 @@ def contenders(options: Options) -> tuple[list[Contender], str]:
             raise Unavailable(f"needs Redis Stack: {no_stack}")
         return open_redis_rival(stack, REDIS_STACK_DBS["RedisStore"], force)
 
-    from graphkeep.bench.suites.dynamodb import endpoint_url
-    from graphkeep.bench.suites.mongodb import mongodb_url
+    from bench.suites.dynamodb import endpoint_url
+    from bench.suites.mongodb import mongodb_url
 
     where = f"{redis_where}; MongoDB at {mask_url(mongodb_url())}; DynamoDB at {endpoint_url()}"
     return [

@@ -1,4 +1,4 @@
-"""Store suite: workload S1 (:mod:`graphkeep.bench.store_workload`) on every LangGraph store.
+"""Store suite: workload S1 (:mod:`bench.store_workload`) on every LangGraph store.
 
 Contenders, each on a fresh, empty scratch space of the same server in one run:
 
@@ -18,12 +18,12 @@ Contenders, each on a fresh, empty scratch space of the same server in one run:
 
 How each is opened and its requests counted (as the other suites count them: Redis
 commands at the connection, MongoDB commands, DynamoDB HTTP requests):
-:mod:`graphkeep.bench.suites.store_contenders`; this module runs them, pools the rounds and
-renders the report (:mod:`graphkeep.bench.render`). A rival that cannot build its vector
+:mod:`bench.suites.store_contenders`; this module runs them, pools the rounds and
+renders the report (:mod:`bench.render`). A rival that cannot build its vector
 index on this server is run without it and its semantic row says why; a graphkeep backend
 that has not landed is left out with "not available yet".
 
-Run it with ``./dev bench --suite store`` or ``python -m graphkeep.bench.suites.store``
+Run it with ``./dev bench --suite store`` or ``python -m bench.suites.store``
 (``--only NAME,...`` picks contenders; ``--scale`` shrinks S1; ``--data 10`` runs S10, ten
 times the items in ten times the namespaces with the same calls).
 """
@@ -37,17 +37,17 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from graphkeep.bench import render
-from graphkeep.bench.render import NA, Bars, Figure, Panel, number, ratio, section, table, versions
-from graphkeep.bench.store_workload import (
+from bench import render
+from bench.render import NA, Bars, Figure, Panel, number, ratio, section, table, versions
+from bench.store_workload import (
     KINDS,
     OpResult,
     Sizes,
     StoreResult,
     same_top_k,
 )
-from graphkeep.bench.suites import Options, Skip, Suite
-from graphkeep.bench.suites.store_contenders import (
+from bench.suites import Options, Skip, Suite
+from bench.suites.store_contenders import (
     CONTENDERS,
     PAIRS,
     REFERENCE,
@@ -285,7 +285,7 @@ SUITE = Suite(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m graphkeep.bench.suites.store")
+    parser = argparse.ArgumentParser(prog="python -m bench.suites.store")
     parser.add_argument("--quick", action="store_true", help="S1 at a fifth of its size")
     parser.add_argument("--scale", type=float, default=None, help="S1 size factor (1.0)")
     parser.add_argument(

@@ -4,7 +4,7 @@ A suite module defines ``SUITE = Suite(...)``: how to tell whether it can run
 (its graphkeep backend is registered, its server answers) and the contenders,
 i.e. the savers it measures. A contender either opens a saver in this process
 (:class:`InProcess`) or runs the whole measurement elsewhere, e.g. in another
-virtualenv (:class:`graphkeep.bench.worker.InSubprocess`). Adding a store means
+virtualenv (:class:`bench.worker.InSubprocess`). Adding a store means
 one module and one line in :data:`SUITES`.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from graphkeep.bench.workloads import (
+from bench.workloads import (
     GROWTH_WORKLOAD,
     WORKLOADS,
     LargeResult,
@@ -43,14 +43,14 @@ MAX_SENT_PER_NEW_BYTE = 3
 
 #: suite name -> module defining ``SUITE`` (imported only when that suite runs)
 SUITES: dict[str, str] = {
-    "redis": "graphkeep.bench.suites.redis",
-    "mongodb": "graphkeep.bench.suites.mongodb",
-    "dynamodb": "graphkeep.bench.suites.dynamodb",
-    "store": "graphkeep.bench.suites.store",
-    "live": "graphkeep.bench.suites.live",
-    "concurrency": "graphkeep.bench.suites.concurrency",
-    "effects": "graphkeep.bench.suites.effects",
-    "hot": "graphkeep.bench.suites.hot",
+    "redis": "bench.suites.redis",
+    "mongodb": "bench.suites.mongodb",
+    "dynamodb": "bench.suites.dynamodb",
+    "store": "bench.suites.store",
+    "live": "bench.suites.live",
+    "concurrency": "bench.suites.concurrency",
+    "effects": "bench.suites.effects",
+    "hot": "bench.suites.hot",
 }
 
 
@@ -156,7 +156,7 @@ class Suite:
     capacity_label: str = ""
     #: in-process contenders whose W50 turns also run in lockstep after the rounds (the
     #: first is the baseline), and the cost statements judged on them
-    #: (:mod:`graphkeep.bench.lockstep`)
+    #: (:mod:`bench.lockstep`)
     lockstep: tuple[str, ...] = ()
     lockstep_costs: tuple[tuple[str, str], ...] = ()
 

@@ -2,7 +2,7 @@
 
 For each backend, each N of ``--threads`` (default 1, 10, 100, 500) and each contender on
 the same server, one process and one asyncio loop run N LangGraph threads of W50 turns at
-once (:mod:`graphkeep.bench.concurrency_workload`: what is measured and how). Each
+once (:mod:`bench.concurrency_workload`: what is measured and how). Each
 measurement opens its contender afresh on a scratch space of its own:
 
 - **Redis** (``REDIS_URL``): graphkeep's ``AsyncRedisSaver`` in database ``--redis-db``,
@@ -24,14 +24,14 @@ measurement opens its contender afresh on a scratch space of its own:
 Requests: graphkeep's are the requests its executor runs (one per Redis script, pipeline or
 command, MongoDB command, DynamoDB API call; the bench's counter wraps the saver's async
 executor); plainredis's and the official Redis saver's are round trips counted at their
-redis-py connections (:func:`graphkeep.bench.probes.acount_round_trips`), MongoDBSaver's the
+redis-py connections (:func:`bench.probes.acount_round_trips`), MongoDBSaver's the
 commands seen by a pymongo ``CommandListener``, DynamoDBSaver's botocore's ``before-send``
 events. Turns per thread: ``--turns`` (50; ``--quick`` 10) up to N = 10, a tenth of it (at
 least 1) above.
 
 The report goes to ``<out>/concurrency.md``, the chart (turns/s against N, per backend) to
 ``concurrency.png`` and the results to ``concurrency.json``; ``python -m
-graphkeep.bench.suites.concurrency --merge A/concurrency.json B/concurrency.json --out DIR``
+bench.suites.concurrency --merge A/concurrency.json B/concurrency.json --out DIR``
 makes one report of several runs (a slow backend run with fewer ``--turns``, say).
 """
 
@@ -52,8 +52,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from graphkeep.bench import render
-from graphkeep.bench.concurrency_workload import (
+from bench import render
+from bench.concurrency_workload import (
     MAX_BLOCKING_MS,
     RESULT_MARK,
     THREADS,
@@ -62,9 +62,9 @@ from graphkeep.bench.concurrency_workload import (
     Opener,
     run_contender,
 )
-from graphkeep.bench.probes import Probe, acount_round_trips
-from graphkeep.bench.render import NA, Bars, Figure, Legend, Panel, number, table, versions
-from graphkeep.bench.suites import Options, Skip, Suite
+from bench.probes import Probe, acount_round_trips
+from bench.render import NA, Bars, Figure, Legend, Panel, number, table, versions
+from bench.suites import Options, Skip, Suite
 from graphkeep.errors import mask_url
 
 KEY_PREFIX = "bench"
@@ -120,17 +120,16 @@ def measure_in_child(
     factory: str,
     env: dict[str, str],
 ) -> ConcurrencyResult:
-    from graphkeep.bench.worker import SRC_DIR
+    from bench.worker import pythonpath
 
     command = [
-        python, "-m", "graphkeep.bench.concurrency_workload", "--factory", factory,
+        python, "-m", "bench.concurrency_workload", "--factory", factory,
         "--backend", backend, "--saver", name, "--threads", str(threads), "--turns", str(turns),
     ]  # fmt: skip
-    path = os.pathsep.join(p for p in (str(SRC_DIR), os.environ.get("PYTHONPATH")) if p)
     try:
         done = subprocess.run(
             command,
-            env={**os.environ, **env, "PYTHONPATH": path},
+            env={**os.environ, **env, "PYTHONPATH": pythonpath()},
             capture_output=True,
             text=True,
             timeout=1800,
@@ -187,7 +186,7 @@ async def _graphkeep(
 
 
 def redis_contenders(options: Options) -> list[Contender]:
-    from graphkeep.bench.suites.redis import redis_url, scratch_database
+    from bench.suites.redis import redis_url, scratch_database
 
     url = redis_url()
     ports = _port(url, 6379)
@@ -221,7 +220,7 @@ def redis_contenders(options: Options) -> list[Contender]:
 
 
 def redis_where(options: Options) -> str:
-    from graphkeep.bench.suites.redis import redis_url
+    from bench.suites.redis import redis_url
 
     db = options.redis_db
     return f"{mask_url(redis_url())}, graphkeep in db {db}, plainredis in db {db + 1}"
@@ -251,7 +250,7 @@ async def _drop_prefix(client: Any, prefix: str) -> None:
 
 
 def redis_stack_contenders(options: Options) -> list[Contender]:
-    from graphkeep.bench.suites.redis import scratch_database
+    from bench.suites.redis import scratch_database
 
     stack = redis_stack_url()
     ports = _port(stack, 6379)
@@ -381,7 +380,7 @@ def redis_cluster_where(options: Options) -> str:
 
 
 def mongodb_contenders(options: Options) -> list[Contender]:
-    from graphkeep.bench.suites.mongodb import mongo_client, mongodb_url, scratch_database
+    from bench.suites.mongodb import mongo_client, mongodb_url, scratch_database
 
     url = mongodb_url()
     ports = _port(url, 27017)
@@ -426,7 +425,7 @@ def mongodb_contenders(options: Options) -> list[Contender]:
 
 
 def mongodb_where(options: Options) -> str:
-    from graphkeep.bench.suites.mongodb import mongodb_url
+    from bench.suites.mongodb import mongodb_url
 
     dbs = ", ".join(f"{saver} in {db}" for saver, db in MONGODB_DATABASES.items())
     return f"{mask_url(mongodb_url())}; {dbs}"
@@ -436,8 +435,8 @@ def mongodb_where(options: Options) -> str:
 
 
 def dynamodb_contenders(options: Options) -> list[Contender]:
-    from graphkeep.bench.suites import dynamodb
-    from graphkeep.bench.worker import ensure_venv
+    from bench.suites import dynamodb
+    from bench.worker import ensure_venv
 
     dynamodb.local_credentials()
     ports = _port(dynamodb.endpoint_url(), 443)
@@ -473,13 +472,13 @@ def dynamodb_contenders(options: Options) -> list[Contender]:
             "langgraph-checkpoint-aws DynamoDBSaver: its a* methods run the sync (boto3) saver"
             " in the loop's default thread pool; measured in a child process in"
             f" {where} with the same langgraph",
-            child=(str(python), "graphkeep.bench.suites.dynamodb:open_async_rival", passed),
+            child=(str(python), "bench.suites.dynamodb:open_async_rival", passed),
         ),
     ]
 
 
 def dynamodb_where(options: Options) -> str:
-    from graphkeep.bench.suites.dynamodb import endpoint_url, region
+    from bench.suites.dynamodb import endpoint_url, region
 
     tables = ", ".join(f"{saver} in table {table}" for saver, table in DYNAMODB_TABLES.items())
     return f"{endpoint_url()} (region {region()}); {tables}"
@@ -855,10 +854,10 @@ SUITE = Suite(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m graphkeep.bench.suites.concurrency --merge A.json B.json --out DIR``."""
+    """``python -m bench.suites.concurrency --merge A.json B.json --out DIR``."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m graphkeep.bench.suites.concurrency")
+    parser = argparse.ArgumentParser(prog="python -m bench.suites.concurrency")
     parser.add_argument("--merge", type=Path, nargs="+", required=True, help="concurrency.json")
     parser.add_argument("--out", type=Path, default=Path("bench-results"))
     parser.add_argument("--no-chart", action="store_true")

@@ -6,7 +6,7 @@ moto server of ``./dev services up``), each in its own table
 and created again before each run. Requests = HTTP requests, counted with
 botocore's ``before-send`` event on the saver's client (a retry counts again),
 bytes sent = the bodies of those requests; capacity units (WCU, RCU) = AWS's rules applied
-to each call's parameters and response (:mod:`graphkeep.bench.capacity`), billed to the saver
+to each call's parameters and response (:mod:`bench.capacity`), billed to the saver
 call that made it;
 stored = the DynamoDB item size (attribute names plus values, AWS's rules) summed
 over a scan of the table after the run; moto does not report ``TableSizeBytes``.
@@ -14,7 +14,7 @@ over a scan of the table after the run; moto does not report ``TableSizeBytes``.
 ``langgraph-checkpoint-aws`` wants the newest boto3, so its saver runs in a
 virtualenv of its own, ``.bench-venvs/aws`` (``GRAPHKEEP_BENCH_VENVS`` moves it),
 made on first use with the same langgraph version as ours, through
-:class:`graphkeep.bench.worker.InSubprocess`; :func:`open_rival` is the factory it
+:class:`bench.worker.InSubprocess`; :func:`open_rival` is the factory it
 calls there. On a loopback endpoint without AWS credentials in the environment
 the suite sets the dummy ones moto accepts.
 """
@@ -31,9 +31,9 @@ from urllib.parse import urlsplit
 
 from langgraph.checkpoint.memory import InMemorySaver
 
-from graphkeep.bench.capacity import CapacityMeter, Consumed, item_size
-from graphkeep.bench.probes import Probe
-from graphkeep.bench.suites import (
+from bench.capacity import CapacityMeter, Consumed, item_size
+from bench.probes import Probe
+from bench.suites import (
     NOSHARE_NOTE,
     TELEMETRY_CONTENDERS,
     TELEMETRY_COSTS,
@@ -50,7 +50,7 @@ from graphkeep.bench.suites import (
     requests_budget,
     telemetry_option,
 )
-from graphkeep.bench.workloads import Opened, Result, Workload
+from bench.workloads import Opened, Result, Workload
 
 KEY_PREFIX = "bench"
 TABLES = {
@@ -127,7 +127,7 @@ def count_requests(client: Any, probe: Probe) -> None:
 
 def count_capacity(client: Any, probe: Probe, hash_key: str, range_key: str) -> CapacityMeter:
     """Report the capacity units of every call the boto3 client makes on a table keyed
-    ``(hash_key, range_key)`` to ``probe`` (:mod:`graphkeep.bench.capacity`)."""
+    ``(hash_key, range_key)`` to ``probe`` (:mod:`bench.capacity`)."""
     meter = CapacityMeter(hash_key, range_key)
 
     def report(consumed: Consumed) -> None:
@@ -223,7 +223,7 @@ def growth_contenders(options: Options) -> list[Contender]:
 
 
 def contenders(options: Options) -> list[Contender]:
-    from graphkeep.bench.worker import InSubprocess, ensure_venv
+    from bench.worker import InSubprocess, ensure_venv
 
     local_credentials()
 
@@ -237,9 +237,7 @@ def contenders(options: Options) -> list[Contender]:
     pins = [f"{dist}=={metadata.version(dist)}" for dist in ("langgraph", "langgraph-checkpoint")]
     python = ensure_venv(where, [*AWS_REQUIREMENTS, *pins])
     passed = {k: v for k, v in os.environ.items() if k.startswith(("AWS_", "DYNAMODB_"))}
-    rival = InSubprocess(
-        "DynamoDBSaver", str(python), "graphkeep.bench.suites.dynamodb:open_rival", passed
-    )
+    rival = InSubprocess("DynamoDBSaver", str(python), "bench.suites.dynamodb:open_rival", passed)
     return [
         InProcess("graphkeep", graphkeep_opener("graphkeep", compress=True)),
         InProcess("graphkeep-nozlib", graphkeep_opener("graphkeep-nozlib", compress=False)),
@@ -297,7 +295,7 @@ SUITE = Suite(
     request_label="HTTP requests (botocore before-send events, retries included)",
     sent_label="HTTP request body bytes (botocore before-send, retries included)",
     capacity_label=(
-        "WCU, RCU = capacity units by AWS's documented rules (graphkeep.bench.capacity),"
+        "WCU, RCU = capacity units by AWS's documented rules (bench.capacity),"
         " computed at each call's botocore after-call event from its parameters and response:"
         " writes 1 WCU per KB of item size rounded up per item (the larger of before and"
         " after), TransactWriteItems twice that; reads 1 RCU per 4 KB strongly consistent,"
@@ -341,7 +339,7 @@ async def open_async_rival() -> AsyncIterator[Any]:
     on a fresh table (``GRAPHKEEP_BENCH_RIVAL_TABLE``), its async methods as they come."""
     from langgraph_checkpoint_aws import DynamoDBSaver
 
-    from graphkeep.bench.concurrency_workload import AsyncOpened
+    from bench.concurrency_workload import AsyncOpened
 
     table = os.environ.get("GRAPHKEEP_BENCH_RIVAL_TABLE", TABLES["DynamoDBSaver"])
     create_rival_table(table)

@@ -25,8 +25,8 @@ cluster; database / table ``graphkeep_bench_live`` on MongoDB / DynamoDB, droppe
 
 The measurements, and how their requests are counted (a wrapped executor: one per Redis
 command / script / pipeline, MongoDB command, DynamoDB API call), are
-:mod:`graphkeep.bench.live_workload`; this module prepares each backend, runs them and
-renders the report (:mod:`graphkeep.bench.render`).
+:mod:`bench.live_workload`; this module prepares each backend, runs them and
+renders the report (:mod:`bench.render`).
 
 On the same Redis, the hand-rolled alternative: ``PUBLISH`` per event to a channel a
 ``SUBSCRIBE`` r reads. Its throughput (one PUBLISH per event, until the subscriber has them
@@ -35,7 +35,7 @@ of 10 every 2 ms; the reader drops its connection after E/2 events, waits 200 ms
 reconnects (graphkeep: ``read(run, after=last_id)``, PUBLISH: a new SUBSCRIBE); counted:
 events lost and duplicated.
 
-Run it with ``./dev bench --suite live`` or ``python -m graphkeep.bench.suites.live``
+Run it with ``./dev bench --suite live`` or ``python -m bench.suites.live``
 (``--only redis,mongodb`` picks backends; ``--quick`` is a fifth of the sizes).
 """
 
@@ -53,8 +53,8 @@ from functools import partial
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from graphkeep.bench import render
-from graphkeep.bench.live_workload import (
+from bench import render
+from bench.live_workload import (
     BATCH,
     DISCONNECT_GAP,
     KEY_PREFIX,
@@ -81,7 +81,7 @@ from graphkeep.bench.live_workload import (
     measure_watch_burst,
     saver_at,
 )
-from graphkeep.bench.render import (
+from bench.render import (
     NA,
     Bars,
     Figure,
@@ -92,7 +92,7 @@ from graphkeep.bench.render import (
     target_lines,
     versions,
 )
-from graphkeep.bench.suites import Options, Skip, Suite
+from bench.suites import Options, Skip, Suite
 from graphkeep.errors import mask_url
 
 BACKENDS = ("redis", "redis-cluster", "mongodb", "dynamodb")
@@ -163,7 +163,7 @@ def _with_path(url: str, path: str) -> str:
 def open_backend(name: str, options: Options) -> Backend:
     """Prepare ``name``'s scratch space (flush / drop what the bench owns) and say where."""
     if name == "redis":
-        from graphkeep.bench.suites.redis import redis_url, scratch_database
+        from bench.suites.redis import redis_url, scratch_database
 
         url = scratch_database(redis_url(), options.redis_db, options.force_flush)
         return Backend(name, url, KEY_PREFIX, f"{mask_url(url)}")
@@ -172,8 +172,8 @@ def open_backend(name: str, options: Options) -> Backend:
         prefix = f"{KEY_PREFIX}-{uuid.uuid4().hex[:8]}"
         return Backend(name, url, prefix, f"{mask_url(url)} (key prefix {prefix})")
     if name == "mongodb":
-        from graphkeep.bench.suites.mongodb import mongo_client, mongodb_url
-        from graphkeep.bench.suites.mongodb import scratch_database as mongo_scratch
+        from bench.suites.mongodb import mongo_client, mongodb_url
+        from bench.suites.mongodb import scratch_database as mongo_scratch
 
         client = mongo_client()
         try:
@@ -183,8 +183,8 @@ def open_backend(name: str, options: Options) -> Backend:
         url = _with_path(mongodb_url(), f"/{MONGODB_DATABASE}")
         return Backend(name, url, KEY_PREFIX, f"{mask_url(url)}")
     if name == "dynamodb":
-        from graphkeep.bench.suites.dynamodb import drop_table, dynamodb_client, local_credentials
-        from graphkeep.bench.suites.dynamodb import table_url as dynamodb_table_url
+        from bench.suites.dynamodb import drop_table, dynamodb_client, local_credentials
+        from bench.suites.dynamodb import table_url as dynamodb_table_url
 
         local_credentials()
         drop_table(dynamodb_client(), DYNAMODB_TABLE)
@@ -643,7 +643,7 @@ SUITE = Suite(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m graphkeep.bench.suites.live")
+    parser = argparse.ArgumentParser(prog="python -m bench.suites.live")
     parser.add_argument("--quick", action="store_true", help="a fifth of the sizes")
     parser.add_argument("--only", default=None, help=f"comma list of: {', '.join(BACKENDS)}")
     parser.add_argument("--out", type=Path, default=Path("bench-results"))

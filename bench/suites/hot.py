@@ -5,7 +5,7 @@ Per durable store (graphkeep's MongoDB and DynamoDB savers, LangGraph's ``Postgr
 a fresh saver WITHOUT the layer ("plain") and one WITH it ("hot", Redis at ``REDIS_URL``),
 one after the other on the same servers, each on its own threads, both workloads in turn:
 
-- **W50**: the W50 chat graph of :mod:`graphkeep.bench.workloads` (2 nodes, ``add_messages``)
+- **W50**: the W50 chat graph of :mod:`bench.workloads` (2 nodes, ``add_messages``)
   on 50 threads (``--quick``: 5), a few turns each (``graph.invoke`` of one human message),
   the threads interleaved turn by turn;
 - **read-heavy**: then, on the same threads, turns "as a UI-driven Agent Server does":
@@ -26,7 +26,7 @@ How the durable side is counted (the hot layer's key-only probes included: they 
 same executor or connection as the saver's own reads):
 
 - **graphkeep's savers** (MongoDB, DynamoDB): the saver's executor is wrapped (as
-  :class:`graphkeep.bench.live_workload.Requests` does); a request is one executor call (one
+  :class:`bench.live_workload.Requests` does); a request is one executor call (one
   MongoDB command, one DynamoDB API call; the executor's own retries are not counted).
   Bytes read: what each call returned — for MongoDB the BSON size (``bson.encode``) of every
   document returned (write acknowledgements count 0); for DynamoDB the size of every item in
@@ -45,7 +45,7 @@ same executor or connection as the saver's own reads):
 The issue's targets (27): payload reads from the durable store go to 0 for a hot thread;
 durable requests per turn down by at least 50% on the read-heavy turn. Both are judged on the
 read-heavy turn and on the reload of every store and printed met or MISSED as measured. Run it with
-``./dev bench --suite hot`` or ``python -m graphkeep.bench.suites.hot`` (``--quick``: 5
+``./dev bench --suite hot`` or ``python -m bench.suites.hot`` (``--quick``: 5
 threads, 2 + 2 turns each instead of 4 + 4).
 """
 
@@ -69,11 +69,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 from langchain_core.runnables import RunnableConfig
 
-from graphkeep.bench import render
-from graphkeep.bench.capacity import item_size
-from graphkeep.bench.render import number, section, table, target_lines, versions
-from graphkeep.bench.suites import Options, Skip, Suite
-from graphkeep.bench.workloads import WORKLOADS, human_message
+from bench import render
+from bench.capacity import item_size
+from bench.render import number, section, table, target_lines, versions
+from bench.suites import Options, Skip, Suite
+from bench.workloads import WORKLOADS, human_message
 from graphkeep.errors import mask_url
 
 BACKENDS = ("mongodb", "dynamodb", "postgres")
@@ -209,13 +209,13 @@ def _graphkeep_durable(name: str, prefix: str) -> Iterator[Durable]:
 
     size: Callable[[Any], int]
     if name == "mongodb":
-        from graphkeep.bench.suites.mongodb import mongodb_url
+        from bench.suites.mongodb import mongodb_url
 
         parts = urlsplit(mongodb_url())  # the bench's own database, whatever the URL names
         url = urlunsplit(parts._replace(path=f"/{MONGODB_DATABASE}"))
         size = mongodb_size
     else:
-        from graphkeep.bench.suites.dynamodb import local_credentials, table_url
+        from bench.suites.dynamodb import local_credentials, table_url
 
         local_credentials()
         url, size = table_url(DYNAMODB_TABLE), dynamodb_size
@@ -270,7 +270,7 @@ def open_durable(name: str, prefix: str) -> Iterator[Durable]:
 def prepare(name: str) -> None:
     """Drop the bench's scratch database / table of ``name`` (fresh for this run)."""
     if name == "mongodb":
-        from graphkeep.bench.suites.mongodb import mongo_client, scratch_database
+        from bench.suites.mongodb import mongo_client, scratch_database
 
         client = mongo_client()
         try:
@@ -278,7 +278,7 @@ def prepare(name: str) -> None:
         finally:
             client.close()
     elif name == "dynamodb":
-        from graphkeep.bench.suites.dynamodb import drop_table, dynamodb_client
+        from bench.suites.dynamodb import drop_table, dynamodb_client
 
         drop_table(dynamodb_client(), DYNAMODB_TABLE)
 
@@ -286,7 +286,7 @@ def prepare(name: str) -> None:
 def cleanup(name: str) -> None:
     """Drop what the bench wrote to ``name`` (Postgres: its schema is dropped already)."""
     if name == "mongodb":
-        from graphkeep.bench.suites.mongodb import mongo_client
+        from bench.suites.mongodb import mongo_client
 
         client = mongo_client()
         try:
@@ -294,7 +294,7 @@ def cleanup(name: str) -> None:
         finally:
             client.close()
     elif name == "dynamodb":
-        from graphkeep.bench.suites.dynamodb import drop_table, dynamodb_client
+        from bench.suites.dynamodb import drop_table, dynamodb_client
 
         drop_table(dynamodb_client(), DYNAMODB_TABLE)
 
@@ -719,7 +719,7 @@ SUITE = Suite(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m graphkeep.bench.suites.hot")
+    parser = argparse.ArgumentParser(prog="python -m bench.suites.hot")
     parser.add_argument("--quick", action="store_true", help="5 threads, 2 + 2 turns each")
     parser.add_argument("--only", default=None, help=f"comma list of: {', '.join(BACKENDS)}")
     parser.add_argument("--out", default=".bench", help="report directory (default .bench)")

@@ -30,7 +30,7 @@ after are not counted):
   concurrency is a result, not a crash of the bench).
 
 :func:`main` is the same measurement in a child process, for rivals that need their own
-virtualenv (``python -m graphkeep.bench.concurrency_workload --factory mod:function ...``,
+virtualenv (``python -m bench.concurrency_workload --factory mod:function ...``,
 the protocol of :mod:`.worker`).
 """
 
@@ -59,7 +59,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from graphkeep.bench.workloads import (
+from bench.workloads import (
     MESSAGES_PER_TURN,
     ChatState,
     ai_message,
@@ -535,7 +535,7 @@ async def run_contender(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m graphkeep.bench.concurrency_workload")
+    parser = argparse.ArgumentParser(prog="python -m bench.concurrency_workload")
     parser.add_argument("--factory", required=True, help="module:function returning an Opener")
     parser.add_argument("--backend", required=True)
     parser.add_argument("--saver", required=True)

@@ -1,10 +1,10 @@
-"""Entry point of ``python -m graphkeep.bench``."""
+"""Entry point of ``python -m bench``."""
 
 from __future__ import annotations
 
 import sys
 
-from graphkeep.bench.cli import main
+from bench.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

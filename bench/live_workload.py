@@ -1,4 +1,4 @@
-"""The live suite's measurements (:mod:`graphkeep.bench.suites.live`), on one backend's
+"""The live suite's measurements (:mod:`bench.suites.live`), on one backend's
 scratch space: watch latency, event appends (one by one, ``append_many``, ``stream_run``, the
 AG-UI endpoint), read-back, idle watchers' requests, and PUBLISH per event against the event
 log on Redis.

@@ -6,7 +6,7 @@ graphkeep, ``N+1`` for plainredis; default 14 and 15) that is flushed before eac
 run, so "stored" is the sum of ``MEMORY USAGE key SAMPLES 0`` over every key of
 that run. A database that holds keys the bench did not write is never flushed
 unless ``--force-flush`` is given. Requests are network round trips counted at
-the client (:func:`graphkeep.bench.probes.count_round_trips`), bytes sent the RESP
+the client (:func:`bench.probes.count_round_trips`), bytes sent the RESP
 bytes those write on the socket.
 """
 
@@ -21,8 +21,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from langgraph.checkpoint.memory import InMemorySaver
 
 import graphkeep
-from graphkeep.bench.probes import Probe, count_round_trips
-from graphkeep.bench.suites import (
+from bench.probes import Probe, count_round_trips
+from bench.suites import (
     NOSHARE_NOTE,
     TELEMETRY_CONTENDERS,
     TELEMETRY_COSTS,
@@ -40,7 +40,7 @@ from graphkeep.bench.suites import (
     requests_budget,
     telemetry_option,
 )
-from graphkeep.bench.workloads import Opened, Result, Workload
+from bench.workloads import Opened, Result, Workload
 from graphkeep.errors import mask_url
 
 MARKER = "graphkeep-bench:scratch"
@@ -104,7 +104,7 @@ def scratch_database(url: str, db: int, force: bool) -> str:
                 " pick free databases with --redis-db N (uses N and N+1) or pass --force-flush"
             )
         client.flushdb()
-        client.set(MARKER, "scratch database of python -m graphkeep.bench, flushed on every run")
+        client.set(MARKER, "scratch database of python -m bench, flushed on every run")
     finally:
         client.close()
     return db_url

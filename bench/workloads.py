@@ -42,7 +42,7 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 
-from graphkeep.bench.probes import Probe, Tally
+from bench.probes import Probe, Tally
 
 HISTORY_LIMIT = 200
 CHECKPOINTS_PER_TURN = 4

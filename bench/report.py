@@ -1,5 +1,5 @@
 """The saver suites' report: the markdown (table, ratios, growth, targets, where the
-requests go) and the chart, drawn with :mod:`graphkeep.bench.render`."""
+requests go) and the chart, drawn with :mod:`bench.render`."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from graphkeep.bench import render
-from graphkeep.bench.probes import OUTSIDE, TRACED_METHODS, Tally
-from graphkeep.bench.render import (
+from bench import render
+from bench.probes import OUTSIDE, TRACED_METHODS, Tally
+from bench.render import (
     NA,
     Bars,
     Figure,
@@ -24,7 +24,7 @@ from graphkeep.bench.render import (
     target_lines,
     version,
 )
-from graphkeep.bench.workloads import (
+from bench.workloads import (
     GROWTH_WORKLOAD,
     HISTORY_LIMIT,
     LargeResult,

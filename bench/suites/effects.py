@@ -14,7 +14,7 @@ one sync ledger (``graphkeep.connect_effects``) and a function returning a small
 
 The ledger's target (issue 26): one atomic request per transition — 2 requests for a first
 call (claim, record), 1 for a replay. Run it with ``./dev bench --suite effects`` or
-``python -m graphkeep.bench.suites.effects`` (``--quick``: fewer calls).
+``python -m bench.suites.effects`` (``--quick``: fewer calls).
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from graphkeep.bench import render
-from graphkeep.bench.live_workload import Requests
-from graphkeep.bench.render import number, section, table, target_lines, versions
-from graphkeep.bench.suites import Options, Skip, Suite
-from graphkeep.bench.suites.live import BACKENDS, open_backend
+from bench import render
+from bench.live_workload import Requests
+from bench.render import number, section, table, target_lines, versions
+from bench.suites import Options, Skip, Suite
+from bench.suites.live import BACKENDS, open_backend
 
 FULL_TURNS = 50  # Options.turns of a full run: calls scale by turns / 50 (--quick: 0.2)
 FULL_CALLS = 200
@@ -177,7 +177,7 @@ SUITE = Suite(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m graphkeep.bench.suites.effects")
+    parser = argparse.ArgumentParser(prog="python -m bench.suites.effects")
     parser.add_argument("--quick", action="store_true", help="a fifth of the calls")
     parser.add_argument("--only", default=None, help=f"comma list of: {', '.join(BACKENDS)}")
     parser.add_argument("--out", default=".bench", help="report directory (default .bench)")

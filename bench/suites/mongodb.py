@@ -22,8 +22,8 @@ from typing import Any
 
 from langgraph.checkpoint.memory import InMemorySaver
 
-from graphkeep.bench.probes import Probe
-from graphkeep.bench.suites import (
+from bench.probes import Probe
+from bench.suites import (
     NOSHARE_NOTE,
     TELEMETRY_CONTENDERS,
     TELEMETRY_COSTS,
@@ -41,7 +41,7 @@ from graphkeep.bench.suites import (
     requests_budget,
     telemetry_option,
 )
-from graphkeep.bench.workloads import Opened, Result, Workload
+from bench.workloads import Opened, Result, Workload
 from graphkeep.errors import mask_url
 
 MARKER = "graphkeep_bench_scratch"
@@ -125,7 +125,7 @@ def scratch_database(client: Any, name: str, force: bool) -> None:
                 " did not create; drop it yourself or pass --force-flush"
             )
         client.drop_database(name)
-    client[name][MARKER].insert_one({"note": "scratch database of python -m graphkeep.bench"})
+    client[name][MARKER].insert_one({"note": "scratch database of python -m bench"})
 
 
 def stored_bytes(name: str, indexes: bool = True) -> int:
