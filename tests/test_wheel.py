@@ -13,7 +13,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ROOT / "src" / "graphkeep"
 #: a checkout's caches and build products, left out of the copy a wheel is built from
-NOT_SOURCES = shutil.ignore_patterns(".*", "__pycache__", "*.egg-info", "build", "dist")
+NOT_SOURCES = shutil.ignore_patterns(
+    ".*", "__pycache__", "*.egg-info", "build", "dist", "node_modules", "bench-results", "site"
+)
 
 
 def build_wheel(tree: Path, out: Path) -> Path:
