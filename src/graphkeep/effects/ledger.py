@@ -31,6 +31,7 @@ import functools
 import inspect
 import logging
 import math
+import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -491,6 +492,7 @@ class LedgerBase:
                 f"effect {effect.name!r} has no key and is not running in a LangGraph task"
                 " (its default key is derived from the task): call it inside a graph, or"
                 " give it one: ledger.run('my-key', fn, ...) or @ledger.once(key=...)"
+                + _no_task_in_async_code()
             )
         digest = arguments_digest(self.serde, args, kwargs)
         return thread, derived_key(scope, self.positions, effect.name, digest)
@@ -760,3 +762,18 @@ class AsyncLedger(LedgerBase):
 
     async def setup(self) -> None:
         await self._async(self.observed("setup", self.port.setup(), ""))
+
+
+def _no_task_in_async_code() -> str:
+    """What to add to ``EffectKeyRequired`` where LangGraph cannot give async code its task:
+    ``get_config()`` reads a context variable that asyncio tasks carry from Python 3.11 on."""
+    if sys.version_info >= (3, 11):
+        return ""
+    try:
+        asyncio.current_task()
+    except RuntimeError:  # no running loop: sync code, which LangGraph does give its task
+        return ""
+    return (
+        " (on Python 3.10 LangGraph cannot tell async code its task: give an async effect a"
+        " key, or run on Python 3.11 or later)"
+    )

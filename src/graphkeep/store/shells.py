@@ -9,7 +9,7 @@ import concurrent.futures
 import contextlib
 import math
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from langgraph.store.base import (
     NOT_PROVIDED,
@@ -83,6 +83,15 @@ class StoreBase(BaseStore):
       dotted paths;
     - expired items are never returned, even before a store reaps them.
     """
+
+    # No instance layout of its own: its attributes live in the __dict__ of the two shells
+    # below (the only classes instantiated). On CPython 3.10 a class that adds a __dict__ to
+    # BaseStore's slotted layout cannot be a base beside AsyncBatchedBaseStore, which adds
+    # slots (AsyncStore: "multiple bases have instance lay-out conflict"); 3.11 and later keep
+    # the __dict__ out of the layout. Hidden from mypy, which would otherwise check the
+    # assignments in __init__ against these empty slots.
+    if not TYPE_CHECKING:
+        __slots__ = ()
 
     supports_ttl: bool = True
 
