@@ -79,6 +79,16 @@ def ttl_seconds(ttl: float | int | timedelta | None) -> float | None:
     return seconds
 
 
+def thread_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Take out of ``options`` what every backend's checkpoint port takes: ``key_prefix``,
+    ``ttl`` (normalised by :func:`ttl_seconds`) and ``refresh_ttl_on_read``."""
+    return {
+        "key_prefix": options.pop("key_prefix", "graphkeep"),
+        "ttl": ttl_seconds(options.pop("ttl", None)),
+        "refresh_ttl_on_read": bool(options.pop("refresh_ttl_on_read", False)),
+    }
+
+
 class SaverBase(BaseCheckpointSaver[str]):
     """Contract logic over a :class:`~graphkeep.checkpoint.port.CheckpointPort`."""
 

@@ -81,7 +81,7 @@ from graphkeep.checkpoint.records import (
     Typed,
     WriteRecord,
 )
-from graphkeep.checkpoint.saver import AsyncSaver, SyncSaver, ttl_seconds
+from graphkeep.checkpoint.saver import AsyncSaver, SyncSaver, thread_options
 from graphkeep.port import Op
 
 __all__ = [
@@ -131,9 +131,7 @@ class DynamoDBCheckpointPort(ExpiringTable, CheckpointPort):
         """The port built from the saver options (:data:`SAVER_OPTIONS`), and the rest."""
         port = cls(
             site.table,
-            key_prefix=options.pop("key_prefix", "graphkeep"),
-            ttl=ttl_seconds(options.pop("ttl", None)),
-            refresh_ttl_on_read=bool(options.pop("refresh_ttl_on_read", False)),
+            **thread_options(options),
             compress=options.pop("compress", True),
             run_index=bool(options.pop("run_index", True)),
         )

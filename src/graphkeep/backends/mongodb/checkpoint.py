@@ -80,7 +80,7 @@ from graphkeep.checkpoint.records import (
     Typed,
     WriteRecord,
 )
-from graphkeep.checkpoint.saver import AsyncSaver, SyncSaver, ttl_seconds
+from graphkeep.checkpoint.saver import AsyncSaver, SyncSaver, thread_options
 from graphkeep.errors import ConfigurationError
 from graphkeep.port import Op
 
@@ -131,9 +131,7 @@ class MongoDBCheckpointPort(ThreadOps, KeyReads, CheckpointPort):
     @classmethod
     def configured(cls, site: Any, options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         port = cls(
-            key_prefix=options.pop("key_prefix", "graphkeep"),
-            ttl=ttl_seconds(options.pop("ttl", None)),
-            refresh_ttl_on_read=bool(options.pop("refresh_ttl_on_read", False)),
+            **thread_options(options),
             **({"chunk_size": options.pop("chunk_size")} if "chunk_size" in options else {}),
             sharded=options.pop("sharded", False),
         )

@@ -71,7 +71,7 @@ from graphkeep.checkpoint.records import (
     Typed,
     WriteRecord,
 )
-from graphkeep.checkpoint.saver import AsyncSaver, SyncSaver, ttl_seconds
+from graphkeep.checkpoint.saver import AsyncSaver, SyncSaver, thread_options
 from graphkeep.port import Op, codec
 
 __all__ = ["AsyncRedisSaver", "RedisCheckpointPort", "RedisSaver"]
@@ -122,12 +122,7 @@ class RedisCheckpointPort(CheckpointPort):
 
     @classmethod
     def configured(cls, site: RedisSite, options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-        port = cls(
-            key_prefix=options.pop("key_prefix", "graphkeep"),
-            ttl=ttl_seconds(options.pop("ttl", None)),
-            refresh_ttl_on_read=bool(options.pop("refresh_ttl_on_read", False)),
-        )
-        return port, options
+        return cls(**thread_options(options)), options
 
     # -- keys ----------------------------------------------------------------------
 
