@@ -384,7 +384,9 @@ def test_the_ci_workflow_runs_tox_envs_that_exist_with_variables_the_plugin_read
     tox = (REPO / "tox.ini").read_text()
     envs = set(re.findall(r"^\[testenv:([\w-]+)\]$", tox, re.M))
     matrix = workflow["jobs"]["backend"]["strategy"]["matrix"]
-    assert matrix["python"] == ["3.10", "3.11", "3.12", "3.13"]
+    # the suite per backend runs on 3.11-3.13 (its dev extras need 3.11); 3.10, the older claimed
+    # Python, has a `pythons` job of its own (test_docs checks every claimed one has a job)
+    assert matrix["python"] == ["3.11", "3.12", "3.13"]
     names = {b["name"] for b in matrix["backend"]}
     assert names == {
         "redis", "redis-cluster", "mongodb-7", "mongodb-8", "dynamodb-moto", "dynamodb-local"
