@@ -217,7 +217,8 @@ def _create(collection: str, spec: Mapping[str, Any]) -> Op[bool | None]:
     TTL index became ``<name>_plain``, None when the server is building another index on
     the collection (a crashed builder's, still running)."""
     try:
-        yield Command(collection, "create_indexes", ([model(spec)],))
+        # a duplicate key here is the data refusing a unique index: no retry mends that
+        yield Command(collection, "create_indexes", ([model(spec)],), retry_conflicts=False)
         return True
     except OperationFailure as exc:
         if exc.code in BUILD_IN_PROGRESS:
