@@ -6,7 +6,8 @@ connects, prints ``ready``, waits for a line on stdin (the test's starting shot,
 workers start at once), runs the setups (the product order rotated by ROTATE, so workers
 also build on different collections at the same time) and writes to OUT, as JSON, each
 command's name, collection, body size, start and end (wall clock, comparable across
-processes of one machine) and whether it failed; the exit status is the setups' outcome.
+processes of one machine) and whether it failed, and the indexes every collection had as
+each setup() returned (read by a second client); the exit status is the setups' outcome.
 """
 
 from __future__ import annotations
@@ -86,18 +87,33 @@ def rotated(products: tuple[type, ...], by: int) -> list[type]:
     return [*products[k:], *products[:k]]
 
 
-def run_sync(url: str, db: str, prefix: str, rotate: int, timeline: Timeline) -> None:
+#: the index names of every collection under the prefix as each setup() returned
+Seen = list[tuple[str, dict[str, list[str]]]]
+
+
+def indexes_now(db: Any, prefix: str) -> dict[str, list[str]]:
+    """Index names per collection under ``prefix`` (read by a client of its own)."""
+    names = [n for n in db.list_collection_names() if n.startswith(f"{prefix}_")]
+    return {n: [ix["name"] for ix in db[n].list_indexes()] for n in names}
+
+
+def run_sync(url: str, db: str, prefix: str, rotate: int, timeline: Timeline, seen: Seen) -> None:
     client: Any = pymongo.MongoClient(url, event_listeners=[timeline])
+    look: Any = pymongo.MongoClient(url)
     client.admin.command("ping")
     print("ready", flush=True)
     sys.stdin.readline()
-    with client:
+    with client, look:
         for cls in rotated(SYNC_PRODUCTS, rotate):
             cls(client, db_name=db, key_prefix=prefix).setup()
+            seen.append((cls.__name__, indexes_now(look[db], prefix)))
 
 
-async def run_async(url: str, db: str, prefix: str, rotate: int, timeline: Timeline) -> None:
+async def run_async(
+    url: str, db: str, prefix: str, rotate: int, timeline: Timeline, seen: Seen
+) -> None:
     client: Any = pymongo.AsyncMongoClient(url, event_listeners=[timeline])
+    look: Any = pymongo.MongoClient(url)
     await client.admin.command("ping")
     print("ready", flush=True)
     await asyncio.to_thread(sys.stdin.readline)
@@ -105,24 +121,27 @@ async def run_async(url: str, db: str, prefix: str, rotate: int, timeline: Timel
         for cls in rotated(ASYNC_PRODUCTS, rotate):
             product: Any = cls(client, db_name=db, key_prefix=prefix)
             await (product.asetup() if cls is AsyncMongoDBSaver else product.setup())
+            seen.append((cls.__name__, indexes_now(look[db], prefix)))
     finally:
         await client.close()
+        look.close()
 
 
 def main(argv: list[str]) -> int:
     url, db, prefix, mode, rotate, out = argv
     timeline = Timeline()
+    seen: Seen = []
     status = 0
     try:
         if mode == "sync":
-            run_sync(url, db, prefix, int(rotate), timeline)
+            run_sync(url, db, prefix, int(rotate), timeline, seen)
         else:
-            asyncio.run(run_async(url, db, prefix, int(rotate), timeline))
+            asyncio.run(run_async(url, db, prefix, int(rotate), timeline, seen))
     except Exception:  # noqa: BLE001 - the test reads the traceback from stderr
         traceback.print_exc()
         status = 1
     with open(out, "w") as f:
-        json.dump(timeline.commands, f)
+        json.dump({"commands": timeline.commands, "seen": seen}, f)
     return status
 
 

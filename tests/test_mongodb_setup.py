@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -146,9 +147,10 @@ def assert_indexes_exactly_once(db: Any, prefix: str) -> None:
     assert db[f"{prefix}_setup"].count_documents({}) == 0  # every lease released
 
 
-def run_fleet(db: str, prefix: str, modes: list[str], tmp: Path) -> list[list[dict[str, Any]]]:
+def run_fleet(db: str, prefix: str, modes: list[str], tmp: Path) -> list[dict[str, Any]]:
     """One worker process per mode (``sync`` / ``async``), started together (each prints
-    ``ready``; then one line on every stdin starts them all); their command timelines."""
+    ``ready``; then one line on every stdin starts them all); what each recorded: its
+    ``commands`` and the indexes it ``seen`` as each setup() returned."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     n = len(modes)
     outs = [tmp / f"worker{i}.json" for i in range(n)]
@@ -193,9 +195,19 @@ def test_four_workers_set_up_a_fresh_database_one_build_at_a_time(
     with mongo:
         assert_indexes_exactly_once(mongo[db_name], prefix)
 
+    # every setup() returned only once its collections had all their indexes
+    for record in timelines:
+        assert len(record["seen"]) == len(PRODUCT_COLLECTIONS)
+        for product, indexes in record["seen"]:
+            for what in PRODUCT_COLLECTIONS[product.removeprefix("Async")]:
+                collection = f"{prefix}_{what}"
+                for spec in expected(prefix)[collection]:
+                    stand_in = spec["name"] + builds.PLAIN_SUFFIX
+                    assert {spec["name"], stand_in} & set(indexes[collection]), (product, spec)
+
     builds_by_collection: dict[str, list[tuple[float, float, int, bool]]] = {}
-    for worker, timeline in enumerate(timelines):
-        for c in timeline:
+    for worker, record in enumerate(timelines):
+        for c in record["commands"]:
             if c["name"] == "createIndexes":
                 assert c["indexes"] == 1, c  # one index per createIndexes
                 assert c["end"] is not None
@@ -218,6 +230,16 @@ def test_four_workers_set_up_a_fresh_database_one_build_at_a_time(
     for sent in setup_everything_again(db_name, prefix):
         assert sent <= READS, sent
         assert not sent & WRITES
+
+
+#: the collections each product's setup() indexes (the saver: its effect ledger's too)
+PRODUCT_COLLECTIONS = {
+    "MongoDBSaver": ("payloads", "locks", "effects"),
+    "MongoDBStore": ("store",),
+    "MongoDBCache": ("cache",),
+    "MongoDBEventLog": ("events",),
+    "MongoDBEffects": ("effects",),
+}
 
 
 def setup_everything_again(db: str, prefix: str) -> list[set[str]]:
@@ -341,6 +363,38 @@ async def test_a_crashed_builders_lease_is_taken_over_async(db_name: str) -> Non
     assert time.monotonic() - began >= 0.5
     assert_collection(sync[db_name], "acrash_events", EVENTS_INDEXES)
     sync.close()
+
+
+def test_a_waiter_returns_once_the_builder_made_the_indexes(
+    client: Any, recorder: Recorder, db_name: str
+) -> None:
+    """Another process holds the lease (a live builder: here the test, building by hand):
+    setup() waits, sends no createIndexes of its own, and returns only after the last
+    index exists."""
+    db = client[db_name]
+    collection = "wait_cache"
+    _lease(db, collection, 60)
+    recorder.commands.clear()
+    returned: list[float] = []
+    waiter = threading.Thread(
+        target=lambda: (
+            MongoDBCache(client, db_name=db_name, key_prefix="wait").setup(),
+            returned.append(time.monotonic()),
+        )
+    )
+    waiter.start()
+    time.sleep(1.0)
+    assert not returned  # still waiting
+    builder: Any = pymongo.MongoClient(MONGODB_URI)
+    with builder:
+        last = 0.0
+        for spec in CACHE_INDEXES:
+            last = time.monotonic()
+            make_index(builder[db_name][collection], spec)
+        builder[db_name][builds.leases_collection(collection)].delete_one({"_id": collection})
+    waiter.join(10)
+    assert returned and returned[0] > last
+    assert "createIndexes" not in recorder.names()
 
 
 def assert_collection(db: Any, collection: str, specs: list[dict[str, Any]]) -> None:
