@@ -57,6 +57,11 @@ class LockNotAcquired(GraphkeepError):
     """A per-thread lease is held by someone else."""
 
 
+class SetupTimeout(GraphkeepError, TimeoutError):
+    """``setup()`` waited its bound for another process to finish creating the schema
+    (MongoDB: a collection's setup lease stayed held and its indexes missing)."""
+
+
 #: how a :class:`Place` names each of its set fields, in the order it names them
 _PLACE_FORMS = (
     ("thread_id", "thread {!r}"),
@@ -289,6 +294,7 @@ __all__ = [
     "SchemaError",
     "SchemaVersionTooNew",
     "SerializationError",
+    "SetupTimeout",
     "StorageUnavailable",
     "UnknownRun",
     "UnsafePrune",

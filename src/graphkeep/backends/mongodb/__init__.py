@@ -37,7 +37,7 @@ schema, binary as base64: this layout stores W50 in about half the bytes of 0.1.
                              #   needs_history, delta {channel: [id, v]},
                              #   lists {channel: [version, [[epoch, lo, hi], ...]]}, chunked]
      d: Binary,              # msgpack [checkpoint tag, bytes, metadata tag, bytes] (exact)
-     run_id,                 # indexed (sparse): delete_for_runs
+     run_id,                 # indexed (plain; other kinds index as null): delete_for_runs
      metadata_doc: {...}, metadata_opaque: [key, ...]}   # queryable copy (see below)
 
   ``delta`` is the DeltaChannel bookkeeping for the TTL, ``lists`` the element runs of
@@ -76,10 +76,12 @@ they write afterwards is not read.
 token and ``expires_at``), apart from the thread's data.
 
 Indexes (``MongoDBSaver.schema()`` returns them as dicts; ``setup()`` creates them
-idempotently, comparing key *and* options; ``setup=False`` skips it)::
+idempotently, comparing key *and* options, one per ``createIndexes`` and one build per
+collection at a time across processes, under a setup lease in ``P_setup``
+(:mod:`.builds`); ``setup=False`` skips it)::
 
     P_payloads     gk_thread_ns_kind_ref    {thread_id, ns, kind, ref, sub, part}  unique
-                   gk_run_id                {run_id}  sparse (only checkpoints carry it)
+                   gk_run_id                {run_id}  (only checkpoints carry it; plain)
                    gk_expires_at            {expires_at}  expireAfterSeconds: 0 (TTL)
     P_locks        gk_expires_at            {expires_at}  expireAfterSeconds: 0 (TTL)
 
@@ -154,12 +156,16 @@ server, the error is raised at once. ``from_url`` sets ``serverSelectionTimeoutM
 10 s unless the URL sets it (PyMongo's default is 30 s).
 
 Wire-compatible servers: everything used here exists on MongoDB and on FerretDB 1.24;
-the code avoids ``$lookup``, pipeline updates, ``collMod``, partial and hashed indexes
-and never stores nested arrays, NaN or dotted keys. Where FerretDB differs, the code
-adapts without changing behaviour on MongoDB: no TTL indexes (see TTL), and reply
-batches not capped at 16 MiB (a reply over the 48 MB wire limit is re-read in small
-batches). FerretDB 1.x answers every query but ``_id`` equality by scanning the
-collection, so it gets slow as a collection grows; MongoDB uses the indexes above.
+the code avoids what Amazon DocumentDB and Azure Cosmos DB for MongoDB (vCore, RU) lack:
+``$lookup``, ``$expr``, ``$where``, ``$jsonSchema``, ``$$NOW``, pipeline updates, the
+``$set``/``$unset``/``$merge``/``$out``/``$unionWith``/``$graphLookup`` stages,
+``collMod``, sparse, partial, hashed, text and wildcard indexes, transactions, and two
+index builds on one collection at once; it never stores nested arrays, NaN or dotted keys.
+Where FerretDB differs, the code adapts without changing behaviour on MongoDB: no TTL
+indexes (see TTL), and reply batches not capped at 16 MiB (a reply over the 48 MB wire
+limit is re-read in small batches). FerretDB 1.x answers every query but ``_id`` equality
+by scanning the collection, so it gets slow as a collection grows; MongoDB uses the
+indexes above.
 
 Round trips: ``put`` 1 command (one ordered batch), ``put_writes`` 1, ``get_tuple`` 2
 (+1 for list channels its checkpoint does not name), a ``list`` page 2 (writes, blobs and
