@@ -141,11 +141,14 @@ class Call:
     partials: list[Any] = field(default_factory=list)
 
 
-class Overflow(Exception):
+class Overflow(GraphkeepError):
     """A call that cannot be split needs more keys than one request carries."""
 
     def __init__(self, call: Call) -> None:
-        super().__init__(call.name)
+        super().__init__(
+            f"store script {call.name} needs {len(call.keys)} keys, more than one request of"
+            f" {MAX_ARGUMENTS} arguments carries"
+        )
         self.call = call
 
 
@@ -298,8 +301,8 @@ class RedisStorePort:
                 if call.progressive:
                     if payload is not None:
                         call.partials.append(payload)
-                    call.keys = [k for k in call.keys if k not in self._hints_of(call)]
-                    call.keys = list(dict.fromkeys([*call.keys, *missing]))
+                    # what it did needs no key again (purged items are gone): the next ones
+                    call.keys = list(dict.fromkeys(missing))
                 else:
                     new = [k for k in missing if k not in call.keys]
                     if not new:
@@ -510,7 +513,9 @@ class RedisStorePort:
                 units = yield from self._scan_units(units, over.call.partition, query)
                 continue
             break
-        for call in calls:
+        for call, (_, only) in zip(calls, units, strict=True):
+            if only is not None:
+                continue  # a part of a scan: the next search splits it again
             hints = self._hints_of(call)
             learned = [k for k in call.keys if k not in hints]
             # keys hinted by this search (the order indexes it could not merge) stay with it
