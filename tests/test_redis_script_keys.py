@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import operator
+import os
 import time
-from typing import Any
+import uuid
+from typing import Annotated, Any, TypedDict
 
 import pytest
 import redis
+from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import PutOp
 
 import graphkeep
@@ -316,3 +320,56 @@ def test_request_counts_of_the_common_case() -> None:
     finally:
         _drop(REDIS_URL, prefix)
         client.close()
+
+
+@pytest.mark.parametrize("url", URLS, ids=["redis", "cluster"])
+def test_event_log_scripts_touch_only_declared_keys(url: str) -> None:
+    """Found clean by the audit (two keys declared per run, payloads cut at 2,000 a call):
+    a batch of 2,500 events stays under 3,999 arguments."""
+    prefix = unique_prefix("ek")
+    try:
+        with ScriptAudit(url, prefix) as audit:
+            with graphkeep.connect_events(url, key_prefix=prefix, max_events=5000) as log:
+                ids = log.append_many("run-1", ({"type": "token", "n": n} for n in range(2500)))
+                assert len(ids) == 2500
+                log.heartbeat("run-1")
+                log.close("run-1", "success")
+                assert log.state("run-1") is not None
+                log.delete("run-1")
+        _clean(audit, 4)
+    finally:
+        _drop(url, prefix)
+
+
+class _Items(TypedDict):
+    items: Annotated[list[str], operator.add]
+
+
+DYNAMODB_URL = "dynamodb://graphkeep_test?region=us-east-1&endpoint_url=" + os.environ.get(
+    "DYNAMODB_ENDPOINT_URL", "http://127.0.0.1:15000"
+)
+
+
+@pytest.mark.parametrize("url", URLS, ids=["redis", "cluster"])
+def test_hot_layer_scripts_touch_only_declared_keys(url: str) -> None:
+    """Found clean by the audit: the hot layer's scripts touch fields of the one thread hash
+    they declare (and its stats hash)."""
+    prefix = unique_prefix("hk")
+    config: Any = {"configurable": {"thread_id": f"t-{uuid.uuid4().hex[:8]}"}}
+    builder = StateGraph(_Items)
+    builder.add_node("step", lambda state: {"items": ["first"]})
+    builder.add_edge(START, "step")
+    builder.add_edge("step", END)
+    try:
+        with ScriptAudit(url, prefix) as audit:
+            with graphkeep.connect(DYNAMODB_URL, key_prefix=prefix, hot=url) as saver:
+                app = builder.compile(checkpointer=saver)
+                app.invoke({"items": ["one"]}, config)
+                for _ in range(3):
+                    assert app.get_state(config).values["items"] == ["one", "first"]
+                for _ in range(2):
+                    assert len(list(saver.list(config, limit=5))) == 3
+                assert saver.reads["hit"] >= 2
+        _clean(audit, 4)
+    finally:
+        _drop(url, prefix)
