@@ -23,6 +23,14 @@ only that namespace's items) or a listing — one round trip. Requests that touc
 partitions are sent as one pipeline (one round trip on a single node; one per node on a
 cluster).
 
+Every key a script touches is declared in its KEYS: the per-namespace keys and the vector
+index's entries are computed here; where they depend on what is stored, the script answers
+the keys it lacks without writing and is sent again with them (:class:`Call`, ``_run``);
+what a partition needed is remembered, so the common case stays one round trip. No request
+carries more than 3,999 arguments: a partition's writes are cut into several calls, each
+atomic, sent in one pipeline (in order; every item appears once in a batch, so a call sent
+again after it asked for keys cannot reorder two writes of one item).
+
 ``vector_index=True`` (a single server with the Query Engine: Redis 8, Redis Stack, Valkey
 with valkey-search) also keeps every embedding as a hash ``<prefix>:m1:vectors:<dims>:<metric>:
 <sha1(member)>:<n>`` (fields ``m`` member, ``p`` the tags of the namespace's prefixes, ``v``
