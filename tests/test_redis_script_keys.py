@@ -373,3 +373,33 @@ def test_hot_layer_scripts_touch_only_declared_keys(url: str) -> None:
         _clean(audit, 4)
     finally:
         _drop(url, prefix)
+
+
+def test_a_batch_that_learns_more_keys_than_fit_is_split_again() -> None:
+    """A fresh store re-puts 500 items that had six embeddings each with one: the old index
+    entries it learns (five more keys an item) do not fit one request, so the calls are cut
+    again — every write lands, every key declared, no request over the limit."""
+    prefix = unique_prefix("sh")
+    fields = ["a", "b", "c", "d", "e", "f"]
+    index = {"dims": DIMS, "embed": embed, "fields": fields}
+    options: dict[str, Any] = {"key_prefix": prefix, "index": index, "vector_index": True}
+    try:
+        with graphkeep.connect_store(REDIS_STACK_URL, **options) as store:
+            six = [PutOp(("six",), str(i), {f: f"{f}{i}" for f in fields}) for i in range(500)]
+            store.batch(six)
+        with ScriptAudit(REDIS_STACK_URL, prefix) as audit:
+            with graphkeep.connect_store(REDIS_STACK_URL, **options) as store:
+                store.batch([PutOp(("six",), str(i), {"a": f"a{i}"}) for i in range(500)])
+                assert store.get(("six",), "7").value == {"a": "a7"}  # type: ignore[union-attr]
+        _clean(audit, 3)
+        client = redis.Redis.from_url(REDIS_STACK_URL)
+        entries = list(client.scan_iter(match=f"{prefix}:m1:vectors:*", count=1000))
+        client.close()
+        assert len(entries) == 500
+    finally:
+        _drop(REDIS_STACK_URL, prefix)
+        client = redis.Redis.from_url(REDIS_STACK_URL)
+        for name in client.execute_command("FT._LIST"):
+            if (name.decode() if isinstance(name, bytes) else name).startswith(prefix):
+                client.execute_command("FT.DROPINDEX", name)
+        client.close()
