@@ -14,9 +14,11 @@ write them, so never with ``{``, ``}`` or NUL)::
 
 The hash tag holds the namespace, so a namespace is one cluster slot (``/`` leads the tag:
 an empty tag would hash the whole key). ``set`` writes a namespace's entries and its index
-in one script, trims index members already expired and lets the index expire with its
-last entry. ``clear(namespaces)`` runs one script per namespace deleting exactly the
-indexed keys; ``clear(None)`` SCANs for this prefix's indexes on every primary.
+in one script (one per 998 entries: no request over 3,999 arguments), trims index members
+already expired and lets the index expire with its last entry. ``clear(namespaces)`` runs
+two scripts per namespace: the first learns the indexed keys, the second deletes exactly
+them, declared in KEYS (an empty namespace: one); ``clear(None)`` SCANs for this prefix's
+indexes on every primary.
 ``get`` is one MGET on a single server, one per slot on a cluster.
 """
 
@@ -28,6 +30,7 @@ from langgraph.cache.base import FullKey, Namespace
 from redis.crc import key_slot
 
 from graphkeep.backends.redis.client import OnRedis, RedisPort
+from graphkeep.backends.redis.declared import MAX_ARGUMENTS, clear_indexed, clear_script
 from graphkeep.backends.redis.keys import pattern_prefix
 from graphkeep.backends.redis.requests import Command, Scan, Script
 from graphkeep.cache.port import Entry, Stored, escaped_key, escaped_namespace, unreadable
@@ -68,21 +71,9 @@ end
 return 0
 """
 
-# KEYS: index; ARGV: the entries' key base (same hash tag). Deletes the indexed entries.
-CLEAR = """
-local members = redis.call('ZRANGE', KEYS[1], 0, -1)
-for i = 1, #members, 500 do
-  local batch = {}
-  for j = i, math.min(i + 499, #members) do
-    batch[#batch + 1] = ARGV[1] .. members[j]
-  end
-  redis.call('UNLINK', unpack(batch))
-end
-redis.call('UNLINK', KEYS[1])
-return #members
-"""
-
-SCRIPTS = {"cache_set": SET, "cache_clear": CLEAR}
+SCRIPTS = {"cache_set": SET, "cache_clear": clear_script("UNLINK")}
+#: entries of one ``cache_set`` call: 4 arguments each, under MAX_ARGUMENTS with the index
+SET_ENTRIES = (MAX_ARGUMENTS - 5) // 4
 
 
 class RedisCachePort(RedisPort):
@@ -127,15 +118,19 @@ class RedisCachePort(RedisPort):
         by_namespace: dict[Namespace, list[Entry]] = {}
         for entry in entries:
             by_namespace.setdefault(entry.namespace, []).append(entry)
-        for namespace, group in by_namespace.items():
-            keys = [self.index_key(namespace)]
-            args: list[Any] = [now_ms]
-            for entry in group:
-                keys.append(self.entry_key(namespace, entry.key))
-                expires = "" if entry.expires_ms is None else entry.expires_ms
-                packed = codec.packb([entry.expires_ms, entry.data])
-                args += [escaped_key(entry.key), packed, expires]
-            yield Script("cache_set", keys, args)
+        for namespace, entries in by_namespace.items():
+            for at in range(0, len(entries), SET_ENTRIES):
+                yield self._set(namespace, entries[at : at + SET_ENTRIES], now_ms)
+
+    def _set(self, namespace: Namespace, group: list[Entry], now_ms: int) -> Script:
+        keys = [self.index_key(namespace)]
+        args: list[Any] = [now_ms]
+        for entry in group:
+            keys.append(self.entry_key(namespace, entry.key))
+            expires = "" if entry.expires_ms is None else entry.expires_ms
+            packed = codec.packb([entry.expires_ms, entry.data])
+            args += [escaped_key(entry.key), packed, expires]
+        return Script("cache_set", keys, args)
 
     def clear(self, namespaces: list[Namespace] | None) -> Op[None]:
         if namespaces is None:
@@ -144,7 +139,7 @@ class RedisCachePort(RedisPort):
         else:
             names = [self.index_key(ns) for ns in namespaces]
         for index in names:
-            yield Script("cache_clear", [index], [index.removesuffix("i") + "e:"])
+            yield from clear_indexed("cache_clear", index, index.removesuffix("i") + "e:")
 
 
 class RedisCache(OnRedis, SyncCache):

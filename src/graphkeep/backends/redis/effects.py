@@ -15,8 +15,10 @@ no escaped thread id can be)::
     P:fx1:{<t>}:i         ZSET  member <key>, score its expiry: the thread's records
 
 Every transition is one script on the thread's slot (claim, take_over, finish, release),
-atomic on a cluster too; ``get`` is one HGETALL, ``list`` / ``clear`` of a thread one
-script, of every thread a SCAN for the indexes on every primary, then one script each.
+atomic on a cluster too; ``get`` is one HGETALL, ``list`` / ``clear`` of a thread two
+scripts (the first learns the records the index names, the second, declaring them in KEYS,
+reads or deletes them: no script touches a key it was not given), of every thread a SCAN for
+the indexes on every primary, then that per index.
 """
 
 from __future__ import annotations
@@ -24,6 +26,12 @@ from __future__ import annotations
 from typing import Any
 
 from graphkeep.backends.redis.client import OnRedis
+from graphkeep.backends.redis.declared import (
+    LIST_INDEXED,
+    clear_indexed,
+    clear_script,
+    list_indexed,
+)
 from graphkeep.backends.redis.keys import check_prefix, decode_thread, encode_thread, pattern_prefix
 from graphkeep.backends.redis.requests import Command, Scan, Script
 from graphkeep.construction import PrefixedPort
@@ -109,41 +117,13 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 return 1
 """
 
-# KEYS: index; ARGV: the records' key base. Returns member, fields, member, fields, ...
-LIST = """
-local out = {}
-for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  local fields = redis.call('HGETALL', ARGV[1] .. member)
-  if #fields > 0 then
-    out[#out + 1] = member
-    out[#out + 1] = fields
-  end
-end
-return out
-"""
-
-# KEYS: index; ARGV: the records' key base. Deletes the indexed records and the index.
-CLEAR = """
-local members = redis.call('ZRANGE', KEYS[1], 0, -1)
-local deleted = 0
-for i = 1, #members, 500 do
-  local batch = {}
-  for j = i, math.min(i + 499, #members) do
-    batch[#batch + 1] = ARGV[1] .. members[j]
-  end
-  deleted = deleted + redis.call('DEL', unpack(batch))
-end
-redis.call('DEL', KEYS[1])
-return deleted
-"""
-
 EFFECT_SCRIPTS = {
     "effects_claim": CLAIM,
     "effects_take_over": TAKE_OVER,
     "effects_finish": FINISH,
     "effects_release": RELEASE,
-    "effects_list": LIST,
-    "effects_clear": CLEAR,
+    "effects_list": LIST_INDEXED,
+    "effects_clear": clear_script("DEL"),
 }
 
 
@@ -236,15 +216,14 @@ class RedisEffectsPort(PrefixedPort):
         records: list[EffectRecord] = []
         for index in (yield from self._indexes(thread_id)):
             thread = self._thread_of(index)
-            flat = yield Script("effects_list", [index], [index[:-1] + "r:"])
-            for i in range(0, len(flat), 2):
-                records.append(_record(thread, _text(flat[i]), flat[i + 1]))
+            for key, flat in (yield from list_indexed("effects_list", index, index[:-1] + "r:")):
+                records.append(_record(thread, key, flat))
         return records
 
     def clear(self, thread_id: str | None) -> Op[int]:
         deleted = 0
         for index in (yield from self._indexes(thread_id)):
-            deleted += int((yield Script("effects_clear", [index], [index[:-1] + "r:"])))
+            deleted += yield from clear_indexed("effects_clear", index, index[:-1] + "r:")
         return deleted
 
 

@@ -23,6 +23,14 @@ only that namespace's items) or a listing — one round trip. Requests that touc
 partitions are sent as one pipeline (one round trip on a single node; one per node on a
 cluster).
 
+Every key a script touches is declared in its KEYS: the per-namespace keys and the vector
+index's entries are computed here; where they depend on what is stored, the script answers
+the keys it lacks without writing and is sent again with them (:class:`Call`, ``_run``);
+what a partition needed is remembered, so the common case stays one round trip. No request
+carries more than 3,999 arguments: a partition's writes are cut into several calls, each
+atomic, sent in one pipeline (in order; every item appears once in a batch, so a call sent
+again after it asked for keys cannot reorder two writes of one item).
+
 ``vector_index=True`` (a single server with the Query Engine: Redis 8, Redis Stack, Valkey
 with valkey-search) also keeps every embedding as a hash ``<prefix>:m1:vectors:<dims>:<metric>:
 <sha1(member)>:<n>`` (fields ``m`` member, ``p`` the tags of the namespace's prefixes, ``v``
@@ -35,16 +43,20 @@ index and indexes items written before it.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from graphkeep.backends.redis.client import OnRedis, RedisSite, ResponseError
+from graphkeep.backends.redis.declared import MAX_ARGUMENTS, room, text
 from graphkeep.backends.redis.keys import check_prefix, encode_thread
 from graphkeep.backends.redis.requests import Command, Pipeline, Script
-from graphkeep.backends.redis.store_scripts import SCRIPTS
-from graphkeep.errors import ConfigurationError
+from graphkeep.backends.redis.store_scripts import MERGE_LIMIT, SCRIPTS
+from graphkeep.errors import ConfigurationError, GraphkeepError
 from graphkeep.port import Op, codec
+from graphkeep.port.lru import ThreadLRU
 from graphkeep.store.port import ItemKey, Namespace, SearchQuery, StoredItem, Vector
 from graphkeep.store.ranking import rank
 from graphkeep.store.shells import AsyncStore, SyncStore
@@ -106,6 +118,48 @@ def _stored(member: bytes, record: bytes, expires: Any, vectors: bytes | None = 
     )
 
 
+#: keys of expired items a partition's calls declare beyond their own (learned from replies)
+HINT_KEYS = 64
+#: what a put chunk leaves free for keys a retry learns (an old item's vector index entries)
+HEADROOM = 64
+#: namespaces one exact vector scan reads when a prefix has more than one request declares
+SCAN_NAMESPACES = 3800
+#: namespaces a partition remembers having written (a search of a prefix declares theirs)
+WRITTEN = 256
+#: rounds of a call whose keys are learned from its replies
+ROUNDS = 1000
+#: arguments of a script call besides KEYS and its own: EVALSHA, sha, numkeys, the XP prefix
+OVERHEAD = 4
+
+
+@dataclass
+class Call:
+    """One script call on a partition: its arguments and the keys it declares besides the
+    partition's six. A call whose keys do not fit one request is cut in two by ``parts``;
+    a ``progressive`` one does what its declared keys allow and is sent again with the next
+    ones (``partials``: the payloads of those rounds)."""
+
+    partition: Namespace
+    name: str
+    args: list[Any]
+    keys: list[str]
+    parts: Callable[[], tuple[Call, Call]] | None = None
+    progressive: bool = False
+    order: tuple[int, ...] = ()
+    partials: list[Any] = field(default_factory=list)
+
+
+class Overflow(GraphkeepError):
+    """A call that cannot be split needs more keys than one request carries."""
+
+    def __init__(self, call: Call) -> None:
+        super().__init__(
+            f"store script {call.name} needs {len(call.keys)} keys, more than one request of"
+            f" {MAX_ARGUMENTS} arguments carries"
+        )
+        self.call = call
+
+
 class RedisStorePort:
     """The :class:`~graphkeep.store.port.StorePort` on Redis."""
 
@@ -122,6 +176,12 @@ class RedisStorePort:
         self.shard_labels = shard_labels
         self.registry = f"{self.prefix}:{FORMAT}:parts"
         self._registered: set[str] = set()
+        #: per partition, keys of expired items its scripts could not purge (declared next)
+        self._hints: ThreadLRU[tuple[Namespace], list[str]] = ThreadLRU(1024)
+        #: per partition, namespaces this process wrote (what a search of a prefix declares)
+        self._written: ThreadLRU[tuple[Namespace], list[str]] = ThreadLRU(1024)
+        #: per (partition, prefix, kind), the keys the last search declared
+        self._searched: ThreadLRU[tuple[Namespace, str, str], list[str]] = ThreadLRU(4096)
         self.vector_index = vector_index
         #: the Query Engine index and the key prefix of its entries (set by ``use_index``)
         self.index_name = ""
@@ -165,11 +225,26 @@ class RedisStorePort:
     def partition(self, namespace: Namespace) -> Namespace:
         return namespace[: self.shard_labels]
 
+    def stem(self, partition: Namespace) -> str:
+        return f"{self.prefix}:{FORMAT}:{{{encode_thread(dotted_namespace(partition))}}}:"
+
     def keys(self, partition: Namespace) -> list[str]:
-        base = f"{self.prefix}:{FORMAT}:{{{encode_thread(dotted_namespace(partition))}}}"
-        keys = [f"{base}:{suffix}" for suffix in ("i", "u", "e", "t", "n", "l")]
-        # the index entries' prefix rides along as KEYS[7] (single node only: it has no tag)
-        return [*keys, self.index_prefix] if self.index_prefix else keys
+        """The partition's six fixed keys (what every script call declares first)."""
+        stem = self.stem(partition)
+        return [f"{stem}{suffix}" for suffix in ("i", "u", "e", "t", "n", "l")]
+
+    def order_key(self, namespace: Namespace) -> str:
+        return f"{self.stem(self.partition(namespace))}o:{dotted_namespace(namespace)}"
+
+    def vectors_key(self, namespace: Namespace) -> str:
+        return f"{self.stem(self.partition(namespace))}w:{dotted_namespace(namespace)}"
+
+    def entry_keys(self, member: bytes, count: int) -> list[str]:
+        """The Query Engine entries of an item's ``count`` embeddings (none without one)."""
+        if not self.index_prefix:
+            return []
+        base = f"{self.index_prefix}{hashlib.sha1(member).hexdigest()}:"
+        return [f"{base}{i}" for i in range(1, count + 1)]
 
     def partitions(self, prefix: Namespace) -> Op[list[Namespace]]:
         """The partitions that can hold namespaces under ``prefix``."""
@@ -185,6 +260,80 @@ class RedisStorePort:
         if not calls:
             return []
         return list((yield Pipeline(tuple(calls))))
+
+    # -- declared keys ---------------------------------------------------------------
+
+    def _script(self, call: Call) -> Script:
+        """``call`` as a request: the partition's six keys, the call's, then as many of the
+        partition's hints as fit."""
+        fixed = self.keys(call.partition)
+        keys = list(dict.fromkeys([*fixed, *call.keys]))
+        args = [self.index_prefix, *call.args]
+        free = room(keys, args)
+        taken = set(keys)
+        hints = [k for k in self._hints.get((call.partition,)) or () if k not in taken]
+        return _script(call.name, [*keys, *hints[: max(free, 0)]], args)
+
+    def _fitting(self, call: Call) -> list[Call]:
+        """``call`` as requests of at most MAX_ARGUMENTS arguments."""
+        used = OVERHEAD + 6 + len(call.keys) + len(call.args)
+        if used <= MAX_ARGUMENTS:
+            return [call]
+        if call.progressive:  # the first keys fit; the next round declares the rest
+            call.keys = call.keys[: MAX_ARGUMENTS - OVERHEAD - 6 - len(call.args)]
+            return [call]
+        if call.parts is None:
+            raise Overflow(call)
+        first, second = call.parts()
+        first.order, second.order = (*call.order, 0), (*call.order, 1)
+        return [*self._fitting(first), *self._fitting(second)]
+
+    def _run(self, calls: list[Call]) -> Op[list[list[Any]]]:
+        """Send ``calls`` (one pipeline a round) until every one is done: a call told of keys
+        it needs and did not declare is sent again declaring them. The payloads of each
+        call (its parts' in order, a progressive call's rounds' then its last)."""
+        for number, call in enumerate(calls):
+            call.order = (number,)
+        finished: list[tuple[tuple[int, ...], list[Any]]] = []
+        pending = calls
+        for _ in range(ROUNDS):
+            ready = [part for call in pending for part in self._fitting(call)]
+            replies = yield from self._calls([self._script(call) for call in ready])
+            pending = []
+            for call, (done, payload, missing) in zip(ready, replies, strict=True):
+                missing = [text(k) for k in missing or ()]
+                if done:
+                    self._learn(call.partition, missing)
+                    finished.append((call.order, [*call.partials, payload]))
+                    continue
+                if call.progressive:
+                    if payload is not None:
+                        call.partials.append(payload)
+                    # what it did needs no key again (purged items are gone): the next ones
+                    call.keys = list(dict.fromkeys(missing))
+                else:
+                    new = [k for k in missing if k not in call.keys]
+                    if not new:
+                        raise GraphkeepError(f"store script {call.name} asked for keys it had")
+                    call.keys = [*call.keys, *new]
+                pending.append(call)
+            if not pending:
+                break
+        else:
+            raise GraphkeepError(f"store scripts still needed keys after {ROUNDS} rounds")
+        results: list[list[Any]] = [[] for _ in calls]
+        for order, payloads in sorted(finished, key=lambda entry: entry[0]):
+            results[order[0]] += payloads
+        return results
+
+    def _hints_of(self, call: Call) -> set[str]:
+        return set(self._hints.get((call.partition,)) or ())
+
+    def _learn(self, partition: Namespace, hints: list[str]) -> None:
+        """Keys of expired items the partition's purge could not reach: declared by its next
+        calls (so they are purged then, without a round trip of their own)."""
+        if hints or (partition,) in self._hints:
+            self._hints.put((partition,), list(dict.fromkeys(hints))[:HINT_KEYS])
 
     # -- port ----------------------------------------------------------------------
 
@@ -203,8 +352,26 @@ class RedisStorePort:
             return
         yield Command(self.index_schema)
         # entries for items embedded before the index existed
-        partitions = yield from self.partitions(())
-        yield from self._calls([_script("m_reindex", self.keys(p), []) for p in partitions])
+        for partition in (yield from self.partitions(())):
+            for raw in (yield from self._namespaces(partition, (), 0)):
+                yield from self._reindex(partition, namespace_from_dotted(text(raw)))
+
+    def _reindex(self, partition: Namespace, namespace: Namespace) -> Op[None]:
+        """Write the index entries of a namespace's embedded items, a request's worth of
+        entry keys at a time (the script says which it needs next)."""
+        cursor, keys = "", [self.vectors_key(namespace)]
+        for _ in range(ROUNDS):
+            reply = yield self._script(
+                Call(partition, "m_reindex", [dotted_namespace(namespace), cursor], keys)
+            )
+            done, payload, missing = reply
+            if payload:
+                cursor = text(payload[0])
+            if done:
+                return
+            keys = [keys[0], *(text(k) for k in missing)]
+            keys = keys[: MAX_ARGUMENTS - OVERHEAD - 6 - 2]
+        raise GraphkeepError(f"reindexing {namespace} needed more than {ROUNDS} rounds")
 
     def get(
         self, keys: list[ItemKey], refresh: list[bool], now_ms: int, vectors: bool = False
@@ -212,15 +379,30 @@ class RedisStorePort:
         groups: dict[Namespace, list[int]] = {}
         for i, (namespace, _) in enumerate(keys):
             groups.setdefault(self.partition(namespace), []).append(i)
-        calls = []
+        chunks: list[list[int]] = []
+        calls: list[Call] = []
         for partition, indexes in groups.items():
             args: list[Any] = [now_ms, int(vectors)]
+            declared: dict[str, None] = {}
+            chunk: list[int] = []
             for i in indexes:
+                more = [self.vectors_key(keys[i][0])] if vectors else []
+                more = [k for k in more if k not in declared]
+                if chunk and OVERHEAD + 6 + len(declared) + len(more) + len(args) + 2 > (
+                    MAX_ARGUMENTS
+                ):
+                    calls.append(Call(partition, "m_get", args, list(declared)))
+                    chunks.append(chunk)
+                    args, declared, chunk = [now_ms, int(vectors)], {}, []
+                    more = [self.vectors_key(keys[i][0])] if vectors else []
+                declared.update(dict.fromkeys(more))
                 args += [_item_member(*keys[i]), int(refresh[i])]
-            calls.append(_script("m_get", self.keys(partition), args))
-        replies = yield from self._calls(calls)
+                chunk.append(i)
+            calls.append(Call(partition, "m_get", args, list(declared)))
+            chunks.append(chunk)
+        replies = yield from self._run(calls)
         found: list[StoredItem | None] = [None] * len(keys)
-        for indexes, reply in zip(groups.values(), replies, strict=True):
+        for indexes, (reply,) in zip(chunks, replies, strict=True):
             for i, entry in zip(indexes, reply, strict=True):
                 if entry:
                     record, expires, blob = entry
@@ -244,45 +426,112 @@ class RedisStorePort:
             yield Command(("SADD", self.registry, *fresh))
         calls = []
         for partition, (puts, dels) in groups.items():
-            args: list[Any] = [now_ms, len(puts)]
-            for item in puts:
-                args += [
-                    _item_member(item.namespace, item.key),
-                    item.created_us.to_bytes(8, "big"),
-                    item.updated_us.to_bytes(8, "big") + encode_value(item.value),
-                    item.updated_us,
-                    item.expires_ms if item.expires_ms is not None else "",
-                    int(item.ttl_minutes * 60_000) if item.ttl_minutes is not None else "",
-                    _pack_vectors(item.vectors) if item.vectors else "",
-                ]
-            args += [_item_member(*key) for key in dels]
-            calls.append(_script("m_put", self.keys(partition), args))
-        yield from self._calls(calls)
+            calls += self._put_calls(partition, puts, dels, now_ms)
+        yield from self._run(calls)
         self._registered.update(fresh)
+        for partition, (puts, _) in groups.items():
+            known = self._written.get((partition,)) or []
+            new = [dotted_namespace(item.namespace) for item in puts]
+            if any(ns not in known for ns in new):
+                self._written.put((partition,), list(dict.fromkeys([*known, *new]))[-WRITTEN:])
+
+    def _put_calls(
+        self, partition: Namespace, puts: list[StoredItem], dels: list[ItemKey], now_ms: int
+    ) -> list[Call]:
+        """A partition's writes cut into calls of at most MAX_ARGUMENTS arguments (less
+        HEADROOM, and room for as many old index entries as the new item has)."""
+        calls: list[Call] = []
+        chunk_puts: list[StoredItem] = []
+        chunk_dels: list[ItemKey] = []
+        namespaces: set[Namespace] = set()
+        used = OVERHEAD + 6 + 2
+        ops: list[StoredItem | ItemKey] = [*puts, *dels]
+        for item in ops:
+            namespace = item.namespace if isinstance(item, StoredItem) else item[0]
+            cost = 2 if namespace not in namespaces else 0
+            if isinstance(item, StoredItem):
+                cost += 7 + (2 * len(item.vectors) if self.index_prefix else 0)
+            else:
+                cost += 1
+            if (chunk_puts or chunk_dels) and used + cost > MAX_ARGUMENTS - HEADROOM:
+                calls.append(self._put_call(partition, chunk_puts, chunk_dels, now_ms))
+                cost += 0 if namespace not in namespaces else 2  # declared anew in the next
+                chunk_puts, chunk_dels, namespaces = [], [], set()
+                used = OVERHEAD + 6 + 2
+            if isinstance(item, StoredItem):
+                chunk_puts.append(item)
+            else:
+                chunk_dels.append(item)
+            namespaces.add(namespace)
+            used += cost
+        if chunk_puts or chunk_dels:
+            calls.append(self._put_call(partition, chunk_puts, chunk_dels, now_ms))
+        return calls
+
+    def _put_call(
+        self, partition: Namespace, puts: list[StoredItem], dels: list[ItemKey], now_ms: int
+    ) -> Call:
+        args: list[Any] = [now_ms, len(puts)]
+        keys: dict[str, None] = {}
+        for item in puts:
+            member = _item_member(item.namespace, item.key)
+            args += [
+                member,
+                item.created_us.to_bytes(8, "big"),
+                item.updated_us.to_bytes(8, "big") + encode_value(item.value),
+                item.updated_us,
+                item.expires_ms if item.expires_ms is not None else "",
+                int(item.ttl_minutes * 60_000) if item.ttl_minutes is not None else "",
+                _pack_vectors(item.vectors) if item.vectors else "",
+            ]
+            keys.update(dict.fromkeys(self._namespace_keys(item.namespace)))
+            keys.update(dict.fromkeys(self.entry_keys(member, len(item.vectors))))
+        for key in dels:
+            args.append(_item_member(*key))
+            keys.update(dict.fromkeys(self._namespace_keys(key[0])))
+        call = Call(partition, "m_put", args, list(keys))
+        if len(puts) + len(dels) > 1:
+
+            def halves() -> tuple[Call, Call]:
+                ops: list[StoredItem | ItemKey] = [*puts, *dels]
+                half = len(ops) // 2
+                first, second = ops[:half], ops[half:]
+                return (
+                    self._put_call(partition, *_split_ops(first), now_ms),
+                    self._put_call(partition, *_split_ops(second), now_ms),
+                )
+
+            call.parts = halves
+        return call
+
+    def _namespace_keys(self, namespace: Namespace) -> list[str]:
+        return [self.order_key(namespace), self.vectors_key(namespace)]
 
     def search(self, query: SearchQuery) -> Op[list[StoredItem]]:
         partitions = yield from self.partitions(query.prefix)
-        several = len(partitions) > 1
-        args: list[Any] = [
-            query.now_ms,
-            dotted_namespace(query.prefix),
-            0 if several else query.offset,
-            query.offset + query.limit if several else query.limit,
-            int(query.refresh and not several),
-            orjson.dumps([[list(c.path), c.op, c.value] for c in query.conditions]),
-            query.distance if query.vector is not None else "",
-            pack_vector(query.vector) if query.vector is not None else b"",
-            len(query.vector) if query.vector is not None else 0,
-            self.index_name if query.vector is not None and not several else "",
-            _tag(query.prefix) if query.prefix else "",
-            orjson.dumps(_needles(query)),
-        ]
-        replies = yield from self._calls(
-            [_script("m_search", self.keys(p), args) for p in partitions]
-        )
+        units: list[tuple[Namespace, list[str] | None]] = [(p, None) for p in partitions]
+        while True:
+            several = len(units) > 1
+            calls = [self._search_call(query, p, only, several) for p, only in units]
+            try:
+                replies = yield from self._run(calls)
+            except Overflow as over:
+                # an exact vector scan of more namespaces than one request declares: scan
+                # them in parts, merged as the parts of several partitions are
+                units = yield from self._scan_units(units, over.call.partition, query)
+                continue
+            break
+        for call, (_, only) in zip(calls, units, strict=True):
+            if only is not None:
+                continue  # a part of a scan: the next search splits it again
+            hints = self._hints_of(call)
+            learned = [k for k in call.keys if k not in hints]
+            # keys hinted by this search (the order indexes it could not merge) stay with it
+            learned += [k for k in hints if k.startswith(self.stem(call.partition))]
+            self._searched.put(self._search_memo(query, call.partition), learned)
         found: list[StoredItem] = []
         ttl_members: dict[bytes, Namespace] = {}
-        for partition, reply in zip(partitions, replies, strict=True):
+        for (partition, _), (reply,) in zip(units, replies, strict=True):
             for member, record, score, expires, has_ttl in reply:
                 item = _stored(member, record, expires)
                 item.score = float(score) if score else None
@@ -298,44 +547,116 @@ class RedisStorePort:
                 member = _item_member(item.namespace, item.key)
                 if member in ttl_members:
                     refresh.setdefault(ttl_members[member], []).append(member)
-            yield from self._calls(
+            step = MAX_ARGUMENTS - OVERHEAD - 6 - 1
+            yield from self._run(
                 [
-                    _script("m_refresh", self.keys(p), [query.now_ms, *members])
+                    Call(p, "m_refresh", [query.now_ms, *members[at : at + step]], [])
                     for p, members in refresh.items()
+                    for at in range(0, len(members), step)
                 ]
             )
         return page
 
+    def _search_memo(self, query: SearchQuery, partition: Namespace) -> tuple[Namespace, str, str]:
+        kind = "order" if query.vector is None else "index" if self.index_name else "vectors"
+        return partition, dotted_namespace(query.prefix), kind
+
+    def _search_call(
+        self, query: SearchQuery, partition: Namespace, only: list[str] | None, several: bool
+    ) -> Call:
+        """The search of one partition (of ``only`` these namespaces: an exact scan's part);
+        it declares what the last search of the prefix there needed, else the prefix's own
+        keys (the script answers the keys of the namespaces below it, if any)."""
+        indexed = query.vector is not None and not several and bool(self.index_name)
+        args: list[Any] = [
+            query.now_ms,
+            dotted_namespace(query.prefix),
+            0 if several else query.offset,
+            query.offset + query.limit if several else query.limit,
+            int(query.refresh and not several),
+            orjson.dumps([[list(c.path), c.op, c.value] for c in query.conditions]),
+            query.distance if query.vector is not None else "",
+            pack_vector(query.vector) if query.vector is not None else b"",
+            len(query.vector) if query.vector is not None else 0,
+            self.index_name if indexed else "",
+            _tag(query.prefix) if query.prefix else "",
+            orjson.dumps(_needles(query)),
+            orjson.dumps(only) if only is not None else "",
+        ]
+        if only is not None:
+            keys = [self.vectors_key(namespace_from_dotted(ns)) for ns in only]
+        elif indexed:
+            keys = [self.index_name]
+        else:
+            keys = list(self._searched.get(self._search_memo(query, partition)) or ())
+            if not keys:
+                keys = self._predicted(query, partition)
+        return Call(partition, "m_search", args, keys)
+
+    def _predicted(self, query: SearchQuery, partition: Namespace) -> list[str]:
+        """Keys a first search of ``query.prefix`` declares: the prefix's own and those of
+        the namespaces below it this process wrote (more than MERGE_LIMIT of them: a search
+        without a vector walks the partition's order instead, and needs none)."""
+        prefix = dotted_namespace(query.prefix)
+        spaces = [ns for ns in self._written.get((partition,)) or () if _under(ns, prefix)]
+        if query.prefix[: len(partition)] == partition:
+            spaces = list(dict.fromkeys([prefix, *spaces]))
+        if query.vector is None:
+            if len(spaces) > MERGE_LIMIT:
+                return []
+            return [self.order_key(namespace_from_dotted(ns)) for ns in spaces]
+        return [self.vectors_key(namespace_from_dotted(ns)) for ns in spaces][:SCAN_NAMESPACES]
+
+    def _scan_units(
+        self,
+        units: list[tuple[Namespace, list[str] | None]],
+        partition: Namespace,
+        query: SearchQuery,
+    ) -> Op[list[tuple[Namespace, list[str] | None]]]:
+        spaces = [text(ns) for ns in (yield from self._namespaces(partition, query.prefix, 0))]
+        parts: list[tuple[Namespace, list[str] | None]] = [
+            (partition, spaces[at : at + SCAN_NAMESPACES])
+            for at in range(0, len(spaces), SCAN_NAMESPACES)
+        ]
+        at = units.index((partition, None))
+        return [*units[:at], *parts, *units[at + 1 :]]
+
+    def _namespaces(self, partition: Namespace, prefix: Namespace, now_ms: int) -> Op[list[Any]]:
+        """The namespaces of one partition under ``prefix`` (its expired items purged)."""
+        call = Call(partition, "m_namespaces", [now_ms, dotted_namespace(prefix)], [])
+        call.progressive = True
+        (result,) = yield from self._run([call])
+        return list(result[-1])
+
     def namespaces(self, prefix: Namespace, now_ms: int) -> Op[list[Namespace]]:
         partitions = yield from self.partitions(prefix)
-        replies = yield from self._calls(
-            [
-                _script("m_namespaces", self.keys(p), [now_ms, dotted_namespace(prefix)])
-                for p in partitions
-            ]
-        )
+        calls = [
+            Call(p, "m_namespaces", [now_ms, dotted_namespace(prefix)], [], progressive=True)
+            for p in partitions
+        ]
+        replies = yield from self._run(calls)
         found = []
-        for reply in replies:
-            for raw in reply:
-                namespace = namespace_from_dotted(raw.decode())
+        for payloads in replies:
+            for raw in payloads[-1]:
+                namespace = namespace_from_dotted(text(raw))
                 if namespace[: len(prefix)] == prefix:
                     found.append(namespace)
         return found
 
     def sweep(self, now_ms: int) -> Op[int]:
         partitions = yield from self.partitions(())
-        replies = yield from self._calls(
-            [_script("m_sweep", self.keys(p), [now_ms]) for p in partitions]
+        replies = yield from self._run(
+            [Call(p, "m_sweep", [now_ms], [], progressive=True) for p in partitions]
         )
         empty = [
             dotted_namespace(p)
-            for p, (_, left) in zip(partitions, replies, strict=True)
-            if not left
+            for p, payloads in zip(partitions, replies, strict=True)
+            if not payloads[-1][1]
         ]
         if empty:
             yield Command(("SREM", self.registry, *empty))
             self._registered.difference_update(empty)
-        return sum(int(removed) for removed, _ in replies)
+        return sum(int(p[-1][0]) + sum(int(x) for x in p[:-1]) for p in replies)
 
 
 def _merge(found: list[StoredItem], query: SearchQuery) -> list[StoredItem]:
@@ -349,6 +670,15 @@ def _merge(found: list[StoredItem], query: SearchQuery) -> list[StoredItem]:
 
 def _script(name: str, keys: list[str], args: list[Any]) -> Script:
     return Script(name, keys, args)
+
+
+def _under(namespace: str, prefix: str) -> bool:
+    return not prefix or namespace == prefix or namespace.startswith(prefix + ".")
+
+
+def _split_ops(ops: list[StoredItem | ItemKey]) -> tuple[list[StoredItem], list[ItemKey]]:
+    puts = [op for op in ops if isinstance(op, StoredItem)]
+    return puts, [op for op in ops if not isinstance(op, StoredItem)]
 
 
 def _needles(query: SearchQuery) -> list[str]:

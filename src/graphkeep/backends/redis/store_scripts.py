@@ -1,7 +1,7 @@
 """Server-side Lua of the Redis memory store: one script call = one round trip, one slot.
 
 A partition's keys share one hash tag (see :mod:`.store`); the six fixed ones are always
-passed in this order, optionally followed by the vector index's key prefix::
+passed first, in this order::
 
     KEYS[1] i  HASH  "ns\\0key" -> created_us (8 bytes BE) updated_us (8 bytes BE) value JSON
     KEYS[2] u  ZSET  "ns\\0key" by updated_us: the partition's newest-first order
@@ -9,7 +9,6 @@ passed in this order, optionally followed by the vector index's key prefix::
     KEYS[4] t  HASH  "ns\\0key" -> TTL in ms (what a refresh re-arms)
     KEYS[5] n  HASH  ns -> number of items
     KEYS[6] l  ZSET  ns, all scores 0: namespaces in lexical order (prefix ranges)
-    KEYS[7]    the Query Engine entries' key prefix (only with ``vector_index=True``)
 
 and per namespace, in the same slot (their names extend the fixed keys' common stem)::
 
@@ -19,7 +18,20 @@ and per namespace, in the same slot (their names extend the fixed keys' common s
 
 so a search of one namespace (or a few) reads only its items, whatever else the partition
 holds. ``ns`` is the namespace's labels joined by ``.``; labels hold neither ``.`` nor NUL,
-so ``ns .. "\\0"`` and ``ns .. "."`` bound a namespace and its descendants.
+so ``ns .. "\\0"`` and ``ns .. "."`` bound a namespace and its descendants. With the Query
+Engine (``vector_index=True``) every embedding is also a hash ``XP<sha1(member)>:<n>``.
+
+**Every key a script touches is declared.** KEYS[7...] are the per-namespace keys, vector
+index entries (and the index itself, a key to ``FT.SEARCH``) the caller computed; ARGV[1]
+is the index entries' prefix XP ('' without an index), removed from ARGV before the script's
+own arguments. Where the keys depend on what is stored (the namespaces under a prefix, how
+many vectors an item had, which items expired), a script first works out every key its work
+would touch, reading only declared keys, and when one is missing returns ``{0, partial,
+missing keys}`` having written nothing but its purge (which, like every write, touches
+declared keys only): the caller sends it again with them. Done, it returns ``{1, result,
+hints}``: ``hints`` are the keys of expired items the purge had to leave (their keys were
+not declared), for the caller to declare next time. Expired items are never returned, purged
+or not: reads check the expiry.
 """
 
 from __future__ import annotations
@@ -29,12 +41,32 @@ PURGE_LIMIT = 1000
 #: a search merges the order indexes of at most this many namespaces; more: the partition's
 MERGE_LIMIT = 16
 
+#: keys of missing entries one reply names at most
+REPORT_LIMIT = 3000
+
 PRELUDE = (
-    f"local PURGE, MERGE = {PURGE_LIMIT}, {MERGE_LIMIT}\n"
+    f"local PURGE, MERGE, REPORT = {PURGE_LIMIT}, {MERGE_LIMIT}, {REPORT_LIMIT}\n"
     + r"""
+local XP = table.remove(ARGV, 1)
+if XP == '' then XP = nil end
 local I, U, E, T, N, L = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local XP = KEYS[7]
 local STEM = string.sub(I, 1, #I - 1)
+local DECLARED = {}
+for k = 1, #KEYS do DECLARED[KEYS[k]] = true end
+-- keys the work needs and the call did not declare; keys the purge had to leave
+local UNDECLARED, HINTS, NOTED = {}, {}, {}
+
+-- whether the call declared `key`; if not, it is noted (once) in `into`
+local function declared(key, into)
+  if DECLARED[key] then return true end
+  local noted = NOTED[into] or {}
+  NOTED[into] = noted
+  if not noted[key] and #into < REPORT then
+    noted[key] = true
+    into[#into + 1] = key
+  end
+  return false
+end
 
 local function ns_of(member)
   return string.sub(member, 1, string.find(member, '\0', 1, true) - 1)
@@ -52,6 +84,26 @@ local function vector_keys(member, blob)
   return XP .. redis.sha1hex(member) .. ':', #header, h
 end
 
+-- whether the keys of `blob`'s index entries are declared (the others noted in `into`)
+local function entries_declared(member, blob, into)
+  if not XP or blob == '' then return true end
+  local base, n = vector_keys(member, blob)
+  local ok = true
+  for i = 1, n do ok = declared(base .. i, into) and ok end
+  return ok
+end
+
+-- whether every key rewriting or removing `member` touches is declared (reads only
+-- declared keys; the missing ones are noted in `into`)
+local function covered(member, into)
+  local ns = ns_of(member)
+  local ok = declared(order_key(ns), into)
+  if not declared(vectors_key(ns), into) then return false end
+  local blob = XP and redis.call('HGET', vectors_key(ns), member)
+  if blob then ok = entries_declared(member, blob, into) and ok end
+  return ok
+end
+
 local function unindex(member)
   if not XP then return end
   local blob = vectors_of(member)
@@ -59,7 +111,6 @@ local function unindex(member)
   local base, n = vector_keys(member, blob)
   for i = 1, n do redis.call('DEL', base .. i) end
 end
-
 -- the item's namespace and every prefix of it, as tags (sha1 of the labels joined by '.')
 local function tags(member)
   local ns, out, at = ns_of(member), {}, 0
@@ -101,13 +152,25 @@ local function remove(member)
   return 0
 end
 
--- remove up to `limit` expired items of this partition; the number removed
-local function purge(now, limit)
-  local gone = redis.call('ZRANGEBYSCORE', E, '-inf', now, 'LIMIT', 0, limit)
-  local count = 0
-  for _, member in ipairs(gone) do count = count + remove(member) end
-  return count
+-- remove expired items whose keys this call declared (the others' keys go to HINTS),
+-- looking at `limit` of them, or at all of them when `all`; the number removed
+local function purge(now, limit, all)
+  local count, skipped = 0, 0
+  while true do
+    local gone = redis.call('ZRANGEBYSCORE', E, '-inf', now, 'LIMIT', skipped, limit)
+    for _, member in ipairs(gone) do
+      if covered(member, HINTS) and remove(member) == 1 then
+        count = count + 1
+      else
+        skipped = skipped + 1
+      end
+    end
+    if not all or #gone < limit then return count end
+  end
 end
+
+local function done(result) return {1, result, HINTS} end
+local function again(partial) return {0, partial or false, UNDECLARED} end
 
 local function expiry(member)
   local at = redis.call('ZSCORE', E, member)
@@ -157,7 +220,11 @@ GET = (
     + r"""
 -- ARGV: now, with_vectors, then pairs (member, refresh 0/1)
 local now = tonumber(ARGV[1])
-purge(now, PURGE)
+if ARGV[2] == '1' then
+  for i = 3, #ARGV, 2 do declared(vectors_key(ns_of(ARGV[i])), UNDECLARED) end
+end
+if #UNDECLARED > 0 then return again() end
+purge(now, PURGE, false)
 local out = {}
 for i = 3, #ARGV, 2 do
   local member = ARGV[i]
@@ -171,7 +238,7 @@ for i = 3, #ARGV, 2 do
     out[#out + 1] = false
   end
 end
-return out
+return done(out)
 """
 )
 
@@ -181,12 +248,22 @@ PUT = (
 -- ARGV: now, n_puts, then per put: member, created(8 bytes), rest (updated(8) + value),
 --       updated_us, expires_ms or '', ttl_ms or '', vectors or ''; then members to delete
 local now = tonumber(ARGV[1])
-purge(now, PURGE)
 local n = tonumber(ARGV[2])
 local i = 3
 for _ = 1, n do
+  covered(ARGV[i], UNDECLARED)
+  entries_declared(ARGV[i], ARGV[i + 6], UNDECLARED)
+  i = i + 7
+end
+for j = i, #ARGV do covered(ARGV[j], UNDECLARED) end
+if #UNDECLARED > 0 then return again() end
+purge(now, PURGE, false)
+i = 3
+for _ = 1, n do
   local member = ARGV[i]
   local ns = ns_of(member)
+  -- an expired item the purge did not reach yet is replaced, not updated
+  if not live(member, now) then remove(member) end
   local old = redis.call('HGET', I, member)
   local created = ARGV[i + 1]
   if old then
@@ -214,7 +291,7 @@ for _ = 1, n do
   i = i + 7
 end
 for j = i, #ARGV do remove(ARGV[j]) end
-return redis.call('HLEN', I)
+return done(redis.call('HLEN', I))
 """
 )
 
@@ -224,9 +301,9 @@ SEARCH = (
 -- ARGV: now, prefix ('' = all), offset, limit, refresh 0/1, conditions (JSON),
 --       distance ('' = no vector), query vector (float32 LE), dims,
 --       vector index name ('' = none: exact scan here), the prefix's index tag ('' = all),
---       needles (JSON): strings, JSON-encoded as the values are, that every match contains
+--       needles (JSON): strings, JSON-encoded as the values are, that every match contains,
+--       the namespaces an exact vector scan reads (JSON; '' = every one under the prefix)
 local now = tonumber(ARGV[1])
-purge(now, PURGE)
 local prefix, offset, limit = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local conditions, needles = cjson.decode(ARGV[6]), cjson.decode(ARGV[12])
 local distance, dims = ARGV[7], tonumber(ARGV[9])
@@ -345,6 +422,28 @@ end
 
 local page, need = {}, offset + limit
 
+-- what the search reads, worked out (and its keys checked) before the purge
+local spaces, only = nil, nil
+if need == 0 then
+  -- nothing asked
+elseif query == nil then
+  spaces = namespaces(prefix, MERGE)
+  if spaces ~= nil then
+    -- without their order indexes declared, the partition's order serves (and their keys
+    -- are answered as hints, for the next search)
+    local all = true
+    for _, ns in ipairs(spaces) do all = declared(order_key(ns), HINTS) and all end
+    if not all then spaces = nil end
+  end
+elseif ARGV[10] ~= '' then
+  declared(ARGV[10], UNDECLARED)  -- FT.SEARCH's key is its index
+else
+  only = ARGV[13] ~= '' and cjson.decode(ARGV[13]) or namespaces(prefix, nil)
+  for _, ns in ipairs(only) do declared(vectors_key(ns), UNDECLARED) end
+end
+if #UNDECLARED > 0 then return again() end
+purge(now, PURGE, false)
+
 local function page_of(scored)
   for j = offset + 1, math.min(need, #scored) do
     local entry = scored[j]
@@ -377,7 +476,6 @@ elseif query == nil then
       start = start + 256
     end
   end
-  local spaces = namespaces(prefix, MERGE)
   if spaces == nil then
     walk(U, true)
   elseif #spaces == 1 then
@@ -437,7 +535,7 @@ elseif ARGV[10] ~= '' then
 else
   -- exact: score every embedded item of the namespaces under the prefix
   local scored = {}
-  for _, ns in ipairs(namespaces(prefix, nil)) do
+  for _, ns in ipairs(only) do
     local all = redis.call('HGETALL', vectors_key(ns))
     for k = 1, #all, 2 do
       local member = all[k]
@@ -456,30 +554,33 @@ for _, entry in ipairs(page) do
   entry[4] = ARGV[5] == '1' and refresh(member, now) or expiry(member)
   entry[5] = redis.call('HEXISTS', T, member)
 end
-return page
+return done(page)
 """
 )
 
 NAMESPACES = (
     PRELUDE
     + r"""
--- ARGV: now, prefix ('' = all)
-purge(tonumber(ARGV[1]), PURGE)
-return namespaces(ARGV[2], nil)
+-- ARGV: now, prefix ('' = all). Expired items are purged first (their keys declared)
+purge(tonumber(ARGV[1]), PURGE, false)
+if #HINTS > 0 then
+  UNDECLARED = HINTS
+  return again()
+end
+return done(namespaces(ARGV[2], nil))
 """
 )
 
 SWEEP = (
     PRELUDE
     + r"""
--- remove every expired item (in rounds), then report what is left
-local now, removed = tonumber(ARGV[1]), 0
-while true do
-  local count = purge(now, PURGE)
-  removed = removed + count
-  if count < PURGE then break end
+-- remove every expired item whose keys are declared; the keys of the others, or what is left
+local removed = purge(tonumber(ARGV[1]), PURGE, true)
+if #HINTS > 0 then
+  UNDECLARED = HINTS
+  return again(removed)
 end
-return {removed, redis.call('HLEN', I)}
+return done({removed, redis.call('HLEN', I)})
 """
 )
 
@@ -488,24 +589,37 @@ REFRESH = (
     + r"""
 local now = tonumber(ARGV[1])
 for i = 2, #ARGV do refresh(ARGV[i], now) end
-return 1
+return done(1)
 """
 )
 
 REINDEX = (
     PRELUDE
     + r"""
--- (re)write the vector index entries of every embedded item of this partition
+-- (re)write the vector index entries of one namespace's embedded items, in member order
+-- after ARGV[2] (a cursor, '' = from the first), while their keys are declared.
+-- ARGV: ns, cursor. Returns {the last member written, count} and the keys still missing
+local ns, cursor = ARGV[1], ARGV[2]
+if not declared(vectors_key(ns), UNDECLARED) then return again() end
+local all = redis.call('HGETALL', vectors_key(ns))
+local todo = {}
+for k = 1, #all, 2 do
+  if all[k] > cursor then todo[#todo + 1] = {all[k], all[k + 1]} end
+end
+table.sort(todo, function(a, b) return a[1] < b[1] end)
 local count = 0
-for _, ns in ipairs(namespaces('', nil)) do
-  local all = redis.call('HGETALL', vectors_key(ns))
-  for k = 1, #all, 2 do
-    unindex(all[k])
-    index(all[k], all[k + 1])
-    count = count + 1
+for _, entry in ipairs(todo) do
+  if #UNDECLARED == 0 and entries_declared(entry[1], entry[2], UNDECLARED) then
+    unindex(entry[1])
+    index(entry[1], entry[2])
+    cursor, count = entry[1], count + 1
+  else
+    entries_declared(entry[1], entry[2], UNDECLARED)
+    if #UNDECLARED >= REPORT then break end
   end
 end
-return count
+if #UNDECLARED > 0 then return again({cursor, count}) end
+return done({cursor, count})
 """
 )
 
