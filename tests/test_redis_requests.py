@@ -27,8 +27,11 @@ from redis.crc import key_slot
 import graphkeep
 from graphkeep.backends.redis import RedisEventLog, RedisSaver
 from graphkeep.backends.redis.checkpoint_scripts import SCRIPTS
+from graphkeep.backends.redis.client import connected, sync_executor
+from graphkeep.backends.redis.hot import HOT_SCRIPTS, RedisHotPort
 from graphkeep.backends.redis.requests import MAX_ARGS
 from graphkeep.checkpoint.put import put_op
+from graphkeep.checkpoint.records import ListQuery
 from graphkeep.port.ops import drive
 
 from .conftest import REDIS_CLUSTER_URL, REDIS_URL, unique_prefix
@@ -305,6 +308,8 @@ import redis
 from langgraph.checkpoint.base import empty_checkpoint
 from graphkeep.backends.redis import RedisSaver
 from graphkeep.backends.redis.checkpoint_scripts import SCRIPTS
+from graphkeep.backends.redis.client import connected, sync_executor
+from graphkeep.backends.redis.hot import HOT_SCRIPTS, RedisHotPort
 
 url, prefix, thread_id, parent_id, count = sys.argv[1:6]
 commit = hashlib.sha1(SCRIPTS["put/staged"].encode()).hexdigest()
@@ -391,3 +396,71 @@ def test_deleting_many_runs_sends_one_slot_per_del(url: str, wire: Wire) -> None
         dels = wire.named("DEL")
         assert len(dels) >= 40 // 2  # 40 runs, each its own slot (a few may share one)
         assert all(log.state(run) is None for run in runs)
+
+
+@WHERE
+def test_reads_of_more_than_one_request_go_in_parts(url: str, thread_id: str, wire: Wire) -> None:
+    """get_blobs of 5,000 element keys, a cross-thread page of 2,100 checkpoints (fetch),
+    find_runs of 4,500 run ids and a parent walk over 4,200 channels: each answered whole,
+    in requests within the limit."""
+    with graphkeep.connect(url, key_prefix=unique_prefix("rsplit")) as saver:
+        port = saver.port
+        first = _first_put(saver, thread_id)
+        _big_put(saver, thread_id, first)
+        keys = [(ns, ch, v) for ns, ch, v in port_blob_keys(saver, thread_id)]
+        assert len(keys) == IMPORTED + 2
+        got = saver._call(port.get_blobs(thread_id, keys))
+        assert len(got) == len(keys)
+
+        parent = first
+        ids = []
+        for step in range(2100):
+            cp = empty_checkpoint()
+            cp["channel_values"] = {"n": step}
+            cp["channel_versions"] = {"n": step + 10}
+            meta = {"step": step, "run_id": f"run-{step % 7}"}
+            parent = saver.put(parent, cp, meta, {"n": step + 10})
+            ids.append(parent["configurable"]["checkpoint_id"])
+        query = ListQuery(None, None, None, None, {}, None)
+        page, _ = saver._call(port.list_page(query, None, 2200))
+        mine = [it.record.checkpoint_id for it in page if it.record.thread_id == thread_id]
+        assert set(ids) <= set(mine)
+
+        runs = [f"run-{i}" for i in range(4500)]
+        found = saver._call(port.find_runs(runs))
+        assert len(found[thread_id]) == 2100
+
+        channels = ["n", *(f"c{i}" for i in range(4200))]
+        chain = saver._call(port.chain(thread_id, "", None, channels))
+        assert chain.target_id == ids[-1]
+        assert chain.ancestors[0].checkpoint_id == ids[-2]  # "n" has a value at the parent
+        # no other channel has one: the walk goes to the root (the steps' first parent is
+        # the first checkpoint; the large put is a sibling)
+        assert [a.checkpoint_id for a in chain.ancestors] == [
+            *reversed(ids[:-1]),
+            first["configurable"]["checkpoint_id"],
+        ]
+        assert [channel for channel, _ in chain.blobs] == ["n"]
+        wire.check()
+        saver.delete_thread(thread_id)
+
+
+def port_blob_keys(saver: Any, thread_id: str) -> list[tuple[str, str, str]]:
+    return sorted(saver._call(saver.port.inventory(thread_id)).blob_keys)
+
+
+@WHERE
+def test_a_hot_page_larger_than_one_request_is_filled_in_parts(url: str, wire: Wire) -> None:
+    """The hot layer's list page of 2,100 checkpoints: entries in parts, its index with the
+    last one; read back whole."""
+    port = RedisHotPort(key_prefix=unique_prefix("hot"))
+    with connected(url) as client:
+        execute = sync_executor(client, HOT_SCRIPTS)
+        drive(port.setup(), execute)
+        entries = [(f"cp-{i:05}", f"entry {i}".encode()) for i in range(2100)]
+        drive(port.fill_page("t", "", None, 2100, entries, 60_000), execute)
+        got = drive(port.fetch_page("t", "", None, 2100, 60_000), execute)
+        assert got == [entry for _, entry in entries]
+        assert len(wire.named("EVALSHA")) >= 3
+        wire.check()
+        drive(port.evict("t"), execute)
