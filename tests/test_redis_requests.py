@@ -25,7 +25,7 @@ from langgraph.graph.message import add_messages
 from redis.crc import key_slot
 
 import graphkeep
-from graphkeep.backends.redis import RedisEventLog, RedisSaver
+from graphkeep.backends.redis import AsyncRedisEventLog, RedisEventLog, RedisSaver
 from graphkeep.backends.redis.checkpoint_scripts import SCRIPTS
 from graphkeep.backends.redis.client import connected, sync_executor
 from graphkeep.backends.redis.hot import HOT_SCRIPTS, RedisHotPort
@@ -464,3 +464,16 @@ def test_a_hot_page_larger_than_one_request_is_filled_in_parts(url: str, wire: W
         assert len(wire.named("EVALSHA")) >= 3
         wire.check()
         drive(port.evict("t"), execute)
+
+
+@WHERE
+async def test_async_deleting_many_runs_sends_one_slot_per_del(url: str, wire: Wire) -> None:
+    async with AsyncRedisEventLog.from_url(url, key_prefix=unique_prefix("aevdel")) as log:
+        runs = [f"run-{uuid.uuid4().hex[:8]}" for _ in range(40)]
+        for run in runs:
+            await log.append(run, {"type": "token", "text": "x"})
+        wire.sent.clear()
+        await log.delete(runs)
+        wire.check()
+        assert len(wire.named("DEL")) >= 40 // 2
+        assert [await log.state(run) for run in runs] == [None] * len(runs)
