@@ -92,6 +92,9 @@ __all__ = ["AsyncRedisSaver", "RedisCheckpointPort", "RedisSaver"]
 
 #: the saver's scripts and the effect ledger's (``saver.effects`` shares the executor)
 ALL_SCRIPTS = {**SCRIPTS, **EFFECT_SCRIPTS}
+#: how many times a call too large for one request is staged when its staging hash is
+#: deleted before its commit (a delete_thread at the same moment)
+STAGE_ATTEMPTS = 3
 FORMAT = "1"  # bump when the key layout changes; old keys stay readable by old code
 
 
@@ -161,7 +164,11 @@ class RedisCheckpointPort(CheckpointPort):
         inline = script_room(len(keys) + 1) - 2  # the staging hash, token and count
         staged, rest = args[: len(args) - inline], args[len(args) - inline :]
         per = script_room(1) - 2  # token and first index
-        for attempt in range(3):
+        attempts = 0
+        while True:
+            # staged anew (a fresh token) when the staging hash went in between: the thread
+            # was deleted meanwhile, and this call writes it again, as a plain call would
+            attempts += 1
             token = uuid.uuid4().hex
             for start in range(0, len(staged), per):
                 chunk = staged[start : start + per]
@@ -169,9 +176,8 @@ class RedisCheckpointPort(CheckpointPort):
             try:
                 return (yield Script(f"{name}/staged", [*keys, stage], [token, len(staged), *rest]))
             except ResponseError as exc:
-                if STAGE_LOST not in str(exc) or attempt == 2:
+                if STAGE_LOST not in str(exc) or attempts == STAGE_ATTEMPTS:
                     raise
-        raise AssertionError("unreachable")
 
     def feed_key(self, thread_id: str) -> str:
         """The thread's feed: a Stream of ``n`` = namespace, ``c`` = checkpoint id (or ``u``
