@@ -330,6 +330,8 @@ KEY_LAYOUTS: dict[str, dict[str, Any]] = {
             "{prefix}:1:{{thread}}:lock": "STRING lease token (saver.lock)",
             "{prefix}:1:{{thread}}:f": "STREAM n=ns, c=checkpoint id (u=its 16 uuid bytes):"
             " the thread's commit feed for saver.watch, appended by put, trimmed to ~1000",
+            "{prefix}:1:{{thread}}:s": "HASH token\\0i -> argument: the staged first arguments"
+            " of a call over 3,999 arguments until its script commits it (expires after 1 h)",
         },
         "notes": [
             "every key of a thread shares the hash tag {thread}: Redis Cluster safe",

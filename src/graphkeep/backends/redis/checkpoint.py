@@ -28,6 +28,7 @@ URLs: ``redis://``, ``rediss://``, ``unix://`` for one server and
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from graphkeep.backends.redis.checkpoint_codec import (
@@ -42,8 +43,13 @@ from graphkeep.backends.redis.checkpoint_codec import (
     summary_of,
     writes_of,
 )
-from graphkeep.backends.redis.checkpoint_scripts import FEED_COUNT, SCRIPTS
-from graphkeep.backends.redis.client import OnRedis, RedisSite
+from graphkeep.backends.redis.checkpoint_scripts import (
+    FEED_COUNT,
+    SCRIPTS,
+    STAGE_LOST,
+    THREAD_KEYS,
+)
+from graphkeep.backends.redis.client import OnRedis, RedisSite, ResponseError
 from graphkeep.backends.redis.effects import EFFECT_SCRIPTS, RedisEffectsPort
 from graphkeep.backends.redis.keys import (
     check_prefix,
@@ -51,7 +57,15 @@ from graphkeep.backends.redis.keys import (
     encode_thread,
     pattern_prefix,
 )
-from graphkeep.backends.redis.requests import Command, Delete, Pipeline, Scan, Script, XRead
+from graphkeep.backends.redis.requests import (
+    Command,
+    Delete,
+    Pipeline,
+    Scan,
+    Script,
+    XRead,
+    script_room,
+)
 from graphkeep.checkpoint.port import INTERRUPT_IDX, CheckpointPort
 from graphkeep.checkpoint.records import (
     HOLDS_CHECKPOINT,
@@ -78,6 +92,9 @@ __all__ = ["AsyncRedisSaver", "RedisCheckpointPort", "RedisSaver"]
 
 #: the saver's scripts and the effect ledger's (``saver.effects`` shares the executor)
 ALL_SCRIPTS = {**SCRIPTS, **EFFECT_SCRIPTS}
+#: how many times a call too large for one request is staged when its staging hash is
+#: deleted before its commit (a delete_thread at the same moment)
+STAGE_ATTEMPTS = 3
 FORMAT = "1"  # bump when the key layout changes; old keys stay readable by old code
 
 
@@ -130,6 +147,38 @@ class RedisCheckpointPort(CheckpointPort):
         base = f"{self.prefix}:{FORMAT}:{{{encode_thread(thread_id)}}}"
         return [f"{base}:{suffix}" for suffix in ("h", "p", "x", "a", "w", "wi", "b", "f")]
 
+    def stage_key(self, thread_id: str) -> str:
+        """The thread's staging hash: the first arguments of a script call too large for one
+        request (see :meth:`_atomic` and ``checkpoint_scripts``); never read otherwise."""
+        return f"{self.prefix}:{FORMAT}:{{{encode_thread(thread_id)}}}:s"
+
+    def _atomic(self, name: str, thread_id: str, args: list[Any]) -> Op[Any]:
+        """The script ``name`` on the thread's keys with ``args``: one request when they fit
+        in one (every call of a normal size), else the first arguments staged in as few
+        ``stage`` requests as hold them and ``<name>/staged`` with the rest, which applies
+        the whole call in one script (the thread changes there, all or nothing)."""
+        keys = self.thread_keys(thread_id)
+        if len(args) <= script_room(len(keys)):
+            return (yield Script(name, keys, args))
+        stage = self.stage_key(thread_id)
+        inline = script_room(len(keys) + 1) - 2  # the staging hash, token and count
+        staged, rest = args[: len(args) - inline], args[len(args) - inline :]
+        per = script_room(1) - 2  # token and first index
+        attempts = 0
+        while True:
+            # staged anew (a fresh token) when the staging hash went in between: the thread
+            # was deleted meanwhile, and this call writes it again, as a plain call would
+            attempts += 1
+            token = uuid.uuid4().hex
+            for start in range(0, len(staged), per):
+                chunk = staged[start : start + per]
+                yield Script("stage", [stage], [token, start, *chunk])
+            try:
+                return (yield Script(f"{name}/staged", [*keys, stage], [token, len(staged), *rest]))
+            except ResponseError as exc:
+                if STAGE_LOST not in str(exc) or attempts == STAGE_ATTEMPTS:
+                    raise
+
     def feed_key(self, thread_id: str) -> str:
         """The thread's feed: a Stream of ``n`` = namespace, ``c`` = checkpoint id (or ``u``
         = its 16 bytes when it is a UUID)."""
@@ -167,7 +216,7 @@ class RedisCheckpointPort(CheckpointPort):
         for blob in blobs:
             field = join_field(record.ns, blob.channel, blob.version)
             args += [field, codec.pack_typed(blob.value)]
-        yield Script("put", self.thread_keys(record.thread_id), args)
+        yield from self._atomic("put", record.thread_id, args)
 
     def put_writes(
         self, thread_id: str, ns: str, checkpoint_id: str, writes: list[WriteRecord]
@@ -180,7 +229,7 @@ class RedisCheckpointPort(CheckpointPort):
                 "1" if w.special else "0",
                 codec.packb([w.channel, w.task_path, w.value.tag, w.value.data]),
             ]
-        yield Script("put_writes", self.thread_keys(thread_id), args)
+        yield from self._atomic("put_writes", thread_id, args)
 
     def load(self, thread_id: str, ns: str, checkpoint_id: str | None) -> Op[Loaded | None]:
         raw = yield Script(
@@ -239,11 +288,14 @@ class RedisCheckpointPort(CheckpointPort):
         for cid, thread_id, ns in page:
             by_thread.setdefault(thread_id, []).append((ns, cid))
         fetched: dict[tuple[str, str, str], Loaded] = {}
+        per = (script_room(THREAD_KEYS) - 1) // 2
         for thread_id, wanted in by_thread.items():
-            args: list[Any] = [len(wanted)]
-            for ns, cid in wanted:
-                args += [ns, cid]
-            raw = yield Script("fetch", self.thread_keys(thread_id), args)
+            raw = []
+            for start in range(0, len(wanted), per):
+                args: list[Any] = [len(wanted[start : start + per])]
+                for ns, cid in wanted[start : start + per]:
+                    args += [ns, cid]
+                raw += yield Script("fetch", self.thread_keys(thread_id), args)
             pages: dict[str, dict[str, Typed]] = {}
             for it in raw:
                 if it:
@@ -257,33 +309,48 @@ class RedisCheckpointPort(CheckpointPort):
     def chain(
         self, thread_id: str, ns: str, checkpoint_id: str | None, channels: list[str]
     ) -> Op[Chain]:
-        raw = yield Script(
-            "chain",
-            self.thread_keys(thread_id),
-            [ns, checkpoint_id or "", self.read_ttl_ms, *channels],
-        )
-        target, steps = raw
+        # Channels beyond one request's room: one walk per part, from the target the first
+        # one found. Each walk follows the same parent links and stops once its channels have
+        # values, so the longest walk is the whole one and the seed values add up.
+        per = script_room(THREAD_KEYS) - 3
+        parts = [channels[i : i + per] for i in range(0, len(channels), per)] or [[]]
+        target: str | None = None
         ancestors: list[Summary] = []
         writes: dict[str, list[WriteRecord]] = {}
         blobs: dict[tuple[str, str], Typed] = {}
-        for parent, head, wfields, wvalues, chans, seed_blobs in steps:
-            summary = summary_of(ns, parent.decode(), head)
-            ancestors.append(summary)
-            writes[summary.checkpoint_id] = writes_of(wfields, wvalues)
-            for ch, blob in zip(chans, seed_blobs, strict=True):
-                if blob:
-                    channel = ch.decode()
-                    blobs[(channel, summary.versions[channel])] = codec.unpack_typed(blob)
-        return Chain(target.decode() if target else None, ancestors, writes, blobs)
+        for number, part in enumerate(parts):
+            at = checkpoint_id if number == 0 else target
+            raw = yield Script(
+                "chain", self.thread_keys(thread_id), [ns, at or "", self.read_ttl_ms, *part]
+            )
+            found, steps = raw
+            if not found:
+                return Chain(None, [], {}, {})
+            target = found.decode()
+            walked: list[Summary] = []
+            for parent, head, wfields, wvalues, chans, seed_blobs in steps:
+                summary = summary_of(ns, parent.decode(), head)
+                walked.append(summary)
+                writes[summary.checkpoint_id] = writes_of(wfields, wvalues)
+                for ch, blob in zip(chans, seed_blobs, strict=True):
+                    if blob:
+                        channel = ch.decode()
+                        blobs[(channel, summary.versions[channel])] = codec.unpack_typed(blob)
+            if len(walked) > len(ancestors):
+                ancestors = walked
+        return Chain(target, ancestors, writes, blobs)
 
     def get_blobs(
         self, thread_id: str, keys: list[tuple[str, str, str]]
     ) -> Op[dict[tuple[str, str, str], Typed]]:
         if not keys:
             return {}
-        args: list[Any] = [self.read_ttl_ms]
-        args += [join_field(*key) for key in keys]
-        raw = yield Script("blobs", self.thread_keys(thread_id), args)
+        fields = [join_field(*key) for key in keys]
+        per = script_room(THREAD_KEYS) - 1
+        raw = []
+        for start in range(0, len(fields), per):
+            args: list[Any] = [self.read_ttl_ms, *fields[start : start + per]]
+            raw += yield Script("blobs", self.thread_keys(thread_id), args)
         return {
             key: codec.unpack_typed(value)
             for key, value in zip(keys, raw, strict=True)
@@ -291,7 +358,7 @@ class RedisCheckpointPort(CheckpointPort):
         }
 
     def delete_thread(self, thread_id: str) -> Op[None]:
-        yield Delete(self.thread_keys(thread_id))
+        yield Delete([*self.thread_keys(thread_id), self.stage_key(thread_id)])
 
     def inventory(self, thread_id: str) -> Op[Inventory]:
         keys = self.thread_keys(thread_id)
@@ -332,12 +399,16 @@ class RedisCheckpointPort(CheckpointPort):
         for ns, cid in checkpoints:
             args += [ns, cid]
         args += [join_field(ns, ch, version) for ns, ch, version in blobs]
-        yield Script("delete", self.thread_keys(thread_id), args)
+        yield from self._atomic("delete", thread_id, args)
 
     def find_runs(self, run_ids: list[str]) -> Op[dict[str, list[tuple[str, str]]]]:
         found: dict[str, list[tuple[str, str]]] = {}
+        per = script_room(THREAD_KEYS)
         for thread_id in (yield from self._threads()):
-            fields = yield Script("find_runs", self.thread_keys(thread_id), list(run_ids))
+            fields = []
+            for start in range(0, len(run_ids), per):
+                wanted = list(run_ids[start : start + per])
+                fields += yield Script("find_runs", self.thread_keys(thread_id), wanted)
             for field in fields:
                 ns, _, cid = field.partition(SEP)
                 found.setdefault(thread_id, []).append((ns.decode(), cid.decode()))
@@ -395,7 +466,7 @@ class RedisCheckpointPort(CheckpointPort):
             *write_args,
             *cp_args,
         ]
-        yield Script("import", self.thread_keys(thread_id), args)
+        yield from self._atomic("import", thread_id, args)
 
     def list_threads(self, cursor: Any, page_size: int) -> Op[tuple[list[str], Any]]:
         threads = yield from self._threads()

@@ -32,6 +32,17 @@ put is announced once. It holds ids only (never checkpoint data: ``export``,
 than the trimming is caught up from the ``a`` index instead (see ``FEED``
 below), so a slow watcher loses nothing.
 
+Staging: no request may carry more than :data:`~.requests.MAX_ARGS` arguments (ElastiCache
+Serverless), yet ``put``, ``put_writes``, ``import`` and ``delete`` of a thread stay one atomic
+script however large. When a call's arguments do not fit, the first ones go ahead in ``stage``
+calls into the thread's staging hash (``KEYS[9]`` ``s``, same hash tag, never read by anything
+else: fields ``token NUL i`` -> argument ``i``) and the script runs as ``<name>/staged`` with the
+rest: it reads the staged arguments back, deletes them and runs the very same body on the whole
+list, so what the thread shows changes in that one script, all or nothing. A writer killed
+before it leaves only staged fields that no reader sees; they go with ``delete_thread`` or with
+the staging hash's own expiry (:data:`STAGE_TTL_MS`, pushed out by every stage call). A commit
+resent after a lost reply finds its token's ``done`` mark and returns 1 without applying twice.
+
 Reads expand list manifests in the same script (``elements`` below): a blob
 whose packed bytes start with the packed manifest tag is decoded with
 ``cmsgpack`` and the element fields its runs name are read from ``b`` too, so
@@ -56,6 +67,13 @@ FEED_MAXLEN = 1000
 #: a checkpoint id in canonical UUID text (what LangGraph makes): the feed keeps its 16
 #: bytes (field ``u``) instead of the 36 characters (field ``c``), halving the feed's size
 UUID_TEXT = "^" + "%-".join("[0-9a-f]" * n for n in (8, 4, 4, 4, 12)) + "$"
+#: how long a thread's staging hash outlives its last ``stage`` call (or staged commit): far
+#: longer than a writer needs between its first stage call and its commit, so only the
+#: fields of a writer that died in between expire with it
+STAGE_TTL_MS = 3_600_000
+#: what the error reply of a staged commit whose staged arguments are gone starts with (the
+#: staging hash was deleted with the thread in between: the writer stages again)
+STAGE_LOST = "GRAPHKEEP_STAGE_LOST"
 #: entries per feed read. Must stay below ``FEED_MAXLEN``: a read that returns fewer is
 #: then proof that nothing after its position was trimmed (see ``FEED``).
 FEED_COUNT = 500
@@ -90,6 +108,8 @@ CONSTANTS = "\n".join(
         f"local THREAD_KEYS = {THREAD_KEYS}",
         f"local FEED_MAXLEN = {FEED_MAXLEN}",
         f"local UUID_TEXT = '{UUID_TEXT}'",
+        f"local STAGE_TTL_MS = {STAGE_TTL_MS}",
+        f"local STAGE_LOST = '{STAGE_LOST}'",
     ]
 )
 
@@ -622,28 +642,70 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[
 return 0
 """
 
+STAGE = r"""
+-- KEYS[1] the thread's staging hash; ARGV: token, index of the first argument, then the
+-- arguments: field "token NUL index" -> argument, for the staged commit (see UNSTAGE)
+local stage, token, first = KEYS[1], ARGV[1], tonumber(ARGV[2])
+for i = 3, #ARGV, 500 do
+  local part = {}
+  for j = i, math.min(i + 499, #ARGV) do
+    part[#part + 1] = token .. '\0' .. (first + j - 3)
+    part[#part + 1] = ARGV[j]
+  end
+  redis.call('HSET', stage, unpack(part))
+end
+redis.call('PEXPIRE', stage, STAGE_TTL_MS)
+return 1
+"""
+
+# The head of a staged commit: KEYS[THREAD_KEYS + 1] is the staging hash; ARGV: token, number
+# of staged arguments, then the rest. It makes ARGV the whole argument list (staged ones
+# first) for the body that follows, unchanged. Every body it heads returns 1.
+UNSTAGE = r"""
+local stage, token, nstaged = KEYS[THREAD_KEYS + 1], ARGV[1], tonumber(ARGV[2])
+local done = token .. '\0done'
+if redis.call('HEXISTS', stage, done) == 1 then return 1 end
+local fields = {}
+for i = 1, nstaged do fields[i] = token .. '\0' .. (i - 1) end
+local all = hmget(stage, fields)
+for i = 1, nstaged do
+  if not all[i] then return redis.error_reply(STAGE_LOST .. ' ' .. token) end
+end
+for i = 3, #ARGV do all[#all + 1] = ARGV[i] end
+batched('HDEL', stage, fields)
+redis.call('HSET', stage, done, '1')
+redis.call('PEXPIRE', stage, STAGE_TTL_MS)
+local ARGV = all
+"""
+
+#: the scripts whose arguments may be staged (each also runs as ``<name>/staged``)
+STAGED = ("put", "put_writes", "import", "delete")
+
+_BODIES = {
+    "put": PUT,
+    "put_writes": PUT_WRITES,
+    "get": GET,
+    "list": LIST,
+    "fetch": FETCH,
+    "blobs": BLOBS,
+    "chain": CHAIN,
+    "delete": DELETE,
+    "inventory": INVENTORY,
+    "rearm": REARM,
+    "activity": ACTIVITY,
+    "export": EXPORT,
+    "import": IMPORT,
+    "find_runs": FIND_RUNS,
+    "all_ids": ALL_IDS,
+    "feed_end": FEED_END,
+    "feed": FEED,
+    "lock": LOCK,
+    "unlock": UNLOCK,
+    "extend_lock": EXTEND_LOCK,
+}
+
 SCRIPTS: dict[str, str] = {
-    name: CONSTANTS + PRELUDE + body
-    for name, body in {
-        "put": PUT,
-        "put_writes": PUT_WRITES,
-        "get": GET,
-        "list": LIST,
-        "fetch": FETCH,
-        "blobs": BLOBS,
-        "chain": CHAIN,
-        "delete": DELETE,
-        "inventory": INVENTORY,
-        "rearm": REARM,
-        "activity": ACTIVITY,
-        "export": EXPORT,
-        "import": IMPORT,
-        "find_runs": FIND_RUNS,
-        "all_ids": ALL_IDS,
-        "feed_end": FEED_END,
-        "feed": FEED,
-        "lock": LOCK,
-        "unlock": UNLOCK,
-        "extend_lock": EXTEND_LOCK,
-    }.items()
+    **{name: CONSTANTS + PRELUDE + body for name, body in _BODIES.items()},
+    **{f"{name}/staged": CONSTANTS + PRELUDE + UNSTAGE + _BODIES[name] for name in STAGED},
+    "stage": CONSTANTS + STAGE,
 }

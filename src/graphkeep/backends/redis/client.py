@@ -19,6 +19,7 @@ from typing import Any
 
 import redis
 import redis.asyncio as aredis
+from redis.crc import key_slot
 from redis.exceptions import (
     AskError,
     BusyLoadingError,
@@ -38,7 +39,15 @@ from redis.exceptions import (
 )
 
 from graphkeep.backends.redis.keys import check_prefix
-from graphkeep.backends.redis.requests import Command, Delete, Pipeline, Scan, Script, XRead
+from graphkeep.backends.redis.requests import (
+    MAX_ARGS,
+    Command,
+    Delete,
+    Pipeline,
+    Scan,
+    Script,
+    XRead,
+)
 from graphkeep.construction import Opening, Product
 from graphkeep.errors import ConfigurationError, PoolExhausted, StorageUnavailable, mask_url
 from graphkeep.port.pools import (
@@ -67,6 +76,7 @@ __all__ = [
     "block_limit_ms",
     "check_client",
     "connected",
+    "delete_batches",
     "describe",
     "is_cluster",
     "sync_client",
@@ -321,6 +331,17 @@ def _xread_args(request: XRead, limit: int | None) -> tuple[Any, ...]:
     return (*args, "STREAMS", request.key, request.position)
 
 
+def delete_batches(keys: list[Any]) -> list[list[Any]]:
+    """``keys`` as ``DEL`` commands: one per hash slot (a single node with a Cluster policy,
+    Azure Managed Redis OSS, answers CROSSSLOT otherwise) and at most :data:`MAX_ARGS`
+    arguments each."""
+    groups: dict[int, list[Any]] = {}
+    for key in keys:
+        groups.setdefault(key_slot(key.encode() if isinstance(key, str) else key), []).append(key)
+    per = MAX_ARGS - 1
+    return [g[i : i + per] for g in groups.values() for i in range(0, len(g), per)]
+
+
 class SyncSend:
     """Sends one request once on a sync client; ``scripts`` (name -> Lua source) are what
     ``Script`` requests may name (each product brings its own)."""
@@ -338,7 +359,13 @@ class SyncSend:
                 return None
             return self.scripts[request.name](keys=request.keys, args=request.args)
         if isinstance(request, Delete):
-            return self.client.delete(*request.keys)
+            batches = delete_batches(request.keys)
+            if len(batches) == 1 or isinstance(self.client, redis.RedisCluster):
+                return sum(self.client.delete(*batch) for batch in batches)
+            pipe = self.client.pipeline(transaction=False)
+            for batch in batches:
+                pipe.delete(*batch)
+            return sum(pipe.execute())
         if isinstance(request, Command):
             return self.client.execute_command(*request.args)
         if isinstance(request, XRead):
@@ -392,7 +419,13 @@ class AsyncSend:
                 return None
             return await self.scripts[request.name](keys=request.keys, args=request.args)
         if isinstance(request, Delete):
-            return await self.client.delete(*request.keys)
+            batches = delete_batches(request.keys)
+            if len(batches) == 1 or isinstance(self.client, aredis.RedisCluster):
+                return sum([await self.client.delete(*batch) for batch in batches])
+            pipe = self.client.pipeline(transaction=False)
+            for batch in batches:
+                pipe.delete(*batch)
+            return sum(await pipe.execute())
         if isinstance(request, Command):
             return await self.client.execute_command(*request.args)
         if isinstance(request, XRead):

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from graphkeep.backends.redis.keys import check_prefix, encode_thread, pattern_prefix
-from graphkeep.backends.redis.requests import Command, Script
+from graphkeep.backends.redis.requests import Command, Script, script_room
 from graphkeep.port import Op, codec
 
 __all__ = ["HOT_SCRIPTS", "RedisHotPort"]
@@ -69,13 +69,14 @@ end
 return found
 """
 
-# KEYS: the thread's hash; ARGV: the page's field, its index, ttl_ms, entry prefix, then
+# KEYS: the thread's hash; ARGV: the page's field ('' = entries only: a page too large for one
+# request sends its index with its last part), its index, ttl_ms, entry prefix, then
 # (checkpoint id, entry) pairs
 FILL_PAGE = """
 for i = 5, #ARGV, 2 do
   redis.call('HSET', KEYS[1], ARGV[4] .. ARGV[i], ARGV[i + 1])
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+if ARGV[1] ~= '' then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 0
 """
@@ -178,11 +179,17 @@ class RedisHotPort:
         entries: list[tuple[str, bytes]],
         ttl_ms: int,
     ) -> Op[None]:
+        # entries first, the page's index with the last part: a page is served only once
+        # every entry its index names is there (``fetch_page``)
         index = codec.packb([cid for cid, _ in entries])
-        args: list[Any] = [_page_field(ns, before, limit), index, ttl_ms, _page_entry(ns, "")]
-        for cid, entry in entries:
-            args += [cid, entry]
-        yield Script("hot_fill_page", [self.key(thread_id)], args)
+        per = (script_room(1) - 4) // 2
+        parts = [entries[i : i + per] for i in range(0, len(entries), per)] or [[]]
+        for number, part in enumerate(parts):
+            field = _page_field(ns, before, limit) if number == len(parts) - 1 else ""
+            args: list[Any] = [field, index if field else "", ttl_ms, _page_entry(ns, "")]
+            for cid, entry in part:
+                args += [cid, entry]
+            yield Script("hot_fill_page", [self.key(thread_id)], args)
 
     def moved(self, thread_id: str, ns: str) -> Op[None]:
         """Forget which copy is the newest of ``ns`` and its newest pages (a checkpoint was

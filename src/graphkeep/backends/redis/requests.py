@@ -9,7 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Command", "Delete", "Pipeline", "Scan", "Script", "XRead"]
+__all__ = ["MAX_ARGS", "Command", "Delete", "Pipeline", "Scan", "Script", "XRead", "script_room"]
+
+#: the most arguments one request may carry, its command name and KEYS included: ElastiCache
+#: Serverless refuses more (AWS ElastiCache docs, "Best practices: Lua scripts" / serverless
+#: limits). Every request a Redis port yields stays within it, whatever the data's size.
+MAX_ARGS = 3999
+
+
+def script_room(nkeys: int) -> int:
+    """How many ARGV one script call on ``nkeys`` keys may carry: ``EVALSHA sha numkeys``
+    and the keys count against :data:`MAX_ARGS`."""
+    return MAX_ARGS - 3 - nkeys
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +42,10 @@ class Scan:
 
 @dataclass(frozen=True, slots=True)
 class Delete:
+    """``DEL`` of ``keys``: one command per hash slot (a single-node server with a Cluster
+    policy answers CROSSSLOT to keys of several slots) and per :data:`MAX_ARGS`, pipelined;
+    the number of keys deleted."""
+
     keys: list[str]
 
 
