@@ -29,8 +29,14 @@ CHECKS = {
 
 
 def _report(violations: list[Violation]) -> str:
-    lines = [f"graphkeep rules: {len(violations)} request(s) the service refuses:"]
-    lines += [f"  {v}" for v in violations]
+    """One line per rule and request (the first detail, and how many more were like it)."""
+    groups: dict[tuple[str, str, str, str], list[Violation]] = {}
+    for v in violations:
+        groups.setdefault((v.rule_set, v.rule, v.request, v.url), []).append(v)
+    lines = [f"graphkeep rules: {len(groups)} request(s) the service refuses:"]
+    for same in groups.values():
+        more = f" (+{len(same) - 1} more like it)" if len(same) > 1 else ""
+        lines.append(f"  {same[0]}{more}")
     return "\n".join(lines)
 
 
@@ -94,6 +100,19 @@ class RulesPlugin:
         self.session_violations += self.recorder.take(None)
         self.recorder.owner = item.nodeid
         return (yield)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_fixture_setup(self, fixturedef: Any) -> Generator[None, Any, Any]:
+        """A fixture wider than a test (session, module…) sends outside any test."""
+        if fixturedef.scope == "function":
+            return (yield)
+        self._sync()
+        owner, self.recorder.owner = self.recorder.owner, None
+        try:
+            return (yield)
+        finally:
+            self._sync()
+            self.recorder.owner = owner
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, Any]:
