@@ -29,7 +29,10 @@ class _Dispatch(monitoring.CommandListener):
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         if not getattr(_PROBING, "active", False):
             for checker in list(ACTIVE):
-                checker.started(event)
+                try:
+                    checker.started(event)
+                except Exception as exc:  # noqa: BLE001 — said in the test, never breaks the command
+                    checker.unchecked(exc)
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
         for checker in list(ACTIVE):
@@ -147,6 +150,16 @@ class MongoChecker:
         for client in self.probes.values():
             client.close()
         self.probes.clear()
+
+    def unchecked(self, exc: Exception) -> None:
+        for rules in self.rules:
+            self._record(
+                rules,
+                "unchecked",
+                "the rules checker",
+                f"could not check a command ({type(exc).__name__}: {exc})",
+                "docs/testing.md",
+            )
 
     def _record(self, rules: MongoRules, rule: str, request: str, detail: str, url: str) -> None:
         self.recorder.record(Violation(rules.name, rule, request, detail, url))
