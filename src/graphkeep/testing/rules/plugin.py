@@ -4,6 +4,7 @@ swallowed the service's error), and fail the session for requests made outside a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Generator
 from typing import Any
 
@@ -30,10 +31,11 @@ CHECKS = {
 
 def _report(violations: list[Violation]) -> str:
     """One line per rule and request (the first detail, and how many more were like it)."""
-    groups: dict[tuple[str, str, str, str], list[Violation]] = {}
-    for v in violations:
-        groups.setdefault((v.rule_set, v.rule, v.request, v.url), []).append(v)
-    lines = [f"graphkeep rules: {len(groups)} request(s) the service refuses:"]
+    groups: dict[tuple[str, ...], list[Violation]] = {}
+    for v in violations:  # the same rule broken by the same command: one line
+        same = (v.rule_set, v.rule, v.request.split(" ", 1)[0], re.sub(r"'[^']*'", "", v.detail))
+        groups.setdefault(same, []).append(v)
+    lines = [f"graphkeep rules: {len(violations)} request(s) the service refuses:"]
     for same in groups.values():
         more = f" (+{len(same) - 1} more like it)" if len(same) > 1 else ""
         lines.append(f"  {same[0]}{more}")
