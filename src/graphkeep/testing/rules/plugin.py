@@ -36,9 +36,9 @@ def _report(violations: list[Violation]) -> str:
         same = (v.rule_set, v.rule, v.request.split(" ", 1)[0], re.sub(r"'[^']*'", "", v.detail))
         groups.setdefault(same, []).append(v)
     lines = [f"graphkeep rules: {len(violations)} request(s) the service refuses:"]
-    for same in groups.values():
-        more = f" (+{len(same) - 1} more like it)" if len(same) > 1 else ""
-        lines.append(f"  {same[0]}{more}")
+    for alike in groups.values():
+        more = f" (+{len(alike) - 1} more like it)" if len(alike) > 1 else ""
+        lines.append(f"  {alike[0]}{more}")
     return "\n".join(lines)
 
 
