@@ -107,6 +107,10 @@ REDIS_EXPECTED: dict[str, list[str]] = {
     ],
     "test_undeclared_key_in_script_error_swallowed": [f"{ES} undeclared-script-key"],
     "test_undeclared_key_on_a_cluster_node": [f"{ES} undeclared-script-key", "gkrules:{c}:built"],
+    "test_undeclared_key_behind_a_translated_address": [
+        f"{ES} undeclared-script-key",
+        "gkrules:{p}:built",
+    ],
     "test_undeclared_key_async": [f"{AZ} undeclared-script-key", "gkrules:{b}:built"],
     "test_cross_slot_command": [f"{ES} cross-slot: MGET", f"{AZ} cross-slot: MGET"],
     "test_cross_slot_transaction": [f"{ES} cross-slot: MULTI … EXEC", f"{AZ} cross-slot"],

@@ -140,3 +140,37 @@ def test_another_process_breaking_rules_is_not_ours(r):
     while other.poll() is None:
         r.eval("return redis.call('GET', KEYS[1])", 1, "gkrules:{a}")
     assert other.wait() == 0
+
+
+def test_undeclared_key_behind_a_translated_address():
+    """A container's published port: the server sees another address than our socket's."""
+    import socket
+    import threading
+    from urllib.parse import urlsplit
+
+    target = urlsplit(REDIS_URL)
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def pipe(src, dst):
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            dst.close()
+
+    def serve():
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection((target.hostname, target.port))
+            threading.Thread(target=pipe, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    port = listener.getsockname()[1]
+    with redis.Redis(host="127.0.0.1", port=port) as proxied:
+        proxied.eval(UNDECLARED, 1, "gkrules:{p}")

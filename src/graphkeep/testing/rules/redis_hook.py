@@ -217,6 +217,8 @@ class RedisChecker:
         if info is not None and info.is_script and any(r.declared_script_keys for r in self.rules):
             node.ensure_monitor()  # before the script is sent: MONITOR sees it
             self._remember(conn)
+            if node.monitor is not None:
+                node.monitor.expect(argv)
         return keys
 
     def check_many(self, conn: Any, commands: list[list[bytes]], each: bool) -> None:
