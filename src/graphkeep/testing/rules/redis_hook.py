@@ -85,7 +85,11 @@ class Node:
 
     def connect(self) -> Any:
         conn = sconnection.Connection(  # type: ignore[no-untyped-call]
-            host=self.host, port=self.port, **self.options
+            host=self.host,
+            port=self.port,
+            socket_connect_timeout=10,
+            socket_timeout=60,  # the MONITOR reader reads without one
+            **self.options,
         )
         setattr(conn, IGNORE, True)
         return conn
