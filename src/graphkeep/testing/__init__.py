@@ -22,6 +22,9 @@ Options:
 
 - ``--graphkeep-backends=redis,redis-cluster,mongodb,dynamodb`` (default: every backend
   whose extra is installed);
+- ``--graphkeep-rules=elasticache-serverless,…`` (default ``$GRAPHKEEP_RULES``): every
+  request the session's clients send must follow those managed services' rules
+  (:mod:`graphkeep.testing.rules`); a refused request fails the test that sent it;
 - ``--graphkeep-servers=env|local|containers`` (default ``$GRAPHKEEP_SERVERS`` or
   ``containers``): ``env`` takes the servers' URLs from ``GRAPHKEEP_REDIS_URL``,
   ``GRAPHKEEP_REDIS_CLUSTER_URL``, ``GRAPHKEEP_MONGODB_URL``, ``GRAPHKEEP_DYNAMODB_URL``;
@@ -73,6 +76,7 @@ from graphkeep.testing.options import (
     server_mode,
 )
 from graphkeep.testing.probes import START_TIMEOUT
+from graphkeep.testing.rules import plugin as rules_plugin
 from graphkeep.testing.servers import URL_VARIABLES, Servers
 
 __all__ = [
@@ -115,6 +119,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         " testcontainers; one server per backend per session (default: $GRAPHKEEP_SERVERS or"
         " containers)",
     )
+    rules_plugin.addoption(group)
     parser.addini(
         "graphkeep_env",
         type="linelist",
@@ -127,6 +132,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     selected_backends(config)  # bad values: a usage error at the start, not per test
     server_mode(config)
+    rules_plugin.configure(config)  # --graphkeep-rules: every request checked (rules/)
 
 
 _SERVERS = pytest.StashKey[Servers]()

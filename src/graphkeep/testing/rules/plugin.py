@@ -1,0 +1,193 @@
+"""The pytest side of ``--graphkeep-rules``: install the checks at configure, attribute what
+they record to the running test, fail it at the end of its call phase (also when graphkeep
+swallowed the service's error), and fail the session for requests made outside any test."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+from graphkeep.testing.options import option, selected_backends
+from graphkeep.testing.rules import (
+    FAMILY_NAMES,
+    RULE_SETS,
+    Recorder,
+    Violation,
+    backend_family,
+    parse_rule_sets,
+)
+
+CHECKS = {
+    "redis": "every request redis-py sends (argument count, hash slots of its keys, scripts"
+    " that declare no key, commands the service does not offer) and, from MONITOR, every key a"
+    " script touches",
+    "mongodb": "every command PyMongo sends (operators, stages, index kinds, collMod, index"
+    " builds in flight per collection, transactions, unique indexes on collections with data)",
+}
+
+
+def _report(violations: list[Violation]) -> str:
+    """One line per rule and request (the first detail, and how many more were like it)."""
+    groups: dict[tuple[str, ...], list[Violation]] = {}
+    for v in violations:  # the same rule broken by the same command: one line
+        same = (v.rule_set, v.rule, v.request.split(" ", 1)[0], re.sub(r"'[^']*'", "", v.detail))
+        groups.setdefault(same, []).append(v)
+    lines = [f"graphkeep rules: {len(violations)} request(s) the service refuses:"]
+    for alike in groups.values():
+        more = f" (+{len(alike) - 1} more like it)" if len(alike) > 1 else ""
+        lines.append(f"  {alike[0]}{more}")
+    return "\n".join(lines)
+
+
+class RulesPlugin:
+    def __init__(self, config: pytest.Config, names: list[str]) -> None:
+        self.config = config
+        self.names = names
+        self.recorder = Recorder()
+        self.families = {RULE_SETS[n] for n in names}
+        self.checkers: list[Any] = []
+        self.session_violations: list[Violation] = []
+
+    def install(self) -> None:
+        if "redis" in self.families:
+            from graphkeep.testing.rules.redis_data import REDIS_RULES
+            from graphkeep.testing.rules.redis_hook import RedisChecker
+
+            rules = [REDIS_RULES[n] for n in self.names if n in REDIS_RULES]
+            self.checkers.append(RedisChecker(rules, self.recorder))
+        if "mongodb" in self.families:
+            from graphkeep.testing.rules.mongodb_check import MongoChecker
+            from graphkeep.testing.rules.mongodb_data import MONGO_RULES
+
+            mongo = [MONGO_RULES[n] for n in self.names if n in MONGO_RULES]
+            self.checkers.append(MongoChecker(mongo, self.recorder))
+        for checker in self.checkers:
+            checker.install()
+
+    def uninstall(self) -> None:
+        for checker in reversed(self.checkers):
+            checker.uninstall()
+        self.checkers.clear()
+
+    def wrong_family(self) -> list[str]:
+        """Rules sets whose family no selected backend has."""
+        used = {backend_family(b) for b in selected_backends(self.config)}
+        return [n for n in self.names if RULE_SETS[n] not in used]
+
+    def _sync(self) -> None:
+        for checker in self.checkers:
+            sync = getattr(checker, "sync", None)
+            if sync is not None:
+                sync()
+
+    # -- hooks
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        lines = [f"graphkeep rules: {', '.join(self.names)}"]
+        for name in self.wrong_family():
+            family = FAMILY_NAMES[RULE_SETS[name]]
+            lines.append(
+                f"graphkeep rules: {name} checks {family} requests, and no {family} backend is"
+                f" selected (--graphkeep-backends {', '.join(selected_backends(config))}): it"
+                f" checks only {family} clients the tests make themselves"
+            )
+        return lines
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, Any, Any]:
+        self._sync()  # what ran between tests is the session's
+        self.session_violations += self.recorder.take(None)
+        self.recorder.owner = item.nodeid
+        return (yield)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_fixture_setup(self, fixturedef: Any) -> Generator[None, Any, Any]:
+        """A fixture wider than a test (session, module…) sends outside any test."""
+        if fixturedef.scope == "function":
+            return (yield)
+        self._sync()
+        owner, self.recorder.owner = self.recorder.owner, None
+        try:
+            return (yield)
+        finally:
+            self._sync()
+            self.recorder.owner = owner
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, Any]:
+        try:
+            result = yield
+        except BaseException:
+            self._sync()
+            found = self.recorder.take(item.nodeid)
+            if found:
+                item.add_report_section("call", "graphkeep rules", _report(found))
+            raise
+        self._sync()
+        found = self.recorder.take(item.nodeid)
+        if found:
+            pytest.fail(_report(found), pytrace=False)
+        return result
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, Any, Any]:
+        try:
+            result = yield
+        finally:
+            self._sync()
+            self.recorder.owner = None
+        found = self.recorder.take(item.nodeid)
+        if found:
+            pytest.fail(_report(found), pytrace=False)
+        return result
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        try:
+            self._sync()
+        except RuntimeError as exc:
+            self.session_violations.append(Violation("*", "monitor", "MONITOR", str(exc), ""))
+        self.session_violations += self.recorder.take(None)
+        if self.session_violations:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.session_violations:
+            terminalreporter.write_line(
+                _report(self.session_violations).replace(
+                    "graphkeep rules:", "graphkeep rules (outside any test):", 1
+                ),
+                red=True,
+            )
+        for name in self.names:
+            family = RULE_SETS[name]
+            if family not in self.recorder.checked:
+                terminalreporter.write_line(
+                    f"graphkeep rules: {name}: no {FAMILY_NAMES[family]} request was sent in"
+                    " this session, nothing was checked"
+                )
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.uninstall()
+
+
+def configure(config: pytest.Config) -> None:
+    """Register the rules plugin when ``--graphkeep-rules`` (or ``$GRAPHKEEP_RULES``) names sets."""
+    names = parse_rule_sets(option(config, "graphkeep_rules"))
+    if not names or config.pluginmanager.has_plugin("graphkeep-rules"):
+        return
+    plugin = RulesPlugin(config, names)
+    plugin.install()
+    config.pluginmanager.register(plugin, "graphkeep-rules")
+
+
+def addoption(group: Any) -> None:
+    group.addoption(
+        "--graphkeep-rules",
+        default=None,
+        help="comma list of managed services whose rules every request of the session must"
+        f" follow: {', '.join(RULE_SETS)} (default: $GRAPHKEEP_RULES); a refused request fails"
+        " its test",
+    )
