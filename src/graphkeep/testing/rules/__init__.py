@@ -12,8 +12,11 @@ was sent (:class:`Recorder`); :mod:`~graphkeep.testing.rules.plugin` fails that 
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import pytest
@@ -28,6 +31,24 @@ RULE_SETS = {
 }
 FAMILY_NAMES = {"redis": "Redis", "mongodb": "MongoDB"}
 ENV_VARIABLE = "GRAPHKEEP_RULES"
+
+#: set by :func:`unchecked` for the requests made in its block (this thread or task)
+UNCHECKED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "graphkeep_unchecked", default=False
+)
+
+
+@contextmanager
+def unchecked() -> Iterator[None]:
+    """Requests sent inside the block (by this thread, or this task and the tasks it starts)
+    are not checked: for a test's own set-up or clean-up on purpose outside a service's rules
+    (a legacy index an upgrade test plants, a many-key ``DEL``, ``CONFIG RESETSTAT``), never
+    for graphkeep's own requests under test."""
+    token = UNCHECKED.set(True)
+    try:
+        yield
+    finally:
+        UNCHECKED.reset(token)
 
 
 def backend_family(backend: str) -> str | None:

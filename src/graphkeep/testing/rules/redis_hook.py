@@ -18,7 +18,7 @@ from typing import Any
 import redis.asyncio.connection as aconnection
 import redis.connection as sconnection
 
-from graphkeep.testing.rules import Recorder, Violation, abbreviate
+from graphkeep.testing.rules import UNCHECKED, Recorder, Violation, abbreviate
 from graphkeep.testing.rules.redis_data import DETAILS, RedisRules
 from graphkeep.testing.rules.redis_keys import CommandInfo, Commands, slots
 from graphkeep.testing.rules.redis_monitor import Monitor
@@ -271,26 +271,27 @@ class RedisChecker:
         async_many: Any = aconnection.AbstractConnection.pack_commands
 
         def send_command(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if not getattr(self, IGNORE, False) and args:
+            if args and not getattr(self, IGNORE, False) and not UNCHECKED.get():
                 checker.guarded(checker.check, self, _argv(self.encoder, args))
             return sync_send(self, *args, **kwargs)
 
         def pack_commands(self: Any, commands: Iterable[Sequence[Any]]) -> Any:
             commands = [list(c) for c in commands]
-            if not getattr(self, IGNORE, False):
+            if not getattr(self, IGNORE, False) and not UNCHECKED.get():
                 argvs = [_argv(self.encoder, c) for c in commands if c]
                 checker.guarded(checker.check_many, self, argvs, True)
             return sync_many(self, commands)
 
         def apack_command(self: Any, *args: Any) -> Any:
-            if args:
+            if args and not UNCHECKED.get():
                 checker.guarded(checker.check, self, _argv(self.encoder, args))
             return async_one(self, *args)
 
         def apack_commands(self: Any, commands: Iterable[Sequence[Any]]) -> Any:
             commands = [list(c) for c in commands]
-            argvs = [_argv(self.encoder, c) for c in commands if c]
-            checker.guarded(checker.check_many, self, argvs, False)
+            if not UNCHECKED.get():
+                argvs = [_argv(self.encoder, c) for c in commands if c]
+                checker.guarded(checker.check_many, self, argvs, False)
             return async_many(self, commands)
 
         for cls, attr, new in (
