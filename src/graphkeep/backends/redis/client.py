@@ -43,6 +43,7 @@ from graphkeep.backends.redis.requests import (
     MAX_ARGS,
     Command,
     Delete,
+    MGet,
     Pipeline,
     Scan,
     Script,
@@ -76,7 +77,7 @@ __all__ = [
     "block_limit_ms",
     "check_client",
     "connected",
-    "delete_batches",
+    "slot_batches",
     "describe",
     "is_cluster",
     "sync_client",
@@ -331,15 +332,23 @@ def _xread_args(request: XRead, limit: int | None) -> tuple[Any, ...]:
     return (*args, "STREAMS", request.key, request.position)
 
 
-def delete_batches(keys: list[Any]) -> list[list[Any]]:
-    """``keys`` as ``DEL`` commands: one per hash slot (a single node with a Cluster policy,
-    Azure Managed Redis OSS, answers CROSSSLOT otherwise) and at most :data:`MAX_ARGS`
-    arguments each."""
+def slot_batches(keys: list[Any]) -> list[list[Any]]:
+    """``keys`` as the key lists of multi-key commands (``DEL``, ``MGET``): one per hash slot
+    (a single node with a Cluster policy, Azure Managed Redis OSS, answers CROSSSLOT
+    otherwise) and at most :data:`MAX_ARGS` arguments each."""
     groups: dict[int, list[Any]] = {}
     for key in keys:
         groups.setdefault(key_slot(key.encode() if isinstance(key, str) else key), []).append(key)
     per = MAX_ARGS - 1
     return [g[i : i + per] for g in groups.values() for i in range(0, len(g), per)]
+
+
+def _in_order(keys: list[Any], batches: list[list[Any]], replies: list[Any]) -> list[Any]:
+    """The replies of :func:`slot_batches`' MGETs as one list in ``keys``' order."""
+    found: dict[Any, Any] = {}
+    for batch, reply in zip(batches, replies, strict=True):
+        found.update(zip(batch, reply, strict=True))
+    return [found[key] for key in keys]
 
 
 class SyncSend:
@@ -359,13 +368,23 @@ class SyncSend:
                 return None
             return self.scripts[request.name](keys=request.keys, args=request.args)
         if isinstance(request, Delete):
-            batches = delete_batches(request.keys)
+            batches = slot_batches(request.keys)
             if len(batches) == 1 or isinstance(self.client, redis.RedisCluster):
                 return sum(self.client.delete(*batch) for batch in batches)
             pipe = self.client.pipeline(transaction=False)
             for batch in batches:
                 pipe.delete(*batch)
             return sum(pipe.execute())
+        if isinstance(request, MGet):
+            batches = slot_batches(request.keys)
+            if len(batches) == 1 or isinstance(self.client, redis.RedisCluster):
+                replies = [self.client.mget(batch) for batch in batches]
+            else:
+                pipe = self.client.pipeline(transaction=False)
+                for batch in batches:
+                    pipe.mget(batch)
+                replies = pipe.execute()
+            return _in_order(request.keys, batches, replies)
         if isinstance(request, Command):
             return self.client.execute_command(*request.args)
         if isinstance(request, XRead):
@@ -419,13 +438,23 @@ class AsyncSend:
                 return None
             return await self.scripts[request.name](keys=request.keys, args=request.args)
         if isinstance(request, Delete):
-            batches = delete_batches(request.keys)
+            batches = slot_batches(request.keys)
             if len(batches) == 1 or isinstance(self.client, aredis.RedisCluster):
                 return sum([await self.client.delete(*batch) for batch in batches])
             pipe = self.client.pipeline(transaction=False)
             for batch in batches:
                 pipe.delete(*batch)
             return sum(await pipe.execute())
+        if isinstance(request, MGet):
+            batches = slot_batches(request.keys)
+            if len(batches) == 1 or isinstance(self.client, aredis.RedisCluster):
+                replies = [await self.client.mget(batch) for batch in batches]
+            else:
+                pipe = self.client.pipeline(transaction=False)
+                for batch in batches:
+                    pipe.mget(batch)
+                replies = await pipe.execute()
+            return _in_order(request.keys, batches, replies)
         if isinstance(request, Command):
             return await self.client.execute_command(*request.args)
         if isinstance(request, XRead):
