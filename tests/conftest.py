@@ -50,6 +50,8 @@ BACKEND_MARKERS = {
     "redis-cluster": "cluster",
     "mongodb": "mongodb",
     "dynamodb": "dynamodb",
+    "valkey": "valkey",
+    "valkey-cluster": "valkey_cluster",
 }
 
 
