@@ -307,13 +307,26 @@ def backports_source() -> bool:
     return True
 
 
+def os_codename() -> str:
+    """The distribution's release codename (``bookworm``), from /etc/os-release."""
+    with contextlib.suppress(OSError):
+        found = re.search(r"^VERSION_CODENAME=(\S+)", Path("/etc/os-release").read_text(), re.M)
+        return found.group(1).strip('"') if found else ""
+    return ""
+
+
 def valkey_installed() -> str:
-    """valkey-server: on PATH, else Debian's 8.0 from bookworm-backports (apt, -t)."""
+    """valkey-server: on PATH, else Debian's 8.0 from bookworm-backports (apt, -t) on Debian
+    12, or the distribution's own package elsewhere (Debian 13 and later have it in main)."""
     if program := shutil.which("valkey-server"):
         return program
-    added = backports_source()
-    say(f"installing valkey-server (apt -t {BACKPORTS})")
-    apt_install("apt-valkey-server.log", "valkey-server", release=BACKPORTS, update=added)
+    if os_codename() == "bookworm":
+        added = backports_source()
+        say(f"installing valkey-server (apt -t {BACKPORTS})")
+        apt_install("apt-valkey-server.log", "valkey-server", release=BACKPORTS, update=added)
+    else:
+        say("installing valkey-server (apt)")
+        apt_install("apt-valkey-server.log", "valkey-server")
     if not (program := shutil.which("valkey-server")):
         fail("valkey-server still not found after install")
     return program
@@ -1107,6 +1120,7 @@ def test_setup(on_containers: bool) -> None:
     if on_containers:
         containers("up")
         ensure_programs(("redis-server",), ("redis-server",))
+        valkey_installed()  # tests/test_valkey.py's TLS server, the plugin's local valkey tests
         services("up", ["redis-stack", "prometheus", "postgres"])
     else:
         services("up", [*DEFAULT_SERVICES, "redis-stack"])
