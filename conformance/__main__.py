@@ -88,7 +88,7 @@ def _took(name: str, began: float) -> None:
 #: redis store 57, mongodb+hot 56, mongodb 50, redis-cluster 11, redis 5; others after them.
 #: The valkey rows take what their redis twins take (side by side on a loaded machine: valkey
 #: 10, valkey-cluster 27, valkey store 89, valkey-cluster store 153 against redis 31,
-#: redis-cluster 66, redis store 88, redis-cluster store 150 or so): each follows its twin
+#: redis-cluster 66, redis store 88, redis-cluster store 161): each follows its twin
 _SLOWEST_FIRST = [
     "dynamodb store",
     "dynamodb+hot",
