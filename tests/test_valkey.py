@@ -154,6 +154,7 @@ async def test_the_async_products_open_on_the_valkey_forms() -> None:
 
 
 @pytest.mark.valkey
+@pytest.mark.valkey_cluster
 def test_the_hot_layer_and_the_cli_take_the_valkey_form(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -164,10 +165,21 @@ def test_the_hot_layer_and_the_cli_take_the_valkey_form(
     assert '"t1"' in capsys.readouterr().out
     assert cli_main(["threads", f"valkeyy://{alias.partition('://')[2]}"]) == 2
     assert "unsupported URL scheme 'valkeyy'" in capsys.readouterr().err
-    from graphkeep.checkpoint.hot.options import check_hot_url
-
-    assert check_hot_url(alias) == alias
+    # a hot layer on the valkey+cluster form, over DynamoDB: its reads are served by Valkey
+    endpoint = os.environ.get("DYNAMODB_ENDPOINT_URL", "http://127.0.0.1:15000")
+    durable = f"dynamodb://graphkeep_test?region=us-east-1&endpoint_url={endpoint}"
+    hot = as_valkey(VALKEY_CLUSTER_URL, "valkey+cluster")
+    config = {"configurable": {"thread_id": "hot-1", "checkpoint_ns": ""}}
+    checkpoint = empty_checkpoint()
+    with graphkeep.connect(durable, key_prefix=prefix, hot=hot) as saver:
+        saver.put(config, checkpoint, {"source": "input", "step": -1}, {})
+        for _ in range(3):
+            found = saver.get_tuple({"configurable": {"thread_id": "hot-1"}})
+            assert found is not None and found.checkpoint["id"] == checkpoint["id"]
+        assert saver.reads["hit"] >= 2, saver.reads
+        saver.delete_thread("hot-1")
     drop(VALKEY_URL, prefix)
+    drop(VALKEY_CLUSTER_URL, prefix)
 
 
 def drop(url: str, prefix: str) -> None:
