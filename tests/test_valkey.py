@@ -136,6 +136,8 @@ def test_every_product_opens_the_same_on_the_valkey_form_as_on_the_redis_form(
     drop(url, prefix)
 
 
+@pytest.mark.valkey
+@pytest.mark.valkey_cluster
 async def test_the_async_products_open_on_the_valkey_forms() -> None:
     prefix = f"gk-valkey-{uuid.uuid4().hex[:10]}"
     for url, scheme in ((VALKEY_URL, "valkey"), (VALKEY_CLUSTER_URL, "valkey+cluster")):
