@@ -61,6 +61,7 @@ from graphkeep.port.pools import (
 )
 from graphkeep.port.retry import AsyncExecutor, Retry, SyncExecutor
 from graphkeep.port.telemetry import Target
+from graphkeep.port.urls import redis_form
 
 __all__ = [
     "ONCE",
@@ -95,6 +96,8 @@ REDIRECTED = (MovedError, AskError, TryAgainError)
 FAN_OUT = 8
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 SINGLE_SCHEMES = ("redis", "rediss", "unix")
+# Valkey's schemes (valkey://, valkeys://, valkey+cluster://, valkeys+cluster://) are read as
+# the Redis form they stand for (graphkeep.port.urls.redis_form) before redis-py sees them
 
 
 # -- clients ---------------------------------------------------------------------------
@@ -129,7 +132,9 @@ def _unblocked(request: XRead) -> XRead:
 def sync_client(url: str, pool: PoolOptions | None = None) -> Any:
     """A ``redis.Redis`` (``redis://``, ``rediss://``, ``unix://``) or ``redis.RedisCluster``
     (``redis+cluster://``, ``rediss+cluster://``) for ``url``, its connections bounded as
-    ``pool`` says (a ``max_connections`` in the URL's query wins)."""
+    ``pool`` says (a ``max_connections`` in the URL's query wins); Valkey's schemes
+    (``valkey://``, ``valkeys://``, ``valkey+cluster://``, ``valkeys+cluster://``) are
+    aliases of those."""
     return _client(redis, url, pool)
 
 
@@ -140,7 +145,7 @@ def async_client(url: str, pool: PoolOptions | None = None) -> Any:
 
 def _client(driver: Any, url: str, pool: PoolOptions | None) -> Any:
     """:func:`sync_client` with ``driver`` (``redis`` or ``redis.asyncio``)."""
-    scheme, rest = _split(url)
+    scheme, rest = _split(redis_form(url))
     options = pool or PoolOptions()
     try:
         if scheme in CLUSTER_SCHEMES:
@@ -151,7 +156,9 @@ def _client(driver: Any, url: str, pool: PoolOptions | None) -> Any:
             return _pool(cluster, f"Redis Cluster at {mask_url(url)}", options)
         if scheme in SINGLE_SCHEMES:
             connections = driver.BlockingConnectionPool.from_url(
-                url, max_connections=options.max_connections, timeout=options.pool_timeout
+                f"{scheme}://{rest}",
+                max_connections=options.max_connections,
+                timeout=options.pool_timeout,
             )
             single = driver.Redis.from_pool(connections)
             return _pool(single, f"Redis at {mask_url(url)}", _sized(options, connections))
