@@ -1,7 +1,8 @@
 """Backend set-ups the matrix runs against, and which of them are enabled.
 
-A set-up is a saver URL plus the pytest marker of the service it needs. URLs come from the
-environment, defaulting to the project's local services (`./dev services up`).
+A set-up is a saver URL plus the pytest marker of the service it needs, and the rules sets of
+the managed services its server stands for (the MongoDB server: DocumentDB and Cosmos DB).
+URLs come from the environment, defaulting to the project's local services (`./dev services up`).
 `GRAPHKEEP_SETUPS` (comma list) overrides `DEFAULT_ENABLED`; the "reference" set-up is the
 in-process reference saver used to validate the harness itself and is never enabled by default.
 """
@@ -12,6 +13,8 @@ import os
 from dataclasses import dataclass
 
 REFERENCE_URL = "memory://"
+#: the managed MongoDB services whose rules the MongoDB rows follow
+MONGODB_RULES = ("documentdb", "cosmos-mongodb-vcore", "cosmos-mongodb-ru")
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,10 @@ class Setup:
     #: a Redis URL: the set-up's saver is ``connect(url, hot=hot)``, the durable store behind
     #: graphkeep's Redis hot layer (a checkpoint row of the matrix only)
     hot: str | None = None
+    #: the rules sets (``graphkeep.testing.rules.RULE_SETS``) of the managed services this
+    #: set-up's server stands for: every request of its rows is checked against them, and a
+    #: case that sends one a service refuses fails (``$GRAPHKEEP_RULES`` adds to every row)
+    rules: tuple[str, ...] = ()
 
     @property
     def options(self) -> dict[str, str]:
@@ -47,6 +54,7 @@ def all_setups() -> list[Setup]:
             "mongodb",
             os.environ.get("MONGODB_URI", "mongodb://127.0.0.1:27117/graphkeep_test"),
             "mongodb",
+            rules=MONGODB_RULES,
         ),
         Setup("dynamodb", _dynamodb_url(), "dynamodb"),
         Setup("reference", REFERENCE_URL, None),
@@ -58,7 +66,13 @@ def hot_setups() -> list[Setup]:
     redis = os.environ.get("REDIS_URL", "redis://127.0.0.1:16379/0")
     durable = {s.name: s for s in all_setups()}
     return [
-        Setup(f"{name}+hot", durable[name].url, durable[name].marker, hot=redis)
+        Setup(
+            f"{name}+hot",
+            durable[name].url,
+            durable[name].marker,
+            hot=redis,
+            rules=durable[name].rules,
+        )
         for name in ("mongodb", "dynamodb")
     ]
 
