@@ -98,6 +98,11 @@ class Checks:
             self.recorder.owner = before
             found += self.recorder.take(owner)
 
+    def outside(self) -> list[Violation]:
+        """The refused requests sent outside any owner and not yet taken (MONITOR synced)."""
+        self.settle()
+        return self.recorder.take(None)
+
     def settle(self) -> None:
         """Sync the MONITOR readers into the running owner; a reader that stopped is a
         violation of that owner (nothing after it is checked)."""
