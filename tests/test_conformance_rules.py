@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from pymongo import AsyncMongoClient, MongoClient
@@ -18,6 +22,7 @@ from conformance.setups import MONGODB_RULES, by_name
 from conformance.spec import Case, runs
 
 pytestmark = pytest.mark.mongodb
+ROOT = Path(__file__).resolve().parent.parent
 
 #: the collection the case below queries (nothing is written to it)
 DATABASE, COLLECTION = "graphkeep_test", "gk_rules_probe"
@@ -116,3 +121,43 @@ def test_the_setups_with_rules() -> None:
     assert rows == {"mongodb": MONGODB_RULES, "mongodb+hot": MONGODB_RULES}
     for name in ("redis", "redis-cluster", "dynamodb", "dynamodb+hot", "reference"):
         assert by_name(name).rules == (), name
+
+
+INNER = '''
+import pytest
+from pymongo import MongoClient
+
+from conformance.setups import by_name
+
+
+@pytest.mark.parametrize("setup", [by_name("mongodb"), by_name("redis")], ids=["mongodb", "redis"])
+def test_where(setup):
+    """The same request under each set-up: only the MongoDB row has DocumentDB's rules."""
+    client = MongoClient(by_name("mongodb").url, serverSelectionTimeoutMS=5000)
+    try:
+        list(client["graphkeep_test"]["gk_rules_probe"].find({"$where": "true"}).limit(1))
+    finally:
+        client.close()
+'''
+
+
+def test_the_pytest_form_runs_each_setups_tests_under_its_rules(tmp_path: Path) -> None:
+    """conformance/test_*.py: conformance/conftest.py runs a test with a ``setup`` parameter
+    under that set-up's rules (the set-up's test fails naming the rule, the other passes)."""
+    (tmp_path / "conftest.py").write_text(
+        "from conformance.conftest import pytest_configure, row_checks  # noqa: F401\n"
+    )
+    (tmp_path / "test_inner.py").write_text(INNER)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("GRAPHKEEP_", "PYTEST"))}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "test_inner.py"],
+        cwd=tmp_path,
+        env={**environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = result.stdout
+    assert "test_where[redis] PASSED" in out, out + result.stderr
+    assert "test_where[mongodb] FAILED" in out, out + result.stderr
+    assert "[documentdb] unsupported-operator: find graphkeep_test.gk_rules_probe" in out
