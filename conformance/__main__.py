@@ -89,18 +89,25 @@ def _took(name: str, began: float) -> None:
 
 #: the rows of a queue, slowest first (seconds in a `./dev test` run beside the other tests):
 #: dynamodb store 391, dynamodb+hot 98, dynamodb 84, mongodb store 80, redis-cluster store 68,
-#: redis store 57, mongodb+hot 56, mongodb 50, redis-cluster 11, redis 5; others after them
+#: redis store 57, mongodb+hot 56, mongodb 50, redis-cluster 11, redis 5; others after them.
+#: The valkey rows take what their redis twins take (side by side on a loaded machine: valkey
+#: 10, valkey-cluster 27, valkey store 89, valkey-cluster store 153 against redis 31,
+#: redis-cluster 66, redis store 88, redis-cluster store 161): each follows its twin
 _SLOWEST_FIRST = [
     "dynamodb store",
     "dynamodb+hot",
     "dynamodb",
     "mongodb store",
     "redis-cluster store",
+    "valkey-cluster store",
     "redis store",
+    "valkey store",
     "mongodb+hot",
     "mongodb",
     "redis-cluster",
+    "valkey-cluster",
     "redis",
+    "valkey",
 ]
 
 Report = SetupReport | StoreReport

@@ -57,6 +57,14 @@ def all_setups() -> list[Setup]:
             rules=MONGODB_RULES,
         ),
         Setup("dynamodb", _dynamodb_url(), "dynamodb"),
+        # Valkey 8 (./dev services valkey, valkey-cluster): the Redis backend on the server
+        # ElastiCache and MemoryDB now run
+        Setup("valkey", os.environ.get("VALKEY_URL", "redis://127.0.0.1:16390/0"), "valkey"),
+        Setup(
+            "valkey-cluster",
+            os.environ.get("VALKEY_CLUSTER_URL", "redis+cluster://127.0.0.1:17101"),
+            "valkey_cluster",
+        ),
         Setup("reference", REFERENCE_URL, None),
     ]
 
@@ -83,6 +91,8 @@ DEFAULT_ENABLED: tuple[str, ...] = (
     "redis-cluster",
     "mongodb",
     "dynamodb",
+    "valkey",
+    "valkey-cluster",
     "mongodb+hot",
     "dynamodb+hot",
 )

@@ -43,6 +43,9 @@ def thread_id() -> str:
     return f"thread-{uuid.uuid4().hex[:8]}"
 
 
+#: the ``graphkeep.testing`` backends on graphkeep's Redis backend (a prefix of each name)
+REDIS_FAMILY = ("redis", "valkey")
+
 #: the pyproject marker of each ``graphkeep.testing`` backend, so that ``-m redis`` (the tox
 #: envs) also selects the tests the plugin parametrizes with ``graphkeep_backend``
 BACKEND_MARKERS = {
@@ -50,6 +53,8 @@ BACKEND_MARKERS = {
     "redis-cluster": "cluster",
     "mongodb": "mongodb",
     "dynamodb": "dynamodb",
+    "valkey": "valkey",
+    "valkey-cluster": "valkey_cluster",
 }
 
 

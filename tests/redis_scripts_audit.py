@@ -24,7 +24,7 @@ from typing import Any
 
 import redis
 
-MAX_ARGUMENTS = 3999
+MAX_ARGS = 3999
 SCRIPT_CALLS = {b"EVAL", b"EVALSHA", b"EVAL_RO", b"EVALSHA_RO", b"FCALL", b"FCALL_RO"}
 _ESCAPES = {"n": b"\n", "r": b"\r", "t": b"\t", "a": b"\a", "b": b"\b", '"': b'"', "\\": b"\\"}
 
@@ -185,7 +185,7 @@ class ScriptAudit:
     def problems(self) -> list[str]:
         found: list[str] = []
         for node, args in self.requests:
-            if len(args) > MAX_ARGUMENTS:
+            if len(args) > MAX_ARGS:
                 found.append(f"{args[0]!r} of {len(args)} arguments on {node}")
         for run in self.ours():
             declared = set(run.declared)

@@ -43,6 +43,7 @@ from graphkeep.checkpoint.records import (
 )
 from graphkeep.cli import main
 from graphkeep.errors import CorruptData, UnsafePrune
+from tests.conftest import REDIS_FAMILY
 from tests.scenarios.backends import dynamodb_client, redis_client
 
 # -- graphs ----------------------------------------------------------------------------
@@ -264,7 +265,7 @@ class Damage:
 
     def delete_checkpoint(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
         """The checkpoint's record only: its writes and values stay."""
-        if self.backend.startswith("redis"):
+        if self.backend.startswith(REDIS_FAMILY):
             h, p, x, a = self.saver.port.thread_keys(thread_id)[:4]
             field = f"{ns}\0{checkpoint_id}"
             with self._redis() as client:
@@ -286,7 +287,7 @@ class Damage:
                 client.delete_item(TableName=table, Key=found)
 
     def delete_value(self, thread_id: str, ns: str, channel: str, version: str) -> None:
-        if self.backend.startswith("redis"):
+        if self.backend.startswith(REDIS_FAMILY):
             b = self.saver.port.thread_keys(thread_id)[6]
             with self._redis() as client:
                 assert client.hdel(b, f"{ns}\0{channel}\0{version}") == 1
@@ -303,7 +304,7 @@ class Damage:
         """One chunk of a channel value stored in chunks (not of a pending write: MongoDB
         chunk documents of kind ``blob``, DynamoDB ``k#b#`` items); False where values are
         never chunked (Redis)."""
-        if self.backend.startswith("redis"):
+        if self.backend.startswith(REDIS_FAMILY):
             return False
         if self.backend == "mongodb":
             with self._mongodb() as docs:
@@ -328,7 +329,7 @@ class Damage:
     ) -> None:
         """Move one value's expiry to ``at`` (None: never). On Redis the TTL is per key: the
         thread's values hash (every value of the thread) gets it."""
-        if self.backend.startswith("redis"):
+        if self.backend.startswith(REDIS_FAMILY):
             b = self.saver.port.thread_keys(thread_id)[6]
             with self._redis() as client:
                 assert client.hexists(b, f"{ns}\0{channel}\0{version}")
@@ -902,7 +903,7 @@ def test_a_value_missing_a_chunk_is_an_error_under_deep(
     assert code == 1
     errors = {f["kind"] for f in report["findings"] if f["severity"] == "error"}
     assert errors == (
-        {"missing_value"} if graphkeep_backend.startswith("redis") else {"undecodable"}
+        {"missing_value"} if graphkeep_backend.startswith(REDIS_FAMILY) else {"undecodable"}
     )
 
 

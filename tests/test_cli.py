@@ -733,6 +733,9 @@ UNREACHABLE = {
     "redis-cluster": "redis+cluster://:s3cretpw@127.0.0.1:1",
     "mongodb": "mongodb://admin:s3cretpw@127.0.0.1:1/x?serverSelectionTimeoutMS=1000",
     "dynamodb": "dynamodb://t?region=us-east-1&endpoint_url=http://127.0.0.1:1",
+    # Valkey's spellings of the Redis URLs, masked the same
+    "valkey": "valkey://admin:s3cretpw@127.0.0.1:1/0",
+    "valkey-cluster": "valkey+cluster://:s3cretpw@127.0.0.1:1",
 }
 
 

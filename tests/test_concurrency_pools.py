@@ -53,7 +53,7 @@ def two_nodes(saver: Any) -> Any:
 
 def server_ports(setup: Setup) -> set[int]:
     """The TCP ports of the set-up's server (every node of a Redis Cluster)."""
-    if setup.name == "redis-cluster":
+    if "+cluster://" in setup.url:  # redis-cluster, valkey-cluster
         import redis
 
         base = urlsplit(setup.url.replace("redis+cluster://", "redis://"))
@@ -123,7 +123,7 @@ def allowed(setup: Setup, max_connections: int) -> int:
     connections of their own)."""
     if setup.name == "mongodb":
         return max_connections + max_connections // 5 + 2
-    if setup.name == "redis-cluster":
+    if "+cluster://" in setup.url:
         return 2 * max_connections
     return max_connections
 

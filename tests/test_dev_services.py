@@ -193,3 +193,64 @@ def test_a_server_that_ignores_its_stop_signals_is_killed(tmp_path: Path) -> Non
     assert pid is not None
     time.sleep(0.2)  # the traps are set
     assert server.down() is True and not alive(pid)
+
+
+def test_the_default_ports_and_the_cluster_bus_ports_never_collide() -> None:
+    """Every service's default port, the clusters' next two and each cluster node's bus port
+    (port + 10000) are distinct: the valkey services start beside all the others."""
+    taken: list[int] = []
+    for name, service in devenv.SERVICES.items():
+        ports = [service.default_port + i for i in range(3 if name in devenv.CLUSTERS else 1)]
+        taken += ports + [p + 10000 for p in ports if name in devenv.CLUSTERS]
+    assert len(taken) == len(set(taken)), sorted(taken)
+    assert devenv.SERVICES["valkey"].default_port == 16390
+    assert devenv.SERVICES["valkey-cluster"].default_port == 17101
+    assert {"valkey", "valkey-cluster"} <= set(devenv.resolve([]))  # started by default
+
+
+def free_cluster_base() -> int:
+    """A port whose next two and the three bus ports (+10000) are free too."""
+    while True:
+        base = free_ports(1)[0]
+        wanted = [base + i for i in range(3)]
+        if base + 10002 < 65536 and not any(
+            map(port_taken, [*wanted, *(p + 10000 for p in wanted)])
+        ):
+            return base
+
+
+def test_dev_services_run_valkey_and_a_valkey_cluster_and_export_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(devenv, "SVC", tmp_path)
+    for variable in ("VALKEY_URL", "VALKEY_CLUSTER_URL"):
+        monkeypatch.delenv(variable, raising=False)
+    single, base = free_ports(1)[0], free_cluster_base()
+    monkeypatch.setenv("GK_VALKEY_PORT", str(single))
+    monkeypatch.setenv("GK_VALKEY_CLUSTER_PORT", str(base))
+    try:
+        devenv.service_up("valkey")
+        devenv.service_up("valkey-cluster")
+        err = capsys.readouterr().err
+        assert f"==> valkey up on 127.0.0.1:{single}" in err
+        assert (
+            f"==> valkey-cluster up (cluster_state:ok) on 127.0.0.1:{base} {base + 1} {base + 2}"
+            in err
+        )
+        assert devenv.status("valkey") == f"up    pid {devenv.servers('valkey')[0].pid()}"
+        assert devenv.status("valkey-cluster") == "up    3/3 nodes, cluster_state:ok"
+        exports = devenv.env_exports()
+        assert exports["VALKEY_URL"] == exports["GRAPHKEEP_VALKEY_URL"]
+        assert exports["VALKEY_URL"] == f"redis://127.0.0.1:{single}/0"
+        assert exports["GRAPHKEEP_VALKEY_CLUSTER_URL"] == f"redis+cluster://127.0.0.1:{base}"
+        with redis.Redis(host="127.0.0.1", port=single) as client:
+            assert client.info("server")["server_name"] == "valkey"
+        with redis.RedisCluster(host="127.0.0.1", port=base) as cluster:
+            cluster.set("kept", "yes")
+            assert cluster.get("kept") == b"yes"
+        assert (tmp_path / "valkey-cluster" / str(base) / "nodes.conf").is_file()
+    finally:
+        for name in ("valkey", "valkey-cluster"):
+            for server in devenv.servers(name):
+                server.down()
+    assert devenv.status("valkey") == devenv.status("valkey-cluster") == "down"

@@ -20,7 +20,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import PutOp
 
 import graphkeep
-from graphkeep.backends.redis.declared import MAX_ARGUMENTS
+from graphkeep.backends.redis.requests import MAX_ARGS
 from graphkeep.backends.redis.store import RedisStore
 
 from .conftest import REDIS_CLUSTER_URL, REDIS_STACK_URL, REDIS_URL, unique_prefix
@@ -64,7 +64,7 @@ def _drop(url: str, prefix: str) -> None:
 def _clean(audit: ScriptAudit, runs: int) -> None:
     assert audit.problems() == []
     assert len(audit.ours()) >= runs, "the audit saw fewer script calls than were made"
-    assert audit.largest() <= MAX_ARGUMENTS
+    assert audit.largest() <= MAX_ARGS
 
 
 def test_the_audit_finds_what_it_is_for() -> None:
@@ -75,14 +75,14 @@ def test_the_audit_finds_what_it_is_for() -> None:
     with ScriptAudit(REDIS_URL, prefix) as audit:
         client.eval("return redis.call('SET', KEYS[1] .. ':x', 1)", 1, f"{prefix}:a")
         client.eval("return redis.call('GET', ARGV[1])", 0, f"{prefix}:b")
-        client.eval("return 1", 1, f"{prefix}:c", *range(MAX_ARGUMENTS))
+        client.eval("return 1", 1, f"{prefix}:c", *range(MAX_ARGS))
         client.eval("return redis.call('SET', KEYS[1], 1)", 1, f"{prefix}:d")
     client.delete(f"{prefix}:a:x", f"{prefix}:d")
     client.close()
     problems = audit.problems()
     assert any(f"{prefix}:a:x" in p for p in problems)
     assert any("declaring no key" in p for p in problems)
-    assert any(f"of {MAX_ARGUMENTS + 4} arguments" in p for p in problems)
+    assert any(f"of {MAX_ARGS + 4} arguments" in p for p in problems)
     assert len(problems) == 4  # the GET of an undeclared key too; the last call is clean
 
 

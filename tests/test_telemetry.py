@@ -65,6 +65,8 @@ SYSTEMS = {
     "redis-cluster": "redis",
     "mongodb": "mongodb",
     "dynamodb": "aws.dynamodb",
+    "valkey": "redis",  # the Redis backend: the same client, the same telemetry
+    "valkey-cluster": "redis",
 }
 MODES = ("sync", "async")
 #: written into graph state, cached values and events: it must never show up in telemetry
@@ -926,6 +928,8 @@ REMOVE = {
     "redis-cluster": remove_redis,
     "mongodb": remove_mongodb,
     "dynamodb": remove_dynamodb,
+    "valkey": remove_redis,
+    "valkey-cluster": remove_redis,
 }
 
 

@@ -29,12 +29,19 @@ from tests.conftest import REDIS_CLUSTER_URL, REDIS_URL
 REPO = Path(__file__).resolve().parents[1]
 MONGODB_URI = os.environ.get("MONGODB_URI", "mongodb://127.0.0.1:27117")
 DYNAMODB_ENDPOINT = os.environ.get("DYNAMODB_ENDPOINT_URL", "http://127.0.0.1:15000")
+VALKEY_URL = os.environ.get("VALKEY_URL", "redis://127.0.0.1:16390/0")
+VALKEY_CLUSTER_URL = os.environ.get("VALKEY_CLUSTER_URL", "redis+cluster://127.0.0.1:17101")
+#: the default selection; the valkey backends are opt-in
 BACKENDS = ("redis", "redis-cluster", "mongodb", "dynamodb")
+VALKEY_BACKENDS = ("valkey", "valkey-cluster")
 ENV_URLS = {
     "GRAPHKEEP_REDIS_URL": REDIS_URL,
     "GRAPHKEEP_REDIS_CLUSTER_URL": REDIS_CLUSTER_URL,
     "GRAPHKEEP_MONGODB_URL": MONGODB_URI,
     "GRAPHKEEP_DYNAMODB_URL": f"dynamodb://unused?region=us-east-1&endpoint_url={DYNAMODB_ENDPOINT}",
+    # set, yet no default run starts or needs them (test_..._with_env_servers runs the four)
+    "GRAPHKEEP_VALKEY_URL": VALKEY_URL,
+    "GRAPHKEEP_VALKEY_CLUSTER_URL": VALKEY_CLUSTER_URL,
 }
 
 
@@ -88,12 +95,14 @@ TESTS = (
 def leftovers() -> dict[str, list[str]]:
     """What the plugin's per-test data (named gk_<hex>) left on the loopback servers."""
     found: dict[str, list[str]] = {}
-    with redis.Redis.from_url(REDIS_URL) as single:
-        found["redis"] = [k.decode() for k in single.scan_iter(match="*gk_*", count=1000)]
-    with redis.RedisCluster.from_url(REDIS_CLUSTER_URL.replace("redis+cluster", "redis")) as c:
-        found["redis-cluster"] = [
-            k.decode() for k in c.scan_iter(match="*gk_*", count=1000, target_nodes="all")
-        ]
+    for name, url in (("redis", REDIS_URL), ("valkey", VALKEY_URL)):
+        with redis.Redis.from_url(url) as single:
+            found[name] = [k.decode() for k in single.scan_iter(match="*gk_*", count=1000)]
+    for name, url in (("redis-cluster", REDIS_CLUSTER_URL), ("valkey-cluster", VALKEY_CLUSTER_URL)):
+        with redis.RedisCluster.from_url(url.replace("redis+cluster", "redis")) as c:
+            found[name] = [
+                k.decode() for k in c.scan_iter(match="*gk_*", count=1000, target_nodes="all")
+            ]
     mongo: Any = pymongo.MongoClient(MONGODB_URI, serverSelectionTimeoutMS=5000)
     with mongo:
         found["mongodb"] = [n for n in mongo.list_database_names() if n.startswith("gk_")]
@@ -107,6 +116,25 @@ def test_the_readme_project_passes_on_every_backend_with_env_servers(tmp_path: P
     result = run_user_project(tmp_path, "--graphkeep-servers=env", **ENV_URLS)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert passed_ids(result) == {f"{t}[{b}]" for t in TESTS for b in BACKENDS}
+    assert leftovers() == before, "the plugin left per-test data behind"
+
+
+def test_the_valkey_backends_are_opt_in_and_run_the_readme_project_with_env_servers(
+    tmp_path: Path,
+) -> None:
+    before = leftovers()
+    result = run_user_project(
+        tmp_path,
+        "--graphkeep-servers=env",
+        "--graphkeep-backends=valkey,valkey-cluster",
+        **ENV_URLS,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert passed_ids(result) == {f"{t}[{b}]" for t in TESTS for b in VALKEY_BACKENDS}
+    header = re.search(r"^graphkeep: servers=env; (.*)$", result.stdout, re.M)
+    assert header and header.group(1) == (
+        f"valkey {VALKEY_URL}, valkey-cluster {VALKEY_CLUSTER_URL}"
+    ), result.stdout[-2000:]
     assert leftovers() == before, "the plugin left per-test data behind"
 
 
@@ -188,6 +216,21 @@ def test_the_readme_project_passes_on_every_backend_in_containers(
     assert plugin_containers() <= before, "the plugin left containers behind"
 
 
+def test_the_readme_project_passes_on_valkey_in_containers(
+    tmp_path: Path, images: dict[str, str]
+) -> None:
+    before = plugin_containers()
+    result = run_user_project(
+        tmp_path,
+        "--graphkeep-servers=containers",
+        "--graphkeep-backends=valkey,valkey-cluster",
+        **images,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert passed_ids(result) == {f"{t}[{b}]" for t in TESTS for b in VALKEY_BACKENDS}
+    assert plugin_containers() <= before, "the plugin left containers behind"
+
+
 DYING = """
 import os
 
@@ -237,7 +280,7 @@ LOCAL_PROGRAMS = {
     "GRAPHKEEP_MONGODB_SERVER": str(REPO / ".services" / "bin" / "ferretdb"),
     "GRAPHKEEP_DYNAMODB_SERVER": f"{sys.executable} {REPO / 'tools' / 'moto_server.py'}",
 }
-SERVER_PROGRAMS = ("redis-server", "ferretdb", "moto_server")
+SERVER_PROGRAMS = ("redis-server", "ferretdb", "moto_server", "valkey-server")
 
 
 def server_processes() -> set[int]:
@@ -270,6 +313,21 @@ def test_the_readme_project_passes_on_every_backend_with_local_servers(tmp_path:
     assert passed_ids(result) == {f"{t}[{b}]" for t in TESTS for b in BACKENDS}
     header = re.search(r"^graphkeep: servers=local; (.*)$", result.stdout, re.M)
     assert header and all(b in header.group(1) for b in BACKENDS), result.stdout[:2000]
+    assert settled(before) == set(), "the plugin left server processes running"
+
+
+def test_the_readme_project_passes_on_valkey_with_local_servers(tmp_path: Path) -> None:
+    before = server_processes()
+    result = run_user_project(
+        tmp_path, "--graphkeep-servers=local", "--graphkeep-backends=valkey,valkey-cluster"
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert passed_ids(result) == {f"{t}[{b}]" for t in TESTS for b in VALKEY_BACKENDS}
+    header = re.search(r"^graphkeep: servers=local; (.*)$", result.stdout, re.M)
+    assert header and re.fullmatch(
+        r"valkey redis://127\.0\.0\.1:\d+/0, valkey-cluster redis\+cluster://127\.0\.0\.1:\d+",
+        header.group(1),
+    ), result.stdout[:2000]
     assert settled(before) == set(), "the plugin left server processes running"
 
 
@@ -356,6 +414,36 @@ def test_graphkeep_env_sets_an_apps_own_variables_before_its_conftest_imports(
     assert "test_the_app_reaches_them PASSED" in result.stdout
 
 
+APP_VALKEY = """
+import os
+
+import redis
+
+
+def test_the_app_reaches_valkey():
+    url = os.environ.get("APP_VALKEY")
+    if os.environ.get("EXPECT_NONE"):
+        assert url is None
+    else:
+        assert redis.Redis.from_url(url).info("server")["server_name"] == "valkey"
+"""
+
+
+def test_graphkeep_env_naming_valkey_starts_it_unless_the_backends_leave_it_out(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "pytest.ini").write_text("[pytest]\ngraphkeep_env =\n    APP_VALKEY=valkey\n")
+    files = {"test_app.py": APP_VALKEY}
+    named = run_project(tmp_path, files, "--graphkeep-servers=env", **ENV_URLS)
+    assert named.returncode == 0, named.stdout[-3000:] + named.stderr[-2000:]
+    assert f"graphkeep: servers=env; valkey {VALKEY_URL}" in named.stdout
+    left_out = run_project(
+        tmp_path, files, "--graphkeep-servers=env", "--graphkeep-backends=redis", EXPECT_NONE="1"
+    )
+    assert left_out.returncode == 0, left_out.stdout[-3000:] + left_out.stderr[-2000:]
+    assert "graphkeep: servers=env\n" in left_out.stdout
+
+
 def test_a_bad_graphkeep_env_line_is_a_usage_error(tmp_path: Path) -> None:
     (tmp_path / "pytest.ini").write_text("[pytest]\ngraphkeep_env =\n    APP_DB=postgres\n")
     result = run_project(tmp_path, {"test_x.py": "def test_x():\n    pass\n"})
@@ -372,6 +460,8 @@ def test_the_suite_exports_every_backend_through_graphkeep_env() -> None:
         "REDIS_CLUSTER_URL=redis-cluster",
         "MONGODB_URI=mongodb",
         "DYNAMODB_ENDPOINT_URL=dynamodb:endpoint_url",
+        "VALKEY_URL=valkey",
+        "VALKEY_CLUSTER_URL=valkey-cluster",
     }
 
 

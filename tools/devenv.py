@@ -1,12 +1,14 @@
 """What only graphkeep's development needs, for ./dev: the local services, the programs the suite
 installs, and the Docker engine with local images for ``./dev containers``.
 
-The four backends' servers (Redis, the 3-node Redis Cluster, FerretDB, moto) are started,
-probed and stopped by graphkeep.testing (its ``local`` mode's code, here on fixed ports with
-data, logs and pid files under .services/); beside them Redis Stack (PyPI wheels), Prometheus
-and PostgreSQL (Debian's packages). The rest is installed on first use: Debian packages
-(apt-get, waiting for the dpkg lock), FerretDB built from its Go module source, actionlint,
-Chromium, the Node AG-UI client (npm in tests/agui/node), the LangGraph 1.1 side venv. A URL
+The backends' servers (Redis, the 3-node Redis Cluster, FerretDB, moto, and Valkey 8 as a
+server and a 3-node cluster) are started, probed and stopped by graphkeep.testing (its ``local``
+mode's code, here on fixed ports with data, logs and pid files under .services/); beside them
+Redis Stack (PyPI wheels), Prometheus and PostgreSQL (Debian's packages). The rest is installed
+on first use: Debian packages (apt-get, waiting for the dpkg lock; valkey-server from
+bookworm-backports, which is added to apt's sources), FerretDB built from its Go module source,
+actionlint, Chromium, the Node AG-UI client (npm in tests/agui/node), the LangGraph 1.1 side venv.
+A URL
 variable the user set (REDIS_URL, MONGODB_URI, ...) means that service is theirs and is not
 started. ./dev runs it with the project's venv::
 
@@ -89,11 +91,27 @@ SERVICES = {
     "redis-stack": Service(
         "GK_REDIS_STACK_PORT", 16380, "REDIS_STACK_URL", "redis://127.0.0.1:{}/0"
     ),
+    # Valkey 8 (Debian's valkey-server from bookworm-backports); its URLs stay redis://. The
+    # cluster's bus ports (each port + 10000: 27101-27103) stay clear of every default above
+    "valkey": Service("GK_VALKEY_PORT", 16390, "VALKEY_URL", "redis://127.0.0.1:{}/0"),
+    "valkey-cluster": Service(
+        "GK_VALKEY_CLUSTER_PORT", 17101, "VALKEY_CLUSTER_URL", "redis+cluster://127.0.0.1:{}"
+    ),
 }
+#: the services whose servers graphkeep.testing starts (its backend's name, if another)
+BACKEND_SERVICES = {"redis": "redis", "cluster": "redis-cluster", "mongodb": "mongodb"}
+BACKEND_SERVICES |= {"dynamodb": "dynamodb", "valkey": "valkey", "valkey-cluster": "valkey-cluster"}
+#: the 3-node clusters (the service's port and the next two)
+CLUSTERS = ("cluster", "valkey-cluster")
 DEFAULT_SERVICES = [name for name in SERVICES if name != "redis-stack"]
 ALIASES = {"postgresql": "postgres", "pg": "postgres", "prom": "prometheus"}
 ALIASES |= {"promtool": "prometheus", "stack": "redis-stack", "mongo": "mongodb"}
 ALIASES |= {"ferretdb": "mongodb", "dynamo": "dynamodb", "moto": "dynamodb"}
+ALIASES |= {"redis-cluster": "cluster", "valkey-server": "valkey"}
+#: Debian's Valkey 8.0 is in bookworm-backports only: that suite is added to apt's sources (the
+#: machine's own Debian mirror) and valkey-server installed from it
+BACKPORTS = "bookworm-backports"
+BACKPORTS_SOURCES = Path(f"/etc/apt/sources.list.d/graphkeep-{BACKPORTS}.sources")
 
 FERRETDB = BIN / "ferretdb"
 FERRETDB_VERSION = "v1.24.2"
@@ -226,19 +244,23 @@ def digest(*parts: bytes) -> str:
 # --------------------------------------------------------------------------- installs
 
 
-def apt_install(log_name: str, *packages: str) -> None:
+def apt_install(
+    log_name: str, *packages: str, release: str | None = None, update: bool = False
+) -> None:
     """Debian packages, waiting for the dpkg lock (another install running on the machine must
     not fail ours with "Could not get lock"); ``apt-get update`` only when the package lists are
-    empty or the install cannot find a package."""
+    empty, ``update`` asks (a suite just added to the sources), or the install cannot find a
+    package. ``release``: from that suite (``-t``, e.g. bookworm-backports)."""
     log = LOGS / log_name
     apt = ["apt-get", "-o", "DPkg::Lock::Timeout=300"]
     if os.geteuid() != 0:
         apt = ["sudo", "-n", *apt]
     os.environ["DEBIAN_FRONTEND"] = "noninteractive"
-    install = [*apt, "install", "-y", "-q", "--no-install-recommends", *packages]
+    install = [*apt, "install", "-y", "-q", "--no-install-recommends"]
+    install += [*(("-t", release) if release else ()), *packages]
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_bytes(b"")
-    lists_empty = not glob.glob("/var/lib/apt/lists/*_Packages*")
+    lists_empty = update or not glob.glob("/var/lib/apt/lists/*_Packages*")
     if lists_empty or run_logged("apt-get install", log, install, append=True):
         if run_logged("apt-get update", log, [*apt, "update", "-q"], append=True):
             fail("apt-get update failed", log)
@@ -255,6 +277,59 @@ def ensure_programs(programs: Sequence[str], packages: Sequence[str], why: str =
     for program in programs:
         if not shutil.which(program):
             fail(f"{program} still not found after install")
+
+
+def backports_source() -> bool:
+    """bookworm-backports in apt's sources, on the mirror the machine's Debian sources use
+    (deb822, signed by Debian's archive keyring); True when it was just added (the package
+    lists then need an update)."""
+    listed = [*glob.glob("/etc/apt/sources.list"), *glob.glob("/etc/apt/sources.list.d/*")]
+    for path in listed:
+        if path.endswith((".list", ".sources")) and re.search(
+            rf"^(?:Suites:.*|deb .*)\s{BACKPORTS}\b", Path(path).read_text(), re.M
+        ):
+            return False
+    text = (
+        "# added by graphkeep's ./dev (tools/devenv.py): Valkey 8 is in bookworm-backports\n"
+        f"Types: deb\nURIs: {debian_mirror()}\nSuites: {BACKPORTS}\nComponents: main\n"
+        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+    )
+    if os.geteuid() == 0:
+        BACKPORTS_SOURCES.write_text(text)
+    else:
+        subprocess.run(
+            ["sudo", "-n", "tee", str(BACKPORTS_SOURCES)],
+            input=text.encode(),
+            stdout=subprocess.DEVNULL,
+            check=True,
+        )
+    say(f"added {BACKPORTS} to apt's sources ({BACKPORTS_SOURCES})")
+    return True
+
+
+def os_codename() -> str:
+    """The distribution's release codename (``bookworm``), from /etc/os-release."""
+    with contextlib.suppress(OSError):
+        found = re.search(r"^VERSION_CODENAME=(\S+)", Path("/etc/os-release").read_text(), re.M)
+        return found.group(1).strip('"') if found else ""
+    return ""
+
+
+def valkey_installed() -> str:
+    """valkey-server: on PATH, else Debian's 8.0 from bookworm-backports (apt, -t) on Debian
+    12, or the distribution's own package elsewhere (Debian 13 and later have it in main)."""
+    if program := shutil.which("valkey-server"):
+        return program
+    if os_codename() == "bookworm":
+        added = backports_source()
+        say(f"installing valkey-server (apt -t {BACKPORTS})")
+        apt_install("apt-valkey-server.log", "valkey-server", release=BACKPORTS, update=added)
+    else:
+        say("installing valkey-server (apt)")
+        apt_install("apt-valkey-server.log", "valkey-server")
+    if not (program := shutil.which("valkey-server")):
+        fail("valkey-server still not found after install")
+    return program
 
 
 def find_go() -> str | None:
@@ -548,14 +623,15 @@ def http_ok(url: str) -> bool:
 def servers(name: str) -> list[Server]:
     """The processes of service ``name`` (nothing is installed or started here)."""
     port = SERVICES[name].port
-    if name in ("redis", "cluster", "mongodb", "dynamodb"):
+    if name in BACKEND_SERVICES:
         redis_server = shutil.which("redis-server") or "redis-server"
+        valkey_server = [shutil.which("valkey-server") or "valkey-server"]
         # tools/moto_server.py: the same server without moto's dashboard object tracking,
         # which otherwise keeps every transaction's table copy alive until memory runs out
         program = {"mongodb": [str(FERRETDB)], "dynamodb": MOTO}.get(name, [redis_server])
-        ports = [port, port + 1, port + 2] if name == "cluster" else [port]
-        backend = "redis-cluster" if name == "cluster" else name
-        return backend_servers(backend, program, ports, SVC, session=False)[1]
+        program = valkey_server if name.startswith("valkey") else program
+        ports = [port, port + 1, port + 2] if name in CLUSTERS else [port]
+        return backend_servers(BACKEND_SERVICES[name], program, ports, SVC, session=False)[1]
     if name == "redis-stack":
         lib, data, url = REDIS_STACK_LIB, SVC / "redis-stack", SERVICES[name].ours
         modules = ["--loadmodule", f"{lib}/redisearch.so", "MAXSEARCHRESULTS", "10000"]
@@ -590,7 +666,9 @@ def prepare(name: str) -> None:
     """Install what service ``name`` runs and make its files."""
     if name in ("redis", "cluster", "redis-stack"):
         ensure_programs(("redis-server",), ("redis-server",))
-    if name == "mongodb" and not ferretdb_ok():
+    if name in ("valkey", "valkey-cluster"):
+        valkey_installed()
+    elif name == "mongodb" and not ferretdb_ok():
         build_ferretdb()
     elif name == "dynamodb" and not (VENV / "bin" / "moto_server").exists():
         fail(f"{VENV}/bin/moto_server missing (is moto[server] in the test extra?)")
@@ -660,13 +738,13 @@ def service_up(name: str) -> None:
                 urllib.request.urlopen(request, timeout=5).close()
             except OSError:
                 warn("prometheus did not reload its config")
-    if name == "cluster":
+    if name in CLUSTERS:
         ports = [service.port + i for i in range(3)]
         try:
-            form_cluster("cluster", ports, timeout=START_TIMEOUT)
+            form_cluster(name, ports, timeout=START_TIMEOUT)
         except GraphkeepTestingError as exc:
-            fail(f"{exc} (try: ./dev services clean)", LOGS / f"cluster-{ports[0]}.log")
-        say(f"cluster up (cluster_state:ok) on 127.0.0.1:{' '.join(map(str, ports))}")
+            fail(f"{exc} (try: ./dev services clean)", servers(name)[0].log)
+        say(f"{name} up (cluster_state:ok) on 127.0.0.1:{' '.join(map(str, ports))}")
     if name == "postgres" and not postgres_bootstrap(postgres_installed()):
         servers(name)[0].down()
         fail(f"postgres did not come up on 127.0.0.1:{service.port}", LOGS / "postgres.log")
@@ -682,7 +760,7 @@ def answers(server: Server) -> bool:
 def status(name: str) -> str:
     """One line: ``up    pid N``, ``down``; for the cluster its nodes and state."""
     up = [server for server in servers(name) if server.pid() and answers(server)]
-    if name != "cluster" or not up:
+    if name not in CLUSTERS or not up:
         return f"up    pid {up[0].pid()}" if up else "down"
     try:
         state = cluster_info(up[0].port).get("cluster_state", "?")
@@ -710,6 +788,8 @@ def env_exports() -> dict[str, str]:
         "GRAPHKEEP_SERVERS": "env",
         "GRAPHKEEP_REDIS_URL": urls["REDIS_URL"],
         "GRAPHKEEP_REDIS_CLUSTER_URL": urls["REDIS_CLUSTER_URL"],
+        "GRAPHKEEP_VALKEY_URL": urls["VALKEY_URL"],
+        "GRAPHKEEP_VALKEY_CLUSTER_URL": urls["VALKEY_CLUSTER_URL"],
         "GRAPHKEEP_MONGODB_URL": urls["MONGODB_URI"],
         "GRAPHKEEP_DYNAMODB_URL": dynamodb,
         "GRAPHKEEP_MONGODB_SERVER": str(FERRETDB),
@@ -740,6 +820,7 @@ def resolve(names: Sequence[str]) -> list[str]:
 
 
 DATA = ("redis", "redis-stack", "cluster", "ferretdb", "build", "prometheus", "postgres", "logs")
+DATA += ("valkey", "valkey-cluster")
 
 
 def services(action: str, names: Sequence[str]) -> None:
@@ -750,9 +831,9 @@ def services(action: str, names: Sequence[str]) -> None:
     if action == "status":
         for name, service in SERVICES.items():
             if service.external:
-                print(f"{name:<9} external  {service.variable}={os.environ[service.variable]}")
+                print(f"{name:<14} external  {service.variable}={os.environ[service.variable]}")
             else:
-                print(f"{name:<9} {status(name):<40} {service.ours}")
+                print(f"{name:<14} {status(name):<40} {service.ours}")
         return
     if action not in ("up", "down", "restart", "clean"):
         fail(f"usage: ./dev services up|down|restart|status|clean [{' '.join(SERVICES)}]")
@@ -786,6 +867,8 @@ DOCKERD_PIDFILE = RUN / "dockerd.pid"
 CONTAINERS_ENV = SVC / "containers.env"
 IMAGE_BASE = "graphkeep-local/debian:bookworm"
 IMAGE_REDIS = "graphkeep-local/redis:bookworm"
+#: Debian's Valkey 8.0 (bookworm-backports), for GRAPHKEEP_VALKEY_IMAGE (default valkey/valkey:8)
+IMAGE_VALKEY = "graphkeep-local/valkey:8.0"
 IMAGE_FERRETDB = f"graphkeep-local/ferretdb:{FERRETDB_VERSION.lstrip('v')}"
 #: the label testcontainers puts on what it starts: `down` removes every container that has it
 CONTAINER_LABEL = "org.testcontainers=true"
@@ -796,6 +879,17 @@ RUN apt-get update -q && apt-get install -y -q --no-install-recommends redis-ser
     && rm -rf /var/lib/apt/lists/*
 EXPOSE 6379
 ENTRYPOINT ["redis-server", "--bind", "0.0.0.0", "--protected-mode", "no", "--save", "", \\
+    "--appendonly", "no"]
+"""
+# the base image's apt sources name the mirror debootstrap used: backports from the same one
+VALKEY_DOCKERFILE = """\
+FROM {base}
+RUN echo "deb {mirror} {backports} main" > /etc/apt/sources.list.d/backports.list \\
+    && apt-get update -q \\
+    && apt-get install -y -q --no-install-recommends -t {backports} valkey-server \\
+    && rm -rf /var/lib/apt/lists/*
+EXPOSE 6379
+ENTRYPOINT ["valkey-server", "--bind", "0.0.0.0", "--protected-mode", "no", "--save", "", \\
     "--appendonly", "no"]
 """
 FERRETDB_DOCKERFILE = """\
@@ -908,13 +1002,16 @@ def build_base_image(log: Path) -> bool:
 
 
 def build_image(log: Path, image: str, kind: str) -> bool:
-    """The image of ``kind`` (redis, ferretdb, moto) from its Dockerfile, on the base image."""
+    """The image of ``kind`` (redis, valkey, ferretdb, moto) from its Dockerfile, on the base
+    image."""
     context = SVC / "images" / kind
     shutil.rmtree(context, ignore_errors=True)
     context.mkdir(parents=True)
-    dockerfile = {"redis": REDIS_DOCKERFILE, "ferretdb": FERRETDB_DOCKERFILE}.get(
-        kind, MOTO_DOCKERFILE
-    )
+    dockerfile = {
+        "redis": REDIS_DOCKERFILE,
+        "valkey": VALKEY_DOCKERFILE,
+        "ferretdb": FERRETDB_DOCKERFILE,
+    }.get(kind, MOTO_DOCKERFILE)
     if kind == "ferretdb":
         shutil.copy2(FERRETDB, context / "ferretdb")
     if kind == "moto":
@@ -926,7 +1023,13 @@ def build_image(log: Path, image: str, kind: str) -> bool:
             rf"^(?:{MOTO_PACKAGES})==.*$", (ROOT / "constraints.txt").read_text(), re.M | re.I
         )
         (context / "constraints.txt").write_text("".join(f"{pin}\n" for pin in pins))
-    text = dockerfile.format(base=IMAGE_BASE, query=FERRETDB_SQLITE_QUERY, version=moto_version())
+    text = dockerfile.format(
+        base=IMAGE_BASE,
+        query=FERRETDB_SQLITE_QUERY,
+        version=moto_version(),
+        mirror=debian_mirror(),
+        backports=BACKPORTS,
+    )
     (context / "Dockerfile").write_text(text)
     build = ["docker", "build", "-q", "-t", image, str(context)]
     return run_logged(f"building image {image}", log, build, append=True) == 0
@@ -943,6 +1046,7 @@ def images() -> dict[str, str]:
         IMAGE_REDIS: "redis",
         IMAGE_FERRETDB: "ferretdb",
         f"graphkeep-local/moto:{moto_version()}": "moto",
+        IMAGE_VALKEY: "valkey",
     }
 
 
@@ -984,13 +1088,14 @@ def containers(action: str) -> None:
             if not (build_base_image(log) if kind == "base" else build_image(log, image, kind)):
                 fail(f"building image {image} failed (log: {log})", log)
             say(f"image {image}: built in {time.monotonic() - started:.0f}s")
-        names = [*images()][1:]
+        names = {kind: image for image, kind in images().items()}
         CONTAINERS_ENV.write_text(
             "# written by ./dev containers up: source it before pytest"
             " --graphkeep-servers=containers\n"
-            f"export GRAPHKEEP_REDIS_IMAGE={names[0]}\n"
-            f"export GRAPHKEEP_MONGODB_IMAGE={names[1]}\n"
-            f"export GRAPHKEEP_DYNAMODB_IMAGE={names[2]}\n"
+            f"export GRAPHKEEP_REDIS_IMAGE={names['redis']}\n"
+            f"export GRAPHKEEP_MONGODB_IMAGE={names['ferretdb']}\n"
+            f"export GRAPHKEEP_DYNAMODB_IMAGE={names['moto']}\n"
+            f"export GRAPHKEEP_VALKEY_IMAGE={names['valkey']}\n"
             "export TESTCONTAINERS_RYUK_DISABLED=true\n"
             "export TESTCONTAINERS_CONNECTION_MODE=docker_host\n"
         )
@@ -1015,6 +1120,7 @@ def test_setup(on_containers: bool) -> None:
     if on_containers:
         containers("up")
         ensure_programs(("redis-server",), ("redis-server",))
+        valkey_installed()  # tests/test_valkey.py's TLS server, the plugin's local valkey tests
         services("up", ["redis-stack", "prometheus", "postgres"])
     else:
         services("up", [*DEFAULT_SERVICES, "redis-stack"])

@@ -22,6 +22,7 @@ from graphkeep.effects.port import LEDGER_OPTIONS
 from graphkeep.errors import ConfigurationError, mask_url
 from graphkeep.hot import hot_layer  # noqa: F401 - registers the layer hot= makes
 from graphkeep.port.telemetry import check_telemetry
+from graphkeep.port.urls import VALKEY_SCHEMES
 
 #: scheme -> (backend package, pip extra)
 SCHEMES: dict[str, tuple[str, str]] = {
@@ -30,6 +31,8 @@ SCHEMES: dict[str, tuple[str, str]] = {
     "unix": ("graphkeep.backends.redis", "redis"),
     "redis+cluster": ("graphkeep.backends.redis", "redis"),
     "rediss+cluster": ("graphkeep.backends.redis", "redis"),
+    # Valkey's forms of the Redis URLs (graphkeep.port.urls): the same backend
+    **dict.fromkeys(VALKEY_SCHEMES, ("graphkeep.backends.redis", "redis")),
     "dynamodb": ("graphkeep.backends.dynamodb", "dynamodb"),
     "mongodb": ("graphkeep.backends.mongodb", "mongodb"),
     "mongodb+srv": ("graphkeep.backends.mongodb", "mongodb"),

@@ -534,4 +534,6 @@ DAMAGE = {
     "redis-cluster": damage_redis,
     "mongodb": damage_mongodb,
     "dynamodb": damage_dynamodb,
+    "valkey": damage_redis,
+    "valkey-cluster": damage_redis,
 }

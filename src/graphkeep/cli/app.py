@@ -34,6 +34,7 @@ checkpoints and read a run's events live
 EPILOG = """\
 URLs:
   redis://[:password@]host:6379/0   redis+cluster://host:7000   rediss://...
+  valkey://, valkeys://, valkey+cluster://, valkeys+cluster:// (the same, as Valkey writes them)
   mongodb://host:27017/db           dynamodb://TABLE?region=us-east-1[&endpoint_url=...]
   sqlite:///relative.db  sqlite:////absolute/path.db  postgresql://user:pw@host/db
   (graphkeep schemes: whatever graphkeep.connect.BACKENDS registers)

@@ -84,7 +84,7 @@ def require_graphkeep(url: str, command: str) -> None:
     if scheme in FOREIGN_SCHEMES:
         raise UsageError(
             f"graphkeep {command} needs a graphkeep URL (redis://, redis+cluster://,"
-            f" mongodb://, dynamodb://), not {scheme}://"
+            f" valkey://, mongodb://, dynamodb://), not {scheme}://"
         )
 
 

@@ -65,7 +65,8 @@ UNLINK_BATCH = 500
 
 HOT_HELP = (
     "Redis of the hot layer (graphkeep.hot_layer) over this durable store: redis://...,"
-    " redis+cluster://... (over LangGraph's Postgres saver, ?key_prefix= names its prefix)"
+    " redis+cluster://..., valkey://... (over LangGraph's Postgres saver, ?key_prefix= names"
+    " its prefix)"
 )
 
 

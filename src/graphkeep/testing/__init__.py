@@ -16,31 +16,35 @@ Fixtures (prefixed, so they never clash with a project's own ``checkpointer`` fi
 - ``graphkeep_saver`` / ``graphkeep_asaver`` — a ready sync / async checkpoint saver on it;
 - ``graphkeep_store`` / ``graphkeep_astore`` — a ready sync / async LangGraph store on it;
 - ``graphkeep_backend`` — the backend's name (``redis``, ``redis-cluster``, ``mongodb``,
-  ``dynamodb``).
+  ``dynamodb``, ``valkey``, ``valkey-cluster``).
 
 Options:
 
-- ``--graphkeep-backends=redis,redis-cluster,mongodb,dynamodb`` (default: every backend
-  whose extra is installed);
+- ``--graphkeep-backends=redis,redis-cluster,mongodb,dynamodb`` (default: each of these four
+  whose extra is installed); ``valkey`` and ``valkey-cluster`` (Valkey 8: a server and a 3-node
+  cluster, on the Redis backend) are opt-in: named here, or by a ``graphkeep_env`` line;
 - ``--graphkeep-rules=elasticache-serverless,…`` (default ``$GRAPHKEEP_RULES``): every
   request the session's clients send must follow those managed services' rules
   (:mod:`graphkeep.testing.rules`); a refused request fails the test that sent it;
 - ``--graphkeep-servers=env|local|containers`` (default ``$GRAPHKEEP_SERVERS`` or
   ``containers``): ``env`` takes the servers' URLs from ``GRAPHKEEP_REDIS_URL``,
-  ``GRAPHKEEP_REDIS_CLUSTER_URL``, ``GRAPHKEEP_MONGODB_URL``, ``GRAPHKEEP_DYNAMODB_URL``;
-  ``local`` starts server processes on loopback (``redis-server``; ``mongod``, else FerretDB's
-  ``ferretdb``; ``moto_server``; each overridable with ``GRAPHKEEP_REDIS_SERVER``,
-  ``GRAPHKEEP_MONGODB_SERVER``, ``GRAPHKEEP_DYNAMODB_SERVER``); ``containers`` starts one
-  container per backend with testcontainers, from ``GRAPHKEEP_REDIS_IMAGE`` (default
-  :data:`DEFAULT_IMAGES`), ``GRAPHKEEP_MONGODB_IMAGE`` (a real ``mongod``) and
-  ``GRAPHKEEP_DYNAMODB_IMAGE`` (moto; DynamoDB Local works too). Servers start on first use,
+  ``GRAPHKEEP_REDIS_CLUSTER_URL``, ``GRAPHKEEP_MONGODB_URL``, ``GRAPHKEEP_DYNAMODB_URL``,
+  ``GRAPHKEEP_VALKEY_URL``, ``GRAPHKEEP_VALKEY_CLUSTER_URL``; ``local`` starts server
+  processes on loopback (``redis-server``; ``mongod``, else FerretDB's ``ferretdb``;
+  ``moto_server``; ``valkey-server``; each overridable with ``GRAPHKEEP_REDIS_SERVER``,
+  ``GRAPHKEEP_MONGODB_SERVER``, ``GRAPHKEEP_DYNAMODB_SERVER``, ``GRAPHKEEP_VALKEY_SERVER``);
+  ``containers`` starts one container per backend with testcontainers, from
+  ``GRAPHKEEP_REDIS_IMAGE`` (default :data:`DEFAULT_IMAGES`), ``GRAPHKEEP_MONGODB_IMAGE`` (a
+  real ``mongod``), ``GRAPHKEEP_DYNAMODB_IMAGE`` (moto; DynamoDB Local works too) and
+  ``GRAPHKEEP_VALKEY_IMAGE`` (``valkey/valkey:8``). Servers start on first use,
   one per backend per session, and are removed at its end, also after a failure or Ctrl-C.
 
 An application that reads its own variables at import (``REDIS_URL = os.environ[...]``) gets
 the session's servers through the ini option ``graphkeep_env``, one ``VARIABLE=backend`` per
 line (``VARIABLE=backend:param`` takes one query parameter of the URL, e.g.
 ``DYNAMODB_ENDPOINT_URL=dynamodb:endpoint_url``): the named backends' servers are then started
-before any conftest is imported and each variable is set to its server's URL.
+before any conftest is imported and each variable is set to its server's URL (an opt-in
+backend's too, unless ``--graphkeep-backends`` leaves it out).
 
 This module is the plugin pytest loads: its hooks and fixtures. The servers are started by
 :mod:`graphkeep.testing.servers` (with :mod:`~graphkeep.testing.local`, whose server processes,
@@ -108,8 +112,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--graphkeep-backends",
         default=None,
-        help="comma list of redis, redis-cluster, mongodb, dynamodb"
-        " (default: every backend whose extra is installed)",
+        help="comma list of redis, redis-cluster, mongodb, dynamodb, valkey, valkey-cluster"
+        " (default: the first four whose extra is installed)",
     )
     group.addoption(
         "--graphkeep-servers",
@@ -153,7 +157,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     wanted = exports(early_config)
     if not wanted:
         return
-    backends = selected_backends(early_config)
+    backends = selected_backends(early_config, opt_in=True)
     servers = session_servers(early_config)
     for variable, (backend, param) in wanted.items():
         if backend not in backends:

@@ -21,11 +21,14 @@ IMAGE_VARIABLES = {
     "redis-cluster": "GRAPHKEEP_REDIS_IMAGE",
     "mongodb": "GRAPHKEEP_MONGODB_IMAGE",
     "dynamodb": "GRAPHKEEP_DYNAMODB_IMAGE",
+    "valkey": "GRAPHKEEP_VALKEY_IMAGE",
+    "valkey-cluster": "GRAPHKEEP_VALKEY_IMAGE",
 }
 DEFAULT_IMAGES = {
     "GRAPHKEEP_REDIS_IMAGE": "redis:7",
     "GRAPHKEEP_MONGODB_IMAGE": "mongo:7",
     "GRAPHKEEP_DYNAMODB_IMAGE": "motoserver/moto:5.2.5",
+    "GRAPHKEEP_VALKEY_IMAGE": "valkey/valkey:8",
 }
 #: every container this plugin starts carries this label (and one naming its session)
 LABEL = "dev.graphkeep.testing"
@@ -55,6 +58,8 @@ class ContainerServers:
             "redis-cluster": self._redis_cluster,
             "mongodb": self._mongodb,
             "dynamodb": self._dynamodb,
+            "valkey": self._valkey,
+            "valkey-cluster": self._valkey_cluster,
         }[backend]
         url = start(image)
         self.served = True
@@ -107,17 +112,26 @@ class ContainerServers:
         return self._single("Redis", image, 6379, redis_url, redis_ping)
 
     def _redis_cluster(self, image: str) -> str:
+        return self._cluster("Redis Cluster", image, "redis-server")
+
+    def _valkey(self, image: str) -> str:
+        return self._single("Valkey", image, 6379, redis_url, redis_ping)
+
+    def _valkey_cluster(self, image: str) -> str:
+        return self._cluster("Valkey Cluster", image, "valkey-server")
+
+    def _cluster(self, what: str, image: str, program: str) -> str:
         # three nodes in one container on host ports bound 1:1, announced as 127.0.0.1, so the
         # cluster's own addresses are the ones this machine reaches them at
         ports = free_ports(3)
         servers = " & ".join(
-            f"redis-server --port {p} --bind 0.0.0.0 --protected-mode no --cluster-enabled yes"
+            f"{program} --port {p} --bind 0.0.0.0 --protected-mode no --cluster-enabled yes"
             f" --cluster-config-file /tmp/nodes-{p}.conf --cluster-announce-ip 127.0.0.1"
             f" --save '' --appendonly no"
             for p in ports
         )
         container = self._container(image, bind=ports, script=f"{servers} & wait")
-        return form_cluster(f"Redis Cluster in {image}", ports, exited(container))
+        return form_cluster(f"{what} in {image}", ports, exited(container))
 
     def _mongodb(self, image: str) -> str:
         return self._single("MongoDB", image, 27017, mongodb_url, mongo_ping)

@@ -1,5 +1,5 @@
-"""Per-test isolation: a URL on the session's server private to one test (its own Redis key
-prefix, MongoDB database or DynamoDB table) and how to remove that data after the test."""
+"""Per-test isolation: a URL on the session's server private to one test (its own Redis or
+Valkey key prefix, MongoDB database or DynamoDB table) and how to remove that data after it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def isolated(backend: str, base: str, tag: str) -> tuple[str, Callable[[], None]
     """A URL on ``base`` private to one test, and how to remove its data afterwards."""
     name = f"gk_{tag}"
     parts = urlsplit(base)
-    if backend in ("redis", "redis-cluster"):
+    if backend in ("redis", "redis-cluster", "valkey", "valkey-cluster"):
         query = "&".join(q for q in (parts.query, urlencode({"key_prefix": name})) if q)
         return urlunsplit(parts._replace(query=query)), lambda: _drop_redis_keys(base, name)
     if backend == "mongodb":

@@ -1,7 +1,7 @@
-"""The four backends' servers as processes on loopback (redis-server, a 3-node Redis Cluster,
-mongod or FerretDB, moto_server): their command lines and files, for ``--graphkeep-servers=local``
-(a session's, on free ports in a temporary directory) and for ``./dev services`` (fixed ports,
-files under .services/)."""
+"""The backends' servers as processes on loopback (redis-server, a 3-node Redis Cluster, the
+same two of valkey-server, mongod or FerretDB, moto_server): their command lines and files, for
+``--graphkeep-servers=local`` (a session's, on free ports in a temporary directory) and for
+``./dev services`` (fixed ports, files under .services/)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,13 @@ SERVER_VARIABLES = {
     "redis-cluster": "GRAPHKEEP_REDIS_SERVER",
     "mongodb": "GRAPHKEEP_MONGODB_SERVER",
     "dynamodb": "GRAPHKEEP_DYNAMODB_SERVER",
+    "valkey": "GRAPHKEEP_VALKEY_SERVER",
+    "valkey-cluster": "GRAPHKEEP_VALKEY_SERVER",
 }
+#: the Redis family's backends: single servers and 3-node clusters, and their server programs
+SINGLE_SERVERS = ("redis", "valkey")
+CLUSTER_SERVERS = ("redis-cluster", "valkey-cluster")
+PROGRAMS = {"redis": "redis-server", "valkey": "valkey-server"}
 CLUSTER_NODE = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
 
 
@@ -79,18 +85,21 @@ def backend_servers(
 ) -> tuple[str, list[Server]]:
     """The URL of ``backend``'s server on 127.0.0.1 ``ports`` (the cluster's three nodes: one
     each) and its processes, their files under ``home`` (``redis/``, ``cluster/<port>/``,
-    ``ferretdb/`` or ``mongodb/``, ``logs/``, ``run/``). ``session``: the pytest session's,
-    dying with it and persisting nothing; else long-lived (``./dev services``)."""
+    ``valkey/``, ``valkey-cluster/<port>/``, ``ferretdb/`` or ``mongodb/``, ``logs/``,
+    ``run/``). ``session``: the pytest session's, dying with it and persisting nothing; else
+    long-lived (``./dev services``). Valkey's servers take redis-server's options."""
     port, durable = ports[0], not session
-    if backend == "redis":
+    if backend in SINGLE_SERVERS:
         url = redis_url("127.0.0.1", port)
-        data = home / "redis"
+        data = home / backend
         command = redis_command(program[0], port, data, durable=durable)
-        return url, [Server("redis", port, command, partial(redis_ping, url), home, session, data)]
-    if backend == "redis-cluster":
+        return url, [Server(backend, port, command, partial(redis_ping, url), home, session, data)]
+    if backend in CLUSTER_SERVERS:
+        # the files ./dev's Redis Cluster always had: cluster-<port> (logs), cluster/<port>/
+        directory = "cluster" if backend == "redis-cluster" else backend
         nodes = [
             Server(
-                f"cluster-{p}",
+                f"{directory}-{p}",
                 p,
                 redis_command(program[0], p, data, *CLUSTER_NODE, durable=durable),
                 partial(redis_ping, redis_url("127.0.0.1", p)),
@@ -98,7 +107,7 @@ def backend_servers(
                 session,
                 data,
             )
-            for p, data in ((p, home / "cluster" / str(p)) for p in ports)
+            for p, data in ((p, home / directory / str(p)) for p in ports)
         ]
         return redis_cluster_url(port), nodes
     if backend == "mongodb":
@@ -128,7 +137,7 @@ class LocalServers:
         answers."""
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix=f"graphkeep-{self.session}-"))
-        ports = free_ports(3 if backend == "redis-cluster" else 1)
+        ports = free_ports(3 if backend in CLUSTER_SERVERS else 1)
         url, servers = backend_servers(
             backend, self.program(backend), ports, self.workdir, session=True
         )
@@ -136,8 +145,10 @@ class LocalServers:
         try:
             for server in servers:
                 server.up()
-            if backend == "redis-cluster":
-                form_cluster("Redis Cluster", ports)
+            if backend in CLUSTER_SERVERS:
+                form_cluster(
+                    "Redis Cluster" if backend == "redis-cluster" else "Valkey Cluster", ports
+                )
         except GraphkeepTestingError as exc:
             raise GraphkeepTestingError(f"--graphkeep-servers=local {exc}") from None
         return url
@@ -155,7 +166,8 @@ class LocalServers:
                     f" 'moto[server]') or {variable} naming a command that takes -H HOST -p PORT"
                 )
             return command
-        names = ("redis-server",) if backend.startswith("redis") else ("mongod", "ferretdb")
+        family = backend.removesuffix("-cluster")
+        names = (PROGRAMS[family],) if family in PROGRAMS else ("mongod", "ferretdb")
         program = configured or next(filter(None, map(shutil.which, names)), None)
         if not program:
             raise GraphkeepTestingError(

@@ -13,9 +13,13 @@ import pytest
 
 from graphkeep.errors import mask_url
 
-BACKENDS = ("redis", "redis-cluster", "mongodb", "dynamodb")
+BACKENDS = ("redis", "redis-cluster", "mongodb", "dynamodb", "valkey", "valkey-cluster")
+#: the backends selected by default (when their driver imports); the others are opt-in: named
+#: by --graphkeep-backends, or by a ``graphkeep_env`` line (which starts that server only)
+DEFAULT_BACKENDS = ("redis", "redis-cluster", "mongodb", "dynamodb")
 #: the module each backend's extra installs: a backend is selected by default when it imports
 DRIVERS = {"redis": "redis", "redis-cluster": "redis", "mongodb": "pymongo", "dynamodb": "boto3"}
+DRIVERS |= {"valkey": "redis", "valkey-cluster": "redis"}
 SERVER_MODES = ("env", "local", "containers")
 
 
@@ -27,10 +31,13 @@ def option(config: pytest.Config, dest: str) -> Any:
     return value
 
 
-def selected_backends(config: pytest.Config) -> list[str]:
+def selected_backends(config: pytest.Config, *, opt_in: bool = False) -> list[str]:
+    """The backends of ``--graphkeep-backends``, else the default ones whose driver imports
+    (``opt_in``: every backend whose driver imports, for ``graphkeep_env``)."""
     raw = option(config, "graphkeep_backends")
     if raw is None:
-        return [b for b in BACKENDS if importlib.util.find_spec(DRIVERS[b]) is not None]
+        default = BACKENDS if opt_in else DEFAULT_BACKENDS
+        return [b for b in default if importlib.util.find_spec(DRIVERS[b]) is not None]
     names = [n.strip() for n in str(raw).split(",") if n.strip()]
     unknown = [n for n in names if n not in BACKENDS]
     if unknown or not names:

@@ -18,6 +18,8 @@ URL_VARIABLES = {
     "redis-cluster": "GRAPHKEEP_REDIS_CLUSTER_URL",
     "mongodb": "GRAPHKEEP_MONGODB_URL",
     "dynamodb": "GRAPHKEEP_DYNAMODB_URL",
+    "valkey": "GRAPHKEEP_VALKEY_URL",
+    "valkey-cluster": "GRAPHKEEP_VALKEY_CLUSTER_URL",
 }
 
 

@@ -19,7 +19,7 @@ already expired and lets the index expire with its last entry. ``clear(namespace
 two scripts per namespace: the first learns the indexed keys, the second deletes exactly
 them, declared in KEYS (an empty namespace: one); ``clear(None)`` SCANs for this prefix's
 indexes on every primary.
-``get`` is one MGET on a single server, one per slot on a cluster.
+``get`` is one MGET per namespace (slot), pipelined on a single server: one round trip.
 """
 
 from __future__ import annotations
@@ -27,12 +27,11 @@ from __future__ import annotations
 from typing import Any
 
 from langgraph.cache.base import FullKey, Namespace
-from redis.crc import key_slot
 
 from graphkeep.backends.redis.client import OnRedis, RedisPort
-from graphkeep.backends.redis.declared import MAX_ARGUMENTS, clear_indexed, clear_script
+from graphkeep.backends.redis.declared import clear_indexed, clear_script
 from graphkeep.backends.redis.keys import pattern_prefix
-from graphkeep.backends.redis.requests import Command, Scan, Script
+from graphkeep.backends.redis.requests import MAX_ARGS, MGet, Scan, Script
 from graphkeep.cache.port import Entry, Stored, escaped_key, escaped_namespace, unreadable
 from graphkeep.cache.shells import AsyncCache, SyncCache
 from graphkeep.errors import CorruptData
@@ -72,12 +71,12 @@ return 0
 """
 
 SCRIPTS = {"cache_set": SET, "cache_clear": clear_script("UNLINK")}
-#: entries of one ``cache_set`` call: 4 arguments each, under MAX_ARGUMENTS with the index
-SET_ENTRIES = (MAX_ARGUMENTS - 5) // 4
+#: entries of one ``cache_set`` call: 4 arguments each, under MAX_ARGS with the index
+SET_ENTRIES = (MAX_ARGS - 5) // 4
 
 
 class RedisCachePort(RedisPort):
-    """The cache port on Redis; ``cluster`` groups reads by slot."""
+    """The cache port on Redis."""
 
     scripts = SCRIPTS
 
@@ -97,21 +96,17 @@ class RedisCachePort(RedisPort):
         yield Script("__load__", [], [])
 
     def get(self, keys: list[FullKey]) -> Op[dict[FullKey, Stored]]:
-        names = {address: self.entry_key(*address) for address in keys}
-        groups: dict[int, list[FullKey]] = {}
-        for address, name in names.items():
-            groups.setdefault(key_slot(name.encode()) if self.cluster else 0, []).append(address)
+        addresses = list(dict.fromkeys(keys))
+        raw = yield MGet([self.entry_key(*address) for address in addresses])
         found: dict[FullKey, Stored] = {}
-        for group in groups.values():
-            raw = yield Command(("MGET", *(names[a] for a in group)))
-            for address, value in zip(group, raw, strict=True):
-                if value is not None:
-                    try:
-                        expires_ms, data = codec.unpack_fields(value, 2)
-                    except CorruptData as exc:
-                        unreadable(address, exc)
-                        continue
-                    found[address] = Stored(data, expires_ms)
+        for address, value in zip(addresses, raw, strict=True):
+            if value is not None:
+                try:
+                    expires_ms, data = codec.unpack_fields(value, 2)
+                except CorruptData as exc:
+                    unreadable(address, exc)
+                    continue
+                found[address] = Stored(data, expires_ms)
         return found
 
     def set(self, entries: list[Entry], now_ms: int) -> Op[None]:

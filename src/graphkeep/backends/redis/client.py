@@ -43,6 +43,7 @@ from graphkeep.backends.redis.requests import (
     MAX_ARGS,
     Command,
     Delete,
+    MGet,
     Pipeline,
     Scan,
     Script,
@@ -60,6 +61,7 @@ from graphkeep.port.pools import (
 )
 from graphkeep.port.retry import AsyncExecutor, Retry, SyncExecutor
 from graphkeep.port.telemetry import Target
+from graphkeep.port.urls import redis_form
 
 __all__ = [
     "ONCE",
@@ -76,7 +78,7 @@ __all__ = [
     "block_limit_ms",
     "check_client",
     "connected",
-    "delete_batches",
+    "slot_batches",
     "describe",
     "is_cluster",
     "sync_client",
@@ -94,6 +96,8 @@ REDIRECTED = (MovedError, AskError, TryAgainError)
 FAN_OUT = 8
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 SINGLE_SCHEMES = ("redis", "rediss", "unix")
+# Valkey's schemes (valkey://, valkeys://, valkey+cluster://, valkeys+cluster://) are read as
+# the Redis form they stand for (graphkeep.port.urls.redis_form) before redis-py sees them
 
 
 # -- clients ---------------------------------------------------------------------------
@@ -128,7 +132,9 @@ def _unblocked(request: XRead) -> XRead:
 def sync_client(url: str, pool: PoolOptions | None = None) -> Any:
     """A ``redis.Redis`` (``redis://``, ``rediss://``, ``unix://``) or ``redis.RedisCluster``
     (``redis+cluster://``, ``rediss+cluster://``) for ``url``, its connections bounded as
-    ``pool`` says (a ``max_connections`` in the URL's query wins)."""
+    ``pool`` says (a ``max_connections`` in the URL's query wins); Valkey's schemes
+    (``valkey://``, ``valkeys://``, ``valkey+cluster://``, ``valkeys+cluster://``) are
+    aliases of those."""
     return _client(redis, url, pool)
 
 
@@ -139,7 +145,7 @@ def async_client(url: str, pool: PoolOptions | None = None) -> Any:
 
 def _client(driver: Any, url: str, pool: PoolOptions | None) -> Any:
     """:func:`sync_client` with ``driver`` (``redis`` or ``redis.asyncio``)."""
-    scheme, rest = _split(url)
+    scheme, rest = _split(redis_form(url))
     options = pool or PoolOptions()
     try:
         if scheme in CLUSTER_SCHEMES:
@@ -150,7 +156,9 @@ def _client(driver: Any, url: str, pool: PoolOptions | None) -> Any:
             return _pool(cluster, f"Redis Cluster at {mask_url(url)}", options)
         if scheme in SINGLE_SCHEMES:
             connections = driver.BlockingConnectionPool.from_url(
-                url, max_connections=options.max_connections, timeout=options.pool_timeout
+                f"{scheme}://{rest}",
+                max_connections=options.max_connections,
+                timeout=options.pool_timeout,
             )
             single = driver.Redis.from_pool(connections)
             return _pool(single, f"Redis at {mask_url(url)}", _sized(options, connections))
@@ -331,15 +339,23 @@ def _xread_args(request: XRead, limit: int | None) -> tuple[Any, ...]:
     return (*args, "STREAMS", request.key, request.position)
 
 
-def delete_batches(keys: list[Any]) -> list[list[Any]]:
-    """``keys`` as ``DEL`` commands: one per hash slot (a single node with a Cluster policy,
-    Azure Managed Redis OSS, answers CROSSSLOT otherwise) and at most :data:`MAX_ARGS`
-    arguments each."""
+def slot_batches(keys: list[Any]) -> list[list[Any]]:
+    """``keys`` as the key lists of multi-key commands (``DEL``, ``MGET``): one per hash slot
+    (a single node with a Cluster policy, Azure Managed Redis OSS, answers CROSSSLOT
+    otherwise) and at most :data:`MAX_ARGS` arguments each."""
     groups: dict[int, list[Any]] = {}
     for key in keys:
         groups.setdefault(key_slot(key.encode() if isinstance(key, str) else key), []).append(key)
     per = MAX_ARGS - 1
     return [g[i : i + per] for g in groups.values() for i in range(0, len(g), per)]
+
+
+def _in_order(keys: list[Any], batches: list[list[Any]], replies: list[Any]) -> list[Any]:
+    """The replies of :func:`slot_batches`' MGETs as one list in ``keys``' order."""
+    found: dict[Any, Any] = {}
+    for batch, reply in zip(batches, replies, strict=True):
+        found.update(zip(batch, reply, strict=True))
+    return [found[key] for key in keys]
 
 
 class SyncSend:
@@ -359,13 +375,23 @@ class SyncSend:
                 return None
             return self.scripts[request.name](keys=request.keys, args=request.args)
         if isinstance(request, Delete):
-            batches = delete_batches(request.keys)
+            batches = slot_batches(request.keys)
             if len(batches) == 1 or isinstance(self.client, redis.RedisCluster):
                 return sum(self.client.delete(*batch) for batch in batches)
             pipe = self.client.pipeline(transaction=False)
             for batch in batches:
                 pipe.delete(*batch)
             return sum(pipe.execute())
+        if isinstance(request, MGet):
+            batches = slot_batches(request.keys)
+            if len(batches) == 1 or isinstance(self.client, redis.RedisCluster):
+                replies = [self.client.mget(batch) for batch in batches]
+            else:
+                pipe = self.client.pipeline(transaction=False)
+                for batch in batches:
+                    pipe.mget(batch)
+                replies = pipe.execute()
+            return _in_order(request.keys, batches, replies)
         if isinstance(request, Command):
             return self.client.execute_command(*request.args)
         if isinstance(request, XRead):
@@ -419,13 +445,23 @@ class AsyncSend:
                 return None
             return await self.scripts[request.name](keys=request.keys, args=request.args)
         if isinstance(request, Delete):
-            batches = delete_batches(request.keys)
+            batches = slot_batches(request.keys)
             if len(batches) == 1 or isinstance(self.client, aredis.RedisCluster):
                 return sum([await self.client.delete(*batch) for batch in batches])
             pipe = self.client.pipeline(transaction=False)
             for batch in batches:
                 pipe.delete(*batch)
             return sum(await pipe.execute())
+        if isinstance(request, MGet):
+            batches = slot_batches(request.keys)
+            if len(batches) == 1 or isinstance(self.client, aredis.RedisCluster):
+                replies = [await self.client.mget(batch) for batch in batches]
+            else:
+                pipe = self.client.pipeline(transaction=False)
+                for batch in batches:
+                    pipe.mget(batch)
+                replies = await pipe.execute()
+            return _in_order(request.keys, batches, replies)
         if isinstance(request, Command):
             return await self.client.execute_command(*request.args)
         if isinstance(request, XRead):

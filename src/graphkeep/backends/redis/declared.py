@@ -1,5 +1,5 @@
 """What every Redis script of graphkeep keeps to: each key it touches is declared in KEYS,
-and no request carries more than :data:`MAX_ARGUMENTS` arguments.
+and no request carries more than :data:`MAX_ARGS` arguments.
 
 Redis's EVAL documentation requires every key a script touches to be passed in KEYS;
 Dragonfly enforces it and ElastiCache Serverless relies on it (it also refuses a request of
@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from graphkeep.backends.redis.requests import Script
+from graphkeep.backends.redis.requests import MAX_ARGS, Script
 from graphkeep.port import Op
 
 __all__ = [
-    "MAX_ARGUMENTS",
     "arguments",
     "clear_indexed",
     "clear_script",
@@ -27,9 +26,6 @@ __all__ = [
     "text",
 ]
 
-#: the most arguments of one request (ElastiCache Serverless), command and KEYS included
-MAX_ARGUMENTS = 3999
-
 
 def arguments(keys: list[str], args: list[Any]) -> int:
     """The arguments of ``EVALSHA sha numkeys KEYS... ARGV...``."""
@@ -38,7 +34,7 @@ def arguments(keys: list[str], args: list[Any]) -> int:
 
 def room(keys: list[str], args: list[Any]) -> int:
     """How many more keys or arguments a script call of ``keys`` and ``args`` may carry."""
-    return MAX_ARGUMENTS - arguments(keys, args)
+    return MAX_ARGS - arguments(keys, args)
 
 
 def text(value: Any) -> str:
@@ -100,7 +96,7 @@ return {out, rest}
 
 def clear_indexed(script: str, index: str, base: str) -> Op[int]:
     """Delete every entry ``index`` names and the index: the first call learns the entries'
-    keys (or finds none), the next ones delete them, at most :data:`MAX_ARGUMENTS` a call."""
+    keys (or finds none), the next ones delete them, at most :data:`MAX_ARGS` a call."""
     deleted = 0
     declared: list[str] = []
     while True:

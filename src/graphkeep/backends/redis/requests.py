@@ -9,7 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MAX_ARGS", "Command", "Delete", "Pipeline", "Scan", "Script", "XRead", "script_room"]
+__all__ = [
+    "MAX_ARGS",
+    "Command",
+    "Delete",
+    "MGet",
+    "Pipeline",
+    "Scan",
+    "Script",
+    "XRead",
+    "script_room",
+]
 
 #: the most arguments one request may carry, its command name and KEYS included: ElastiCache
 #: Serverless refuses more (AWS ElastiCache docs, "Best practices: Lua scripts" / serverless
@@ -45,6 +55,15 @@ class Delete:
     """``DEL`` of ``keys``: one command per hash slot (a single-node server with a Cluster
     policy answers CROSSSLOT to keys of several slots) and per :data:`MAX_ARGS`, pipelined;
     the number of keys deleted."""
+
+    keys: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class MGet:
+    """``MGET`` of ``keys``, cut like :class:`Delete` (one command per hash slot and per
+    :data:`MAX_ARGS`, pipelined: one round trip on a single node); the values in ``keys``'
+    order (``None`` where absent)."""
 
     keys: list[str]
 

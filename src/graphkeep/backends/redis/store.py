@@ -50,9 +50,9 @@ from typing import Any
 import orjson
 
 from graphkeep.backends.redis.client import OnRedis, RedisSite, ResponseError
-from graphkeep.backends.redis.declared import MAX_ARGUMENTS, room, text
+from graphkeep.backends.redis.declared import room, text
 from graphkeep.backends.redis.keys import check_prefix, encode_thread
-from graphkeep.backends.redis.requests import Command, Pipeline, Script
+from graphkeep.backends.redis.requests import MAX_ARGS, Command, Pipeline, Script
 from graphkeep.backends.redis.store_scripts import MERGE_LIMIT, SCRIPTS
 from graphkeep.errors import ConfigurationError, GraphkeepError
 from graphkeep.port import Op, codec
@@ -155,7 +155,7 @@ class Overflow(GraphkeepError):
     def __init__(self, call: Call) -> None:
         super().__init__(
             f"store script {call.name} needs {len(call.keys)} keys, more than one request of"
-            f" {MAX_ARGUMENTS} arguments carries"
+            f" {MAX_ARGS} arguments carries"
         )
         self.call = call
 
@@ -275,12 +275,12 @@ class RedisStorePort:
         return _script(call.name, [*keys, *hints[: max(free, 0)]], args)
 
     def _fitting(self, call: Call) -> list[Call]:
-        """``call`` as requests of at most MAX_ARGUMENTS arguments."""
+        """``call`` as requests of at most MAX_ARGS arguments."""
         used = OVERHEAD + 6 + len(call.keys) + len(call.args)
-        if used <= MAX_ARGUMENTS:
+        if used <= MAX_ARGS:
             return [call]
         if call.progressive:  # the first keys fit; the next round declares the rest
-            call.keys = call.keys[: MAX_ARGUMENTS - OVERHEAD - 6 - len(call.args)]
+            call.keys = call.keys[: MAX_ARGS - OVERHEAD - 6 - len(call.args)]
             return [call]
         if call.parts is None:
             raise Overflow(call)
@@ -370,7 +370,7 @@ class RedisStorePort:
             if done:
                 return
             keys = [keys[0], *(text(k) for k in missing)]
-            keys = keys[: MAX_ARGUMENTS - OVERHEAD - 6 - 2]
+            keys = keys[: MAX_ARGS - OVERHEAD - 6 - 2]
         raise GraphkeepError(f"reindexing {namespace} needed more than {ROUNDS} rounds")
 
     def get(
@@ -388,9 +388,7 @@ class RedisStorePort:
             for i in indexes:
                 more = [self.vectors_key(keys[i][0])] if vectors else []
                 more = [k for k in more if k not in declared]
-                if chunk and OVERHEAD + 6 + len(declared) + len(more) + len(args) + 2 > (
-                    MAX_ARGUMENTS
-                ):
+                if chunk and OVERHEAD + 6 + len(declared) + len(more) + len(args) + 2 > (MAX_ARGS):
                     calls.append(Call(partition, "m_get", args, list(declared)))
                     chunks.append(chunk)
                     args, declared, chunk = [now_ms, int(vectors)], {}, []
@@ -438,7 +436,7 @@ class RedisStorePort:
     def _put_calls(
         self, partition: Namespace, puts: list[StoredItem], dels: list[ItemKey], now_ms: int
     ) -> list[Call]:
-        """A partition's writes cut into calls of at most MAX_ARGUMENTS arguments (less
+        """A partition's writes cut into calls of at most MAX_ARGS arguments (less
         HEADROOM, and room for as many old index entries as the new item has)."""
         calls: list[Call] = []
         chunk_puts: list[StoredItem] = []
@@ -453,7 +451,7 @@ class RedisStorePort:
                 cost += 7 + (2 * len(item.vectors) if self.index_prefix else 0)
             else:
                 cost += 1
-            if (chunk_puts or chunk_dels) and used + cost > MAX_ARGUMENTS - HEADROOM:
+            if (chunk_puts or chunk_dels) and used + cost > MAX_ARGS - HEADROOM:
                 calls.append(self._put_call(partition, chunk_puts, chunk_dels, now_ms))
                 cost += 0 if namespace not in namespaces else 2  # declared anew in the next
                 chunk_puts, chunk_dels, namespaces = [], [], set()
@@ -547,7 +545,7 @@ class RedisStorePort:
                 member = _item_member(item.namespace, item.key)
                 if member in ttl_members:
                     refresh.setdefault(ttl_members[member], []).append(member)
-            step = MAX_ARGUMENTS - OVERHEAD - 6 - 1
+            step = MAX_ARGS - OVERHEAD - 6 - 1
             yield from self._run(
                 [
                     Call(p, "m_refresh", [query.now_ms, *members[at : at + step]], [])

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from graphkeep.errors import ConfigurationError, mask_url
+from graphkeep.port.urls import REDIS_SCHEMES, VALKEY_SCHEMES
 
 #: seconds a thread stays in Redis after its last read, unless ``hot_ttl`` says otherwise
 DEFAULT_HOT_TTL = 3600.0
@@ -22,8 +23,8 @@ def check_hot_ttl(hot_ttl: Any) -> float:
     return float(hot_ttl)
 
 
-#: URL schemes the hot layer accepts (Redis and Redis Cluster)
-HOT_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+#: URL schemes the hot layer accepts (Redis and Redis Cluster; Valkey's forms of them too)
+HOT_SCHEMES = (*REDIS_SCHEMES, *VALKEY_SCHEMES)
 
 
 def check_hot_url(url: Any) -> str:

@@ -104,6 +104,11 @@ class Node:
 
     def ensure_monitor(self) -> None:
         with self.lock:
+            if self.monitor is not None and self.monitor.dead:
+                # the server went away and is back: the old findings first, then a new reader
+                self.checker.take_pending(self.monitor)
+                self.monitor.close()
+                self.monitor = None
             if self.monitor is None:
                 monitor = Monitor(
                     node=f"{self.host}:{self.port}",
@@ -246,6 +251,13 @@ class RedisChecker:
             elif in_tx is not None:
                 in_tx.extend(keys)
                 names.append(argv[0].decode("utf-8", "replace").upper())
+
+    def take_pending(self, monitor: Monitor) -> None:
+        """What a stopped reader found, into the recorder."""
+        with monitor.lock:
+            found, monitor.pending = monitor.pending, []
+        for violation in found:
+            self.recorder.record(violation)
 
     def _keys(self, conn: Any, argv: list[bytes]) -> list[bytes]:
         node = self.node(conn)

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+
 from graphkeep.testing.rules import Violation
 from graphkeep.testing.rules.redis_keys import Commands
 
@@ -87,6 +89,9 @@ class Monitor:
     lock: threading.Lock = field(default_factory=threading.Lock)
     seen: dict[bytes, threading.Event] = field(default_factory=dict)
     error: str | None = None
+    #: the server went away (killed, restarted): the reader read up to there and stopped;
+    #: the node starts a new MONITOR before its next script
+    dead: bool = False
     #: fingerprints of the script calls this process sent and the reader has not seen yet
     expected: Counter[bytes] = field(default_factory=Counter)
 
@@ -120,9 +125,9 @@ class Monitor:
         while True:
             try:
                 raw = self.conn.read_response(timeout=None)
-            except Exception as exc:  # noqa: BLE001 — closed at the end, or the server went away
+            except Exception:  # noqa: BLE001 — closed at the end, or the server went away
                 if not getattr(self, "closing", False):
-                    self.error = f"{type(exc).__name__}: {exc}"
+                    self.dead = True  # what the server ran until then was read
                 for event in list(self.seen.values()):
                     event.set()
                 return
@@ -188,10 +193,18 @@ class Monitor:
         token = MARKER + uuid.uuid4().hex.encode()
         event = self.seen[token] = threading.Event()
         try:
-            self.marker_conn.send_command("ECHO", token)
-            self.marker_conn.read_response()
-            if not event.wait(MARKER_TIMEOUT):
-                self.error = f"MONITOR of {self.node} did not reach a marker in {MARKER_TIMEOUT}s"
+            if not self.dead:
+                try:
+                    self.marker_conn.send_command("ECHO", token)
+                    self.marker_conn.read_response()
+                except (RedisConnectionError, OSError):
+                    # the server is gone: the reader stops at the end of what it ran
+                    self.thread.join(MARKER_TIMEOUT)
+                else:
+                    if not event.wait(MARKER_TIMEOUT) and not self.dead:
+                        self.error = (
+                            f"MONITOR of {self.node} did not reach a marker in {MARKER_TIMEOUT}s"
+                        )
         finally:
             self.seen.pop(token, None)
         with self.lock:
