@@ -1,7 +1,8 @@
 """Backend set-ups the matrix runs against, and which of them are enabled.
 
 A set-up is a saver URL plus the pytest marker of the service it needs, and the rules sets of
-the managed services its server stands for (the MongoDB server: DocumentDB and Cosmos DB).
+the managed services its server stands for (MongoDB: DocumentDB and Cosmos DB; Valkey: Azure
+Managed Redis OSS, and ElastiCache Serverless on the cluster).
 URLs come from the environment, defaulting to the project's local services (`./dev services up`).
 `GRAPHKEEP_SETUPS` (comma list) overrides `DEFAULT_ENABLED`; the "reference" set-up is the
 in-process reference saver used to validate the harness itself and is never enabled by default.
@@ -58,12 +59,19 @@ def all_setups() -> list[Setup]:
         ),
         Setup("dynamodb", _dynamodb_url(), "dynamodb"),
         # Valkey 8 (./dev services valkey, valkey-cluster): the Redis backend on the server
-        # ElastiCache and MemoryDB now run
-        Setup("valkey", os.environ.get("VALKEY_URL", "redis://127.0.0.1:16390/0"), "valkey"),
+        # ElastiCache and MemoryDB now run; as Azure Managed Redis (OSS policy) and ElastiCache
+        # Serverless (always a cluster) run it, under their rules
+        Setup(
+            "valkey",
+            os.environ.get("VALKEY_URL", "redis://127.0.0.1:16390/0"),
+            "valkey",
+            rules=("azure-redis-oss",),
+        ),
         Setup(
             "valkey-cluster",
             os.environ.get("VALKEY_CLUSTER_URL", "redis+cluster://127.0.0.1:17101"),
             "valkey_cluster",
+            rules=("elasticache-serverless",),
         ),
         Setup("reference", REFERENCE_URL, None),
     ]

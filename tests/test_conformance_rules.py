@@ -117,8 +117,13 @@ def test_the_rules_are_removed_after_the_row(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_the_setups_with_rules() -> None:
-    rows = {name: by_name(name).rules for name in ("mongodb", "mongodb+hot")}
-    assert rows == {"mongodb": MONGODB_RULES, "mongodb+hot": MONGODB_RULES}
+    rows = {name: by_name(name).rules for name in ("mongodb", "mongodb+hot", "valkey")}
+    assert rows == {
+        "mongodb": MONGODB_RULES,
+        "mongodb+hot": MONGODB_RULES,
+        "valkey": ("azure-redis-oss",),
+    }
+    assert by_name("valkey-cluster").rules == ("elasticache-serverless",)
     for name in ("redis", "redis-cluster", "dynamodb", "dynamodb+hot", "reference"):
         assert by_name(name).rules == (), name
 
