@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import redis
 from pymongo import AsyncMongoClient, MongoClient
 
 from conformance.factory import Mode, SaverFactory, connector_for
@@ -20,8 +21,8 @@ from conformance.rules import checked, row_rules
 from conformance.runner import SetupReport, render_problems, run_case
 from conformance.setups import MONGODB_RULES, by_name
 from conformance.spec import Case, runs
+from tests.conftest import REDIS_URL
 
-pytestmark = pytest.mark.mongodb
 ROOT = Path(__file__).resolve().parent.parent
 
 #: the collection the case below queries (nothing is written to it)
@@ -62,6 +63,7 @@ def _first_real_case(mode: Mode) -> Case:
     return next(case for case, m in runs(["thread_ids"]) if m == mode)
 
 
+@pytest.mark.mongodb
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_case_that_breaks_a_rule_fails_with_the_rule_named_and_a_real_case_passes(
     mode: Mode, monkeypatch: pytest.MonkeyPatch
@@ -89,6 +91,7 @@ def test_a_case_that_breaks_a_rule_fails_with_the_rule_named_and_a_real_case_pas
     assert "thread_ids" not in problems
 
 
+@pytest.mark.mongodb
 def test_a_row_without_rules_checks_nothing_and_graphkeep_rules_adds_to_every_row(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -107,6 +110,7 @@ def test_a_row_without_rules_checks_nothing_and_graphkeep_rules_adds_to_every_ro
     assert "[cosmos-mongodb-ru]" not in (outcome.error or "")
 
 
+@pytest.mark.mongodb
 def test_the_rules_are_removed_after_the_row(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GRAPHKEEP_RULES", raising=False)
     setup = by_name("mongodb")
@@ -146,6 +150,7 @@ def test_where(setup):
 '''
 
 
+@pytest.mark.mongodb
 def test_the_pytest_form_runs_each_setups_tests_under_its_rules(tmp_path: Path) -> None:
     """conformance/test_*.py: conformance/conftest.py runs a test with a ``setup`` parameter
     under that set-up's rules (the set-up's test fails naming the rule, the other passes)."""
@@ -166,3 +171,37 @@ def test_the_pytest_form_runs_each_setups_tests_under_its_rules(tmp_path: Path) 
     assert "test_where[redis] PASSED" in out, out + result.stderr
     assert "test_where[mongodb] FAILED" in out, out + result.stderr
     assert "[documentdb] unsupported-operator: find graphkeep_test.gk_rules_probe" in out
+
+
+def _scripts(factory: SaverFactory) -> None:
+    """Saves with graphkeep, then sends two scripts ElastiCache Serverless refuses: one that
+    declares no key (the hook sees it) and one that touches a key it did not declare (only
+    the server's MONITOR sees it: synced at the case's end)."""
+    with factory.connect():
+        pass
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.eval("return 1", 0)
+        client.eval("return redis.call('EXISTS', KEYS[1] .. ':undeclared')", 1, "gk-rules-probe")
+    finally:
+        client.close()
+
+
+SCRIPTS = Case("rules", "scripts_on_purpose", _scripts, ("sync",))
+
+
+@pytest.mark.redis
+def test_a_redis_row_fails_a_case_on_the_hook_and_on_the_monitor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("GRAPHKEEP_RULES", raising=False)
+    setup = dataclasses.replace(by_name("valkey-cluster"), url=REDIS_URL)  # a single node here
+    connector = connector_for(setup)
+    with checked(setup) as checks:
+        broken = run_case(SCRIPTS, "sync", setup, connector, checks)
+        real = run_case(_first_real_case("sync"), "sync", setup, connector, checks)
+    error = broken.error or ""
+    assert "[elasticache-serverless] script-without-keys: EVAL" in error, error
+    assert "[elasticache-serverless] undeclared-script-key" in error, error
+    assert "gk-rules-probe:undeclared" in error, error
+    assert real.ok, real.error
