@@ -19,6 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
+from conformance.rules import row_rules
 from conformance.runner import SetupReport, render_matrix, render_problems, run_setup
 from conformance.setups import Setup, all_setups, enabled_names, hot_setups, selected
 from conformance.spec import GROUPS
@@ -29,6 +32,7 @@ from conformance.store_runner import (
     render_store_problems,
     run_store_setup,
 )
+from graphkeep.testing.rules import ENV_VARIABLE, parse_rule_sets
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -134,7 +138,8 @@ def _rows(args: argparse.Namespace, setups: list[Setup]) -> list[_Row]:
 
 
 def _run(row: _Row, args: argparse.Namespace, progress: Callable[[str], None] | None) -> Report:
-    print(f"== {row.name} ({row.setup.url})", file=sys.stderr, flush=True)
+    rules = f", rules {', '.join(row_rules(row.setup))}" if row_rules(row.setup) else ""
+    print(f"== {row.name} ({row.setup.url}{rules})", file=sys.stderr, flush=True)
     began = time.monotonic()
     report: Report
     if row.store:
@@ -198,6 +203,11 @@ def main(argv: list[str] | None = None) -> int:
         setups = selected(args.backend)
     except KeyError as exc:
         print(exc.args[0], file=sys.stderr)
+        return 2
+    try:  # each row runs under its set-up's rules and these (conformance/rules.py)
+        parse_rule_sets(None)
+    except pytest.UsageError as exc:
+        print(f"${ENV_VARIABLE}: {exc}", file=sys.stderr)
         return 2
     progress = _progress if args.verbose else None
     rows = _rows(args, setups)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import traceback
 from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import Capability
-from langgraph.checkpoint.conformance.report import CapabilityReport
+from langgraph.checkpoint.conformance.report import CapabilityReport, ProgressCallbacks
 from langgraph.checkpoint.conformance.spec import (
     test_copy_thread,
     test_delete_for_runs,
@@ -28,7 +29,10 @@ from langgraph.checkpoint.conformance.spec import (
 )
 
 from conformance.factory import Connector, new_key_prefix
+from conformance.rules import owned, report
 from conformance.setups import Setup
+from graphkeep.testing.rules import Violation
+from graphkeep.testing.rules.checks import Checks
 
 CAPABILITIES: tuple[str, ...] = tuple(cap.value for cap in Capability)
 
@@ -53,15 +57,18 @@ class CapabilityOutcome:
     failed: int = 0
     not_implemented: bool = False
     failures: list[str] = field(default_factory=list)
+    #: requests the set-up's rules refuse, sent by this capability's suite
+    refused: int = 0
 
     @property
     def ok(self) -> bool:
-        return not self.not_implemented and self.failed == 0 and self.passed == self.expected
+        passed = self.failed == 0 and self.passed == self.expected
+        return not self.not_implemented and passed and not self.refused
 
     def cell(self) -> str:
         if self.not_implemented:
             return "n/i"
-        return f"{self.passed}/{self.expected}"
+        return f"{self.passed}/{self.expected}" + (" rules" if self.refused else "")
 
 
 def _outcomes(report: CapabilityReport) -> dict[str, CapabilityOutcome]:
@@ -88,8 +95,41 @@ def _errored(message: str) -> dict[str, CapabilityOutcome]:
     }
 
 
-async def arun_official(setup: Setup, connector: Connector) -> dict[str, CapabilityOutcome]:
-    """Run the official suite; never raises, a crash marks every capability failed."""
+class _ByCapability:
+    """The requests each capability's suite sends are that capability's (``checks``)."""
+
+    def __init__(self, setup: Setup, checks: Checks | None) -> None:
+        self.setup, self.checks = setup, checks
+        self.refused: dict[str, list[Violation]] = {}
+        self.open: AbstractContextManager[list[Violation]] | None = None
+
+    def start(self, capability: str, detected: bool) -> None:
+        self.end(capability)
+        self.open = owned(self.checks, f"{self.setup.name}: official {capability}")
+        self.refused[capability] = self.open.__enter__()
+
+    def end(self, capability: str) -> None:
+        if self.open is not None:
+            self.open.__exit__(None, None, None)
+            self.open = None
+
+    def apply(self, outcomes: dict[str, CapabilityOutcome]) -> dict[str, CapabilityOutcome]:
+        self.end("")
+        left = self.checks.outside() if self.checks is not None else []
+        if left:  # a saver's creation before its capability started: the next one's
+            self.refused.setdefault(CAPABILITIES[0], []).extend(left)
+        for name, refused in self.refused.items():
+            if refused and name in outcomes:
+                outcomes[name].refused = len(refused)
+                outcomes[name].failures.append(f"{name}: {report(refused)}")
+        return outcomes
+
+
+async def arun_official(
+    setup: Setup, connector: Connector, checks: Checks | None = None
+) -> dict[str, CapabilityOutcome]:
+    """Run the official suite; never raises, a crash marks every capability failed. The
+    requests a capability's suite sends that the row's rules refuse (``checks``) fail it."""
 
     async def factory() -> AsyncIterator[Any]:
         prefix = new_key_prefix()
@@ -97,12 +137,19 @@ async def arun_official(setup: Setup, connector: Connector) -> dict[str, Capabil
             yield saver
 
     registered = checkpointer_test(name=f"graphkeep[{setup.name}]")(factory)
+    by_capability = _ByCapability(setup, checks)
+    progress = ProgressCallbacks(
+        on_capability_start=by_capability.start, on_capability_end=by_capability.end
+    )
     try:
-        report = await validate(registered)
+        result = await validate(registered, progress=progress)
     except Exception:
-        return _errored(f"official suite crashed:\n{traceback.format_exc()}")
-    return _outcomes(report)
+        crashed = _errored(f"official suite crashed:\n{traceback.format_exc()}")
+        return by_capability.apply(crashed)
+    return by_capability.apply(_outcomes(result))
 
 
-def run_official(setup: Setup, connector: Connector) -> dict[str, CapabilityOutcome]:
-    return asyncio.run(arun_official(setup, connector))
+def run_official(
+    setup: Setup, connector: Connector, checks: Checks | None = None
+) -> dict[str, CapabilityOutcome]:
+    return asyncio.run(arun_official(setup, connector, checks))

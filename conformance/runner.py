@@ -24,8 +24,11 @@ from conformance.factory import (
     ensure_reachable,
 )
 from conformance.official import CAPABILITIES, CapabilityOutcome, run_official
+from conformance.rules import checked, owned
+from conformance.rules import report as rules_report
 from conformance.setups import Setup
 from conformance.spec import GROUPS, Case, runs
+from graphkeep.testing.rules.checks import Checks
 
 Progress = Callable[[str], None]
 SPEC_DIR = Path(__file__).resolve().parent / "spec"
@@ -57,10 +60,12 @@ class SetupReport:
     unavailable: str | None = None
     official: dict[str, CapabilityOutcome] = field(default_factory=dict)
     spec: list[CaseOutcome] = field(default_factory=list)
+    #: requests of the row's rules refused outside any case (its set-up)
+    refused: str | None = None
 
     @property
     def ok(self) -> bool:
-        if self.skipped or self.unavailable:
+        if self.skipped or self.unavailable or self.refused:
             return False
         official_ok = not self.with_official or (
             len(self.official) == len(CAPABILITIES) and all(o.ok for o in self.official.values())
@@ -103,14 +108,20 @@ def _failing_locals(exc: BaseException) -> str:
     return "locals at the failing line:\n" + "\n".join(shown) if shown else ""
 
 
-def run_case(case: Case, mode: Mode, setup: Setup, connector: Connector) -> CaseOutcome:
-    """One spec case in one mode with a fresh key prefix; exceptions become the outcome."""
+def run_case(
+    case: Case, mode: Mode, setup: Setup, connector: Connector, checks: Checks | None = None
+) -> CaseOutcome:
+    """One spec case in one mode with a fresh key prefix; exceptions become the outcome, and
+    so do the requests it sent that the row's rules refuse (``checks``)."""
     outcome = CaseOutcome(case.group, case.name, mode)
-    try:
-        case(SaverFactory(setup, connector, mode))
-    except Exception as exc:
-        outcome.error = traceback.format_exc()
-        outcome.locals = _failing_locals(exc)
+    with owned(checks, f"{setup.name}: {outcome.label}") as refused:
+        try:
+            case(SaverFactory(setup, connector, mode))
+        except Exception as exc:
+            outcome.error = traceback.format_exc()
+            outcome.locals = _failing_locals(exc)
+    if refused:
+        outcome.error = (outcome.error or "") + rules_report(refused)
     return outcome
 
 
@@ -131,12 +142,15 @@ def run_setup(
     except ServiceUnavailable as exc:
         report.unavailable = str(exc)
         return report
-    if with_official:
-        _say(progress, f"{setup.name}: official suite")
-        report.official = run_official(setup, connector)
-    for case, mode in runs(report.groups):
-        _say(progress, f"{setup.name}: {case.group}.{case.name}[{mode}]")
-        report.spec.append(run_case(case, mode, setup, connector))
+    with checked(setup) as checks:
+        if with_official:
+            _say(progress, f"{setup.name}: official suite")
+            report.official = run_official(setup, connector, checks)
+        for case, mode in runs(report.groups):
+            _say(progress, f"{setup.name}: {case.group}.{case.name}[{mode}]")
+            report.spec.append(run_case(case, mode, setup, connector, checks))
+        left = checks.outside() if checks is not None else []
+        report.refused = rules_report(left) if left else None
     return report
 
 
@@ -189,6 +203,8 @@ def render_problems(reports: list[SetupReport], *, verbose: bool = False) -> str
             out.append(f"[{name}] skipped: {report.skipped}")
         if report.unavailable:
             out.append(f"[{name}] FAILED: {report.unavailable}")
+        if report.refused:
+            out.append(f"[{name}] outside any case: {report.refused}")
         for outcome in report.official.values():
             for failure in outcome.failures:
                 text = failure if verbose else failure.strip().splitlines()[0][:300]

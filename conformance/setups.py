@@ -1,7 +1,9 @@
 """Backend set-ups the matrix runs against, and which of them are enabled.
 
-A set-up is a saver URL plus the pytest marker of the service it needs. URLs come from the
-environment, defaulting to the project's local services (`./dev services up`).
+A set-up is a saver URL plus the pytest marker of the service it needs, and the rules sets of
+the managed services its server stands for (MongoDB: DocumentDB and Cosmos DB; Valkey: Azure
+Managed Redis OSS, and ElastiCache Serverless on the cluster).
+URLs come from the environment, defaulting to the project's local services (`./dev services up`).
 `GRAPHKEEP_SETUPS` (comma list) overrides `DEFAULT_ENABLED`; the "reference" set-up is the
 in-process reference saver used to validate the harness itself and is never enabled by default.
 """
@@ -12,6 +14,8 @@ import os
 from dataclasses import dataclass
 
 REFERENCE_URL = "memory://"
+#: the managed MongoDB services whose rules the MongoDB rows follow
+MONGODB_RULES = ("documentdb", "cosmos-mongodb-vcore", "cosmos-mongodb-ru")
 
 
 @dataclass(frozen=True)
@@ -22,6 +26,10 @@ class Setup:
     #: a Redis URL: the set-up's saver is ``connect(url, hot=hot)``, the durable store behind
     #: graphkeep's Redis hot layer (a checkpoint row of the matrix only)
     hot: str | None = None
+    #: the rules sets (``graphkeep.testing.rules.RULE_SETS``) of the managed services this
+    #: set-up's server stands for: every request of its rows is checked against them, and a
+    #: case that sends one a service refuses fails (``$GRAPHKEEP_RULES`` adds to every row)
+    rules: tuple[str, ...] = ()
 
     @property
     def options(self) -> dict[str, str]:
@@ -47,15 +55,23 @@ def all_setups() -> list[Setup]:
             "mongodb",
             os.environ.get("MONGODB_URI", "mongodb://127.0.0.1:27117/graphkeep_test"),
             "mongodb",
+            rules=MONGODB_RULES,
         ),
         Setup("dynamodb", _dynamodb_url(), "dynamodb"),
         # Valkey 8 (./dev services valkey, valkey-cluster): the Redis backend on the server
-        # ElastiCache and MemoryDB now run
-        Setup("valkey", os.environ.get("VALKEY_URL", "redis://127.0.0.1:16390/0"), "valkey"),
+        # ElastiCache and MemoryDB now run; as Azure Managed Redis (OSS policy) and ElastiCache
+        # Serverless (always a cluster) run it, under their rules
+        Setup(
+            "valkey",
+            os.environ.get("VALKEY_URL", "redis://127.0.0.1:16390/0"),
+            "valkey",
+            rules=("azure-redis-oss",),
+        ),
         Setup(
             "valkey-cluster",
             os.environ.get("VALKEY_CLUSTER_URL", "redis+cluster://127.0.0.1:17101"),
             "valkey_cluster",
+            rules=("elasticache-serverless",),
         ),
         Setup("reference", REFERENCE_URL, None),
     ]
@@ -66,7 +82,13 @@ def hot_setups() -> list[Setup]:
     redis = os.environ.get("REDIS_URL", "redis://127.0.0.1:16379/0")
     durable = {s.name: s for s in all_setups()}
     return [
-        Setup(f"{name}+hot", durable[name].url, durable[name].marker, hot=redis)
+        Setup(
+            f"{name}+hot",
+            durable[name].url,
+            durable[name].marker,
+            hot=redis,
+            rules=durable[name].rules,
+        )
         for name in ("mongodb", "dynamodb")
     ]
 

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from conformance.factory import BackendNotReady, Mode, ServiceUnavailable, ensure_reachable
+from conformance.rules import checked, owned
+from conformance.rules import report as rules_report
 from conformance.setups import Setup
 from conformance.store import (
     CAPABILITIES,
@@ -24,6 +26,7 @@ from conformance.store import (
     store_connector_for,
 )
 from conformance.store.api import StoreConnector
+from graphkeep.testing.rules.checks import Checks
 
 Progress = Callable[[str], None]
 
@@ -54,10 +57,13 @@ class StoreReport:
     skipped: str | None = None
     unavailable: str | None = None
     cases: list[StoreCaseOutcome] = field(default_factory=list)
+    #: requests of the row's rules refused outside any case
+    refused: str | None = None
 
     @property
     def ok(self) -> bool:
-        return not (self.skipped or self.unavailable) and all(c.ok for c in self.cases)
+        blocked = self.skipped or self.unavailable or self.refused
+        return not blocked and all(c.ok for c in self.cases)
 
     def cell(self, capability: str) -> str:
         if self.skipped or self.unavailable:
@@ -71,23 +77,31 @@ class StoreReport:
 
 
 def run_store_case(
-    case: StoreCase, mode: Mode, setup: Setup, connector: StoreConnector
+    case: StoreCase,
+    mode: Mode,
+    setup: Setup,
+    connector: StoreConnector,
+    checks: Checks | None = None,
 ) -> StoreCaseOutcome:
-    """One case in one mode with a fresh key prefix, then its cleanup."""
+    """One case in one mode with a fresh key prefix, then its cleanup; the requests of both
+    that the row's rules refuse (``checks``) fail the case."""
     outcome = StoreCaseOutcome(case.capability, case.name, mode)
     factory = StoreFactory(setup, connector, mode)
-    try:
-        case(factory)
-    except NotOffered as exc:
-        outcome.not_applicable = str(exc)
-    except BackendNotReady as exc:
-        outcome.skipped = str(exc)
-    except Exception:
-        outcome.error = traceback.format_exc()
-    try:
-        factory.purge()
-    except Exception:
-        outcome.error = (outcome.error or "") + "cleanup failed:\n" + traceback.format_exc()
+    with owned(checks, f"{setup.name} store: {outcome.label}") as refused:
+        try:
+            case(factory)
+        except NotOffered as exc:
+            outcome.not_applicable = str(exc)
+        except BackendNotReady as exc:
+            outcome.skipped = str(exc)
+        except Exception:
+            outcome.error = traceback.format_exc()
+        try:
+            factory.purge()
+        except Exception:
+            outcome.error = (outcome.error or "") + "cleanup failed:\n" + traceback.format_exc()
+    if refused:
+        outcome.error = (outcome.error or "") + rules_report(refused)
     return outcome
 
 
@@ -104,10 +118,13 @@ def run_store_setup(
     except ServiceUnavailable as exc:
         report.unavailable = str(exc)
         return report
-    for case, mode in runs(report.capabilities):
-        if progress is not None:
-            progress(f"{setup.name}: store {case.capability}.{case.name}[{mode}]")
-        report.cases.append(run_store_case(case, mode, setup, connector))
+    with checked(setup) as checks:
+        for case, mode in runs(report.capabilities):
+            if progress is not None:
+                progress(f"{setup.name}: store {case.capability}.{case.name}[{mode}]")
+            report.cases.append(run_store_case(case, mode, setup, connector, checks))
+        left = checks.outside() if checks is not None else []
+        report.refused = rules_report(left) if left else None
     return report
 
 
@@ -136,6 +153,8 @@ def render_store_problems(reports: list[StoreReport], *, verbose: bool = False) 
             out.append(f"[{name}] store skipped: {report.skipped}")
         if report.unavailable:
             out.append(f"[{name}] store FAILED: {report.unavailable}")
+        if report.refused:
+            out.append(f"[{name}] store, outside any case: {report.refused}")
         for case in report.cases:
             if case.skipped:
                 out.append(f"[{name}] store {case.label} skipped: {case.skipped}")

@@ -135,6 +135,8 @@ class MongoChecker:
     rules: list[MongoRules]
     recorder: Recorder
     builds: dict[str, set[tuple[Any, int]]] = field(default_factory=dict)
+    #: the collection of each build in flight
+    building: dict[tuple[Any, int], str] = field(default_factory=dict)
     transactions: dict[tuple[bytes, int], float] = field(default_factory=dict)
     probes: dict[tuple[str, int], Any] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -237,6 +239,7 @@ class MongoChecker:
             running = self.builds.setdefault(ns, set())
             overlap = bool(running)
             running.add((event.connection_id, event.request_id))
+            self.building[(event.connection_id, event.request_id)] = ns
         for rules in self.rules:
             if overlap and rules.one_index_build:
                 self._record(
@@ -307,6 +310,10 @@ class MongoChecker:
                 )
 
     def finished(self, event: Any, ok: bool) -> None:
-        with self.lock:
-            for running in self.builds.values():
-                running.discard((event.connection_id, event.request_id))
+        build = (event.connection_id, event.request_id)
+        with self.lock:  # by the build, not a walk of every collection ever built on
+            ns = self.building.pop(build, None)
+            if ns is not None and ns in self.builds:
+                self.builds[ns].discard(build)
+                if not self.builds[ns]:
+                    del self.builds[ns]

@@ -4,7 +4,6 @@ swallowed the service's error), and fail the session for requests made outside a
 
 from __future__ import annotations
 
-import re
 from collections.abc import Generator
 from typing import Any
 
@@ -14,11 +13,11 @@ from graphkeep.testing.options import option, selected_backends
 from graphkeep.testing.rules import (
     FAMILY_NAMES,
     RULE_SETS,
-    Recorder,
     Violation,
     backend_family,
     parse_rule_sets,
 )
+from graphkeep.testing.rules.checks import Checks, report
 
 CHECKS = {
     "redis": "every request redis-py sends (argument count, hash slots of its keys, scripts"
@@ -29,48 +28,19 @@ CHECKS = {
 }
 
 
-def _report(violations: list[Violation]) -> str:
-    """One line per rule and request (the first detail, and how many more were like it)."""
-    groups: dict[tuple[str, ...], list[Violation]] = {}
-    for v in violations:  # the same rule broken by the same command: one line
-        same = (v.rule_set, v.rule, v.request.split(" ", 1)[0], re.sub(r"'[^']*'", "", v.detail))
-        groups.setdefault(same, []).append(v)
-    lines = [f"graphkeep rules: {len(violations)} request(s) the service refuses:"]
-    for alike in groups.values():
-        more = f" (+{len(alike) - 1} more like it)" if len(alike) > 1 else ""
-        lines.append(f"  {alike[0]}{more}")
-    return "\n".join(lines)
-
-
 class RulesPlugin:
     def __init__(self, config: pytest.Config, names: list[str]) -> None:
         self.config = config
         self.names = names
-        self.recorder = Recorder()
-        self.families = {RULE_SETS[n] for n in names}
-        self.checkers: list[Any] = []
+        self.checks = Checks(names)
+        self.recorder = self.checks.recorder
         self.session_violations: list[Violation] = []
 
     def install(self) -> None:
-        if "redis" in self.families:
-            from graphkeep.testing.rules.redis_data import REDIS_RULES
-            from graphkeep.testing.rules.redis_hook import RedisChecker
-
-            rules = [REDIS_RULES[n] for n in self.names if n in REDIS_RULES]
-            self.checkers.append(RedisChecker(rules, self.recorder))
-        if "mongodb" in self.families:
-            from graphkeep.testing.rules.mongodb_check import MongoChecker
-            from graphkeep.testing.rules.mongodb_data import MONGO_RULES
-
-            mongo = [MONGO_RULES[n] for n in self.names if n in MONGO_RULES]
-            self.checkers.append(MongoChecker(mongo, self.recorder))
-        for checker in self.checkers:
-            checker.install()
+        self.checks.install()
 
     def uninstall(self) -> None:
-        for checker in reversed(self.checkers):
-            checker.uninstall()
-        self.checkers.clear()
+        self.checks.uninstall()
 
     def wrong_family(self) -> list[str]:
         """Rules sets whose family no selected backend has."""
@@ -78,10 +48,7 @@ class RulesPlugin:
         return [n for n in self.names if RULE_SETS[n] not in used]
 
     def _sync(self) -> None:
-        for checker in self.checkers:
-            sync = getattr(checker, "sync", None)
-            if sync is not None:
-                sync()
+        self.checks.sync()
 
     # -- hooks
 
@@ -124,12 +91,12 @@ class RulesPlugin:
             self._sync()
             found = self.recorder.take(item.nodeid)
             if found:
-                item.add_report_section("call", "graphkeep rules", _report(found))
+                item.add_report_section("call", "graphkeep rules", report(found))
             raise
         self._sync()
         found = self.recorder.take(item.nodeid)
         if found:
-            pytest.fail(_report(found), pytrace=False)
+            pytest.fail(report(found), pytrace=False)
         return result
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -141,7 +108,7 @@ class RulesPlugin:
             self.recorder.owner = None
         found = self.recorder.take(item.nodeid)
         if found:
-            pytest.fail(_report(found), pytrace=False)
+            pytest.fail(report(found), pytrace=False)
         return result
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -156,7 +123,7 @@ class RulesPlugin:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.session_violations:
             terminalreporter.write_line(
-                _report(self.session_violations).replace(
+                report(self.session_violations).replace(
                     "graphkeep rules:", "graphkeep rules (outside any test):", 1
                 ),
                 red=True,
