@@ -21,6 +21,7 @@ from conformance.rules import checked, row_rules
 from conformance.runner import SetupReport, render_problems, run_case
 from conformance.setups import MONGODB_RULES, by_name
 from conformance.spec import Case, runs
+from graphkeep.testing.rules import mongodb_check, unchecked
 from tests.conftest import REDIS_URL
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,7 +101,8 @@ def test_a_row_without_rules_checks_nothing_and_graphkeep_rules_adds_to_every_ro
     connector = connector_for(bare)
     with checked(bare) as checks:
         assert checks is None
-        assert run_case(BREAKS_A_RULE, "sync", bare, connector, checks).ok
+        with unchecked():  # nor by this session's own --graphkeep-rules (./dev test's lane)
+            assert run_case(BREAKS_A_RULE, "sync", bare, connector, checks).ok
     monkeypatch.setenv("GRAPHKEEP_RULES", "documentdb")
     assert row_rules(bare) == ("documentdb",)
     assert row_rules(by_name("redis")) == ("documentdb",)
@@ -115,9 +117,12 @@ def test_the_rules_are_removed_after_the_row(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.delenv("GRAPHKEEP_RULES", raising=False)
     setup = by_name("mongodb")
     connector = connector_for(setup)
+    active = list(mongodb_check.ACTIVE)
     with checked(setup):
-        pass
-    assert run_case(BREAKS_A_RULE, "sync", setup, connector).ok
+        assert len(mongodb_check.ACTIVE) == len(active) + 1
+    assert mongodb_check.ACTIVE == active  # the row's checker is gone
+    with unchecked():  # nor checked by this session's own --graphkeep-rules (./dev test's lane)
+        assert run_case(BREAKS_A_RULE, "sync", setup, connector).ok
 
 
 def test_the_setups_with_rules() -> None:
