@@ -343,6 +343,15 @@ async def test_a_page_load_joins_a_live_run_whose_first_events_were_trimmed(setu
                 break
             await asyncio.sleep(0.05)
         assert runs.tasks, "the run is still live"
+        read_checkpoint = runs.graph.aget_state
+
+        async def slow_read(*args: Any, **kwargs: Any) -> Any:
+            # a checkpoint read slower than retention keeps the run's events (0.5 s: ~50
+            # tokens, max_events=20): what the join reads of the log meanwhile is not dropped
+            await asyncio.sleep(0.5)
+            return await read_checkpoint(*args, **kwargs)
+
+        runs.graph.aget_state = slow_read
         page = await collect(runs.connect("t-long", "load"))
     view = Transcript().apply(events_of(page))  # the protocol's rules hold
     assert events_of(page)[0]["runId"] == ask.run_id

@@ -218,14 +218,16 @@ def max_events_keeps_the_newest_and_older_resume_points_raise(factory: StoreFact
 def heartbeats_keep_a_quiet_run_followed_and_silence_raises_run_stale(
     factory: StoreFactory,
 ) -> None:
-    with factory.open_events(stale_after=1) as log:
+    with factory.open_events(stale_after=2) as log:
         run = new_run()
         log.heartbeat(run)  # a heartbeat alone creates the run
         state = log.state(run)
         assert state is not None and state.closed is None
         assert log.read(run) == []
         follower = log.follow(run)
-        for _ in range(6):  # 1.8 s without an event, never 1 s without a heartbeat
+        # 2.4 s without an event, never 2 s without a heartbeat (1.7 s of slack: a busy machine's
+        # heartbeat round trip and the follower's poll fit in it)
+        for _ in range(8):
             follower.pause(0.3)
             log.heartbeat(run)
         assert not follower.done, f"a heart-beaten run's follower ended: {follower.error!r}"

@@ -51,6 +51,8 @@ log = logging.getLogger("graphkeep.agui")
 
 #: runs kept in a thread's index (the newest is the one that matters)
 INDEX_EVENTS = 20
+#: events a page load's reader of a live run reads ahead of its connection
+READ_AHEAD = 4096
 #: the longest run id the endpoint accepts (the log's limit is 512 bytes)
 MAX_RUN_ID_BYTES = 400
 #: an event served as it was appended: (its log id, the event); replayed ones have no id, and
@@ -435,23 +437,71 @@ class AGUIRuns:
             head = {"type": "RUN_STARTED", "threadId": thread_id, "runId": live}
         # what the log holds now, then the checkpoint: a snapshot event in that part of the
         # log is no newer than the checkpoint, and is left out
-        before: list[tuple[str, dict[str, Any]]] = []
-        async for item in _aiter(self.events, live, None, False):
-            before.append(item)
-        state = await self.graph.aget_state(config)
-        join = _Join(state)
-        yield None, head
-        for event in snapshots(state):
-            yield None, event
-        last: str | None = None
-        for event_id, event in before:
-            last = event_id
-            if event.get("type") == "close":
-                return
-            wanted = event.get("type") not in _SKIPPED_ON_LOAD and join.wants(event)
-            yield event_id, (event if wanted else None)
-        async for follow_id, followed in self._follow(live, last):
-            yield follow_id, (followed if join.wants(followed) else None)
+        ahead = _ReadAhead(self.events, live, self._follow)
+        try:
+            before = await ahead.prefix()
+            state = await self.graph.aget_state(config)
+            join = _Join(state)
+            yield None, head
+            for event in snapshots(state):
+                yield None, event
+            for event_id, event in before:
+                if event.get("type") == "close":
+                    return
+                wanted = event.get("type") not in _SKIPPED_ON_LOAD and join.wants(event)
+                yield event_id, (event if wanted else None)
+            async for follow_id, followed in ahead.rest():
+                yield follow_id, (followed if join.wants(followed) else None)
+        finally:
+            await ahead.aclose()
+
+
+class _ReadAhead:
+    """A live run's log read without a pause from the moment a page load starts joining it:
+    what it holds now (``prefix``), then every later event (``rest``), read ahead into a
+    bounded queue — so the checkpoint read and the snapshot sent in between leave no gap for
+    retention (``max_events``) to drop unread events into. A connection more than
+    :data:`READ_AHEAD` events behind makes the reader wait, as any follower does."""
+
+    _END = object()
+
+    def __init__(self, events: Any, run_id: str, follow: Any) -> None:
+        self.events, self.run_id, self.follow = events, run_id, follow
+        self.read: list[tuple[str, dict[str, Any]]] = []
+        self.whole = False
+        self.error: Exception | None = None
+        self.caught_up = asyncio.Event()
+        self.queue: asyncio.Queue[Any] = asyncio.Queue(READ_AHEAD)
+        self.task = asyncio.create_task(self._pump())
+
+    async def _pump(self) -> None:
+        try:
+            async for item in _aiter(self.events, self.run_id, None, False):
+                self.read.append(item)
+            self.whole = True
+            self.caught_up.set()
+            async for item in self.follow(self.run_id, self.read[-1][0] if self.read else None):
+                await self.queue.put(item)
+        except Exception as exc:  # raised to the connection where it reaches it
+            self.error = exc
+        self.caught_up.set()
+        await self.queue.put(self._END)
+
+    async def prefix(self) -> list[tuple[str, dict[str, Any]]]:
+        await self.caught_up.wait()
+        if not self.whole and self.error is not None:
+            raise self.error  # the log could not be read: before anything is sent
+        return list(self.read)
+
+    async def rest(self) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        while (item := await self.queue.get()) is not self._END:
+            yield item
+        if self.error is not None:
+            raise self.error
+
+    async def aclose(self) -> None:
+        self.task.cancel()
+        await asyncio.wait([self.task])
 
 
 class _Join:
