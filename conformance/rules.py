@@ -21,6 +21,7 @@ import pytest
 from conformance.setups import Setup
 from graphkeep.testing.rules import Violation, parse_rule_sets
 from graphkeep.testing.rules.checks import Checks, report
+from graphkeep.testing.rules.plugin import OwnedByTest
 
 __all__ = ["RowRules", "checked", "owned", "report", "row_rules"]
 
@@ -57,7 +58,7 @@ def _setup_of(item: pytest.Item) -> Setup | None:
     return setup if isinstance(setup, Setup) else None
 
 
-class RowRules:
+class RowRules(OwnedByTest):
     """The pytest form: the checkers of the running test's set-up, kept installed while
     consecutive tests share its rules (a set-up's tests run together), the test the owner."""
 
@@ -88,11 +89,15 @@ class RowRules:
             self.checks.uninstall()
         self.checks, self.names = None, ()
 
-    def _take(self, item: pytest.Item) -> list[Violation]:
+    def found(self, item: pytest.Item) -> list[Violation]:
         if self.checks is None:
             return []
         self.checks.settle()
         return self.checks.recorder.take(item.nodeid) + self.checks.recorder.take(None)
+
+    def test_over(self) -> None:
+        if self.checks is not None:
+            self.checks.recorder.owner = None
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, Any, Any]:
@@ -100,32 +105,6 @@ class RowRules:
         if self.checks is not None:
             self.checks.recorder.owner = item.nodeid
         return (yield)
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, Any]:
-        try:
-            result = yield
-        except BaseException:
-            found = self._take(item)
-            if found:
-                item.add_report_section("call", "graphkeep rules", report(found))
-            raise
-        found = self._take(item)
-        if found:
-            pytest.fail(report(found), pytrace=False)
-        return result
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, Any, Any]:
-        try:
-            result = yield
-        finally:
-            found = self._take(item)
-            if self.checks is not None:
-                self.checks.recorder.owner = None
-        if found:
-            pytest.fail(report(found), pytrace=False)
-        return result
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self._remove()

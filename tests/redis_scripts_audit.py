@@ -24,41 +24,17 @@ from typing import Any
 
 import redis
 
+from graphkeep.testing.rules.redis_monitor import parse_monitor_line
+
 MAX_ARGS = 3999
 SCRIPT_CALLS = {b"EVAL", b"EVALSHA", b"EVAL_RO", b"EVALSHA_RO", b"FCALL", b"FCALL_RO"}
-_ESCAPES = {"n": b"\n", "r": b"\r", "t": b"\t", "a": b"\a", "b": b"\b", '"': b'"', "\\": b"\\"}
 
 
-def parse_monitor_line(line: bytes) -> tuple[str, list[bytes]]:
-    """``(client, args)`` of one MONITOR line: ``<time> [<db> <client>] "arg" "arg"...``
-    (arguments as the server's sdscatrepr quotes them)."""
-    text = line.decode("latin-1")
-    head, _, rest = text.partition("] ")
-    client = head.split("[", 1)[1].split(" ", 1)[1]
-    args: list[bytes] = []
-    i = 0
-    while i < len(rest):
-        if rest[i] != '"':
-            i += 1
-            continue
-        i += 1
-        out = bytearray()
-        while rest[i] != '"':
-            c = rest[i]
-            if c == "\\":
-                e = rest[i + 1]
-                if e == "x":
-                    out.append(int(rest[i + 2 : i + 4], 16))
-                    i += 4
-                    continue
-                out += _ESCAPES[e]
-                i += 2
-                continue
-            out.append(ord(c))
-            i += 1
-        args.append(bytes(out))
-        i += 1
-    return client, args
+def parse_line(line: bytes) -> tuple[str, list[bytes]]:
+    """``(client, args)`` of one MONITOR line (the rules checker's parser)."""
+    parsed = parse_monitor_line(line.decode("utf-8", "surrogateescape"))
+    assert parsed is not None, line
+    return parsed
 
 
 @dataclass
@@ -136,7 +112,7 @@ class ScriptAudit:
         for node in self._nodes:
             current: ScriptRun | None = None
             for line in node.lines:
-                client, args = parse_monitor_line(line)
+                client, args = parse_line(line)
                 if not args:
                     continue
                 if client == "lua":

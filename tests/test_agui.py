@@ -179,16 +179,20 @@ async def test_a_run_is_served_from_the_log_and_rejoining_after_any_event_gives_
 
 @pytest.mark.parametrize("setup", SETUPS)
 async def test_a_connection_cut_mid_run_is_resumed_while_the_run_goes_on(setup: Setup) -> None:
-    async with served(setup) as runs:
+    words = " ".join(f"w{i}" for i in range(40))
+    gate = asyncio.Event()  # the run streams 20 words, then waits until the client is gone
+    build = partial(talk_graph, text=words, delay=0.01, gate=gate, gate_after=20)
+    async with served(setup, build) as runs:
         ask = request("t-cut", "tell me something long please")
         await runs.start(ask)
         first = await collect(runs.serve("t-cut", ask.run_id), limit=8)  # then the client is gone
         client = Transcript().apply(events_of(first))
         assert runs.tasks, "the run goes on without its connection"
+        gate.set()
         rest = await collect(runs.serve("t-cut", ask.run_id, after=first[-1][0]))
         client.reconnect()
         client.apply(events_of(rest))
-        assert client.texts() == [reply_to("tell me something long please")]
+        assert client.texts() == [words]
         assert client.outcome is not None and client.outcome["type"] == "RUN_FINISHED"
 
 
@@ -373,11 +377,23 @@ async def test_a_stopped_server_ends_its_runs_with_run_error(setup: Setup) -> No
         assert state is not None and state.closed == "error"
 
 
-def talk_graph(checkpointer: Any, text: str, delay: float = 0) -> Any:
-    """One node streaming ``text`` word by word (a word with no space: one delta)."""
+def talk_graph(
+    checkpointer: Any,
+    text: str,
+    delay: float = 0,
+    gate: asyncio.Event | None = None,
+    gate_after: int = 0,
+) -> Any:
+    """One node streaming ``text`` word by word (a word with no space: one delta); with a
+    ``gate``, word number ``gate_after`` waits until it is set."""
 
     async def talk(state: MessagesState) -> dict[str, Any]:
-        model = StreamingFake(messages=iter([AIMessage(content=text)]), token_delay=delay)
+        model = StreamingFake(
+            messages=iter([AIMessage(content=text)]),
+            token_delay=delay,
+            gate=gate,
+            gate_after=gate_after,
+        )
         return {"messages": [await model.ainvoke(state["messages"])]}
 
     builder = StateGraph(MessagesState)

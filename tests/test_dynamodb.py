@@ -10,11 +10,8 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import signal
 import socket
 import string
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -47,6 +44,7 @@ from graphkeep.errors import ConfigurationError, CorruptData, StorageUnavailable
 from graphkeep.port import Sleep
 
 from .conftest import unique_prefix
+from .killed import kill_at
 
 pytestmark = pytest.mark.dynamodb
 
@@ -674,23 +672,9 @@ def test_a_process_killed_between_the_values_and_the_head_leaves_the_last_checkp
     first = _put(saver, "crash", {"ch0": "first"}, {"ch0": 1})
     before = _thread_items(saver, client, table, "crash")
     parent_id = first["configurable"]["checkpoint_id"]
-    worker = subprocess.Popen(
-        [sys.executable, "-c", _CRASH_WORKER, table, REGION, ENDPOINT, prefix, parent_id],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    kill_at(
+        _CRASH_WORKER, [table, REGION, ENDPOINT, prefix, parent_id], "values written, head next"
     )
-    try:
-        assert worker.stdout is not None
-        line = worker.stdout.readline()
-        assert line.strip() == "values written, head next", worker.stderr and worker.stderr.read()
-        os.kill(worker.pid, signal.SIGKILL)
-        worker.wait(timeout=30)
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
-    assert worker.returncode == -signal.SIGKILL
     # the values went out (the thread holds more items than before), the head did not
     assert len(_thread_items(saver, client, table, "crash")) > len(before)
 

@@ -1047,7 +1047,8 @@ def _assert_elements_outlive(docs: dict[str, list[Any]], head_id: str) -> None:
 def test_elements_live_as_long_as_the_checkpoints_that_name_them(
     client: Any, prefix: str, thread_id: str
 ) -> None:
-    saver = MongoDBSaver(client, db_name=TEST_DB, key_prefix=prefix, ttl=2)
+    ttl = 2  # seconds
+    saver = MongoDBSaver(client, db_name=TEST_DB, key_prefix=prefix, ttl=ttl)
     saver.setup()
     t = Thread(saver, thread_id)
     messages = _messages(12)
@@ -1056,17 +1057,20 @@ def test_elements_live_as_long_as_the_checkpoints_that_name_them(
     messages += _messages(2, start=40)
     with RECORDER.count() as put:
         t.put({"messages": messages, "n": 1})  # old elements refreshed in the same command
+    second_put = time.monotonic()
     assert put == ["update"]
     _assert_elements_outlive(_docs(client, prefix, thread_id), t.ids[-1])
-    time.sleep(1.1)
+    time.sleep(1.8)
     # a new process (cold cache) puts with the list unchanged: it refreshes every element
-    cold = MongoDBSaver(client, db_name=TEST_DB, key_prefix=prefix, ttl=2)
+    cold = MongoDBSaver(client, db_name=TEST_DB, key_prefix=prefix, ttl=ttl)
     t.saver = cold
     t.put({"n": 2})
     docs = _docs(client, prefix, thread_id)
     head_expiry = max(c["expires_at"] for c in docs["checkpoints"])
     assert all(d["expires_at"] >= head_expiry for d in _elements(docs))
-    time.sleep(1.2)  # the first two checkpoints are past their expiry, the head is not
+    # the first two checkpoints are past their expiry, the head (put 1.8 s after the
+    # second, however slow the server) is not
+    time.sleep(max(0.0, second_put + ttl + 0.1 - time.monotonic()))
     cold.purge_expired()
     docs = _docs(client, prefix, thread_id)
     assert [c["ref"] for c in docs["checkpoints"]] == [t.ids[-1]]

@@ -53,6 +53,8 @@ from graphkeep.backends.mongodb.schema import (
 from graphkeep.errors import ConfigurationError, SetupTimeout, mask_url
 from graphkeep.testing.rules import unchecked
 
+from .mongodb_setup_worker import ASYNC_PRODUCTS, SYNC_PRODUCTS
+
 pytestmark = pytest.mark.mongodb
 
 MONGODB_URI = os.environ.get("MONGODB_URI", "mongodb://127.0.0.1:27117")
@@ -249,7 +251,7 @@ def setup_everything_again(db: str, prefix: str) -> list[set[str]]:
     recorder = Recorder()
     sync: Any = pymongo.MongoClient(MONGODB_URI, event_listeners=[recorder])
     with sync:
-        for cls in (MongoDBSaver, MongoDBStore, MongoDBCache, MongoDBEventLog, MongoDBEffects):
+        for cls in SYNC_PRODUCTS:
             recorder.commands.clear()
             cls(sync, db_name=db, key_prefix=prefix).setup()
             sent.append(set(recorder.names()))
@@ -267,15 +269,6 @@ def setup_everything_again(db: str, prefix: str) -> list[set[str]]:
 
     asyncio.run(run_async())
     return sent
-
-
-ASYNC_PRODUCTS = (
-    AsyncMongoDBSaver,
-    AsyncMongoDBStore,
-    AsyncMongoDBCache,
-    AsyncMongoDBEventLog,
-    AsyncMongoDBEffects,
-)
 
 
 def make_index(collection: Any, spec: dict[str, Any], **options: Any) -> None:

@@ -7,10 +7,6 @@ between leaves the thread as it was)."""
 from __future__ import annotations
 
 import hashlib
-import os
-import signal
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from typing import Annotated, Any, TypedDict
@@ -35,6 +31,7 @@ from graphkeep.checkpoint.records import ListQuery
 from graphkeep.port.ops import drive
 
 from .conftest import REDIS_CLUSTER_URL, REDIS_URL, unique_prefix
+from .killed import kill_at
 
 pytestmark = pytest.mark.redis
 
@@ -341,23 +338,9 @@ def test_a_writer_killed_between_staging_and_commit_leaves_the_last_checkpoint(
         first = _first_put(saver, thread_id)
         parent_id = first["configurable"]["checkpoint_id"]
         before = {key: saver.client.dump(key) for key in _thread_keys(saver.client, prefix)}
-        worker = subprocess.Popen(
-            [sys.executable, "-c", _CRASH_WORKER, url, prefix, thread_id, parent_id, str(IMPORTED)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        kill_at(
+            _CRASH_WORKER, [url, prefix, thread_id, parent_id, str(IMPORTED)], "staged, commit next"
         )
-        try:
-            assert worker.stdout is not None
-            line = worker.stdout.readline()
-            assert line.strip() == "staged, commit next", worker.stderr and worker.stderr.read()
-            os.kill(worker.pid, signal.SIGKILL)
-            worker.wait(timeout=30)
-        finally:
-            if worker.poll() is None:
-                worker.kill()
-                worker.wait()
-        assert worker.returncode == -signal.SIGKILL
         # the staged arguments went out (the staging hash holds them); nothing else changed
         stage = saver.port.stage_key(thread_id).encode()
         after = _thread_keys(saver.client, prefix)

@@ -70,9 +70,12 @@ def get_weather(city: str) -> str:
 
 class StreamingFake(GenericFakeChatModel):
     """Streams its message word by word (tool calls as one last chunk), waiting
-    ``token_delay`` seconds before each chunk."""
+    ``token_delay`` seconds before each chunk; with a ``gate`` (an ``asyncio.Event``) it
+    waits for the gate to open before its word number ``gate_after``."""
 
     token_delay: float = 0.01
+    gate: Any = None
+    gate_after: int = 0
 
     async def _astream(
         self,
@@ -83,7 +86,9 @@ class StreamingFake(GenericFakeChatModel):
     ) -> AsyncIterator[ChatGenerationChunk]:
         message = next(self.messages)
         words = re.findall(r"\S+\s*", str(message.content))
-        for word in words:
+        for i, word in enumerate(words):
+            if self.gate is not None and i == self.gate_after:
+                await self.gate.wait()
             await asyncio.sleep(self.token_delay)
             chunk = ChatGenerationChunk(message=AIMessageChunk(content=word, id=message.id))
             if run_manager is not None:

@@ -28,7 +28,44 @@ CHECKS = {
 }
 
 
-class RulesPlugin:
+class OwnedByTest:
+    """What a test sent is its own: it fails at the end of its call phase (a section of its
+    report when it failed anyway) and of its teardown for the requests it sent that a
+    service refuses. ``found`` takes them; ``test_over`` runs after its teardown."""
+
+    def found(self, item: pytest.Item) -> list[Violation]:
+        raise NotImplementedError
+
+    def test_over(self) -> None:
+        """Nothing owns what is sent after a test's teardown (until the next test's setup)."""
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, Any]:
+        try:
+            result = yield
+        except BaseException:
+            found = self.found(item)
+            if found:
+                item.add_report_section("call", "graphkeep rules", report(found))
+            raise
+        found = self.found(item)
+        if found:
+            pytest.fail(report(found), pytrace=False)
+        return result
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, Any, Any]:
+        try:
+            result = yield
+        finally:
+            found = self.found(item)
+            self.test_over()
+        if found:
+            pytest.fail(report(found), pytrace=False)
+        return result
+
+
+class RulesPlugin(OwnedByTest):
     def __init__(self, config: pytest.Config, names: list[str]) -> None:
         self.config = config
         self.names = names
@@ -49,6 +86,13 @@ class RulesPlugin:
 
     def _sync(self) -> None:
         self.checks.sync()
+
+    def found(self, item: pytest.Item) -> list[Violation]:
+        self._sync()
+        return self.recorder.take(item.nodeid)
+
+    def test_over(self) -> None:
+        self.recorder.owner = None
 
     # -- hooks
 
@@ -82,34 +126,6 @@ class RulesPlugin:
         finally:
             self._sync()
             self.recorder.owner = owner
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, Any]:
-        try:
-            result = yield
-        except BaseException:
-            self._sync()
-            found = self.recorder.take(item.nodeid)
-            if found:
-                item.add_report_section("call", "graphkeep rules", report(found))
-            raise
-        self._sync()
-        found = self.recorder.take(item.nodeid)
-        if found:
-            pytest.fail(report(found), pytrace=False)
-        return result
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, Any, Any]:
-        try:
-            result = yield
-        finally:
-            self._sync()
-            self.recorder.owner = None
-        found = self.recorder.take(item.nodeid)
-        if found:
-            pytest.fail(report(found), pytrace=False)
-        return result
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         try:
