@@ -29,8 +29,47 @@ POSTGRES_URL = os.environ.get("GRAPHKEEP_POSTGRES_URL") or os.environ.get(
 )
 
 
+#: MongoDB server of the session's tests
+MONGODB_URI = os.environ.get("MONGODB_URI", "mongodb://127.0.0.1:27117")
+
+#: the key prefixes made since the running test module started
+_MADE: list[str] = []
+
+
 def unique_prefix(tag: str = "t") -> str:
-    return f"gk-{tag}-{uuid.uuid4().hex[:10]}"
+    made = f"gk-{tag}-{uuid.uuid4().hex[:10]}"
+    _MADE.append(made)
+    return made
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_collections_of_the_module(request: pytest.FixtureRequest) -> Iterator[None]:
+    """When a module with MongoDB tests ends, the collections its key prefixes named are
+    dropped: a MongoDB server does not mind thousands of collections, FerretDB does (each
+    request costs more with every collection of its database: a find by ``_id`` 17 ms at
+    3,440 collections, 0.5 ms in a fresh one). At the module's end, as a module-scoped
+    fixture may share a prefix between its tests; other processes' prefixes are not ours."""
+    yield
+    made = tuple(_MADE)
+    _MADE.clear()
+    module = request.module
+    if not made or not any(
+        item.get_closest_marker("mongodb") is not None and getattr(item, "module", None) is module
+        for item in request.session.items
+    ):
+        return
+    import pymongo
+
+    from graphkeep.testing.rules import unchecked
+
+    with unchecked(), pymongo.MongoClient(MONGODB_URI, serverSelectionTimeoutMS=10_000) as client:
+        for db_name in client.list_database_names():
+            if db_name in ("admin", "config", "local"):
+                continue
+            db = client[db_name]
+            for name in db.list_collection_names():
+                if name.startswith(made):
+                    db.drop_collection(name)
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from graphkeep.backends.redis.requests import MAX_ARGS
 from graphkeep.backends.redis.store import RedisStore
 
 from .conftest import REDIS_CLUSTER_URL, REDIS_STACK_URL, REDIS_URL, unique_prefix
-from .redis_scripts_audit import ScriptAudit, parse_monitor_line
+from .redis_scripts_audit import ScriptAudit, parse_line
 from .test_redis import CountingConnection, counting_client
 
 pytestmark = pytest.mark.redis
@@ -88,7 +88,7 @@ def test_the_audit_finds_what_it_is_for() -> None:
 
 def test_monitor_lines_are_parsed_argument_by_argument() -> None:
     line = b'1.5 [0 127.0.0.1:6379] "SET" "a b" "\\x00q\\"\\\\" ""'
-    assert parse_monitor_line(line) == ("127.0.0.1:6379", [b"SET", b"a b", b'\x00q"\\', b""])
+    assert parse_line(line) == ("127.0.0.1:6379", [b"SET", b"a b", b'\x00q"\\', b""])
 
 
 def _store_workload(url: str, prefix: str) -> None:

@@ -13,7 +13,9 @@ it, so a violation lands on its test.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
+import re
 import threading
 import uuid
 from collections import Counter
@@ -30,8 +32,6 @@ MARKER = b"gk-rules-marker-"
 #: seconds to wait for the reader to reach a marker (a busy shared server lags)
 MARKER_TIMEOUT = 30.0
 
-_ESCAPES = {"n": b"\n", "r": b"\r", "t": b"\t", "a": b"\a", "b": b"\b", '"': b'"', "\\": b"\\"}
-
 
 def fingerprint(argv: list[bytes]) -> bytes:
     """A request's arguments, hashed (matches our request in MONITOR whatever the address)."""
@@ -44,35 +44,18 @@ def fingerprint(argv: list[bytes]) -> bytes:
 
 def parse_monitor_line(line: str) -> tuple[str, list[bytes]] | None:
     """``1700000000.1 [0 127.0.0.1:5000] "SET" "k" "v"`` as ``("127.0.0.1:5000", argv)``
-    (``lua`` for a script's own commands); ``None`` for anything else."""
+    (``lua`` for a script's own commands); ``None`` for anything else. The server quotes
+    each argument as sdscatrepr does: ``\\``, ``\\"``, ``\\n``… and ``\\xHH`` for other bytes."""
     open_, close = line.find("["), line.find("] ")
     if open_ < 0 or close < 0:
         return None
     _, _, client = line[open_ + 1 : close].partition(" ")
-    argv: list[bytes] = []
-    rest, i = line[close + 2 :], 0
-    while i < len(rest):
-        if rest[i] != '"':
-            i += 1
-            continue
-        i += 1
-        out = bytearray()
-        while i < len(rest) and rest[i] != '"':
-            ch = rest[i]
-            if ch == "\\" and i + 1 < len(rest):
-                nxt = rest[i + 1]
-                if nxt == "x" and i + 3 < len(rest):
-                    out.append(int(rest[i + 2 : i + 4], 16))
-                    i += 4
-                    continue
-                out += _ESCAPES.get(nxt, nxt.encode("utf-8", "surrogateescape"))
-                i += 2
-                continue
-            out += ch.encode("utf-8", "surrogateescape")
-            i += 1
-        argv.append(bytes(out))
-        i += 1
-    return client, argv
+    rest = line[close + 2 :].encode("utf-8", "surrogateescape")
+    # sdscatrepr's escapes are a subset of Python's bytes literals': decoded in C
+    return client, [codecs.escape_decode(arg)[0] for arg in _ARG.findall(rest)]
+
+
+_ARG = re.compile(rb'"([^"\\]*(?:\\.[^"\\]*)*)"', re.S)
 
 
 @dataclass
