@@ -336,8 +336,10 @@ async def test_a_resume_point_the_log_no_longer_keeps_is_an_error_never_a_gap(
 
 @pytest.mark.parametrize("setup", SETUPS)
 async def test_a_page_load_joins_a_live_run_whose_first_events_were_trimmed(setup: Setup) -> None:
-    words = " ".join(f"w{i}" for i in range(300))
-    slow = partial(talk_graph, text=words, delay=0.01)
+    # 20 tokens a second, 20 kept: a token stays readable for about a second (a follower
+    # polling the log, on a loaded machine too, keeps up)
+    words = " ".join(f"w{i}" for i in range(100))
+    slow = partial(talk_graph, text=words, delay=0.05)
     async with served(setup, slow, max_events=20) as runs:
         ask = request("t-long", "hi")
         await runs.start(ask)
@@ -350,9 +352,9 @@ async def test_a_page_load_joins_a_live_run_whose_first_events_were_trimmed(setu
         read_checkpoint = runs.graph.aget_state
 
         async def slow_read(*args: Any, **kwargs: Any) -> Any:
-            # a checkpoint read slower than retention keeps the run's events (0.5 s: ~50
+            # a checkpoint read slower than retention keeps the run's events (1.5 s: ~30
             # tokens, max_events=20): what the join reads of the log meanwhile is not dropped
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(1.5)
             return await read_checkpoint(*args, **kwargs)
 
         runs.graph.aget_state = slow_read
