@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance.cleanup import drop_made
 from conformance.rules import row_rules
 from conformance.runner import SetupReport, render_matrix, render_problems, run_setup
 from conformance.setups import Setup, all_setups, enabled_names, hot_setups, selected
@@ -148,6 +149,7 @@ def _run(row: _Row, args: argparse.Namespace, progress: Callable[[str], None] | 
         report = run_setup(
             row.setup, groups=args.group, with_official=not args.no_official, progress=progress
         )
+    drop_made(row.setup.url)  # the row's collections on a MongoDB server (conformance/cleanup.py)
     _took(row.name, began)
     return report
 

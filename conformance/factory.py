@@ -34,6 +34,7 @@ from langgraph.checkpoint.base import (
     DeltaChannelHistory,
 )
 
+from conformance.cleanup import made
 from conformance.setups import Setup
 
 T = TypeVar("T")
@@ -368,7 +369,7 @@ class AsyncApi(Api):
 
 
 def new_key_prefix() -> str:
-    return f"gkt-{uuid4().hex[:10]}"
+    return made(f"gkt-{uuid4().hex[:10]}")
 
 
 @dataclass

@@ -31,6 +31,7 @@ from uuid import uuid4
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.store.base import PutOp
 
+from conformance.cleanup import made
 from conformance.factory import BackendNotReady, EventLoop, Mode, import_graphkeep
 from conformance.setups import Setup
 
@@ -593,7 +594,7 @@ class EffectsApi:
 
 
 def new_key_prefix() -> str:
-    return f"gks-{uuid4().hex[:10]}"
+    return made(f"gks-{uuid4().hex[:10]}")
 
 
 @dataclass
