@@ -22,8 +22,14 @@ def drop_made(url: str) -> None:
     (in any database); forget them either way."""
     prefixes = tuple(MADE)
     MADE.clear()
-    if not prefixes or urlsplit(url).scheme not in ("mongodb", "mongodb+srv"):
-        return
+    if prefixes and urlsplit(url).scheme in ("mongodb", "mongodb+srv"):
+        drop_prefixed(url, prefixes)
+
+
+def drop_prefixed(url: str, prefixes: tuple[str, ...]) -> None:
+    """Drop every collection of the MongoDB server at ``url`` whose name starts with one of
+    ``prefixes``, in any database but the server's own (the matrix's rows and the test
+    suite's modules, tests/conftest.py, both clean up with it)."""
     import pymongo
 
     with pymongo.MongoClient(url, serverSelectionTimeoutMS=10_000) as client:

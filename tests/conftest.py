@@ -58,18 +58,11 @@ def _drop_collections_of_the_module(request: pytest.FixtureRequest) -> Iterator[
         for item in request.session.items
     ):
         return
-    import pymongo
-
+    from conformance.cleanup import drop_prefixed
     from graphkeep.testing.rules import unchecked
 
-    with unchecked(), pymongo.MongoClient(MONGODB_URI, serverSelectionTimeoutMS=10_000) as client:
-        for db_name in client.list_database_names():
-            if db_name in ("admin", "config", "local"):
-                continue
-            db = client[db_name]
-            for name in db.list_collection_names():
-                if name.startswith(made):
-                    db.drop_collection(name)
+    with unchecked():
+        drop_prefixed(MONGODB_URI, made)
 
 
 @pytest.fixture
