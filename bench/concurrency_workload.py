@@ -310,15 +310,8 @@ async def loop_lag(samples: list[float], stop: asyncio.Event) -> None:
         samples.append(max(0.0, loop.time() - started - LAG_SLEEP))
 
 
-def established(ports: frozenset[int]) -> int:
-    """TCP sockets of this process ESTABLISHED to one of ``ports`` (Linux ``/proc``).
-
-    ``/proc/net/tcp`` lists every socket of the network namespace (thousands on a busy
-    machine), so its lines are picked with one regular expression rather than split one by
-    one: a sample must not hold the GIL long enough to show in the loop lag it measures.
-    """
-    if not ports:
-        return 0
+def socket_inodes() -> set[str]:
+    """The inodes of this process's open sockets (Linux ``/proc/self/fd``)."""
     inodes: set[str] = set()
     for fd in os.listdir("/proc/self/fd"):
         try:
@@ -327,6 +320,20 @@ def established(ports: frozenset[int]) -> int:
             continue
         if link.startswith("socket:["):
             inodes.add(link[8:-1])
+    return inodes
+
+
+def established(ports: frozenset[int], ignore: frozenset[str] = frozenset()) -> int:
+    """TCP sockets of this process ESTABLISHED to one of ``ports`` (Linux ``/proc``), but
+    those whose inode is in ``ignore`` (sockets opened before, by other clients).
+
+    ``/proc/net/tcp`` lists every socket of the network namespace (thousands on a busy
+    machine), so its lines are picked with one regular expression rather than split one by
+    one: a sample must not hold the GIL long enough to show in the loop lag it measures.
+    """
+    if not ports:
+        return 0
+    inodes = socket_inodes() - ignore
     hex_ports = "|".join(f"{port:04X}" for port in sorted(ports))
     # sl local rem st tx:rx tr:when retrnsmt uid timeout inode
     line = re.compile(
