@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 
@@ -55,6 +56,30 @@ class PoolExhausted(StorageUnavailable):
 
 class LockNotAcquired(GraphkeepError):
     """A per-thread lease is held by someone else."""
+
+
+class ThreadBusy(LockNotAcquired):
+    """Another run holds the thread's lease (``saver.exclusive``: waited ``timeout`` seconds,
+    or ``on_busy="reject"``)."""
+
+
+class LeaseLost(GraphkeepError):
+    """A write made under a thread's lease was refused, nothing of it stored: a newer lease
+    was granted on the thread since (the holder stalled past its ``ttl`` and another run took
+    over). ``token`` is the holder's fencing token, ``newer`` the newest one granted."""
+
+    def __init__(self, thread_id: str, token: int, newer: int | None = None) -> None:
+        self.thread_id = thread_id
+        self.token = token
+        self.newer = newer
+        newest = "a newer one" if newer is None else f"newer token {newer}"
+        super().__init__(
+            f"the lease on thread {thread_id!r} was lost: a write under fencing token {token}"
+            f" was refused and nothing of it stored ({newest} was granted since)"
+        )
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.thread_id, self.token, self.newer))
 
 
 class SetupTimeout(GraphkeepError, TimeoutError):
@@ -284,6 +309,7 @@ __all__ = [
     "InvalidInput",
     "InvalidNamespace",
     "InvalidThreadId",
+    "LeaseLost",
     "LockNotAcquired",
     "MigrationFailed",
     "PayloadTooLarge",
@@ -296,6 +322,7 @@ __all__ = [
     "SerializationError",
     "SetupTimeout",
     "StorageUnavailable",
+    "ThreadBusy",
     "UnknownRun",
     "UnsafePrune",
     "mask_url",

@@ -13,6 +13,13 @@ in the thread's lease::
 The lease expires by itself after ``ttl`` seconds (a crashed holder never
 blocks the thread for longer) and is released only by the token that took it.
 A holder whose run may outlast ``ttl`` calls :meth:`ThreadLock.extend`.
+
+The lease is fenced: each grant carries a fencing token (:attr:`ThreadLock.fence`) that only
+grows per thread — the larger of the last one plus one and the granting clock's
+milliseconds, so it keeps growing even after the store forgot the last one — and every write
+made on the thread while the lease is held carries it (:mod:`.fence`). A holder that stalled
+past ``ttl`` while another run took the thread over finds its next write refused with
+:class:`~graphkeep.errors.LeaseLost`, nothing of it stored.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import uuid
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from graphkeep.checkpoint.fence import drop, hold
 from graphkeep.errors import ConfigurationError, LockNotAcquired
 from graphkeep.port import Op, Sleep
 
@@ -54,14 +62,18 @@ class ThreadLock:
         self.poll = poll
         self.token = uuid.uuid4().hex
         self.held = False
+        #: the fencing token of the grant (None until taken)
+        self.fence: int | None = None
 
-    def _acquire(self) -> Op[bool]:
+    def _acquire(self) -> Op[int]:
         started = time.monotonic()
         deadline = None if self.timeout is None else started + self.timeout
         delay = self.poll
         store = self.saver.port
         telemetry = self.saver.telemetry
-        while not (yield from store.acquire_lock(self.thread_id, self.token, self.ttl_ms)):
+        while not (
+            fence := (yield from store.acquire_lock(self.thread_id, self.token, self.ttl_ms))
+        ):
             telemetry.lock_contended()
             now = time.monotonic()
             if not self.blocking or (deadline is not None and now >= deadline):
@@ -73,13 +85,11 @@ class ThreadLock:
             wait = delay if deadline is None else min(delay, max(0.0, deadline - now))
             yield Sleep(wait)
             delay = min(delay * 2, MAX_POLL_SECONDS)
-        self.held = True
         telemetry.lock_waited(time.monotonic() - started, acquired=True)
-        return True
+        return int(fence)
 
     def _release(self) -> Op[bool]:
         released = yield from self.saver.port.release_lock(self.thread_id, self.token)
-        self.held = False
         return bool(released)
 
     def _extend(self, ttl: float | None) -> Op[bool]:
@@ -87,25 +97,43 @@ class ThreadLock:
         extended = yield from self.saver.port.extend_lock(self.thread_id, self.token, ttl_ms)
         return bool(extended)
 
-    def _observed(self, name: str, op: Op[bool]) -> Op[bool]:
+    def _observed(self, name: str, op: Op[Any]) -> Op[Any]:
         return self.saver.observed(f"lock.{name}", op, self.thread_id)
 
+    def _granted(self, fence: int) -> bool:
+        """Hold the grant: this context's writes to the thread carry its fencing token."""
+        self.fence = fence
+        self.held = True
+        hold(self.thread_id, fence)
+        return True
+
+    def _let_go(self) -> None:
+        self.held = False
+        drop(self.thread_id)
+
     def acquire(self) -> bool:
-        return bool(self.saver.drive(self._observed("acquire", self._acquire())))
+        return self._granted(int(self.saver.drive(self._observed("acquire", self._acquire()))))
 
     def release(self) -> bool:
         """Release if still ours; False when the lease had expired (or was taken over)."""
-        return bool(self.saver.drive(self._observed("release", self._release())))
+        try:
+            return bool(self.saver.drive(self._observed("release", self._release())))
+        finally:
+            self._let_go()
 
     def extend(self, ttl: float | None = None) -> bool:
         """Renew the lease; False when it was lost in the meantime."""
         return bool(self.saver.drive(self._observed("extend", self._extend(ttl))))
 
     async def aacquire(self) -> bool:
-        return bool(await self.saver.adrive(self._observed("acquire", self._acquire())))
+        fence = await self.saver.adrive(self._observed("acquire", self._acquire()))
+        return self._granted(int(fence))
 
     async def arelease(self) -> bool:
-        return bool(await self.saver.adrive(self._observed("release", self._release())))
+        try:
+            return bool(await self.saver.adrive(self._observed("release", self._release())))
+        finally:
+            self._let_go()
 
     async def aextend(self, ttl: float | None = None) -> bool:
         return bool(await self.saver.adrive(self._observed("extend", self._extend(ttl))))

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from graphkeep.checkpoint.check import plan_problems
+from graphkeep.checkpoint.fence import fence_of
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, element_blob_keys, is_manifest
 from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.records import Inventory, Typed
@@ -25,7 +26,7 @@ def delete_thread_op(saver: SaverBase, thread_id: Any) -> Op[None]:
     with it (:attr:`~graphkeep.checkpoint.saver.SaverBase.thread_scoped`)."""
     thread = saver.check_thread_id(thread_id)
     saver.lists.forget(thread)
-    yield from saver.port.delete_thread(thread)
+    yield from saver.port.delete_thread(thread, fence_of(thread))
     yield from _delete_scoped(saver, thread)
 
 
@@ -51,7 +52,7 @@ def copy_thread_op(saver: SaverBase, source_thread_id: Any, target_thread_id: An
         return
     dump = yield from saver.port.export_thread(source)
     if dump:
-        yield from saver.port.import_thread(target, dump)
+        yield from saver.port.import_thread(target, dump, fence_of(target))
 
 
 def prune_op(saver: SaverBase, thread_ids: Sequence[str], strategy: str) -> Op[None]:
@@ -65,7 +66,7 @@ def prune_op(saver: SaverBase, thread_ids: Sequence[str], strategy: str) -> Op[N
     for thread_id in threads:
         saver.lists.forget(thread_id)
         if strategy == "delete":
-            yield from saver.port.delete_thread(thread_id)
+            yield from saver.port.delete_thread(thread_id, fence_of(thread_id))
             yield from _delete_scoped(saver, thread_id)
             continue
         inventory = yield from saver.port.inventory(thread_id)
@@ -129,4 +130,5 @@ def _delete_keeping(
                 f" (channel {problems[0].channel}): {problems[0].detail}"
             )
     if doomed or garbage:
-        yield from saver.port.delete_records(thread_id, sorted(doomed), garbage)
+        fence = fence_of(thread_id)
+        yield from saver.port.delete_records(thread_id, sorted(doomed), garbage, fence)

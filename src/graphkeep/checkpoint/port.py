@@ -53,6 +53,10 @@ class CheckpointPort(Protocol):
     - ``list_page`` returns newest-first pages; it may pre-filter on metadata.
     - TTL: every write refreshes the expiry of all the thread needs, including
       the list elements its manifests name (``lists.ELEMENT_CHANNEL`` blobs).
+    - Fencing: a write given ``fence`` (the fencing token of the lease its caller holds,
+      :mod:`graphkeep.checkpoint.fence`) checks it in the same request and, when a newer
+      token was granted on the thread (:meth:`acquire_lock`), stores nothing and raises
+      :class:`~graphkeep.errors.LeaseLost`; ``fence=None`` writes are not checked.
     """
 
     compresses: bool = False
@@ -61,10 +65,17 @@ class CheckpointPort(Protocol):
 
     def setup(self) -> Op[None]: ...
 
-    def put_checkpoint(self, record: CheckpointRecord, blobs: list[BlobRecord]) -> Op[None]: ...
+    def put_checkpoint(
+        self, record: CheckpointRecord, blobs: list[BlobRecord], fence: int | None = None
+    ) -> Op[None]: ...
 
     def put_writes(
-        self, thread_id: str, ns: str, checkpoint_id: str, writes: list[WriteRecord]
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        writes: list[WriteRecord],
+        fence: int | None = None,
     ) -> Op[None]: ...
 
     def load(self, thread_id: str, ns: str, checkpoint_id: str | None) -> Op[Loaded | None]: ...
@@ -88,7 +99,7 @@ class CheckpointPort(Protocol):
         """
         ...
 
-    def delete_thread(self, thread_id: str) -> Op[None]: ...
+    def delete_thread(self, thread_id: str, fence: int | None = None) -> Op[None]: ...
 
     def inventory(self, thread_id: str) -> Op[Inventory]:
         """Every checkpoint's summary, write key and value key of the thread, and when each
@@ -107,13 +118,16 @@ class CheckpointPort(Protocol):
         thread_id: str,
         checkpoints: list[tuple[str, str]],
         blobs: list[tuple[str, str, str]],
+        fence: int | None = None,
     ) -> Op[None]: ...
 
     def find_runs(self, run_ids: list[str]) -> Op[dict[str, list[tuple[str, str]]]]: ...
 
     def export_thread(self, thread_id: str) -> Op[ThreadDump]: ...
 
-    def import_thread(self, thread_id: str, dump: ThreadDump) -> Op[None]: ...
+    def import_thread(
+        self, thread_id: str, dump: ThreadDump, fence: int | None = None
+    ) -> Op[None]: ...
 
     def list_threads(self, cursor: Any, page_size: int) -> Op[tuple[list[str], Any]]: ...
 
@@ -196,8 +210,12 @@ class CheckpointPort(Protocol):
             found.append((yield from self.activity(thread_id, above, limit)))
         return found
 
-    def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
-        """Take the thread's lease if free (or expired); True when taken."""
+    def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[int]:
+        """Take the thread's lease if free (or expired, or already ``token``'s): the grant's
+        fencing token, or 0 when another holder has it. The fencing token only grows per
+        thread: the larger of the thread's last one plus one and the clock's epoch
+        milliseconds (so it grows even where the store forgot the last one); it is kept
+        apart from the thread's data (``delete_thread`` leaves it)."""
         ...
 
     def release_lock(self, thread_id: str, token: str) -> Op[bool]:

@@ -15,6 +15,7 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 
+from graphkeep.checkpoint.fence import fence_of
 from graphkeep.checkpoint.ids import address, check_name, normalize_checkpoint_id, version_key
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, SharedList
 from graphkeep.checkpoint.migrations import SCHEMA_VERSION_KEY
@@ -103,7 +104,7 @@ def put_op(
             + len(record.metadata.data)
             + sum(len(b.value.data) for b in written),
         )
-    yield from saver.port.put_checkpoint(record, written)
+    yield from saver.port.put_checkpoint(record, written, fence_of(thread_id))
     if shared:
         saver.lists.committed(thread_id, ns, shared)
     return {
@@ -145,7 +146,7 @@ def put_writes_op(
         if saver.telemetry.active():
             size = sum(len(r.value.data) for r in records)
             saver.telemetry.put_bytes("checkpoint.put_writes", size)
-        yield from saver.port.put_writes(thread_id, ns, checkpoint_id, records)
+        yield from saver.port.put_writes(thread_id, ns, checkpoint_id, records, fence_of(thread_id))
 
 
 def _channel(name: Any) -> str:

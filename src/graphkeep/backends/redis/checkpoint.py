@@ -28,6 +28,7 @@ URLs: ``redis://``, ``rediss://``, ``unix://`` for one server and
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -45,6 +46,7 @@ from graphkeep.backends.redis.checkpoint_codec import (
 )
 from graphkeep.backends.redis.checkpoint_scripts import (
     FEED_COUNT,
+    LEASE_LOST,
     SCRIPTS,
     STAGE_LOST,
     THREAD_KEYS,
@@ -86,6 +88,7 @@ from graphkeep.checkpoint.records import (
     WriteRecord,
 )
 from graphkeep.checkpoint.saver import AsyncSaver, SyncSaver, thread_options
+from graphkeep.errors import LeaseLost
 from graphkeep.port import Op, codec
 
 __all__ = ["AsyncRedisSaver", "RedisCheckpointPort", "RedisSaver"]
@@ -152,32 +155,57 @@ class RedisCheckpointPort(CheckpointPort):
         request (see :meth:`_atomic` and ``checkpoint_scripts``); never read otherwise."""
         return f"{self.prefix}:{FORMAT}:{{{encode_thread(thread_id)}}}:s"
 
-    def _atomic(self, name: str, thread_id: str, args: list[Any]) -> Op[Any]:
+    def fence_key(self, thread_id: str) -> str:
+        """The thread's fencing token (the last lease's): apart from its data keys, so a
+        ``delete_thread`` or TTL refresh leaves it; see :mod:`graphkeep.checkpoint.fence`."""
+        return f"{self.prefix}:{FORMAT}:{{{encode_thread(thread_id)}}}:fence"
+
+    def _atomic(
+        self, name: str, thread_id: str, args: list[Any], fence: int | None = None
+    ) -> Op[Any]:
         """The script ``name`` on the thread's keys with ``args``: one request when they fit
         in one (every call of a normal size), else the first arguments staged in as few
         ``stage`` requests as hold them and ``<name>/staged`` with the rest, which applies
-        the whole call in one script (the thread changes there, all or nothing)."""
+        the whole call in one script (the thread changes there, all or nothing).
+
+        ``fence`` (a lease's fencing token): the ``/fenced`` script, which checks it against
+        the thread's fencing token first and writes nothing when a newer one was granted
+        (:class:`~graphkeep.errors.LeaseLost`)."""
         keys = self.thread_keys(thread_id)
-        if len(args) <= script_room(len(keys)):
-            return (yield Script(name, keys, args))
-        stage = self.stage_key(thread_id)
-        inline = script_room(len(keys) + 1) - 2  # the staging hash, token and count
-        staged, rest = args[: len(args) - inline], args[len(args) - inline :]
-        per = script_room(1) - 2  # token and first index
-        attempts = 0
-        while True:
-            # staged anew (a fresh token) when the staging hash went in between: the thread
-            # was deleted meanwhile, and this call writes it again, as a plain call would
-            attempts += 1
-            token = uuid.uuid4().hex
-            for start in range(0, len(staged), per):
-                chunk = staged[start : start + per]
-                yield Script("stage", [stage], [token, start, *chunk])
-            try:
-                return (yield Script(f"{name}/staged", [*keys, stage], [token, len(staged), *rest]))
-            except ResponseError as exc:
-                if STAGE_LOST not in str(exc) or attempts == STAGE_ATTEMPTS:
-                    raise
+        tail_keys, tail_args, fenced = [], [], ""
+        if fence is not None:
+            tail_keys, tail_args, fenced = [self.fence_key(thread_id)], [fence], "/fenced"
+        try:
+            if len(args) + len(tail_args) <= script_room(len(keys) + len(tail_keys)):
+                return (yield Script(name + fenced, keys + tail_keys, args + tail_args))
+            stage = self.stage_key(thread_id)
+            # the staging hash and fencing token's keys; the token, count and holder's token
+            inline = script_room(len(keys) + 1 + len(tail_keys)) - 2 - len(tail_args)
+            staged, rest = args[: len(args) - inline], args[len(args) - inline :]
+            per = script_room(1) - 2  # token and first index
+            attempts = 0
+            while True:
+                # staged anew (a fresh token) when the staging hash went in between: the
+                # thread was deleted meanwhile, and this call writes it again, as a plain call
+                # would
+                attempts += 1
+                token = uuid.uuid4().hex
+                for start in range(0, len(staged), per):
+                    chunk = staged[start : start + per]
+                    yield Script("stage", [stage], [token, start, *chunk])
+                try:
+                    return (
+                        yield Script(
+                            f"{name}/staged{fenced}",
+                            [*keys, stage, *tail_keys],
+                            [token, len(staged), *rest, *tail_args],
+                        )
+                    )
+                except ResponseError as exc:
+                    if STAGE_LOST not in str(exc) or attempts == STAGE_ATTEMPTS:
+                        raise
+        except ResponseError as exc:
+            raise _refused(exc, thread_id, fence) from None
 
     def feed_key(self, thread_id: str) -> str:
         """The thread's feed: a Stream of ``n`` = namespace, ``c`` = checkpoint id (or ``u``
@@ -197,7 +225,9 @@ class RedisCheckpointPort(CheckpointPort):
     def setup(self) -> Op[None]:
         yield Script("__load__", [], [])
 
-    def put_checkpoint(self, record: CheckpointRecord, blobs: list[BlobRecord]) -> Op[None]:
+    def put_checkpoint(
+        self, record: CheckpointRecord, blobs: list[BlobRecord], fence: int | None = None
+    ) -> Op[None]:
         args: list[Any] = [
             record.ns,
             record.checkpoint_id,
@@ -216,10 +246,15 @@ class RedisCheckpointPort(CheckpointPort):
         for blob in blobs:
             field = join_field(record.ns, blob.channel, blob.version)
             args += [field, codec.pack_typed(blob.value)]
-        yield from self._atomic("put", record.thread_id, args)
+        yield from self._atomic("put", record.thread_id, args, fence)
 
     def put_writes(
-        self, thread_id: str, ns: str, checkpoint_id: str, writes: list[WriteRecord]
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        writes: list[WriteRecord],
+        fence: int | None = None,
     ) -> Op[None]:
         args: list[Any] = [ns, checkpoint_id, self.ttl_ms, len(writes)]
         for w in writes:
@@ -229,7 +264,7 @@ class RedisCheckpointPort(CheckpointPort):
                 "1" if w.special else "0",
                 codec.packb([w.channel, w.task_path, w.value.tag, w.value.data]),
             ]
-        yield from self._atomic("put_writes", thread_id, args)
+        yield from self._atomic("put_writes", thread_id, args, fence)
 
     def load(self, thread_id: str, ns: str, checkpoint_id: str | None) -> Op[Loaded | None]:
         raw = yield Script(
@@ -357,8 +392,15 @@ class RedisCheckpointPort(CheckpointPort):
             if value is not None
         }
 
-    def delete_thread(self, thread_id: str) -> Op[None]:
-        yield Delete([*self.thread_keys(thread_id), self.stage_key(thread_id)])
+    def delete_thread(self, thread_id: str, fence: int | None = None) -> Op[None]:
+        keys = [*self.thread_keys(thread_id), self.stage_key(thread_id)]
+        if fence is None:
+            yield Delete(keys)
+            return
+        try:
+            yield Script("drop/fenced", [*keys, self.fence_key(thread_id)], [fence])
+        except ResponseError as exc:
+            raise _refused(exc, thread_id, fence) from None
 
     def inventory(self, thread_id: str) -> Op[Inventory]:
         keys = self.thread_keys(thread_id)
@@ -394,12 +436,13 @@ class RedisCheckpointPort(CheckpointPort):
         thread_id: str,
         checkpoints: list[tuple[str, str]],
         blobs: list[tuple[str, str, str]],
+        fence: int | None = None,
     ) -> Op[None]:
         args: list[Any] = [len(checkpoints)]
         for ns, cid in checkpoints:
             args += [ns, cid]
         args += [join_field(ns, ch, version) for ns, ch, version in blobs]
-        yield from self._atomic("delete", thread_id, args)
+        yield from self._atomic("delete", thread_id, args, fence)
 
     def find_runs(self, run_ids: list[str]) -> Op[dict[str, list[tuple[str, str]]]]:
         found: dict[str, list[tuple[str, str]]] = {}
@@ -437,7 +480,7 @@ class RedisCheckpointPort(CheckpointPort):
             dump.blobs.append((ns.decode(), BlobRecord(ch.decode(), version.decode(), value)))
         return dump
 
-    def import_thread(self, thread_id: str, dump: ThreadDump) -> Op[None]:
+    def import_thread(self, thread_id: str, dump: ThreadDump, fence: int | None = None) -> Op[None]:
         blob_args: list[Any] = []
         for ns, blob in dump.blobs:
             blob_args += [join_field(ns, blob.channel, blob.version), codec.pack_typed(blob.value)]
@@ -466,7 +509,7 @@ class RedisCheckpointPort(CheckpointPort):
             *write_args,
             *cp_args,
         ]
-        yield from self._atomic("import", thread_id, args)
+        yield from self._atomic("import", thread_id, args, fence)
 
     def list_threads(self, cursor: Any, page_size: int) -> Op[tuple[list[str], Any]]:
         threads = yield from self._threads()
@@ -574,9 +617,10 @@ class RedisCheckpointPort(CheckpointPort):
         # delete_thread or TTL refresh leaves a held lease alone
         return f"{self.prefix}:{FORMAT}:{{{encode_thread(thread_id)}}}:lock"
 
-    def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
-        taken = yield Script("lock", [self.lock_key(thread_id)], [token, ttl_ms])
-        return bool(taken)
+    def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[int]:
+        keys = [self.lock_key(thread_id), self.fence_key(thread_id)]
+        fence = yield Script("lock", keys, [token, ttl_ms, int(time.time() * 1000)])
+        return int(fence)
 
     def release_lock(self, thread_id: str, token: str) -> Op[bool]:
         released = yield Script("unlock", [self.lock_key(thread_id)], [token])
@@ -589,6 +633,13 @@ class RedisCheckpointPort(CheckpointPort):
     def _threads(self) -> Op[list[str]]:
         keys = yield Scan(self._thread_pattern())
         return sorted({self._thread_of(k) for k in keys})
+
+
+def _refused(exc: ResponseError, thread_id: str, fence: int | None) -> Exception:
+    """A fenced script's refusal as :class:`~graphkeep.errors.LeaseLost`; else ``exc``."""
+    if fence is not None and str(exc).startswith(LEASE_LOST):
+        return LeaseLost(thread_id, fence, int(str(exc).split()[1]))
+    return exc
 
 
 def _highest(newest: str | None, found: list[tuple[str, str]]) -> str | None:

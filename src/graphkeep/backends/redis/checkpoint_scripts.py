@@ -74,6 +74,12 @@ STAGE_TTL_MS = 3_600_000
 #: what the error reply of a staged commit whose staged arguments are gone starts with (the
 #: staging hash was deleted with the thread in between: the writer stages again)
 STAGE_LOST = "GRAPHKEEP_STAGE_LOST"
+#: what the error reply of a fenced write refused for a newer lease starts with (then the
+#: newest fencing token): the port raises ``LeaseLost``
+LEASE_LOST = "GRAPHKEEP_LEASE_LOST"
+#: how long a thread's fencing token outlives its last grant (or the lease's ttl if longer):
+#: tokens are at least the granting clock's milliseconds, so a forgotten one is never reused
+FENCE_TTL_MS = 30 * 86_400_000
 #: entries per feed read. Must stay below ``FEED_MAXLEN``: a read that returns fewer is
 #: then proof that nothing after its position was trimmed (see ``FEED``).
 FEED_COUNT = 500
@@ -110,6 +116,8 @@ CONSTANTS = "\n".join(
         f"local UUID_TEXT = '{UUID_TEXT}'",
         f"local STAGE_TTL_MS = {STAGE_TTL_MS}",
         f"local STAGE_LOST = '{STAGE_LOST}'",
+        f"local LEASE_LOST = '{LEASE_LOST}'",
+        f"local FENCE_TTL_MS = {FENCE_TTL_MS}",
     ]
 )
 
@@ -618,16 +626,21 @@ return out
 """
 
 LOCK = r"""
--- KEYS[1] lock key; ARGV: token, ttl_ms. Taking a lease we already hold succeeds
--- (and re-arms it), so a retry after a lost reply does not lock ourselves out.
+-- KEYS: the lock key, the thread's fencing token; ARGV: token, ttl_ms, the clock's epoch ms.
+-- Answers the grant's fencing token, 0 when another holder has the lease. Taking a lease we
+-- already hold re-arms it (a retry after a lost reply does not lock ourselves out).
 local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
+local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
+local keep = math.max(FENCE_TTL_MS, tonumber(ARGV[2]))
+if holder == ARGV[1] and fence > 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
+  return fence
 end
-if holder then return 0 end
+if holder and holder ~= ARGV[1] then return 0 end
+fence = math.max(fence + 1, tonumber(ARGV[3]))
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 1
+redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', keep)
+return fence
 """
 
 UNLOCK = r"""
@@ -678,8 +691,28 @@ redis.call('PEXPIRE', stage, STAGE_TTL_MS)
 local ARGV = all
 """
 
+# The head of a fenced write: KEYS[#KEYS] is the thread's fencing token, ARGV's last the
+# holder's. Refused (nothing written) when a newer token was granted; else it drops the
+# holder's token from ARGV and the body (or UNSTAGE) that follows runs unchanged.
+FENCE = r"""
+local holder_fence = tonumber(table.remove(ARGV))
+local newest = tonumber(redis.call('GET', KEYS[#KEYS]) or '0')
+if newest > holder_fence then
+  return redis.error_reply(LEASE_LOST .. ' ' .. string.format('%.0f', newest))
+end
+"""
+
+# delete_thread under a lease: the thread's keys (KEYS but the fencing token's), at once
+DROP = r"""
+redis.call('DEL', unpack(KEYS, 1, #KEYS - 1))
+return 1
+"""
+
 #: the scripts whose arguments may be staged (each also runs as ``<name>/staged``)
 STAGED = ("put", "put_writes", "import", "delete")
+#: the writes a lease fences (each also runs as ``<name>/fenced``, staged ones as
+#: ``<name>/staged/fenced``): the fencing token's key last, the holder's token last
+FENCED = (*STAGED, "drop")
 
 _BODIES = {
     "put": PUT,
@@ -703,9 +736,18 @@ _BODIES = {
     "unlock": UNLOCK,
     "extend_lock": EXTEND_LOCK,
 }
+_FENCED_BODIES = {**{name: _BODIES[name] for name in STAGED}, "drop": DROP}
 
 SCRIPTS: dict[str, str] = {
     **{name: CONSTANTS + PRELUDE + body for name, body in _BODIES.items()},
     **{f"{name}/staged": CONSTANTS + PRELUDE + UNSTAGE + _BODIES[name] for name in STAGED},
+    **{
+        f"{name}/fenced": CONSTANTS + PRELUDE + FENCE + body
+        for name, body in _FENCED_BODIES.items()
+    },
+    **{
+        f"{name}/staged/fenced": CONSTANTS + PRELUDE + FENCE + UNSTAGE + _BODIES[name]
+        for name in STAGED
+    },
     "stage": CONSTANTS + STAGE,
 }
