@@ -24,6 +24,7 @@ from langgraph.checkpoint.base import (
     DeltaChannelHistory,
 )
 
+from graphkeep.checkpoint.exclusive import DEFAULT_TTL, Exclusive
 from graphkeep.checkpoint.ids import (
     DEFAULT_MAX_ID_BYTES,
     checkpoint_config,
@@ -160,6 +161,18 @@ class SaverBase(BaseCheckpointSaver[str]):
     ) -> ThreadLock:
         """A lease on ``thread_id`` (``with`` / ``async with``); see :mod:`.lock`."""
         return ThreadLock(self, thread_id, ttl=ttl, blocking=blocking, timeout=timeout)
+
+    def exclusive(
+        self,
+        graph: Any,
+        *,
+        timeout: float = 30.0,
+        on_busy: str = "wait",
+        ttl: float = DEFAULT_TTL,
+    ) -> Exclusive:
+        """``graph`` whose every run of a thread holds the thread's fenced lease, from before
+        its first read to its last write; see :mod:`.exclusive`."""
+        return Exclusive(self, graph, timeout=timeout, on_busy=on_busy, ttl=ttl)
 
     def load_op(self, thread_id: str, ns: str, checkpoint_id: str) -> Op[CheckpointTuple | None]:
         """The op loading the checkpoint at ``(thread_id, ns, checkpoint_id)`` as ``get_tuple``

@@ -1,0 +1,249 @@
+"""Single-writer runs: ``saver.exclusive(graph)``, a graph whose every run of a thread holds the
+thread's fenced lease.
+
+LangGraph does not serialise runs of a thread: two workers that start one at once both read
+the head and write children of it, and one turn vanishes from the history. Wrapped, ::
+
+    app = saver.exclusive(graph)               # timeout=30.0, on_busy="wait"
+    app.invoke({"messages": [...]}, {"configurable": {"thread_id": "t1"}})
+
+each run takes the thread's lease (:mod:`.lock`) before its first read and lets it go after
+its last write — on return, error, interrupt and cancellation — renewing it while it runs
+(every third of ``ttl``). Every write of the run carries the lease's fencing token
+(:mod:`.fence`): a run that stalled past its lease while another took the thread over is
+refused (:class:`~graphkeep.errors.LeaseLost`), never written over the other's turn.
+A second run of a busy thread waits up to ``timeout`` seconds for it, then raises
+:class:`~graphkeep.errors.ThreadBusy`; ``on_busy="reject"`` raises at once.
+
+The runs are ``invoke``/``ainvoke``, ``stream``/``astream``, ``batch``/``abatch`` and the state
+writes ``update_state``/``aupdate_state``/``bulk_update_state``/``abulk_update_state``; every
+other attribute (``get_state``, ``get_state_history``, ``get_graph``…) is the graph's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextvars import copy_context
+from typing import TYPE_CHECKING, Any
+
+from graphkeep.errors import ConfigurationError, LockNotAcquired, ThreadBusy
+
+if TYPE_CHECKING:
+    from graphkeep.checkpoint.lock import ThreadLock
+    from graphkeep.checkpoint.saver import SaverBase
+
+ON_BUSY = ("wait", "reject")
+#: the lease's default ttl: renewed every third of it while the run lasts
+DEFAULT_TTL = 30.0
+
+
+def _thread_of(config: Any) -> Any:
+    configurable = (config or {}).get("configurable") or {}
+    return configurable.get("thread_id")
+
+
+class Exclusive:
+    """``graph`` whose runs of a thread are single-writer (see the module docstring)."""
+
+    def __init__(
+        self,
+        saver: SaverBase,
+        graph: Any,
+        *,
+        timeout: float = 30.0,
+        on_busy: str = "wait",
+        ttl: float = DEFAULT_TTL,
+    ) -> None:
+        if on_busy not in ON_BUSY:
+            raise ConfigurationError(f"on_busy must be one of {ON_BUSY}, got {on_busy!r}")
+        if timeout < 0:
+            raise ConfigurationError(f"timeout must be >= 0 seconds, got {timeout!r}")
+        if ttl <= 0:
+            raise ConfigurationError(f"ttl must be positive, got {ttl!r}")
+        self.saver = saver
+        self.graph = graph
+        self.timeout = timeout
+        self.on_busy = on_busy
+        self.ttl = ttl
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.graph, name)
+
+    def __repr__(self) -> str:
+        return f"Exclusive({self.graph!r}, timeout={self.timeout}, on_busy={self.on_busy!r})"
+
+    # -- the lease ---------------------------------------------------------------------
+
+    def _lock(self, thread_id: Any) -> ThreadLock:
+        waits = self.on_busy == "wait"
+        return self.saver.lock(
+            thread_id, ttl=self.ttl, blocking=waits, timeout=self.timeout if waits else None
+        )
+
+    def _busy(self, thread_id: Any, exc: LockNotAcquired) -> ThreadBusy:
+        waited = f"waited {self.timeout}s" if self.on_busy == "wait" else 'on_busy="reject"'
+        return ThreadBusy(f"thread {thread_id!r} is busy: another run holds its lease ({waited})")
+
+    @contextlib.contextmanager
+    def held(self, config: Any) -> Iterator[None]:
+        """The thread's lease held (and renewed) around a run with ``config``."""
+        thread_id = _thread_of(config)
+        if thread_id is None:  # no thread: the graph raises (or runs without a checkpointer)
+            yield
+            return
+        lock = self._lock(thread_id)
+        try:
+            lock.acquire()
+        except LockNotAcquired as exc:
+            raise self._busy(thread_id, exc) from None
+        stop = threading.Event()
+        renewer = threading.Thread(
+            target=self._renew, args=(lock, stop), name="graphkeep-lease", daemon=True
+        )
+        renewer.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            renewer.join()
+            lock.release()
+
+    def _renew(self, lock: ThreadLock, stop: threading.Event) -> None:
+        while not stop.wait(self.ttl / 3):
+            try:
+                if not lock.extend():
+                    return  # lost: the run's next write is refused (LeaseLost)
+            except Exception:  # noqa: BLE001 - the store is away: retried next period
+                continue
+
+    @contextlib.asynccontextmanager
+    async def aheld(self, config: Any) -> AsyncIterator[None]:
+        """:meth:`held` for async runs (renewed by a task)."""
+        thread_id = _thread_of(config)
+        if thread_id is None:
+            yield
+            return
+        lock = self._lock(thread_id)
+        try:
+            await lock.aacquire()
+        except LockNotAcquired as exc:
+            raise self._busy(thread_id, exc) from None
+        renewer = asyncio.create_task(self._arenew(lock))
+        try:
+            yield
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+            await asyncio.shield(lock.arelease())
+
+    async def _arenew(self, lock: ThreadLock) -> None:
+        while True:
+            await asyncio.sleep(self.ttl / 3)
+            try:
+                if not await lock.aextend():
+                    return
+            except Exception:  # noqa: BLE001 - retried next period
+                continue
+
+    # -- runs --------------------------------------------------------------------------
+
+    def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
+        with self.held(config):
+            return self.graph.invoke(input, config, **kwargs)
+
+    async def ainvoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
+        async with self.aheld(config):
+            return await self.graph.ainvoke(input, config, **kwargs)
+
+    def stream(self, input: Any, config: Any = None, **kwargs: Any) -> Iterator[Any]:
+        with self.held(config):
+            yield from self.graph.stream(input, config, **kwargs)
+
+    async def astream(self, input: Any, config: Any = None, **kwargs: Any) -> AsyncIterator[Any]:
+        async with self.aheld(config):
+            async for chunk in self.graph.astream(input, config, **kwargs):
+                yield chunk
+
+    def batch(
+        self,
+        inputs: Sequence[Any],
+        config: Any = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        configs = _configs(config, len(inputs))
+
+        def one(pair: tuple[Any, Any]) -> Any:
+            try:
+                return self.invoke(pair[0], pair[1], **kwargs)
+            except Exception as exc:
+                if return_exceptions:
+                    return exc
+                raise
+
+        if len(inputs) <= 1:
+            return [one(pair) for pair in zip(inputs, configs, strict=True)]
+        workers = _max_concurrency(configs) or len(inputs)
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = [
+                pool.submit(copy_context().run, one, pair)
+                for pair in zip(inputs, configs, strict=True)
+            ]
+            return [f.result() for f in futures]
+
+    async def abatch(
+        self,
+        inputs: Sequence[Any],
+        config: Any = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        configs = _configs(config, len(inputs))
+        limit = asyncio.Semaphore(_max_concurrency(configs) or max(1, len(inputs)))
+
+        async def one(input: Any, conf: Any) -> Any:
+            async with limit:
+                return await self.ainvoke(input, conf, **kwargs)
+
+        runs = (one(i, c) for i, c in zip(inputs, configs, strict=True))
+        return list(await asyncio.gather(*runs, return_exceptions=return_exceptions))
+
+    # -- state writes --------------------------------------------------------------------
+
+    def update_state(self, config: Any, values: Any, as_node: Any = None, **kw: Any) -> Any:
+        with self.held(config):
+            return self.graph.update_state(config, values, as_node, **kw)
+
+    async def aupdate_state(self, config: Any, values: Any, as_node: Any = None, **kw: Any) -> Any:
+        async with self.aheld(config):
+            return await self.graph.aupdate_state(config, values, as_node, **kw)
+
+    def bulk_update_state(self, config: Any, supersteps: Any) -> Any:
+        with self.held(config):
+            return self.graph.bulk_update_state(config, supersteps)
+
+    async def abulk_update_state(self, config: Any, supersteps: Any) -> Any:
+        async with self.aheld(config):
+            return await self.graph.abulk_update_state(config, supersteps)
+
+
+def _configs(config: Any, count: int) -> list[Any]:
+    if isinstance(config, list):
+        if len(config) != count:
+            raise ConfigurationError(f"batch got {len(config)} configs for {count} inputs")
+        return list(config)
+    return [config] * count
+
+
+def _max_concurrency(configs: list[Any]) -> int | None:
+    for config in configs:
+        if config and config.get("max_concurrency"):
+            return int(config["max_concurrency"])
+    return None

@@ -1,0 +1,277 @@
+"""Single-writer runs (``saver.exclusive``) on every backend set-up, with real processes.
+
+langgraph#8796: two workers that start a run of one thread at once both read its head and
+fork it; through ``exclusive`` the second waits and the history stays one chain with both
+turns. A worker SIGSTOPped past its lease while another run commits gets ``LeaseLost`` on
+its next write, and nothing of it is stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.types import Command, interrupt
+
+import graphkeep
+from graphkeep.errors import ThreadBusy
+
+from .conftest import unique_prefix
+from .scenarios.backends import SETUPS, Store, reachable
+from .turn_worker import Chat, slow_chat
+
+ROOT = Path(__file__).resolve().parents[1]
+#: seconds from spawning the workers to their common start: Python, LangGraph and a client
+START_DELAY = 4.0
+
+
+@pytest.fixture(params=[b.param() for b in SETUPS])
+def runs_store(request: Any) -> Iterator[Store]:
+    store = Store(reachable(request.param), unique_prefix("excl"))
+    yield store
+    store.purge()
+
+
+def _config(thread_id: str) -> Any:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def _history(saver: Any, thread_id: str) -> list[Any]:
+    return list(saver.list(_config(thread_id)))
+
+
+def _forks(history: list[Any]) -> dict[str, list[str]]:
+    """Parents with more than one child: ``{parent id: [child ids]}``."""
+    children: dict[str, list[str]] = {}
+    for t in history:
+        if t.parent_config:
+            parent = t.parent_config["configurable"]["checkpoint_id"]
+            children.setdefault(parent, []).append(t.checkpoint["id"])
+    return {p: c for p, c in children.items() if len(c) > 1}
+
+
+def _seed(saver: Any, thread_id: str) -> None:
+    graph = slow_chat(think=0).compile(checkpointer=saver)
+    graph.invoke({"log": ["user:seed"]}, _config(thread_id))
+
+
+def _spawn(
+    store: Store, thread_id: str, line: str, start_at: float, marker: Path, *extra: str
+) -> Any:
+    args = [store.backend.url, store.prefix, thread_id, line, str(start_at), str(marker), *extra]
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.turn_worker", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finish(worker: Any) -> tuple[int, str]:
+    out, err = worker.communicate(timeout=120)
+    assert worker.returncode in (0, 2, 3), err
+    return worker.returncode, out.strip()
+
+
+def _two_at_once(store: Store, thread_id: str, tmp_path: Path, mode: str) -> list[tuple[int, str]]:
+    start_at = time.time() + START_DELAY
+    workers = [
+        _spawn(store, thread_id, f"w{i}", start_at, tmp_path / f"w{i}", mode) for i in (1, 2)
+    ]
+    return [_finish(w) for w in workers]
+
+
+def test_two_workers_at_once_fork_a_thread_without_exclusive(
+    runs_store: Store, thread_id: str, tmp_path: Path
+) -> None:
+    with graphkeep.connect(runs_store.backend.url, key_prefix=runs_store.prefix) as saver:
+        _seed(saver, thread_id)
+        assert _two_at_once(runs_store, thread_id, tmp_path, "plain") == [(0, "done")] * 2
+        history = _history(saver, thread_id)
+        assert _forks(history), [(t.checkpoint["id"], t.parent_config) for t in history]
+        # the head holds one worker's reply: the other's is gone from the thread's state
+        log = saver.get_tuple(_config(thread_id)).checkpoint["channel_values"]["log"]
+        assert len([line for line in log if line.startswith("bot:")]) == 2, log
+
+
+def test_two_workers_at_once_through_exclusive_make_one_chain_with_both_turns(
+    runs_store: Store, thread_id: str, tmp_path: Path
+) -> None:
+    with graphkeep.connect(runs_store.backend.url, key_prefix=runs_store.prefix) as saver:
+        _seed(saver, thread_id)
+        assert _two_at_once(runs_store, thread_id, tmp_path, "exclusive") == [(0, "done")] * 2
+        history = _history(saver, thread_id)
+        assert _forks(history) == {}
+        log = saver.get_tuple(_config(thread_id)).checkpoint["channel_values"]["log"]
+        assert log[:2] == ["user:seed", "bot:1:user:seed"]
+        first, second = ("w1", "w2") if log[2] == "user:w1" else ("w2", "w1")
+        assert log[2:] == [
+            f"user:{first}",
+            f"bot:2:user:{first}",
+            f"user:{second}",
+            f"bot:3:user:{second}",
+        ]
+
+
+def test_a_worker_stopped_past_its_lease_gets_lease_lost_and_stores_nothing(
+    runs_store: Store, thread_id: str, tmp_path: Path
+) -> None:
+    marker = tmp_path / "thinking"
+    with graphkeep.connect(runs_store.backend.url, key_prefix=runs_store.prefix) as saver:
+        _seed(saver, thread_id)
+        worker = _spawn(runs_store, thread_id, "late", time.time(), marker, "exclusive", "1.0")
+        try:
+            deadline = time.monotonic() + 60
+            while not marker.exists():
+                assert worker.poll() is None and time.monotonic() < deadline, worker.stderr
+                time.sleep(0.02)
+            os.kill(worker.pid, signal.SIGSTOP)  # mid-node, its lease (1 s) running out
+            time.sleep(1.6)
+            other = saver.exclusive(slow_chat(think=0).compile(checkpointer=saver), timeout=5)
+            other.invoke({"log": ["user:other"]}, _config(thread_id))
+            committed = saver.get_tuple(_config(thread_id))
+        finally:
+            os.kill(worker.pid, signal.SIGCONT)
+        code, said = _finish(worker)
+        assert code == 3 and said.startswith("lease-lost "), said
+        token, newer = (int(x) for x in said.split()[1:])
+        assert newer > token
+        # the other run's turn is the head, whole; nothing the stopped worker wrote late is
+        head = saver.get_tuple(_config(thread_id))
+        assert head.checkpoint["id"] == committed.checkpoint["id"]
+        log = head.checkpoint["channel_values"]["log"]
+        assert log[-2] == "user:other" and log[-1].endswith(":user:other"), log
+        for t in _history(saver, thread_id):
+            assert not any(
+                line.startswith("bot:") and "late" in line
+                for line in t.checkpoint["channel_values"].get("log", [])
+            )
+            late = [
+                w for w in t.pending_writes or [] if "bot:" in str(w[2]) and "late" in str(w[2])
+            ]
+            assert late == []
+
+
+def test_200_async_runs_over_10_threads_through_exclusive(runs_store: Store) -> None:
+    threads = [f"busy-{i}" for i in range(10)]
+
+    async def scenario() -> None:
+        async with graphkeep.aconnect(
+            runs_store.backend.url, key_prefix=runs_store.prefix
+        ) as saver:
+            graph = saver.exclusive(slow_chat(think=0).compile(checkpointer=saver), timeout=120)
+            turns = [(t, n) for n in range(20) for t in threads]
+            await asyncio.gather(
+                *(graph.ainvoke({"log": [f"user:{t}/{n}"]}, _config(t)) for t, n in turns)
+            )
+            for t in threads:
+                history = [x async for x in saver.alist(_config(t))]
+                assert _forks(history) == {}
+                sources = Counter(x.metadata["source"] for x in history)
+                assert sources == {"input": 20, "loop": 40}
+                head = await saver.aget_tuple(_config(t))
+                log = head.checkpoint["channel_values"]["log"]
+                said = [line for line in log if line.startswith("user:")]
+                assert sorted(said) == sorted(f"user:{t}/{n}" for n in range(20))
+                assert len(log) == 40
+
+    asyncio.run(scenario())
+
+
+def test_a_busy_thread_waits_then_raises_thread_busy_or_rejects_at_once(
+    runs_store: Store, thread_id: str
+) -> None:
+    with graphkeep.connect(runs_store.backend.url, key_prefix=runs_store.prefix) as saver:
+        graph = slow_chat(think=0).compile(checkpointer=saver)
+        held, done = threading.Event(), threading.Event()
+
+        def holder() -> None:  # another run, its own context
+            with saver.lock(thread_id, ttl=30):
+                held.set()
+                done.wait(30)
+
+        other = threading.Thread(target=holder)
+        other.start()
+        try:
+            held.wait(10)
+            started = time.monotonic()
+            with pytest.raises(ThreadBusy):
+                saver.exclusive(graph, on_busy="reject").invoke(
+                    {"log": ["user:x"]}, _config(thread_id)
+                )
+            assert time.monotonic() - started < 0.5
+            started = time.monotonic()
+            with pytest.raises(ThreadBusy):
+                saver.exclusive(graph, timeout=0.6).invoke({"log": ["user:x"]}, _config(thread_id))
+            assert time.monotonic() - started >= 0.6
+        finally:
+            done.set()
+            other.join()
+        assert saver.get_tuple(_config(thread_id)) is None
+        # free again: a waiting run goes ahead
+        saver.exclusive(graph, on_busy="reject").invoke({"log": ["user:y"]}, _config(thread_id))
+
+
+def _asking() -> Any:
+    from langgraph.graph import END, START, StateGraph
+
+    def ask(state: Chat) -> dict[str, list[str]]:
+        if "boom" in state["log"][-1]:
+            raise RuntimeError("the node failed")
+        answer = interrupt("name?")
+        return {"log": [f"bot:hello {answer}"]}
+
+    builder = StateGraph(Chat)
+    builder.add_node("ask", ask)
+    builder.add_edge(START, "ask")
+    builder.add_edge("ask", END)
+    return builder
+
+
+def test_the_lease_is_let_go_on_return_error_interrupt_and_cancellation(
+    runs_store: Store, thread_id: str
+) -> None:
+    url, prefix = runs_store.backend.url, runs_store.prefix
+    with graphkeep.connect(url, key_prefix=prefix) as saver:
+        app = saver.exclusive(_asking().compile(checkpointer=saver), on_busy="reject")
+        config = _config(thread_id)
+        with pytest.raises(RuntimeError):
+            app.invoke({"log": ["user:boom"]}, config)
+        out = app.invoke({"log": ["user:hi"]}, config)  # not busy: the error let it go
+        assert "__interrupt__" in out
+        out = app.invoke(Command(resume="ada"), config)  # nor the interrupt
+        assert out["log"][-1] == "bot:hello ada"
+        chunks = list(app.stream({"log": ["user:again"]}, config))
+        assert chunks and "__interrupt__" in chunks[-1]
+        assert app.get_state(config).next == ("ask",)
+        app.update_state(config, {"log": ["user:edited"]})
+
+    async def cancelled() -> None:
+        async with graphkeep.aconnect(url, key_prefix=prefix) as asaver:
+            slow = asaver.exclusive(
+                slow_chat(think=5).compile(checkpointer=asaver), on_busy="reject"
+            )
+            run = asyncio.create_task(
+                slow.ainvoke({"log": ["user:slow"]}, _config("c-" + thread_id))
+            )
+            await asyncio.sleep(1.0)
+            run.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await run
+            quick = asaver.exclusive(
+                slow_chat(think=0).compile(checkpointer=asaver), on_busy="reject"
+            )
+            await quick.ainvoke({"log": ["user:next"]}, _config("c-" + thread_id))
+
+    asyncio.run(cancelled())

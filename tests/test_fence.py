@@ -1,0 +1,163 @@
+"""Fenced leases on every backend set-up: a holder that stalled past its lease while another
+run took the thread over writes nothing more (``LeaseLost``), and tokens only grow.
+
+The stall here is a sleep in one process (the same store requests as a paused one); the
+SIGSTOPped process and the runs of two processes are in tests/test_exclusive.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+
+import graphkeep
+from graphkeep.checkpoint import fence
+from graphkeep.errors import LeaseLost
+
+from .conftest import unique_prefix
+from .scenarios.backends import SETUPS, Store, reachable
+
+LEASE = 0.4
+
+
+@pytest.fixture(params=[b.param() for b in SETUPS])
+def fence_store(request: Any) -> Iterator[Store]:
+    store = Store(reachable(request.param), unique_prefix("fence"))
+    yield store
+    store.purge()
+
+
+def _config(thread_id: str, checkpoint_id: str | None = None) -> Any:
+    configurable = {"thread_id": thread_id, "checkpoint_ns": ""}
+    if checkpoint_id:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}
+
+
+def _put(saver: Any, thread_id: str, step: int, parent: str | None = None) -> str:
+    checkpoint = _checkpoint(step)
+    metadata = {"source": "loop", "step": step, "run_id": f"run-{step}"}
+    saver.put(_config(thread_id, parent), checkpoint, metadata, checkpoint["channel_versions"])
+    return str(checkpoint["id"])
+
+
+def _stored(saver: Any, thread_id: str) -> list[str]:
+    return [t.checkpoint["id"] for t in saver.list({"configurable": {"thread_id": thread_id}})]
+
+
+def test_a_superseded_holder_writes_nothing_more(fence_store: Store, thread_id: str) -> None:
+    url, prefix = fence_store.backend.url, fence_store.prefix
+    with graphkeep.connect(url, key_prefix=prefix) as saver:
+        old = saver.lock(thread_id, ttl=LEASE)
+        old.acquire()
+        first = _put(saver, thread_id, 0)  # under the live lease: stored
+        time.sleep(LEASE + 0.3)  # the holder stalls past its lease
+        fence.drop(thread_id)  # another worker (its own context) takes the thread over
+        with saver.lock(thread_id, ttl=10) as new:
+            assert new.fence is not None and old.fence is not None
+            assert new.fence > old.fence
+            second = _put(saver, thread_id, 1, first)
+        before = sorted(_stored(saver, thread_id))
+        fence.hold(thread_id, old.fence)  # the stalled holder wakes up and writes on
+        refused = [
+            lambda: _put(saver, thread_id, 2, second),
+            lambda: saver.put_writes(_config(thread_id, second), [("turn", 9)], "task-late"),
+            lambda: saver.delete_thread(thread_id),
+            lambda: saver.prune([thread_id], strategy="keep_latest"),
+            lambda: saver.delete_for_runs(["run-0"]),
+            lambda: saver.prune([thread_id], strategy="delete"),
+        ]
+        for write in refused:
+            with pytest.raises(LeaseLost) as lost:
+                write()
+            assert lost.value.thread_id == thread_id
+            assert lost.value.token == old.fence and lost.value.newer == new.fence
+        assert old.release() is False  # the lease is not the stalled holder's any more
+        assert sorted(_stored(saver, thread_id)) == before == sorted([first, second])
+        got = saver.get_tuple(_config(thread_id, second))
+        assert got is not None and got.pending_writes == []
+        assert got.checkpoint["channel_values"] == {"turn": 1}
+
+
+def test_copy_thread_onto_a_thread_taken_over_is_refused(fence_store: Store) -> None:
+    url, prefix = fence_store.backend.url, fence_store.prefix
+    source, target = "fence-src", "fence-dst"
+    with graphkeep.connect(url, key_prefix=prefix) as saver:
+        _put(saver, source, 0)
+        stalled = saver.lock(target, ttl=LEASE)
+        stalled.acquire()
+        time.sleep(LEASE + 0.3)
+        fence.drop(target)
+        with saver.lock(target, ttl=10):
+            pass
+        fence.hold(target, stalled.fence or 0)
+        with pytest.raises(LeaseLost):
+            saver.copy_thread(source, target)
+        fence.drop(target)
+        assert _stored(saver, target) == []
+
+
+def test_fencing_tokens_only_grow_per_thread(fence_store: Store, thread_id: str) -> None:
+    url, prefix = fence_store.backend.url, fence_store.prefix
+    with graphkeep.connect(url, key_prefix=prefix) as saver:
+        tokens = []
+        for _ in range(3):
+            with saver.lock(thread_id, ttl=5) as held:
+                tokens.append(held.fence)
+                _put(saver, thread_id, len(tokens))
+        saver.delete_thread(thread_id)  # the thread's data goes, its fencing token stays
+        with saver.lock(thread_id, ttl=5) as held:
+            tokens.append(held.fence)
+        assert tokens == sorted(set(tokens)) and len(tokens) == 4
+        # outside any lease a write carries no token and is not checked
+        _put(saver, thread_id, 9)
+        assert len(_stored(saver, thread_id)) == 1
+
+
+def test_an_async_holder_superseded_writes_nothing_more(fence_store: Store, thread_id: str) -> None:
+    url, prefix = fence_store.backend.url, fence_store.prefix
+
+    async def scenario() -> None:
+        async with graphkeep.aconnect(url, key_prefix=prefix) as saver:
+            old = saver.lock(thread_id, ttl=LEASE)
+
+            async def stalled_holder(taken: asyncio.Event, done: asyncio.Event) -> None:
+                async with old:  # the context's writes carry its token
+                    await _aput(saver, thread_id, 0)
+                    taken.set()
+                    await done.wait()
+                    with pytest.raises(LeaseLost) as lost:
+                        await _aput(saver, thread_id, 5)
+                    assert lost.value.token == old.fence
+
+            async def other_run(taken: asyncio.Event, done: asyncio.Event) -> None:
+                await taken.wait()
+                await asyncio.sleep(LEASE + 0.3)
+                async with saver.lock(thread_id, ttl=10):  # its own task: its own context
+                    await _aput(saver, thread_id, 1)
+                done.set()
+
+            taken, done = asyncio.Event(), asyncio.Event()
+            await asyncio.gather(stalled_holder(taken, done), other_run(taken, done))
+            steps = [t.metadata["step"] async for t in saver.alist(_config(thread_id))]
+            assert steps == [1, 0]
+
+    asyncio.run(scenario())
+
+
+def _checkpoint(turn: int) -> Any:
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"turn": turn}
+    checkpoint["channel_versions"] = {"turn": f"{turn + 2:032}"}
+    return checkpoint
+
+
+async def _aput(saver: Any, thread_id: str, step: int) -> None:
+    checkpoint = _checkpoint(step)
+    versions = checkpoint["channel_versions"]
+    await saver.aput(_config(thread_id), checkpoint, {"step": step}, versions)
