@@ -15,9 +15,9 @@ refused (:class:`~graphkeep.errors.LeaseLost`), never written over the other's t
 A second run of a busy thread waits up to ``timeout`` seconds for it, then raises
 :class:`~graphkeep.errors.ThreadBusy`; ``on_busy="reject"`` raises at once.
 
-The runs are ``invoke``/``ainvoke``, ``stream``/``astream``, ``batch``/``abatch`` and the state
-writes ``update_state``/``aupdate_state``/``bulk_update_state``/``abulk_update_state``; every
-other attribute (``get_state``, ``get_state_history``, ``get_graph``…) is the graph's own.
+The runs are ``invoke``/``ainvoke``, ``stream``/``astream``/``astream_events``,
+``batch``/``abatch`` and the state writes ``update_state``/``aupdate_state``/
+``bulk_update_state``/``abulk_update_state``; every other attribute (``get_state``, ``get_state_history``, ``get_graph``…) is the graph's own.
 """
 
 from __future__ import annotations
@@ -168,6 +168,13 @@ class Exclusive:
         async with self.aheld(config):
             async for chunk in self.graph.astream(input, config, **kwargs):
                 yield chunk
+
+    async def astream_events(
+        self, input: Any, config: Any = None, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        async with self.aheld(config):
+            async for event in self.graph.astream_events(input, config, **kwargs):
+                yield event
 
     def batch(
         self,
