@@ -5,6 +5,10 @@
   written; a new process resumes the thread: the tool ran once and the final state carries
   the recorded result;
 - a node with a side effect before ``interrupt()`` resumed 3 times: the effect ran once;
+- a replay of the head (twice) and of an older checkpoint re-run no effect; a fork with
+  other arguments (``update_state``) runs it for them; its resume and a failed task's retry
+  repeat nothing; identical ``Send``s are two effects; a record keyed by the task id (the
+  key of earlier versions) is replayed when its pending task resumes;
 - 50 concurrent calls with one key (threads sharing a sync ledger, tasks sharing an async
   one): one execution, 50 identical results;
 - ``delete_thread`` removes a thread's records; an encrypting serializer leaves no
@@ -563,3 +567,92 @@ async def test_a_replay_or_fork_of_the_thread_does_not_repeat_its_async_effects(
         assert state["log"] == ["to carol", "mail to carol", "yes", "filed carol"]
         assert sent == ["bob", "carol"] and filed == ["carol"]
         await saver.adelete_thread("aforked")
+
+
+class Ping(TypedDict):
+    to: str
+
+
+def test_identical_sends_are_two_effects_and_a_subgraph_per_round_is_not_collapsed(
+    setup: Setup,
+) -> None:
+    from langgraph.types import Send
+
+    pings: list[str] = []
+    with graphkeep.connect(setup.url, key_prefix=unique_prefix("fx")) as saver:
+
+        @saver.effects.once
+        def ping(to: str) -> str:
+            pings.append(to)
+            return f"pinged {to}"
+
+        def notify(state: Ping) -> dict[str, Any]:
+            return {"log": [ping(state["to"])]}
+
+        builder = StateGraph(Log)
+        builder.add_node("notify", notify)
+        builder.add_conditional_edges(START, lambda _: [Send("notify", {"to": "ada"})] * 2)
+        graph = builder.compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "sends"}}
+        assert graph.invoke({"log": []}, config)["log"] == ["pinged ada"] * 2
+        assert pings == ["ada", "ada"]  # two Sends of one node and argument: two effects
+        history = graph.get_state_history(config)
+        [before] = [s.config for s in history if s.next == ("notify", "notify")]
+        assert graph.invoke(None, before)["log"] == ["pinged ada"] * 2
+        assert pings == ["ada", "ada"]  # replayed: each Send gets its own record back
+
+        # a subgraph's steps start over each time its node runs: two rounds, two effects
+        inner = StateGraph(Log)
+        inner.add_node("inner", lambda state: {"log": [ping("bob")]})
+        inner.add_edge(START, "inner")
+        sub = inner.compile()
+
+        def outer(state: Log) -> dict[str, Any]:
+            return {"log": sub.invoke({"log": []})["log"]}
+
+        looping = StateGraph(Log)
+        looping.add_node("outer", outer)
+        looping.add_edge(START, "outer")
+        looping.add_conditional_edges("outer", lambda s: "outer" if len(s["log"]) < 2 else END)
+        rounds = looping.compile(checkpointer=saver)
+        out = rounds.invoke({"log": []}, {"configurable": {"thread_id": "rounds"}})
+        assert out["log"] == ["pinged bob"] * 2 and pings.count("bob") == 2
+        for thread in ("sends", "rounds"):
+            saver.delete_thread(thread)
+
+
+def test_a_record_keyed_by_the_task_id_as_earlier_versions_did_is_replayed_on_resume(
+    setup: Setup,
+) -> None:
+    from langgraph.config import get_config
+
+    from graphkeep.effects.keys import arguments_digest, digest
+
+    sent: list[str] = []
+    with graphkeep.connect(setup.url, key_prefix=unique_prefix("fx")) as saver:
+        ledger = saver.effects
+
+        def send_email(to: str) -> str:
+            sent.append(to)
+            return f"mail to {to}"
+
+        def send(state: Log) -> dict[str, Any]:
+            if not sent:  # the run an earlier graphkeep made: its key named the task id
+                conf = get_config()["configurable"]
+                parts = (conf["thread_id"], conf["checkpoint_ns"], conf["__pregel_task_id"], "")
+                arguments = arguments_digest(ledger.serde, ("bob",), {})
+                old = "auto:" + digest(*parts, "send_email", arguments, "0")
+                receipt = ledger.run(old, send_email, "bob")
+            else:  # upgraded, the pending task resumed
+                receipt = ledger.once(send_email, name="send_email")("bob")
+            return {"log": [receipt, str(interrupt(receipt))]}
+
+        builder = StateGraph(Log)
+        builder.add_node("send", send)
+        builder.add_edge(START, "send")
+        graph = builder.compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "upgraded"}}
+        graph.invoke({"log": []}, config)
+        state = graph.invoke(Command(resume="ok"), config)
+        assert state["log"] == ["mail to bob", "ok"] and sent == ["bob"]
+        saver.delete_thread("upgraded")

@@ -25,10 +25,14 @@ two calls with the same arguments in one step are told apart by their position.
 
 LangGraph saves a replay's fork checkpoint (and an ``update_state``) as a step of its own, so
 a replay re-executes the replayed checkpoint's tasks one step later than they first ran. A
-call in a run that continues a saved checkpoint (input None or a ``Command``: a resume or a
-replay) whose key has no record therefore also takes the record of the same call one step
-back (:func:`earlier_keys`), and that of the key an earlier graphkeep derived from the task
-id (a pending task resumed across an upgrade), and stores it under its own key too.
+call whose key has no record, in a task that re-executes a saved step (any step of a replay
+run; the first step of a run resumed without new input), therefore also takes the record of
+the same call one step back (:func:`earlier_keys`), or that of the key an earlier graphkeep
+derived from the task id (a pending task resumed across an upgrade), and stores it under its
+own key too. Not covered (docs/effects.md): steps a replayed branch first reaches in a later
+run, effects one fork deeper, and effects inside a subgraph across a replay of its parent.
+An app that wants a fresh effect per branch passes its own key (``ledger.run(key, fn, ...)``,
+``@ledger.once(key=...)``).
 
 The key is ``auto:`` + a SHA-256 over those, so it is the same length for every call and
 safe to hand to an outside API (Stripe-style ``idempotency_key``).
