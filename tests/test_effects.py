@@ -5,6 +5,10 @@
   written; a new process resumes the thread: the tool ran once and the final state carries
   the recorded result;
 - a node with a side effect before ``interrupt()`` resumed 3 times: the effect ran once;
+- a replay of the head (twice) and of an older checkpoint re-run no effect; a fork with
+  other arguments (``update_state``) runs it for them; its resume and a failed task's retry
+  repeat nothing; identical ``Send``s are two effects; a record keyed by the task id (the
+  key of earlier versions) is replayed when its pending task resumes;
 - 50 concurrent calls with one key (threads sharing a sync ledger, tasks sharing an async
   one): one execution, 50 identical results;
 - ``delete_thread`` removes a thread's records; an encrypting serializer leaves no
@@ -435,3 +439,220 @@ def test_a_node_retried_by_its_retry_policy_does_not_repeat_its_effect(setup: Se
         assert state["log"] == ["charged 5521"]
         assert len(attempts) == 2 and sent == ["5521"]  # retried once, charged once
         saver.delete_thread("retried")
+
+
+class Mail(TypedDict):
+    to: str
+    log: Annotated[list[str], operator.add]
+
+
+def _mail_graph(saver: Any, sent: list[str], filed: list[str], *, asynchronous: bool) -> Any:
+    """prepare -> send (a mail, then approval) -> archive (an effect, then a failure the first
+    time): every node's input comes from ``to``, which ``update_state`` can change."""
+    ledger = saver.effects
+    failures: list[str] = []
+
+    @ledger.once
+    def send_email(to: str) -> str:
+        sent.append(to)
+        return f"mail to {to}"
+
+    @ledger.once
+    def file_copy(to: str) -> str:
+        filed.append(to)
+        return f"filed {to}"
+
+    def prepare(state: Mail) -> dict[str, Any]:
+        return {"log": [f"to {state['to']}"]}
+
+    def send(state: Mail) -> dict[str, Any]:
+        receipt = send_email(state["to"])
+        return {"log": [receipt, str(interrupt(f"{receipt}: approve?"))]}
+
+    def archive(state: Mail) -> dict[str, Any]:
+        note = file_copy(state["to"])
+        if not failures:
+            failures.append(note)
+            raise ConnectionError("the archive went down after filing")
+        return {"log": [note]}
+
+    @ledger.once(name="send_email")
+    async def asend_email(to: str) -> str:
+        sent.append(to)
+        return f"mail to {to}"
+
+    async def afile_copy(to: str) -> str:
+        filed.append(to)
+        return f"filed {to}"
+
+    async def asend(state: Mail) -> dict[str, Any]:
+        receipt = await asend_email(state["to"])
+        return {"log": [receipt, str(interrupt(f"{receipt}: approve?"))]}
+
+    async def aarchive(state: Mail) -> dict[str, Any]:
+        note = await ledger.arun(None, afile_copy, state["to"])
+        if not failures:
+            failures.append(note)
+            raise ConnectionError("the archive went down after filing")
+        return {"log": [note]}
+
+    builder = StateGraph(Mail)
+    builder.add_node("prepare", prepare)
+    builder.add_node("send", asend if asynchronous else send)
+    builder.add_node("archive", aarchive if asynchronous else archive)
+    builder.add_edge(START, "prepare")
+    builder.add_edge("prepare", "send")
+    builder.add_edge("send", "archive")
+    builder.add_edge("archive", END)
+    return builder.compile(checkpointer=saver)
+
+
+def _asked(out: dict[str, Any]) -> str:
+    return str(out["__interrupt__"][0].value)
+
+
+def test_a_replay_or_fork_of_the_thread_does_not_repeat_its_effects(setup: Setup) -> None:
+    sent: list[str] = []
+    filed: list[str] = []
+    with graphkeep.connect(setup.url, key_prefix=unique_prefix("fx")) as saver:
+        graph = _mail_graph(saver, sent, filed, asynchronous=False)
+        config = {"configurable": {"thread_id": "forked"}}
+        assert _asked(graph.invoke({"to": "bob", "log": []}, config)) == "mail to bob: approve?"
+        assert sent == ["bob"]
+        history = list(graph.get_state_history(config))
+        [older] = [s.config for s in history if s.next == ("prepare",)]
+        head = graph.get_state(config).config
+        # time travel to before prepare: both steps re-execute, one step later than at first
+        assert _asked(graph.invoke(None, older)) == "mail to bob: approve?"
+        for _ in range(2):  # the head replayed twice: same state, same arguments
+            assert _asked(graph.invoke(None, head)) == "mail to bob: approve?"
+        assert sent == ["bob"]  # the world did not fork: the recorded result came back
+        # a fork from the older checkpoint with other arguments: a new effect
+        fork = graph.update_state(older, {"to": "carol"})
+        assert _asked(graph.invoke(None, fork)) == "mail to carol: approve?"
+        assert sent == ["bob", "carol"]
+        # the fork resumed (send re-runs to its interrupt), archive fails, then is retried
+        with pytest.raises(ConnectionError):
+            graph.invoke(Command(resume="yes"), config)
+        state = graph.invoke(None, config)
+        assert state["log"] == ["to carol", "mail to carol", "yes", "filed carol"]
+        assert sent == ["bob", "carol"] and filed == ["carol"]
+        saver.delete_thread("forked")
+        assert saver.effects.records() == []
+
+
+async def test_a_replay_or_fork_of_the_thread_does_not_repeat_its_async_effects(
+    setup: Setup,
+) -> None:
+    sent: list[str] = []
+    filed: list[str] = []
+    async with graphkeep.aconnect(setup.url, key_prefix=unique_prefix("fx")) as saver:
+        graph = _mail_graph(saver, sent, filed, asynchronous=True)
+        config = {"configurable": {"thread_id": "aforked"}}
+        out = await graph.ainvoke({"to": "bob", "log": []}, config)
+        assert _asked(out) == "mail to bob: approve?"
+        history = [s async for s in graph.aget_state_history(config)]
+        [older] = [s.config for s in history if s.next == ("prepare",)]
+        head = (await graph.aget_state(config)).config
+        assert _asked(await graph.ainvoke(None, older)) == "mail to bob: approve?"
+        for _ in range(2):
+            assert _asked(await graph.ainvoke(None, head)) == "mail to bob: approve?"
+        assert sent == ["bob"]
+        fork = await graph.aupdate_state(older, {"to": "carol"})
+        assert _asked(await graph.ainvoke(None, fork)) == "mail to carol: approve?"
+        assert sent == ["bob", "carol"]
+        with pytest.raises(ConnectionError):
+            await graph.ainvoke(Command(resume="yes"), config)
+        state = await graph.ainvoke(None, config)
+        assert state["log"] == ["to carol", "mail to carol", "yes", "filed carol"]
+        assert sent == ["bob", "carol"] and filed == ["carol"]
+        await saver.adelete_thread("aforked")
+
+
+class Ping(TypedDict):
+    to: str
+
+
+def test_identical_sends_are_two_effects_and_a_subgraph_per_round_is_not_collapsed(
+    setup: Setup,
+) -> None:
+    from langgraph.types import Send
+
+    pings: list[str] = []
+    with graphkeep.connect(setup.url, key_prefix=unique_prefix("fx")) as saver:
+
+        @saver.effects.once
+        def ping(to: str) -> str:
+            pings.append(to)
+            return f"pinged {to}"
+
+        def notify(state: Ping) -> dict[str, Any]:
+            return {"log": [ping(state["to"])]}
+
+        builder = StateGraph(Log)
+        builder.add_node("notify", notify)
+        builder.add_conditional_edges(START, lambda _: [Send("notify", {"to": "ada"})] * 2)
+        graph = builder.compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "sends"}}
+        assert graph.invoke({"log": []}, config)["log"] == ["pinged ada"] * 2
+        assert pings == ["ada", "ada"]  # two Sends of one node and argument: two effects
+        history = graph.get_state_history(config)
+        [before] = [s.config for s in history if s.next == ("notify", "notify")]
+        assert graph.invoke(None, before)["log"] == ["pinged ada"] * 2
+        assert pings == ["ada", "ada"]  # replayed: each Send gets its own record back
+
+        # a subgraph's steps start over each time its node runs: two rounds, two effects
+        inner = StateGraph(Log)
+        inner.add_node("inner", lambda state: {"log": [ping("bob")]})
+        inner.add_edge(START, "inner")
+        sub = inner.compile()
+
+        def outer(state: Log) -> dict[str, Any]:
+            return {"log": sub.invoke({"log": []})["log"]}
+
+        looping = StateGraph(Log)
+        looping.add_node("outer", outer)
+        looping.add_edge(START, "outer")
+        looping.add_conditional_edges("outer", lambda s: "outer" if len(s["log"]) < 2 else END)
+        rounds = looping.compile(checkpointer=saver)
+        out = rounds.invoke({"log": []}, {"configurable": {"thread_id": "rounds"}})
+        assert out["log"] == ["pinged bob"] * 2 and pings.count("bob") == 2
+        for thread in ("sends", "rounds"):
+            saver.delete_thread(thread)
+
+
+def test_a_record_keyed_by_the_task_id_as_earlier_versions_did_is_replayed_on_resume(
+    setup: Setup,
+) -> None:
+    from langgraph.config import get_config
+
+    from graphkeep.effects.keys import arguments_digest, digest
+
+    sent: list[str] = []
+    with graphkeep.connect(setup.url, key_prefix=unique_prefix("fx")) as saver:
+        ledger = saver.effects
+
+        def send_email(to: str) -> str:
+            sent.append(to)
+            return f"mail to {to}"
+
+        def send(state: Log) -> dict[str, Any]:
+            if not sent:  # the run an earlier graphkeep made: its key named the task id
+                conf = get_config()["configurable"]
+                parts = (conf["thread_id"], conf["checkpoint_ns"], conf["__pregel_task_id"], "")
+                arguments = arguments_digest(ledger.serde, ("bob",), {})
+                old = "auto:" + digest(*parts, "send_email", arguments, "0")
+                receipt = ledger.run(old, send_email, "bob")
+            else:  # upgraded, the pending task resumed
+                receipt = ledger.once(send_email, name="send_email")("bob")
+            return {"log": [receipt, str(interrupt(receipt))]}
+
+        builder = StateGraph(Log)
+        builder.add_node("send", send)
+        builder.add_edge(START, "send")
+        graph = builder.compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "upgraded"}}
+        graph.invoke({"log": []}, config)
+        state = graph.invoke(Command(resume="ok"), config)
+        assert state["log"] == ["mail to bob", "ok"] and sent == ["bob"]
+        saver.delete_thread("upgraded")

@@ -48,6 +48,7 @@ from graphkeep.effects.keys import (
     check_key,
     check_thread,
     derived_key,
+    earlier_record,
     task_scope,
 )
 from graphkeep.effects.port import (
@@ -409,6 +410,22 @@ class LedgerBase:
                 mine = self._fresh(thread, key, name, policy)
                 found = yield from self.port.claim(mine, mine.created_ms)
 
+    def _open(
+        self, thread: str, key: str, earlier: tuple[str, ...], name: str, policy: Policy
+    ) -> Op[Claimed | EffectRecord]:
+        """:meth:`_begin`; a call it lets run first takes a settled record of ``earlier``
+        (the same call before a replay took a step: see :mod:`graphkeep.effects.keys`)."""
+        outcome = yield from self._begin(thread, key, name, policy)
+        if not isinstance(outcome, Claimed) or outcome.retried or not earlier:
+            return outcome
+        found = yield from earlier_record(self.port, thread, earlier)
+        if found is None:
+            return outcome
+        now = now_ms()
+        record = outcome.record.settled(found.state, found.data, now, now + policy.ttl_ms)
+        yield from self.port.finish(record, now)  # lost meanwhile: the holder's record stands
+        return record
+
     def _finish(self, claimed: Claimed, result: Any, policy: Policy) -> Op[None]:
         record = claimed.record
         try:
@@ -474,7 +491,7 @@ class LedgerBase:
 
     def _address(
         self, effect: Effect, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-    ) -> tuple[str, str]:
+    ) -> tuple[str, str, tuple[str, ...]]:
         from langgraph.config import get_config
 
         try:
@@ -482,11 +499,11 @@ class LedgerBase:
         except RuntimeError:
             config = None
         scope = task_scope(config)
-        thread = scope[0] if scope is not None else ""
+        thread = scope.thread if scope is not None else ""
         if isinstance(effect.key, str):
-            return thread, check_key(effect.key)
+            return thread, check_key(effect.key), ()
         if effect.key is not None:
-            return thread, check_key(effect.key(*args, **kwargs))
+            return thread, check_key(effect.key(*args, **kwargs)), ()
         if scope is None:
             raise EffectKeyRequired(
                 f"effect {effect.name!r} has no key and is not running in a LangGraph task"
@@ -495,7 +512,8 @@ class LedgerBase:
                 + _no_task_in_async_code()
             )
         digest = arguments_digest(self.serde, args, kwargs)
-        return thread, derived_key(scope, self.positions, effect.name, digest)
+        derived = derived_key(scope, self.positions, effect.name, digest)
+        return thread, derived.key, derived.earlier
 
     def _effect(
         self,
@@ -527,10 +545,9 @@ class LedgerBase:
         self, effect: Effect, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` as ``effect`` (a sync function)."""
-        thread, key = self._address(effect, args, kwargs)
-        outcome = self._sync(
-            self.observed("begin", self._begin(thread, key, effect.name, effect.policy), thread)
-        )
+        thread, key, earlier = self._address(effect, args, kwargs)
+        opening = self._open(thread, key, earlier, effect.name, effect.policy)
+        outcome = self._sync(self.observed("begin", opening, thread))
         if isinstance(outcome, EffectRecord):
             return self._replay(outcome)
         if effect.takes_key:
@@ -550,10 +567,9 @@ class LedgerBase:
         self, effect: Effect, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         """Run ``await fn(*args, **kwargs)`` as ``effect`` (an async function)."""
-        thread, key = self._address(effect, args, kwargs)
-        outcome = await self._async(
-            self.observed("begin", self._begin(thread, key, effect.name, effect.policy), thread)
-        )
+        thread, key, earlier = self._address(effect, args, kwargs)
+        opening = self._open(thread, key, earlier, effect.name, effect.policy)
+        outcome = await self._async(self.observed("begin", opening, thread))
         if isinstance(outcome, EffectRecord):
             return self._replay(outcome)
         if effect.takes_key:
@@ -603,9 +619,9 @@ class LedgerBase:
 
         ``fn``: a sync or async function (a node, a ``@task``'s function, a tool's function —
         put ``@tool`` / ``@task`` above ``@ledger.once``), or a LangChain tool (``BaseTool``:
-        ``ledger.once(tool)`` for ``ToolNode`` / ``create_react_agent``; its default key then
-        includes the model's tool call id). A ``fn`` taking ``idempotency_key`` receives the
-        key (hidden from the signature a tool schema is built from); inside an effect
+        ``ledger.once(tool)`` for ``ToolNode`` / ``create_react_agent``). A ``fn`` taking
+        ``idempotency_key`` receives the key (hidden from the signature a tool schema is
+        built from); inside an effect
         :func:`graphkeep.effects.current_idempotency_key` gives it too.
         """
         if fn is None:

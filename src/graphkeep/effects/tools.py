@@ -1,9 +1,11 @@
 """``ledger.once(tool)``: a LangChain tool whose runs are effects of a ledger.
 
 The tool keeps its name, description, schema and injected arguments (``ToolNode`` and
-``create_react_agent`` see the same tool); its runs go through the ledger, and a run for a
-model's tool call carries that call's id into the default key, so two calls of one tool
-with the same arguments in one step are two effects, each replayed for its own call.
+``create_react_agent`` see the same tool); its runs go through the ledger. Two calls of one
+tool with the same arguments in one step are two effects (told apart by their position in
+the task); the model's tool call id is not part of the default key (see
+:mod:`graphkeep.effects.keys`): a run for a tool call carries it only to find a record an
+earlier graphkeep keyed by it.
 """
 
 from __future__ import annotations
