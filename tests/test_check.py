@@ -23,7 +23,9 @@ import ormsgpack
 import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.channels import DeltaChannel
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
@@ -738,6 +740,79 @@ def test_prune_refuses_a_plan_that_drops_a_delta_channel_seed_and_deletes_nothin
         assert len(inventory(saver, thread_id).checkpoints) < len(before.checkpoints)
     code, report = check_json(graphkeep_url, "--thread", thread_id)
     assert (code, report["findings"]) == (0, [])
+
+
+def _heads_of(found: Inventory) -> set[tuple[str, str]]:
+    namespaces = {s.ns for s in found.checkpoints}
+    return {
+        (ns, max(s.checkpoint_id for s in found.checkpoints if s.ns == ns)) for ns in namespaces
+    }
+
+
+def test_prune_refuses_a_whole_batch_before_deleting_from_any_thread(
+    graphkeep_url: str, thread_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plain, delta = f"{thread_id}-plain", f"{thread_id}-delta"
+    with graphkeep.connect(graphkeep_url) as saver:
+        graph = count_graph(saver)
+        for _ in range(3):
+            graph.invoke({"n": 1}, config(plain))
+        chat(saver, delta, 5)
+        before = {t: inventory(saver, t) for t in (plain, delta)}
+        # a plan built by hand: every head, none of the ancestors a DeltaChannel needs
+        heads = _heads_of(before[plain]) | _heads_of(before[delta])
+        monkeypatch.setattr(maintenance_module, "keep_latest", lambda _: heads)
+        with pytest.raises(UnsafePrune, match="delta_no_seed"):
+            saver.prune([plain, delta])  # the plain thread's plan alone is fine
+        assert {t: inventory(saver, t) for t in (plain, delta)} == before
+    monkeypatch.undo()
+
+
+async def test_aprune_refuses_a_whole_batch_before_deleting_from_any_thread(
+    graphkeep_url: str, thread_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plain, delta = f"{thread_id}-plain", f"{thread_id}-delta"
+    with graphkeep.connect(graphkeep_url) as saver:
+        graph = count_graph(saver)
+        for _ in range(3):
+            graph.invoke({"n": 1}, config(plain))
+        chat(saver, delta, 5)
+        before = {t: inventory(saver, t) for t in (plain, delta)}
+    heads = _heads_of(before[plain]) | _heads_of(before[delta])
+    monkeypatch.setattr(maintenance_module, "keep_latest", lambda _: heads)
+    async with graphkeep.aconnect(graphkeep_url) as asaver:
+        with pytest.raises(UnsafePrune, match="delta_no_seed"):
+            await asaver.aprune([plain, delta])
+    monkeypatch.undo()
+    with graphkeep.connect(graphkeep_url) as saver:
+        assert {t: inventory(saver, t) for t in (plain, delta)} == before
+
+
+def test_check_knows_a_delta_channel_by_a_snapshot_at_an_ancestor_as_prune_does(
+    graphkeep_url: str, thread_id: str
+) -> None:
+    """A head LangGraph wrote without ``counters_since_delta_snapshot``: the ``_DeltaSnapshot``
+    stored at the root is the only evidence that its channel rebuilds from history."""
+    with graphkeep.connect(graphkeep_url) as saver:
+        parent: Any = None
+        for step in range(3):
+            values = {"items": _DeltaSnapshot(["seed"])} if step == 0 else {}
+            conf = config(thread_id)
+            if parent is not None:
+                conf["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
+            cp = empty_checkpoint()
+            cp["channel_values"], cp["channel_versions"] = values, {"items": step + 1}
+            meta = {"source": "loop", "step": step, "parents": {}, "run_id": f"run-{step}"}
+            parent = saver.put(conf, cp, meta, {"items": step + 1})
+            saver.put_writes(parent, [("items", [f"w{step}"])], f"task-{step}")
+        head = inventory(saver, thread_id)
+        assert findings_of(thread_id, head).findings == []
+        saver.prune([thread_id])  # keeps the chain back to the snapshot
+        assert len(inventory(saver, thread_id).checkpoints) == 3
+        saver.delete_for_runs(["run-1"])  # cuts it: the head's walk now stops at a hole
+    code, report = check_json(graphkeep_url, "--thread", thread_id)
+    kinds = {(f["kind"], f["channel"]) for f in report["findings"]}
+    assert ("delta_no_seed", "items") in kinds, report["findings"]
 
 
 # -- --deep: every payload decoded ---------------------------------------------------

@@ -12,6 +12,7 @@ from conformance.spec import (  # noqa: F401  (importing registers the cases)
     delta_history,
     delta_prune_copy,
     metadata,
+    prune,
     sync_api,
     thread_ids,
     versions,

@@ -13,7 +13,8 @@ thread did not have before. The findings (:data:`KINDS`, docs/check.md):
   (``missing_parent``, warning); parent ids that loop are a ``cycle`` (error);
 - values: a channel a checkpoint lists as stored (``present``) whose blob at the checkpoint's
   version is not stored (``missing_value``, error); a DeltaChannel whose value lives in
-  ancestor writes (``needs_history``) and whose parent walk stops at a checkpoint that is not
+  ancestor writes (:func:`~graphkeep.checkpoint.walk.history_channels`, the channels prune
+  keeps a chain for) and whose parent walk stops at a checkpoint that is not
   stored, or loops, before it reaches a stored value (``delta_no_seed``, error; a walk that
   reaches the root without one is a channel replayed from empty, as LangGraph does);
 - store hygiene: pending writes under a checkpoint that is not stored (``orphan_writes``) and
@@ -48,6 +49,7 @@ from graphkeep.checkpoint.records import (
     Summary,
     ThreadDump,
 )
+from graphkeep.checkpoint.walk import delta_channels, history_channels
 from graphkeep.errors import CorruptData, GraphkeepError
 from graphkeep.port.ops import Op, counted
 
@@ -336,13 +338,15 @@ def _seed_of(
 
 def _delta_findings(thread_id: str, ns: str, by_id: dict[str, Summary]) -> list[Finding]:
     found: list[Finding] = []
-    channels = sorted({ch for s in by_id.values() for ch in s.needs_history})
-    for channel in channels:
+    # the channels prune's walk keeps for (walk.history_channels), so both agree on a chain
+    known = delta_channels(by_id.values())
+    wants = {cid: history_channels(s, known) for cid, s in by_id.items()}
+    for channel in sorted(known):
         memo: dict[str, str] = {}
         broken: dict[str, list[str]] = {}
         for checkpoint_id in sorted(by_id):
             summary = by_id[checkpoint_id]
-            if channel not in summary.needs_history or channel in summary.present:
+            if channel not in wants[checkpoint_id]:
                 continue
             end = _seed_of(by_id, channel, summary.parent_id, memo)
             if end.startswith(("missing:", "loop:")):
@@ -373,11 +377,9 @@ def findings_of(thread_id: str, inventory: Inventory, ns: str | None = None) -> 
     blob_keys = {k for k in inventory.blob_keys if ns is None or k[0] == ns}
     found: list[Finding] = []
     named: set[tuple[str, str, str]] = set()
-    delta_channels: set[tuple[str, str]] = set()
     for space, by_id in sorted(by_ns.items()):
         found += _chain_findings(thread_id, space, by_id)
         for checkpoint_id, summary in sorted(by_id.items()):
-            delta_channels.update((space, ch) for ch in summary.needs_history)
             for channel in summary.present:
                 version = summary.versions.get(channel)
                 if version is None:

@@ -57,23 +57,49 @@ def copy_thread_op(saver: SaverBase, source_thread_id: Any, target_thread_id: An
 
 def prune_op(saver: SaverBase, thread_ids: Sequence[str], strategy: str) -> Op[None]:
     """The op of ``prune``: per thread, ``keep_latest`` keeps each namespace's newest
-    checkpoint (refusing a plan that would leave it incomplete), ``delete`` drops it all."""
+    checkpoint and the ancestors its DeltaChannels replay (:func:`keep_latest_plan`),
+    ``delete`` drops it all.
+
+    ``keep_latest`` plans every thread of the batch before it deletes anything, so a plan
+    the pre-flight refuses (:class:`~graphkeep.errors.UnsafePrune`) leaves the whole batch
+    as it was, as PostgresSaver's refusal does."""
     if isinstance(thread_ids, str):
         raise TypeError("thread_ids must be a sequence of thread ids, not a single str")
     if strategy not in PRUNE_STRATEGIES:
         raise ValueError(f"unknown prune strategy {strategy!r}; use one of {PRUNE_STRATEGIES}")
     threads = list(dict.fromkeys(saver.check_thread_id(t) for t in thread_ids))
-    for thread_id in threads:
-        saver.lists.forget(thread_id)
-        if strategy == "delete":
+    if strategy == "delete":
+        for thread_id in threads:
+            saver.lists.forget(thread_id)
             yield from saver.port.delete_thread(thread_id, fence_of(thread_id))
             yield from _delete_scoped(saver, thread_id)
-            continue
+        return
+    plans: list[tuple[str, list[tuple[str, str]], list[tuple[str, str, str]]]] = []
+    for thread_id in threads:
+        saver.lists.forget(thread_id)
         inventory = yield from saver.port.inventory(thread_id)
-        keep = keep_latest(inventory.checkpoints)
-        doomed = {(s.ns, s.checkpoint_id) for s in inventory.checkpoints} - keep
-        doomed |= inventory.write_keys - keep
-        yield from _delete_keeping(saver, thread_id, inventory, doomed, preflight=True)
+        doomed = keep_latest_plan(inventory)
+        plans.append((thread_id, *(yield from _plan(saver, thread_id, inventory, doomed, True))))
+    for thread_id, checkpoints, garbage in plans:
+        saver.lists.forget(thread_id)
+        if checkpoints or garbage:
+            fence = fence_of(thread_id)
+            yield from saver.port.delete_records(thread_id, checkpoints, garbage, fence)
+
+
+def keep_latest_plan(inventory: Inventory) -> set[tuple[str, str]]:
+    """The (ns, checkpoint_id) ``prune(strategy="keep_latest")`` deletes, each with its
+    pending writes: the stored checkpoints :func:`~graphkeep.checkpoint.walk.keep_latest`
+    does not keep.
+
+    Writes under a checkpoint that is not stored are never deleted: under LangGraph's
+    ``durability="async"`` a step's writes can land before their checkpoint, so they may
+    belong to a run in flight (PostgresSaver deletes writes only with the checkpoints it
+    deletes, for the same reason). Those that stay orphans are ``graphkeep check``'s
+    ``orphan_writes`` warning, which ``--repair`` deletes once older than its grace period.
+    """
+    keep = keep_latest(inventory.checkpoints)
+    return {(s.ns, s.checkpoint_id) for s in inventory.checkpoints} - keep
 
 
 def referenced_blobs(
@@ -104,19 +130,29 @@ def _delete_scoped(saver: SaverBase, thread_id: str) -> Op[None]:
 
 
 def _delete_keeping(
+    saver: SaverBase, thread_id: str, inventory: Inventory, doomed: set[tuple[str, str]]
+) -> Op[None]:
+    """Delete ``doomed`` checkpoints (with their writes) and blobs nothing else uses."""
+    saver.lists.forget(thread_id)
+    checkpoints, garbage = yield from _plan(saver, thread_id, inventory, doomed, False)
+    if checkpoints or garbage:
+        fence = fence_of(thread_id)
+        yield from saver.port.delete_records(thread_id, checkpoints, garbage, fence)
+
+
+def _plan(
     saver: SaverBase,
     thread_id: str,
     inventory: Inventory,
     doomed: set[tuple[str, str]],
-    *,
-    preflight: bool = False,
-) -> Op[None]:
-    """Delete ``doomed`` checkpoints (with their writes) and blobs nothing else uses.
+    preflight: bool,
+) -> Op[tuple[list[tuple[str, str]], list[tuple[str, str, str]]]]:
+    """What deleting ``doomed`` checkpoints deletes: those (with their writes), and the blobs
+    no other checkpoint needs.
 
     ``preflight`` (prune): refuse, before deleting anything, a plan that leaves a kept
     checkpoint without what ``graphkeep check`` finds it needs (its DeltaChannel seed or
     the parents its walk replays, a value, its parent in the history)."""
-    saver.lists.forget(thread_id)
     keep = {(s.ns, s.checkpoint_id) for s in inventory.checkpoints} - doomed
     referenced = yield from referenced_blobs(saver.port, thread_id, inventory, keep)
     garbage = sorted(inventory.blob_keys - referenced)
@@ -129,6 +165,4 @@ def _delete_keeping(
                 f" namespace {problems[0].ns!r} at checkpoint {problems[0].checkpoint_id}"
                 f" (channel {problems[0].channel}): {problems[0].detail}"
             )
-    if doomed or garbage:
-        fence = fence_of(thread_id)
-        yield from saver.port.delete_records(thread_id, sorted(doomed), garbage, fence)
+    return sorted(doomed), garbage

@@ -3,7 +3,7 @@ new channel values, shared list elements, pending writes) and handed to the chec
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
@@ -74,7 +74,7 @@ def put_op(
             shared.append(listed)
             blobs.append(BlobRecord(ch, version_key(v), listed.manifest))
     present = [ch for ch in values if ch in versions]
-    needs = [ch for ch in counters if ch in versions and ch not in values]
+    needs = delta_evidence(merged, values, versions)
     body = {k: v for k, v in checkpoint.items() if k != "channel_values"}
     run_id = merged.get("run_id")
     record = CheckpointRecord(
@@ -114,6 +114,41 @@ def put_op(
             "checkpoint_id": checkpoint_id,
         }
     }
+
+
+#: LangGraph.js's metadata key, ``true`` on the checkpoints of threads its DeltaChannel graphs
+#: start: every DeltaChannel write of the branch has a version (names no channel)
+WRITES_VERSIONED = "delta_writes_versioned"
+
+
+def delta_evidence(
+    metadata: Mapping[str, Any], values: Mapping[str, Any], versions: Mapping[str, str]
+) -> list[str]:
+    """The checkpoint's DeltaChannels as its own evidence names them: what ``put`` stores as
+    ``needs_history`` (those also in ``values`` hold a snapshot; the others rebuild their
+    value from ancestor writes). Read from the metadata and the values' Python types only,
+    never a serialized payload, so a prune or check sees it in the inventory:
+
+    - ``counters_since_delta_snapshot`` (LangGraph, LangGraph.js): the channels it counts
+      that have a version and no value here;
+    - a ``_DeltaSnapshot`` value (LangGraph; recognised by its class name, a private
+      NamedTuple whose module may move): that channel. LangGraph resets a channel's counter
+      when it snapshots it, so the snapshot is the only evidence at that checkpoint, and
+      the only evidence for a later head written without counters;
+    - ``delta_writes_versioned: true`` (LangGraph.js; names no channel): every channel with
+      a version and no value here, since any of them may be a DeltaChannel. Conservative:
+      a prune keeps such a channel's chain back to its nearest stored value.
+    """
+    counters = metadata.get("counters_since_delta_snapshot")
+    counted = counters if isinstance(counters, dict) else {}
+    versioned = metadata.get(WRITES_VERSIONED) is True
+    found = [
+        ch
+        for ch in versions
+        if (ch not in values and (versioned or ch in counted))
+        or (ch in values and type(values[ch]).__name__ == "_DeltaSnapshot")
+    ]
+    return sorted(found)
 
 
 def put_writes_op(

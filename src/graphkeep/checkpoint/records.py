@@ -46,7 +46,8 @@ class CheckpointRecord:
     versions: dict[str, str]
     #: channels whose value is stored as a blob at ``versions[channel]``
     present: list[str]
-    #: DeltaChannels whose value at this checkpoint lives in ancestor writes
+    #: DeltaChannels as this checkpoint's evidence names them (``put``'s ``delta_evidence``):
+    #: those not in ``present`` rebuild their value at this checkpoint from ancestor writes
     needs_history: list[str]
     run_id: str | None
     #: the checkpoint dict without ``channel_values``

@@ -15,12 +15,35 @@ from graphkeep.checkpoint.records import Summary
 from graphkeep.port.ops import Op, drive
 
 
+def delta_channels(summaries: Iterable[Summary]) -> set[str]:
+    """The channels some checkpoint of ``summaries`` (one namespace) shows to be DeltaChannels.
+
+    Read from the summaries' ``needs_history`` only (no payload, no metadata): ``put`` lists
+    there every channel its checkpoint's evidence names (:func:`graphkeep.checkpoint.put.
+    delta_evidence`: the metadata's ``counters_since_delta_snapshot``, a ``_DeltaSnapshot``
+    value, LangGraph.js's ``delta_writes_versioned``). A channel one checkpoint shows to be a
+    DeltaChannel is one in the whole namespace: a head LangGraph wrote without counters (a
+    snapshot at an ancestor is then the only evidence) still rebuilds it from history.
+    """
+    return {ch for s in summaries for ch in s.needs_history}
+
+
+def history_channels(summary: Summary, known: set[str]) -> set[str]:
+    """The channels whose value at ``summary`` lives in ancestor writes: those it lists in
+    ``needs_history`` and the ``known`` DeltaChannels of its namespace it has a version of,
+    less those it stores a value for."""
+    wanted = set(summary.needs_history) | (known & summary.versions.keys())
+    return wanted - set(summary.present)
+
+
 def keep_latest(checkpoints: list[Summary]) -> set[tuple[str, str]]:
     """Per namespace, the head plus every ancestor its DeltaChannels still need.
 
     A head whose DeltaChannel value lives in ancestor writes keeps its parent
     chain back to the nearest checkpoint storing a value for that channel (or
     to the root when none does), so pruning never silently empties a channel.
+    Which channels those are: :func:`history_channels` of the head, with every
+    DeltaChannel the namespace's checkpoints show (:func:`delta_channels`).
     """
     by_ns: dict[str, dict[str, Summary]] = {}
     for summary in checkpoints:
@@ -29,7 +52,8 @@ def keep_latest(checkpoints: list[Summary]) -> set[tuple[str, str]]:
     for ns, by_id in by_ns.items():
         head = by_id[max(by_id)]
         keep.add((ns, head.checkpoint_id))
-        for ancestor in walk(by_id, head.parent_id, set(head.needs_history) - set(head.present)):
+        needed = history_channels(head, delta_channels(by_id.values()))
+        for ancestor in walk(by_id, head.parent_id, needed):
             keep.add((ns, ancestor.checkpoint_id))
     return keep
 

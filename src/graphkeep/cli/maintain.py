@@ -87,16 +87,19 @@ def plan_prune(
     inventory: Inventory,
     keep: set[tuple[str, str]],
     referenced: set[tuple[str, str, str]],
+    strategy: str = "keep_latest",
 ) -> dict[str, Any]:
     """What ``saver.prune`` removes from a thread with this inventory.
 
     ``keep``: the (ns, id) it keeps (:func:`prune_keeps`); ``referenced``: the blob
-    keys those need (:func:`referenced`); every other blob and element goes.
+    keys those need (:func:`referenced`); every other blob and element goes. Writes go
+    with the checkpoints removed (``keep_latest`` keeps those under a checkpoint that is
+    not stored: they may be a live run's), all of them with ``delete``.
     """
     every = {(s.ns, s.checkpoint_id) for s in inventory.checkpoints}
     heads = {(ns, max(cid for n, cid in every if n == ns)) for ns in {n for n, _ in every}}
     doomed = every - keep
-    write_sets = inventory.write_keys - keep
+    write_sets = inventory.write_keys if strategy == "delete" else inventory.write_keys & doomed
     garbage = inventory.blob_keys - referenced
     orphans = {key for key in garbage if is_element(key)}
     return {
@@ -154,7 +157,7 @@ def cmd_prune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                     continue
                 keep = prune_keeps(inventory, strategy)
                 needed = referenced(endpoint, thread_id, inventory, keep)
-                plan = {"thread_id": thread_id, **plan_prune(inventory, keep, needed)}
+                plan = {"thread_id": thread_id, **plan_prune(inventory, keep, needed, strategy)}
                 if not args.dry_run and (
                     plan["checkpoints_removed"]
                     or plan["checkpoint_writes_removed"]
