@@ -17,7 +17,8 @@ A second run of a busy thread waits up to ``timeout`` seconds for it, then raise
 
 The runs are ``invoke``/``ainvoke``, ``stream``/``astream``/``astream_events``,
 ``batch``/``abatch`` and the state writes ``update_state``/``aupdate_state``/
-``bulk_update_state``/``abulk_update_state``; every other attribute (``get_state``, ``get_state_history``, ``get_graph``…) is the graph's own.
+``bulk_update_state``/``abulk_update_state``; every other attribute (``get_state``,
+``get_state_history``, ``get_graph``…) is the graph's own.
 """
 
 from __future__ import annotations
