@@ -76,6 +76,7 @@ def put_op(
     needs = [ch for ch in counters if ch in versions and ch not in values]
     body = {k: v for k, v in checkpoint.items() if k != "channel_values"}
     run_id = merged.get("run_id")
+    source = merged.get("source")
     record = CheckpointRecord(
         thread_id=thread_id,
         ns=ns,
@@ -92,6 +93,7 @@ def put_op(
             codec.dump(saver.serde, merged, "checkpoint metadata"), codec.COMPRESS_MIN_BYTES
         ),
         metadata_doc=codec.plain(merged),
+        source=source if isinstance(source, str) and source else None,
     )
     # elements first: a store that writes in order never names a missing one
     elements = [e for listed in shared for e in listed.elements]
