@@ -585,9 +585,9 @@ def test_the_fleet_gauges_carry_the_names_the_otel_prometheus_exporter_gives_the
     assert names["graphkeep.storage"] == "graphkeep_storage_bytes"
     assert names["graphkeep.health.scan.duration"] == "graphkeep_health_scan_duration_seconds"
     assert [n for n, _, _ in GAUGES] == [
-        *list(names.values())[:5],
+        *list(names.values())[:6],
         "graphkeep_storage_capacity_bytes",
-        *list(names.values())[5:],
+        *list(names.values())[6:],
     ]
     health = FleetHealth(1.0, HealthWindow(), 2, 1, 0, [], None, None, None)
     assert {g.field: g.value(health) for g in FLEET_GAUGES}["window_seconds"] == 3600.0

@@ -33,6 +33,7 @@ ALERTS = (
     "GraphkeepInterruptedThreadsRising",
     "GraphkeepActiveThreadsJump",
     "GraphkeepRunawayThreads",
+    "GraphkeepConcurrentForks",
     "GraphkeepStorageGrowing",
     "GraphkeepStorageNearlyFull",
     "GraphkeepHealthScanStale",
@@ -60,7 +61,7 @@ def run(promtool: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
 def test_the_rules_pass_promtool_check_rules(promtool: str) -> None:
     done = run(promtool, "check", "rules", RULES)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 14 rules found" in done.stdout
+    assert "SUCCESS: 15 rules found" in done.stdout
 
 
 def test_the_rules_unit_tests_pass_promtool_test_rules(promtool: str) -> None:

@@ -10,7 +10,10 @@ thread did not have before. The findings (:data:`KINDS`, docs/check.md):
 - chains, per namespace: the namespace's oldest *start* (a checkpoint without a parent, or
   whose parent is not stored) is its beginning (its root, or where ``prune`` cut the history);
   any later start is a second root (``extra_root``, error) or a hole in the history
-  (``missing_parent``, warning); parent ids that loop are a ``cycle`` (error);
+  (``missing_parent``, warning); parent ids that loop are a ``cycle`` (error); a parent with
+  two or more children that runs wrote (source ``input``/``loop``), not ``update_state`` or a
+  replay, is a ``concurrent_fork`` (error: runs of the thread raced; the rule and what
+  LangGraph writes are in :mod:`graphkeep.checkpoint.forks`);
 - values: a channel a checkpoint lists as stored (``present``) whose blob at the checkpoint's
   version is not stored (``missing_value``, error); a DeltaChannel whose value lives in
   ancestor writes (:func:`~graphkeep.checkpoint.walk.history_channels`, the channels prune
@@ -37,6 +40,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from graphkeep.checkpoint.deep import Problem, payload_problems
+from graphkeep.checkpoint.forks import concurrent_forks
 from graphkeep.checkpoint.ids import id_time
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL
 from graphkeep.checkpoint.port import CheckpointPort
@@ -46,6 +50,7 @@ from graphkeep.checkpoint.records import (
     HOLDS_WRITES,
     Expiring,
     Inventory,
+    Link,
     Summary,
     ThreadDump,
 )
@@ -81,6 +86,11 @@ WARNING = "warning"
 KINDS: dict[str, tuple[str, str]] = {
     "cycle": (ERROR, "parent ids loop: the checkpoint is its own ancestor"),
     "extra_root": (ERROR, "a second checkpoint without a parent in the namespace"),
+    "concurrent_fork": (
+        ERROR,
+        "two or more children of one checkpoint written by runs (not update_state or a"
+        " replay): runs of the thread raced, and the older branch is gone from its state",
+    ),
     "missing_value": (ERROR, "a channel value the checkpoint names is not stored"),
     "delta_no_seed": (
         ERROR,
@@ -133,6 +143,8 @@ class Finding:
     channel: str | None
     kind: str
     detail: str
+    #: ``concurrent_fork``: the children, in id order (the finding's checkpoint is their parent)
+    children: tuple[Link, ...] = ()
 
     @property
     def severity(self) -> str:
@@ -142,7 +154,7 @@ class Finding:
         return (self.kind, self.ns, self.checkpoint_id, self.channel)
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        found: dict[str, Any] = {
             "thread_id": self.thread_id,
             "ns": self.ns,
             "checkpoint_id": self.checkpoint_id,
@@ -151,6 +163,12 @@ class Finding:
             "severity": self.severity,
             "detail": self.detail,
         }
+        if self.children:
+            found["children"] = [
+                {"checkpoint_id": c.checkpoint_id, "source": c.source, "run_id": c.run_id}
+                for c in self.children
+            ]
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,6 +416,18 @@ def findings_of(thread_id: str, inventory: Inventory, ns: str | None = None) -> 
                         )  # fmt: skip
                     )
         found += _delta_findings(thread_id, space, by_id)
+        found += [
+            Finding(
+                thread_id,
+                space,
+                fork.parent_id,
+                None,
+                "concurrent_fork",
+                fork.detail(),
+                fork.children,
+            )  # fmt: skip
+            for fork in concurrent_forks(s.link() for s in by_id.values())
+        ]
     orphan_writes = sorted(
         key
         for key in inventory.write_keys

@@ -1,4 +1,5 @@
-"""Fleet health: active, interrupted and runaway threads, threads and bytes stored.
+"""Fleet health: active, interrupted and runaway threads, concurrent forks, threads and bytes
+stored.
 
 One scan, written once over the checkpoint port (:meth:`CheckpointPort.activity
 <graphkeep.checkpoint.port.CheckpointPort.activity>` per thread, from the store's indexes:
@@ -8,6 +9,13 @@ activity the CLI reads with SQL) and an in-process observer (``observe_fleet``) 
 the same numbers. Time comes from the checkpoint ids: LangGraph's are uuid6, whose
 leading bits are their creation time, so "written within the window" is "id above the id
 of the window's start" and an index range read answers it.
+
+Concurrent forks (:mod:`graphkeep.checkpoint.forks`: runs of a thread that raced) are counted
+from the parent id and source each store returns with the recent ids in the same requests:
+a fork whose newest child was written within the window, both children being among the
+checkpoints the scan reads (those of the window or the runaway period, whichever is longer).
+``graphkeep check`` finds every fork, however old; on stores whose activity does not carry
+parents (LangGraph's SQLite and Postgres savers) the count is unknown (None).
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from graphkeep.checkpoint.forks import concurrent_forks
 from graphkeep.checkpoint.ids import id_at, id_time
 from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.records import Activity
@@ -86,6 +95,10 @@ class FleetHealth:
     #: threads whose ids carry no time (not uuid6): never counted active or runaway
     threads_untimed: int = 0
     interrupted_ids: list[str] = field(default_factory=list)
+    #: concurrent forks whose newest child is within the window (None: the store's activity
+    #: does not say), and the threads that have them
+    concurrent_forks: int | None = None
+    forked_ids: list[str] = field(default_factory=list)
     #: requests the scan sent and how long it took
     requests: int = 0
     seconds: float = 0.0
@@ -111,6 +124,8 @@ class FleetHealth:
             "threads_interrupted": self.threads_interrupted,
             "threads_runaway": self.threads_runaway,
             "threads_untimed": self.threads_untimed,
+            "concurrent_forks": self.concurrent_forks,
+            "forked": list(self.forked_ids),
             "runaway": [
                 {"thread_id": r.thread_id, "checkpoints": r.checkpoints} for r in self.runaway
             ],
@@ -174,6 +189,13 @@ FLEET_GAUGES: tuple[FleetGauge, ...] = (
         "threads_runaway",
     ),
     FleetGauge(
+        "graphkeep.concurrent_forks",
+        "{fork}",
+        "Forks of a thread's history by runs that raced, written within the window"
+        " (graphkeep check names them).",
+        "concurrent_forks",
+    ),
+    FleetGauge(
         "graphkeep.storage", "By", "Bytes the checkpoints occupy on the store.", "storage_bytes"
     ),
     FleetGauge(
@@ -217,10 +239,23 @@ def summarize(
     total = 0
     sized = False
     newest_times: list[float] = []
+    forks: int | None = 0
+    forked: list[str] = []
     for a in activities:
         if a.newest_id is None:
             continue
         stored += 1
+        if a.links is None:
+            forks = None
+        elif forks is not None:
+            found = [
+                f
+                for f in concurrent_forks(a.links)
+                if (id_time(f.newest) or window_from) >= window_from
+            ]
+            forks += len(found)
+            if found:
+                forked.append(a.thread_id)
         if a.bytes is not None:
             sized = True
             total += a.bytes
@@ -250,6 +285,8 @@ def summarize(
         newest_activity=max(newest_times, default=None),
         threads_untimed=untimed,
         interrupted_ids=sorted(interrupted),
+        concurrent_forks=forks,
+        forked_ids=sorted(forked) if forks is not None else [],
     )
 
 
@@ -272,7 +309,10 @@ def _activities(
                 # capped: the newest ids (the runaway period) may be missing; read those
                 commits = yield from port.commits(a.thread_id, None, runaway_above, RECENT_LIMIT)
                 recent = [cid for _, cid in commits]
-                found[i] = Activity(a.thread_id, a.newest_id, recent, a.interrupted, a.bytes)
+                # the links stay those of the first ids: forks are counted among them
+                found[i] = Activity(
+                    a.thread_id, a.newest_id, recent, a.interrupted, a.bytes, a.links
+                )
         if cursor is None:
             size = yield from port.storage_bytes()
             return found, size

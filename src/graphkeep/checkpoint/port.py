@@ -19,6 +19,7 @@ from graphkeep.checkpoint.records import (
     CheckpointKeys,
     CheckpointRecord,
     Inventory,
+    Link,
     ListQuery,
     Loaded,
     ThreadDump,
@@ -173,14 +174,19 @@ class CheckpointPort(Protocol):
     def activity(self, thread_id: str, above: str, limit: int) -> Op[Activity]:
         """The thread's :class:`~graphkeep.checkpoint.records.Activity` for a health scan.
 
-        The default composes index reads: :meth:`commits` above ``above`` (which, when not
+        The default composes index reads: :meth:`commits` above ``above`` (or
+        :meth:`recent_links`, the same read with each head's parent and source), which, when not
         capped at ``limit``, also names the newest checkpoint and the root namespace's
         newest), :meth:`newest_commit` only for what it did not, then :meth:`write_indexes`
         of the root's latest checkpoint; no bytes. An active thread costs two requests,
         an idle one four. A store that can answer in fewer overrides it (Redis: one script,
         with the thread's memory usage).
         """
-        commits = yield from self.commits(thread_id, None, above, limit)
+        links = yield from self.recent_links(thread_id, above, limit)
+        if links is None:
+            commits = yield from self.commits(thread_id, None, above, limit)
+        else:
+            commits = [(link.ns, link.checkpoint_id) for link in links]
         complete = len(commits) < limit
         recent = [cid for _, cid in commits]
         newest: str | None
@@ -200,7 +206,15 @@ class CheckpointPort(Protocol):
         if root is not None:
             indexes = yield from self.write_indexes(thread_id, "", root)
             interrupted = INTERRUPT_IDX in indexes
-        return Activity(thread_id, newest, recent, interrupted, None)
+        return Activity(thread_id, newest, recent, interrupted, None, links)
+
+    def recent_links(self, thread_id: str, above: str, limit: int) -> Op[list[Link] | None]:
+        """The :class:`~graphkeep.checkpoint.records.Link` of each checkpoint
+        :meth:`commits` ``(thread_id, None, above, limit)`` answers, in its order, read in the
+        requests it would send (so :meth:`activity` sends no more); None (the default) when
+        the store cannot read parents and sources that way: the scan then counts no fork."""
+        return None
+        yield  # an op: a generator that yields no request
 
     def activities(self, thread_ids: list[str], above: str, limit: int) -> Op[list[Activity]]:
         """:meth:`activity` of each thread, in order (a store may batch them: Redis

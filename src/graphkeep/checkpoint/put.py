@@ -77,6 +77,7 @@ def put_op(
     needs = delta_evidence(merged, values, versions)
     body = {k: v for k, v in checkpoint.items() if k != "channel_values"}
     run_id = merged.get("run_id")
+    source = merged.get("source")
     record = CheckpointRecord(
         thread_id=thread_id,
         ns=ns,
@@ -93,6 +94,7 @@ def put_op(
             codec.dump(saver.serde, merged, "checkpoint metadata"), codec.COMPRESS_MIN_BYTES
         ),
         metadata_doc=codec.plain(merged),
+        source=source if isinstance(source, str) and source else None,
     )
     # elements first: a store that writes in order never names a missing one
     elements = [e for listed in shared for e in listed.elements]

@@ -20,6 +20,7 @@ __all__ = [
     "HOLDS_OTHER",
     "HOLDS_VALUE",
     "HOLDS_WRITES",
+    "RUN_SOURCES",
     "Activity",
     "BlobRecord",
     "Chain",
@@ -27,6 +28,7 @@ __all__ = [
     "Expiring",
     "CheckpointKeys",
     "Inventory",
+    "Link",
     "ListQuery",
     "Loaded",
     "Summary",
@@ -55,6 +57,10 @@ class CheckpointRecord:
     metadata: Typed
     #: a plain JSON-compatible copy of the metadata, for server-side filters
     metadata_doc: dict[str, Any] = field(default_factory=dict)
+    #: the metadata's ``source`` (LangGraph: "input", "loop", "update" or "fork"), stored
+    #: beside the summary so that ``graphkeep check`` tells a run's child from an asked-for
+    #: branch without a payload; None when the metadata has none
+    source: str | None = None
 
     def renamed(self, thread_id: str) -> CheckpointRecord:
         return replace(self, thread_id=thread_id)
@@ -70,6 +76,30 @@ class Summary:
     versions: dict[str, str]
     present: list[str]
     needs_history: list[str]
+    run_id: str | None = None
+    #: the metadata's ``source``; None when it has none or the store did not record it
+    #: (Redis and DynamoDB heads written before graphkeep recorded it)
+    source: str | None = None
+
+    def link(self) -> Link:
+        return Link(self.ns, self.checkpoint_id, self.parent_id, self.source, self.run_id)
+
+
+#: the ``source`` of a checkpoint a run writes as it goes (LangGraph's loop: its input, its
+#: steps); "update" (``update_state``, graphkeep's tools) and "fork" (a replay, a copy) are
+#: branches someone asked for
+RUN_SOURCES = ("input", "loop")
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A checkpoint's place in its thread's tree and who wrote it (no payload): what the
+    fork rule (:func:`graphkeep.checkpoint.check.concurrent_forks`) reads."""
+
+    ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    source: str | None
     run_id: str | None = None
 
 
@@ -217,7 +247,9 @@ class Activity:
     ``above`` id, ascending, at most the scan's limit (LangGraph's ids are uuid6: they
     carry their creation time); ``newest_id``: its highest checkpoint id; ``interrupted``:
     the root namespace's latest checkpoint has a pending interrupt write; ``bytes``: what
-    the thread occupies on the store, None when the store cannot say cheaply.
+    the thread occupies on the store, None when the store cannot say cheaply; ``links``: the
+    :class:`Link` of each checkpoint of ``recent`` (for the fork count), None when the
+    store did not read them.
     """
 
     thread_id: str
@@ -225,3 +257,4 @@ class Activity:
     recent: list[str]
     interrupted: bool
     bytes: int | None = None
+    links: list[Link] | None = None

@@ -95,7 +95,9 @@ def add_health_command(commands: Commands) -> None:
         "Reads ids and indexes only (LangGraph's checkpoint ids carry their time), never a\n"
         "checkpoint's values. A thread is active when its newest checkpoint is within\n"
         "--window, interrupted when its root namespace's latest checkpoint has a pending\n"
-        "interrupt, runaway with more than N checkpoints in the --runaway period.\n",
+        "interrupt, runaway with more than N checkpoints in the --runaway period; concurrent\n"
+        "forks are branches runs of one thread wrote by racing, within --window (graphkeep\n"
+        "URLs).\n",
     )
     p.add_argument("--window", type=window, default=3600.0, metavar="DURATION", help="default 1h")
     p.add_argument(
@@ -426,8 +428,15 @@ def cmd_health(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f" newest {iso(health.newest_activity)}\n"
             f"scan: {health.requests} request(s), {health.seconds:.3f}s\n"
         )
+        if health.concurrent_forks is not None:
+            out.write(
+                f"forks: {health.concurrent_forks} by runs that raced in the last"
+                f" {_span(health.window.window)} (graphkeep check --thread T names them)\n"
+            )
         for r in health.runaway:
             out.write(f"RUNAWAY {r.thread_id}: {r.checkpoints} checkpoints in {_span(period)}\n")
+        for thread_id in health.forked_ids[:20]:
+            out.write(f"FORKED {thread_id}\n")
         for thread_id in health.interrupted_ids[:20]:
             out.write(f"interrupted: {thread_id}\n")
         if hot is not None:

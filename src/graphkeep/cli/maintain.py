@@ -323,7 +323,7 @@ KEY_LAYOUTS: dict[str, dict[str, Any]] = {
         "setup": "loads the Lua scripts (SCRIPT LOAD); no keys, indexes or modules are created",
         "keys_per_thread": {
             "{prefix}:1:{{thread}}:h": "HASH ns\\0checkpoint_id -> head (parent, versions,"
-            " present, needs_history, run_id)",
+            " present, needs_history, run_id[, source])",
             "{prefix}:1:{{thread}}:p": "HASH ns\\0checkpoint_id -> checkpoint and metadata bytes",
             "{prefix}:1:{{thread}}:x": "ZSET ns\\0checkpoint_id (latest / before per namespace)",
             "{prefix}:1:{{thread}}:a": "ZSET checkpoint_id\\0ns (newest first, all namespaces)",

@@ -224,16 +224,17 @@ def unpackb(data: bytes) -> Any:
         raise framing_error(exc) from None
 
 
-def unpack_fields(data: bytes, count: int) -> list[Any]:
-    """A stored record packed as a list of ``count`` fields (:func:`packb`); bytes that do
-    not unpack to that are :class:`CorruptData`."""
+def unpack_fields(data: bytes, count: int, optional: int = 0) -> list[Any]:
+    """A stored record packed as a list of ``count`` fields (:func:`packb`), and up to
+    ``optional`` more that a later format appended (absent ones read as None); bytes that
+    do not unpack to that are :class:`CorruptData`."""
     fields = unpackb(data)
-    if not isinstance(fields, list) or len(fields) != count:
+    if not isinstance(fields, list) or not count <= len(fields) <= count + optional:
         raise CorruptData(
             reason=f"its stored record does not hold the {count} fields it should",
             kind=CORRUPT_FRAMING,
         )
-    return fields
+    return fields + [None] * (count + optional - len(fields))
 
 
 def framing_error(exc: BaseException) -> CorruptData:

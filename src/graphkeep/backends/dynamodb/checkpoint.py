@@ -75,6 +75,7 @@ from graphkeep.checkpoint.records import (
     CheckpointKeys,
     CheckpointRecord,
     Inventory,
+    Link,
     ListQuery,
     Loaded,
     ThreadDump,
@@ -202,6 +203,10 @@ class DynamoDBCheckpointPort(ExpiringTable, CheckpointPort):
 
     def newest_commit(self, thread_id: str, ns: str | None) -> Op[str | None]:
         return watch.newest_commit(self, thread_id, ns)
+
+    def recent_links(self, thread_id: str, above: str, limit: int) -> Op[list[Link] | None]:
+        found = yield from watch.recent_links(self, thread_id, above, limit)
+        return found
 
     def write_indexes(self, thread_id: str, ns: str, checkpoint_id: str) -> Op[list[int]]:
         return watch.write_indexes(self, thread_id, ns, checkpoint_id)

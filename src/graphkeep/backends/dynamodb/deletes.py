@@ -26,6 +26,7 @@ from graphkeep.backends.dynamodb.items import (
     RUN,
     RUN_INDEX,
     SK,
+    SOURCE,
     VIS,
     N,
     S,
@@ -68,8 +69,9 @@ def delete_thread(t: ExpiringTable, thread_id: str) -> Op[None]:
 
 def inventory(t: ExpiringTable, thread_id: str) -> Op[Inventory]:
     pk, _ = t.thread_key(thread_id)
-    # ``exp`` and ``vis`` ride along: each item's expiry, for the check
-    items = yield from query_all(t.query(pk, projection=[HEAD, RAW, EXP, VIS]))
+    # ``exp`` and ``vis`` ride along: each item's expiry, for the check; ``so``: the
+    # metadata's source, for the check's fork rule
+    items = yield from query_all(t.query(pk, projection=[HEAD, RAW, EXP, VIS, SOURCE]))
     checkpoints: list[Summary] = []
     write_keys: set[tuple[str, str]] = set()
     blob_keys: set[tuple[str, str, str]] = set()

@@ -26,6 +26,7 @@ from graphkeep.backends.dynamodb.items import (
     RUN,
     SK,
     SMALL_COMPRESS_MIN_BYTES,
+    SOURCE,
     VIS,
     B,
     Encoded,
@@ -101,7 +102,10 @@ def head_names(head: dict[str, Any]) -> Names:
 
 def summary_of(ns: str, checkpoint_id: str, head: dict[str, Any]) -> Summary:
     parent, versions, present, needs, run_id = codec.unpack_fields(b(head, HEAD), 5)
-    return Summary(ns, checkpoint_id, parent or None, versions, present, needs, run_id or None)
+    source = s(head, SOURCE) if SOURCE in head else None
+    return Summary(
+        ns, checkpoint_id, parent or None, versions, present, needs, run_id or None, source
+    )
 
 
 def pack_head(record: CheckpointRecord) -> bytes:
@@ -177,6 +181,7 @@ def record_of(
         run_id=summary.run_id,
         checkpoint=Typed(ctag, cdata),
         metadata=Typed(mtag, mdata),
+        source=summary.source,
     )
 
 
@@ -266,6 +271,8 @@ class CheckpointTable:
         item[HEAD] = B(pack_head(record))
         if record.run_id:
             item[RUN] = S(self.run_key(record.run_id))
+        if record.source:
+            item[SOURCE] = S(record.source)
         self._stamp(item, now, head=True)
         checkpoint, metadata = record.checkpoint, record.metadata
         payload = codec.packb([checkpoint.tag, checkpoint.data, metadata.tag, metadata.data])

@@ -15,6 +15,9 @@ Attributes (short names: DynamoDB bills attribute names as item bytes)::
     ls       1 on a list manifest blob (see :mod:`graphkeep.checkpoint.lists`): a TTL refresh
              learns which blobs name list elements without reading every payload
     rk       "<prefix>#1#<run_id>": key of the ``run_id`` GSI (delete_for_runs)
+    so       the checkpoint metadata's ``source`` ("input", "loop", "update", "fork"), on a
+             head whose metadata has one: ``graphkeep check``'s fork rule reads it with the
+             head (an attribute apart from ``h``, so releases before it read these heads)
     exp      epoch seconds: DynamoDB's TTL attribute (only with ``ttl``)
     vis      epoch seconds a checkpoint head stays visible (only with ``ttl``)
     rw       raw names (msgpack) when a key component had to be shortened
@@ -34,6 +37,7 @@ from graphkeep.port import codec
 PK, SK = "pk", "sk"
 HEAD, VALUE, NCHUNKS, DIGEST, SIZE, CODEC = "h", "v", "nk", "dg", "sz", "z"
 RUN, EXP, VIS, RAW = "rk", "exp", "vis", "rw"
+SOURCE = "so"
 LIST = "ls"
 LOCK_TOKEN, LOCK_UNTIL = "tok", "until"
 RUN_INDEX = "run_id"

@@ -25,11 +25,22 @@ from graphkeep.backends.dynamodb.encoding import (
     collections_of,
     head_names,
     names_of,
+    summary_of,
 )
-from graphkeep.backends.dynamodb.items import EXP, HEAD, RAW, SK, VIS, head_hidden, hidden, s
+from graphkeep.backends.dynamodb.items import (
+    EXP,
+    HEAD,
+    RAW,
+    SK,
+    SOURCE,
+    VIS,
+    head_hidden,
+    hidden,
+    s,
+)
 from graphkeep.backends.dynamodb.reads import LATEST_FIRST_PAGE
 from graphkeep.backends.dynamodb.requests import query_all, query_page
-from graphkeep.checkpoint.records import CheckpointKeys
+from graphkeep.checkpoint.records import CheckpointKeys, Link
 from graphkeep.port import Op
 
 
@@ -40,19 +51,21 @@ def _heads(
     between: tuple[str, str] | None,
     forward: bool,
     limit: int | None,
+    summaries: bool = False,
 ) -> dict[str, Any]:
-    """A consistent Query for checkpoint heads only, returning their keys (no payload).
+    """A consistent Query for checkpoint heads only, returning their keys (no payload);
+    ``summaries``: with the head summary and source too (the same items and read units:
+    DynamoDB bills the items a Query reads, whatever it projects).
 
     Heads are the ``c#`` items carrying ``h``; a write of the same range lacks it, so
     the filter drops writes (they still count towards ``Limit`` and the read units:
     DynamoDB filters after reading).
     """
+    projection = [RAW, VIS, EXP, *([HEAD, SOURCE] if summaries else [])]
     if between is None:
-        params = t.query(pk, begins="c#", forward=forward, limit=limit, projection=[RAW, VIS, EXP])
+        params = t.query(pk, begins="c#", forward=forward, limit=limit, projection=projection)
     else:
-        params = t.query(
-            pk, between=between, forward=forward, limit=limit, projection=[RAW, VIS, EXP]
-        )
+        params = t.query(pk, between=between, forward=forward, limit=limit, projection=projection)
     params["ExpressionAttributeNames"]["#h"] = HEAD
     params["FilterExpression"] = "attribute_exists(#h)"
     return params
@@ -64,6 +77,26 @@ def _commit_of(item: dict[str, Any], now: float) -> tuple[str, str] | None:
         return None
     names = names_of(item, keys.parse_sk(s(item, SK)))
     return names.ns, names.checkpoint_id
+
+
+def recent_links(
+    t: CheckpointTable, thread_id: str, above: str | None, limit: int
+) -> Op[list[Link]]:
+    """:func:`commits` of every namespace (``ns=None``) with each head's
+    :class:`~graphkeep.checkpoint.records.Link`: the same Query of the thread's ``c#``
+    range, projecting the head summary and source as well."""
+    now = t.clock()
+    pk, _ = t.thread_key(thread_id)
+    items = yield from query_all(
+        _heads(t, pk, between=None, forward=True, limit=None, summaries=True)
+    )
+    found = []
+    for item in items:
+        commit = _commit_of(item, now)
+        if commit is not None and (above is None or commit[1] > above):
+            found.append(summary_of(commit[0], commit[1], item).link())
+    found.sort(key=lambda link: (link.checkpoint_id, link.ns))
+    return found[:limit]
 
 
 def _all_commits(t: CheckpointTable, pk: str, now: float) -> Op[list[tuple[str, str]]]:

@@ -220,6 +220,7 @@ class MongoDBCheckpointPort(ThreadOps, KeyReads, CheckpointPort):
             list(record.present),
             list(record.needs_history),
             record.run_id,
+            record.source,
         )
         self.heads.put((t, ns, cid), Head(summary, delta, lists, complete))
 

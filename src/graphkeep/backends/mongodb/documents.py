@@ -448,7 +448,21 @@ def checkpoint_record(doc: Mapping[str, Any], chunked: bytes | None) -> Checkpoi
         checkpoint=Typed(ctag, bytes(cdata)),
         metadata=Typed(mtag, bytes(mdata)),
         metadata_doc=metadata_doc,
+        source=source_of(doc),
     )
+
+
+#: the projection that adds a checkpoint's ``source`` to :data:`SUMMARY_FIELDS` (the fork
+#: rule of ``graphkeep check``): the queryable metadata copy holds it
+SOURCE_FIELD = "metadata_doc.source"
+
+
+def source_of(doc: Mapping[str, Any]) -> str | None:
+    """The metadata's ``source`` of a checkpoint document, from its queryable copy (None
+    when not projected, absent, or left out of a copy too large to keep)."""
+    copy = doc.get("metadata_doc")
+    source = copy.get("source") if isinstance(copy, Mapping) else None
+    return source if isinstance(source, str) and source else None
 
 
 # -- metadata --------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphkeep.backends.mongodb.documents import Run, heading_of, key_runs
+from graphkeep.backends.mongodb.documents import Run, heading_of, key_runs, source_of
 from graphkeep.checkpoint.lists import manifest_keys
 from graphkeep.checkpoint.records import Summary, Typed
 from graphkeep.port.lru import ThreadLRU
@@ -73,6 +73,7 @@ def head_of(doc: Mapping[str, Any], complete: bool = False) -> Head:
         present=h.present,
         needs_history=h.needs_history,
         run_id=doc.get("run_id"),
+        source=source_of(doc),
     )
     return Head(summary, dict(h.delta), dict(h.lists), complete)
 

@@ -10,14 +10,16 @@ from typing import Any
 from graphkeep.backends.mongodb.documents import (
     KIND_CP,
     KIND_WRITE,
+    SOURCE_FIELD,
     conjunction,
     live,
     parse_write_sub,
 )
+from graphkeep.backends.mongodb.heads import SUMMARY_FIELDS, head_of
 from graphkeep.backends.mongodb.requests import Command, find
 from graphkeep.backends.mongodb.ttl import utc_now
 from graphkeep.checkpoint.port import INTERRUPT_IDX
-from graphkeep.checkpoint.records import Activity, CheckpointKeys
+from graphkeep.checkpoint.records import Activity, CheckpointKeys, Link
 from graphkeep.port import Op
 
 #: what ``commits`` reads of a checkpoint document: only fields of the index (covered)
@@ -73,14 +75,17 @@ class KeyReads:
         if not thread_ids:
             return []
         cps = {"thread_id": {"$in": thread_ids}, "kind": KIND_CP}
+        # with each checkpoint's head and source: its parent and writer, for the fork count
         docs = yield find(
             self.payloads,
             {**cps, "ref": {"$gt": above}},
-            projection={"_id": 0, "thread_id": 1, "ns": 1, "ref": 1},
+            projection={**SUMMARY_FIELDS, SOURCE_FIELD: 1},
         )
         recent: dict[str, list[tuple[str, str]]] = {t: [] for t in thread_ids}
+        links: dict[str, dict[tuple[str, str], Link]] = {t: {} for t in thread_ids}
         for doc in docs:
             recent[doc["thread_id"]].append((doc["ns"], doc["ref"]))
+            links[doc["thread_id"]][(doc["ns"], doc["ref"])] = head_of(doc).summary.link()
         newest: dict[str, str] = {}
         root: dict[str, str] = {}
         for t, found in recent.items():
@@ -125,6 +130,7 @@ class KeyReads:
                 [cid for _, cid in recent[t][:limit]],
                 t in interrupted,
                 None,
+                [links[t][c] for c in recent[t][:limit]],
             )
             for t in thread_ids
         ]

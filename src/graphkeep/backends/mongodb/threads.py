@@ -15,6 +15,7 @@ from graphkeep.backends.mongodb.documents import (
     KIND_CHECKPOINT,
     KIND_CP,
     KIND_WRITE,
+    SOURCE_FIELD,
     blob_ref,
     checkpoint_record,
     complete_payloads,
@@ -81,11 +82,12 @@ class ThreadOps:
         yield Command(self.payloads, "bulk_write", (ops,), {"ordered": True})
 
     def inventory(self, thread_id: str) -> Op[Inventory]:
-        # ``_id`` and ``expires_at`` ride along: each document's expiry, for the check
+        # ``_id`` and ``expires_at`` ride along: each document's expiry, for the check; the
+        # metadata's source: the check's fork rule
         found = yield find(
             self.payloads,
             {"thread_id": thread_id},
-            projection={**SUMMARY_FIELDS, "_id": 1, "kind": 1, "expires_at": 1},
+            projection={**SUMMARY_FIELDS, SOURCE_FIELD: 1, "_id": 1, "kind": 1, "expires_at": 1},
         )
         summaries: list[Summary] = []
         write_keys: set[tuple[str, str]] = set()

@@ -141,6 +141,8 @@ class Upserts:
     ) -> tuple[dict[str, Any], bytes | None]:
         """The checkpoint document, and the payload to chunk when it is too big to inline."""
         metadata_doc, opaque = metadata_fields(record.metadata_doc)
+        if record.source and "source" not in metadata_doc:  # a record copied without its copy
+            metadata_doc["source"] = record.source
         payload = len(record.checkpoint.data) + len(record.metadata.data)
         inline = payload <= self.chunk_size
         heading = Heading(

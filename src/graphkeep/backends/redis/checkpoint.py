@@ -42,6 +42,7 @@ from graphkeep.backends.redis.checkpoint_codec import (
     split_index_member,
     stream_entries,
     summary_of,
+    text,
     writes_of,
 )
 from graphkeep.backends.redis.checkpoint_scripts import (
@@ -80,6 +81,7 @@ from graphkeep.checkpoint.records import (
     CheckpointRecord,
     Expiring,
     Inventory,
+    Link,
     ListQuery,
     Loaded,
     Summary,
@@ -567,18 +569,25 @@ class RedisCheckpointPort(CheckpointPort):
             for t in thread_ids
         )
         replies = yield Pipeline(calls)
-        return [
-            Activity(
-                thread_id,
-                newest.partition(SEP)[0].decode() or None,
-                [m.partition(SEP)[0].decode() for m in recent],
-                bool(interrupted),
-                int(size),
+        found = []
+        for thread_id, (recent, newest, interrupted, size, links) in zip(
+            thread_ids, replies, strict=True
+        ):
+            placed = [split_index_member(m, id_first=True) for m in recent]
+            found.append(
+                Activity(
+                    thread_id,
+                    newest.partition(SEP)[0].decode() or None,
+                    [cid for _, cid in placed],
+                    bool(interrupted),
+                    int(size),
+                    [
+                        Link(ns, cid, text(parent) or None, text(source) or None, text(run) or None)
+                        for (ns, cid), (parent, run, source) in zip(placed, links, strict=True)
+                    ],
+                )
             )
-            for thread_id, (recent, newest, interrupted, size) in zip(
-                thread_ids, replies, strict=True
-            )
-        ]
+        return found
 
     def feed_end(self, thread_id: str) -> Op[FeedPosition]:
         """The feed's newest entry id ("0-0" when empty) with the thread's highest

@@ -85,27 +85,36 @@ def stream_entries(raw: Any) -> list[tuple[str, str, str]]:
 
 
 def pack_head(record: CheckpointRecord) -> bytes:
+    """[parent, versions, present, needs, run_id] and, when the metadata has one, its
+    ``source`` (a sixth field since issue 45: heads without it read as before)."""
     # strings only: the Lua side decodes heads with cmsgpack, which has no bin type
-    return codec.packb(
-        [
-            record.parent_id or "",
-            record.versions,
-            record.present,
-            record.needs_history,
-            record.run_id or "",
-        ]
-    )
+    fields: list[Any] = [
+        record.parent_id or "",
+        record.versions,
+        record.present,
+        record.needs_history,
+        record.run_id or "",
+    ]
+    if record.source:
+        fields.append(record.source)
+    return codec.packb(fields)
+
+
+def _head_fields(head: bytes) -> list[Any]:
+    return codec.unpack_fields(head, 5, optional=1)
 
 
 def summary_of(ns: str, checkpoint_id: str, head: bytes) -> Summary:
-    parent, versions, present, needs, run_id = codec.unpack_fields(head, 5)
-    return Summary(ns, checkpoint_id, parent or None, versions, present, needs, run_id or None)
+    parent, versions, present, needs, run_id, source = _head_fields(head)
+    return Summary(
+        ns, checkpoint_id, parent or None, versions, present, needs, run_id or None, source or None
+    )
 
 
 def record_of(
     thread_id: str, ns: str, checkpoint_id: str, head: bytes, payload: bytes
 ) -> CheckpointRecord:
-    parent, versions, present, needs, run_id = codec.unpack_fields(head, 5)
+    parent, versions, present, needs, run_id, source = _head_fields(head)
     ctag, cdata, mtag, mdata = codec.unpack_fields(payload, 4)
     return CheckpointRecord(
         thread_id=thread_id,
@@ -118,6 +127,7 @@ def record_of(
         run_id=run_id or None,
         checkpoint=Typed(ctag, cdata),
         metadata=Typed(mtag, mdata),
+        source=source or None,
     )
 
 

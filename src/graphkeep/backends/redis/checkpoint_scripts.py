@@ -5,7 +5,8 @@ touches a single slot and runs unchanged on Redis Cluster. The eight keys of a
 thread are always passed in this order (see ``RedisCheckpointPort.thread_keys``)::
 
     KEYS[1] h   HASH  "ns\\0id"            -> head (msgpack, strings only:
-                                              parent, versions, present, needs, run_id)
+                                              parent, versions, present, needs, run_id
+                                              [, source: the metadata's, when it has one])
     KEYS[2] p   HASH  "ns\\0id"            -> payload (checkpoint and metadata bytes)
     KEYS[3] x   ZSET  "ns\\0id"            lex index: latest / before within a namespace
     KEYS[4] a   ZSET  "id\\0ns"            lex index: newest first across namespaces
@@ -464,10 +465,23 @@ return n
 ACTIVITY = r"""
 -- A health scan's read of one thread, from its indexes (no payload): ids of `a` above
 -- ARGV[1] (at most ARGV[2]), the newest id, whether the root namespace's latest
--- checkpoint has a write of index ARGV[3] (an interrupt) in `wi`, and the thread's
--- MEMORY USAGE (sampled) over its eight keys.
+-- checkpoint has a write of index ARGV[3] (an interrupt) in `wi`, the thread's
+-- MEMORY USAGE (sampled) over its eight keys, and each recent checkpoint's parent, run id
+-- and source from its head (the fork count; '' when the head has none).
 local limit = tonumber(ARGV[2])
 local recent = redis.call('ZRANGEBYLEX', KEYS[4], '(' .. ARGV[1], '+', 'LIMIT', 0, limit)
+local links = {}
+for i, member in ipairs(recent) do
+  local at = string.find(member, '\0', 1, true)
+  local field = string.sub(member, at + 1) .. '\0' .. string.sub(member, 1, at - 1)
+  local head = redis.call('HGET', KEYS[1], field)
+  local parent, run, source = '', '', ''
+  if head then
+    local h = cmsgpack.unpack(head)
+    parent, run, source = h[1], h[5], h[6] or ''
+  end
+  links[i] = {parent, run, source}
+end
 local newest = redis.call('ZREVRANGEBYLEX', KEYS[4], '+', '-', 'LIMIT', 0, 1)
 local root = redis.call('ZREVRANGEBYLEX', KEYS[3], '(\1', '[\0', 'LIMIT', 0, 1)
 local interrupted = 0
@@ -483,7 +497,7 @@ for i = 1, #KEYS do
   local n = redis.call('MEMORY', 'USAGE', KEYS[i])
   if n then bytes = bytes + n end
 end
-return {recent, newest[1] or '', interrupted, bytes}
+return {recent, newest[1] or '', interrupted, bytes, links}
 """
 
 EXPORT = r"""
