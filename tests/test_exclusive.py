@@ -24,6 +24,7 @@ import pytest
 from langgraph.types import Command, interrupt
 
 import graphkeep
+from graphkeep.checkpoint.check import findings_of
 from graphkeep.errors import ThreadBusy
 
 from .conftest import unique_prefix
@@ -58,6 +59,12 @@ def _forks(history: list[Any]) -> dict[str, list[str]]:
             parent = t.parent_config["configurable"]["checkpoint_id"]
             children.setdefault(parent, []).append(t.checkpoint["id"])
     return {p: c for p, c in children.items() if len(c) > 1}
+
+
+def _check_kinds(saver: Any, thread_id: str) -> list[str]:
+    """What ``graphkeep check`` finds on the thread (its kinds)."""
+    inventory = saver.drive(saver.port.inventory(thread_id))
+    return [f.kind for f in findings_of(thread_id, inventory).findings]
 
 
 def _seed(saver: Any, thread_id: str) -> None:
@@ -100,6 +107,7 @@ def test_two_workers_at_once_fork_a_thread_without_exclusive(
         assert _two_at_once(runs_store, thread_id, tmp_path, "plain") == [(0, "done")] * 2
         history = _history(saver, thread_id)
         assert _forks(history), [(t.checkpoint["id"], t.parent_config) for t in history]
+        assert _check_kinds(saver, thread_id) == ["concurrent_fork"]
         # the head holds one worker's reply: the other's is gone from the thread's state
         log = saver.get_tuple(_config(thread_id)).checkpoint["channel_values"]["log"]
         assert len([line for line in log if line.startswith("bot:")]) == 2, log
@@ -113,6 +121,7 @@ def test_two_workers_at_once_through_exclusive_make_one_chain_with_both_turns(
         assert _two_at_once(runs_store, thread_id, tmp_path, "exclusive") == [(0, "done")] * 2
         history = _history(saver, thread_id)
         assert _forks(history) == {}
+        assert _check_kinds(saver, thread_id) == []
         log = saver.get_tuple(_config(thread_id)).checkpoint["channel_values"]["log"]
         assert log[:2] == ["user:seed", "bot:1:user:seed"]
         first, second = ("w1", "w2") if log[2] == "user:w1" else ("w2", "w1")
