@@ -60,6 +60,8 @@ class Connector:
     aconnect: Callable[..., AbstractAsyncContextManager[Saver]]
     errors: Callable[[], tuple[type[Exception], type[Exception]]]
     """Returns (InvalidThreadId, GraphkeepError) of this implementation."""
+    lease_errors: Callable[[], tuple[type[Exception], type[Exception]]]
+    """Returns (LeaseLost, LockNotAcquired) of this implementation."""
 
 
 def _reference_connector(_scheme: str) -> Connector:
@@ -68,7 +70,10 @@ def _reference_connector(_scheme: str) -> Connector:
     def errors() -> tuple[type[Exception], type[Exception]]:
         return reference.StandInInvalidThreadId, reference.StandInGraphkeepError
 
-    return Connector(reference.connect, reference.aconnect, errors)
+    def lease_errors() -> tuple[type[Exception], type[Exception]]:
+        return reference.StandInLeaseLost, reference.StandInLockNotAcquired
+
+    return Connector(reference.connect, reference.aconnect, errors, lease_errors)
 
 
 def _import_from_source_tree(cause: ModuleNotFoundError) -> ModuleType:
@@ -99,12 +104,17 @@ def _graphkeep_errors() -> tuple[type[Exception], type[Exception]]:
     return errors.InvalidThreadId, errors.GraphkeepError
 
 
+def _graphkeep_lease_errors() -> tuple[type[Exception], type[Exception]]:
+    errors = importlib.import_module("graphkeep.errors")
+    return errors.LeaseLost, errors.LockNotAcquired
+
+
 def _graphkeep_connector(scheme: str) -> Connector:
     module = import_graphkeep()
     backends = getattr(module, "BACKENDS", None)  # scheme -> backend, where graphkeep says
     if backends is not None and scheme not in backends:
         raise BackendNotReady(f"graphkeep has no {scheme}:// backend yet")
-    return Connector(module.connect, module.aconnect, _graphkeep_errors)
+    return Connector(module.connect, module.aconnect, _graphkeep_errors, _graphkeep_lease_errors)
 
 
 # URL scheme -> connector; everything else goes through graphkeep.connect/aconnect.
@@ -203,6 +213,10 @@ class Api(ABC):
     def next_version(self, current: Any) -> Any:
         return self.saver.get_next_version(current, None)
 
+    def lease(self, thread_id: Any, ttl: float) -> Lease:
+        """The thread's lease (``saver.lock``, not waiting), taken and released in this mode."""
+        return Lease(self, self.saver.lock(thread_id, ttl=ttl, blocking=False))
+
     @abstractmethod
     def put(
         self,
@@ -250,6 +264,36 @@ class Api(ABC):
     def history(
         self, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]: ...
+
+
+class Lease:
+    """A thread's lease driven in its Api's mode. Taking it carries its fencing token with
+    the case's later calls (each an async-mode task copies the case's context); ``carry``
+    makes the case act as this holder again after another holder's calls."""
+
+    def __init__(self, api: Api, lock: Any) -> None:
+        self.api, self.lock = api, lock
+
+    @property
+    def fence(self) -> int:
+        return int(self.lock.fence)
+
+    def acquire(self) -> None:
+        if isinstance(self.api, AsyncApi):
+            self.api.run(self.lock.aacquire())
+        else:
+            self.lock.acquire()
+        self.lock.carry()
+
+    def carry(self) -> None:
+        self.lock.carry()
+
+    def release(self) -> bool:
+        if isinstance(self.api, AsyncApi):
+            released = bool(self.api.run(self.lock.arelease()))
+        else:
+            released = bool(self.lock.release())
+        return released
 
 
 class SyncApi(Api):

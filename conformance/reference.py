@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
+from uuid import uuid4
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -40,6 +43,68 @@ class StandInGraphkeepError(Exception):
 
 class StandInInvalidThreadId(StandInGraphkeepError, ValueError):
     """Stand-in for `graphkeep.errors.InvalidThreadId`."""
+
+
+class StandInLeaseLost(StandInGraphkeepError):
+    """Stand-in for `graphkeep.errors.LeaseLost` (a fenced write refused)."""
+
+    def __init__(self, thread_id: str, token: int, newer: int | None) -> None:
+        self.thread_id, self.token, self.newer = thread_id, token, newer
+        super().__init__(f"lease on {thread_id!r} lost: token {token}, newer {newer}")
+
+
+#: thread id -> the fencing token this context carries (graphkeep.checkpoint.fence's role)
+_CARRIED: ContextVar[dict[str, int]] = ContextVar("reference_fences", default={})  # noqa: B039
+
+
+class ReferenceLease:
+    """`saver.lock(thread_id)`: an in-memory fenced lease (tokens grow per thread)."""
+
+    def __init__(self, store: _Store, thread_id: str, ttl: float, blocking: bool) -> None:
+        self.store, self.thread_id, self.ttl, self.blocking = store, thread_id, ttl, blocking
+        self.token = uuid4().hex
+        self.fence: int | None = None
+
+    def acquire(self) -> bool:
+        while True:
+            with self.store.lock:
+                holder = self.store.leases.get(self.thread_id)
+                now = time.monotonic()
+                if holder is None or holder[1] <= now or holder[0] == self.token:
+                    fence = self.store.fences.get(self.thread_id, 0) + 1
+                    self.store.fences[self.thread_id] = fence
+                    self.store.leases[self.thread_id] = (self.token, now + self.ttl)
+                    self.fence = fence
+                    self.carry()
+                    return True
+            if not self.blocking:
+                raise StandInLockNotAcquired(f"thread {self.thread_id!r} is locked")
+            time.sleep(0.01)
+
+    def carry(self) -> None:
+        assert self.fence is not None
+        _CARRIED.set({**_CARRIED.get(), self.thread_id: self.fence})
+
+    def release(self) -> bool:
+        carried = dict(_CARRIED.get())
+        carried.pop(self.thread_id, None)
+        _CARRIED.set(carried)
+        with self.store.lock:
+            holder = self.store.leases.get(self.thread_id)
+            if holder and holder[0] == self.token and holder[1] > time.monotonic():
+                del self.store.leases[self.thread_id]
+                return True
+        return False
+
+    async def aacquire(self) -> bool:
+        return self.acquire()
+
+    async def arelease(self) -> bool:
+        return self.release()
+
+
+class StandInLockNotAcquired(StandInGraphkeepError):
+    """Stand-in for `graphkeep.errors.LockNotAcquired`."""
 
 
 def normalize_thread_id(thread_id: object) -> str:
@@ -86,6 +151,9 @@ class _Store:
     writes: defaultdict[Any, Any] = field(default_factory=lambda: defaultdict(dict))
     blobs: dict[Any, Any] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
+    #: thread id -> (holder token, monotonic expiry) and its last fencing token
+    leases: dict[str, tuple[str, float]] = field(default_factory=dict)
+    fences: dict[str, int] = field(default_factory=dict)
 
 
 _STORES: dict[tuple[str, str], _Store] = {}
@@ -107,6 +175,19 @@ class ReferenceSaver(InMemorySaver):
         self.writes = store.writes
         self.blobs = store.blobs
         self._lock = store.lock
+        self._store = store
+
+    def lock(
+        self, thread_id: Any, *, ttl: float = 30.0, blocking: bool = True, **_: Any
+    ) -> ReferenceLease:
+        return ReferenceLease(self._store, normalize_thread_id(thread_id), ttl, blocking)
+
+    def _fenced(self, thread_id: str) -> None:
+        """Refuse a write carrying a token older than the thread's newest (under the lock)."""
+        token = _CARRIED.get().get(thread_id)
+        newest = self._store.fences.get(thread_id, 0)
+        if token is not None and newest > token:
+            raise StandInLeaseLost(thread_id, token, newest)
 
     # -- contract methods that InMemorySaver has, with validation, locking, normalization --
 
@@ -144,6 +225,7 @@ class ReferenceSaver(InMemorySaver):
     ) -> RunnableConfig:
         config = _with_thread_id(config, default_ns=True)
         with self._lock:
+            self._fenced(config["configurable"]["thread_id"])
             return super().put(config, checkpoint, metadata, new_versions)
 
     def put_writes(
@@ -155,11 +237,13 @@ class ReferenceSaver(InMemorySaver):
     ) -> None:
         config = _with_thread_id(config, default_ns=False)
         with self._lock:
+            self._fenced(config["configurable"]["thread_id"])
             super().put_writes(config, writes, task_id, task_path)
 
     def delete_thread(self, thread_id: str) -> None:
         thread_id = normalize_thread_id(thread_id)
         with self._lock:
+            self._fenced(thread_id)
             super().delete_thread(thread_id)
 
     def get_delta_channel_history(
@@ -189,6 +273,7 @@ class ReferenceSaver(InMemorySaver):
                 for ns, checkpoints in self.storage[thread_id].items():
                     for checkpoint_id, (_, metadata, _) in list(checkpoints.items()):
                         if self.serde.loads_typed(metadata).get("run_id") in wanted:
+                            self._fenced(thread_id)
                             self._drop_checkpoint(thread_id, ns, checkpoint_id)
                 self._collect_blobs(thread_id)
 
@@ -196,6 +281,7 @@ class ReferenceSaver(InMemorySaver):
         source = normalize_thread_id(source_thread_id)
         target = normalize_thread_id(target_thread_id)
         with self._lock:
+            self._fenced(target)
             if source not in self.storage:
                 return
             for ns, checkpoints in self.storage[source].items():
@@ -213,6 +299,7 @@ class ReferenceSaver(InMemorySaver):
         for raw in thread_ids:
             thread_id = normalize_thread_id(raw)
             with self._lock:
+                self._fenced(thread_id)
                 if strategy == "delete":
                     super().delete_thread(thread_id)
                 else:

@@ -16,6 +16,7 @@ from conformance.spec import (  # noqa: F401  (importing registers the cases)
     sync_api,
     thread_ids,
     versions,
+    write_ownership,
     writes_order,
 )
 from conformance.spec._registry import CASES, GROUPS, Case

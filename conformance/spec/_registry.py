@@ -17,6 +17,7 @@ GROUPS: tuple[str, ...] = (
     "writes_order",
     "thread_ids",
     "delta_prune_copy",
+    "write_ownership",
     "prune",
 )
 

@@ -107,6 +107,17 @@ class ThreadLock:
         hold(self.thread_id, fence)
         return True
 
+    def carry(self) -> None:
+        """Carry this lease's fencing token with the writes of the current context too.
+
+        ``with``/``acquire`` carry it in the context that took the lease, and LangGraph's
+        threads and tasks inherit it; a context that does not (a ``threading.Thread`` started
+        by hand, a task of another event loop) calls this first, or its writes go unfenced.
+        """
+        if self.fence is None:
+            raise LockNotAcquired(f"the lease on thread {self.thread_id!r} was never taken")
+        hold(self.thread_id, self.fence)
+
     def _let_go(self) -> None:
         self.held = False
         drop(self.thread_id)
