@@ -8,6 +8,7 @@ SIGSTOPped process and the runs of two processes are in tests/test_exclusive.py.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +18,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 import graphkeep
 from graphkeep.checkpoint import fence
-from graphkeep.errors import LeaseLost
+from graphkeep.errors import LeaseLost, ThreadBusy
 
 from .conftest import unique_prefix
 from .scenarios.backends import SETUPS, Store, reachable
@@ -161,3 +162,42 @@ async def _aput(saver: Any, thread_id: str, step: int) -> None:
     checkpoint = _checkpoint(step)
     versions = checkpoint["channel_versions"]
     await saver.aput(_config(thread_id), checkpoint, {"step": step}, versions)
+
+
+def test_prune_and_delete_for_runs_refuse_a_thread_another_run_holds(
+    fence_store: Store, thread_id: str
+) -> None:
+    url, prefix = fence_store.backend.url, fence_store.prefix
+    with graphkeep.connect(url, key_prefix=prefix) as saver:
+        first = _put(saver, thread_id, 0)
+        _put(saver, thread_id, 1, first)
+        held, done = threading.Event(), threading.Event()
+
+        def live_run() -> None:  # its own context: its lease is not the caller's
+            with saver.lock(thread_id, ttl=30):
+                held.set()
+                done.wait(30)
+
+        run = threading.Thread(target=live_run)
+        run.start()
+        try:
+            held.wait(10)
+            for maintain in (
+                lambda: saver.prune([thread_id], strategy="keep_latest"),
+                lambda: saver.prune(["another-thread", thread_id], strategy="delete"),
+                lambda: saver.delete_for_runs(["run-0"]),
+            ):
+                with pytest.raises(ThreadBusy):
+                    maintain()
+                assert len(_stored(saver, thread_id)) == 2
+        finally:
+            done.set()
+            run.join()
+        # the caller's own lease: prune goes ahead under it (its deletes carry its token)
+        with saver.lock(thread_id, ttl=10):
+            saver.prune([thread_id], strategy="keep_latest")
+        assert len(_stored(saver, thread_id)) == 1
+        saver.delete_for_runs(["run-1"])  # free: takes the lease for the call
+        assert _stored(saver, thread_id) == []
+        with saver.lock(thread_id, ttl=1, blocking=False):  # and let it go after
+            pass

@@ -3,7 +3,8 @@ and ``prune``, deleting only what no kept checkpoint needs."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from graphkeep.checkpoint.check import plan_problems
@@ -12,13 +13,18 @@ from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, element_blob_keys, is_ma
 from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.records import Inventory, Typed
 from graphkeep.checkpoint.walk import keep_latest
-from graphkeep.errors import UnsafePrune
+from graphkeep.errors import ThreadBusy, UnsafePrune
 from graphkeep.port import Op
 
 if TYPE_CHECKING:
     from graphkeep.checkpoint.saver import SaverBase
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
+#: the lease ``prune`` and ``delete_for_runs`` take on a thread for the call (ms): far longer
+#: than they need for one thread; a crashed caller's expires by itself
+MAINTENANCE_LEASE_MS = 60_000
+
+Fences = dict[str, int | None]
 
 
 def delete_thread_op(saver: SaverBase, thread_id: Any) -> Op[None]:
@@ -39,9 +45,13 @@ def delete_for_runs_op(saver: SaverBase, run_ids: Sequence[str]) -> Op[None]:
     if not wanted:
         return
     found = yield from saver.port.find_runs(wanted)
-    for thread_id, doomed in found.items():
-        inventory = yield from saver.port.inventory(thread_id)
-        yield from _delete_keeping(saver, thread_id, inventory, set(doomed))
+
+    def delete(fences: Fences) -> Op[None]:
+        for thread_id, doomed in found.items():
+            inventory = yield from saver.port.inventory(thread_id)
+            yield from _delete_keeping(saver, thread_id, inventory, set(doomed), fences[thread_id])
+
+    yield from _leased(saver, list(found), "delete_for_runs", delete)
 
 
 def copy_thread_op(saver: SaverBase, source_thread_id: Any, target_thread_id: Any) -> Op[None]:
@@ -68,23 +78,63 @@ def prune_op(saver: SaverBase, thread_ids: Sequence[str], strategy: str) -> Op[N
     if strategy not in PRUNE_STRATEGIES:
         raise ValueError(f"unknown prune strategy {strategy!r}; use one of {PRUNE_STRATEGIES}")
     threads = list(dict.fromkeys(saver.check_thread_id(t) for t in thread_ids))
-    if strategy == "delete":
+
+    def delete(fences: Fences) -> Op[None]:
         for thread_id in threads:
             saver.lists.forget(thread_id)
-            yield from saver.port.delete_thread(thread_id, fence_of(thread_id))
+            yield from saver.port.delete_thread(thread_id, fences[thread_id])
             yield from _delete_scoped(saver, thread_id)
-        return
-    plans: list[tuple[str, list[tuple[str, str]], list[tuple[str, str, str]]]] = []
-    for thread_id in threads:
-        saver.lists.forget(thread_id)
-        inventory = yield from saver.port.inventory(thread_id)
-        doomed = keep_latest_plan(inventory)
-        plans.append((thread_id, *(yield from _plan(saver, thread_id, inventory, doomed, True))))
-    for thread_id, checkpoints, garbage in plans:
-        saver.lists.forget(thread_id)
-        if checkpoints or garbage:
+
+    def keep(fences: Fences) -> Op[None]:
+        plans: list[tuple[str, list[tuple[str, str]], list[tuple[str, str, str]]]] = []
+        for thread_id in threads:
+            saver.lists.forget(thread_id)
+            inventory = yield from saver.port.inventory(thread_id)
+            doomed = keep_latest_plan(inventory)
+            plans.append(
+                (thread_id, *(yield from _plan(saver, thread_id, inventory, doomed, True)))
+            )
+        for thread_id, checkpoints, garbage in plans:
+            saver.lists.forget(thread_id)
+            if checkpoints or garbage:
+                fence = fences[thread_id]
+                yield from saver.port.delete_records(thread_id, checkpoints, garbage, fence)
+
+    yield from _leased(saver, threads, "prune", delete if strategy == "delete" else keep)
+
+
+def _leased(
+    saver: SaverBase, threads: list[str], name: str, body: Callable[[Fences], Op[None]]
+) -> Op[None]:
+    """``body`` with every thread's lease held, given each one's fencing token: the caller's
+    where it holds the lease (``with saver.lock(t): saver.prune([t])``), else one taken here
+    for the call and let go after it. A thread another holder has (a run in flight) is
+    :class:`~graphkeep.errors.ThreadBusy` before anything of the batch is deleted: a prune
+    never races a live run, and every delete it makes is fenced."""
+    token = uuid.uuid4().hex
+    fences: Fences = {}
+    taken: list[str] = []
+    try:
+        for thread_id in threads:
             fence = fence_of(thread_id)
-            yield from saver.port.delete_records(thread_id, checkpoints, garbage, fence)
+            if fence is None:
+                fence = yield from saver.port.acquire_lock(thread_id, token, MAINTENANCE_LEASE_MS)
+                if not fence:
+                    raise ThreadBusy(
+                        f"{name} refused, nothing deleted: thread {thread_id!r} is busy"
+                        " (another run holds its lease); try again when it is done"
+                    )
+                taken.append(thread_id)
+            fences[thread_id] = fence
+        yield from body(fences)
+    except GeneratorExit:  # closed mid-way (cancelled): the leases expire by themselves
+        raise
+    except BaseException:
+        for thread_id in taken:
+            yield from saver.port.release_lock(thread_id, token)
+        raise
+    for thread_id in taken:
+        yield from saver.port.release_lock(thread_id, token)
 
 
 def keep_latest_plan(inventory: Inventory) -> set[tuple[str, str]]:
@@ -130,13 +180,16 @@ def _delete_scoped(saver: SaverBase, thread_id: str) -> Op[None]:
 
 
 def _delete_keeping(
-    saver: SaverBase, thread_id: str, inventory: Inventory, doomed: set[tuple[str, str]]
+    saver: SaverBase,
+    thread_id: str,
+    inventory: Inventory,
+    doomed: set[tuple[str, str]],
+    fence: int | None,
 ) -> Op[None]:
     """Delete ``doomed`` checkpoints (with their writes) and blobs nothing else uses."""
     saver.lists.forget(thread_id)
     checkpoints, garbage = yield from _plan(saver, thread_id, inventory, doomed, False)
     if checkpoints or garbage:
-        fence = fence_of(thread_id)
         yield from saver.port.delete_records(thread_id, checkpoints, garbage, fence)
 
 
