@@ -32,8 +32,6 @@ from .scenarios.backends import SETUPS, Store, reachable
 from .turn_worker import Chat, slow_chat
 
 ROOT = Path(__file__).resolve().parents[1]
-#: seconds from spawning the workers to their common start: Python, LangGraph and a client
-START_DELAY = 4.0
 
 
 @pytest.fixture(params=[b.param() for b in SETUPS])
@@ -72,31 +70,48 @@ def _seed(saver: Any, thread_id: str) -> None:
     graph.invoke({"log": ["user:seed"]}, _config(thread_id))
 
 
-def _spawn(
-    store: Store, thread_id: str, line: str, start_at: float, marker: Path, *extra: str
-) -> Any:
-    args = [store.backend.url, store.prefix, thread_id, line, str(start_at), str(marker), *extra]
-    return subprocess.Popen(
+def _spawn(store: Store, thread_id: str, line: str, marker: Path, *extra: str) -> Any:
+    """A worker process, starting up (its turn starts with :func:`_go`)."""
+    args = [store.backend.url, store.prefix, thread_id, line, str(marker), *extra]
+    worker = subprocess.Popen(
         [sys.executable, "-m", "tests.turn_worker", *args],
         cwd=ROOT,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    return worker
+
+
+def _go(*workers: Any) -> None:
+    """Start the workers' turns together, once each is connected and ready."""
+    for worker in workers:
+        said = worker.stdout.readline().strip()
+        assert said == "ready", said + worker.stderr.read()
+    for worker in workers:
+        worker.stdin.write("go\n")
+        worker.stdin.flush()
 
 
 def _finish(worker: Any) -> tuple[int, str]:
-    out, err = worker.communicate(timeout=120)
+    worker.stdin.close()
+    out, err = worker.stdout.read(), worker.stderr.read()
+    worker.wait(timeout=120)
     assert worker.returncode in (0, 2, 3), err
     return worker.returncode, out.strip()
 
 
 def _two_at_once(store: Store, thread_id: str, tmp_path: Path, mode: str) -> list[tuple[int, str]]:
-    start_at = time.time() + START_DELAY
-    workers = [
-        _spawn(store, thread_id, f"w{i}", start_at, tmp_path / f"w{i}", mode) for i in (1, 2)
-    ]
-    return [_finish(w) for w in workers]
+    """A turn of worker process ``w1`` and one of this process (``w2``, its own connection),
+    started at once; what each said."""
+    worker = _spawn(store, thread_id, "w1", tmp_path / "w1", mode)
+    with graphkeep.connect(store.backend.url, key_prefix=store.prefix) as saver:
+        graph = slow_chat().compile(checkpointer=saver)
+        app = saver.exclusive(graph, timeout=60) if mode == "exclusive" else graph
+        _go(worker)
+        app.invoke({"log": ["user:w2"]}, _config(thread_id))
+    return [_finish(worker), (0, "done")]
 
 
 def test_two_workers_at_once_fork_a_thread_without_exclusive(
@@ -139,7 +154,8 @@ def test_a_worker_stopped_past_its_lease_gets_lease_lost_and_stores_nothing(
     marker = tmp_path / "thinking"
     with graphkeep.connect(runs_store.backend.url, key_prefix=runs_store.prefix) as saver:
         _seed(saver, thread_id)
-        worker = _spawn(runs_store, thread_id, "late", time.time(), marker, "exclusive", "1.0")
+        worker = _spawn(runs_store, thread_id, "late", marker, "exclusive", "1.0")
+        _go(worker)
         try:
             deadline = time.monotonic() + 60
             while not marker.exists():

@@ -1,11 +1,12 @@
 """One turn of a slow chat graph on a thread, in a process of its own: the runs of
 tests/test_exclusive.py (two workers at once, a worker SIGSTOPped past its lease).
 
-    python -m tests.turn_worker URL PREFIX THREAD LINE START_AT MARKER {plain|exclusive} [TTL]
+    python -m tests.turn_worker URL PREFIX THREAD LINE MARKER {plain|exclusive} [TTL]
 
-It waits until the wall clock reads ``START_AT`` (so two workers start together), runs the
-turn (its node touches ``MARKER`` when it starts, then thinks for ``THINK`` seconds), and
-prints ``done``, ``busy`` (ThreadBusy) or ``lease-lost TOKEN NEWER`` (LeaseLost).
+Connected, it prints ``ready`` and waits for a line on its standard input (so two workers
+start together, whatever their start-up took), runs the turn (its node touches ``MARKER``
+when it starts, then thinks for ``THINK`` seconds), and prints ``done``, ``busy``
+(ThreadBusy) or ``lease-lost TOKEN NEWER`` (LeaseLost).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import graphkeep
 from graphkeep.errors import LeaseLost, ThreadBusy
 
 #: how long the node thinks: longer than two workers' starts differ
-THINK = 1.0
+THINK = 0.5
 
 
 class Chat(TypedDict):
@@ -48,12 +49,13 @@ def slow_chat(marker: str | None = None, think: float = THINK) -> Any:
 
 
 def main(argv: list[str]) -> int:
-    url, prefix, thread, line, start_at, marker, mode, *rest = argv
+    url, prefix, thread, line, marker, mode, *rest = argv
     ttl = float(rest[0]) if rest else 30.0
     with graphkeep.connect(url, key_prefix=prefix) as saver:
         graph = slow_chat(marker).compile(checkpointer=saver)
         app = saver.exclusive(graph, timeout=60, ttl=ttl) if mode == "exclusive" else graph
-        time.sleep(max(0.0, float(start_at) - time.time()))
+        print("ready", flush=True)
+        sys.stdin.readline()
         try:
             app.invoke({"log": [f"user:{line}"]}, {"configurable": {"thread_id": thread}})
         except ThreadBusy:
