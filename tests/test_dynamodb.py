@@ -8,6 +8,7 @@ the retry loops are unit-tested without a server (they are pure logic, fed fake 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import random
 import socket
@@ -31,16 +32,22 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 
 import graphkeep
-from graphkeep.backends.dynamodb import AsyncDynamoDBSaver, DynamoDBSaver, parse_url
+from graphkeep.backends.dynamodb import (
+    AsyncDynamoDBSaver,
+    DynamoDBCheckpointPort,
+    DynamoDBSaver,
+    parse_url,
+)
 from graphkeep.backends.dynamodb import keys as dkeys
 from graphkeep.backends.dynamodb.requests import (
     MAX_STALLS,
     Call,
+    Guard,
     batch_get,
     batch_write,
     transact,
 )
-from graphkeep.errors import ConfigurationError, CorruptData, StorageUnavailable
+from graphkeep.errors import ConfigurationError, CorruptData, LeaseLost, StorageUnavailable
 from graphkeep.port import Sleep
 
 from .conftest import unique_prefix
@@ -938,6 +945,286 @@ def test_thread_lease_is_exclusive_and_survives_delete_thread(saver: DynamoDBSav
             saver.lock("t", blocking=False).acquire()
         assert held.extend(5)
     assert saver.lock("t", blocking=False).acquire()
+
+
+# --------------------------------------------------------------------------- fenced leases
+
+
+def test_transact_with_a_guard_fails_the_whole_write_when_its_check_fails() -> None:
+    actions = [{"Put": {"TableName": "t", "Item": {"sk": {"S": str(i)}}}} for i in range(2)]
+    check = {"ConditionCheck": {"TableName": "t", "Key": {}}}
+    guard = Guard(check, lambda old: LeaseLost("t", 1, int(old["fence"]["N"]) if old else None))
+    stored = {"sk": {"S": "1"}}
+    newer = {"fence": {"N": "9"}}
+    responses = [
+        # the second write was already stored: dropped, the rest re-sent with the check
+        ClientError(
+            {
+                "Error": {"Code": "TransactionCanceledException", "Message": "cancelled"},
+                "CancellationReasons": [
+                    {"Code": "None"},
+                    {"Code": "ConditionalCheckFailed", "Item": stored},
+                    {"Code": "None"},
+                ],
+            },
+            "TransactWriteItems",
+        ),
+        ClientError(
+            {
+                "Error": {"Code": "TransactionCanceledException", "Message": "cancelled"},
+                "CancellationReasons": [
+                    {"Code": "None"},
+                    {"Code": "ConditionalCheckFailed", "Item": newer},
+                ],
+            },
+            "TransactWriteItems",
+        ),
+    ]
+    with pytest.raises(LeaseLost) as lost:
+        _run(transact(actions, [0, 1], guard), responses)
+    assert lost.value.newer == 9 and not responses
+    # a single write left is still a transaction: the check needs one
+    _, sent = _run(transact(actions[:1], [0], guard), [{}])
+    assert [c.operation for c in sent] == ["transact_write_items"]
+    assert sent[0].params["TransactItems"] == [actions[0], check]
+    # every group dropped: nothing left to write, nothing sent
+    already = ClientError(
+        {
+            "Error": {"Code": "TransactionCanceledException", "Message": "cancelled"},
+            "CancellationReasons": [{"Code": "ConditionalCheckFailed"}, {"Code": "None"}],
+        },
+        "TransactWriteItems",
+    )
+    failed, sent = _run(transact(actions[:1], [0], guard), [already])
+    assert failed == {0: None} and len(sent) == 1
+
+
+def test_lease_requests_are_re_sent_while_a_fenced_write_holds_the_lease_item() -> None:
+    """Fenced writes' transactions check the lease item, and DynamoDB refuses a single-item
+    write to an item of a transaction under way (moto never does: fed by hand)."""
+    port = DynamoDBCheckpointPort("t")
+    conflict = ClientError(
+        {"Error": {"Code": "TransactionConflictException", "Message": "conflict"}}, "UpdateItem"
+    )
+    fence, sent = _run(port.acquire_lock("thread", "me", 5000), [conflict, {}])
+    calls = [r for r in sent if isinstance(r, Call)]
+    assert len(calls) == 2 and isinstance(sent[1], Sleep) and calls[0] == calls[1]
+    assert fence == int(calls[0].params["ExpressionAttributeValues"][":f"]["N"])
+    released, sent = _run(port.release_lock("thread", "me"), [conflict, conflict, {}])
+    assert released and sum(isinstance(r, Call) for r in sent) == 3
+
+
+class Transactions:
+    """The TransactWriteItems a client sends, as sent (before-parameter-build hook)."""
+
+    def __init__(self, client: Any) -> None:
+        self.sent: list[list[dict[str, Any]]] = []
+        client.meta.events.register(
+            "before-parameter-build.dynamodb.TransactWriteItems", self._seen
+        )
+
+    def _seen(self, params: dict[str, Any], **_: Any) -> None:
+        self.sent.append(list(params["TransactItems"]))
+
+    def checked(self) -> list[bool]:
+        """Per transaction: whether it ends with the lease's check."""
+        return [
+            "ConditionCheck" in items[-1] and items[-1]["ConditionCheck"]["Key"]["sk"]["S"] == "l#"
+            for items in self.sent
+        ]
+
+
+class Takeover:
+    """A holder of ``thread``'s lease stalled past its ``ttl`` while another run took the
+    thread over: each one's context (its writes there carry its fencing token)."""
+
+    def __init__(self, saver: DynamoDBSaver, thread: str) -> None:
+        self.stale = contextvars.copy_context()
+        assert self.stale.run(saver.lock(thread, ttl=0.2).acquire)
+        time.sleep(0.3)
+        self.lock = saver.lock(thread, ttl=30)
+        self.holder = contextvars.copy_context()
+        assert self.holder.run(self.lock.acquire)
+
+
+def test_fencing_tokens_grow_and_re_arming_a_held_lease_keeps_its_token(
+    saver: DynamoDBSaver, table: str
+) -> None:
+    held = saver.lock("t", ttl=5)
+    assert held.acquire()
+    first = held.fence
+    assert first is not None and first >= int(time.time() * 1000) - 5_000
+    assert held.acquire() and held.fence == first  # ours already: re-armed, same token
+    held.release()
+    # a grant from a clock an hour ahead; the next grant, by the real clock, still grows
+    ahead = _at(saver, 3600).lock("t", ttl=0.05)
+    assert ahead.acquire()
+    assert ahead.fence is not None and ahead.fence > first + 3_000_000
+    ahead.release()
+    after = saver.lock("t", ttl=5)
+    assert after.acquire() and after.fence == ahead.fence + 1
+    after.release()
+    # released: the lease item keeps the thread's token, holder and expiry gone
+    pk, _ = saver.port.thread_key("t")
+    lease = saver.client.get_item(
+        TableName=table, Key={"pk": {"S": pk}, "sk": {"S": "l#"}}, ConsistentRead=True
+    )["Item"]
+    assert lease["fence"] == {"N": str(after.fence)} and "tok" not in lease
+
+
+def test_a_stalled_holder_is_refused_after_its_successor_released(saver: DynamoDBSaver) -> None:
+    """The successor's release keeps the thread's fencing token (deleting the lease item
+    would let the stalled holder write again)."""
+    first = _put(saver, "t", {"a": 1}, {"a": 1})
+    takeover = Takeover(saver, "t")
+    takeover.holder.run(takeover.lock.release)
+    with pytest.raises(LeaseLost) as lost:
+        takeover.stale.run(_put, saver, "t", {"a": 2}, {"a": 2}, parent=first)
+    assert lost.value.newer == takeover.lock.fence
+    found = saver.get_tuple(_config("t"))
+    assert found is not None and found.config == first
+
+
+async def test_async_a_stalled_holders_writes_are_refused(table: str) -> None:
+    async with graphkeep.aconnect(_url(table), key_prefix=unique_prefix("fa")) as saver:
+        config = _config("t")
+        took_over = asyncio.Event()
+
+        async def stalled() -> None:
+            await saver.lock("t", ttl=0.2).aacquire()
+            cp = empty_checkpoint()
+            stored = await saver.aput(config, cp, {"source": "input", "step": -1}, {})
+            await took_over.wait()
+            with pytest.raises(LeaseLost):
+                await saver.aput_writes(stored, [("x", 1)], "task")
+            with pytest.raises(LeaseLost):
+                await saver.adelete_thread("t")
+
+        async def successor() -> None:
+            await asyncio.sleep(0.3)
+            lock = saver.lock("t", ttl=30)
+            await lock.aacquire()
+            await lock.arelease()
+            took_over.set()
+
+        await asyncio.gather(stalled(), successor())
+        found = await saver.aget_tuple(config)
+        assert found is not None and found.pending_writes == []
+
+
+def test_a_fenced_put_of_the_head_alone_is_one_transaction_with_the_lease_check(
+    counted: tuple[DynamoDBSaver, Calls],
+) -> None:
+    saver, calls = counted
+    stored = _put(saver, "t", {"a": 1}, {"a": 1})
+    sent = Transactions(saver.client)
+    with calls.count() as made, saver.lock("t", ttl=30):
+        _put(saver, "t", {"a": 1}, {"a": 1}, parent=stored, new={})
+    assert made == ["UpdateItem", "TransactWriteItems", "UpdateItem"], made  # lock, put, unlock
+    assert [len(items) for items in sent.sent] == [2] and sent.checked() == [True]
+
+
+def test_a_refused_put_over_the_transaction_limits_leaves_nothing_a_reader_sees(
+    counted: tuple[DynamoDBSaver, Calls], client: Any, table: str
+) -> None:
+    saver, calls = counted
+    first = _put(saver, "wide", {"ch0": "first"}, {"ch0": 1})
+    before = {i["sk"]["S"] for i in _thread_items(saver, client, table, "wide")}
+    # 130 values and one of 5 MB (chunk items): over one transaction's 100 items and 4 MB
+    values: dict[str, Any] = {f"ch{i}": i for i in range(130)} | {"big": os.urandom(5_000_000)}
+    versions = {ch: 2 for ch in values}
+    takeover = Takeover(saver, "wide")
+    with calls.count() as made:
+        with pytest.raises(LeaseLost):
+            takeover.stale.run(_put, saver, "wide", values, versions, parent=first)
+    assert made[-1] == "TransactWriteItems" and "PutItem" not in made, made
+    added = {i["sk"]["S"] for i in _thread_items(saver, client, table, "wide")} - before - {"l#"}
+    assert added and all(sk.startswith("k#") for sk in added)  # only chunks no owner names
+    found = saver.get_tuple(_config("wide"))
+    assert found is not None and found.config == first
+    assert found.checkpoint["channel_values"] == {"ch0": "first"}
+    # the lease's holder puts the same checkpoint: values in fenced transactions, head last
+    sent = Transactions(saver.client)
+    with calls.count() as made:
+        stored = takeover.holder.run(_put, saver, "wide", values, versions, parent=first)
+    assert "PutItem" not in made and made.count("TransactWriteItems") == 2, made
+    assert sent.checked() == [True, True]
+    found = saver.get_tuple(_config("wide"))
+    assert found is not None and found.config == stored
+    assert found.checkpoint["channel_values"] == values
+
+
+def test_fenced_put_writes_over_one_transaction_checks_the_lease_in_each(
+    saver: DynamoDBSaver, client: Any
+) -> None:
+    """130 writes of one task take two transactions, each with the lease's check. A lease
+    lost between them refuses the second: the first one's 99 writes, stored before the newer
+    grant, stay (what a process killed between the two would leave)."""
+    stored = _put(saver, "t", {"a": 1}, {"a": 1})
+    writes = [(f"ch{i}", i) for i in range(130)]
+    sent = Transactions(saver.client)
+    with saver.lock("t", ttl=30):
+        saver.put_writes(stored, writes, "done", "")
+    assert [len(items) for items in sent.sent] == [100, 32] and sent.checked() == [True, True]
+
+    # the lease changes hands while the first transaction is on its way
+    other = DynamoDBSaver(
+        boto3.client("dynamodb", region_name=REGION, endpoint_url=ENDPOINT),
+        saver.table_name,
+        key_prefix=saver.port.key_prefix,
+    )
+
+    def take_over_after_the_first(**_: Any) -> None:
+        if len(sent.sent) == 3:  # the refused write's first transaction went out
+            time.sleep(0.3)  # past the stalled holder's ttl
+            lock = other.lock("t", ttl=30)
+            assert contextvars.copy_context().run(lock.acquire)
+
+    client_events = saver.client.meta.events
+    client_events.register("after-call.dynamodb.TransactWriteItems", take_over_after_the_first)
+    stalled = contextvars.copy_context()
+    assert stalled.run(saver.lock("t", ttl=0.2).acquire)
+    try:
+        with pytest.raises(LeaseLost):
+            stalled.run(saver.put_writes, stored, writes, "stalled", "")
+    finally:
+        client_events.unregister(
+            "after-call.dynamodb.TransactWriteItems", take_over_after_the_first
+        )
+        other.client.close()
+    assert len(sent.sent) == 4 and sent.checked()[2:] == [True, True]
+    found = saver.get_tuple(stored)
+    assert found is not None
+    by_task = Counter(task for task, _, _ in found.pending_writes)
+    assert by_task == {"done": 130, "stalled": 99}, by_task
+
+
+def test_fenced_deletes_and_copies_are_refused_whole_after_a_takeover(
+    saver: DynamoDBSaver, client: Any, table: str
+) -> None:
+    """delete_thread and copy_thread onto a thread of more than one transaction's items:
+    the stalled holder's are refused before anything changed, the holder's go through."""
+    values = {f"ch{i}": i for i in range(130)}
+    stored = _put(saver, "t", values, {ch: 1 for ch in values})
+    _put(saver, "src", values, {ch: 1 for ch in values})
+    items = _thread_items(saver, client, table, "t")
+    takeover = Takeover(saver, "t")
+    sent = Transactions(saver.client)
+    with pytest.raises(LeaseLost):
+        takeover.stale.run(saver.delete_thread, "t")
+    with pytest.raises(LeaseLost):
+        takeover.stale.run(saver.copy_thread, "src", "t")
+    assert sent.checked() == [True, True]  # each refused at its first transaction
+    assert len(_thread_items(saver, client, table, "t")) == len(items) + 1  # and the lease
+    found = saver.get_tuple(_config("t"))
+    assert found is not None and found.config == stored
+
+    takeover.holder.run(saver.delete_thread, "t")
+    assert [i["sk"]["S"] for i in _thread_items(saver, client, table, "t")] == ["l#"]
+    takeover.holder.run(saver.copy_thread, "src", "t")
+    found = saver.get_tuple(_config("t"))
+    assert found is not None and found.checkpoint["channel_values"] == values
+    assert all(sent.checked()) and len(sent.sent) == 6  # 2 refused, 2 deletes, 2 copies
 
 
 # --------------------------------------------------------------------------- setup, errors

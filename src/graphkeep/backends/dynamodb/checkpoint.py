@@ -45,7 +45,10 @@ as DynamoDB counts them): 0.33 MB with shared lists (0.73 MB without); 100 turns
 
 Cost notes: put and put_writes use TransactWriteItems (all-or-nothing, conditional writes),
 which DynamoDB bills at twice the write units of plain writes; a put of the head alone is a
-plain PutItem. The ``run_id`` GSI (keys plus the raw-name attribute) adds one small index
+plain PutItem. Writes under ``saver.lock`` are fenced (:mod:`.locks`): each of their
+transactions also checks the lease item, so a put of the head alone is a transaction too and
+batch deletes and imports become transactions; unfenced writes cost what they did. The
+``run_id`` GSI (keys plus the raw-name attribute) adds one small index
 write per checkpoint that has a run id; without it ``delete_for_runs`` scans the table.
 """
 
@@ -141,13 +144,20 @@ class DynamoDBCheckpointPort(ExpiringTable, CheckpointPort):
     def setup(self) -> Op[None]:
         return setup_table(self.table, run_index=self.run_index)
 
-    def put_checkpoint(self, record: CheckpointRecord, blobs: list[BlobRecord]) -> Op[None]:
-        return writing.put_checkpoint(self, record, blobs)
+    def put_checkpoint(
+        self, record: CheckpointRecord, blobs: list[BlobRecord], fence: int | None = None
+    ) -> Op[None]:
+        return writing.put_checkpoint(self, record, blobs, fence)
 
     def put_writes(
-        self, thread_id: str, ns: str, checkpoint_id: str, writes: list[WriteRecord]
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        writes: list[WriteRecord],
+        fence: int | None = None,
     ) -> Op[None]:
-        return writing.put_writes(self, thread_id, ns, checkpoint_id, writes)
+        return writing.put_writes(self, thread_id, ns, checkpoint_id, writes, fence)
 
     def load(self, thread_id: str, ns: str, checkpoint_id: str | None) -> Op[Loaded | None]:
         return reads.load(self, thread_id, ns, checkpoint_id)
@@ -167,8 +177,8 @@ class DynamoDBCheckpointPort(ExpiringTable, CheckpointPort):
     ) -> Op[Chain]:
         return reads.chain(self, thread_id, ns, checkpoint_id, channels)
 
-    def delete_thread(self, thread_id: str) -> Op[None]:
-        return deletes.delete_thread(self, thread_id)
+    def delete_thread(self, thread_id: str, fence: int | None = None) -> Op[None]:
+        return deletes.delete_thread(self, thread_id, fence)
 
     def inventory(self, thread_id: str) -> Op[Inventory]:
         return deletes.inventory(self, thread_id)
@@ -181,8 +191,9 @@ class DynamoDBCheckpointPort(ExpiringTable, CheckpointPort):
         thread_id: str,
         checkpoints: list[tuple[str, str]],
         blobs: list[tuple[str, str, str]],
+        fence: int | None = None,
     ) -> Op[None]:
-        return deletes.delete_records(self, thread_id, checkpoints, blobs)
+        return deletes.delete_records(self, thread_id, checkpoints, blobs, fence)
 
     def find_runs(self, run_ids: list[str]) -> Op[dict[str, list[tuple[str, str]]]]:
         return deletes.find_runs(self, run_ids)
@@ -190,8 +201,8 @@ class DynamoDBCheckpointPort(ExpiringTable, CheckpointPort):
     def export_thread(self, thread_id: str) -> Op[ThreadDump]:
         return export.export_thread(self, thread_id)
 
-    def import_thread(self, thread_id: str, dump: ThreadDump) -> Op[None]:
-        return export.import_thread(self, thread_id, dump)
+    def import_thread(self, thread_id: str, dump: ThreadDump, fence: int | None = None) -> Op[None]:
+        return export.import_thread(self, thread_id, dump, fence)
 
     def list_threads(self, cursor: Any, page_size: int) -> Op[tuple[list[str], Any]]:
         return export.list_threads(self, cursor, page_size)
@@ -219,7 +230,7 @@ class DynamoDBCheckpointPort(ExpiringTable, CheckpointPort):
     def storage_bytes(self) -> Op[int | None]:
         return table_size(self.table)
 
-    def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
+    def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[int]:
         return locks.acquire_lock(self, thread_id, token, ttl_ms)
 
     def release_lock(self, thread_id: str, token: str) -> Op[bool]:

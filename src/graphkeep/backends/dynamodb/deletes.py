@@ -4,7 +4,15 @@
 never sees a head that lost its writes or values; a held lease stays). ``inventory`` /
 ``delete_records`` serve prune. ``find_runs`` (``delete_for_runs``) Queries the sparse
 ``run_id`` GSI per run id (eventually consistent: a checkpoint written milliseconds ago may be
-missed); without the index one filtered Scan. See docs/architecture.md.
+missed); without the index one filtered Scan.
+
+Fenced (``fence``: :func:`.locks.fence_guard`), the deletes of ``delete_thread`` and
+``delete_records`` go in TransactWriteItems of 99 DeleteItems and the lease's
+``ConditionCheck`` (BatchWriteItem takes no condition; a transaction costs twice the write
+units) and stop with :class:`~graphkeep.errors.LeaseLost` at the first one refused. More
+than 99 items take several transactions: the earlier ones stay applied, made before the
+newer grant, heads first as always (the thread reads as a delete cut short would leave it).
+See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from graphkeep.backends.dynamodb.items import (
     n,
     s,
 )
+from graphkeep.backends.dynamodb.locks import fence_guard
 from graphkeep.backends.dynamodb.requests import (
     TRANSACT_MAX_ITEMS,
     batch_write,
@@ -41,6 +50,7 @@ from graphkeep.backends.dynamodb.requests import (
     groups,
     query_all,
     transact,
+    transact_parts,
 )
 from graphkeep.backends.dynamodb.ttl import ExpiringTable
 from graphkeep.checkpoint.records import (
@@ -56,13 +66,13 @@ from graphkeep.port import Op
 log = logging.getLogger("graphkeep.dynamodb")
 
 
-def delete_thread(t: ExpiringTable, thread_id: str) -> Op[None]:
+def delete_thread(t: ExpiringTable, thread_id: str, fence: int | None = None) -> Op[None]:
     pk, _ = t.thread_key(thread_id)
     items = yield from query_all(t.query(pk, projection=[]))
     # heads first: a concurrent reader never sees a head that lost its writes or values;
     # a held lease stays (it belongs to a run, not to the data)
     sks = sorted((s(i, SK) for i in items if s(i, SK) != keys.LOCK_SK), key=_delete_order)
-    yield from batch_write(t.table, [{"DeleteRequest": {"Key": key(pk, sk)}} for sk in sks])
+    yield from _delete(t, thread_id, pk, sks, fence)
     t.known.forget_thread(pk)
     t.manifests.forget_thread(pk)
 
@@ -141,6 +151,7 @@ def delete_records(
     thread_id: str,
     checkpoints: list[tuple[str, str]],
     blobs: list[tuple[str, str, str]],
+    fence: int | None = None,
 ) -> Op[None]:
     pk, _ = t.thread_key(thread_id)
     doomed = set(checkpoints)
@@ -165,7 +176,19 @@ def delete_records(
     # flight writes its chunks before their owner)
     delete.update(sk for sk, owner in chunks if owner in delete)
     ordered = sorted(delete, key=_delete_order)
-    yield from batch_write(t.table, [{"DeleteRequest": {"Key": key(pk, sk)}} for sk in ordered])
+    yield from _delete(t, thread_id, pk, ordered, fence)
+
+
+def _delete(
+    t: ExpiringTable, thread_id: str, pk: str, sks: list[str], fence: int | None
+) -> Op[None]:
+    """Delete ``sks`` in their order: BatchWriteItem, or fenced transactions under ``fence``."""
+    guard = fence_guard(t, thread_id, fence)
+    if guard is None:
+        yield from batch_write(t.table, [{"DeleteRequest": {"Key": key(pk, sk)}} for sk in sks])
+        return
+    actions = [{"Delete": {"TableName": t.table, "Key": key(pk, sk)}} for sk in sks]
+    yield from transact_parts(actions, range(len(actions)), [0] * len(actions), guard)
 
 
 def find_runs(t: ExpiringTable, run_ids: list[str]) -> Op[dict[str, list[tuple[str, str]]]]:

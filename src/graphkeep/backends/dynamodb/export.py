@@ -2,8 +2,16 @@
 
 An export reads the thread's partition with one paged Query and keeps its visible heads plus
 the hidden ancestors their DeltaChannels still need; an import writes values and writes first
-and the heads last (BatchWriteItem). ``list_threads`` Scans the table (costly by nature). See
-docs/architecture.md.
+and the heads last (BatchWriteItem). ``list_threads`` Scans the table (costly by nature).
+
+An import onto a thread under a lease (``fence``: :func:`.locks.fence_guard`, ``copy_thread``
+inside ``saver.lock(target)``) writes its chunk items first as before (content-addressed:
+see :mod:`.writes`), then the rest in order in TransactWriteItems of up to 99 puts and the
+lease's ``ConditionCheck`` (twice the write units), and stops with
+:class:`~graphkeep.errors.LeaseLost` at the first one refused: a thread that fits in one
+transaction is imported whole or not at all; a longer one keeps the transactions applied
+before the newer grant (values before the heads that name them, as a crash would leave it).
+See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -29,8 +37,10 @@ from graphkeep.backends.dynamodb.items import (
     hidden,
     read_payload,
     s,
+    size_of,
 )
-from graphkeep.backends.dynamodb.requests import batch_write, query_all
+from graphkeep.backends.dynamodb.locks import fence_guard
+from graphkeep.backends.dynamodb.requests import batch_write, query_all, transact_parts
 from graphkeep.checkpoint.records import BlobRecord, Summary, ThreadDump
 from graphkeep.port import Op, codec
 
@@ -91,7 +101,9 @@ def export_thread(t: CheckpointTable, thread_id: str) -> Op[ThreadDump]:
     return dump
 
 
-def import_thread(t: CheckpointTable, thread_id: str, dump: ThreadDump) -> Op[None]:
+def import_thread(
+    t: CheckpointTable, thread_id: str, dump: ThreadDump, fence: int | None = None
+) -> Op[None]:
     now = t.clock()
     body: list[dict[str, Any]] = []
     for ns, blob in dump.blobs:
@@ -105,8 +117,16 @@ def import_thread(t: CheckpointTable, thread_id: str, dump: ThreadDump) -> Op[No
         enc = t.head(record.renamed(thread_id), now)
         body += enc.chunks
         heads.append(enc.item)
-    yield from batch_write(t.table, [{"PutRequest": {"Item": item}} for item in body])
-    yield from batch_write(t.table, [{"PutRequest": {"Item": item}} for item in heads])
+    guard = fence_guard(t, thread_id, fence)
+    if guard is None:
+        yield from batch_write(t.table, [{"PutRequest": {"Item": item}} for item in body])
+        yield from batch_write(t.table, [{"PutRequest": {"Item": item}} for item in heads])
+        return
+    chunks = [item for item in body if keys.parse_sk(s(item, SK)).kind == "k"]
+    rest = [item for item in body if keys.parse_sk(s(item, SK)).kind != "k"] + heads
+    yield from batch_write(t.table, [{"PutRequest": {"Item": item}} for item in chunks])
+    puts = [{"Put": {"TableName": t.table, "Item": item}} for item in rest]
+    yield from transact_parts(puts, range(len(puts)), [size_of(i) for i in rest], guard)
 
 
 def list_threads(t: CheckpointTable, cursor: Any, page_size: int) -> Op[tuple[list[str], Any]]:

@@ -22,6 +22,7 @@ Attributes (short names: DynamoDB bills attribute names as item bytes)::
     vis      epoch seconds a checkpoint head stays visible (only with ``ttl``)
     rw       raw names (msgpack) when a key component had to be shortened
     tok, until  the thread's lease (sort key ``l#``): holder token, expiry in epoch ms
+    fence    the thread's fencing token (the last lease's, on the ``l#`` item; see :mod:`.locks`)
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ HEAD, VALUE, NCHUNKS, DIGEST, SIZE, CODEC = "h", "v", "nk", "dg", "sz", "z"
 RUN, EXP, VIS, RAW = "rk", "exp", "vis", "rw"
 SOURCE = "so"
 LIST = "ls"
-LOCK_TOKEN, LOCK_UNTIL = "tok", "until"
+LOCK_TOKEN, LOCK_UNTIL, FENCE = "tok", "until", "fence"
 RUN_INDEX = "run_id"
 
 #: DynamoDB's item size limit

@@ -9,7 +9,7 @@ storage format). Sort keys (``sk``)::
     b#<ns>#__graphkeep.element__#<key>    a list element (key: 16 hex epoch + 8 hex seq, never
                                           shortened: one epoch's elements are a key range)
     k#<owner sk>#<digest>#<nnnnn>         chunk n of an oversized owner item
-    l#                                    the thread's lease (``saver.lock``)
+    l#                                    the thread's lease (``saver.lock``) and fencing token
 
 So one Query over ``c#<ns>#<id>#`` returns a checkpoint with all its writes, the newest
 checkpoint of a namespace is the first head of a descending Query over ``c#<ns>#`` (its writes

@@ -1,43 +1,130 @@
-"""``saver.lock`` on DynamoDB: a per-thread lease, conditional writes on one item (``l#``).
+"""``saver.lock`` on DynamoDB: a per-thread fenced lease, conditional writes on one item (``l#``).
 
-The lease item lives in the thread's partition (holder token ``tok``, expiry ``until`` in
-epoch ms, ``exp`` an hour later so DynamoDB removes stale leases eventually): taking it is a
-PutItem conditioned on "free, expired or already ours", releasing and extending are
-conditioned on the token still holding it. See docs/architecture.md.
+The lease item lives in the thread's partition: holder token ``tok``, expiry ``until`` in
+epoch ms, and the thread's fencing token ``fence`` (the last grant's; ``exp``, DynamoDB's TTL
+attribute, :data:`FENCE_KEEP_S` after the lease's end). Requests:
+
+- taking it (:func:`acquire_lock`) is one UpdateItem that sets holder, expiry and a new
+  fencing token ``max(stored + 1, now_ms)``, conditioned on "free or expired" and "the stored
+  token below the new one"; a failed condition returns the item as it was
+  (``ReturnValuesOnConditionCheckFailure``), which tells "held by another" (answer 0) from
+  "our own lease" (re-armed by a second UpdateItem, answering its token unchanged, as Redis
+  does: a retry after a lost reply, or ``acquire`` again) and from "the stored token is not
+  below ours" (another clock ahead, or two grants in one millisecond: sent again above it);
+- releasing removes ``tok`` and ``until`` (UpdateItem) but keeps ``fence``: the item is what
+  fenced writes check, so it must outlive the lease. Deleting it would let a holder that
+  stalled past its ``ttl`` write again once its successor released (no newer token left to
+  refuse it), whatever the next grant's token. ``exp`` drops it 30 days after the last lease
+  ended (a write stalled that long is not fenced any more; the ``now_ms`` floor still keeps
+  later tokens above forgotten ones, clocks allowing);
+- extending is conditioned on the token still holding it;
+- a fenced write (:func:`fence_guard`) carries a ``ConditionCheck`` on the item,
+  ``attribute_not_exists(fence) OR fence <= :holder``, in each of its transactions. So the
+  lease item now takes part in transactions: DynamoDB refuses a single-item write to an item
+  of a transaction under way (``TransactionConflictException``), which the lease's requests
+  re-send with backoff (:func:`_on_lease`), as :func:`.requests.transact` does for its own.
+
+``delete_thread`` leaves the item (a lease and its fencing token belong to runs, not to the
+thread's data). See docs/architecture.md.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from botocore.exceptions import ClientError
 
 from graphkeep.backends.dynamodb import keys
 from graphkeep.backends.dynamodb.encoding import CheckpointTable
-from graphkeep.backends.dynamodb.items import EXP, LOCK_TOKEN, LOCK_UNTIL, PK, SK, N, S, key
-from graphkeep.backends.dynamodb.requests import Call, error_code
-from graphkeep.port import Op
+from graphkeep.backends.dynamodb.items import EXP, FENCE, LOCK_TOKEN, LOCK_UNTIL, N, S, key, n, s
+from graphkeep.backends.dynamodb.requests import (
+    MAX_STALLS,
+    RETRYABLE_TRANSACTION_ERRORS,
+    Call,
+    Guard,
+    backoff,
+    error_code,
+)
+from graphkeep.errors import LeaseLost, StorageUnavailable
+from graphkeep.port import Op, Sleep
+
+#: how long the lease item (and so the thread's fencing token) outlives the lease: the
+#: same 30 days as the Redis backend's fencing key
+FENCE_KEEP_S = 30 * 86_400
+#: attempts of a grant whose stored token was not below the candidate (each one a new grant
+#: by someone else in between, which then holds the lease: more than a couple never happen)
+GRANT_ATTEMPTS = 8
+
+_NAMES = {"#t": LOCK_TOKEN, "#u": LOCK_UNTIL, "#e": EXP, "#f": FENCE}
 
 
-def acquire_lock(t: CheckpointTable, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
+def acquire_lock(t: CheckpointTable, thread_id: str, token: str, ttl_ms: int) -> Op[int]:
     now_ms = int(t.clock() * 1000)
     pk, _ = t.thread_key(thread_id)
     until = now_ms + ttl_ms
-    item = {
-        PK: S(pk),
-        SK: S(keys.LOCK_SK),
-        LOCK_TOKEN: S(token),
-        LOCK_UNTIL: N(until),
-        EXP: N(until // 1000 + 3600),  # DynamoDB removes stale leases eventually
-    }
+    candidate = now_ms
+    for _attempt in range(GRANT_ATTEMPTS):
+        try:
+            yield from _on_lease(
+                {
+                    "TableName": t.table,
+                    "Key": key(pk, keys.LOCK_SK),
+                    "UpdateExpression": "SET #t = :token, #u = :until, #e = :e, #f = :f",
+                    # free or expired (or ours without a fencing token: taken by a version
+                    # before fencing), and the new token above the stored one
+                    "ConditionExpression": (
+                        "(attribute_not_exists(#t) OR #u < :now"
+                        " OR (#t = :token AND attribute_not_exists(#f)))"
+                        " AND (attribute_not_exists(#f) OR #f < :f)"
+                    ),
+                    "ExpressionAttributeNames": _NAMES,
+                    "ExpressionAttributeValues": {
+                        ":token": S(token),
+                        ":until": N(until),
+                        ":e": N(until // 1000 + FENCE_KEEP_S),
+                        ":f": N(candidate),
+                        ":now": N(now_ms),
+                    },
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                },
+            )
+            return candidate
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            old: dict[str, Any] = exc.response.get("Item") or {}
+        if not old:  # a server that does not return the item: read as contended
+            return 0
+        stored = n(old, FENCE) or 0
+        if LOCK_TOKEN in old and (n(old, LOCK_UNTIL) or 0) >= now_ms:
+            if s(old, LOCK_TOKEN) != token:
+                return 0  # held by another
+            if (yield from _rearm(t, pk, token, stored, until)):
+                return stored  # ours already: re-armed, its token unchanged
+            continue  # it changed in between: look again
+        candidate = max(candidate, stored + 1)
+    raise StorageUnavailable(
+        f"the lease of thread {thread_id!r} changed hands {GRANT_ATTEMPTS} times while it was"
+        " being taken; retry later"
+    )
+
+
+def _rearm(t: CheckpointTable, pk: str, token: str, fence: int, until: int) -> Op[bool]:
+    """Push out the expiry of our own lease, still holding fencing token ``fence``."""
     try:
-        yield Call(
-            "put_item",
+        yield from _on_lease(
             {
                 "TableName": t.table,
-                "Item": item,
-                # free, expired, or already ours (a retry after a lost reply)
-                "ConditionExpression": ("attribute_not_exists(#sk) OR #u < :now OR #t = :token"),
-                "ExpressionAttributeNames": {"#sk": SK, "#u": LOCK_UNTIL, "#t": LOCK_TOKEN},
-                "ExpressionAttributeValues": {":now": N(now_ms), ":token": S(token)},
+                "Key": key(pk, keys.LOCK_SK),
+                "UpdateExpression": "SET #u = :until, #e = :e",
+                "ConditionExpression": "#t = :token AND #f = :f",
+                "ExpressionAttributeNames": {k: _NAMES[k] for k in ("#t", "#u", "#e", "#f")},
+                "ExpressionAttributeValues": {
+                    ":token": S(token),
+                    ":f": N(fence),
+                    ":until": N(until),
+                    ":e": N(until // 1000 + FENCE_KEEP_S),
+                },
             },
         )
     except ClientError as exc:
@@ -50,11 +137,12 @@ def acquire_lock(t: CheckpointTable, thread_id: str, token: str, ttl_ms: int) ->
 def release_lock(t: CheckpointTable, thread_id: str, token: str) -> Op[bool]:
     pk, _ = t.thread_key(thread_id)
     try:
-        yield Call(
-            "delete_item",
+        yield from _on_lease(
             {
                 "TableName": t.table,
                 "Key": key(pk, keys.LOCK_SK),
+                # the fencing token (and ``exp``) stay: see the module docstring
+                "UpdateExpression": "REMOVE #t, #u",
                 "ConditionExpression": "#t = :t AND #u >= :now",
                 "ExpressionAttributeNames": {"#t": LOCK_TOKEN, "#u": LOCK_UNTIL},
                 "ExpressionAttributeValues": {
@@ -75,8 +163,7 @@ def extend_lock(t: CheckpointTable, thread_id: str, token: str, ttl_ms: int) -> 
     pk, _ = t.thread_key(thread_id)
     until = now_ms + ttl_ms
     try:
-        yield Call(
-            "update_item",
+        yield from _on_lease(
             {
                 "TableName": t.table,
                 "Key": key(pk, keys.LOCK_SK),
@@ -87,7 +174,7 @@ def extend_lock(t: CheckpointTable, thread_id: str, token: str, ttl_ms: int) -> 
                     ":t": S(token),
                     ":now": N(now_ms),
                     ":until": N(until),
-                    ":e": N(until // 1000 + 3600),
+                    ":e": N(until // 1000 + FENCE_KEEP_S),
                 },
             },
         )
@@ -96,3 +183,44 @@ def extend_lock(t: CheckpointTable, thread_id: str, token: str, ttl_ms: int) -> 
             return False
         raise
     return True
+
+
+def _on_lease(params: dict[str, Any]) -> Op[None]:
+    """UpdateItem on the lease item, re-sent with backoff while a fenced write's transaction
+    holds the item (``TransactionConflictException``); any other error is the caller's."""
+    attempts = 0
+    while True:
+        try:
+            yield Call("update_item", params)
+            return
+        except ClientError as exc:
+            attempts += 1
+            if error_code(exc) not in RETRYABLE_TRANSACTION_ERRORS or attempts >= MAX_STALLS:
+                raise
+        yield Sleep(backoff(attempts))
+
+
+def fence_guard(t: CheckpointTable, thread_id: str, fence: int | None) -> Guard | None:
+    """The check a write under fencing token ``fence`` carries in each of its transactions:
+    refused (:class:`~graphkeep.errors.LeaseLost`) once a newer token was granted on the
+    thread. None for an unfenced write (``fence`` None: nothing checked, nothing added)."""
+    if fence is None:
+        return None
+    pk, _ = t.thread_key(thread_id)
+    check = {
+        "ConditionCheck": {
+            "TableName": t.table,
+            "Key": key(pk, keys.LOCK_SK),
+            # no item (never locked, or forgotten 30 days on) is no newer token
+            "ConditionExpression": "attribute_not_exists(#f) OR #f <= :holder",
+            "ExpressionAttributeNames": {"#f": FENCE},
+            "ExpressionAttributeValues": {":holder": N(fence)},
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+    }
+    held = fence
+
+    def refused(old: dict[str, Any] | None) -> Exception:
+        return LeaseLost(thread_id, held, n(old, FENCE) if old else None)
+
+    return Guard(check, refused)

@@ -13,7 +13,10 @@ The loops here are pure logic, so they are unit-tested by feeding responses in:
   fails (``ConditionalCheckFailed`` in ``CancellationReasons``) is dropped and the rest re-sent:
   for a regular write that means "already stored", which is success. Conflicts and throttling
   inside a transaction are retried with backoff. A single action goes out as PutItem/UpdateItem
-  (half the write cost of a one-item transaction).
+  (half the write cost of a one-item transaction). A :class:`Guard` (a lease's fence) rides in
+  every transaction of a write instead: its failed condition fails the whole write.
+  :func:`transact_parts` splits a long ordered list of actions into as few transactions as
+  the limits allow.
 - :func:`query_params` shapes a consistent Query of one partition, :func:`query_page` /
   :func:`query_all` page through ``LastEvaluatedKey``, :func:`get_items` reads by key.
 """
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,36 +139,56 @@ def batch_get(
     return found
 
 
-def transact(actions: Sequence[dict[str, Any]], owners: Sequence[int]) -> Op[dict[int, Any]]:
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """A ``ConditionCheck`` action every transaction of a write carries (a lease's fence, see
+    :func:`.locks.fence_guard`). Unlike an action's own condition, its failure is not dropped
+    and retried: the write fails with ``refused(the checked item as it was, or None)``, that
+    transaction applied nothing."""
+
+    check: dict[str, Any]
+    refused: Callable[[dict[str, Any] | None], Exception]
+
+
+def transact(
+    actions: Sequence[dict[str, Any]], owners: Sequence[int], guard: Guard | None = None
+) -> Op[dict[int, Any]]:
     """Apply ``actions`` atomically; groups (``owners[i]``) whose condition fails are dropped.
 
     Returns ``{group: old item or None}`` for the dropped groups (the old item comes from
     ``ReturnValuesOnConditionCheckFailure`` when the action asked for it). Everything else
     was applied in one transaction (or one PutItem/UpdateItem when a single action is left).
+    With a ``guard`` (at most 99 actions), every attempt is a transaction that ends with its
+    check, and a failed check raises ``guard.refused`` (nothing of the attempt applied; when
+    every group was dropped, nothing is left to write and nothing is sent).
     """
     failed: dict[int, Any] = {}
     live = list(range(len(actions)))
     attempts = 0
     while live:
         try:
-            if len(live) == 1:
+            if len(live) == 1 and guard is None:
                 yield single(actions[live[0]])
             else:
+                items = [actions[i] for i in live]
+                if guard is not None:
+                    items.append(guard.check)
                 yield Call(
                     "transact_write_items",
-                    {
-                        "TransactItems": [actions[i] for i in live],
-                        "ClientRequestToken": uuid.uuid4().hex,
-                    },
+                    {"TransactItems": items, "ClientRequestToken": uuid.uuid4().hex},
                 )
             return failed
         except ClientError as exc:
             code = error_code(exc)
-            if code == "ConditionalCheckFailedException" and len(live) == 1:
+            if code == "ConditionalCheckFailedException" and len(live) == 1 and guard is None:
                 failed[owners[live[0]]] = exc.response.get("Item")
                 return failed
             if code == "TransactionCanceledException":
                 reasons = exc.response.get("CancellationReasons") or []
+                if guard is not None and len(reasons) > len(live):
+                    checked = reasons[len(live)]
+                    if checked.get("Code") == "ConditionalCheckFailed":
+                        raise guard.refused(checked.get("Item")) from None
                 dropped: set[int] = set()
                 for position, reason in enumerate(reasons[: len(live)]):
                     if reason.get("Code") == "ConditionalCheckFailed":
@@ -186,6 +209,30 @@ def transact(actions: Sequence[dict[str, Any]], owners: Sequence[int]) -> Op[dic
                     f"DynamoDB cancelled a transaction {attempts} times ({code}); retry later"
                 ) from exc
             yield Sleep(backoff(attempts))
+    return failed
+
+
+def transact_parts(
+    actions: Sequence[dict[str, Any]],
+    owners: Sequence[int],
+    sizes: Sequence[int],
+    guard: Guard | None = None,
+) -> Op[dict[int, Any]]:
+    """:func:`transact` over ``actions`` in their order, in as few transactions as the limits
+    allow (100 actions, 99 with a ``guard``; :data:`TRANSACT_MAX_BYTES` by ``sizes``). Each
+    transaction is atomic, the whole is not: a failure leaves the earlier ones applied."""
+    room = TRANSACT_MAX_ITEMS - (guard is not None)
+    failed: dict[int, Any] = {}
+    start = 0
+    while start < len(actions):
+        end, size = start, 0
+        while end < len(actions) and end - start < room:
+            if end > start and size + sizes[end] > TRANSACT_MAX_BYTES:
+                break
+            size += sizes[end]
+            end += 1
+        failed.update((yield from transact(actions[start:end], owners[start:end], guard)))
+        start = end
     return failed
 
 

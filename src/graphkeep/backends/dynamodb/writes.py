@@ -6,13 +6,34 @@ head. Over the transaction limits (100 items / 4 MB, i.e. values of several MB) 
 blobs go first with BatchWriteItem and the head last, so readers still never see a head
 without its values. ``put_writes`` is 1 TransactWriteItems per 100 items; regular writes carry
 ``attribute_not_exists(sk)`` and a failed condition means "already stored" (the group is
-dropped and the rest re-sent), special writes (idx < 0) replace. See docs/architecture.md.
+dropped and the rest re-sent), special writes (idx < 0) replace.
+
+Fenced (``fence``, a lease's fencing token: :func:`.locks.fence_guard`): every transaction
+carries a ``ConditionCheck`` on the lease item and the write fails with
+:class:`~graphkeep.errors.LeaseLost` once a newer token was granted. A put of the head alone
+is then a transaction of two actions (the head and the check) instead of a PutItem: the
+fence costs the transactional price, twice the head's write units plus two for the check,
+on fenced writes only; unfenced ones are sent exactly as before. Over the limits, chunk
+items still go first with BatchWriteItem (their keys name their bytes' digest, so a late one
+rewrites the same bytes and is only ever read through an owner that names it), and the
+owner items, TTL refreshes and the head follow in as few fenced transactions as hold them,
+the head in the last. A refused write leaves nothing a reader sees: chunks no stored owner
+names (like a process killed before its head: DynamoDB's TTL or ``delete_thread`` removes
+them; ``graphkeep check`` does not list chunks), and, only when the owners took several
+transactions, values no checkpoint names (``orphan_values`` in ``graphkeep check``). They are
+not deleted on refusal: the lease's new holder may have written the same keys since.
+``put_writes`` over one transaction (100 items, 4 MB) is several, each fenced: a refusal in
+a later one leaves the writes of the earlier ones stored, written before the newer grant (as
+a process killed between them would), and those pending writes are seen by readers; a
+task's writes (LangGraph's ``put_writes`` of one task) are rarely that many.
+See docs/architecture.md.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from graphkeep.backends.dynamodb import keys
 from graphkeep.backends.dynamodb.items import (
     DIGEST,
     EXP,
@@ -24,12 +45,15 @@ from graphkeep.backends.dynamodb.items import (
     s,
     size_of,
 )
+from graphkeep.backends.dynamodb.locks import fence_guard
 from graphkeep.backends.dynamodb.requests import (
     TRANSACT_MAX_BYTES,
     TRANSACT_MAX_ITEMS,
+    Guard,
     batch_write,
     single,
     transact,
+    transact_parts,
 )
 from graphkeep.backends.dynamodb.ttl import (
     ExpiringTable,
@@ -41,8 +65,14 @@ from graphkeep.checkpoint.lists import ELEMENT_CHANNEL
 from graphkeep.checkpoint.records import BlobRecord, CheckpointRecord, Summary, WriteRecord
 from graphkeep.port import Op
 
+#: what a TTL refresh (UpdateItem of ``exp``) counts for a transaction's size
+REFRESH_BYTES = 200
 
-def put_checkpoint(t: ExpiringTable, record: CheckpointRecord, blobs: list[BlobRecord]) -> Op[None]:
+
+def put_checkpoint(
+    t: ExpiringTable, record: CheckpointRecord, blobs: list[BlobRecord], fence: int | None = None
+) -> Op[None]:
+    guard = fence_guard(t, record.thread_id, fence)
     now = t.clock()
     pk, _ = t.thread_key(record.thread_id)
     bodies = [t.blob(record.thread_id, record.ns, blob, now) for blob in blobs]
@@ -53,7 +83,7 @@ def put_checkpoint(t: ExpiringTable, record: CheckpointRecord, blobs: list[BlobR
         written = {s(e.item, SK) for e in bodies} | {s(head.item, SK)}
         refresh = [r for r in refresh if r.sk not in written]
     body_items = [c for e in bodies for c in e.chunks] + [e.item for e in bodies]
-    yield from _write_then_head(t, pk, body_items + head.chunks, head.item, refresh, now)
+    yield from _write_then_head(t, pk, body_items + head.chunks, head.item, refresh, now, guard)
     if t.ttl:
         exp = t.exp(now)
         for enc, blob in zip(bodies, blobs, strict=True):
@@ -82,14 +112,25 @@ def _write_then_head(
     head: dict[str, Any],
     refresh: list[Refresh],
     now: float,
+    guard: Guard | None = None,
 ) -> Op[None]:
     puts = [{"Put": {"TableName": t.table, "Item": item}} for item in body]
     updates, update_owners = t.refresh_actions(pk, refresh, now, first_owner=len(puts))
     actions = [*puts, *updates, {"Put": {"TableName": t.table, "Item": head}}]
     owners = [*range(len(puts)), *update_owners, len(puts) + len(refresh)]
-    size = sum(size_of(item) for item in body) + size_of(head) + 200 * len(updates)
-    if len(actions) <= TRANSACT_MAX_ITEMS and size <= TRANSACT_MAX_BYTES:
-        failed = yield from transact(actions, owners)
+    sizes = [*map(size_of, body), *[REFRESH_BYTES] * len(updates), size_of(head)]
+    room = TRANSACT_MAX_ITEMS - (guard is not None)
+    if len(actions) <= room and sum(sizes) <= TRANSACT_MAX_BYTES:
+        failed = yield from transact(actions, owners, guard)
+    elif guard is not None:
+        # Fenced, too big for one transaction: the chunks first (content-addressed, see the
+        # module docstring), then everything else in fenced transactions, the head last
+        chunked = [i for i, item in enumerate(body) if keys.parse_sk(s(item, SK)).kind == "k"]
+        yield from batch_write(t.table, [{"PutRequest": {"Item": body[i]}} for i in chunked])
+        rest = sorted(set(range(len(actions))) - set(chunked))
+        failed = yield from transact_parts(
+            [actions[i] for i in rest], [owners[i] for i in rest], [sizes[i] for i in rest], guard
+        )
     else:
         # Too big for one transaction: values first, the head last, so a reader never
         # finds the head without them (a failure in between leaves unreferenced values
@@ -105,8 +146,15 @@ def _write_then_head(
 
 
 def put_writes(
-    t: ExpiringTable, thread_id: str, ns: str, checkpoint_id: str, writes: list[WriteRecord]
+    t: ExpiringTable,
+    thread_id: str,
+    ns: str,
+    checkpoint_id: str,
+    writes: list[WriteRecord],
+    fence: int | None = None,
 ) -> Op[None]:
+    guard = fence_guard(t, thread_id, fence)
+    room = TRANSACT_MAX_ITEMS - (guard is not None)
     now = t.clock()
     pk, _ = t.thread_key(thread_id)
     latest: dict[tuple[str, int], WriteRecord] = {}
@@ -132,7 +180,7 @@ def put_writes(
             chunk_bytes = 0
         mine.append({"Put": put})
         mine_size = chunk_bytes + size_of(enc.item)
-        too_many = len(actions) + len(mine) > TRANSACT_MAX_ITEMS
+        too_many = len(actions) + len(mine) > room
         if actions and (too_many or size + mine_size > TRANSACT_MAX_BYTES):
             batches.append((actions, owners))
             actions, owners, size = [], [], 0
@@ -148,7 +196,9 @@ def put_writes(
         )
     failed: dict[int, Any] = {}
     for batch_actions, batch_owners in batches:
-        failed.update((yield from transact(batch_actions, batch_owners)))
+        # fenced: each transaction checks the lease (a refusal in a later one leaves the
+        # earlier ones' writes stored: see the module docstring)
+        failed.update((yield from transact(batch_actions, batch_owners, guard)))
     stale = [
         sk
         for group, old in failed.items()
