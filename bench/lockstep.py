@@ -40,6 +40,8 @@ class Paired:
     #: stay empty when the contender's probe does not count them
     calls_by: dict[str, int] = field(default_factory=dict)
     requests_by: dict[str, int] = field(default_factory=dict)
+    #: wall seconds inside each saver method (and lease call), summed over rounds
+    seconds_by: dict[str, float] = field(default_factory=dict)
     counts_requests: bool = True
 
     @property
@@ -85,6 +87,8 @@ def measure_lockstep(
                 for into, counts in ((p.calls_by, tally.calls), (p.requests_by, tally.requests)):
                     for method, n in counts.items():
                         into[method] = into.get(method, 0) + n
+                for method, seconds in tally.seconds.items():
+                    p.seconds_by[method] = p.seconds_by.get(method, 0.0) + seconds
     return paired
 
 
@@ -167,13 +171,15 @@ def exclusive_rows(
         " last write, renewed every third of its ttl, 30 s by default);"
         f" {turns} turns each, alternating turn by turn on threads of their own;"
         " lease requests = the round trips of the lease's"
-        " acquire / release / renewal calls, counted at the client; ratio = median over turns"
+        " acquire / release / renewal calls, counted at the client; lease ms/run = wall time"
+        " inside the run's acquire and release (mean); ratio = median over turns"
         f" of the turn's time over {off}'s same turn.",
         "",
         "| saver | ms/turn (median) | requests/turn | lease requests/run"
-        " (acquire / release / renew) | other requests/turn | ratio |",
-        "|---|---|---|---|---|---|",
+        " (acquire / release / renew) | lease ms/run | other requests/turn | ratio |",
+        "|---|---|---|---|---|---|---|",
     ]
+    lease_ms = 1000 * sum(ours.seconds_by.get(m, 0.0) for m in ("lease.acquire", "lease.release"))
     counted = base.counts_requests and ours.counts_requests
     for p in (base, ours):
         total = sum(p.requests_by.values())
@@ -187,6 +193,7 @@ def exclusive_rows(
             f"| {p.saver} | {p.ms_per_turn:.2f}"
             f" | {f'{_per(total, len(p.samples_ms)):.2f}' if counted else 'n/a'}"
             f" | {lease_cell if counted else 'n/a'}"
+            f" | {f'{_per(lease_ms, runs):.2f}' if p is ours and runs else 'none'}"
             f" | {f'{_per(own_requests(p), len(p.samples_ms)):.2f}' if counted else 'n/a'}"
             f" | {ratio:.3f} x |"
         )
