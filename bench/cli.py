@@ -13,6 +13,11 @@ more turns after its history read (default as many again: W50-100), for the
 growth rows (stored after 50 and 100 turns, bytes sent per turn). A suite whose
 graphkeep backend has not landed yet prints ``skipped: backend not available yet``
 (exit status 0); a suite asked for by name that cannot reach its server fails.
+The redis, mongodb and dynamodb suites also run graphkeep's W50 turns in lockstep with and
+without ``saver.exclusive`` (issue 45's cost rows: requests/turn with the lease's counted
+apart, ms/turn and their paired ratio); the concurrency suite runs graphkeep through
+``saver.exclusive`` at each N, one run per thread and N runs sharing few threads (the
+lease's wait under contention).
 The ``store``, ``live``, ``concurrency``, ``effects`` and ``hot`` suites have their own
 workloads and reports (:mod:`.suites.store`, :mod:`.suites.live`: watch latency and run event
 logs on every backend, and PUBLISH per event on the same Redis; :mod:`.suites.concurrency`: N
@@ -27,7 +32,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
 
@@ -36,12 +42,14 @@ from langgraph.checkpoint.memory import InMemorySaver
 from bench import lockstep, report
 from bench.probes import Probe
 from bench.suites import (
+    EXCLUSIVE,
     SUITES,
     BenchError,
     Contender,
     InProcess,
     Options,
     Suite,
+    exclusive_opener,
     load,
 )
 from bench.workloads import (
@@ -50,6 +58,7 @@ from bench.workloads import (
     LargeResult,
     Opened,
     Result,
+    Workload,
     combine,
     measure,
     workload,
@@ -134,15 +143,12 @@ def warm_up() -> None:
         )
 
 
-def run_lockstep(
-    suite: Suite, contenders: Sequence[Contender], options: Options
-) -> tuple[list[str], list[tuple[str, bool]]]:
-    """The suite's lockstep contenders on W50 (:mod:`bench.lockstep`): the
-    report's section and the cost targets; nothing when the suite names none."""
-    by = {c.name: c for c in contenders if isinstance(c, InProcess)}
-    chosen = [(name, by[name].open) for name in suite.lockstep if name in by]
-    if len(chosen) < 2:
-        return [], []
+Opener = Callable[[Workload], AbstractContextManager[Opened]]
+
+
+def _in_lockstep(
+    suite: Suite, chosen: list[tuple[str, Opener]], options: Options
+) -> list[lockstep.Paired]:
     started = time.perf_counter()
     names = ", ".join(name for name, _ in chosen)
     print(f"  {suite.name}: {names} on {GROWTH_WORKLOAD} in lockstep ...", end="", flush=True)
@@ -150,7 +156,30 @@ def run_lockstep(
         chosen, workload(GROWTH_WORKLOAD), turns=options.turns, rounds=options.rounds
     )
     print(f" {time.perf_counter() - started:.1f} s", flush=True)
-    return lockstep.telemetry_rows(paired, chosen[0][0], suite.lockstep_costs)
+    return paired
+
+
+def run_lockstep(
+    suite: Suite, contenders: Sequence[Contender], options: Options
+) -> tuple[list[str], list[tuple[str, bool]]]:
+    """The suite's lockstep contenders on W50 (:mod:`bench.lockstep`), then its baseline
+    with and without ``saver.exclusive`` (when the suite gives ``lease_requests``): the
+    report's sections and the cost targets; nothing when the suite names none."""
+    by = {c.name: c for c in contenders if isinstance(c, InProcess)}
+    lines: list[str] = []
+    targets: list[tuple[str, bool]] = []
+    chosen = [(name, by[name].open) for name in suite.lockstep if name in by]
+    if len(chosen) >= 2:
+        paired = _in_lockstep(suite, chosen, options)
+        lines, targets = lockstep.telemetry_rows(paired, chosen[0][0], suite.lockstep_costs)
+    base = by.get(suite.baseline)
+    if suite.lease_requests is not None and base is not None:
+        pair = [(base.name, base.open), (EXCLUSIVE, exclusive_opener(base.open))]
+        more_lines, more_targets = lockstep.exclusive_rows(
+            _in_lockstep(suite, pair, options), base.name, EXCLUSIVE, suite.lease_requests
+        )
+        lines, targets = lines + more_lines, targets + more_targets
+    return lines, targets
 
 
 def run_suite(suite: Suite, options: Options, out: Path, chart: bool) -> list[Result]:

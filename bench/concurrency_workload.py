@@ -26,6 +26,8 @@ after are not counted):
   hands to a thread (``run_in_executor``) does not block the loop in a step, but its
   Python code holds the GIL the loop needs: that shows in the **loop lag** instead,
   measured by a task that sleeps 1 ms in a loop and records how late it wakes (p99, max);
+- **lease wait** (runs through ``saver.exclusive``): how long each turn's lease acquire took,
+  polls for a busy thread included (median, p95, max), when N runs share fewer threads;
 - **outcome**: ``ok``, or the threads that failed and the first error (a rival failing under
   concurrency is a result, not a crash of the bench).
 
@@ -59,6 +61,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
+from bench.probes import trace_lease
 from bench.workloads import (
     MESSAGES_PER_TURN,
     ChatState,
@@ -149,6 +152,14 @@ class ConcurrencyResult:
     lag_max_ms: float | None = None
     failed_threads: int = 0
     error: str | None = None
+    #: every run went through ``saver.exclusive`` (the thread's fenced lease held per turn)
+    exclusive: bool = False
+    #: LangGraph threads the ``threads`` concurrent runs shared (None: one thread per run)
+    lease_threads: int | None = None
+    #: how long an exclusive turn waited for its thread's lease (acquire, polls included)
+    lease_wait_p50_ms: float | None = None
+    lease_wait_p95_ms: float | None = None
+    lease_wait_max_ms: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -406,11 +417,23 @@ async def measure_concurrency(
     threads: int,
     turns: int,
     timeout: float = 900.0,
+    exclusive: bool = False,
+    lease_threads: int | None = None,
 ) -> ConcurrencyResult:
-    """``threads`` threads at once, ``turns`` turns each, on ``opened.saver``."""
+    """``threads`` threads at once, ``turns`` turns each, on ``opened.saver``.
+
+    ``exclusive``: every turn runs through ``saver.exclusive(graph)`` (a graphkeep saver),
+    the wait for each lease recorded; ``lease_threads``: the ``threads`` concurrent runs
+    share that many LangGraph threads (run ``i`` on thread ``i % lease_threads``), so runs
+    of one thread contend for its lease and take turns.
+    """
     result = ConcurrencyResult(backend, saver_name, threads, turns)
+    result.exclusive, result.lease_threads = exclusive, lease_threads
     blocking = Blocking()
-    app = build(blocking.trace(opened.saver))
+    graph = build(blocking.trace(opened.saver))
+    waits: list[float] = []
+    saver: Any = opened.saver
+    app = trace_lease(saver, waits=waits).exclusive(graph) if exclusive else graph
     run = f"conc-{uuid.uuid4().hex[:10]}"
     opened.threads.append(f"{run}-warm")
     try:
@@ -421,15 +444,17 @@ async def measure_concurrency(
         return result
 
     latencies: list[float] = []
+    shared = lease_threads or threads
+    waits.clear()  # the warm-up's
 
     async def one_thread(i: int) -> None:
-        config: RunnableConfig = {"configurable": {"thread_id": f"{run}-{i}"}}
+        config: RunnableConfig = {"configurable": {"thread_id": f"{run}-{i % shared}"}}
         for turn in range(1, turns + 1):
             started = time.perf_counter()
             await app.ainvoke({"messages": [human_message(turn)]}, config)
             latencies.append(time.perf_counter() - started)
 
-    ids = [f"{run}-{i}" for i in range(threads)]
+    ids = [f"{run}-{i}" for i in range(shared)]
     opened.threads.extend(ids)
     lags: list[float] = []
     stop = asyncio.Event()
@@ -472,6 +497,10 @@ async def measure_concurrency(
         result.block_max_method = worst[2]
         result.block_wall_max_ms = _ms(max(wall for _, wall, _ in blocking.calls))
         result.calls_over_limit = sum(1 for s in steps if s * 1000 > MAX_BLOCKING_MS)
+    if waits:
+        result.lease_wait_p50_ms = _ms(percentile(waits, 0.5))
+        result.lease_wait_p95_ms = _ms(percentile(waits, 0.95))
+        result.lease_wait_max_ms = _ms(max(waits))
     result.lag_p99_ms = _ms(percentile(lags, 0.99))
     result.lag_max_ms = _ms(max(lags)) if lags else None
     pauses = list(COLLECTIONS.pauses)
@@ -483,15 +512,17 @@ async def measure_concurrency(
         result.error = describe_error(errors[0])
         return result
 
-    # every thread holds exactly its messages, or the numbers mean nothing
+    # every thread holds exactly its messages (every turn of each run on it: none lost to
+    # a fork), or the numbers mean nothing
     async def check(thread_id: str) -> None:
         config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
-        state = await app.aget_state(config)
+        state = await graph.aget_state(config)
         count = len(state.values.get("messages", []))
-        if count != MESSAGES_PER_TURN * turns:
+        runs = sum(1 for i in range(threads) if f"{run}-{i % shared}" == thread_id)
+        if count != MESSAGES_PER_TURN * turns * runs:
             raise AssertionError(
-                f"thread {thread_id}: {count} messages after {turns} turns,"
-                f" expected {MESSAGES_PER_TURN * turns}"
+                f"thread {thread_id}: {count} messages after {turns} turns of {runs} run(s),"
+                f" expected {MESSAGES_PER_TURN * turns * runs}"
             )
 
     checked = await _bounded(check, ids)
@@ -523,16 +554,30 @@ Opener = Callable[[], AbstractAsyncContextManager[AsyncOpened]]
 
 
 async def run_contender(
-    open_saver: Opener, *, backend: str, saver_name: str, threads: int, turns: int
+    open_saver: Opener,
+    *,
+    backend: str,
+    saver_name: str,
+    threads: int,
+    turns: int,
+    exclusive: bool = False,
+    lease_threads: int | None = None,
 ) -> ConcurrencyResult:
     """Open, measure, close; a failure to open or close is the result's error."""
     try:
         async with open_saver() as opened:
             return await measure_concurrency(
-                opened, backend=backend, saver_name=saver_name, threads=threads, turns=turns
+                opened,
+                backend=backend,
+                saver_name=saver_name,
+                threads=threads,
+                turns=turns,
+                exclusive=exclusive,
+                lease_threads=lease_threads,
             )
     except Exception as exc:  # noqa: BLE001 - reported in the table
         result = ConcurrencyResult(backend, saver_name, threads, turns)
+        result.exclusive, result.lease_threads = exclusive, lease_threads
         result.failed_threads = threads
         result.error = describe_error(exc)
         return result

@@ -19,10 +19,14 @@ from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.workloads import Opened, Workload, human_message
+from bench.probes import LEASE_METHODS
+from bench.workloads import Opened, Workload, human_message, turn_runner
 
 #: the at-most ratio of issue 22's cost target (ms/turn with telemetry over without)
 MAX_OVERHEAD = 1.05
+#: the at-most ratio of issue 45's cost target (ms/turn through ``saver.exclusive`` over
+#: the bare graph's)
+MAX_EXCLUSIVE_OVERHEAD = 1.03
 
 
 @dataclass
@@ -32,6 +36,13 @@ class Paired:
     saver: str
     samples_ms: list[float] = field(default_factory=list)
     calls: int = 0
+    #: calls and requests per saver method (and lease call), summed over rounds; requests
+    #: stay empty when the contender's probe does not count them
+    calls_by: dict[str, int] = field(default_factory=dict)
+    requests_by: dict[str, int] = field(default_factory=dict)
+    #: wall seconds inside each saver method (and lease call), summed over rounds
+    seconds_by: dict[str, float] = field(default_factory=dict)
+    counts_requests: bool = True
 
     @property
     def ms_per_turn(self) -> float:
@@ -55,7 +66,7 @@ def measure_lockstep(
     for _ in range(rounds):
         with ExitStack() as stack:
             opened = [stack.enter_context(open_(work)) for _, open_ in contenders]
-            apps = [work.build(o.probe.trace(o.saver)) for o in opened]
+            apps = [turn_runner(o, work.build(o.probe.trace(o.saver))) for o in opened]
             configs: list[Any] = [
                 {"configurable": {"thread_id": f"lockstep-{uuid.uuid4().hex[:12]}"}}
                 for _ in contenders
@@ -69,7 +80,15 @@ def measure_lockstep(
                     apps[i].invoke({"messages": [human_message(turn)]}, configs[i])
                     paired[i].samples_ms.append((time.perf_counter() - started) * 1000)
             for i, o in enumerate(opened):
-                paired[i].calls += sum(o.probe.take().calls.values())
+                tally = o.probe.take()
+                p = paired[i]
+                p.calls += sum(n for m, n in tally.calls.items() if m not in LEASE_METHODS)
+                p.counts_requests = o.probe.counts_requests
+                for into, counts in ((p.calls_by, tally.calls), (p.requests_by, tally.requests)):
+                    for method, n in counts.items():
+                        into[method] = into.get(method, 0) + n
+                for method, seconds in tally.seconds.items():
+                    p.seconds_by[method] = p.seconds_by.get(method, 0.0) + seconds
     return paired
 
 
@@ -116,4 +135,98 @@ def telemetry_rows(
                 ratio <= MAX_OVERHEAD,
             )
         )
+    return lines, targets
+
+
+def _per(count: float, of: float) -> float:
+    return count / of if of else float("nan")
+
+
+def exclusive_rows(
+    paired: Sequence[Paired], off: str, on: str, lease_budget: int
+) -> tuple[list[str], list[tuple[str, bool]]]:
+    """Issue 45's cost rows: contender ``on`` (every turn through ``saver.exclusive``)
+    against ``off`` (the same saver, the bare graph), turns in lockstep. The lease's
+    requests are those of its acquire, release and renewal calls (the probe attributes
+    them, :func:`bench.probes.trace_lease`); every other request is the turn's own, so the
+    writes' share is the same with and without the lease unless the fence costs a request.
+    ``lease_budget``: the requests a lease may cost per run on this store without renewals
+    (acquire + release)."""
+    by = {p.saver: p for p in paired}
+    base, ours = by[off], by[on]
+    turns = len(ours.samples_ms)
+    runs = ours.calls_by.get("lease.acquire", 0)
+    lease = {m: ours.requests_by.get(m, 0) for m in LEASE_METHODS}
+    lease_total = sum(lease.values())
+
+    def own_requests(p: Paired) -> int:
+        return sum(n for m, n in p.requests_by.items() if m not in LEASE_METHODS)
+
+    lines = [
+        "",
+        "### Single-writer runs: cost of `saver.exclusive` (W50, turns in lockstep)",
+        "",
+        f"{off} runs each turn with `graph.invoke`, {on} with `saver.exclusive(graph).invoke`"
+        " (the thread's fenced lease taken before the turn's first read, released after its"
+        " last write, renewed every third of its ttl, 30 s by default);"
+        f" {turns} turns each, alternating turn by turn on threads of their own;"
+        " lease requests = the round trips of the lease's"
+        " acquire / release / renewal calls, counted at the client; lease ms/run = wall time"
+        " inside the run's acquire and release (mean); ratio = median over turns"
+        f" of the turn's time over {off}'s same turn.",
+        "",
+        "| saver | ms/turn (median) | requests/turn | lease requests/run"
+        " (acquire / release / renew) | lease ms/run | other requests/turn | ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lease_ms = 1000 * sum(ours.seconds_by.get(m, 0.0) for m in ("lease.acquire", "lease.release"))
+    counted = base.counts_requests and ours.counts_requests
+    for p in (base, ours):
+        total = sum(p.requests_by.values())
+        if p is ours and runs:
+            split = " / ".join(str(lease[m]) for m in LEASE_METHODS)
+            lease_cell = f"{_per(lease_total, runs):.2f} ({split} in {runs} runs)"
+        else:
+            lease_cell = "none"
+        ratio = 1.0 if p is base else paired_ratio(p, base)
+        lines.append(
+            f"| {p.saver} | {p.ms_per_turn:.2f}"
+            f" | {f'{_per(total, len(p.samples_ms)):.2f}' if counted else 'n/a'}"
+            f" | {lease_cell if counted else 'n/a'}"
+            f" | {f'{_per(lease_ms, runs):.2f}' if p is ours and runs else 'none'}"
+            f" | {f'{_per(own_requests(p), len(p.samples_ms)):.2f}' if counted else 'n/a'}"
+            f" | {ratio:.3f} x |"
+        )
+    ratio = paired_ratio(ours, base)
+    targets: list[tuple[str, bool]] = []
+    if counted:
+        with_lease = _per(own_requests(ours), turns)
+        without = _per(own_requests(base), len(base.samples_ms))
+        targets += [
+            (
+                f"W50 exclusive: one lease per run: {runs} acquires and"
+                f" {ours.calls_by.get('lease.release', 0)} releases for {turns} turns",
+                runs == turns == ours.calls_by.get("lease.release", 0),
+            ),
+            (
+                "W50 exclusive: no request added per write (issue 45; the fencing token"
+                f" travels in the write's own request): {with_lease:.2f} requests/turn besides"
+                f" the lease's, {without:.2f} without exclusive",
+                with_lease == without,
+            ),
+            (
+                f"W50 exclusive: the lease costs at most {lease_budget} requests per run"
+                " (acquire + release; a renewal only when a run lasts over ttl/3):"
+                f" {_per(lease_total, runs):.2f}",
+                runs > 0 and lease_total <= lease_budget * runs,
+            ),
+        ]
+    targets.append(
+        (
+            f"W50 exclusive cost: at most {MAX_EXCLUSIVE_OVERHEAD} x the bare graph's ms/turn"
+            f" (issue 45, turns in lockstep): {ratio:.3f} x"
+            f" ({ours.ms_per_turn:.2f} vs {base.ms_per_turn:.2f} ms)",
+            ratio <= MAX_EXCLUSIVE_OVERHEAD,
+        )
+    )
     return lines, targets

@@ -30,6 +30,9 @@ from typing import Any
 #: the BaseCheckpointSaver methods the LangGraph runtime calls
 TRACED_METHODS = ("get_tuple", "list", "put", "put_writes", "get_delta_channel_history")
 OUTSIDE = "(no saver call)"
+#: the thread lease's calls (``saver.lock(...)``'s acquire, release and renewal), as
+#: :func:`trace_lease` names them in a tally
+LEASE_METHODS = ("lease.acquire", "lease.release", "lease.extend")
 
 
 @dataclass
@@ -213,6 +216,56 @@ class Probe:
             self._requests.clear()
             self._seconds.clear()
             return tally
+
+
+# --------------------------------------------------------------------------- the lease
+
+
+def trace_lease(saver: Any, probe: Probe | None = None, waits: list[float] | None = None) -> Any:
+    """Wrap ``saver.lock`` on the instance (``saver.exclusive`` takes its leases there) so
+    that each lease it grants reports to ``probe`` — its sync acquire, release and renewals
+    as the calls :data:`LEASE_METHODS`, their round trips attributed to them — and appends
+    the seconds each acquire took (sync or async: the wait for the thread, polls included)
+    to ``waits``. Only public API: any backend's saver. Returns the saver."""
+    original = saver.lock
+
+    def lock(*args: Any, **kwargs: Any) -> Any:
+        lease = original(*args, **kwargs)
+        for name in ("acquire", "release", "extend"):
+            method = getattr(lease, name)
+            if probe is not None:
+                method = probe._wrap(f"lease.{name}", method)
+            if name == "acquire" and waits is not None:
+                method = _timed(method, waits)
+            setattr(lease, name, method)
+        if waits is not None:
+            lease.aacquire = _atimed(lease.aacquire, waits)
+        return lease
+
+    saver.lock = lock
+    return saver
+
+
+def _timed(call: Callable[..., Any], waits: list[float]) -> Callable[..., Any]:
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            waits.append(time.perf_counter() - started)
+
+    return timed
+
+
+def _atimed(call: Callable[..., Any], waits: list[float]) -> Callable[..., Any]:
+    async def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return await call(*args, **kwargs)
+        finally:
+            waits.append(time.perf_counter() - started)
+
+    return timed
 
 
 # --------------------------------------------------------------------------- redis-py

@@ -42,7 +42,7 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 
-from bench.probes import Probe, Tally
+from bench.probes import Probe, Tally, trace_lease
 
 HISTORY_LIMIT = 200
 CHECKPOINTS_PER_TURN = 4
@@ -224,6 +224,18 @@ class Opened:
     #: the stored bytes of the growth rows, when they are measured otherwise than
     #: ``stored_bytes`` (MongoDB: data only, as issue 13 states them); default ``stored_bytes``
     data_bytes: Callable[[], int] | None = None
+    #: run every turn through ``saver.exclusive(graph)`` (a graphkeep saver): each turn
+    #: holds the thread's fenced lease, whose requests the probe counts apart
+    exclusive: bool = False
+
+
+def turn_runner(opened: Opened, app: Any) -> Any:
+    """What the turns are run on: ``app``, or ``saver.exclusive(app)`` when ``opened`` asks
+    for it, its leases traced by the probe (:func:`bench.probes.trace_lease`)."""
+    if not opened.exclusive:
+        return app
+    saver: Any = opened.saver
+    return trace_lease(saver, opened.probe).exclusive(app)
 
 
 def measure(
@@ -243,6 +255,7 @@ def measure(
     """
     probe = opened.probe
     app = work.build(probe.trace(opened.saver))
+    runner = turn_runner(opened, app)
     config: RunnableConfig = {"configurable": {"thread_id": f"bench-{uuid.uuid4().hex[:12]}"}}
     probe.take()
     sent: list[int] = []
@@ -250,7 +263,7 @@ def measure(
     def run_turn(turn: int) -> float:
         before = probe.bytes_sent
         started = time.perf_counter()
-        app.invoke({"messages": [human_message(turn)]}, config)
+        runner.invoke({"messages": [human_message(turn)]}, config)
         elapsed = time.perf_counter() - started
         sent.append(probe.bytes_sent - before)
         return elapsed

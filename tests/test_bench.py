@@ -15,12 +15,13 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
 import graphkeep
 from bench import cli, report
 from bench.capacity import item_size
-from bench.probes import Probe, count_round_trips, packed_size
+from bench.probes import LEASE_METHODS, Probe, count_round_trips, packed_size, trace_lease
 from bench.suites import Options, growth_targets
 from bench.suites.dynamodb import body_size, count_capacity, drop_table, dynamodb_client
 from bench.worker import ROOT, InSubprocess
@@ -99,6 +100,25 @@ def test_quick_redis_suite_compares_three_savers_and_graphkeep_needs_8_requests_
         assert re.search(row, lockstep, re.M), lockstep
     assert "W50 telemetry cost, with the SDK configured: at most 1.05 x" in done.stdout
     assert "W50 telemetry cost, no SDK: at most 1.05 x" in done.stdout
+    # issue 45's cost rows: W50 with and without saver.exclusive, turns in lockstep; the
+    # lease's requests counted apart (acquire + release per run), none added per write
+    single = done.stdout.split("### Single-writer runs: cost of `saver.exclusive`")[1]
+    single = single.split("###")[0]
+    assert re.search(
+        r"^\| graphkeep \| [0-9.]+ \| 8\.00 \| none \| none \| 8\.00 \| 1\.000 x \|$", single, re.M
+    ), single
+    exclusive_row = (
+        r"^\| graphkeep-exclusive \| [0-9.]+ \| 10\.00 \| 2\.00 \(10 / 10 / 0 in 10 runs\)"
+        r" \| [0-9.]+ \| 8\.00 \| [0-9.]+ x \|$"
+    )
+    assert re.search(exclusive_row, single, re.M), single
+    for met in (
+        "[met] W50 exclusive: one lease per run: 10 acquires and 10 releases for 10 turns",
+        "[met] W50 exclusive: no request added per write",
+        "[met] W50 exclusive: the lease costs at most 2 requests per run",
+    ):
+        assert met in done.stdout, done.stdout
+    assert "W50 exclusive cost: at most 1.03 x the bare graph's ms/turn" in done.stdout
     # plainredis pays several round trips per saver call
     assert float(requests_per_turn[("W50", "plainredis")]) > 8
 
@@ -151,6 +171,27 @@ def test_requests_are_attributed_to_the_saver_call_that_made_them() -> None:
     tally = probe.take()
     assert tally.calls == {"get_tuple": 1, "list": 1}
     assert tally.requests == {"get_tuple": 1, "list": 1}
+
+
+def test_the_lease_probe_counts_a_lease_apart_from_the_writes_made_under_it() -> None:
+    probe = Probe()
+    waits: list[float] = []
+    thread = f"bench-lease-{uuid.uuid4().hex[:8]}"
+    config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    with graphkeep.connect(REDIS_URL, key_prefix="graphkeep-bench-test") as saver:
+        count_round_trips(saver.client, probe)
+        trace_lease(probe.trace(saver), probe, waits)
+        try:
+            with saver.lock(thread) as lease:
+                saver.put(config, empty_checkpoint(), {}, {})
+                assert lease.extend()
+            tally = probe.take()
+            lease_calls = {m: 1 for m in LEASE_METHODS}
+            assert tally.calls == {"put": 1, **lease_calls}
+            assert tally.requests == {"put": 1, **lease_calls}
+            assert len(waits) == 1 and waits[0] > 0
+        finally:
+            saver.delete_thread(thread)
 
 
 def test_a_contender_can_run_in_another_interpreter() -> None:

@@ -4,7 +4,10 @@ A tiny run (N = 1 and 4, one turn per thread) on every backend: each backend has
 with graphkeep and its rivals at each N, graphkeep's cells are numbers and sane (every turn
 done, 8 to 10 requests a turn, at least one connection to a TCP server, blocking at most the
 run's wall time), a rival's row is numbers or says why it failed, the chart is a PNG and
-the saved results give the same report again.
+the saved results give the same report again. Graphkeep's single-writer rows (issue 45): on
+Redis and Redis Cluster, N = 4 through ``saver.exclusive`` with one run per thread costs
+exactly the lease's requests more than graphkeep, four runs sharing one thread poll it (more
+requests), every row has its lease wait and every turn is stored.
 The probes are checked on their own: the step timer passes results and errors through and
 times the call's own steps, the connection count sees sockets this process opens.
 """
@@ -26,6 +29,9 @@ import pytest
 from bench.concurrency_workload import Steps, established, percentile
 from bench.suites import concurrency as concurrency_suite
 from bench.suites import load
+from bench.suites.concurrency_exclusive import EXCLUSIVE
+from bench.suites.concurrency_exclusive import HEADERS as EXCLUSIVE_HEADERS
+from bench.suites.redis import LEASE_REQUESTS
 from bench.worker import ROOT
 
 from .conftest import REDIS_URL
@@ -55,11 +61,23 @@ def sections(report: str) -> dict[str, str]:
     return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
 
 
+def tables(section: str) -> list[list[str]]:
+    """The section's markdown tables, each as its lines."""
+    found: list[list[str]] = []
+    previous = ""
+    for line in section.splitlines():
+        if line.startswith("|"):
+            if not previous.startswith("|"):
+                found.append([])
+            found[-1].append(line)
+        previous = line
+    return found
+
+
 def rows(section: str) -> dict[tuple[int, str], dict[str, str]]:
-    """(N, saver) -> {header: cell} of the section's table."""
+    """(N, saver) -> {header: cell} of the section's first table."""
     found: dict[tuple[int, str], dict[str, str]] = {}
-    lines = [line for line in section.splitlines() if line.startswith("|")]
-    assert lines, section
+    lines = tables(section)[0]
     header = [c.strip() for c in lines[0].strip("|").split("|")]
     assert header == HEADERS
     for line in lines[2:]:
@@ -171,6 +189,66 @@ def test_quick_concurrency_suite_reports_graphkeep_and_rivals_on_every_backend(
     assert "Redis N=1: graphkeep turns/s at least plainredis's" in targets
 
     # the results are saved with the report, and merging them gives the report again
+    again = tmp_path / "merged"
+    concurrency_suite.merge([tmp_path / "concurrency.json"], again, chart_too=False)
+    assert (again / "concurrency.md").read_text() == report
+
+
+def exclusive_rows(section: str) -> dict[tuple[int, str, str], dict[str, str]]:
+    """(N, saver, LangGraph threads) -> {header: cell} of the single-writer table."""
+    lines = tables(section)[1]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header == EXCLUSIVE_HEADERS
+    found: dict[tuple[int, str, str], dict[str, str]] = {}
+    for line in lines[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        found[(int(cells[0]), cells[1], cells[2])] = dict(zip(header, cells, strict=True))
+    return found
+
+
+def test_quick_concurrency_suite_reports_exclusive_runs_and_their_lease_wait_under_contention(
+    tmp_path: Path,
+) -> None:
+    # N = 4 runs at once, one turn each: graphkeep, then through saver.exclusive with one run
+    # per thread, then the 4 runs on one thread (they take turns holding its lease)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--suite", "concurrency"]
+        + ["--backends", "redis,redis-cluster", "--turns", "1", "--threads", "4"]
+        + ["--redis-db", "10", "--out", str(tmp_path)],
+        cwd=ROOT,
+        env=dict(os.environ, REDIS_URL=REDIS_URL),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = (tmp_path / "concurrency.md").read_text()
+    found = sections(report)
+    for title in ("Redis", "Redis Cluster"):
+        table = exclusive_rows(found[title])
+        plain = (4, "graphkeep", "4")
+        alone, shared = (4, EXCLUSIVE, "4"), (4, EXCLUSIVE, "1 (4 runs each)")
+        assert set(table) == {plain, alone, shared}, (title, table)
+        assert table[plain]["lease wait median / p95 / max ms"] == "no lease"
+        for key in (alone, shared):
+            row = table[key]
+            assert row["outcome"] == "ok", (title, row)  # the check found every run's turn
+            assert number(row["turns/s"]) > 0
+            waits = [number(w) for w in row["lease wait median / p95 / max ms"].split(" / ")]
+            assert 0 < waits[0] <= waits[1] <= waits[2], (title, row)
+        # the lease costs its acquire and release per turn and nothing per write; a run
+        # that finds its thread busy polls it, each poll a request
+        ours = number(table[plain]["requests/turn"])
+        assert number(table[alone]["requests/turn"]) == ours + LEASE_REQUESTS, title
+        assert number(table[shared]["requests/turn"]) > ours + LEASE_REQUESTS, title
+        for threads in (4, 1):
+            line = (
+                f"[met] {title} N=4 on {threads} thread(s): every turn through"
+                " saver.exclusive stored, none lost (issue 45): ok"
+            )
+            assert line in report, report
+
+    # saved with the rest: merging the results gives the same report
     again = tmp_path / "merged"
     concurrency_suite.merge([tmp_path / "concurrency.json"], again, chart_too=False)
     assert (again / "concurrency.md").read_text() == report

@@ -11,9 +11,9 @@ one module and one line in :data:`SUITES`.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -159,6 +159,27 @@ class Suite:
     #: (:mod:`bench.lockstep`)
     lockstep: tuple[str, ...] = ()
     lockstep_costs: tuple[tuple[str, str], ...] = ()
+    #: the requests one lease of ``saver.exclusive`` may cost per run on this store
+    #: (acquire + release, no renewal): the suite's baseline then also runs W50 in lockstep
+    #: with and without ``exclusive`` (issue 45's cost rows); None: not measured
+    lease_requests: int | None = None
+
+
+#: the name of the baseline's twin whose every turn runs through ``saver.exclusive``
+EXCLUSIVE = "graphkeep-exclusive"
+
+
+def exclusive_opener(
+    open_saver: Callable[[Workload], AbstractContextManager[Opened]],
+) -> Callable[[Workload], AbstractContextManager[Opened]]:
+    """``open_saver``'s saver, its turns run through ``saver.exclusive(graph)``."""
+
+    @contextmanager
+    def open_exclusive(work: Workload) -> Iterator[Opened]:
+        with open_saver(work) as opened:
+            yield replace(opened, exclusive=True)
+
+    return open_exclusive
 
 
 def requests_budget(results: list[Result], limit: float, what: str) -> list[tuple[str, bool]]:

@@ -65,6 +65,7 @@ from bench.concurrency_workload import (
 from bench.probes import Probe, acount_round_trips
 from bench.render import NA, Bars, Figure, Legend, Panel, number, table, versions
 from bench.suites import Options, Skip, Suite
+from bench.suites import concurrency_exclusive as exclusive
 from graphkeep.errors import mask_url
 
 KEY_PREFIX = "bench"
@@ -513,6 +514,8 @@ class Column:
     notes: list[str] = field(default_factory=list)
     results: list[ConcurrencyResult] = field(default_factory=list)
     error: str | None = None
+    #: graphkeep through ``saver.exclusive``: one run per thread, then N runs on few threads
+    exclusive: list[ConcurrencyResult] = field(default_factory=list)
 
 
 def measure_backend(backend: Backend, options: Options, threads: Sequence[int]) -> Column:
@@ -538,6 +541,9 @@ def measure_backend(backend: Backend, options: Options, threads: Sequence[int]) 
             column.results.append(result)
             outcome = "ok" if result.ok else f"FAILED ({result.error})"
             print(f" {time.perf_counter() - started:.1f} s, {outcome}", flush=True)
+        ours = next((c.open for c in contenders if c.name == "graphkeep" and c.open), None)
+        if ours is not None:  # issue 45's rows: the same through saver.exclusive
+            column.exclusive += exclusive.measure(ours, backend.name, n, turns)
     order = {c.name: i for i, c in enumerate(contenders)}
     column.results.sort(key=lambda r: (r.threads, order.get(r.saver, 99)))
     return column
@@ -564,6 +570,7 @@ def publish(columns: Sequence[Column], out: Path, chart_too: bool) -> None:
             "notes": c.notes,
             "error": c.error,
             "results": [r.to_json() for r in c.results],
+            "exclusive": [r.to_json() for r in c.exclusive],
         }
         for c in columns
     ]
@@ -580,6 +587,7 @@ def merge(paths: Sequence[Path], out: Path, chart_too: bool = True) -> list[Colu
             column = Column(by_name[saved["backend"]], saved["where"], list(saved["notes"]))
             column.error = saved["error"]
             column.results = [ConcurrencyResult.from_json(r) for r in saved["results"]]
+            column.exclusive = [ConcurrencyResult.from_json(r) for r in saved.get("exclusive", [])]
             found[column.backend.name] = column
     columns = [found[b.name] for b in BACKENDS if b.name in found]
     publish(columns, out, chart_too)
@@ -780,7 +788,13 @@ def markdown(columns: Sequence[Column]) -> str:
                 "",
             ]
             lines += ratios
-    all_targets = [t for column in columns for t in targets(column)]
+        lines += exclusive.lines(column.results, column.exclusive, _outcome)
+    all_targets = [
+        t
+        for column in columns
+        for t in targets(column)
+        + exclusive.targets(column.backend.title, column.exclusive, _outcome)
+    ]
     lines += render.target_lines(all_targets)
     return "\n".join(lines) + "\n"
 

@@ -68,6 +68,9 @@ STORED_MAX = 400_000
 #: issue 4's budget of API calls per W50 turn
 MAX_CALLS_PER_TURN = 5
 AWS_REQUIREMENTS = ("langgraph-checkpoint-aws",)
+#: issue 45: the requests one lease of ``saver.exclusive`` may cost per run: acquire and
+#: release, one conditional write each
+LEASE_REQUESTS = 2
 
 
 def endpoint_url() -> str:
@@ -316,6 +319,7 @@ SUITE = Suite(
     large_message=LARGE_MESSAGE,
     lockstep=TELEMETRY_LOCKSTEP,
     lockstep_costs=TELEMETRY_COSTS,
+    lease_requests=LEASE_REQUESTS,
     notes=[
         "graphkeep = the default (zlib level 6 on payloads from 4 KiB);"
         " graphkeep-nozlib = the same with compress=False",

@@ -61,6 +61,9 @@ MAX_COMMANDS_PER_TURN = 9
 HOUSEKEEPING = frozenset(
     {"hello", "ismaster", "saslstart", "saslcontinue", "ping", "endsessions", "buildinfo"}
 )
+#: issue 45: the requests one lease of ``saver.exclusive`` may cost per run: acquire (up to
+#: two commands: the lease and its fencing token) and release
+LEASE_REQUESTS = 3
 
 
 def mongodb_url() -> str:
@@ -236,6 +239,7 @@ SUITE = Suite(
     default_rounds=1,
     lockstep=TELEMETRY_LOCKSTEP,
     lockstep_costs=TELEMETRY_COSTS,
+    lease_requests=LEASE_REQUESTS,
     notes=[
         NOSHARE_NOTE,
         TELEMETRY_NOTE,

@@ -49,6 +49,9 @@ STORED_MAX = 500_000
 #: issue 13: graphkeep's W50 median ms/turn at most this many times InMemorySaver's
 MAX_VS_MEMORY = 1.3
 KEY_PREFIX = "bench"
+#: issue 45: the requests one lease of ``saver.exclusive`` may cost per run: acquire and
+#: release, one script call each
+LEASE_REQUESTS = 2
 
 
 def redis_url() -> str:
@@ -243,6 +246,7 @@ SUITE = Suite(
     growth_contenders=growth_contenders,
     lockstep=TELEMETRY_LOCKSTEP,
     lockstep_costs=TELEMETRY_COSTS,
+    lease_requests=LEASE_REQUESTS,
     notes=[
         NOSHARE_NOTE,
         TELEMETRY_NOTE,
