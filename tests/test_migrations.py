@@ -270,7 +270,7 @@ async def test_a_failing_migration_names_thread_checkpoint_and_step_and_writes_n
     backend: Backend, prefix: str, mode: str
 ) -> None:
     await interrupt_under_v1(backend, prefix, "sync", "t1")
-    before = backend.raw.scan(backend.url, prefix)
+    before = backend.raw.data(backend.url, prefix)
     async with opened(backend, prefix, mode, schema_version=2, migrations={1: failing}) as saver:
         app = App(v2_graph(saver), mode)
         with pytest.raises(MigrationFailed) as caught:
@@ -279,7 +279,7 @@ async def test_a_failing_migration_names_thread_checkpoint_and_step_and_writes_n
     assert isinstance(error, SchemaError) and error.thread_id == "t1" and error.step == 1
     assert "'t1'" in str(error) and error.checkpoint_id in str(error)
     assert "1 → 2" in str(error) and isinstance(error.__cause__, KeyError)
-    assert backend.raw.scan(backend.url, prefix) == before
+    assert backend.raw.data(backend.url, prefix) == before
 
 
 def test_connect_checks_the_chain(backend: Backend, prefix: str) -> None:
@@ -402,24 +402,24 @@ async def test_migrate_leaves_every_head_at_v2_and_the_resumptions_still_pass(
     # the same without the migrations: every head reads as stored, at v2
     async with opened(backend, prefix, "sync", schema_version=2) as saver:
         assert v2_graph(saver).get_state(cfg("t3")).values == FINAL_YES
-    before = backend.raw.scan(backend.url, prefix)
+    before = backend.raw.data(backend.url, prefix)
     code, again = migrate(
         backend, prefix, "--migrations", "tests.test_migrations:MIGRATIONS", "--all"
     )
     assert code == 0 and again["summary"]["up_to_date"] == 3
-    assert backend.raw.scan(backend.url, prefix) == before
+    assert backend.raw.data(backend.url, prefix) == before
 
 
 async def test_migrate_dry_run_writes_nothing(backend: Backend, prefix: str) -> None:
     await three_v1_threads(backend, prefix)
-    before = backend.raw.scan(backend.url, prefix)
+    before = backend.raw.data(backend.url, prefix)
     code, report = migrate(
         backend, prefix, "--migrations", "tests.test_migrations:MIGRATIONS", "--all", "--dry-run"
     )
     assert code == 0 and report["dry_run"]
     assert {r["status"] for r in report["threads"]} == {"would_migrate"}
     assert all(n["checkpoint_id"] is None for r in report["threads"] for n in r["namespaces"])
-    assert backend.raw.scan(backend.url, prefix) == before
+    assert backend.raw.data(backend.url, prefix) == before
 
 
 async def test_migrate_skips_a_locked_thread_and_a_rerun_finishes_without_migrating_twice(
@@ -454,14 +454,14 @@ async def test_migrate_with_a_failing_migration_reports_it_and_writes_nothing(
     backend: Backend, prefix: str
 ) -> None:
     await interrupt_under_v1(backend, prefix, "sync", "t1")
-    before = backend.raw.scan(backend.url, prefix)
+    before = backend.raw.data(backend.url, prefix)
     code, report = migrate(
         backend, prefix, "--migrations", "tests.test_migrations:FAILING", "--all"
     )
     (t1,) = report["threads"]
     assert code == 1 and t1["status"] == "failed"
     assert "'t1'" in t1["problems"][0] and "1 → 2" in t1["problems"][0]
-    assert backend.raw.scan(backend.url, prefix) == before
+    assert backend.raw.data(backend.url, prefix) == before
 
 
 # -- DeltaChannel history across a rename ---------------------------------------------------

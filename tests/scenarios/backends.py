@@ -88,6 +88,15 @@ class RawStore(ABC):
     def purge(self, url: str, prefix: str) -> None:
         """Delete everything under ``prefix`` (test teardown; keeps shared servers small)."""
 
+    @abstractmethod
+    def is_lease(self, identity: str) -> bool:
+        """Whether the record ``scan`` names ``identity`` is a thread's lease or fencing token
+        (kept apart from its data: what a lease taken and let go leaves behind)."""
+
+    def data(self, url: str, prefix: str) -> dict[str, bytes]:
+        """:meth:`scan` without the lease records: what "writes nothing" compares."""
+        return {k: v for k, v in self.scan(url, prefix).items() if not self.is_lease(k)}
+
 
 def redis_client(url: str) -> Any:
     """A plain redis-py client on a test URL's server (``redis+cluster://`` a cluster client);
@@ -121,6 +130,9 @@ class RawRedis(RawStore):
     @staticmethod
     def _client(url: str) -> Any:
         return redis_client(url)
+
+    def is_lease(self, identity: str) -> bool:
+        return identity.endswith((":lock", ":fence"))
 
     def _keys(self, client: Any, prefix: str) -> list[bytes]:
         return list(client.scan_iter(match=f"{prefix}:*", count=1000))
@@ -167,6 +179,10 @@ def _redis_value(client: Any, key: bytes) -> bytes:
     return kind.encode() + b":" + b"\x1f".join(parts)
 
 
+#: how the ``_id`` of a MongoDB thread's fencing-token document starts (its repr)
+FENCE_ID_PREFIXES = ("'fence",)
+
+
 class RawMongoDB(RawStore):
     @staticmethod
     def _database(url: str) -> tuple[Any, Any]:
@@ -178,6 +194,10 @@ class RawMongoDB(RawStore):
     @staticmethod
     def _collections(db: Any, prefix: str) -> list[str]:
         return [n for n in db.list_collection_names() if n.startswith(f"{prefix}_")]
+
+    def is_lease(self, identity: str) -> bool:
+        collection, _, doc_id = identity.partition("/")
+        return collection.endswith("_locks") or doc_id.startswith(FENCE_ID_PREFIXES)
 
     def scan(self, url: str, prefix: str) -> dict[str, bytes]:
         import bson
@@ -231,6 +251,9 @@ class RawDynamoDB(RawStore):
             ExpressionAttributeValues={":prefix": {"S": f"{prefix}#"}},
         )
         return [item for page in pages for item in page["Items"]], keys
+
+    def is_lease(self, identity: str) -> bool:
+        return identity.endswith(", b'l#']")
 
     def scan(self, url: str, prefix: str) -> dict[str, bytes]:
         client, table = self._table(url)
