@@ -41,18 +41,27 @@ from tests.scenarios.servers import free_port
 
 SETUPS = [pytest.param(s, id=s.name, marks=marks_for(s)) for s in ENABLED]
 TOKEN_DELAY = 0.01
+#: the graph served as it is, and through ``saver.exclusive`` (the thread's lease per run)
+WRAPPED = pytest.mark.parametrize("wrapped", [False, True], ids=["plain", "exclusive"])
 
 
 @contextlib.asynccontextmanager
 async def served(
-    setup: Setup, build: Callable[[Any], Any] | None = None, **log_options: Any
+    setup: Setup,
+    build: Callable[[Any], Any] | None = None,
+    *,
+    wrapped: bool = False,
+    **log_options: Any,
 ) -> AsyncIterator[AGUIRuns]:
     """AGUIRuns over a saver and an event log of their own on ``setup``: the graph is
-    ``build(saver)`` (default tests/agui/graph.py's), runs stopped on the way out."""
+    ``build(saver)`` (default tests/agui/graph.py's; ``wrapped``: through
+    ``saver.exclusive``), runs stopped on the way out."""
     prefix = unique_prefix("agui")
     async with graphkeep.aconnect(setup.url, key_prefix=prefix) as saver:
         async with graphkeep.aconnect_events(setup.url, key_prefix=prefix, **log_options) as log:
             graph = build(saver) if build else build_graph(saver, token_delay=TOKEN_DELAY)
+            if wrapped:
+                graph = saver.exclusive(graph)
             runs = AGUIRuns(graph, log)
             try:
                 yield runs
@@ -143,10 +152,11 @@ def last_id(items: list[Any]) -> str:
 
 
 @pytest.mark.parametrize("setup", SETUPS)
+@WRAPPED
 async def test_a_run_is_served_from_the_log_and_rejoining_after_any_event_gives_the_rest_once(
-    setup: Setup,
+    setup: Setup, wrapped: bool
 ) -> None:
-    async with served(setup) as runs:
+    async with served(setup, wrapped=wrapped) as runs:
         ask = request("t-weather", "what is the weather in Paris")
         await runs.start(ask)
         full = await collect(runs.serve("t-weather", ask.run_id))
@@ -197,10 +207,11 @@ async def test_a_connection_cut_mid_run_is_resumed_while_the_run_goes_on(setup: 
 
 
 @pytest.mark.parametrize("setup", SETUPS)
+@WRAPPED
 async def test_a_page_load_gets_the_snapshot_then_joins_the_live_run_without_a_gap(
-    setup: Setup,
+    setup: Setup, wrapped: bool
 ) -> None:
-    async with served(setup) as runs:
+    async with served(setup, wrapped=wrapped) as runs:
         first = request("t-page", "what is the weather in Paris")
         await runs.start(first)
         await collect(runs.serve("t-page", first.run_id))
@@ -260,10 +271,11 @@ async def test_a_page_load_after_a_tool_answered_shows_its_result_once(setup: Se
 
 
 @pytest.mark.parametrize("setup", SETUPS)
+@WRAPPED
 async def test_an_interrupt_ends_the_run_with_its_outcome_and_a_resume_continues_it(
-    setup: Setup,
+    setup: Setup, wrapped: bool
 ) -> None:
-    async with served(setup) as runs:
+    async with served(setup, wrapped=wrapped) as runs:
         ask = request("t-refund", "I want a refund")
         await runs.start(ask)
         events = events_of(await collect(runs.serve("t-refund", ask.run_id)))
@@ -366,8 +378,9 @@ async def test_a_page_load_joins_a_live_run_whose_first_events_were_trimmed(setu
 
 
 @pytest.mark.parametrize("setup", SETUPS)
-async def test_a_stopped_server_ends_its_runs_with_run_error(setup: Setup) -> None:
-    async with served(setup) as runs:
+@WRAPPED
+async def test_a_stopped_server_ends_its_runs_with_run_error(setup: Setup, wrapped: bool) -> None:
+    async with served(setup, wrapped=wrapped) as runs:
         ask = request("t-stop", "a long answer please")
         await runs.start(ask)
         await collect(runs.serve("t-stop", ask.run_id), limit=5)
@@ -377,6 +390,9 @@ async def test_a_stopped_server_ends_its_runs_with_run_error(setup: Setup) -> No
         assert "stopped" in events[-1]["message"]
         state = await runs.events.state(ask.run_id)
         assert state is not None and state.closed == "error"
+        if wrapped:  # the stopped run let the thread's lease go
+            async with runs.graph.saver.lock("t-stop", blocking=False):
+                pass
 
 
 def talk_graph(
@@ -439,10 +455,10 @@ def test_fit_keeps_small_events_and_strips_messages_from_a_large_state_snapshot(
 
 
 @contextlib.contextmanager
-def http_server(setup: Setup) -> Iterator[str]:
+def http_server(setup: Setup, on_busy: str | None = None) -> Iterator[str]:
     port = free_port()
     config = uvicorn.Config(
-        create_app(setup.url, key_prefix=unique_prefix("agui")),
+        create_app(setup.url, key_prefix=unique_prefix("agui"), on_busy=on_busy),
         host="127.0.0.1",
         port=port,
         log_level="warning",
@@ -486,8 +502,11 @@ def sse(text: str) -> list[tuple[str | None, dict[str, Any]]]:
 
 
 @pytest.mark.parametrize("setup", SETUPS)
-def test_over_http_events_carry_their_log_ids_and_errors_are_statuses(setup: Setup) -> None:
-    with http_server(setup) as url:
+@WRAPPED
+def test_over_http_events_carry_their_log_ids_and_errors_are_statuses(
+    setup: Setup, wrapped: bool
+) -> None:
+    with http_server(setup, "wait" if wrapped else None) as url:
         run = {
             "threadId": "h1",
             "runId": "run-1",

@@ -300,3 +300,29 @@ def test_the_lease_is_let_go_on_return_error_interrupt_and_cancellation(
             await quick.ainvoke({"log": ["user:next"]}, _config("c-" + thread_id))
 
     asyncio.run(cancelled())
+
+
+def test_an_async_run_through_exclusive_leaves_no_token_on_its_callers_later_writes(
+    runs_store: Store, thread_id: str
+) -> None:
+    async def scenario() -> None:
+        url, prefix = runs_store.backend.url, runs_store.prefix
+        async with graphkeep.aconnect(url, key_prefix=prefix) as saver:
+            graph = slow_chat(think=0).compile(checkpointer=saver)
+            app = saver.exclusive(graph)
+            config = _config(thread_id)
+            await app.ainvoke({"log": ["user:a"]}, config)
+            async for _event in app.astream_events({"log": ["user:b"]}, config, version="v2"):
+                pass
+
+            async def another_holder() -> None:  # a newer lease, taken in its own context
+                async with saver.lock(thread_id):
+                    pass
+
+            await asyncio.create_task(another_holder())
+            # a plain write of the caller's, outside any lease: not checked, so stored
+            await graph.aupdate_state(config, {"log": ["user:edited"]})
+            state = await graph.aget_state(config)
+            assert state.values["log"][-1] == "user:edited"
+
+    asyncio.run(scenario())

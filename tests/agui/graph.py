@@ -12,7 +12,8 @@
   says whether the human approved.
 
 ``python -m tests.agui.graph`` serves it with :mod:`graphkeep.agui` at ``/agent`` on
-``AGUI_PORT`` (environment ``GRAPHKEEP_URL``: the saver and the event log).
+``AGUI_PORT`` (environment ``GRAPHKEEP_URL``: the saver and the event log; ``AGUI_ON_BUSY``
+``wait`` or ``reject``: through ``saver.exclusive`` with that ``on_busy``).
 """
 
 from __future__ import annotations
@@ -191,8 +192,12 @@ def build_graph(
     return builder.compile(checkpointer=checkpointer)
 
 
-def create_app(url: str | None = None, key_prefix: str | None = None) -> Any:
-    """The Starlette app serving the graph at ``/agent`` (saver and log on ``url``)."""
+def create_app(
+    url: str | None = None, key_prefix: str | None = None, on_busy: str | None = None
+) -> Any:
+    """The Starlette app serving the graph at ``/agent`` (saver and log on ``url``); with
+    ``on_busy`` (``"wait"`` or ``"reject"``) the graph is served through
+    ``saver.exclusive(graph, on_busy=on_busy)``."""
     from starlette.applications import Starlette
 
     import graphkeep
@@ -208,7 +213,10 @@ def create_app(url: str | None = None, key_prefix: str | None = None) -> Any:
             graphkeep.aconnect(url, **options) as saver,
             graphkeep.aconnect_events(url, **options) as events,
         ):
-            runs = AGUIRuns(build_graph(saver), events)
+            graph = build_graph(saver)
+            if on_busy is not None:
+                graph = saver.exclusive(graph, on_busy=on_busy)
+            runs = AGUIRuns(graph, events)
             holder["runs"] = runs
             try:
                 yield
@@ -222,7 +230,10 @@ if __name__ == "__main__":
     import uvicorn
 
     uvicorn.run(
-        create_app(key_prefix=os.environ.get("GRAPHKEEP_KEY_PREFIX") or None),
+        create_app(
+            key_prefix=os.environ.get("GRAPHKEEP_KEY_PREFIX") or None,
+            on_busy=os.environ.get("AGUI_ON_BUSY") or None,
+        ),
         host="127.0.0.1",
         port=int(os.environ["AGUI_PORT"]),
         log_level="warning",

@@ -14,7 +14,10 @@
 Errors: a body that is not a ``RunAgentInput`` → 422 with the validation message, nothing
 written; an unknown thread or run on a resume or rejoin → 404; a thread already running
 another run, or a resume that answers no pending interrupt → 409; a resume point older than
-what the log keeps → a ``RUN_ERROR`` event with ``code`` ``EventsTrimmed``, never a gap.
+what the log keeps → a ``RUN_ERROR`` event with ``code`` ``EventsTrimmed``, never a gap; with
+``saver.exclusive(graph)``, a thread whose lease another run keeps past ``timeout`` (or at
+once with ``on_busy="reject"``) → ``RUN_STARTED`` and a ``RUN_ERROR`` with ``code``
+``ThreadBusy``, nothing written.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from graphkeep.errors import (
     GraphkeepError,
     InvalidInput,
     RunStale,
+    ThreadBusy,
     UnknownRun,
 )
 
@@ -56,6 +60,13 @@ def _error(status: int, message: str) -> JSONResponse:
 
 def _run_error(exc: Exception) -> dict[str, Any]:
     return {"type": "RUN_ERROR", "message": str(exc), "code": type(exc).__name__}
+
+
+def _busy(agent: Any, exc: ThreadBusy) -> Response:
+    """A start refused for a busy thread, as a run that ended at once (nothing is kept)."""
+    started = {"type": "RUN_STARTED", "threadId": agent.thread_id, "runId": agent.run_id}
+    body = [_sse(None, started), _sse(None, _run_error(exc))]
+    return StreamingResponse(iter(body), media_type=MEDIA_TYPE)
 
 
 class Prefetch:
@@ -196,6 +207,8 @@ def agui_routes(runs: AGUIRuns | Callable[[], AGUIRuns], path: str = "") -> list
                 # run is another thread's)
             except Conflict as exc:
                 return _error(409, str(exc))
+            except ThreadBusy as exc:  # saver.exclusive: another process's run holds the lease
+                return _busy(agent, exc)
             except UnknownRun as exc:
                 return _error(404, str(exc))
             except InvalidInput as exc:

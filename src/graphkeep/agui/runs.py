@@ -25,9 +25,10 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from graphkeep.checkpoint.exclusive import Exclusive
 from graphkeep.errors import (
     EventsTrimmed,
     GraphkeepError,
@@ -207,11 +208,22 @@ class AGUIRuns:
     """A compiled graph served as an AG-UI agent over a graphkeep event log.
 
     ``graph``: a compiled LangGraph graph whose checkpointer is any graphkeep saver (or any
-    saver); ``events``: an event log from :func:`graphkeep.aconnect_events` (or
+    saver), or ``saver.exclusive(graph)`` when several processes serve the same threads;
+    ``events``: an event log from :func:`graphkeep.aconnect_events` (or
     ``connect_events``). ``agent_options`` go to ``ag_ui_langgraph.LangGraphAgent`` (its
     defaults here: the protocol's interrupt outcome on, the legacy ``on_interrupt`` custom
     event and raw events off). ``flush_ms`` and ``heartbeat`` are :func:`~graphkeep.streaming.
     stream_run`'s.
+
+    One run of a thread at a time. With a plain graph, a start is refused while the log
+    shows a run of the thread live (starts of a thread take turns in this process only).
+    Through ``saver.exclusive`` (:class:`~graphkeep.checkpoint.exclusive.Exclusive`) the rule
+    is the thread's fenced lease, across processes: a start takes it before its checks and
+    its run keeps it until the graph is done; a start of a busy thread waits for it
+    (``timeout``), or raises :class:`~graphkeep.errors.ThreadBusy` (then, or at once with
+    ``on_busy="reject"``) having written nothing; a run that stalled past its lease while
+    another took the thread is refused its next write (:class:`~graphkeep.errors.LeaseLost`:
+    it ends with ``RUN_ERROR``, nothing of it stored).
     """
 
     def __init__(
@@ -234,8 +246,12 @@ class AGUIRuns:
             **agent_options,
         }
         self.graph = graph
+        #: the thread's lease, when ``graph`` is ``saver.exclusive(...)``: held around whole
+        #: runs here, so the agent runs the graph it wraps
+        self.exclusive = graph if isinstance(graph, Exclusive) else None
+        runnable = graph.graph if self.exclusive is not None else graph
         self.events = events
-        self.agent = LangGraphAgent(name=name, graph=graph, description=description, **options)
+        self.agent = LangGraphAgent(name=name, graph=runnable, description=description, **options)
         self.index = events.with_options(max_events=INDEX_EVENTS)
         self.flush_ms = flush_ms
         stale = float(getattr(events, "stale_after", 60.0))
@@ -250,22 +266,83 @@ class AGUIRuns:
     async def start(self, request: Any) -> None:
         """Start the run ``request`` (a ``RunAgentInput``) in a worker task: refused with
         :class:`Conflict` when another run of the thread is live or the run id is taken, with
-        ``UnknownRun`` when it resumes a thread that has no checkpoint. When this returns, the
-        run's ``RUN_STARTED`` is in the log and :meth:`serve` can read it."""
-        thread_id, run_id = request.thread_id, request.run_id
-        async with self._thread_lock(thread_id):
-            if await call_log(self.events, "state", run_id) is not None:
-                raise RunExists(f"run {run_id!r} exists already: rejoin it")
-            live = await self.live_run(thread_id)
-            if live is not None:
-                raise Conflict(f"thread {thread_id!r} is running {live!r}: wait for it to end")
-            await self._check_resume(request)
-            started = {"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id}
-            await call_log(self.index, "append", index_id(thread_id), {"runId": run_id})
-            await call_log(self.events, "append", run_id, started)
-        task = asyncio.create_task(self._work(request), name=f"graphkeep-agui-{run_id}")
+        ``UnknownRun`` when it resumes a thread that has no checkpoint, and — through
+        ``saver.exclusive`` — with ``ThreadBusy`` when the thread's lease stays held. When
+        this returns, the run's ``RUN_STARTED`` is in the log and :meth:`serve` can read it."""
+        if self.exclusive is None:
+            async with self._thread_lock(request.thread_id):
+                await self._open(request, leased=False)
+            self._spawn(self._work(request), request.run_id)
+            return
+        if await call_log(self.events, "state", request.run_id) is not None:
+            # a retried request: it joins at once, not after its own run's lease
+            raise RunExists(f"run {request.run_id!r} exists already: rejoin it")
+        opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        leased = asyncio.Event()
+        work = self._leased(self.exclusive, request, opened, leased)
+        task = self._spawn(work, request.run_id)
+        try:
+            await asyncio.shield(opened)
+        except asyncio.CancelledError:
+            if not opened.done():  # nobody waits for the start any more
+                opened.cancel()
+                if not leased.is_set():  # nor for the lease
+                    task.cancel()
+            raise
+
+    def _spawn(self, work: Any, run_id: str) -> asyncio.Task[None]:
+        task = asyncio.create_task(work, name=f"graphkeep-agui-{run_id}")
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+        return task
+
+    async def _open(self, request: Any, leased: bool) -> None:
+        """The start's checks, then the run's ``RUN_STARTED`` and its line in the thread's
+        index (one start of the thread at a time: the caller holds its lock or its lease —
+        then no other run uses the thread's checkpoints, whatever the log shows)."""
+        thread_id, run_id = request.thread_id, request.run_id
+        if await call_log(self.events, "state", run_id) is not None:
+            raise RunExists(f"run {run_id!r} exists already: rejoin it")
+        live = None if leased else await self.live_run(thread_id)
+        if live is not None:
+            raise Conflict(f"thread {thread_id!r} is running {live!r}: wait for it to end")
+        await self._check_resume(request)
+        started = {"type": "RUN_STARTED", "threadId": thread_id, "runId": run_id}
+        await call_log(self.index, "append", index_id(thread_id), {"runId": run_id})
+        await call_log(self.events, "append", run_id, started)
+
+    async def _leased(
+        self,
+        exclusive: Exclusive,
+        request: Any,
+        opened: asyncio.Future[None],
+        leased: asyncio.Event,
+    ) -> None:
+        """A start and its run under the thread's lease, let go once the graph is done
+        (before the run's last events are flushed: a client that saw the run end finds the
+        thread free). ``opened`` gets the start's outcome; ``leased`` is set once it is held."""
+        config = {"configurable": {"thread_id": request.thread_id}}
+        try:
+            async with contextlib.AsyncExitStack() as lease:
+                await lease.enter_async_context(exclusive.aheld(config))
+                leased.set()
+                if opened.done():
+                    return  # the start was given up while it waited: nothing written
+                await self._open(request, leased=True)
+                if not opened.done():
+                    opened.set_result(None)
+                # started: it runs even if the start was given up meanwhile
+                await self._work(request, lease.aclose)
+        except BaseException as exc:
+            if not opened.done():
+                if isinstance(exc, asyncio.CancelledError):
+                    opened.cancel()
+                else:
+                    opened.set_exception(exc)
+            elif isinstance(exc, Exception):  # raised to nobody: said here
+                log.exception("AG-UI run %s of thread %s failed", request.run_id, request.thread_id)
+            if not isinstance(exc, Exception):
+                raise
 
     @contextlib.asynccontextmanager
     async def _thread_lock(self, thread_id: str) -> AsyncIterator[None]:
@@ -300,19 +377,27 @@ class AGUIRuns:
                 " answer them in RunAgentInput.resume"
             )
 
-    async def _work(self, request: Any) -> None:
+    async def _work(
+        self, request: Any, release: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        """The agent's run into the log; ``release`` (the thread's lease) is let go once the
+        agent is done with the graph."""
         run_id = request.run_id
         writer = EventWriter(self.events, run_id, self.flush_ms, self.heartbeat)
         writer.start()
         status, error, last = "error", None, None
         try:
-            async for event in self.agent.clone().run(request):
-                data = _dump(event)
-                if data.get("type") == "RUN_STARTED":
-                    continue  # written before the worker started
-                for part in fit(data):
-                    writer.add(part)
-                last = data
+            try:
+                async for event in self.agent.clone().run(request):
+                    data = _dump(event)
+                    if data.get("type") == "RUN_STARTED":
+                        continue  # written before the worker started
+                    for part in fit(data):
+                        writer.add(part)
+                    last = data
+            finally:
+                if release is not None:
+                    await _let_go(release, run_id)
             status = _status(last)
             if last is None or last.get("type") not in ("RUN_FINISHED", "RUN_ERROR"):
                 writer.add(_run_error("the agent ended without RUN_FINISHED", "Incomplete"))
@@ -572,6 +657,13 @@ def finished(thread_id: str, run_id: str, state: Any) -> dict[str, Any]:
         interrupts = [_dump(i) for i in lg_interrupts_to_agui(list(state.interrupts))]
         event["outcome"] = {"type": "interrupt", "interrupts": interrupts}
     return event
+
+
+async def _let_go(release: Callable[[], Awaitable[None]], run_id: str) -> None:
+    try:
+        await release()
+    except Exception:  # the store is away: the lease expires after its ttl
+        log.exception("AG-UI run %s could not let the thread's lease go", run_id)
 
 
 def _status(last: dict[str, Any] | None) -> str:

@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextvars import copy_context
 from typing import TYPE_CHECKING, Any
 
+from graphkeep.checkpoint.fence import drop
 from graphkeep.errors import ConfigurationError, LockNotAcquired, ThreadBusy
 
 if TYPE_CHECKING:
@@ -140,7 +141,12 @@ class Exclusive:
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
-            await asyncio.shield(lock.arelease())
+            try:
+                await asyncio.shield(lock.arelease())
+            finally:
+                # the shielded release ran in a copy of this context: stop carrying the
+                # token here too (an async generator's lease was taken in its caller's)
+                drop(lock.thread_id)
 
     async def _arenew(self, lock: ThreadLock) -> None:
         while True:
