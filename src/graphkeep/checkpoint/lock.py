@@ -36,7 +36,10 @@ from graphkeep.port import Op, Sleep
 if TYPE_CHECKING:
     from graphkeep.checkpoint.saver import SaverBase
 
-MAX_POLL_SECONDS = 1.0
+#: the longest a waiter sleeps between looks at a busy lease (from ``poll``, doubling): short,
+#: so a waiter is not starved by a holder that takes the thread again at once (a worker's next
+#: turn); each look is one small request
+MAX_POLL_SECONDS = 0.25
 
 
 class ThreadLock:
