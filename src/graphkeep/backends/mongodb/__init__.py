@@ -53,6 +53,10 @@ schema, binary as base64: this layout stores W50 in about half the bytes of 0.1.
   writes (idx < 0) replace; one ``bulk_write``.
 - ``kind: "checkpoint"``: the packed checkpoint + metadata of a checkpoint too large to
   inline (``ref`` = checkpoint id).
+- ``kind: "fence"``: the thread's fencing token (the last lease's grant; one per thread,
+  ``_id`` from ``f`` and the thread), ``holder`` and ``expires_at`` (30 days after the last
+  grant); no ``ns`` nor ``ref``. Not the thread's data: no read, inventory, export or
+  deletion of the thread names it, so ``delete_thread`` leaves it (:mod:`.fences`).
 
 One collection makes ``put`` ONE ordered ``update`` command: element and blob upserts,
 expiry refreshes, then the checkpoint document last; an ordered batch stops at its first
@@ -73,7 +77,10 @@ emptied ``P_checkpoints`` dropped; resumable. Stop 0.1.x writers before upgradin
 they write afterwards is not read.
 
 ``P_locks`` holds the per-thread leases of ``saver.lock()`` (``_id`` = thread id, a
-token and ``expires_at``), apart from the thread's data.
+token and ``expires_at``), apart from the thread's data. A grant takes the lease there,
+then raises the fencing token in the thread's fence document: every write under the lease
+is its one ordered command with a guard first, which fails on a newer token, so nothing of
+the write is stored (:class:`graphkeep.errors.LeaseLost`; :mod:`.fences`).
 
 Indexes (``MongoDBSaver.schema()`` returns them as dicts; ``setup()`` creates them
 idempotently, comparing key *and* options, one per ``createIndexes`` and one build per
@@ -162,17 +169,24 @@ the code avoids what Amazon DocumentDB and Azure Cosmos DB for MongoDB (vCore, R
 ``collMod``, sparse, partial, hashed, text and wildcard indexes, transactions, and two
 index builds on one collection at once; it never stores nested arrays, NaN or dotted keys.
 Where FerretDB differs, the code adapts without changing behaviour on MongoDB: no TTL
-indexes (see TTL), and reply batches not capped at 16 MiB (a reply over the 48 MB wire
-limit is re-read in small batches). FerretDB 1.x answers every query but ``_id`` equality
+indexes (see TTL), reply batches not capped at 16 MiB (a reply over the 48 MB wire
+limit is re-read in small batches), no projection in ``findAndModify`` (the lease and
+fence documents are read whole), and a failed ``update`` answered without the counts
+PyMongo merges (raised as :class:`.client.IncompleteBulkReply`; a write under a lease then
+reads the fence document to tell a refusal). FerretDB 1.x answers every query but ``_id`` equality
 by scanning the collection, so it gets slow as a collection grows; MongoDB uses the
 indexes above.
 
 Round trips: ``put`` 1 command (one ordered batch), ``put_writes`` 1, ``get_tuple`` 2
 (+1 for list channels its checkpoint does not name), a ``list`` page 2 (writes, blobs and
 elements of the whole page in one ``find``), ``get_delta_channel_history`` 2 for up to
-1,000 ancestors, ``delete_thread`` 1. Multi-document transactions are never used: blobs
-and chunks are written before the checkpoint and deleted after it, in ordered batches,
-so a reader never sees a checkpoint whose values are missing.
+1,000 ancestors, ``delete_thread`` 1; a lease's grant 2 (the lease, the fencing token),
+and under it ``put`` and ``put_writes`` still 1 each (the guard rides in the same
+``update`` command) and ``delete_thread`` one ``bulk_write`` that MongoDB takes as two
+commands (the guard is an update, the deletions a ``delete``). Multi-document
+transactions are never used: blobs and chunks are written before the checkpoint and
+deleted after it, in ordered batches, so a reader never sees a checkpoint whose values are
+missing.
 
 Watching a thread
 -----------------

@@ -50,6 +50,7 @@ from graphkeep.backends.mongodb.documents import (
     write_record,
 )
 from graphkeep.backends.mongodb.effects import MongoDBEffectsPort
+from graphkeep.backends.mongodb.fences import Fences
 from graphkeep.backends.mongodb.heads import (
     SUMMARY_FIELDS,
     DeltaMap,
@@ -60,7 +61,7 @@ from graphkeep.backends.mongodb.heads import (
     manifest_runs,
 )
 from graphkeep.backends.mongodb.ids import KeyReads
-from graphkeep.backends.mongodb.locks import acquire_lease, extend_lease, release_lease
+from graphkeep.backends.mongodb.locks import extend_lease, release_lease, take_lease
 from graphkeep.backends.mongodb.migrate import legacy_checkpoints, migrate
 from graphkeep.backends.mongodb.requests import Command, find
 from graphkeep.backends.mongodb.schema import collection_names, ensure_indexes, index_specs
@@ -123,6 +124,8 @@ class MongoDBCheckpointPort(ThreadOps, KeyReads, CheckpointPort):
             )
         self.chunk_size = chunk_size
         self.upserts = Upserts(chunk_size, sharded)
+        #: the threads' fencing tokens, one document per thread in ``payloads``
+        self.fences = Fences(self.payloads, self.upserts)
         self.expiry = Expiry(self.ttl)
         self.heads = HeadCache()
         #: whether the server keeps TTL indexes (None until setup() ran)
@@ -175,10 +178,13 @@ class MongoDBCheckpointPort(ThreadOps, KeyReads, CheckpointPort):
 
     # -- port: writes --------------------------------------------------------------
 
-    def put_checkpoint(self, record: CheckpointRecord, blobs: list[BlobRecord]) -> Op[None]:
+    def put_checkpoint(
+        self, record: CheckpointRecord, blobs: list[BlobRecord], fence: int | None = None
+    ) -> Op[None]:
         """ONE ordered ``update`` command: elements and blobs (and chunks), the expiry
         refreshes, then the checkpoint document last. An ordered batch stops at its
-        first error, so no reader ever finds the checkpoint without its values."""
+        first error, so no reader ever finds the checkpoint without its values. Under a
+        lease (``fence``), the fence guard goes first (:mod:`.fences`)."""
         now = utc_now()
         expires_at = self.expiry.documents(now)
         element_expires_at = self.expiry.elements(now)
@@ -211,7 +217,7 @@ class MongoDBCheckpointPort(ThreadOps, KeyReads, CheckpointPort):
         if chunked is not None:
             ops += self.upserts.chunked_checkpoint(t, ns, cid, chunked, expires_at)
         ops.append(ReplaceOne(self.upserts.checkpoint_key(t, ns, cid), doc, upsert=True))
-        yield Command(self.payloads, "bulk_write", (ops,), {"ordered": True})
+        yield from self.fences.bulk(t, ops, fence, ordered=True)
         summary = Summary(
             ns,
             cid,
@@ -295,7 +301,12 @@ class MongoDBCheckpointPort(ThreadOps, KeyReads, CheckpointPort):
         return delta
 
     def put_writes(
-        self, thread_id: str, ns: str, checkpoint_id: str, writes: list[WriteRecord]
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        writes: list[WriteRecord],
+        fence: int | None = None,
     ) -> Op[None]:
         expires_at = self.expiry.documents(utc_now())
         ops: list[Any] = []
@@ -303,7 +314,8 @@ class MongoDBCheckpointPort(ThreadOps, KeyReads, CheckpointPort):
             ops += self.upserts.write(
                 thread_id, ns, checkpoint_id, w, expires_at, overwrite=w.special
             )
-        yield Command(self.payloads, "bulk_write", (ops,), {"ordered": False})
+        # unordered (the writes are independent), but behind the fence guard under a lease
+        yield from self.fences.bulk(thread_id, ops, fence, ordered=False)
 
     # -- port: reads ---------------------------------------------------------------
 
@@ -524,10 +536,18 @@ class MongoDBCheckpointPort(ThreadOps, KeyReads, CheckpointPort):
             yield from self._apply_refresh([refresh])
         return Chain(target_id, ancestors, writes, blobs)
 
-    # -- port: per-thread lease (:mod:`.locks`) ------------------------------------
+    # -- port: per-thread lease (:mod:`.locks`, :mod:`.fences`) --------------------
 
-    def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
-        return (yield from acquire_lease(self.locks, thread_id, token, ttl_ms, utc_now()))
+    def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[int]:
+        """Two requests per grant: the lease in ``P_locks`` (one upsert), then the thread's
+        fencing token raised in its fence document (one more when the token is already at
+        the clock's milliseconds), before this returns; a re-armed lease reads the token.
+        0 when another holder has the lease (one request)."""
+        now = utc_now()
+        taken = yield from take_lease(self.locks, thread_id, token, ttl_ms, now)
+        if taken is None:
+            return 0
+        return (yield from self.fences.granted(thread_id, token, ttl_ms, now, taken))
 
     def release_lock(self, thread_id: str, token: str) -> Op[bool]:
         return (yield from release_lease(self.locks, thread_id, token))

@@ -122,6 +122,23 @@ def unavailable(where: str, exc: BaseException) -> StorageUnavailable:
     )
 
 
+class IncompleteBulkReply(OperationFailure):
+    """A write of a ``bulk_write`` failed and the server's reply did not say which: FerretDB
+    1.x answers an ``update`` command with write errors without the counts PyMongo merges
+    (``n``, ``nModified``), and PyMongo then raises ``KeyError``. An ordered batch stopped
+    at the failed write, as on MongoDB, which answers a ``BulkWriteError`` instead."""
+
+
+def _incomplete(request: Command, exc: KeyError) -> IncompleteBulkReply | None:
+    """``exc`` as :class:`IncompleteBulkReply` when PyMongo could not merge a bulk reply."""
+    if request.method != "bulk_write" or exc.args not in (("nModified",), ("n",)):
+        return None
+    return IncompleteBulkReply(
+        "a write of the bulk failed; the server's reply lacks the counts that say which"
+        f" ({exc.args[0]!r} missing: FerretDB 1.x)"
+    )
+
+
 # -- the retry data --------------------------------------------------------------------
 
 
@@ -205,7 +222,8 @@ async def _aonce(db: Any, request: Any) -> Any:
 
 def send(db: Any, request: Any) -> Any:
     """Run ``request`` once on a ``MongoClient`` database (cursors read to the end); a find
-    whose reply is too large for the wire is read again in small batches."""
+    whose reply is too large for the wire is read again in small batches; a failed bulk
+    write whose reply PyMongo cannot merge raises :class:`IncompleteBulkReply`."""
     try:
         return _once(db, request)
     except ProtocolError as exc:
@@ -213,6 +231,11 @@ def send(db: Any, request: Any) -> Any:
         if smaller is None:
             raise
         return _once(db, smaller)
+    except KeyError as exc:
+        incomplete = _incomplete(request, exc)
+        if incomplete is None:
+            raise
+        raise incomplete from exc
 
 
 async def asend(db: Any, request: Any) -> Any:
@@ -224,6 +247,11 @@ async def asend(db: Any, request: Any) -> Any:
         if smaller is None:
             raise
         return await _aonce(db, smaller)
+    except KeyError as exc:
+        incomplete = _incomplete(request, exc)
+        if incomplete is None:
+            raise
+        raise incomplete from exc
 
 
 def sync_executor(db: Any, where: str) -> SyncExecutor:

@@ -37,6 +37,9 @@ KIND_WRITE = "write"
 KIND_CHECKPOINT = "checkpoint"
 #: every kind whose ``ref`` is a checkpoint id: what goes (and stays alive) with a checkpoint
 CHECKPOINT_KINDS = [KIND_CP, KIND_WRITE, KIND_CHECKPOINT]
+#: the thread's fencing token (one per thread, :mod:`.fences`): not the thread's data, so no
+#: read, inventory, export or deletion of the thread names it (see :func:`thread_data`)
+KIND_FENCE = "fence"
 
 #: a run of list element keys of one epoch: (epoch, first seq, last seq), both inclusive
 Run = tuple[str, int, int]
@@ -136,6 +139,17 @@ def checkpoint_id_key(thread_id: str, ns: str, checkpoint_id: str) -> str:
 def payload_id(thread_id: str, ns: str, kind: str, ref: str, sub: str, part: str) -> str:
     """``_id`` of a payload document (a head has ``part`` "")."""
     return doc_id("p", thread_id, ns, kind, ref, sub, part)
+
+
+def fence_id(thread_id: str) -> str:
+    """``_id`` of the thread's fence document (:mod:`.fences`)."""
+    return doc_id("f", thread_id)
+
+
+def thread_data(thread_id: str) -> dict[str, Any]:
+    """The filter of every document of the thread but its fence document: what
+    ``delete_thread`` deletes and an inventory or export reads."""
+    return {"thread_id": thread_id, "kind": {"$ne": KIND_FENCE}}
 
 
 def identity(thread_id: str, ns: str, kind: str, ref: str, sub: str = "") -> dict[str, Any]:

@@ -22,8 +22,10 @@ from graphkeep.backends.mongodb.documents import (
     in_batches,
     parse_blob_ref,
     payload_type,
+    thread_data,
     write_record,
 )
+from graphkeep.backends.mongodb.fences import Fences
 from graphkeep.backends.mongodb.heads import (
     SUMMARY_FIELDS,
     HeadCache,
@@ -71,22 +73,24 @@ class ThreadOps:
     heads: HeadCache
     expiry: Expiry
     upserts: Upserts
+    fences: Fences
 
-    def delete_thread(self, thread_id: str) -> Op[None]:
+    def delete_thread(self, thread_id: str, fence: int | None = None) -> Op[None]:
         self.heads.drop_thread(thread_id)
-        # ONE ordered command, checkpoints first: a reader never finds one whose values are gone
+        # ONE ordered command, checkpoints first: a reader never finds one whose values are
+        # gone. The fence document stays (tokens keep growing after the thread is gone).
         ops = [
             DeleteMany({"thread_id": thread_id, "kind": KIND_CP}),
-            DeleteMany({"thread_id": thread_id}),
+            DeleteMany(thread_data(thread_id)),
         ]
-        yield Command(self.payloads, "bulk_write", (ops,), {"ordered": True})
+        yield from self.fences.bulk(thread_id, ops, fence, ordered=True)
 
     def inventory(self, thread_id: str) -> Op[Inventory]:
         # ``_id`` and ``expires_at`` ride along: each document's expiry, for the check; the
         # metadata's source: the check's fork rule
         found = yield find(
             self.payloads,
-            {"thread_id": thread_id},
+            thread_data(thread_id),
             projection={**SUMMARY_FIELDS, SOURCE_FIELD: 1, "_id": 1, "kind": 1, "expires_at": 1},
         )
         summaries: list[Summary] = []
@@ -132,6 +136,7 @@ class ThreadOps:
         thread_id: str,
         checkpoints: list[tuple[str, str]],
         blobs: list[tuple[str, str, str]],
+        fence: int | None = None,
     ) -> Op[None]:
         ids_by_ns: dict[str, list[str]] = {}
         for ns, cid in checkpoints:
@@ -159,7 +164,7 @@ class ThreadOps:
         if checkpoint_ops or payload_ops:
             # ONE ordered command, checkpoints first (see delete_thread)
             ops = checkpoint_ops + payload_ops
-            yield Command(self.payloads, "bulk_write", (ops,), {"ordered": True})
+            yield from self.fences.bulk(thread_id, ops, fence, ordered=True)
 
     def find_runs(self, run_ids: list[str]) -> Op[dict[str, list[tuple[str, str]]]]:
         found: dict[str, list[tuple[str, str]]] = {}
@@ -174,7 +179,7 @@ class ThreadOps:
         return found
 
     def export_thread(self, thread_id: str) -> Op[ThreadDump]:
-        found = yield find(self.payloads, {"thread_id": thread_id})
+        found = yield find(self.payloads, thread_data(thread_id))
         dump = ThreadDump([], [], [])
         docs = [d for d in found if d["kind"] == KIND_CP]
         chunks: dict[tuple[str, str], bytes] = {}
@@ -193,7 +198,7 @@ class ThreadOps:
                 dump.checkpoints.append(record)
         return dump
 
-    def import_thread(self, thread_id: str, dump: ThreadDump) -> Op[None]:
+    def import_thread(self, thread_id: str, dump: ThreadDump, fence: int | None = None) -> Op[None]:
         now = utc_now()
         expires_at = self.expiry.documents(now)
         ops: list[Any] = []
@@ -227,7 +232,7 @@ class ThreadOps:
             checkpoint_ops.append(ReplaceOne(key, doc, upsert=True))
         if ops or checkpoint_ops:
             # values first, the checkpoints last, in one ordered command
-            yield Command(self.payloads, "bulk_write", (ops + checkpoint_ops,), {"ordered": True})
+            yield from self.fences.bulk(thread_id, ops + checkpoint_ops, fence, ordered=True)
 
     def list_threads(self, cursor: Any, page_size: int) -> Op[tuple[list[str], Any]]:
         match: dict[str, Any] = {"kind": KIND_CP}
