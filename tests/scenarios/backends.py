@@ -89,13 +89,13 @@ class RawStore(ABC):
         """Delete everything under ``prefix`` (test teardown; keeps shared servers small)."""
 
     @abstractmethod
-    def is_lease(self, identity: str) -> bool:
-        """Whether the record ``scan`` names ``identity`` is a thread's lease or fencing token
-        (kept apart from its data: what a lease taken and let go leaves behind)."""
+    def is_lease(self, identity: str, value: bytes) -> bool:
+        """Whether the record ``scan`` gave as ``identity: value`` is a thread's lease or
+        fencing token (kept apart from its data: what a lease taken and let go leaves)."""
 
     def data(self, url: str, prefix: str) -> dict[str, bytes]:
         """:meth:`scan` without the lease records: what "writes nothing" compares."""
-        return {k: v for k, v in self.scan(url, prefix).items() if not self.is_lease(k)}
+        return {k: v for k, v in self.scan(url, prefix).items() if not self.is_lease(k, v)}
 
 
 def redis_client(url: str) -> Any:
@@ -131,7 +131,7 @@ class RawRedis(RawStore):
     def _client(url: str) -> Any:
         return redis_client(url)
 
-    def is_lease(self, identity: str) -> bool:
+    def is_lease(self, identity: str, value: bytes) -> bool:
         return identity.endswith((":lock", ":fence"))
 
     def _keys(self, client: Any, prefix: str) -> list[bytes]:
@@ -179,10 +179,6 @@ def _redis_value(client: Any, key: bytes) -> bytes:
     return kind.encode() + b":" + b"\x1f".join(parts)
 
 
-#: how the ``_id`` of a MongoDB thread's fencing-token document starts (its repr)
-FENCE_ID_PREFIXES = ("'fence",)
-
-
 class RawMongoDB(RawStore):
     @staticmethod
     def _database(url: str) -> tuple[Any, Any]:
@@ -195,9 +191,11 @@ class RawMongoDB(RawStore):
     def _collections(db: Any, prefix: str) -> list[str]:
         return [n for n in db.list_collection_names() if n.startswith(f"{prefix}_")]
 
-    def is_lease(self, identity: str) -> bool:
-        collection, _, doc_id = identity.partition("/")
-        return collection.endswith("_locks") or doc_id.startswith(FENCE_ID_PREFIXES)
+    def is_lease(self, identity: str, value: bytes) -> bool:
+        import bson
+
+        collection = identity.partition("/")[0]
+        return collection.endswith("_locks") or bson.decode(value).get("kind") == "fence"
 
     def scan(self, url: str, prefix: str) -> dict[str, bytes]:
         import bson
@@ -252,7 +250,7 @@ class RawDynamoDB(RawStore):
         )
         return [item for page in pages for item in page["Items"]], keys
 
-    def is_lease(self, identity: str) -> bool:
+    def is_lease(self, identity: str, value: bytes) -> bool:
         return identity.endswith(", b'l#']")
 
     def scan(self, url: str, prefix: str) -> dict[str, bytes]:
