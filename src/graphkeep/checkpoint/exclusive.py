@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import copy_context
@@ -41,6 +42,66 @@ if TYPE_CHECKING:
 ON_BUSY = ("wait", "reject")
 #: the lease's default ttl: renewed every third of it while the run lasts
 DEFAULT_TTL = 30.0
+
+
+class _LocalTurns:
+    """Runs of one thread in this process take turns here before they ask the store for its
+    lease (FIFO for async runs): only the run at the head of the line polls the store, so a
+    hundred queued runs cost one poller, not a hundred, and they are served in order."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._sync: dict[str, tuple[threading.Lock, int]] = {}
+        self._async: dict[tuple[int, str], tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.contextmanager
+    def turn(self, thread_id: str, timeout: float | None) -> Iterator[bool]:
+        """Yields whether this run's turn came within ``timeout`` (None: waits)."""
+        with self._guard:
+            lock, users = self._sync.get(thread_id) or (threading.Lock(), 0)
+            self._sync[thread_id] = (lock, users + 1)
+        try:
+            got = lock.acquire(timeout=-1 if timeout is None else timeout)
+            try:
+                yield got
+            finally:
+                if got:
+                    lock.release()
+        finally:
+            with self._guard:
+                lock, users = self._sync[thread_id]
+                if users == 1:
+                    del self._sync[thread_id]
+                else:
+                    self._sync[thread_id] = (lock, users - 1)
+
+    @contextlib.asynccontextmanager
+    async def aturn(self, thread_id: str, timeout: float | None) -> AsyncIterator[bool]:
+        key = (id(asyncio.get_running_loop()), thread_id)
+        lock, users = self._async.get(key) or (asyncio.Lock(), 0)
+        self._async[key] = (lock, users + 1)
+        try:
+            got = True
+            if timeout == 0:
+                got = not lock.locked()
+                if got:
+                    await lock.acquire()
+            else:
+                try:
+                    await asyncio.wait_for(lock.acquire(), timeout)
+                except asyncio.TimeoutError:
+                    got = False
+            try:
+                yield got
+            finally:
+                if got:
+                    lock.release()
+        finally:
+            lock, users = self._async[key]
+            if users == 1:
+                del self._async[key]
+            else:
+                self._async[key] = (lock, users - 1)
 
 
 def _thread_of(config: Any) -> Any:
@@ -71,6 +132,7 @@ class Exclusive:
         self.timeout = timeout
         self.on_busy = on_busy
         self.ttl = ttl
+        self._turns = _LocalTurns()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.graph, name)
@@ -80,13 +142,16 @@ class Exclusive:
 
     # -- the lease ---------------------------------------------------------------------
 
-    def _lock(self, thread_id: Any) -> ThreadLock:
+    def _lock(self, thread_id: Any, started: float) -> ThreadLock:
+        """The thread's lease, waiting what is left of ``timeout`` since ``started``."""
         waits = self.on_busy == "wait"
-        return self.saver.lock(
-            thread_id, ttl=self.ttl, blocking=waits, timeout=self.timeout if waits else None
-        )
+        left = max(0.0, self.timeout - (time.monotonic() - started))
+        return self.saver.lock(thread_id, ttl=self.ttl, blocking=waits, timeout=left)
 
-    def _busy(self, thread_id: Any, exc: LockNotAcquired) -> ThreadBusy:
+    def _local_wait(self) -> float:
+        return self.timeout if self.on_busy == "wait" else 0.0
+
+    def _busy(self, thread_id: Any, exc: LockNotAcquired | None = None) -> ThreadBusy:
         waited = f"waited {self.timeout}s" if self.on_busy == "wait" else 'on_busy="reject"'
         return ThreadBusy(f"thread {thread_id!r} is busy: another run holds its lease ({waited})")
 
@@ -97,7 +162,17 @@ class Exclusive:
         if thread_id is None:  # no thread: the graph raises (or runs without a checkpointer)
             yield
             return
-        lock = self._lock(thread_id)
+        started = time.monotonic()
+        thread = self.saver.check_thread_id(thread_id)
+        with self._turns.turn(thread, self._local_wait()) as ours:
+            if not ours:
+                raise self._busy(thread_id)
+            with self._leased(thread_id, started):
+                yield
+
+    @contextlib.contextmanager
+    def _leased(self, thread_id: Any, started: float) -> Iterator[None]:
+        lock = self._lock(thread_id, started)
         try:
             lock.acquire()
         except LockNotAcquired as exc:
@@ -129,7 +204,17 @@ class Exclusive:
         if thread_id is None:
             yield
             return
-        lock = self._lock(thread_id)
+        started = time.monotonic()
+        thread = self.saver.check_thread_id(thread_id)
+        async with self._turns.aturn(thread, self._local_wait()) as ours:
+            if not ours:
+                raise self._busy(thread_id)
+            async with self._aleased(thread_id, started):
+                yield
+
+    @contextlib.asynccontextmanager
+    async def _aleased(self, thread_id: Any, started: float) -> AsyncIterator[None]:
+        lock = self._lock(thread_id, started)
         try:
             await lock.aacquire()
         except LockNotAcquired as exc:
