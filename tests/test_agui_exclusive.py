@@ -32,6 +32,7 @@ from graphkeep.checkpoint.check import findings_of
 from graphkeep.errors import ThreadBusy
 from tests.agui.graph import reply_to
 from tests.conftest import unique_prefix
+from tests.leases import forks, thread_config
 from tests.scenarios.servers import AppProcess, free_port, run_app
 from tests.test_agui import (
     SETUPS,
@@ -50,20 +51,6 @@ TOKEN_DELAY = 0.04
 WORDS = " ".join(f"w{i}" for i in range(12))
 
 
-def _config(thread_id: str) -> Any:
-    return {"configurable": {"thread_id": thread_id}}
-
-
-def _forks(history: list[Any]) -> dict[str, list[str]]:
-    """Checkpoints with more than one child: ``{parent id: [child ids]}``."""
-    children: dict[str, list[str]] = {}
-    for t in history:
-        if t.parent_config:
-            parent = t.parent_config["configurable"]["checkpoint_id"]
-            children.setdefault(parent, []).append(t.checkpoint["id"])
-    return {p: c for p, c in children.items() if len(c) > 1}
-
-
 def _turns(messages: list[Any]) -> list[tuple[str, str]]:
     return [(m.type, m.text) for m in messages]
 
@@ -72,11 +59,11 @@ def _one_chain(setup: Setup, prefix: str, thread_id: str) -> list[tuple[str, str
     """The thread's messages at its head, after checking its history is one chain that
     ``graphkeep check`` finds nothing on."""
     with graphkeep.connect(setup.url, key_prefix=prefix) as saver:
-        history = list(saver.list(_config(thread_id)))
-        assert _forks(history) == {}, [(t.checkpoint["id"], t.parent_config) for t in history]
+        history = list(saver.list(thread_config(thread_id)))
+        assert forks(history) == {}, [(t.checkpoint["id"], t.parent_config) for t in history]
         inventory = saver.drive(saver.port.inventory(thread_id))
         assert [f.kind for f in findings_of(thread_id, inventory).findings] == []
-        head = saver.get_tuple(_config(thread_id))
+        head = saver.get_tuple(thread_config(thread_id))
         return _turns(head.checkpoint["channel_values"]["messages"])
 
 
@@ -238,15 +225,15 @@ async def test_a_start_while_another_connection_runs_the_thread_waits_then_runs_
         for runs, run in ((one, first), (two, second)):
             events = events_of(await collect(runs.serve(thread_id, run.run_id)))
             assert events[-1]["type"] == "RUN_FINISHED", events[-1]
-        state = await two.graph.aget_state(_config(thread_id))
+        state = await two.graph.aget_state(thread_config(thread_id))
         assert _turns(state.values["messages"]) == [
             ("human", "the first question"),
             ("ai", WORDS),
             ("human", "a second question"),
             ("ai", WORDS),
         ]
-        history = [t async for t in one.graph.saver.alist(_config(thread_id))]
-        assert _forks(history) == {}
+        history = [t async for t in one.graph.saver.alist(thread_config(thread_id))]
+        assert forks(history) == {}
 
 
 @pytest.mark.parametrize("setup", SETUPS)
@@ -274,7 +261,7 @@ async def test_a_start_rejected_for_a_busy_thread_writes_nothing_and_the_live_ru
         await two.start(again)
         events = events_of(await collect(two.serve(thread_id, again.run_id)))
         assert events[-1]["type"] == "RUN_FINISHED"
-        state = await two.graph.aget_state(_config(thread_id))
+        state = await two.graph.aget_state(thread_config(thread_id))
         assert [text for kind, text in _turns(state.values["messages"]) if kind == "human"] == [
             "the first question",
             "now me",

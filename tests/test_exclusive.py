@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from graphkeep.checkpoint.check import findings_of
 from graphkeep.errors import ThreadBusy
 
 from .conftest import unique_prefix
+from .leases import forks, held_by_another_run, thread_config
 from .scenarios.backends import SETUPS, Store, reachable
 from .turn_worker import Chat, slow_chat
 
@@ -41,22 +41,8 @@ def runs_store(request: Any) -> Iterator[Store]:
     store.purge()
 
 
-def _config(thread_id: str) -> Any:
-    return {"configurable": {"thread_id": thread_id}}
-
-
 def _history(saver: Any, thread_id: str) -> list[Any]:
-    return list(saver.list(_config(thread_id)))
-
-
-def _forks(history: list[Any]) -> dict[str, list[str]]:
-    """Parents with more than one child: ``{parent id: [child ids]}``."""
-    children: dict[str, list[str]] = {}
-    for t in history:
-        if t.parent_config:
-            parent = t.parent_config["configurable"]["checkpoint_id"]
-            children.setdefault(parent, []).append(t.checkpoint["id"])
-    return {p: c for p, c in children.items() if len(c) > 1}
+    return list(saver.list(thread_config(thread_id)))
 
 
 def _check_kinds(saver: Any, thread_id: str) -> list[str]:
@@ -67,7 +53,7 @@ def _check_kinds(saver: Any, thread_id: str) -> list[str]:
 
 def _seed(saver: Any, thread_id: str) -> None:
     graph = slow_chat(think=0).compile(checkpointer=saver)
-    graph.invoke({"log": ["user:seed"]}, _config(thread_id))
+    graph.invoke({"log": ["user:seed"]}, thread_config(thread_id))
 
 
 def _spawn(store: Store, thread_id: str, line: str, marker: Path, *extra: str) -> Any:
@@ -110,7 +96,7 @@ def _two_at_once(store: Store, thread_id: str, tmp_path: Path, mode: str) -> lis
         graph = slow_chat().compile(checkpointer=saver)
         app = saver.exclusive(graph, timeout=60) if mode == "exclusive" else graph
         _go(worker)
-        app.invoke({"log": ["user:w2"]}, _config(thread_id))
+        app.invoke({"log": ["user:w2"]}, thread_config(thread_id))
     return [_finish(worker), (0, "done")]
 
 
@@ -121,10 +107,10 @@ def test_two_workers_at_once_fork_a_thread_without_exclusive(
         _seed(saver, thread_id)
         assert _two_at_once(runs_store, thread_id, tmp_path, "plain") == [(0, "done")] * 2
         history = _history(saver, thread_id)
-        assert _forks(history), [(t.checkpoint["id"], t.parent_config) for t in history]
+        assert forks(history), [(t.checkpoint["id"], t.parent_config) for t in history]
         assert _check_kinds(saver, thread_id) == ["concurrent_fork"]
         # the head holds one worker's reply: the other's is gone from the thread's state
-        log = saver.get_tuple(_config(thread_id)).checkpoint["channel_values"]["log"]
+        log = saver.get_tuple(thread_config(thread_id)).checkpoint["channel_values"]["log"]
         assert len([line for line in log if line.startswith("bot:")]) == 2, log
 
 
@@ -135,9 +121,9 @@ def test_two_workers_at_once_through_exclusive_make_one_chain_with_both_turns(
         _seed(saver, thread_id)
         assert _two_at_once(runs_store, thread_id, tmp_path, "exclusive") == [(0, "done")] * 2
         history = _history(saver, thread_id)
-        assert _forks(history) == {}
+        assert forks(history) == {}
         assert _check_kinds(saver, thread_id) == []
-        log = saver.get_tuple(_config(thread_id)).checkpoint["channel_values"]["log"]
+        log = saver.get_tuple(thread_config(thread_id)).checkpoint["channel_values"]["log"]
         assert log[:2] == ["user:seed", "bot:1:user:seed"]
         first, second = ("w1", "w2") if log[2] == "user:w1" else ("w2", "w1")
         assert log[2:] == [
@@ -164,8 +150,8 @@ def test_a_worker_stopped_past_its_lease_gets_lease_lost_and_stores_nothing(
             os.kill(worker.pid, signal.SIGSTOP)  # mid-node, its lease (1 s) running out
             time.sleep(1.6)
             other = saver.exclusive(slow_chat(think=0).compile(checkpointer=saver), timeout=5)
-            other.invoke({"log": ["user:other"]}, _config(thread_id))
-            committed = saver.get_tuple(_config(thread_id))
+            other.invoke({"log": ["user:other"]}, thread_config(thread_id))
+            committed = saver.get_tuple(thread_config(thread_id))
         finally:
             os.kill(worker.pid, signal.SIGCONT)
         code, said = _finish(worker)
@@ -173,7 +159,7 @@ def test_a_worker_stopped_past_its_lease_gets_lease_lost_and_stores_nothing(
         token, newer = (int(x) for x in said.split()[1:])
         assert newer > token
         # the other run's turn is the head, whole; nothing the stopped worker wrote late is
-        head = saver.get_tuple(_config(thread_id))
+        head = saver.get_tuple(thread_config(thread_id))
         assert head.checkpoint["id"] == committed.checkpoint["id"]
         log = head.checkpoint["channel_values"]["log"]
         assert log[-2] == "user:other" and log[-1].endswith(":user:other"), log
@@ -198,14 +184,14 @@ def test_200_async_runs_over_10_threads_through_exclusive(runs_store: Store) -> 
             graph = saver.exclusive(slow_chat(think=0).compile(checkpointer=saver), timeout=120)
             turns = [(t, n) for n in range(20) for t in threads]
             await asyncio.gather(
-                *(graph.ainvoke({"log": [f"user:{t}/{n}"]}, _config(t)) for t, n in turns)
+                *(graph.ainvoke({"log": [f"user:{t}/{n}"]}, thread_config(t)) for t, n in turns)
             )
             for t in threads:
-                history = [x async for x in saver.alist(_config(t))]
-                assert _forks(history) == {}
+                history = [x async for x in saver.alist(thread_config(t))]
+                assert forks(history) == {}
                 sources = Counter(x.metadata["source"] for x in history)
                 assert sources == {"input": 20, "loop": 40}
-                head = await saver.aget_tuple(_config(t))
+                head = await saver.aget_tuple(thread_config(t))
                 log = head.checkpoint["channel_values"]["log"]
                 said = [line for line in log if line.startswith("user:")]
                 assert sorted(said) == sorted(f"user:{t}/{n}" for n in range(20))
@@ -219,33 +205,24 @@ def test_a_busy_thread_waits_then_raises_thread_busy_or_rejects_at_once(
 ) -> None:
     with graphkeep.connect(runs_store.backend.url, key_prefix=runs_store.prefix) as saver:
         graph = slow_chat(think=0).compile(checkpointer=saver)
-        held, done = threading.Event(), threading.Event()
-
-        def holder() -> None:  # another run, its own context
-            with saver.lock(thread_id, ttl=30):
-                held.set()
-                done.wait(30)
-
-        other = threading.Thread(target=holder)
-        other.start()
-        try:
-            held.wait(10)
+        with held_by_another_run(saver, thread_id):
             started = time.monotonic()
             with pytest.raises(ThreadBusy):
                 saver.exclusive(graph, on_busy="reject").invoke(
-                    {"log": ["user:x"]}, _config(thread_id)
+                    {"log": ["user:x"]}, thread_config(thread_id)
                 )
             assert time.monotonic() - started < 0.5
             started = time.monotonic()
             with pytest.raises(ThreadBusy):
-                saver.exclusive(graph, timeout=0.6).invoke({"log": ["user:x"]}, _config(thread_id))
+                saver.exclusive(graph, timeout=0.6).invoke(
+                    {"log": ["user:x"]}, thread_config(thread_id)
+                )
             assert time.monotonic() - started >= 0.6
-        finally:
-            done.set()
-            other.join()
-        assert saver.get_tuple(_config(thread_id)) is None
+        assert saver.get_tuple(thread_config(thread_id)) is None
         # free again: a waiting run goes ahead
-        saver.exclusive(graph, on_busy="reject").invoke({"log": ["user:y"]}, _config(thread_id))
+        saver.exclusive(graph, on_busy="reject").invoke(
+            {"log": ["user:y"]}, thread_config(thread_id)
+        )
 
 
 def _asking() -> Any:
@@ -270,7 +247,7 @@ def test_the_lease_is_let_go_on_return_error_interrupt_and_cancellation(
     url, prefix = runs_store.backend.url, runs_store.prefix
     with graphkeep.connect(url, key_prefix=prefix) as saver:
         app = saver.exclusive(_asking().compile(checkpointer=saver), on_busy="reject")
-        config = _config(thread_id)
+        config = thread_config(thread_id)
         with pytest.raises(RuntimeError):
             app.invoke({"log": ["user:boom"]}, config)
         out = app.invoke({"log": ["user:hi"]}, config)  # not busy: the error let it go
@@ -288,7 +265,7 @@ def test_the_lease_is_let_go_on_return_error_interrupt_and_cancellation(
                 slow_chat(think=5).compile(checkpointer=asaver), on_busy="reject"
             )
             run = asyncio.create_task(
-                slow.ainvoke({"log": ["user:slow"]}, _config("c-" + thread_id))
+                slow.ainvoke({"log": ["user:slow"]}, thread_config("c-" + thread_id))
             )
             await asyncio.sleep(1.0)
             run.cancel()
@@ -297,7 +274,7 @@ def test_the_lease_is_let_go_on_return_error_interrupt_and_cancellation(
             quick = asaver.exclusive(
                 slow_chat(think=0).compile(checkpointer=asaver), on_busy="reject"
             )
-            await quick.ainvoke({"log": ["user:next"]}, _config("c-" + thread_id))
+            await quick.ainvoke({"log": ["user:next"]}, thread_config("c-" + thread_id))
 
     asyncio.run(cancelled())
 
@@ -310,7 +287,7 @@ def test_an_async_run_through_exclusive_leaves_no_token_on_its_callers_later_wri
         async with graphkeep.aconnect(url, key_prefix=prefix) as saver:
             graph = slow_chat(think=0).compile(checkpointer=saver)
             app = saver.exclusive(graph)
-            config = _config(thread_id)
+            config = thread_config(thread_id)
             await app.ainvoke({"log": ["user:a"]}, config)
             async for _event in app.astream_events({"log": ["user:b"]}, config, version="v2"):
                 pass

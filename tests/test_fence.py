@@ -8,7 +8,6 @@ SIGSTOPped process and the runs of two processes are in tests/test_exclusive.py.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +20,7 @@ from graphkeep.checkpoint import fence
 from graphkeep.errors import LeaseLost, ThreadBusy
 
 from .conftest import unique_prefix
+from .leases import held_by_another_run
 from .scenarios.backends import SETUPS, Store, reachable
 
 LEASE = 0.4
@@ -171,17 +171,7 @@ def test_prune_and_delete_for_runs_refuse_a_thread_another_run_holds(
     with graphkeep.connect(url, key_prefix=prefix) as saver:
         first = _put(saver, thread_id, 0)
         _put(saver, thread_id, 1, first)
-        held, done = threading.Event(), threading.Event()
-
-        def live_run() -> None:  # its own context: its lease is not the caller's
-            with saver.lock(thread_id, ttl=30):
-                held.set()
-                done.wait(30)
-
-        run = threading.Thread(target=live_run)
-        run.start()
-        try:
-            held.wait(10)
+        with held_by_another_run(saver, thread_id):
             for maintain in (
                 lambda: saver.prune([thread_id], strategy="keep_latest"),
                 lambda: saver.prune(["another-thread", thread_id], strategy="delete"),
@@ -190,9 +180,6 @@ def test_prune_and_delete_for_runs_refuse_a_thread_another_run_holds(
                 with pytest.raises(ThreadBusy):
                     maintain()
                 assert len(_stored(saver, thread_id)) == 2
-        finally:
-            done.set()
-            run.join()
         # the caller's own lease: prune goes ahead under it (its deletes carry its token)
         with saver.lock(thread_id, ttl=10):
             saver.prune([thread_id], strategy="keep_latest")
