@@ -24,14 +24,17 @@ def forks(history: list[Any]) -> dict[str, list[str]]:
 
 
 @contextmanager
-def held_by_another_run(saver: Any, thread_id: str, ttl: float = 30) -> Iterator[None]:
-    """The thread's lease held by another run (its own thread and context) meanwhile."""
+def held_by_another_run(
+    saver: Any, thread_id: str, ttl: float = 30, release_after: float | None = None
+) -> Iterator[None]:
+    """The thread's lease held by another run (its own thread and context) meanwhile, or
+    for ``release_after`` seconds from the start."""
     held, done = threading.Event(), threading.Event()
 
     def run() -> None:
         with saver.lock(thread_id, ttl=ttl):
             held.set()
-            done.wait(ttl)
+            done.wait(ttl if release_after is None else release_after)
 
     other = threading.Thread(target=run)
     other.start()

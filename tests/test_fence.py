@@ -16,7 +16,7 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
 import graphkeep
-from graphkeep.checkpoint import fence
+from graphkeep.checkpoint import fence, maintenance
 from graphkeep.errors import LeaseLost, ThreadBusy
 
 from .conftest import unique_prefix
@@ -164,10 +164,11 @@ async def _aput(saver: Any, thread_id: str, step: int) -> None:
     await saver.aput(_config(thread_id), checkpoint, {"step": step}, versions)
 
 
-def test_prune_and_delete_for_runs_refuse_a_thread_another_run_holds(
-    fence_store: Store, thread_id: str
+def test_prune_and_delete_for_runs_wait_for_a_thread_another_run_holds_then_refuse(
+    fence_store: Store, thread_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, prefix = fence_store.backend.url, fence_store.prefix
+    monkeypatch.setattr(maintenance, "MAINTENANCE_WAIT_SECONDS", 0.5)
     with graphkeep.connect(url, key_prefix=prefix) as saver:
         first = _put(saver, thread_id, 0)
         _put(saver, thread_id, 1, first)
@@ -177,14 +178,19 @@ def test_prune_and_delete_for_runs_refuse_a_thread_another_run_holds(
                 lambda: saver.prune(["another-thread", thread_id], strategy="delete"),
                 lambda: saver.delete_for_runs(["run-0"]),
             ):
+                started = time.monotonic()
                 with pytest.raises(ThreadBusy):
                     maintain()
+                assert time.monotonic() - started >= 0.5
                 assert len(_stored(saver, thread_id)) == 2
         # the caller's own lease: prune goes ahead under it (its deletes carry its token)
         with saver.lock(thread_id, ttl=10):
             saver.prune([thread_id], strategy="keep_latest")
         assert len(_stored(saver, thread_id)) == 1
-        saver.delete_for_runs(["run-1"])  # free: takes the lease for the call
+        # a lease let go while the call waits: it goes ahead (two deletes of one run at once)
+        monkeypatch.setattr(maintenance, "MAINTENANCE_WAIT_SECONDS", 10.0)
+        with held_by_another_run(saver, thread_id, release_after=0.4):
+            saver.delete_for_runs(["run-1"])
         assert _stored(saver, thread_id) == []
         with saver.lock(thread_id, ttl=1, blocking=False):  # and let it go after
             pass

@@ -369,6 +369,10 @@ class Store:
         """Everything stored under the prefix, read with the backend's own client."""
         return self.backend.raw.scan(self.backend.url, self.prefix)
 
+    def data(self) -> dict[str, bytes]:
+        """:meth:`scan` but the lease records (a thread's fencing token outlives its data)."""
+        return self.backend.raw.data(self.backend.url, self.prefix)
+
     def sibling(self, tag: str) -> Store:
         """Another prefix on the same set-up, purged with this one."""
         other = Store(self.backend, f"{self.prefix}-{tag}")

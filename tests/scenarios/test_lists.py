@@ -178,7 +178,8 @@ def test_prune_keeps_exactly_the_elements_the_head_names_and_delete_leaves_nothi
         assert len(graph.state(thread_config(thread_id)).values["messages"]) == 33
         api.delete_thread(thread_id)
         assert not inventory(api, thread_id).blob_keys
-    assert store.scan() == {}, "delete_thread left records behind"
+    # all but the thread's fencing token (prune took its lease), which outlives it by design
+    assert store.data() == {}, "delete_thread left records behind"
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -244,10 +245,10 @@ with graphkeep.connect(url, key_prefix=prefix) as saver:
     run_chat(graph, thread_id, range(1, 6))
     put = saver.port.put_checkpoint
 
-    def crashing(record, blobs):
+    def crashing(record, blobs, fence=None):
         if not any(b.channel == "__graphkeep.element__" for b in blobs):
-            return (yield from put(record, blobs))
-        op = put(record, blobs)
+            return (yield from put(record, blobs, fence))
+        op = put(record, blobs, fence)
         request = next(op)
         while True:
             result = yield request

@@ -3,6 +3,7 @@ and ``prune``, deleting only what no kept checkpoint needs."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -10,11 +11,12 @@ from typing import TYPE_CHECKING, Any
 from graphkeep.checkpoint.check import plan_problems
 from graphkeep.checkpoint.fence import fence_of
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, element_blob_keys, is_manifest
+from graphkeep.checkpoint.lock import MAX_POLL_SECONDS
 from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.records import Inventory, Typed
 from graphkeep.checkpoint.walk import keep_latest
 from graphkeep.errors import ThreadBusy, UnsafePrune
-from graphkeep.port import Op
+from graphkeep.port import Op, Sleep
 
 if TYPE_CHECKING:
     from graphkeep.checkpoint.saver import SaverBase
@@ -23,6 +25,10 @@ PRUNE_STRATEGIES = ("keep_latest", "delete")
 #: the lease ``prune`` and ``delete_for_runs`` take on a thread for the call (ms): far longer
 #: than they need for one thread; a crashed caller's expires by itself
 MAINTENANCE_LEASE_MS = 60_000
+#: how long they wait for a thread another holder has (a run finishing, another delete of the
+#: same runs: LangGraph's Agent Server deletes a rolled-back run's checkpoints twice at once)
+#: before they raise ThreadBusy
+MAINTENANCE_WAIT_SECONDS = 30.0
 
 Fences = dict[str, int | None]
 
@@ -108,9 +114,9 @@ def _leased(
 ) -> Op[None]:
     """``body`` with every thread's lease held, given each one's fencing token: the caller's
     where it holds the lease (``with saver.lock(t): saver.prune([t])``), else one taken here
-    for the call and let go after it. A thread another holder has (a run in flight) is
-    :class:`~graphkeep.errors.ThreadBusy` before anything of the batch is deleted: a prune
-    never races a live run, and every delete it makes is fenced."""
+    for the call and let go after it. A thread another holder has (a run in flight) is waited
+    for, then :class:`~graphkeep.errors.ThreadBusy` before anything of the batch is deleted:
+    a prune never races a live run, and every delete it makes is fenced."""
     token = uuid.uuid4().hex
     fences: Fences = {}
     taken: list[str] = []
@@ -118,12 +124,7 @@ def _leased(
         for thread_id in threads:
             fence = fence_of(thread_id)
             if fence is None:
-                fence = yield from saver.port.acquire_lock(thread_id, token, MAINTENANCE_LEASE_MS)
-                if not fence:
-                    raise ThreadBusy(
-                        f"{name} refused, nothing deleted: thread {thread_id!r} is busy"
-                        " (another run holds its lease); try again when it is done"
-                    )
+                fence = yield from _take(saver, thread_id, token, name)
                 taken.append(thread_id)
             fences[thread_id] = fence
         yield from body(fences)
@@ -172,6 +173,25 @@ def referenced_blobs(
             if is_manifest(blob):
                 referenced.update(element_blob_keys(ns, [blob]))
     return referenced
+
+
+def _take(saver: SaverBase, thread_id: str, token: str, name: str) -> Op[int]:
+    """The thread's lease for a maintenance call, waited for up to
+    :data:`MAINTENANCE_WAIT_SECONDS` (looks 50 ms apart, doubling to the lock's longest)."""
+    deadline = time.monotonic() + MAINTENANCE_WAIT_SECONDS
+    delay = 0.05
+    while not (
+        fence := (yield from saver.port.acquire_lock(thread_id, token, MAINTENANCE_LEASE_MS))
+    ):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ThreadBusy(
+                f"{name} refused, nothing deleted: thread {thread_id!r} stayed busy (another"
+                f" run held its lease) for {MAINTENANCE_WAIT_SECONDS:g}s; try again when it is done"
+            )
+        yield Sleep(min(delay, left))
+        delay = min(delay * 2, MAX_POLL_SECONDS)
+    return int(fence)
 
 
 def _delete_scoped(saver: SaverBase, thread_id: str) -> Op[None]:
