@@ -236,11 +236,11 @@ def test_quick_concurrency_suite_reports_exclusive_runs_and_their_lease_wait_und
             assert number(row["turns/s"]) > 0
             waits = [number(w) for w in row["lease wait median / p95 / max ms"].split(" / ")]
             assert 0 < waits[0] <= waits[1] <= waits[2], (title, row)
-        # the lease costs its acquire and release per turn and nothing per write; a run
-        # that finds its thread busy polls it, each poll a request
+        # the lease costs its acquire and release per turn and nothing per write; runs of
+        # one thread in one process queue for it locally, so a waiting run polls nothing
         ours = number(table[plain]["requests/turn"])
         assert number(table[alone]["requests/turn"]) == ours + LEASE_REQUESTS, title
-        assert number(table[shared]["requests/turn"]) > ours + LEASE_REQUESTS, title
+        assert number(table[shared]["requests/turn"]) == ours + LEASE_REQUESTS, title
         for threads in (4, 1):
             line = (
                 f"[met] {title} N=4 on {threads} thread(s): every turn through"

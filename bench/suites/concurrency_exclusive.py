@@ -3,10 +3,10 @@
 At each N the suite's graphkeep contender runs again with every turn through
 ``saver.exclusive(graph)``: first N threads with one run each (the lease is never busy: its
 cost is the acquire and release of each turn), then N runs at once sharing
-:func:`contended_threads` threads, so runs of one thread take turns holding its lease (a
-busy thread is polled, :mod:`graphkeep.checkpoint.lock`). Beside graphkeep's own row: turns/s,
-turn latency (the lease's wait included), requests/turn (the lease's acquire, polls and
-release included) and the lease's wait per turn (median / p95 / max). The state check after
+:func:`contended_threads` threads, so runs of one thread take turns holding its lease (they
+queue in the process, and only the first asks the store: :mod:`graphkeep.checkpoint.exclusive`).
+Beside graphkeep's own row: turns/s, turn latency (the lease's wait included), requests/turn
+(the lease's acquire and release included) and the lease's wait per turn (median / p95 / max). The state check after
 each run counts every run's messages on its thread, so a turn lost to a fork fails the row.
 Backend-neutral: the rows use the backend's graphkeep contender as it is.
 """
@@ -111,9 +111,10 @@ def lines(
         "Single-writer runs (`saver.exclusive(graph)`, issue 45): graphkeep as above, then"
         " every turn through `exclusive` with one run per thread (the lease never busy), then"
         f" N runs at once sharing N / {RUNS_PER_THREAD} threads (runs of a thread take turns"
-        " holding its lease; a waiting run polls the busy thread every 50 ms, doubling up to"
-        " 1 s). Lease wait = each turn's lease acquire, polls included, part of the turn's"
-        " latency; requests/turn count the lease's (acquire, polls, release):",
+        " holding its lease: they queue in the process, first come first served, and only the"
+        " first asks the store). Lease wait = each turn's wait for its thread (the queue and"
+        " the acquire), part of the turn's latency; requests/turn count the lease's (acquire,"
+        " release, and a poll of a thread another process holds):",
         "",
         *table(HEADERS, [row(r, outcome) for r in rows], "rllrrrrrrl"),
     ]

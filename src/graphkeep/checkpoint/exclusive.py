@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import copy_context
@@ -104,6 +105,19 @@ class _LocalTurns:
                 self._async[key] = (lock, users - 1)
 
 
+#: each saver's local turns, shared by every ``exclusive`` wrapper of it in this process
+_TURNS: weakref.WeakKeyDictionary[Any, _LocalTurns] = weakref.WeakKeyDictionary()
+_TURNS_GUARD = threading.Lock()
+
+
+def _turns_of(saver: Any) -> _LocalTurns:
+    with _TURNS_GUARD:
+        turns = _TURNS.get(saver)
+        if turns is None:
+            turns = _TURNS[saver] = _LocalTurns()
+        return turns
+
+
 def _thread_of(config: Any) -> Any:
     configurable = (config or {}).get("configurable") or {}
     return configurable.get("thread_id")
@@ -132,7 +146,7 @@ class Exclusive:
         self.timeout = timeout
         self.on_busy = on_busy
         self.ttl = ttl
-        self._turns = _LocalTurns()
+        self._turns = _turns_of(saver)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.graph, name)
