@@ -6,8 +6,9 @@ cost is the acquire and release of each turn), then N runs at once sharing
 :func:`contended_threads` threads, so runs of one thread take turns holding its lease (they
 queue in the process, and only the first asks the store: :mod:`graphkeep.checkpoint.exclusive`).
 Beside graphkeep's own row: turns/s, turn latency (the lease's wait included), requests/turn
-(the lease's acquire and release included) and the lease's wait per turn (median / p95 / max). The state check after
-each run counts every run's messages on its thread, so a turn lost to a fork fails the row.
+(the lease's acquire and release included) and the lease's wait per turn (median / p95 /
+max). The state check after each run counts every run's messages on its thread, so a turn lost
+to a fork fails the row.
 Backend-neutral: the rows use the backend's graphkeep contender as it is.
 """
 
