@@ -175,6 +175,7 @@ def _items(client: Any, table: str, pk_starts: str) -> list[dict[str, Any]]:
 
 
 def _thread_items(saver: Any, client: Any, table: str, thread: str) -> list[dict[str, Any]]:
+    """The thread's items but its lease (``l#``: its fencing token outlives its data)."""
     pk, _ = saver.port.thread_key(thread)
     items: list[dict[str, Any]] = []
     kwargs: dict[str, Any] = {
@@ -187,7 +188,7 @@ def _thread_items(saver: Any, client: Any, table: str, thread: str) -> list[dict
         page = client.query(**kwargs)
         items += page["Items"]
         if "LastEvaluatedKey" not in page:
-            return items
+            return [i for i in items if i["sk"]["S"] != dkeys.LOCK_SK]
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 

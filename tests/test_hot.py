@@ -604,7 +604,15 @@ async def test_the_official_suite_on_postgres_behind_the_layer_as_without_it() -
     def errors() -> tuple[type[Exception], type[Exception]]:
         return graphkeep.errors.InvalidThreadId, graphkeep.errors.GraphkeepError
 
-    connector = Connector(connect=None, aconnect=aconnect, errors=errors)  # type: ignore[arg-type]
+    def lease_errors() -> tuple[type[Exception], type[Exception]]:
+        return graphkeep.errors.LeaseLost, graphkeep.errors.LockNotAcquired
+
+    connector = Connector(
+        connect=None,  # type: ignore[arg-type]
+        aconnect=aconnect,
+        errors=errors,
+        lease_errors=lease_errors,
+    )
     hot = await arun_official(Setup("postgres+hot", POSTGRES_URL, None, REDIS_URL), connector)
     alone = await arun_official(Setup("postgres", POSTGRES_URL, None), connector)
     assert {n: (o.passed, o.failed, o.not_implemented) for n, o in hot.items()} == {
