@@ -41,8 +41,18 @@ from tests.scenarios.servers import free_port
 
 SETUPS = [pytest.param(s, id=s.name, marks=marks_for(s)) for s in ENABLED]
 TOKEN_DELAY = 0.01
-#: the graph served as it is, and through ``saver.exclusive`` (the thread's lease per run)
-WRAPPED = pytest.mark.parametrize("wrapped", [False, True], ids=["plain", "exclusive"])
+#: the graph served as it is on every set-up, and through ``saver.exclusive`` (the thread's
+#: lease per run) on one set-up per backend (the lease itself is the conformance matrix's
+#: write_ownership on every row)
+SERVED = pytest.mark.parametrize(
+    ("setup", "wrapped"),
+    [pytest.param(s, False, id=f"{s.name}-plain", marks=marks_for(s)) for s in ENABLED]
+    + [
+        pytest.param(s, True, id=f"{s.name}-exclusive", marks=marks_for(s))
+        for s in ENABLED
+        if s.name in ("redis", "mongodb", "dynamodb")
+    ],
+)
 
 
 @contextlib.asynccontextmanager
@@ -151,8 +161,7 @@ def last_id(items: list[Any]) -> str:
     return str([event_id for event_id, _ in items if event_id is not None][-1])
 
 
-@pytest.mark.parametrize("setup", SETUPS)
-@WRAPPED
+@SERVED
 async def test_a_run_is_served_from_the_log_and_rejoining_after_any_event_gives_the_rest_once(
     setup: Setup, wrapped: bool
 ) -> None:
@@ -206,8 +215,7 @@ async def test_a_connection_cut_mid_run_is_resumed_while_the_run_goes_on(setup: 
         assert client.outcome is not None and client.outcome["type"] == "RUN_FINISHED"
 
 
-@pytest.mark.parametrize("setup", SETUPS)
-@WRAPPED
+@SERVED
 async def test_a_page_load_gets_the_snapshot_then_joins_the_live_run_without_a_gap(
     setup: Setup, wrapped: bool
 ) -> None:
@@ -270,8 +278,7 @@ async def test_a_page_load_after_a_tool_answered_shows_its_result_once(setup: Se
     assert page.texts()[-1] == weather_reply("Paris", "sunny and 15 degrees")
 
 
-@pytest.mark.parametrize("setup", SETUPS)
-@WRAPPED
+@SERVED
 async def test_an_interrupt_ends_the_run_with_its_outcome_and_a_resume_continues_it(
     setup: Setup, wrapped: bool
 ) -> None:
@@ -377,8 +384,7 @@ async def test_a_page_load_joins_a_live_run_whose_first_events_were_trimmed(setu
     assert view.outcome is not None and view.outcome["type"] == "RUN_FINISHED"
 
 
-@pytest.mark.parametrize("setup", SETUPS)
-@WRAPPED
+@SERVED
 async def test_a_stopped_server_ends_its_runs_with_run_error(setup: Setup, wrapped: bool) -> None:
     async with served(setup, wrapped=wrapped) as runs:
         ask = request("t-stop", "a long answer please")
@@ -501,8 +507,7 @@ def sse(text: str) -> list[tuple[str | None, dict[str, Any]]]:
     return out
 
 
-@pytest.mark.parametrize("setup", SETUPS)
-@WRAPPED
+@SERVED
 def test_over_http_events_carry_their_log_ids_and_errors_are_statuses(
     setup: Setup, wrapped: bool
 ) -> None:
