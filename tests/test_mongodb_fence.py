@@ -22,7 +22,7 @@ from pymongo.errors import BulkWriteError
 from graphkeep.backends.mongodb import MongoDBSaver
 from graphkeep.backends.mongodb.client import IncompleteBulkReply
 from graphkeep.backends.mongodb.documents import KIND_FENCE, fence_id
-from graphkeep.backends.mongodb.fences import REFUSED, _refused
+from graphkeep.backends.mongodb.fences import REFUSED, is_refusal
 from graphkeep.backends.mongodb.schema import collection_names
 from graphkeep.checkpoint.fence import fence_of
 from graphkeep.errors import LeaseLost
@@ -226,11 +226,11 @@ def test_a_refusal_is_read_from_mongodbs_error_and_from_ferretdbs_reply() -> Non
     def failed(index: int, code: int) -> BulkWriteError:
         return BulkWriteError({"writeErrors": [{"index": index, "code": code, "errmsg": "x"}]})
 
-    assert _refused(failed(0, REFUSED)) is True  # the guard: a newer token
-    assert _refused(failed(0, 112)) is False  # the guard, busy: not a refusal
-    assert _refused(failed(3, REFUSED)) is False  # past the guard: one of the writes
-    assert _refused(failed(2, 11000)) is False
-    assert _refused(IncompleteBulkReply("x")) is None  # FerretDB 1.x: the fence decides
+    assert is_refusal(failed(0, REFUSED)) is True  # the guard: a newer token
+    assert is_refusal(failed(0, 112)) is False  # the guard, busy: not a refusal
+    assert is_refusal(failed(3, REFUSED)) is False  # past the guard: one of the writes
+    assert is_refusal(failed(2, 11000)) is False
+    assert is_refusal(IncompleteBulkReply("x")) is None  # FerretDB 1.x: the fence decides
 
 
 async def test_an_async_saver_grants_and_refuses_the_same_way(thread_id: str) -> None:

@@ -142,7 +142,7 @@ class Fences:
         try:
             return (yield Command(self.payloads, "bulk_write", (guarded,), {"ordered": True}))
         except (BulkWriteError, IncompleteBulkReply) as exc:
-            refused = _refused(exc)
+            refused = is_refusal(exc)
             if refused is False:
                 raise
             docs = yield find(self.payloads, self.key(thread_id), projection=TOKEN_ONLY, limit=1)
@@ -154,7 +154,7 @@ class Fences:
             raise
 
 
-def _refused(exc: BulkWriteError | IncompleteBulkReply) -> bool | None:
+def is_refusal(exc: BulkWriteError | IncompleteBulkReply) -> bool | None:
     """Whether a fenced bulk failed on its guard: True or False from MongoDB's error
     (index 0, type mismatch), None when the reply does not say (FerretDB 1.x: then the
     fence document says)."""
