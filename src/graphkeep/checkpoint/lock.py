@@ -68,7 +68,9 @@ class ThreadLock:
         #: the fencing token of the grant (None until taken)
         self.fence: int | None = None
 
-    def _acquire(self) -> Op[int]:
+    def acquire_op(self) -> Op[int]:
+        """The op taking the lease (waiting as the lock says): the grant's fencing token, or
+        :class:`~graphkeep.errors.LockNotAcquired`; carries nothing (see :meth:`acquire`)."""
         started = time.monotonic()
         deadline = None if self.timeout is None else started + self.timeout
         delay = self.poll
@@ -91,7 +93,8 @@ class ThreadLock:
         telemetry.lock_waited(time.monotonic() - started, acquired=True)
         return int(fence)
 
-    def _release(self) -> Op[bool]:
+    def release_op(self) -> Op[bool]:
+        """The op letting the lease go if still ours (see :meth:`release`)."""
         released = yield from self.saver.port.release_lock(self.thread_id, self.token)
         return bool(released)
 
@@ -126,12 +129,12 @@ class ThreadLock:
         drop(self.thread_id)
 
     def acquire(self) -> bool:
-        return self._granted(int(self.saver.drive(self._observed("acquire", self._acquire()))))
+        return self._granted(int(self.saver.drive(self._observed("acquire", self.acquire_op()))))
 
     def release(self) -> bool:
         """Release if still ours; False when the lease had expired (or was taken over)."""
         try:
-            return bool(self.saver.drive(self._observed("release", self._release())))
+            return bool(self.saver.drive(self._observed("release", self.release_op())))
         finally:
             self._let_go()
 
@@ -140,12 +143,12 @@ class ThreadLock:
         return bool(self.saver.drive(self._observed("extend", self._extend(ttl))))
 
     async def aacquire(self) -> bool:
-        fence = await self.saver.adrive(self._observed("acquire", self._acquire()))
+        fence = await self.saver.adrive(self._observed("acquire", self.acquire_op()))
         return self._granted(int(fence))
 
     async def arelease(self) -> bool:
         try:
-            return bool(await self.saver.adrive(self._observed("release", self._release())))
+            return bool(await self.saver.adrive(self._observed("release", self.release_op())))
         finally:
             self._let_go()
 

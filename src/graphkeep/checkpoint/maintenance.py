@@ -3,20 +3,18 @@ and ``prune``, deleting only what no kept checkpoint needs."""
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from graphkeep.checkpoint.check import plan_problems
 from graphkeep.checkpoint.fence import fence_of
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, element_blob_keys, is_manifest
-from graphkeep.checkpoint.lock import MAX_POLL_SECONDS
+from graphkeep.checkpoint.lock import ThreadLock
 from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.records import Inventory, Typed
 from graphkeep.checkpoint.walk import keep_latest
-from graphkeep.errors import ThreadBusy, UnsafePrune
-from graphkeep.port import Op, Sleep
+from graphkeep.errors import LockNotAcquired, ThreadBusy, UnsafePrune
+from graphkeep.port import Op
 
 if TYPE_CHECKING:
     from graphkeep.checkpoint.saver import SaverBase
@@ -117,25 +115,37 @@ def _leased(
     for the call and let go after it. A thread another holder has (a run in flight) is waited
     for, then :class:`~graphkeep.errors.ThreadBusy` before anything of the batch is deleted:
     a prune never races a live run, and every delete it makes is fenced."""
-    token = uuid.uuid4().hex
     fences: Fences = {}
-    taken: list[str] = []
+    taken: list[ThreadLock] = []
     try:
         for thread_id in threads:
             fence = fence_of(thread_id)
             if fence is None:
-                fence = yield from _take(saver, thread_id, token, name)
-                taken.append(thread_id)
+                lock = ThreadLock(
+                    saver,
+                    thread_id,
+                    ttl=MAINTENANCE_LEASE_MS / 1000,
+                    timeout=MAINTENANCE_WAIT_SECONDS,
+                )
+                try:
+                    fence = yield from lock.acquire_op()
+                except LockNotAcquired:
+                    raise ThreadBusy(
+                        f"{name} refused, nothing deleted: thread {thread_id!r} stayed busy"
+                        f" (another run held its lease) for {MAINTENANCE_WAIT_SECONDS:g}s;"
+                        " try again when it is done"
+                    ) from None
+                taken.append(lock)
             fences[thread_id] = fence
         yield from body(fences)
     except GeneratorExit:  # closed mid-way (cancelled): the leases expire by themselves
         raise
     except BaseException:
-        for thread_id in taken:
-            yield from saver.port.release_lock(thread_id, token)
+        for lock in taken:
+            yield from lock.release_op()
         raise
-    for thread_id in taken:
-        yield from saver.port.release_lock(thread_id, token)
+    for lock in taken:
+        yield from lock.release_op()
 
 
 def keep_latest_plan(inventory: Inventory) -> set[tuple[str, str]]:
@@ -173,25 +183,6 @@ def referenced_blobs(
             if is_manifest(blob):
                 referenced.update(element_blob_keys(ns, [blob]))
     return referenced
-
-
-def _take(saver: SaverBase, thread_id: str, token: str, name: str) -> Op[int]:
-    """The thread's lease for a maintenance call, waited for up to
-    :data:`MAINTENANCE_WAIT_SECONDS` (looks 50 ms apart, doubling to the lock's longest)."""
-    deadline = time.monotonic() + MAINTENANCE_WAIT_SECONDS
-    delay = 0.05
-    while not (
-        fence := (yield from saver.port.acquire_lock(thread_id, token, MAINTENANCE_LEASE_MS))
-    ):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise ThreadBusy(
-                f"{name} refused, nothing deleted: thread {thread_id!r} stayed busy (another"
-                f" run held its lease) for {MAINTENANCE_WAIT_SECONDS:g}s; try again when it is done"
-            )
-        yield Sleep(min(delay, left))
-        delay = min(delay * 2, MAX_POLL_SECONDS)
-    return int(fence)
 
 
 def _delete_scoped(saver: SaverBase, thread_id: str) -> Op[None]:
