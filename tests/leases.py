@@ -9,10 +9,6 @@ from contextlib import contextmanager
 from typing import Any
 
 
-def thread_config(thread_id: str) -> Any:
-    return {"configurable": {"thread_id": thread_id}}
-
-
 def forks(history: list[Any]) -> dict[str, list[str]]:
     """Checkpoints with more than one child: ``{parent id: [child ids]}``."""
     children: dict[str, list[str]] = {}

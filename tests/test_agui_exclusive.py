@@ -32,7 +32,8 @@ from graphkeep.checkpoint.check import findings_of
 from graphkeep.errors import ThreadBusy
 from tests.agui.graph import reply_to
 from tests.conftest import unique_prefix
-from tests.leases import forks, thread_config
+from tests.leases import forks
+from tests.scenarios.backends import thread_config
 from tests.scenarios.servers import AppProcess, free_port, run_app
 from tests.test_agui import (
     SETUPS,

@@ -29,8 +29,8 @@ from graphkeep.errors import ThreadBusy
 from graphkeep.testing.isolation import isolated
 
 from .conftest import unique_prefix
-from .leases import forks, held_by_another_run, thread_config
-from .scenarios.backends import SETUPS, Store, reachable
+from .leases import forks, held_by_another_run
+from .scenarios.backends import SETUPS, Store, reachable, thread_config
 from .turn_worker import Chat, slow_chat
 
 ROOT = Path(__file__).resolve().parents[1]
