@@ -10,13 +10,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.graph import START, StateGraph
 
 import graphkeep
 from graphkeep.checkpoint import fence, maintenance
+from graphkeep.effects.port import STARTED, EffectRecord
 from graphkeep.errors import LeaseLost, ThreadBusy
 
 from .conftest import unique_prefix
@@ -194,3 +196,102 @@ def test_prune_and_delete_for_runs_wait_for_a_thread_another_run_holds_then_refu
         assert _stored(saver, thread_id) == []
         with saver.lock(thread_id, ttl=1, blocking=False):  # and let it go after
             pass
+
+
+class Turn(TypedDict):
+    to: str
+    receipt: str
+
+
+def _mail_graph(saver: Any, sent: list[str], *, asynchronous: bool = False) -> Any:
+    """One node that sends a mail through the saver's effect ledger (sync and async)."""
+
+    @saver.effects.once
+    def send(to: str) -> str:
+        sent.append(to)
+        return f"sent to {to}"
+
+    @saver.effects.once
+    async def asend(to: str) -> str:
+        sent.append(to)
+        return f"sent to {to}"
+
+    def mail(state: Turn) -> dict[str, Any]:
+        return {"receipt": send(state["to"])}
+
+    async def amail(state: Turn) -> dict[str, Any]:
+        return {"receipt": await asend(state["to"])}
+
+    builder = StateGraph(Turn)
+    builder.add_node("mail", amail if asynchronous else mail)
+    builder.add_edge(START, "mail")
+    return builder.compile(checkpointer=saver)
+
+
+def _effect(thread_id: str, token: str, lease_until_ms: int) -> EffectRecord:
+    now = int(time.time() * 1000)
+    return EffectRecord(thread_id, "mail-1", STARTED, token, lease_until_ms, now + 60_000, None,
+                        "send", now, now)  # fmt: skip
+
+
+def test_a_superseded_holder_starts_no_effect(fence_store: Store, thread_id: str) -> None:
+    url, prefix = fence_store.backend.url, fence_store.prefix
+    sent: list[str] = []
+    config = _config(thread_id)
+    with graphkeep.connect(url, key_prefix=prefix) as saver:
+        graph, ledger = _mail_graph(saver, sent), saver.effects
+        old = saver.lock(thread_id, ttl=LEASE)
+        old.acquire()
+        assert graph.invoke({"to": "ann"}, config)["receipt"] == "sent to ann"
+        time.sleep(LEASE + 0.3)
+        fence.drop(thread_id)
+        with saver.lock(thread_id, ttl=10) as new:
+            pass
+        fence.hold(thread_id, old.fence or 0)  # the stalled holder goes on with a new turn
+        with pytest.raises(LeaseLost) as lost:
+            graph.invoke({"to": "bob"}, config)
+        assert (lost.value.token, lost.value.newer) == (old.fence, new.fence)
+        assert sent == ["ann"]  # the effect did not run, and its record was not stored
+        assert len(ledger.records(thread_id)) == 1
+        fence.drop(thread_id)
+        # the port's two starting transitions, claim and take_over, under either token
+        now = int(time.time() * 1000)
+        dead = _effect(thread_id, "dead-holder", now - 1)
+        with pytest.raises(LeaseLost):
+            ledger.drive(ledger.port.claim(dead, now, old.fence))
+        assert ledger.drive(ledger.port.get(thread_id, "mail-1")) is None
+        assert ledger.drive(ledger.port.claim(dead, now, new.fence)) is None
+        heir = _effect(thread_id, "heir", now + 60_000)
+        with pytest.raises(LeaseLost):
+            ledger.drive(ledger.port.take_over(heir, "dead-holder", now, old.fence))
+        assert ledger.drive(ledger.port.get(thread_id, "mail-1")).token == "dead-holder"
+        assert ledger.drive(ledger.port.take_over(heir, "dead-holder", now, new.fence)) is True
+        # the current holder's turn runs its effect
+        with saver.lock(thread_id, ttl=10):
+            assert graph.invoke({"to": "cy"}, config)["receipt"] == "sent to cy"
+        assert sent == ["ann", "cy"]
+
+
+def test_a_superseded_async_holder_starts_no_effect(fence_store: Store, thread_id: str) -> None:
+    url, prefix = fence_store.backend.url, fence_store.prefix
+    sent: list[str] = []
+    config = _config(thread_id)
+
+    async def scenario() -> None:
+        async with graphkeep.aconnect(url, key_prefix=prefix) as saver:
+            graph = _mail_graph(saver, sent, asynchronous=True)
+            old = saver.lock(thread_id, ttl=LEASE)
+            await old.aacquire()
+            await graph.ainvoke({"to": "ann"}, config)
+            await asyncio.sleep(LEASE + 0.3)
+            fence.drop(thread_id)
+            async with saver.lock(thread_id, ttl=10) as new:
+                pass
+            fence.hold(thread_id, old.fence or 0)
+            with pytest.raises(LeaseLost) as lost:
+                await graph.ainvoke({"to": "bob"}, config)
+            assert lost.value.newer == new.fence
+            assert len(await saver.effects.arecords(thread_id)) == 1
+
+    asyncio.run(scenario())
+    assert sent == ["ann"]

@@ -4,7 +4,9 @@
 (claim, wait, take over, record, replay — each an op, so sync and async share every line);
 :class:`SyncLedger` and :class:`AsyncLedger` say how ops run. A call of an effect:
 
-1. claims its record (STARTED, with a lease of ``lease`` seconds): one atomic request;
+1. claims its record (STARTED, with a lease of ``lease`` seconds): one atomic request,
+   refused with :class:`~graphkeep.errors.LeaseLost` when the caller holds the thread's
+   lease (``saver.lock``, ``saver.exclusive``) and a newer one was granted since;
 2. a record already DONE returns its result without running (FAILED re-raises as
    :class:`~graphkeep.errors.EffectFailed`); a live STARTED one (a concurrent duplicate) is
    polled until it settles, at most ``wait`` seconds, then
@@ -41,6 +43,7 @@ from typing import Any
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from graphkeep.checkpoint.fence import fence_of
 from graphkeep.effects.keys import (
     CURRENT_KEY,
     Positions,
@@ -360,14 +363,14 @@ class LedgerBase:
         """Claim the record, or return the settled one, waiting for a live holder."""
         started = time.monotonic()
         delay = policy.poll
-        mine = self._fresh(thread, key, name, policy)
-        found = yield from self.port.claim(mine, mine.created_ms)
+        mine, fence = self._fresh(thread, key, name, policy), fence_of(thread)
+        found = yield from self.port.claim(mine, mine.created_ms, fence)
         while True:
             now = now_ms()
             if found is None or found.expires_ms <= now:
                 if found is not None:  # expired meanwhile: claim anew
                     mine = self._fresh(thread, key, name, policy)
-                    found = yield from self.port.claim(mine, mine.created_ms)
+                    found = yield from self.port.claim(mine, mine.created_ms, fence)
                     continue
                 return Claimed(mine, retried=False)
             if found.state in (DONE, FAILED):
@@ -384,7 +387,7 @@ class LedgerBase:
                         key=key,
                     )
                 heir = self._fresh(thread, key, name, policy, found.created_ms)
-                if (yield from self.port.take_over(heir, found.token, now)):
+                if (yield from self.port.take_over(heir, found.token, now, fence)):
                     log.warning(
                         "effect %r (key %r) was started by a holder whose lease ended: its"
                         " outcome is unknown, running it again with the same idempotency key",
@@ -408,7 +411,7 @@ class LedgerBase:
             found = yield from self.port.get(thread, key)
             if found is None:
                 mine = self._fresh(thread, key, name, policy)
-                found = yield from self.port.claim(mine, mine.created_ms)
+                found = yield from self.port.claim(mine, mine.created_ms, fence)
 
     def _open(
         self, thread: str, key: str, earlier: tuple[str, ...], name: str, policy: Policy

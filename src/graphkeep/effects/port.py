@@ -65,13 +65,21 @@ class EffectRecord:
 class EffectsPort(Protocol):
     """What a backend maps onto its store; arguments arrive validated.
 
-    - ``claim(record, now_ms)``: store ``record`` (STARTED) when no live record has its
-      ``(thread_id, key)`` — a record past its ``expires_ms`` counts as absent and is
+    - ``claim(record, now_ms, fence=None)``: store ``record`` (STARTED) when no live record
+      has its ``(thread_id, key)`` — a record past its ``expires_ms`` counts as absent and is
       replaced — and return None; otherwise return the live record, unchanged. Atomic: of
       concurrent claims of one address exactly one returns None.
-    - ``take_over(record, old_token, now_ms)``: replace the STARTED record of ``record``'s
-      address held by ``old_token`` whose ``lease_until_ms <= now_ms`` with ``record`` (a new
-      token and lease); True when replaced, False when the stored record is anything else.
+    - ``take_over(record, old_token, now_ms, fence=None)``: replace the STARTED record of
+      ``record``'s address held by ``old_token`` whose ``lease_until_ms <= now_ms`` with
+      ``record`` (a new token and lease); True when replaced, False when the stored record is
+      anything else.
+    - ``fence`` (both): the fencing token of the lease the caller holds on the thread
+      (:mod:`graphkeep.checkpoint.fence`; None: none, nothing checked). The request checks it
+      against the thread's lease as the saver under the same ``key_prefix`` on this store
+      keeps it, and once a newer token was granted stores nothing and raises
+      :class:`~graphkeep.errors.LeaseLost`: a holder that lost its lease starts no effect.
+      ``finish`` and ``release`` are not fenced: they record what already happened in the
+      world (refusing a finish would make the next holder run the effect again).
     - ``finish(record, now_ms)``: store ``record`` (DONE or FAILED, with its data and expiry)
       when the stored record of its address is STARTED under ``record.token``; True when
       stored, False otherwise (the lease was lost: another holder took over).
@@ -87,9 +95,13 @@ class EffectsPort(Protocol):
 
     def setup(self) -> Op[None]: ...
 
-    def claim(self, record: EffectRecord, now_ms: int) -> Op[EffectRecord | None]: ...
+    def claim(
+        self, record: EffectRecord, now_ms: int, fence: int | None = None
+    ) -> Op[EffectRecord | None]: ...
 
-    def take_over(self, record: EffectRecord, old_token: str, now_ms: int) -> Op[bool]: ...
+    def take_over(
+        self, record: EffectRecord, old_token: str, now_ms: int, fence: int | None = None
+    ) -> Op[bool]: ...
 
     def finish(self, record: EffectRecord, now_ms: int) -> Op[bool]: ...
 
