@@ -47,17 +47,19 @@ from graphkeep.backends.redis.checkpoint_codec import (
 )
 from graphkeep.backends.redis.checkpoint_scripts import (
     FEED_COUNT,
-    LEASE_LOST,
     SCRIPTS,
     STAGE_LOST,
     THREAD_KEYS,
+    lease_refusal,
 )
 from graphkeep.backends.redis.client import OnRedis, RedisSite, ResponseError
 from graphkeep.backends.redis.effects import EFFECT_SCRIPTS, RedisEffectsPort
 from graphkeep.backends.redis.keys import (
+    CHECKPOINT_FORMAT,
     check_prefix,
     decode_thread,
     encode_thread,
+    fence_key,
     pattern_prefix,
 )
 from graphkeep.backends.redis.requests import (
@@ -90,7 +92,6 @@ from graphkeep.checkpoint.records import (
     WriteRecord,
 )
 from graphkeep.checkpoint.saver import AsyncSaver, SyncSaver, thread_options
-from graphkeep.errors import LeaseLost
 from graphkeep.port import Op, codec
 
 __all__ = ["AsyncRedisSaver", "RedisCheckpointPort", "RedisSaver"]
@@ -100,7 +101,7 @@ ALL_SCRIPTS = {**SCRIPTS, **EFFECT_SCRIPTS}
 #: how many times a call too large for one request is staged when its staging hash is
 #: deleted before its commit (a delete_thread at the same moment)
 STAGE_ATTEMPTS = 3
-FORMAT = "1"  # bump when the key layout changes; old keys stay readable by old code
+FORMAT = CHECKPOINT_FORMAT  # old keys stay readable by old code
 
 
 #: a feed position: (stream entry id, highest checkpoint id delivered so far or None)
@@ -158,9 +159,7 @@ class RedisCheckpointPort(CheckpointPort):
         return f"{self.prefix}:{FORMAT}:{{{encode_thread(thread_id)}}}:s"
 
     def fence_key(self, thread_id: str) -> str:
-        """The thread's fencing token (the last lease's): apart from its data keys, so a
-        ``delete_thread`` or TTL refresh leaves it; see :mod:`graphkeep.checkpoint.fence`."""
-        return f"{self.prefix}:{FORMAT}:{{{encode_thread(thread_id)}}}:fence"
+        return fence_key(self.prefix, thread_id)
 
     def _atomic(
         self, name: str, thread_id: str, args: list[Any], fence: int | None = None
@@ -207,7 +206,7 @@ class RedisCheckpointPort(CheckpointPort):
                     if STAGE_LOST not in str(exc) or attempts == STAGE_ATTEMPTS:
                         raise
         except ResponseError as exc:
-            raise _refused(exc, thread_id, fence) from None
+            raise lease_refusal(exc, thread_id, fence) from None
 
     def feed_key(self, thread_id: str) -> str:
         """The thread's feed: a Stream of ``n`` = namespace, ``c`` = checkpoint id (or ``u``
@@ -402,7 +401,7 @@ class RedisCheckpointPort(CheckpointPort):
         try:
             yield Script("drop/fenced", [*keys, self.fence_key(thread_id)], [fence])
         except ResponseError as exc:
-            raise _refused(exc, thread_id, fence) from None
+            raise lease_refusal(exc, thread_id, fence) from None
 
     def inventory(self, thread_id: str) -> Op[Inventory]:
         keys = self.thread_keys(thread_id)
@@ -642,13 +641,6 @@ class RedisCheckpointPort(CheckpointPort):
     def _threads(self) -> Op[list[str]]:
         keys = yield Scan(self._thread_pattern())
         return sorted({self._thread_of(k) for k in keys})
-
-
-def _refused(exc: ResponseError, thread_id: str, fence: int | None) -> Exception:
-    """A fenced script's refusal as :class:`~graphkeep.errors.LeaseLost`; else ``exc``."""
-    if fence is not None and str(exc).startswith(LEASE_LOST):
-        return LeaseLost(thread_id, fence, int(str(exc).split()[1]))
-    return exc
 
 
 def _highest(newest: str | None, found: list[tuple[str, str]]) -> str | None:

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, MANIFEST_TAG
 from graphkeep.checkpoint.records import Typed
+from graphkeep.errors import LeaseLost
 from graphkeep.port import codec
 
 #: keys per thread, in the order of ``RedisCheckpointPort.thread_keys`` (every thread script's
@@ -715,6 +716,15 @@ if newest > holder_fence then
   return redis.error_reply(LEASE_LOST .. ' ' .. string.format('%.0f', newest))
 end
 """
+
+
+def lease_refusal(exc: Exception, thread_id: str, fence: int | None) -> Exception:
+    """A fenced script's error reply ``exc`` as :class:`~graphkeep.errors.LeaseLost` (the
+    newest token from the reply); any other error as it is."""
+    if fence is not None and str(exc).startswith(LEASE_LOST):
+        return LeaseLost(thread_id, fence, int(str(exc).split()[1]))
+    return exc
+
 
 # delete_thread under a lease: the thread's keys (KEYS but the fencing token's), at once
 DROP = r"""

@@ -15,24 +15,35 @@ no escaped thread id can be)::
     P:fx1:{<t>}:i         ZSET  member <key>, score its expiry: the thread's records
 
 Every transition is one script on the thread's slot (claim, take_over, finish, release),
-atomic on a cluster too; ``get`` is one HGETALL, ``list`` / ``clear`` of a thread two
-scripts (the first learns the records the index names, the second, declaring them in KEYS,
-reads or deletes them: no script touches a key it was not given), of every thread a SCAN for
-the indexes on every primary, then that per index.
+atomic on a cluster too. Under a lease (``saver.lock``; ``fence`` given) claim and take_over
+run as ``/fenced`` variants that also declare the saver's fencing-token key of the thread
+(``P:1:{<t>}:fence``, same prefix, same slot) and refuse, writing nothing, when it holds a
+newer token than the caller's (:class:`~graphkeep.errors.LeaseLost`): no extra request.
+``get`` is one HGETALL, ``list`` / ``clear`` of a thread two scripts (the first learns the
+records the index names, the second, declaring them in KEYS, reads or deletes them: no
+script touches a key it was not given), of every thread a SCAN for the indexes on every
+primary, then that per index.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from graphkeep.backends.redis.client import OnRedis
+from graphkeep.backends.redis.checkpoint_scripts import FENCE, LEASE_LOST, lease_refusal
+from graphkeep.backends.redis.client import OnRedis, ResponseError
 from graphkeep.backends.redis.declared import (
     LIST_INDEXED,
     clear_indexed,
     clear_script,
     list_indexed,
 )
-from graphkeep.backends.redis.keys import check_prefix, decode_thread, encode_thread, pattern_prefix
+from graphkeep.backends.redis.keys import (
+    check_prefix,
+    decode_thread,
+    encode_thread,
+    fence_key,
+    pattern_prefix,
+)
 from graphkeep.backends.redis.requests import Command, Scan, Script
 from graphkeep.construction import PrefixedPort
 from graphkeep.effects.ledger import AsyncLedger, SyncLedger
@@ -117,9 +128,15 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 return 1
 """
 
+# a fenced claim or take_over: the script above after the saver's fence check (KEYS: record,
+# index, the thread's fencing token; ARGV: the script's, then the holder's token)
+_FENCE = f"local LEASE_LOST = '{LEASE_LOST}'\n{FENCE}"
+
 EFFECT_SCRIPTS = {
     "effects_claim": CLAIM,
+    "effects_claim/fenced": _FENCE + CLAIM,
     "effects_take_over": TAKE_OVER,
+    "effects_take_over/fenced": _FENCE + TAKE_OVER,
     "effects_finish": FINISH,
     "effects_release": RELEASE,
     "effects_list": LIST_INDEXED,
@@ -176,17 +193,33 @@ class RedisEffectsPort(PrefixedPort):
     def setup(self) -> Op[None]:
         yield Script("__load__", [], [])
 
-    def claim(self, record: EffectRecord, now_ms: int) -> Op[EffectRecord | None]:
+    def _starting(
+        self, name: str, record: EffectRecord, args: list[Any], fence: int | None
+    ) -> Op[Any]:
+        """Script ``name`` on the record's keys; under a lease (``fence``) its ``/fenced``
+        variant, which first checks the saver's fencing token of the thread (same prefix,
+        same slot) and refuses when a newer one was granted: ``LeaseLost``, nothing written."""
+        if fence is None:
+            return (yield Script(name, self._keys(record), args))
+        keys = [*self._keys(record), fence_key(self.prefix, record.thread_id)]
+        try:
+            return (yield Script(f"{name}/fenced", keys, [*args, fence]))
+        except ResponseError as exc:
+            raise lease_refusal(exc, record.thread_id, fence) from None
+
+    def claim(
+        self, record: EffectRecord, now_ms: int, fence: int | None = None
+    ) -> Op[EffectRecord | None]:
         args = [now_ms, record.key, record.token, record.lease_until_ms, record.expires_ms]
-        found = yield Script("effects_claim", self._keys(record), [*args, record.name])
+        found = yield from self._starting("effects_claim", record, [*args, record.name], fence)
         return _record(record.thread_id, record.key, found) if found else None
 
-    def take_over(self, record: EffectRecord, old_token: str, now_ms: int) -> Op[bool]:
-        args = [now_ms, record.key, old_token, record.token]
-        done = yield Script(
-            "effects_take_over",
-            self._keys(record),
-            [*args, record.lease_until_ms, record.expires_ms, record.name],
+    def take_over(
+        self, record: EffectRecord, old_token: str, now_ms: int, fence: int | None = None
+    ) -> Op[bool]:
+        args = [now_ms, record.key, old_token, record.token, record.lease_until_ms]
+        done = yield from self._starting(
+            "effects_take_over", record, [*args, record.expires_ms, record.name], fence
         )
         return bool(done)
 

@@ -15,6 +15,18 @@ def encode_thread(thread_id: str) -> str:
     return thread_id.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
 
 
+#: the saver's key layout version (``P:<format>:{<thread>}:…``); bump when the layout changes
+CHECKPOINT_FORMAT = "1"
+
+
+def fence_key(prefix: str, thread_id: str) -> str:
+    """The thread's fencing token (the last lease's ``saver.lock`` granted) under ``prefix``:
+    apart from the thread's data keys, so ``delete_thread`` or a TTL refresh leaves it, and
+    in the thread's hash slot, where the saver's and the effect ledger's fenced scripts
+    check it (see :mod:`graphkeep.checkpoint.fence`)."""
+    return f"{prefix}:{CHECKPOINT_FORMAT}:{{{encode_thread(thread_id)}}}:fence"
+
+
 def decode_thread(text: str) -> str:
     return text.replace("%7D", "}").replace("%7B", "{").replace("%25", "%")
 
