@@ -21,12 +21,13 @@ import pytest
 from botocore.exceptions import ClientError
 
 from graphkeep.backends.dynamodb.cache import DynamoDBCachePort
+from graphkeep.backends.dynamodb.checkpoint import DynamoDBSaver
 from graphkeep.backends.dynamodb.client import async_client, async_executor, executor
 from graphkeep.backends.dynamodb.effects import DynamoDBEffectsPort
 from graphkeep.backends.dynamodb.requests import Call
 from graphkeep.cache.port import Entry
 from graphkeep.effects.port import DONE, FAILED, MAX_KEY_CHARS, STARTED, EffectRecord
-from graphkeep.errors import PayloadTooLarge
+from graphkeep.errors import LeaseLost, PayloadTooLarge
 from graphkeep.port import Op, adrive, drive
 
 from .conftest import unique_prefix
@@ -234,6 +235,111 @@ def test_take_over_of_a_settled_or_absent_record_fails(ledger: Ledger) -> None:
     assert ledger.run(ledger.port.finish(done, at))
     assert not ledger.run(ledger.port.take_over(record(at=at + 1), held.token, at + HOUR_MS))
     assert ledger.run(ledger.port.get("t", "k")) == done
+
+
+# --------------------------------------------------------------------------- fenced
+
+
+def leases(client: Any, ledger: Ledger, thread: str = "t") -> tuple[int, int]:
+    """Two fencing tokens of ``thread``'s lease, granted one after the other by the saver
+    under the port's ``key_prefix``: the first is superseded, the second is current."""
+    saver = DynamoDBSaver(client, table_name=ledger.port.table, key_prefix=ledger.port.key_prefix)
+    with saver.lock(thread, ttl=10) as old:
+        pass
+    with saver.lock(thread, ttl=10) as new:
+        pass
+    assert old.fence is not None and new.fence is not None and old.fence < new.fence
+    return old.fence, new.fence
+
+
+class Recording:
+    """Runs the ledger's requests, recording each; ``strip`` drops the items a failed
+    condition returns (a server without ReturnValuesOnConditionCheckFailure)."""
+
+    def __init__(self, ledger: Ledger, *, strip: bool = False) -> None:
+        self.ledger, self.strip = ledger, strip
+        self.calls: list[Any] = []
+
+    def __call__(self, request: Any) -> Any:
+        self.calls.append(request)
+        try:
+            return self.ledger.execute(request)
+        except ClientError as exc:
+            if self.strip:
+                exc.response.pop("Item", None)
+                for reason in exc.response.get("CancellationReasons") or []:
+                    reason.pop("Item", None)
+            raise
+
+    @property
+    def operations(self) -> list[str]:
+        return [c.operation if isinstance(c, Call) else "sleep" for c in self.calls]
+
+
+def test_a_fenced_claim_is_one_transaction_of_the_put_and_the_leases_check(
+    ledger: Ledger, client: Any
+) -> None:
+    _, current = leases(client, ledger)
+    mine, calls = record(), Recording(ledger)
+    assert drive(ledger.port.claim(mine, now(), current), calls) is None
+    assert calls.operations == ["transact_write_items"]  # no extra round trip
+    put, check = calls.calls[0].params["TransactItems"]
+    assert put["Put"]["Item"]["tok"] == {"S": mine.token}
+    lease = {"pk": {"S": f"{ledger.port.prefix}#1#t"}, "sk": {"S": "l#"}}
+    assert check["ConditionCheck"]["Key"] == lease
+    assert ledger.run(ledger.port.get("t", "k")) == mine
+    # unfenced: the single PutItem it always was
+    plain = Recording(ledger)
+    assert drive(ledger.port.claim(record(key="k2"), now()), plain) is None
+    assert plain.operations == ["put_item"]
+
+
+@pytest.mark.parametrize("strip", [False, True], ids=["item-returned", "item-not-returned"])
+def test_a_fenced_claim_refused_leaves_nothing_and_names_the_newer_token(
+    ledger: Ledger, client: Any, strip: bool
+) -> None:
+    superseded, current = leases(client, ledger)
+    calls = Recording(ledger, strip=strip)
+    with pytest.raises(LeaseLost) as lost:
+        drive(ledger.port.claim(record(), now(), superseded), calls)
+    assert (lost.value.thread_id, lost.value.token) == ("t", superseded)
+    assert lost.value.newer == current
+    # the newer token read back only when the reply lacked it
+    assert calls.operations == ["transact_write_items"] + ["get_item"] * strip
+    assert raw_items(client, ledger.port.table, ledger.port.partition("t")) == []
+    held = record()
+    assert ledger.run(ledger.port.claim(held, now())) is None
+    heir = record(at=now() + 1)
+    with pytest.raises(LeaseLost) as lost:
+        drive(ledger.port.take_over(heir, held.token, now() + HOUR_MS, superseded), calls)
+    assert lost.value.newer == current
+    assert ledger.run(ledger.port.get("t", "k")) == held  # not replaced
+
+
+@pytest.mark.parametrize("strip", [False, True], ids=["item-returned", "item-not-returned"])
+def test_a_fenced_claim_of_a_live_record_answers_the_record_not_a_lost_lease(
+    ledger: Ledger, client: Any, strip: bool
+) -> None:
+    superseded, current = leases(client, ledger)
+    at = now()
+    held = record(at=at, lease_ms=1000)
+    assert ledger.run(ledger.port.claim(held, at)) is None
+    calls = Recording(ledger, strip=strip)
+    # the Put's own condition refused it: today's answers, under the current token
+    assert drive(ledger.port.claim(record(), at, current), calls) == held
+    assert calls.operations == ["transact_write_items"] + ["get_item"] * strip
+    assert drive(ledger.port.claim(held, at, current), calls) is None  # our own, retried
+    assert not drive(ledger.port.take_over(record(), "not-the-holder", at + 1000, current), calls)
+    assert not drive(ledger.port.take_over(record(), held.token, at + 999, current), calls)
+    # both conditions refused it: the lost lease wins
+    with pytest.raises(LeaseLost):
+        drive(ledger.port.claim(record(), at, superseded), calls)
+    assert ledger.run(ledger.port.get("t", "k")) == held
+    heir = record(at=at + 1000)
+    assert drive(ledger.port.take_over(heir, held.token, at + 1000, current), calls)
+    assert ledger.run(ledger.port.get("t", "k")) == heir
+    if not strip:  # the server returns the item: a retried take-over counts as applied
+        assert drive(ledger.port.take_over(heir, held.token, at + 1000, current), calls)
 
 
 # --------------------------------------------------------------------------- finish

@@ -33,7 +33,37 @@ Every transition is one conditional request:
 - ``release``: DeleteItem if ``st = started AND tok = token``.
 
 A condition that fails on an item already holding the caller's own token and state is a
-retry whose first attempt was applied (its reply lost): it counts as success. ``get`` is a
+retry whose first attempt was applied (its reply lost): it counts as success.
+
+Under a lease (``fence``: the caller's fencing token, see :mod:`graphkeep.effects.port`) a
+``claim`` or ``take_over`` is one TransactWriteItems instead of its PutItem: the same Put
+with its condition, and the ``ConditionCheck`` every fenced saver write carries
+(:func:`.locks.fence_guard`: ``attribute_not_exists(fence) OR fence <= :holder`` on ``l#``
+of ``P#1#<thread>``, the saver's lease item under this port's ``key_prefix``). The check and
+the Put commit together or not at all (transactions are serializable with every other write
+of either item), so a refusal stores nothing. ``CancellationReasons`` (one per action, in
+order) says which condition failed:
+
+- the check's: :class:`~graphkeep.errors.LeaseLost` carrying the newer token, from the
+  reason's item (``ReturnValuesOnConditionCheckFailure``); a server that does not return it
+  costs one strongly consistent GetItem of the lease item, on that path only (that read is
+  not atomic with the refusal: it reports the newest token at the time of the read);
+- the Put's only: the unfenced request's answer by the same rules (``claim``: the live
+  record, read back as above when not returned; ``take_over``: False; the own-token retry
+  counts as success);
+- both (a server reports every failed condition; moto does): ``LeaseLost``. A server that
+  reported the Put's alone would answer as for the Put's: still nothing stored, and the
+  holder's next fenced request is refused.
+
+A conflict with another transaction on either item (a fenced write of the thread, a lease
+being taken) cancels it (``TransactionConflict``) and it is re-sent with backoff
+(:func:`.requests.transact`). No extra round trip: still one request, but a transactional
+write bills twice the write units of a plain one per item, so a fenced claim costs twice
+the Put's WCUs plus two for the check of the small lease item (an unfenced one: the Put's).
+Unfenced calls (``fence`` None) are the single PutItem above, unchanged. ``finish`` and
+``release`` are never fenced (see the port).
+
+``get`` is a
 strongly consistent GetItem, ``list(thread)`` / ``clear(thread)`` a Query of the thread's
 partition, ``list(None)`` / ``clear(None)`` a Scan for this prefix's effect partitions
 (costly on a big shared table); clears delete with BatchWriteItem.
@@ -67,17 +97,19 @@ from graphkeep.backends.dynamodb.items import (
     s,
     size_of,
 )
+from graphkeep.backends.dynamodb.locks import fence_guard, granted_fence
 from graphkeep.backends.dynamodb.requests import (
     Call,
     backoff,
     batch_write,
     error_code,
     query_all,
+    transact,
 )
 from graphkeep.backends.dynamodb.schema import setup_table
 from graphkeep.effects.ledger import AsyncLedger, SyncLedger
 from graphkeep.effects.port import STARTED, EffectRecord
-from graphkeep.errors import CorruptData, PayloadTooLarge, StorageUnavailable
+from graphkeep.errors import CorruptData, LeaseLost, PayloadTooLarge, StorageUnavailable
 from graphkeep.port import Op, Sleep, codec
 
 __all__ = ["AsyncDynamoDBEffects", "DynamoDBEffects", "DynamoDBEffectsPort"]
@@ -171,28 +203,53 @@ class DynamoDBEffectsPort(TablePort):
         )
 
     def put(
-        self, item: dict[str, Any], condition: str, names: dict[str, str], values: dict[str, Any]
+        self,
+        item: dict[str, Any],
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+        fence: int | None = None,
     ) -> Op[dict[str, Any] | None]:
         """A conditional PutItem: None when written, else the item that failed the condition
-        (``{}`` when the server returned none)."""
+        (``{}`` when the server returned none). Under a lease (``fence``): one
+        TransactWriteItems of the same Put and the lease's check (:func:`.locks.fence_guard`),
+        refused with :class:`LeaseLost` once a newer token was granted."""
+        put = {
+            "TableName": self.table,
+            "Item": item,
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        if fence is not None:
+            return (yield from self.fenced_put(put, s(item, THREAD), fence))
         try:
-            yield Call(
-                "put_item",
-                {
-                    "TableName": self.table,
-                    "Item": item,
-                    "ConditionExpression": condition,
-                    "ExpressionAttributeNames": names,
-                    "ExpressionAttributeValues": values,
-                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                },
-            )
+            yield Call("put_item", put)
         except ClientError as exc:
             if error_code(exc) != CONDITION_FAILED:
                 raise
             old: dict[str, Any] = exc.response.get("Item") or {}
             return old
         return None
+
+    def fenced_put(
+        self, put: dict[str, Any], thread_id: str, fence: int
+    ) -> Op[dict[str, Any] | None]:
+        """:meth:`put` as a transaction with the fence of ``thread_id``'s lease (the saver's
+        lease item under this port's ``key_prefix``); same answer, or :class:`LeaseLost`."""
+        try:
+            failed = yield from transact([{"Put": put}], [0], fence_guard(self, thread_id, fence))
+        except LeaseLost as lost:
+            if lost.newer is not None:
+                raise
+            # the reply did not carry the lease item: read its token (refusals only)
+            newer = yield from granted_fence(self, thread_id)
+            raise LeaseLost(thread_id, fence, newer) from None
+        if not failed:
+            return None
+        old: dict[str, Any] = failed[0] or {}
+        return old
 
     def read(self, address: dict[str, Any]) -> Op[dict[str, Any] | None]:
         result = yield Call(
@@ -212,7 +269,9 @@ class DynamoDBEffectsPort(TablePort):
         # the saver's table and TTL set-up, exactly, as the cache and event log do
         yield from setup_table(self.table)
 
-    def claim(self, record: EffectRecord, now_ms: int) -> Op[EffectRecord | None]:
+    def claim(
+        self, record: EffectRecord, now_ms: int, fence: int | None = None
+    ) -> Op[EffectRecord | None]:
         item = self.item(record)
         for attempt in range(CLAIM_ATTEMPTS):
             old = yield from self.put(
@@ -220,6 +279,7 @@ class DynamoDBEffectsPort(TablePort):
                 "attribute_not_exists(#p) OR #xm <= :now",
                 {"#p": PK, "#xm": EXPIRES_MS},
                 {":now": N(now_ms)},
+                fence,
             )
             if old is None:
                 return None
@@ -237,12 +297,15 @@ class DynamoDBEffectsPort(TablePort):
             f" failed {CLAIM_ATTEMPTS} times: the record kept changing under it; retry later"
         )
 
-    def take_over(self, record: EffectRecord, old_token: str, now_ms: int) -> Op[bool]:
+    def take_over(
+        self, record: EffectRecord, old_token: str, now_ms: int, fence: int | None = None
+    ) -> Op[bool]:
         old = yield from self.put(
             self.item(record),
             "#st = :started AND #tok = :old AND #lu <= :now",
             {"#st": STATE, "#tok": TOKEN, "#lu": LEASE_UNTIL},
             {":started": S(STARTED), ":old": S(old_token), ":now": N(now_ms)},
+            fence,
         )
         return old is None or self.holds(old, STARTED, record.token)
 

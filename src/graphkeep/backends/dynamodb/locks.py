@@ -19,7 +19,10 @@ attribute, :data:`FENCE_KEEP_S` after the lease's end). Requests:
   later tokens above forgotten ones, clocks allowing);
 - extending is conditioned on the token still holding it;
 - a fenced write (:func:`fence_guard`) carries a ``ConditionCheck`` on the item,
-  ``attribute_not_exists(fence) OR fence <= :holder``, in each of its transactions. So the
+  ``attribute_not_exists(fence) OR fence <= :holder``, in each of its transactions (the
+  saver's, and the effect ledger's ``claim`` / ``take_over`` under the saver's
+  ``key_prefix``: :mod:`.effects`); a refusal whose reply lacks the item reads the newer
+  token with :func:`granted_fence`. So the
   lease item now takes part in transactions: DynamoDB refuses a single-item write to an item
   of a transaction under way (``TransactionConflictException``), which the lease's requests
   re-send with backoff (:func:`_on_lease`), as :func:`.requests.transact` does for its own.
@@ -30,7 +33,7 @@ thread's data). See docs/architecture.md.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
@@ -56,6 +59,22 @@ FENCE_KEEP_S = 30 * 86_400
 GRANT_ATTEMPTS = 8
 
 _NAMES = {"#t": LOCK_TOKEN, "#u": LOCK_UNTIL, "#e": EXP, "#f": FENCE}
+
+
+class OnTable(Protocol):
+    """What finds a thread's lease item: the table and the escaped ``key_prefix`` (a saver's
+    :class:`CheckpointTable`, or a port of another product under the saver's prefix)."""
+
+    @property
+    def table(self) -> str: ...
+
+    @property
+    def prefix(self) -> str: ...
+
+
+def lease_key(t: OnTable, thread_id: str) -> dict[str, Any]:
+    """The key of ``thread_id``'s lease item: ``l#`` of the saver's thread partition."""
+    return key(keys.partition(t.prefix, keys.part(thread_id, keys.THREAD_LIMIT)[0]), keys.LOCK_SK)
 
 
 def acquire_lock(t: CheckpointTable, thread_id: str, token: str, ttl_ms: int) -> Op[int]:
@@ -200,17 +219,17 @@ def _on_lease(params: dict[str, Any]) -> Op[None]:
         yield Sleep(backoff(attempts))
 
 
-def fence_guard(t: CheckpointTable, thread_id: str, fence: int | None) -> Guard | None:
+def fence_guard(t: OnTable, thread_id: str, fence: int | None) -> Guard | None:
     """The check a write under fencing token ``fence`` carries in each of its transactions:
     refused (:class:`~graphkeep.errors.LeaseLost`) once a newer token was granted on the
-    thread. None for an unfenced write (``fence`` None: nothing checked, nothing added)."""
+    thread. None for an unfenced write (``fence`` None: nothing checked, nothing added).
+    ``t``: the saver's table, or any port under the saver's ``key_prefix`` on that table."""
     if fence is None:
         return None
-    pk, _ = t.thread_key(thread_id)
     check = {
         "ConditionCheck": {
             "TableName": t.table,
-            "Key": key(pk, keys.LOCK_SK),
+            "Key": lease_key(t, thread_id),
             # no item (never locked, or forgotten 30 days on) is no newer token
             "ConditionExpression": "attribute_not_exists(#f) OR #f <= :holder",
             "ExpressionAttributeNames": {"#f": FENCE},
@@ -224,3 +243,20 @@ def fence_guard(t: CheckpointTable, thread_id: str, fence: int | None) -> Guard 
         return LeaseLost(thread_id, held, n(old, FENCE) if old else None)
 
     return Guard(check, refused)
+
+
+def granted_fence(t: OnTable, thread_id: str) -> Op[int | None]:
+    """The newest fencing token granted on ``thread_id`` (None: never locked, or forgotten):
+    one strongly consistent GetItem of the lease item, for a refusal whose reply did not
+    carry the item (a server without ``ReturnValuesOnConditionCheckFailure``)."""
+    result = yield Call(
+        "get_item",
+        {
+            "TableName": t.table,
+            "Key": lease_key(t, thread_id),
+            "ConsistentRead": True,
+            "ProjectionExpression": "#f",
+            "ExpressionAttributeNames": {"#f": FENCE},
+        },
+    )
+    return n(result.get("Item") or {}, FENCE)
