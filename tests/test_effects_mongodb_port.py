@@ -14,22 +14,25 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlsplit
 
 import pymongo
 import pytest
+from pymongo.errors import BulkWriteError, DuplicateKeyError
 
-from graphkeep.backends.mongodb.client import async_executor, sync_executor
+from graphkeep.backends.mongodb.client import IncompleteBulkReply, async_executor, sync_executor
 from graphkeep.backends.mongodb.effects import (
     MAX_DATA_BYTES,
     MongoDBEffects,
     MongoDBEffectsPort,
+    lost_race,
 )
 from graphkeep.backends.mongodb.schema import EFFECTS_INDEXES
 from graphkeep.connect import accepted_options
 from graphkeep.effects.port import DONE, FAILED, STARTED, EffectRecord
-from graphkeep.errors import ConfigurationError, PayloadTooLarge, mask_url
+from graphkeep.errors import ConfigurationError, LeaseLost, PayloadTooLarge, mask_url
 from graphkeep.port import adrive, drive
 
 from .conftest import unique_prefix
@@ -197,8 +200,16 @@ def test_claim_resent_after_a_lost_reply_is_still_the_holders(ports: Ports) -> N
     assert ports.claim(started("t", "k", t), t) == record
 
 
-def test_concurrent_claims_exactly_one_wins(ports: Ports) -> None:
+@pytest.mark.parametrize("fenced", [False, True], ids=["unfenced", "fenced"])
+def test_concurrent_claims_exactly_one_wins(ports: Ports, fenced: bool) -> None:
+    # fenced: each claim is a guarded bulk write that cannot answer the record it matched;
+    # the losers read the winner's (an insert that collides with it: see the next test)
     t = now()
+    fence = t if fenced else None
+    if fenced:
+        drive(
+            ports.port.fences.raised("race", t, LEASE_MS, datetime.now(timezone.utc)), ports.execute
+        )
     results: list[EffectRecord | None] = []
     errors: list[BaseException] = []
     lock = threading.Lock()
@@ -208,7 +219,7 @@ def test_concurrent_claims_exactly_one_wins(ports: Ports) -> None:
         record = started("race", "k", t, token=f"{i:032x}")
         barrier.wait()
         try:
-            result = ports.claim(record, t)
+            result = ports.claim(record, t, fence)
         except BaseException as exc:  # noqa: BLE001 - reported below
             with lock:
                 errors.append(exc)
@@ -227,6 +238,51 @@ def test_concurrent_claims_exactly_one_wins(ports: Ports) -> None:
     winner = ports.get("race", "k")
     assert winner is not None
     assert all(r == winner for r in results if r is not None)
+
+
+def test_a_fenced_claims_failure_is_a_lost_insert_race_only_when_it_says_duplicate_key() -> None:
+    # what a guarded insert's failure says: a duplicate key, or from FerretDB 1.x a failed
+    # write it does not name (the guard passed: the fence was read); anything else is raised
+    def failed(*codes: int) -> BulkWriteError:
+        return BulkWriteError({"writeErrors": [{"index": 1, "code": c} for c in codes]})
+
+    assert lost_race(failed(11000)) is True
+    assert lost_race(DuplicateKeyError("E11000")) is True
+    assert lost_race(IncompleteBulkReply("x")) is True
+    assert lost_race(failed(14)) is False
+    assert lost_race(failed(11000, 112)) is False
+    assert lost_race(BulkWriteError({"writeErrors": []})) is False
+
+
+def test_a_grant_between_a_fenced_claims_requests_refuses_its_replacement(ports: Ports) -> None:
+    # under a lease a claim that finds an expired record needs three requests (the guarded
+    # insert, the read, the guarded replacement): each is checked against the token then
+    t = now()
+    ports.claim(replace(started("t", "k", t - 10_000), expires_ms=t - 1), t - 10_000)
+    expired = ports.get("t", "k")
+
+    def grant(token: int) -> None:
+        drive(
+            ports.port.fences.raised("t", token, LEASE_MS, datetime.now(timezone.utc)),
+            ports.execute,
+        )
+
+    grant(1)
+    sent: list[Any] = []
+
+    def execute(request: Any) -> Any:
+        sent.append(request)
+        result = ports.execute(request)
+        if len(sent) == 1:
+            grant(2)  # lands after the claim's first request
+        return result
+
+    with pytest.raises(LeaseLost) as refused:
+        drive(ports.port.claim(started("t", "k", t), t, 1), execute)
+    assert (refused.value.token, refused.value.newer) == (1, 2)
+    assert [r.method for r in sent] == ["bulk_write", "find_one", "bulk_write", "find"]
+    assert ports.get("t", "k") == expired  # not replaced
+    assert ports.claim(started("t", "k", t), t, 2) is None
 
 
 # -- take_over, finish, release ----------------------------------------------------------

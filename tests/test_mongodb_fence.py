@@ -1,16 +1,19 @@
 """Fenced leases on MongoDB: what only this backend's mapping does (the contract itself is
 proved on every backend elsewhere). The fencing token lives in a fence document of the
 thread's collection, which no read, inventory, export or deletion of the thread takes for
-its data; a grant is two requests and a write under the lease is still one; a re-armed
-lease keeps its token unless the raise of its grant was lost; and a refusal is read from
-MongoDB's error and from FerretDB 1.x's reply, which lacks the counts PyMongo merges.
+its data; a grant is three requests (the lease, the token, its copy for the effect ledger)
+and a write under the lease is still one, an effect's start too; a re-armed lease keeps its
+token unless the raise of its grant was lost; and a refusal is read from MongoDB's error and
+from FerretDB 1.x's reply, which lacks the counts PyMongo merges.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pymongo
@@ -25,6 +28,7 @@ from graphkeep.backends.mongodb.documents import KIND_FENCE, fence_id
 from graphkeep.backends.mongodb.fences import REFUSED, is_refusal
 from graphkeep.backends.mongodb.schema import collection_names
 from graphkeep.checkpoint.fence import fence_of
+from graphkeep.effects.port import STARTED, EffectRecord
 from graphkeep.errors import LeaseLost
 
 from .conftest import unique_prefix
@@ -91,21 +95,31 @@ def _put(saver: MongoDBSaver, thread_id: str, step: int) -> str:
     return str(cp["id"])
 
 
+def _effect(thread_id: str, token: str, lease_until_ms: int, key: str = "mail-1") -> EffectRecord:
+    now = int(time.time() * 1000)
+    return EffectRecord(thread_id, key, STARTED, token, lease_until_ms, now + 60_000, None,
+                        "send", now, now)  # fmt: skip
+
+
 def _fence_doc(client: Any, saver: MongoDBSaver, thread_id: str) -> Any:
     payloads, _ = collection_names(saver.port.prefix)
     return client[DB][payloads].find_one({"_id": fence_id(thread_id)})
 
 
-def test_a_grant_is_two_requests_and_a_write_under_the_lease_is_still_one(
+def test_a_grant_is_three_requests_and_a_write_under_the_lease_is_still_one(
     saver: MongoDBSaver, thread_id: str
 ) -> None:
     payloads, locks = collection_names(saver.port.prefix)
+    effects = saver.effects.port.collection
     start = len(RECORDER.commands)
     lease = saver.lock(thread_id, ttl=30)
     assert lease.acquire()
-    # the lease, then the token raised (and read back) in the fence document
-    expected = [("findAndModify", locks), ("findAndModify", payloads)]
-    assert RECORDER.since(start, payloads, locks) == expected
+    # the lease, the token raised (and read back) in the fence document, then its copy in
+    # the effect ledger's collection
+    expected = [("findAndModify", locks), ("findAndModify", payloads), ("update", effects)]
+    assert RECORDER.since(start, payloads, locks, effects) == expected
+    mirror = saver.client[DB][effects].find_one({"_id": saver.effects.port.fence_id(thread_id)})
+    assert mirror["token"] == lease.fence and mirror["kind"] == KIND_FENCE
     start = len(RECORDER.commands)
     cid = _put(saver, thread_id, 0)
     saver.put_writes(_config(thread_id, cid), [("x", 1)], "task")
@@ -129,12 +143,13 @@ def test_a_lease_taken_by_another_costs_one_request_and_grants_no_token(
     saver: MongoDBSaver, client: Any, thread_id: str
 ) -> None:
     payloads, locks = collection_names(saver.port.prefix)
+    effects = saver.effects.port.collection
     held = saver.lock(thread_id, ttl=30)
     held.acquire()
     before = _fence_doc(client, saver, thread_id)
     start = len(RECORDER.commands)
     assert saver.drive(saver.port.acquire_lock(thread_id, "another", 30_000)) == 0
-    assert RECORDER.since(start, locks, payloads) == [("findAndModify", locks)]
+    assert RECORDER.since(start, locks, payloads, effects) == [("findAndModify", locks)]
     assert _fence_doc(client, saver, thread_id) == before
     held.release()
 
@@ -158,6 +173,68 @@ def test_a_re_armed_lease_keeps_its_token_unless_its_grant_lost_the_raise(
     client[DB][payloads].update_one({"_id": fence_id(thread_id)}, {"$set": {"token": ahead}})
     assert saver.drive(port.release_lock(thread_id, "holder"))
     assert saver.drive(port.acquire_lock(thread_id, "next", 30_000)) == ahead + 1
+
+
+def test_an_effect_starts_in_one_command_under_the_lease_and_reads_only_a_record_it_finds(
+    saver: MongoDBSaver, thread_id: str
+) -> None:
+    ledger, effects = saver.effects, saver.effects.port.collection
+    port = ledger.port
+    with saver.lock(thread_id, ttl=30) as lease:
+        now = int(time.time() * 1000)
+        first = _effect(thread_id, "first", now + 30_000)
+        start = len(RECORDER.commands)
+        assert ledger.drive(port.claim(first, now, lease.fence)) is None
+        # the guard rides in the claim's one command (an update, as the insert)
+        assert RECORDER.since(start, effects) == [("update", effects)]
+        start = len(RECORDER.commands)
+        assert ledger.drive(port.claim(first, now, lease.fence)) is None  # re-sent: still won
+        second = _effect(thread_id, "second", now + 30_000)
+        assert ledger.drive(port.claim(second, now, lease.fence)) == first
+        # a bulk write cannot answer the record it matched: read it, on that path only
+        assert RECORDER.since(start, effects) == [("update", effects), ("find", effects)] * 2
+        start = len(RECORDER.commands)
+        heir = _effect(thread_id, "heir", now + 60_000)
+        assert ledger.drive(port.take_over(heir, "first", now + 30_000, lease.fence)) is True
+        assert RECORDER.since(start, effects) == [("update", effects)]
+    start = len(RECORDER.commands)
+    assert ledger.drive(port.claim(second, now)) == heir  # outside the lease, as before
+    assert RECORDER.since(start, effects) == [("findAndModify", effects)]
+
+
+def test_a_refused_effect_leaves_its_expired_record_and_clearing_keeps_the_token(
+    saver: MongoDBSaver, client: Any, thread_id: str
+) -> None:
+    ledger, effects = saver.effects, saver.effects.port.collection
+    port = ledger.port
+    old = saver.drive(saver.port.acquire_lock(thread_id, "old", 30_000))
+    saver.drive(saver.port.release_lock(thread_id, "old"))
+    new = saver.drive(saver.port.acquire_lock(thread_id, "new", 30_000))
+    now = int(time.time() * 1000)
+    expired = replace(_effect(thread_id, "gone", now - 1), expires_ms=now - 1)
+    assert ledger.drive(port.claim(expired, now - 10)) is None
+    before = list(client[DB][effects].find({}))
+    # a superseded holder's claim of an expired record does not replace it
+    with pytest.raises(LeaseLost) as refused:
+        ledger.drive(port.claim(_effect(thread_id, "late", now + 30_000), now, old))
+    assert (refused.value.token, refused.value.newer) == (old, new)
+    assert list(client[DB][effects].find({})) == before
+    # the token's copy is no record: listing and clearing every thread leave it
+    assert ledger.drive(port.list(None)) == [expired]
+    assert ledger.drive(port.clear(None)) == 1
+    assert [d["_id"] for d in client[DB][effects].find({})] == [port.fence_id(thread_id)]
+    with pytest.raises(LeaseLost):
+        ledger.drive(port.claim(_effect(thread_id, "late", now + 30_000), now, old))
+    assert ledger.drive(port.list(None)) == []
+    assert ledger.drive(port.claim(_effect(thread_id, "now", now + 30_000), now, new)) is None
+    # its _id is none of a record's, even of keys that spell it
+    for key in ("fence", "/fence"):
+        spelled = _effect(thread_id, "x", now + 30_000, key=key)
+        assert ledger.drive(port.claim(spelled, now, new)) is None
+        assert ledger.drive(port.get(thread_id, key)) == spelled
+    assert client[DB][effects].count_documents({}) == 4
+    saver.delete_thread(thread_id)  # clears the thread's records, keeps the copy
+    assert [d["_id"] for d in client[DB][effects].find({})] == [port.fence_id(thread_id)]
 
 
 def test_the_fence_document_is_none_of_the_threads_data(
@@ -253,5 +330,16 @@ async def test_an_async_saver_grants_and_refuses_the_same_way(thread_id: str) ->
             await saver.adrive(port.delete_thread(thread_id, old))
         assert (refused.value.token, refused.value.newer) == (old, new)
         assert await saver.adrive(port.delete_thread(thread_id, new)) is None
+        # an effect's start: refused under the old token, nothing stored; won under the new
+        ledger, now = saver.effects, int(time.time() * 1000)
+        mail = _effect(thread_id, "mail", now + 30_000)
+        with pytest.raises(LeaseLost) as refused:
+            await ledger.adrive(ledger.port.claim(mail, now, old))
+        assert refused.value.newer == new
+        assert await ledger.adrive(ledger.port.get(thread_id, mail.key)) is None
+        assert await ledger.adrive(ledger.port.claim(mail, now, new)) is None
+        assert await ledger.adrive(ledger.port.claim(mail, now, new)) is None
+        other = replace(mail, token="other")
+        assert await ledger.adrive(ledger.port.claim(other, now, new)) == mail
     finally:
         await mongo.close()

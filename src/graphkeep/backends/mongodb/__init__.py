@@ -78,9 +78,11 @@ they write afterwards is not read.
 
 ``P_locks`` holds the per-thread leases of ``saver.lock()`` (``_id`` = thread id, a
 token and ``expires_at``), apart from the thread's data. A grant takes the lease there,
-then raises the fencing token in the thread's fence document: every write under the lease
-is its one ordered command with a guard first, which fails on a newer token, so nothing of
-the write is stored (:class:`graphkeep.errors.LeaseLost`; :mod:`.fences`).
+then raises the fencing token in the thread's fence document, then its copy in the effect
+ledger's ``P_effects``: every write under the lease is its one ordered command with a guard
+first, which fails on a newer token, so nothing of the write is stored
+(:class:`graphkeep.errors.LeaseLost`; :mod:`.fences`), and so is an effect's start under it
+(its guard reads the copy: :mod:`.effects`).
 
 Indexes (``MongoDBSaver.schema()`` returns them as dicts; ``setup()`` creates them
 idempotently, comparing key *and* options, one per ``createIndexes`` and one build per
@@ -180,10 +182,11 @@ indexes above.
 Round trips: ``put`` 1 command (one ordered batch), ``put_writes`` 1, ``get_tuple`` 2
 (+1 for list channels its checkpoint does not name), a ``list`` page 2 (writes, blobs and
 elements of the whole page in one ``find``), ``get_delta_channel_history`` 2 for up to
-1,000 ancestors, ``delete_thread`` 1; a lease's grant 2 (the lease, the fencing token),
-and under it ``put`` and ``put_writes`` still 1 each (the guard rides in the same
-``update`` command) and ``delete_thread`` one ``bulk_write`` that MongoDB takes as two
-commands (the guard is an update, the deletions a ``delete``). Multi-document
+1,000 ancestors, ``delete_thread`` 1; a lease's grant 3 (the lease, the fencing token,
+its copy for the effect ledger), and under it ``put`` and ``put_writes`` still 1 each (the
+guard rides in the same ``update`` command), an effect's claim 1 (+1 to read a record it
+finds) and ``delete_thread`` one ``bulk_write`` that MongoDB takes as two commands (the
+guard is an update, the deletions a ``delete``). Multi-document
 transactions are never used: blobs and chunks are written before the checkpoint and
 deleted after it, in ordered batches, so a reader never sees a checkpoint whose values are
 missing.

@@ -126,6 +126,8 @@ class MongoDBCheckpointPort(ThreadOps, KeyReads, CheckpointPort):
         self.upserts = Upserts(chunk_size, sharded)
         #: the threads' fencing tokens, one document per thread in ``payloads``
         self.fences = Fences(self.payloads, self.upserts)
+        #: their copies in the effect ledger's ``<prefix>_effects``, which fence its records
+        self.ledger_fences = MongoDBEffectsPort(key_prefix=self.prefix).fences
         self.expiry = Expiry(self.ttl)
         self.heads = HeadCache()
         #: whether the server keeps TTL indexes (None until setup() ran)
@@ -539,15 +541,19 @@ class MongoDBCheckpointPort(ThreadOps, KeyReads, CheckpointPort):
     # -- port: per-thread lease (:mod:`.locks`, :mod:`.fences`) --------------------
 
     def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[int]:
-        """Two requests per grant: the lease in ``P_locks`` (one upsert), then the thread's
-        fencing token raised in its fence document (one more when the token is already at
-        the clock's milliseconds), before this returns; a re-armed lease reads the token.
-        0 when another holder has the lease (one request)."""
+        """Three requests per grant: the lease in ``P_locks`` (one upsert), then the
+        thread's fencing token raised in its fence document (one more when the token is
+        already at the clock's milliseconds), then its copy in ``P_effects`` raised to it
+        (the effect ledger's guard reads it there), before this returns; a re-armed lease
+        reads the token instead of raising it, and raises the copy all the same (a grant
+        that failed before its copy). 0 when another holder has the lease (one request)."""
         now = utc_now()
         taken = yield from take_lease(self.locks, thread_id, token, ttl_ms, now)
         if taken is None:
             return 0
-        return (yield from self.fences.granted(thread_id, token, ttl_ms, now, taken))
+        fence = yield from self.fences.granted(thread_id, token, ttl_ms, now, taken)
+        yield from self.ledger_fences.raised(thread_id, fence, ttl_ms, now)
+        return fence
 
     def release_lock(self, thread_id: str, token: str) -> Op[bool]:
         return (yield from release_lease(self.locks, thread_id, token))

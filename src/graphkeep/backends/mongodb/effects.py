@@ -20,7 +20,20 @@ One collection ``<key_prefix>_effects``, one document per record (see
      n: "<name>",               # the effect's qualified name
      c: int, u: int}            # created_ms, updated_ms
 
-Every transition is one atomic request on the unique ``_id``: ``claim`` a
+and one fence mirror per thread that a lease of ``saver.lock()`` was granted on (see
+:mod:`.fences`: each grant of the saver under the same ``key_prefix`` on this database
+raises it, with ``$max``, to the token it granted)::
+
+    {_id: "<thread>//fence",    # escaped thread id + "//fence": no record's _id has "//"
+     kind: "fence",             # a string: the guard's $inc of it fails (type mismatch)
+     token: int,                # the thread's newest fencing token
+     expires_at: Date}          # FENCE_TTL after the last grant
+
+It has no ``t``, so ``list`` and ``clear`` of a thread never see it, and ``list`` and
+``clear`` of every thread match only documents without ``kind``: ``clear(None)`` leaves it,
+so a cleared ledger still refuses a superseded holder.
+
+Outside a lease every transition is one atomic request on the unique ``_id``: ``claim`` a
 ``find_one_and_update`` upsert with ``$setOnInsert`` (nothing back: claimed; else the
 stored record, in the same request — when past ``exp_ms`` it is replaced by a
 ``replace_one`` conditioned on that expiry; a concurrent upsert's duplicate key reads it
@@ -31,6 +44,27 @@ whole collection. A result over 16 MiB - 64 KiB does not fit a document: ``finis
 :class:`~graphkeep.errors.PayloadTooLarge` before writing. Servers without TTL indexes
 (FerretDB 1.x) get a plain index: expired records stay until replaced by a claim or
 cleared; the ledger treats them as absent.
+
+Under a lease (``fence``, the caller's fencing token) ``claim`` and ``take_over`` send
+their write as ONE ordered ``bulk_write`` (one ``update`` command) whose first operation is
+the guard against the thread's mirror (:meth:`.fences.Guard.guard`): when a newer token was
+granted it fails, the batch stops before the write, nothing is stored and the port raises
+:class:`~graphkeep.errors.LeaseLost` with the newer token (read from the mirror, one
+``find`` on that path only; FerretDB 1.x's reply does not say which write failed, so that
+read also tells a refusal from a lost insert race). The fenced ``claim`` is an upsert with
+``$setOnInsert`` behind the guard; a bulk write cannot return the document it matched, so
+when the record exists the claim reads it with one ``find_one`` (the unfenced claim needs
+no such read), and the replacement of an expired record is guarded the same way. Guard and
+write are one command, not one atomic step (no transaction, see :mod:`.fences`): a grant
+whose mirror is raised while the command is past its guard does not stop its write; every
+command sent after that is refused. The mirror is raised by the grant's third request,
+after the saver's fence document: in between, the saver's writes of the superseded holder
+are refused already and its claims not yet. A missing mirror (a lease granted by an older
+graphkeep, or expired) refuses nothing. ``finish`` and ``release`` are not fenced
+(:mod:`graphkeep.effects.port`). The collection is sharded on ``_id`` if at all: on a
+ranged key the mirror's ``_id`` falls in the range of its thread's records, so the batch
+targets one shard; on a hashed one mongos sends its two operations to their shards in
+order, still stopping at a failed guard.
 """
 
 from __future__ import annotations
@@ -40,10 +74,12 @@ from datetime import datetime, timezone
 from typing import Any
 
 import bson
-from pymongo.errors import DuplicateKeyError
+from pymongo import ReplaceOne, UpdateOne
+from pymongo.errors import BulkWriteError, DuplicateKeyError
 
-from graphkeep.backends.mongodb.client import OnMongoDB
-from graphkeep.backends.mongodb.documents import check_prefix
+from graphkeep.backends.mongodb.client import IncompleteBulkReply, OnMongoDB
+from graphkeep.backends.mongodb.documents import KIND_FENCE, check_prefix
+from graphkeep.backends.mongodb.fences import Mirror
 from graphkeep.backends.mongodb.requests import Command, find
 from graphkeep.backends.mongodb.schema import EFFECTS_INDEXES, ensure_indexes
 from graphkeep.cache.port import escaped_key
@@ -61,6 +97,22 @@ MAX_DATA_BYTES = 16 * 1024 * 1024 - 64 * 1024
 #: insert / read / replace rounds of one claim before giving up (each lost round means a
 #: concurrent release, clear or reaping deleted the record between two of its requests)
 CLAIM_ROUNDS = 8
+#: what every record matches and the thread's fence mirror does not: ``list`` and ``clear``
+#: of every thread (a record has no ``kind``)
+RECORDS: dict[str, Any] = {"kind": {"$ne": KIND_FENCE}}
+#: MongoDB's duplicate key error
+DUPLICATE_KEY = 11000
+
+
+def lost_race(exc: Exception) -> bool:
+    """Whether a claim's insert failed because a concurrent claim inserted the record
+    first: a duplicate key; or, from FerretDB 1.x, a fenced insert failing past its guard
+    without saying why (:class:`.client.IncompleteBulkReply`: its insert is the one write
+    that can fail)."""
+    if isinstance(exc, BulkWriteError):
+        errors = exc.details.get("writeErrors") or []
+        return bool(errors) and all(e.get("code") == DUPLICATE_KEY for e in errors)
+    return isinstance(exc, DuplicateKeyError | IncompleteBulkReply)
 
 
 class MongoDBEffectsPort(PrefixedPort):
@@ -68,11 +120,19 @@ class MongoDBEffectsPort(PrefixedPort):
 
     def __init__(self, *, key_prefix: str = "graphkeep") -> None:
         self.collection = f"{check_prefix(key_prefix)}_effects"
+        #: the threads' fencing tokens as the saver's grants copy them here (:mod:`.fences`)
+        self.fences = Mirror(self.collection, lambda thread_id: {"_id": self.fence_id(thread_id)})
 
     @staticmethod
     def doc_id(thread_id: str, key: str) -> str:
         # neither escaped text contains "/": the address is unambiguous
         return escaped_key(thread_id) + "/" + escaped_key(key)
+
+    @staticmethod
+    def fence_id(thread_id: str) -> str:
+        # "//" is in no record's _id (an escaped key has no "/"); it starts with the
+        # thread's escaped id and "/" as the thread's records do (one range of _id)
+        return escaped_key(thread_id) + "//fence"
 
     @classmethod
     def document(cls, record: EffectRecord) -> dict[str, Any]:
@@ -111,43 +171,78 @@ class MongoDBEffectsPort(PrefixedPort):
         # as the cache: a server without TTL indexes gets a plain one
         yield from ensure_indexes(self.collection, EFFECTS_INDEXES)
 
-    def claim(self, record: EffectRecord, now_ms: int) -> Op[EffectRecord | None]:
+    def claim(
+        self, record: EffectRecord, now_ms: int, fence: int | None = None
+    ) -> Op[EffectRecord | None]:
         doc = self.document(record)
         fields = {k: v for k, v in doc.items() if k != "_id"}
         for _ in range(CLAIM_ROUNDS):
-            # one request either way: inserted (None back) or the stored record
             try:
-                stored = yield Command(
-                    self.collection,
-                    "find_one_and_update",
-                    ({"_id": doc["_id"]}, {"$setOnInsert": fields}),
-                    {"upsert": True},
-                    retry_conflicts=False,
-                )
-            except DuplicateKeyError:
+                inserted, stored = yield from self._insert(record.thread_id, doc, fields, fence)
+            except (DuplicateKeyError, BulkWriteError, IncompleteBulkReply) as exc:
+                if not lost_race(exc):
+                    raise
                 continue  # a concurrent claim inserted it first: read it next round
-            if stored is None:
+            if inserted:
                 return None
+            if stored is None:
+                continue  # released, cleared or reaped since: insert it next round
             if stored.get("s") == STARTED and stored.get("tok") == record.token:
                 # this very claim, re-sent after its reply was lost (a token is per attempt)
                 return None
             if stored["exp_ms"] > now_ms:
                 return self.record(stored)
             # past its expiry, not yet reaped: replace it unless another claim did first
-            replaced = yield Command(
-                self.collection,
-                "replace_one",
-                ({"_id": doc["_id"], "exp_ms": {"$lte": now_ms}}, doc),
-                retry_conflicts=False,
-            )
-            if replaced.matched_count:
+            query = {"_id": doc["_id"], "exp_ms": {"$lte": now_ms}}
+            if (yield from self._replace(record.thread_id, query, doc, fence)):
                 return None
         raise GraphkeepError(
             f"could not claim effect {record.name!r} (key {record.key!r}, thread"
             f" {record.thread_id!r}): its record kept changing under {CLAIM_ROUNDS} attempts"
         )
 
-    def take_over(self, record: EffectRecord, old_token: str, now_ms: int) -> Op[bool]:
+    def _insert(
+        self, thread_id: str, doc: dict[str, Any], fields: dict[str, Any], fence: int | None
+    ) -> Op[tuple[bool, Mapping[str, Any] | None]]:
+        """Insert ``doc`` unless its address has a record: (inserted, the stored record
+        when not). Unfenced one request, which answers the stored record itself; fenced
+        one guarded ``bulk_write``, which cannot, so a record found is read with one more."""
+        if fence is None:
+            stored = yield Command(
+                self.collection,
+                "find_one_and_update",
+                ({"_id": doc["_id"]}, {"$setOnInsert": fields}),
+                {"upsert": True},
+                retry_conflicts=False,
+            )
+            return stored is None, stored
+        insert = UpdateOne({"_id": doc["_id"]}, {"$setOnInsert": fields}, upsert=True)
+        result = yield from self.fences.bulk(
+            thread_id, [insert], fence, ordered=True, retry_conflicts=False
+        )
+        if result.upserted_count:
+            return True, None
+        return False, (yield Command(self.collection, "find_one", ({"_id": doc["_id"]},)))
+
+    def _replace(
+        self, thread_id: str, query: dict[str, Any], doc: dict[str, Any], fence: int | None
+    ) -> Op[bool]:
+        """Replace the record ``query`` matches with ``doc`` (behind the guard when
+        fenced); whether it matched."""
+        if fence is None:
+            result = yield Command(
+                self.collection, "replace_one", (query, doc), retry_conflicts=False
+            )
+        else:
+            replace = ReplaceOne(query, doc)
+            result = yield from self.fences.bulk(
+                thread_id, [replace], fence, ordered=True, retry_conflicts=False
+            )
+        return bool(result.matched_count)
+
+    def take_over(
+        self, record: EffectRecord, old_token: str, now_ms: int, fence: int | None = None
+    ) -> Op[bool]:
         held: dict[str, Any] = {"tok": old_token, "lease": {"$lte": now_ms}}
         query: dict[str, Any] = {"_id": self.doc_id(record.thread_id, record.key), "s": STARTED}
         if record.token != old_token:
@@ -155,10 +250,7 @@ class MongoDBEffectsPort(PrefixedPort):
             query["$or"] = [held, {"tok": record.token}]
         else:
             query.update(held)
-        result = yield Command(
-            self.collection, "replace_one", (query, self.document(record)), retry_conflicts=False
-        )
-        return bool(result.matched_count)
+        return (yield from self._replace(record.thread_id, query, self.document(record), fence))
 
     def finish(self, record: EffectRecord, now_ms: int) -> Op[bool]:
         if record.data is not None and len(record.data) > MAX_DATA_BYTES:
@@ -188,12 +280,13 @@ class MongoDBEffectsPort(PrefixedPort):
         return None if doc is None else self.record(doc)
 
     def list(self, thread_id: str | None) -> Op[list[EffectRecord]]:
-        query: dict[str, Any] = {} if thread_id is None else {"t": thread_id}
+        query: dict[str, Any] = RECORDS if thread_id is None else {"t": thread_id}
         docs = yield find(self.collection, query)
         return [self.record(doc) for doc in docs]
 
     def clear(self, thread_id: str | None) -> Op[int]:
-        query: dict[str, Any] = {} if thread_id is None else {"t": thread_id}
+        # never the fence mirrors: a cleared ledger still refuses a superseded holder
+        query: dict[str, Any] = RECORDS if thread_id is None else {"t": thread_id}
         result = yield Command(self.collection, "delete_many", (query,))
         return int(result.deleted_count)
 
