@@ -53,7 +53,7 @@ class StandInLeaseLost(StandInGraphkeepError):
         super().__init__(f"lease on {thread_id!r} lost: token {token}, newer {newer}")
 
 
-#: thread id -> the fencing token this context carries (graphkeep.checkpoint.fence's role)
+#: thread id -> the fencing token this context carries (graphkeep.port.fence's role)
 _CARRIED: ContextVar[dict[str, int]] = ContextVar("reference_fences", default={})  # noqa: B039
 
 

@@ -17,9 +17,10 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import START, StateGraph
 
 import graphkeep
-from graphkeep.checkpoint import fence, maintenance
+from graphkeep.checkpoint import maintenance
 from graphkeep.effects.port import STARTED, EffectRecord
 from graphkeep.errors import LeaseLost, ThreadBusy
+from graphkeep.port import fence
 
 from .conftest import unique_prefix
 from .leases import held_by_another_run

@@ -27,9 +27,9 @@ from graphkeep.backends.mongodb.client import IncompleteBulkReply
 from graphkeep.backends.mongodb.documents import KIND_FENCE, fence_id
 from graphkeep.backends.mongodb.fences import REFUSED, is_refusal
 from graphkeep.backends.mongodb.schema import collection_names
-from graphkeep.checkpoint.fence import fence_of
 from graphkeep.effects.port import STARTED, EffectRecord
 from graphkeep.errors import LeaseLost
+from graphkeep.port.fence import fence_of
 
 from .conftest import unique_prefix
 
@@ -286,7 +286,7 @@ def test_a_refused_write_stores_nothing_and_names_the_newer_token(
         with pytest.raises(LeaseLost) as refused:
             write()
         assert (refused.value.token, refused.value.newer) == (old, new)
-    from graphkeep.checkpoint.fence import drop, hold
+    from graphkeep.port.fence import drop, hold
 
     hold(thread_id, old)
     try:

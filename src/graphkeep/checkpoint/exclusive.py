@@ -10,8 +10,9 @@ the head and write children of it, and one turn vanishes from the history. Wrapp
 each run takes the thread's lease (:mod:`.lock`) before its first read and lets it go after
 its last write — on return, error, interrupt and cancellation — renewing it while it runs
 (every third of ``ttl``). Every write of the run carries the lease's fencing token
-(:mod:`.fence`): a run that stalled past its lease while another took the thread over is
-refused (:class:`~graphkeep.errors.LeaseLost`), never written over the other's turn.
+(:mod:`graphkeep.port.fence`): a run that stalled past its lease while another took the
+thread over is refused (:class:`~graphkeep.errors.LeaseLost`), never written over the
+other's turn.
 A second run of a busy thread waits up to ``timeout`` seconds for it, then raises
 :class:`~graphkeep.errors.ThreadBusy`; ``on_busy="reject"`` raises at once.
 
@@ -33,8 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextvars import copy_context
 from typing import TYPE_CHECKING, Any
 
-from graphkeep.checkpoint.fence import drop
 from graphkeep.errors import ConfigurationError, LockNotAcquired, ThreadBusy
+from graphkeep.port.fence import drop
 
 if TYPE_CHECKING:
     from graphkeep.checkpoint.lock import ThreadLock

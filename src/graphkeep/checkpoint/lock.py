@@ -17,9 +17,9 @@ A holder whose run may outlast ``ttl`` calls :meth:`ThreadLock.extend`.
 The lease is fenced: each grant carries a fencing token (:attr:`ThreadLock.fence`) that only
 grows per thread — the larger of the last one plus one and the granting clock's
 milliseconds, so it keeps growing even after the store forgot the last one — and every write
-made on the thread while the lease is held carries it (:mod:`.fence`). A holder that stalled
-past ``ttl`` while another run took the thread over finds its next write refused with
-:class:`~graphkeep.errors.LeaseLost`, nothing of it stored.
+made on the thread while the lease is held carries it (:mod:`graphkeep.port.fence`). A
+holder that stalled past ``ttl`` while another run took the thread over finds its next
+write refused with :class:`~graphkeep.errors.LeaseLost`, nothing of it stored.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import uuid
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from graphkeep.checkpoint.fence import drop, hold
 from graphkeep.errors import ConfigurationError, LockNotAcquired
 from graphkeep.port import Op, Sleep
+from graphkeep.port.fence import drop, hold
 
 if TYPE_CHECKING:
     from graphkeep.checkpoint.saver import SaverBase

@@ -7,7 +7,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from graphkeep.checkpoint.check import plan_problems
-from graphkeep.checkpoint.fence import fence_of
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, element_blob_keys, is_manifest
 from graphkeep.checkpoint.lock import ThreadLock
 from graphkeep.checkpoint.port import CheckpointPort
@@ -15,6 +14,7 @@ from graphkeep.checkpoint.records import Inventory, Typed
 from graphkeep.checkpoint.walk import keep_latest
 from graphkeep.errors import LockNotAcquired, ThreadBusy, UnsafePrune
 from graphkeep.port import Op
+from graphkeep.port.fence import fence_of
 
 if TYPE_CHECKING:
     from graphkeep.checkpoint.saver import SaverBase

@@ -55,7 +55,7 @@ class CheckpointPort(Protocol):
     - TTL: every write refreshes the expiry of all the thread needs, including
       the list elements its manifests name (``lists.ELEMENT_CHANNEL`` blobs).
     - Fencing: a write given ``fence`` (the fencing token of the lease its caller holds,
-      :mod:`graphkeep.checkpoint.fence`) checks it in the same request and, when a newer
+      :mod:`graphkeep.port.fence`) checks it in the same request and, when a newer
       token was granted on the thread (:meth:`acquire_lock`), stores nothing and raises
       :class:`~graphkeep.errors.LeaseLost`; ``fence=None`` writes are not checked.
     """

@@ -15,13 +15,13 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 
-from graphkeep.checkpoint.fence import fence_of
 from graphkeep.checkpoint.ids import address, check_name, normalize_checkpoint_id, version_key
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, SharedList
 from graphkeep.checkpoint.migrations import SCHEMA_VERSION_KEY
 from graphkeep.checkpoint.records import BlobRecord, CheckpointRecord, WriteRecord
 from graphkeep.errors import InvalidInput
 from graphkeep.port import Op, codec
+from graphkeep.port.fence import fence_of
 
 if TYPE_CHECKING:
     from graphkeep.checkpoint.saver import SaverBase

@@ -43,7 +43,6 @@ from typing import Any
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from graphkeep.checkpoint.fence import fence_of
 from graphkeep.effects.keys import (
     CURRENT_KEY,
     Positions,
@@ -83,6 +82,7 @@ from graphkeep.port import (
     target_of,
 )
 from graphkeep.port.clock import now_ms
+from graphkeep.port.fence import fence_of
 
 log = logging.getLogger("graphkeep.effects")
 

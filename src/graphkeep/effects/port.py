@@ -74,7 +74,7 @@ class EffectsPort(Protocol):
       ``record`` (a new token and lease); True when replaced, False when the stored record is
       anything else.
     - ``fence`` (both): the fencing token of the lease the caller holds on the thread
-      (:mod:`graphkeep.checkpoint.fence`; None: none, nothing checked). The request checks it
+      (:mod:`graphkeep.port.fence`; None: none, nothing checked). The request checks it
       against the thread's lease as the saver under the same ``key_prefix`` on this store
       keeps it, and once a newer token was granted stores nothing and raises
       :class:`~graphkeep.errors.LeaseLost`: a holder that lost its lease starts no effect.

@@ -1,4 +1,4 @@
-"""The fencing tokens of ``saver.lock()`` on MongoDB (:mod:`graphkeep.checkpoint.fence`): one
+"""The fencing tokens of ``saver.lock()`` on MongoDB (:mod:`graphkeep.port.fence`): one
 fence document per thread in the thread's collection, raised at each grant, a copy of it in
 the effect ledger's collection, and the guard every write made under a lease sends first in
 its command.

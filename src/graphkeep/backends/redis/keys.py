@@ -23,7 +23,7 @@ def fence_key(prefix: str, thread_id: str) -> str:
     """The thread's fencing token (the last lease's ``saver.lock`` granted) under ``prefix``:
     apart from the thread's data keys, so ``delete_thread`` or a TTL refresh leaves it, and
     in the thread's hash slot, where the saver's and the effect ledger's fenced scripts
-    check it (see :mod:`graphkeep.checkpoint.fence`)."""
+    check it (see :mod:`graphkeep.port.fence`)."""
     return f"{prefix}:{CHECKPOINT_FORMAT}:{{{encode_thread(thread_id)}}}:fence"
 
 

@@ -1,10 +1,11 @@
 """The fencing token of the lease a caller holds, carried with every write it makes.
 
 ``saver.lock(thread_id)`` is granted with a fencing token that only grows per thread (see
-:mod:`.lock`). While the lease is held, this module's context variable maps the thread to
-that token, so every write the holder makes on the thread — ``put``, ``put_writes``,
-``delete_thread``, ``delete_for_runs``, ``prune``, ``copy_thread`` onto it, made directly or
-by ``graph.invoke`` inside ``with saver.lock(t):`` — carries the token in the same request,
+:mod:`graphkeep.checkpoint.lock`). While the lease is held, this module's context variable
+maps the thread to that token, so every write the holder makes on the thread — ``put``,
+``put_writes``, ``delete_thread``, ``delete_for_runs``, ``prune``, ``copy_thread`` onto it,
+the effect ledger's ``claim`` and ``take_over``, made directly or by ``graph.invoke`` inside
+``with saver.lock(t):`` — carries the token in the same request,
 and the store refuses it once a newer token was granted (:class:`~graphkeep.errors.LeaseLost`,
 nothing of the write stored). A context variable is async-safe and follows the call into
 LangGraph's executor threads and tasks (each copies its caller's context); a write made
