@@ -17,6 +17,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from langgraph.types import Command, interrupt
 
 import graphkeep
 from graphkeep.checkpoint.check import findings_of
-from graphkeep.errors import ThreadBusy
+from graphkeep.errors import LockNotAcquired, ThreadBusy
 from graphkeep.testing.isolation import isolated
 
 from .conftest import unique_prefix
@@ -310,4 +311,42 @@ def test_an_async_run_through_exclusive_leaves_no_token_on_its_callers_later_wri
             state = await graph.aget_state(config)
             assert state.values["log"][-1] == "user:edited"
 
+    asyncio.run(scenario())
+
+
+def test_a_run_longer_than_its_lease_keeps_it_renewed(runs_store: Store, thread_id: str) -> None:
+    """A run four times its lease's ``ttl`` long, sync and async: another holder is refused
+    the thread all along, and the run's writes are stored (no ``LeaseLost``)."""
+    ttl, think = 0.4, 1.6
+    url, prefix = runs_store.backend.url, runs_store.prefix
+
+    def others_refused(saver: Any, thread: str, done: Any) -> int:
+        tries = 0
+        while not done():
+            with pytest.raises(LockNotAcquired):  # its own context: not the run's lease
+                saver.lock(thread, ttl=5, blocking=False).acquire()
+            tries += 1
+            time.sleep(ttl / 4)
+        return tries
+
+    with graphkeep.connect(url, key_prefix=prefix) as saver:
+        app = saver.exclusive(slow_chat(think=think).compile(checkpointer=saver), ttl=ttl)
+        with ThreadPoolExecutor(1) as pool:
+            run = pool.submit(app.invoke, {"log": ["user:long"]}, thread_config(thread_id))
+            time.sleep(ttl / 2)
+            assert others_refused(saver, thread_id, run.done) >= 8
+            assert run.result()["log"] == ["user:long", "bot:1:user:long"]
+
+    async def scenario() -> None:
+        async with graphkeep.aconnect(url, key_prefix=prefix) as saver:
+            graph = slow_chat(think=think).compile(checkpointer=saver)
+            app = saver.exclusive(graph, ttl=ttl)
+            run = asyncio.create_task(app.ainvoke({"log": ["user:again"]}, config))
+            await asyncio.sleep(ttl / 2)
+            with graphkeep.connect(url, key_prefix=prefix) as other:
+                tries = await asyncio.to_thread(others_refused, other, thread_id, run.done)
+            assert tries >= 8
+            assert (await run)["log"][-1] == "bot:2:user:again"
+
+    config = thread_config(thread_id)
     asyncio.run(scenario())

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import threading
 import time
 import weakref
@@ -124,6 +126,60 @@ def _thread_of(config: Any) -> Any:
     return configurable.get("thread_id")
 
 
+class _Renewer:
+    """One daemon thread that renews every lease the sync runs of this process hold, each
+    every ``period`` seconds while its run lasts: a run costs a heap entry, not a thread of
+    its own (a thread started and joined per run cost more than its lease's requests)."""
+
+    def __init__(self) -> None:
+        self._due: list[tuple[float, int, ThreadLock, float]] = []  # a heap, by when due
+        self._live: set[int] = set()
+        self._count = itertools.count()
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def add(self, lock: ThreadLock, period: float) -> int:
+        """Renew ``lock`` every ``period`` seconds from now until :meth:`remove`."""
+        renewal = next(self._count)
+        with self._changed:
+            heapq.heappush(self._due, (time.monotonic() + period, renewal, lock, period))
+            self._live.add(renewal)
+            if self._thread is None or not self._thread.is_alive():  # first, or forked
+                self._thread = threading.Thread(
+                    target=self._run, name="graphkeep-lease", daemon=True
+                )
+                self._thread.start()
+            elif self._due[0][1] == renewal:
+                self._changed.notify()  # due before the one the thread waits for
+        return renewal
+
+    def remove(self, renewal: int) -> None:
+        with self._changed:
+            self._live.discard(renewal)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    wait = self._due[0][0] - time.monotonic() if self._due else None
+                    self._changed.wait(wait)
+                _, renewal, lock, period = heapq.heappop(self._due)
+                if renewal not in self._live:
+                    continue
+            try:
+                kept = lock.extend()
+            except Exception:  # noqa: BLE001 - the store is away: retried next period
+                kept = True
+            with self._changed:
+                if not kept:  # lost: the run's next write is refused (LeaseLost)
+                    self._live.discard(renewal)
+                elif renewal in self._live:
+                    heapq.heappush(self._due, (time.monotonic() + period, renewal, lock, period))
+
+
+_RENEWER = _Renewer()
+
+
 class Exclusive:
     """``graph`` whose runs of a thread are single-writer (see the module docstring)."""
 
@@ -192,25 +248,12 @@ class Exclusive:
             lock.acquire()
         except LockNotAcquired as exc:
             raise self._busy(thread_id, exc) from None
-        stop = threading.Event()
-        renewer = threading.Thread(
-            target=self._renew, args=(lock, stop), name="graphkeep-lease", daemon=True
-        )
-        renewer.start()
+        renewal = _RENEWER.add(lock, self.ttl / 3)
         try:
             yield
         finally:
-            stop.set()
-            renewer.join()
+            _RENEWER.remove(renewal)
             lock.release()
-
-    def _renew(self, lock: ThreadLock, stop: threading.Event) -> None:
-        while not stop.wait(self.ttl / 3):
-            try:
-                if not lock.extend():
-                    return  # lost: the run's next write is refused (LeaseLost)
-            except Exception:  # noqa: BLE001 - the store is away: retried next period
-                continue
 
     @contextlib.asynccontextmanager
     async def aheld(self, config: Any) -> AsyncIterator[None]:
