@@ -33,6 +33,10 @@ OUTSIDE = "(no saver call)"
 #: the thread lease's calls (``saver.lock(...)``'s acquire, release and renewal), as
 #: :func:`trace_lease` names them in a tally
 LEASE_METHODS = ("lease.acquire", "lease.release", "lease.extend")
+#: a lease taken with the run's first read (``saver.exclusive`` where the store folds the
+#: two, :meth:`graphkeep.checkpoint.lock.ThreadLock.with_first_read`): counted as a call,
+#: its one request being the read's
+LEASE_WITH_READ = "lease.with_read"
 
 
 @dataclass
@@ -160,6 +164,11 @@ class Probe:
                 if call:
                     self._calls[method] += 1
 
+    def count(self, method: str) -> None:
+        """Count a call of ``method`` made inside another (its requests are that one's)."""
+        with self._lock:
+            self._calls[method] += 1
+
     def trace(self, saver: Any) -> Any:
         """Wrap the saver's public methods on the instance (the runtime calls them there)."""
         for name in TRACED_METHODS:
@@ -224,9 +233,10 @@ class Probe:
 def trace_lease(saver: Any, probe: Probe | None = None, waits: list[float] | None = None) -> Any:
     """Wrap ``saver.lock`` on the instance (``saver.exclusive`` takes its leases there) so
     that each lease it grants reports to ``probe`` — its sync acquire, release and renewals
-    as the calls :data:`LEASE_METHODS`, their round trips attributed to them — and appends
-    the seconds each acquire took (sync or async: the wait for the thread, polls included)
-    to ``waits``. Only public API: any backend's saver. Returns the saver."""
+    as the calls :data:`LEASE_METHODS`, their round trips attributed to them, and a lease
+    taken with the run's first read as :data:`LEASE_WITH_READ` — and appends the seconds
+    each acquire took (sync or async, or with the read: the wait for the thread, polls
+    included) to ``waits``. Only public API: any backend's saver. Returns the saver."""
     original = saver.lock
 
     def lock(*args: Any, **kwargs: Any) -> Any:
@@ -240,10 +250,30 @@ def trace_lease(saver: Any, probe: Probe | None = None, waits: list[float] | Non
             setattr(lease, name, method)
         if waits is not None:
             lease.aacquire = _atimed(lease.aacquire, waits)
+        lease.load_op = _with_read(lease.load_op, probe, waits)
         return lease
 
     saver.lock = lock
     return saver
+
+
+def _with_read(
+    op: Callable[..., Any], probe: Probe | None, waits: list[float] | None
+) -> Callable[..., Any]:
+    """A lease's ``load_op`` (taken with the run's first read) counted as
+    :data:`LEASE_WITH_READ` and timed whole (its wait for the thread, polls included)."""
+
+    def load_op(*args: Any, **kwargs: Any) -> Any:
+        if probe is not None:
+            probe.count(LEASE_WITH_READ)
+        started = time.perf_counter()
+        try:
+            return (yield from op(*args, **kwargs))
+        finally:
+            if waits is not None:
+                waits.append(time.perf_counter() - started)
+
+    return load_op
 
 
 def _timed(call: Callable[..., Any], waits: list[float]) -> Callable[..., Any]:

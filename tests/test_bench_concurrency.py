@@ -236,8 +236,9 @@ def test_quick_concurrency_suite_reports_exclusive_runs_and_their_lease_wait_und
             assert number(row["turns/s"]) > 0
             waits = [number(w) for w in row["lease wait median / p95 / max ms"].split(" / ")]
             assert 0 < waits[0] <= waits[1] <= waits[2], (title, row)
-        # the lease costs its acquire and release per turn and nothing per write; runs of
-        # one thread in one process queue for it locally, so a waiting run polls nothing
+        # the lease costs its release per turn (its acquire rides on the turn's first read)
+        # and nothing per write; runs of one thread in one process queue for it locally, so
+        # a waiting run polls nothing
         ours = number(table[plain]["requests/turn"])
         assert number(table[alone]["requests/turn"]) == ours + LEASE_REQUESTS, title
         assert number(table[shared]["requests/turn"]) == ours + LEASE_REQUESTS, title

@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.types import Command, interrupt
 
 import graphkeep
 from graphkeep.checkpoint.check import findings_of
 from graphkeep.errors import LockNotAcquired, ThreadBusy
+from graphkeep.port import fence
 from graphkeep.testing.isolation import isolated
 
 from .conftest import unique_prefix
@@ -350,3 +352,29 @@ def test_a_run_longer_than_its_lease_keeps_it_renewed(runs_store: Store, thread_
 
     config = thread_config(thread_id)
     asyncio.run(scenario())
+
+
+def test_a_lease_awaiting_its_first_read_is_taken_by_a_write_that_comes_first(
+    runs_store: Store, thread_id: str
+) -> None:
+    """A run through ``exclusive`` takes its lease with its first read of the thread (one
+    request where the store folds them: Redis); one that writes first takes it then, and the
+    write carries its fencing token."""
+    url, prefix = runs_store.backend.url, runs_store.prefix
+    with graphkeep.connect(url, key_prefix=prefix) as saver:
+        graph = slow_chat(think=0).compile(checkpointer=saver)
+        app, config = saver.exclusive(graph), thread_config(thread_id)
+        with app.held(config, with_first_read=True):
+            with saver.lock(thread_id, blocking=False):  # not taken yet: free
+                pass
+            saver.put(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
+            with pytest.raises(LockNotAcquired):  # the write took it
+                saver.lock(thread_id, blocking=False).acquire()
+            assert fence.fence_of(thread_id) is not None
+        with app.held(config, with_first_read=True):
+            assert saver.get_tuple(config) is not None  # the read took it
+            with pytest.raises(LockNotAcquired):
+                saver.lock(thread_id, blocking=False).acquire()
+        assert fence.fence_of(thread_id) is None
+        with saver.lock(thread_id, blocking=False):  # let go after each
+            pass

@@ -62,8 +62,9 @@ HOUSEKEEPING = frozenset(
     {"hello", "ismaster", "saslstart", "saslcontinue", "ping", "endsessions", "buildinfo"}
 )
 #: issue 45: the requests one lease of ``saver.exclusive`` may cost per run: acquire (up to
-#: two commands: the lease and its fencing token) and release
-LEASE_REQUESTS = 3
+#: three commands: the lease, its fencing token, and the effect ledger's copy of the token)
+#: and release
+LEASE_REQUESTS = 4
 
 
 def mongodb_url() -> str:

@@ -7,13 +7,13 @@ the head and write children of it, and one turn vanishes from the history. Wrapp
     app = saver.exclusive(graph)               # timeout=30.0, on_busy="wait"
     app.invoke({"messages": [...]}, {"configurable": {"thread_id": "t1"}})
 
-each run takes the thread's lease (:mod:`.lock`) before its first read and lets it go after
-its last write — on return, error, interrupt and cancellation — renewing it while it runs
-(every third of ``ttl``). Every write of the run carries the lease's fencing token
-(:mod:`graphkeep.port.fence`): a run that stalled past its lease while another took the
-thread over is refused (:class:`~graphkeep.errors.LeaseLost`), never written over the
-other's turn.
-A second run of a busy thread waits up to ``timeout`` seconds for it, then raises
+each run takes the thread's lease (:mod:`.lock`) before its first read — with it, in the
+same request, where the store can (Redis) — and lets it go after its last write — on return,
+error, interrupt and cancellation — renewing it while it runs (every third of ``ttl``).
+Every write of the run carries the lease's fencing token (:mod:`graphkeep.port.fence`): a
+run that stalled past its lease while another took the thread over is refused
+(:class:`~graphkeep.errors.LeaseLost`), never written over the other's turn. A second run of
+a busy thread waits up to ``timeout`` seconds for it, then raises
 :class:`~graphkeep.errors.ThreadBusy`; ``on_busy="reject"`` raises at once.
 
 The runs are ``invoke``/``ainvoke``, ``stream``/``astream``/``astream_events``,
@@ -167,7 +167,7 @@ class _Renewer:
                 if renewal not in self._live:
                     continue
             try:
-                kept = lock.extend()
+                kept = lock.extend() if lock.held else True  # not taken yet: its first read
             except Exception:  # noqa: BLE001 - the store is away: retried next period
                 kept = True
             with self._changed:
@@ -204,6 +204,12 @@ class Exclusive:
         self.on_busy = on_busy
         self.ttl = ttl
         self._turns = _turns_of(saver)
+        #: the runs take their lease with their first read (one request for both) when the
+        #: graph reads this saver, whose get_tuple takes it, on a store that can do both in
+        #: one request; else with a request of its own before the run
+        self._with_read = (
+            getattr(graph, "checkpointer", None) is saver and saver.port.leases_with_read
+        )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.graph, name)
@@ -227,8 +233,9 @@ class Exclusive:
         return ThreadBusy(f"thread {thread_id!r} is busy: another run holds its lease ({waited})")
 
     @contextlib.contextmanager
-    def held(self, config: Any) -> Iterator[None]:
-        """The thread's lease held (and renewed) around a run with ``config``."""
+    def held(self, config: Any, *, with_first_read: bool = False) -> Iterator[None]:
+        """The thread's lease held (and renewed) around a run with ``config``: taken before
+        this yields, or (``with_first_read``) by the run's first read of the thread."""
         thread_id = _thread_of(config)
         if thread_id is None:  # no thread: the graph raises (or runs without a checkpointer)
             yield
@@ -238,25 +245,34 @@ class Exclusive:
         with self._turns.turn(thread, self._local_wait()) as ours:
             if not ours:
                 raise self._busy(thread_id)
-            with self._leased(thread_id, started):
+            with self._leased(thread_id, started, with_first_read):
                 yield
 
     @contextlib.contextmanager
-    def _leased(self, thread_id: Any, started: float) -> Iterator[None]:
+    def _leased(self, thread_id: Any, started: float, with_first_read: bool) -> Iterator[None]:
         lock = self._lock(thread_id, started)
-        try:
-            lock.acquire()
-        except LockNotAcquired as exc:
-            raise self._busy(thread_id, exc) from None
+        if with_first_read:
+            lock.with_first_read()
+        else:
+            try:
+                lock.acquire()
+            except LockNotAcquired as exc:
+                raise self._busy(thread_id, exc) from None
         renewal = _RENEWER.add(lock, self.ttl / 3)
         try:
             yield
+        except LockNotAcquired as exc:
+            if lock.held or isinstance(exc, ThreadBusy):
+                raise
+            raise self._busy(thread_id, exc) from None  # its first read found it busy
         finally:
             _RENEWER.remove(renewal)
-            lock.release()
+            lock.not_read()
+            if lock.held:
+                lock.release()
 
     @contextlib.asynccontextmanager
-    async def aheld(self, config: Any) -> AsyncIterator[None]:
+    async def aheld(self, config: Any, *, with_first_read: bool = False) -> AsyncIterator[None]:
         """:meth:`held` for async runs (renewed by a task)."""
         thread_id = _thread_of(config)
         if thread_id is None:
@@ -267,33 +283,46 @@ class Exclusive:
         async with self._turns.aturn(thread, self._local_wait()) as ours:
             if not ours:
                 raise self._busy(thread_id)
-            async with self._aleased(thread_id, started):
+            async with self._aleased(thread_id, started, with_first_read):
                 yield
 
     @contextlib.asynccontextmanager
-    async def _aleased(self, thread_id: Any, started: float) -> AsyncIterator[None]:
+    async def _aleased(
+        self, thread_id: Any, started: float, with_first_read: bool
+    ) -> AsyncIterator[None]:
         lock = self._lock(thread_id, started)
-        try:
-            await lock.aacquire()
-        except LockNotAcquired as exc:
-            raise self._busy(thread_id, exc) from None
+        if with_first_read:
+            lock.with_first_read()
+        else:
+            try:
+                await lock.aacquire()
+            except LockNotAcquired as exc:
+                raise self._busy(thread_id, exc) from None
         renewer = asyncio.create_task(self._arenew(lock))
         try:
             yield
+        except LockNotAcquired as exc:
+            if lock.held or isinstance(exc, ThreadBusy):
+                raise
+            raise self._busy(thread_id, exc) from None  # its first read found it busy
         finally:
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
-            try:
-                await asyncio.shield(lock.arelease())
-            finally:
-                # the shielded release ran in a copy of this context: stop carrying the
-                # token here too (an async generator's lease was taken in its caller's)
-                drop(lock.thread_id)
+            lock.not_read()
+            if lock.held:
+                try:
+                    await asyncio.shield(lock.arelease())
+                finally:
+                    # the shielded release ran in a copy of this context: stop carrying the
+                    # token here too (an async generator's lease was taken in its caller's)
+                    drop(lock.thread_id)
 
     async def _arenew(self, lock: ThreadLock) -> None:
         while True:
             await asyncio.sleep(self.ttl / 3)
+            if not lock.held:  # not taken yet: its first read takes it
+                continue
             try:
                 if not await lock.aextend():
                     return
@@ -303,26 +332,26 @@ class Exclusive:
     # -- runs --------------------------------------------------------------------------
 
     def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
-        with self.held(config):
+        with self.held(config, with_first_read=self._with_read):
             return self.graph.invoke(input, config, **kwargs)
 
     async def ainvoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
-        async with self.aheld(config):
+        async with self.aheld(config, with_first_read=self._with_read):
             return await self.graph.ainvoke(input, config, **kwargs)
 
     def stream(self, input: Any, config: Any = None, **kwargs: Any) -> Iterator[Any]:
-        with self.held(config):
+        with self.held(config, with_first_read=self._with_read):
             yield from self.graph.stream(input, config, **kwargs)
 
     async def astream(self, input: Any, config: Any = None, **kwargs: Any) -> AsyncIterator[Any]:
-        async with self.aheld(config):
+        async with self.aheld(config, with_first_read=self._with_read):
             async for chunk in self.graph.astream(input, config, **kwargs):
                 yield chunk
 
     async def astream_events(
         self, input: Any, config: Any = None, **kwargs: Any
     ) -> AsyncIterator[Any]:
-        async with self.aheld(config):
+        async with self.aheld(config, with_first_read=self._with_read):
             async for event in self.graph.astream_events(input, config, **kwargs):
                 yield event
 
@@ -375,19 +404,19 @@ class Exclusive:
     # -- state writes --------------------------------------------------------------------
 
     def update_state(self, config: Any, values: Any, as_node: Any = None, **kw: Any) -> Any:
-        with self.held(config):
+        with self.held(config, with_first_read=self._with_read):
             return self.graph.update_state(config, values, as_node, **kw)
 
     async def aupdate_state(self, config: Any, values: Any, as_node: Any = None, **kw: Any) -> Any:
-        async with self.aheld(config):
+        async with self.aheld(config, with_first_read=self._with_read):
             return await self.graph.aupdate_state(config, values, as_node, **kw)
 
     def bulk_update_state(self, config: Any, supersteps: Any) -> Any:
-        with self.held(config):
+        with self.held(config, with_first_read=self._with_read):
             return self.graph.bulk_update_state(config, supersteps)
 
     async def abulk_update_state(self, config: Any, supersteps: Any) -> Any:
-        async with self.aheld(config):
+        async with self.aheld(config, with_first_read=self._with_read):
             return await self.graph.abulk_update_state(config, supersteps)
 
 

@@ -26,20 +26,47 @@ from __future__ import annotations
 
 import time
 import uuid
-from types import TracebackType
+from collections.abc import Mapping
+from contextvars import ContextVar
+from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 from graphkeep.errors import ConfigurationError, LockNotAcquired
 from graphkeep.port import Op, Sleep
-from graphkeep.port.fence import drop, hold
+from graphkeep.port.fence import drop, fence_of, hold
 
 if TYPE_CHECKING:
+    from graphkeep.checkpoint.records import Loaded
     from graphkeep.checkpoint.saver import SaverBase
 
 #: the longest a waiter sleeps between looks at a busy lease (from ``poll``, doubling): short,
 #: so a waiter is not starved by a holder that takes the thread again at once (a worker's next
 #: turn); each look is one small request
 MAX_POLL_SECONDS = 0.25
+
+
+#: thread id -> the lease a run takes with its first read of the thread (see
+#: :meth:`ThreadLock.with_first_read`)
+_FIRST_READ: ContextVar[Mapping[str, ThreadLock]] = ContextVar(
+    "graphkeep_leases_with_first_read", default=MappingProxyType({})
+)
+
+
+def taken_with_read(thread_id: str) -> ThreadLock | None:
+    """The lease this context takes with its next read of ``thread_id``, if any."""
+    lock = _FIRST_READ.get().get(thread_id)
+    return lock if lock is not None and lock.awaiting_read else None
+
+
+def write_fence(saver: SaverBase, thread_id: str) -> Op[int | None]:
+    """The fencing token a write of this context to ``thread_id`` carries (None: no lease).
+    A run that writes the thread before it reads it takes its lease first, with a request
+    of its own (:meth:`ThreadLock.with_first_read`: LangGraph's runs read first)."""
+    lease = taken_with_read(thread_id)
+    if lease is not None and lease.saver is saver:
+        lease.awaiting_read = False
+        lease._granted(int((yield from lease.acquire_op())))
+    return fence_of(thread_id)
 
 
 class ThreadLock:
@@ -67,6 +94,8 @@ class ThreadLock:
         self.held = False
         #: the fencing token of the grant (None until taken)
         self.fence: int | None = None
+        #: to be taken with the context's next read of the thread (:meth:`with_first_read`)
+        self.awaiting_read = False
 
     def acquire_op(self) -> Op[int]:
         """The op taking the lease (waiting as the lock says): the grant's fencing token, or
@@ -92,6 +121,41 @@ class ThreadLock:
             delay = min(delay * 2, MAX_POLL_SECONDS)
         telemetry.lock_waited(time.monotonic() - started, acquired=True)
         return int(fence)
+
+    def with_first_read(self) -> None:
+        """Take the lease with this context's next read of the thread instead of a request
+        of its own (``saver.exclusive``'s runs: LangGraph reads the thread first): the read
+        (``get_tuple``) takes it in the same request where the store can
+        (:meth:`~graphkeep.checkpoint.port.CheckpointPort.load_leased`), waiting for a busy
+        lease as :meth:`acquire` does, and raising what it raises. :meth:`not_read` ends it."""
+        self.awaiting_read = True
+        _FIRST_READ.set(MappingProxyType({**_FIRST_READ.get(), self.thread_id: self}))
+
+    def not_read(self) -> None:
+        """No read takes this lease any more (the run ended; taken or not)."""
+        self.awaiting_read = False
+        current = _FIRST_READ.get()
+        if current.get(self.thread_id) is self:
+            _FIRST_READ.set(MappingProxyType(
+                {k: v for k, v in current.items() if k != self.thread_id}
+            ))  # fmt: skip
+
+    def load_op(self, ns: str, checkpoint_id: str | None) -> Op[Loaded | None]:
+        """The op of the read that takes the lease (see :meth:`with_first_read`): the thread's
+        checkpoint, read under the lease; carries the grant's token in this context."""
+        self.awaiting_read = False
+        started = time.monotonic()
+        store = self.saver.port
+        fence, loaded = yield from store.load_leased(
+            self.thread_id, ns, checkpoint_id, self.token, self.ttl_ms
+        )
+        if fence:
+            self.saver.telemetry.lock_waited(time.monotonic() - started, acquired=True)
+        else:  # busy: wait as acquire does, then read
+            fence = yield from self.acquire_op()
+            loaded = yield from store.load(self.thread_id, ns, checkpoint_id)
+        self._granted(int(fence))
+        return loaded
 
     def release_op(self) -> Op[bool]:
         """The op letting the lease go if still ours (see :meth:`release`)."""

@@ -43,7 +43,10 @@ class CheckpointPort(Protocol):
     - ``feed`` (default False): the port has a native commit feed (:class:`Feed`) that
       ``watch`` blocks on; otherwise ``watch`` polls :meth:`commits`;
     - ``probes`` (default False): the port answers :meth:`checkpoint_keys`, so a Redis hot
-      layer can sit over it (:mod:`graphkeep.checkpoint.hot`).
+      layer can sit over it (:mod:`graphkeep.checkpoint.hot`);
+    - ``leases_with_read`` (default False): :meth:`load_leased` takes the lease and reads in
+      one request, so ``saver.exclusive``'s runs take their lease with their first read;
+      otherwise with a request of their own before it.
 
     Semantics every implementation must keep (see docs/architecture.md):
     - ``put_checkpoint`` stores ``blobs`` and then the record so that no reader
@@ -63,6 +66,7 @@ class CheckpointPort(Protocol):
     compresses: bool = False
     feed: bool = False
     probes: bool = False
+    leases_with_read: bool = False
 
     def setup(self) -> Op[None]: ...
 
@@ -231,6 +235,19 @@ class CheckpointPort(Protocol):
         milliseconds (so it grows even where the store forgot the last one); it is kept
         apart from the thread's data (``delete_thread`` leaves it)."""
         ...
+
+    def load_leased(
+        self, thread_id: str, ns: str, checkpoint_id: str | None, token: str, ttl_ms: int
+    ) -> Op[tuple[int, Loaded | None]]:
+        """:meth:`acquire_lock` and, when granted, :meth:`load`: ``(fencing token, loaded)``,
+        ``(0, None)`` when another holder has the lease (nothing read). A run of
+        ``saver.exclusive`` takes its lease this way, with its first read, on a port with
+        ``leases_with_read`` (which overrides this with one request: Redis, one script);
+        this default costs the two requests."""
+        fence = yield from self.acquire_lock(thread_id, token, ttl_ms)
+        if not fence:
+            return 0, None
+        return fence, (yield from self.load(thread_id, ns, checkpoint_id))
 
     def release_lock(self, thread_id: str, token: str) -> Op[bool]:
         """Free the lease only if ``token`` still holds it; True when released."""

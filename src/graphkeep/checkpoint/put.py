@@ -17,11 +17,11 @@ from langgraph.checkpoint.base import (
 
 from graphkeep.checkpoint.ids import address, check_name, normalize_checkpoint_id, version_key
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, SharedList
+from graphkeep.checkpoint.lock import write_fence
 from graphkeep.checkpoint.migrations import SCHEMA_VERSION_KEY
 from graphkeep.checkpoint.records import BlobRecord, CheckpointRecord, WriteRecord
 from graphkeep.errors import InvalidInput
 from graphkeep.port import Op, codec
-from graphkeep.port.fence import fence_of
 
 if TYPE_CHECKING:
     from graphkeep.checkpoint.saver import SaverBase
@@ -106,7 +106,8 @@ def put_op(
             + len(record.metadata.data)
             + sum(len(b.value.data) for b in written),
         )
-    yield from saver.port.put_checkpoint(record, written, fence_of(thread_id))
+    fence = yield from write_fence(saver, thread_id)
+    yield from saver.port.put_checkpoint(record, written, fence)
     if shared:
         saver.lists.committed(thread_id, ns, shared)
     return {
@@ -183,7 +184,8 @@ def put_writes_op(
         if saver.telemetry.active():
             size = sum(len(r.value.data) for r in records)
             saver.telemetry.put_bytes("checkpoint.put_writes", size)
-        yield from saver.port.put_writes(thread_id, ns, checkpoint_id, records, fence_of(thread_id))
+        fence = yield from write_fence(saver, thread_id)
+        yield from saver.port.put_writes(thread_id, ns, checkpoint_id, records, fence)
 
 
 def _channel(name: Any) -> str:

@@ -25,6 +25,7 @@ from graphkeep.checkpoint.ids import (
     normalize_namespace,
 )
 from graphkeep.checkpoint.lists import element_blob_keys, is_manifest, load_value, rebuild, where
+from graphkeep.checkpoint.lock import taken_with_read
 from graphkeep.checkpoint.migrations import Alias, history_upgrade
 from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.records import CheckpointRecord, ListQuery, Loaded, Typed, WriteRecord
@@ -40,8 +41,12 @@ LIST_PAGE_SIZE = 100
 def get_tuple_op(saver: SaverBase, config: RunnableConfig) -> Op[CheckpointTuple | None]:
     """The op of ``get_tuple``: ``config``'s checkpoint (the latest without an id), or None."""
     thread_id, ns, checkpoint_id = address(config, max_bytes=saver.max_id_bytes)
+    lease = taken_with_read(thread_id)  # an exclusive run's first read takes its lease
     try:
-        loaded = yield from saver.port.load(thread_id, ns, checkpoint_id)
+        if lease is not None and lease.saver is saver:
+            loaded = yield from lease.load_op(ns, checkpoint_id)
+        else:
+            loaded = yield from saver.port.load(thread_id, ns, checkpoint_id)
         if loaded is None:
             return None
         yield from _expand(saver.port, [loaded])

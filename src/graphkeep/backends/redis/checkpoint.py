@@ -125,10 +125,12 @@ class RedisCheckpointPort(CheckpointPort):
     """The checkpoint port on Redis. ``ttl`` in seconds slides on every write of a thread.
 
     It has a native commit feed (``feed = True``): the thread's stream, see
-    :meth:`feed_read`.
+    :meth:`feed_read`; and takes a lease with a read in one script (``leases_with_read``:
+    :meth:`load_leased`).
     """
 
     feed = True
+    leases_with_read = True
     #: the saver's scripts and its effect ledger's (the ledger shares the saver's executor)
     scripts = ALL_SCRIPTS
 
@@ -629,6 +631,19 @@ class RedisCheckpointPort(CheckpointPort):
         keys = [self.lock_key(thread_id), self.fence_key(thread_id)]
         fence = yield Script("lock", keys, [token, ttl_ms, int(time.time() * 1000)])
         return int(fence)
+
+    def load_leased(
+        self, thread_id: str, ns: str, checkpoint_id: str | None, token: str, ttl_ms: int
+    ) -> Op[tuple[int, Loaded | None]]:
+        """One script: the lease (as :meth:`acquire_lock`), then, when granted, the read (as
+        :meth:`load`) — ``saver.exclusive``'s first read costs no request for its lease."""
+        keys = [*self.thread_keys(thread_id), self.lock_key(thread_id), self.fence_key(thread_id)]
+        now = int(time.time() * 1000)
+        args = [ns, checkpoint_id or "", self.read_ttl_ms, token, ttl_ms, now]
+        raw = yield Script("get/leased", keys, args)
+        fence = int(raw[0])
+        found = raw[1] if fence and len(raw) > 1 else None
+        return fence, (loaded_of(thread_id, found, {}) if found else None)
 
     def release_lock(self, thread_id: str, token: str) -> Op[bool]:
         released = yield Script("unlock", [self.lock_key(thread_id)], [token])

@@ -658,6 +658,26 @@ redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', keep)
 return fence
 """
 
+# GET under the thread's lease taken in the same script (``saver.exclusive``'s first read).
+# KEYS: the thread's, the lock key, the fencing token's; ARGV: GET's, then LOCK's. Answers
+# {0} when another holder has the lease (nothing read), else {fencing token[, found]}.
+GET_LEASED = (
+    "local function take(KEYS, ARGV)\n"
+    + LOCK
+    + """end
+local fence = take({KEYS[#KEYS - 1], KEYS[#KEYS]},
+  {ARGV[#ARGV - 2], ARGV[#ARGV - 1], ARGV[#ARGV]})
+if fence == 0 then return {0} end
+local function get()
+"""
+    + GET
+    + """end
+local found = get()
+if not found then return {fence} end
+return {fence, found}
+"""
+)
+
 UNLOCK = r"""
 -- KEYS[1] lock key; ARGV: token. Only the holder's token releases the lease.
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -757,6 +777,7 @@ _BODIES = {
     "feed_end": FEED_END,
     "feed": FEED,
     "lock": LOCK,
+    "get/leased": GET_LEASED,
     "unlock": UNLOCK,
     "extend_lock": EXTEND_LOCK,
 }
