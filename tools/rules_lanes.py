@@ -8,6 +8,9 @@ checked against ElastiCache Serverless's and Azure Managed Redis OSS's rules at 
     python tools/rules_lanes.py main-lane-k      the main lane's -k: these files' Valkey cases
                                                   left out (the Valkey rules run runs them)
     python tools/rules_lanes.py valkey           the Valkey rules run (pytest's exit code)
+    python tools/rules_lanes.py beside-mongodb   ``--backend`` arguments of the conformance
+                                                  rows not on the MongoDB server (taken while
+                                                  the MongoDB lane still loads it)
 
 Left out of the Valkey run: the store's Query Engine vector-index tests (``FT.*`` is what
 neither service offers; they run on redis-stack in the main lane);
@@ -22,6 +25,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 MONGODB_RULES = "documentdb,cosmos-mongodb-vcore,cosmos-mongodb-ru"
 REDIS_RULES = "elasticache-serverless,azure-redis-oss"
@@ -62,6 +68,17 @@ def valkey() -> int:
     return subprocess.call(command + [f"tests/{name}" for name in FILES], env=env)
 
 
+def beside_mongodb() -> str:
+    """The conformance matrix's set-ups not on the MongoDB server, as ``--backend`` arguments:
+    the rows a taker runs while the MongoDB lane still loads FerretDB (a row's timing cases,
+    e.g. a watch's ``timeout`` between checkpoints, assume a server that answers in time;
+    the MongoDB rows are taken by the lanes once their tests end)."""
+    sys.path.insert(0, str(ROOT))  # run as a script: the repository's packages
+    from conformance.setups import selected  # noqa: PLC0415 - only this subcommand needs it
+
+    return " ".join(f"--backend {s.name}" for s in selected() if s.marker != "mongodb")
+
+
 def main() -> int:
     what = sys.argv[1] if len(sys.argv) == 2 else ""
     if what == "mongodb-rules":
@@ -70,6 +87,8 @@ def main() -> int:
         print(main_lane_k())
     elif what == "valkey":
         return valkey()
+    elif what == "beside-mongodb":
+        print(beside_mongodb())
     else:
         print(__doc__, file=sys.stderr)
         return 2
