@@ -1,0 +1,77 @@
+"""Any LangGraph saver as a copy's source or destination: ``--source-saver`` / ``--dest-saver``.
+
+``MODULE:CALLABLE`` names a callable the app provides; ``graphkeep copy`` calls it with the
+side's URL (``SRC_URL`` or ``DST_URL``, as given on the command line) as its one argument, and
+it returns a context manager that yields a ``BaseCheckpointSaver`` (what
+``MongoDBSaver.from_conn_string`` returns, say). The saver is then used through LangGraph's
+public API only, as a :class:`~graphkeep.cli.foreign.Foreign` endpoint of kind ``"custom"``;
+it creates its own schema (the copy asks nothing of it but ``put`` / ``put_writes``), and its
+serializer is the copy's (values travel byte for byte, as with LangGraph's SQLite and
+Postgres savers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from graphkeep.cli.arguments import import_object
+from graphkeep.cli.console import UsageError
+from graphkeep.cli.endpoints import Endpoint, open_endpoint
+from graphkeep.cli.foreign import Foreign
+
+CUSTOM = "custom"
+EXAMPLE = "app.savers:open_saver"
+
+
+@contextmanager
+def open_custom(spec: str, option: str, url: str, *, serde: Any = None) -> Iterator[Foreign]:
+    """The saver ``spec``'s callable opens for ``url`` (``option``: the flag, for errors)."""
+    factory = import_object(spec, option, EXAMPLE)
+    if not callable(factory):
+        raise UsageError(f"{option} {spec} is a {type(factory).__name__}, not a callable")
+    try:
+        manager = factory(url)
+        enter = manager.__enter__
+    except Exception as exc:  # the app's factory may fail in any way
+        raise UsageError(f"{option} {spec}: {type(exc).__name__}: {exc}") from exc
+    saver = enter()
+    try:
+        if not isinstance(saver, BaseCheckpointSaver):
+            raise UsageError(
+                f"{option} {spec} yielded a {type(saver).__name__}, not a LangGraph"
+                " BaseCheckpointSaver"
+            )
+        if serde is not None:
+            saver.serde = serde
+        yield Foreign(url, saver, CUSTOM)
+    except BaseException as exc:
+        if not manager.__exit__(type(exc), exc, exc.__traceback__):
+            raise
+    else:
+        manager.__exit__(None, None, None)
+
+
+@contextmanager
+def open_side(
+    url: str,
+    spec: str | None,
+    option: str,
+    *,
+    key_prefix: str | None = None,
+    serde: Any = None,
+    setup: bool = False,
+    must_exist: bool = True,
+) -> Iterator[Endpoint]:
+    """One side of a copy: the app's saver when ``spec`` names one, else ``url``'s."""
+    if spec is not None:
+        with open_custom(spec, option, url, serde=serde) as custom:
+            yield custom
+        return
+    with open_endpoint(
+        url, key_prefix=key_prefix, serde=serde, setup=setup, must_exist=must_exist
+    ) as found:
+        yield found

@@ -1,0 +1,266 @@
+"""``graphkeep copy`` between integer-version and string-version savers, verified through
+LangGraph's read path, on real servers.
+
+The integer side is LangGraph's own MongoDBSaver (``langgraph-checkpoint-mongodb``) on the
+session's MongoDB server, opened with ``--source-saver`` / ``--dest-saver``
+(tests/copy_savers.py); the string side is graphkeep on every backend. Threads are written by
+a real graph: a three-turn chat (add_messages), an ``update_state`` fork (which makes an
+integer saver reuse a version number for another value) and an approval interrupt.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage
+from langgraph.types import Command
+from pymongo import MongoClient
+
+from graphkeep.cli.versions import string_ranks
+
+from .cli_runs import gk
+from .conftest import MONGODB_URI
+from .copy_savers import chat_builder, mongodb_saver
+from .test_cli import BACKEND_PARAMS, Store, unique_prefix
+
+#: every test here reads or writes LangGraph's MongoDBSaver
+pytestmark = pytest.mark.mongodb
+
+SOURCE_SAVER = "tests.copy_savers:mongodb_saver"
+GRAPH = "tests.copy_savers:builder"
+
+
+@pytest.fixture(params=BACKEND_PARAMS)
+def store(request: pytest.FixtureRequest) -> Store:
+    return Store(request.param, unique_prefix("copyv"))
+
+
+@pytest.fixture
+def mongo_url() -> Iterator[str]:
+    """A fresh database for LangGraph's MongoDBSaver, dropped afterwards."""
+    name = f"gk_copyv_{uuid.uuid4().hex[:10]}"
+    yield f"{MONGODB_URI.rstrip('/')}/{name}"
+    client: MongoClient[Any] = MongoClient(MONGODB_URI)
+    try:
+        client.drop_database(name)
+    finally:
+        client.close()
+
+
+def config(thread_id: str, checkpoint_id: str | None = None) -> Any:
+    conf: dict[str, Any] = {"thread_id": thread_id}
+    if checkpoint_id:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
+
+
+def ask(graph: Any, thread_id: str, text: str) -> Any:
+    return graph.invoke(
+        {"messages": [HumanMessage(content=text, id=f"h-{text}")]}, config(thread_id)
+    )
+
+
+def contents(values: dict[str, Any]) -> list[str]:
+    return [str(m.content) for m in values.get("messages", [])]
+
+
+def history(graph: Any, thread_id: str) -> dict[str, Any]:
+    """checkpoint id -> (values, next, interrupts) of every state of the thread."""
+    return {
+        s.config["configurable"]["checkpoint_id"]: (
+            s.values,
+            s.next,
+            [i.value for t in s.tasks for i in t.interrupts],
+        )
+        for s in graph.get_state_history(config(thread_id))
+    }
+
+
+def write_threads(graph: Any, saver: Any) -> dict[str, Any]:
+    """The three threads, through ``graph``: what the fork made the integer saver reuse."""
+    for n in range(1, 4):
+        ask(graph, "chat", f"question {n}")
+    ask(graph, "fork", "first")
+    ask(graph, "fork", "second")
+    states = list(graph.get_state_history(config("fork")))
+    before_second = next(s for s in states if contents(s.values) == ["first", "answer 1 to first"])
+    graph.update_state(
+        before_second.config, {"messages": [HumanMessage(content="instead", id="h-instead")]}
+    )
+    ask(graph, "fork", "after the fork")
+    ask(graph, "approve", "please approve the budget")
+    return {t: history(graph, t) for t in ("chat", "fork", "approve")}
+
+
+def reused_versions(saver: Any, thread_id: str) -> set[tuple[str, Any]]:
+    """(channel, version) pairs that name different values on different checkpoints."""
+    values: dict[tuple[str, Any], list[Any]] = {}
+    for t in saver.list(config(thread_id)):
+        for ch, v in t.checkpoint["channel_versions"].items():
+            if ch in t.checkpoint["channel_values"]:
+                values.setdefault((ch, v), []).append(t.checkpoint["channel_values"][ch])
+    return {key for key, seen in values.items() if any(x != seen[0] for x in seen)}
+
+
+def copy_argv(src: str, dst: str, *rest: str) -> list[str]:
+    return ["copy", src, dst, *rest, "--json"]
+
+
+def test_threads_of_langgraph_mongodb_continue_fork_and_resume_on_graphkeep(
+    store: Store, mongo_url: str
+) -> None:
+    with mongodb_saver(mongo_url) as source:
+        on_source = chat_builder().compile(checkpointer=source)
+        before = write_threads(on_source, source)
+        assert reused_versions(source, "fork"), "the fork should reuse an integer version"
+        argv = copy_argv(
+            mongo_url,
+            store.url,
+            "--all",
+            "--source-saver",
+            SOURCE_SAVER,
+            "--dst-key-prefix",
+            store.prefix,
+            "--graph",
+            GRAPH,
+        )
+        copied = gk(*argv)
+        assert copied.code == 0, copied.out + copied.err
+        report = {t["thread_id"]: t for t in copied.json()["threads"]}
+        assert set(report) == {"chat", "fork", "approve"}
+        assert all(t["verified"] and not t["problems"] for t in report.values()), report
+        again = gk(*argv)
+        assert again.code == 0, again.out
+        assert all(t["checkpoints_copied"] == 0 for t in again.json()["threads"])
+        # what the source does next, to compare with graphkeep doing the same
+        ask(on_source, "chat", "question 4")
+        source_chat = on_source.get_state(config("chat")).values
+        on_source.invoke(Command(resume="yes"), config("approve"))
+        source_approved = on_source.get_state(config("approve")).values
+
+    with store.saver() as saver:
+        here = chat_builder().compile(checkpointer=saver)
+        for thread_id, states in before.items():
+            assert history(here, thread_id) == states, thread_id
+        fork = history(here, "fork")
+        branches = {tuple(contents(values)) for values, _, _ in fork.values()}
+        assert ("first", "answer 1 to first", "second") in branches
+        assert ("first", "answer 1 to first", "instead") in branches
+        # the next turn steps from translated versions (string after string)
+        ask(here, "chat", "question 4")
+        assert here.get_state(config("chat")).values == source_chat
+        assert contents(source_chat)[-1] == (
+            "answer 4 to question 1 | question 2 | question 3 | question 4"
+        )
+        waiting = here.get_state(config("approve"))
+        assert waiting.next == ("approval",)
+        here.invoke(Command(resume="yes"), config("approve"))
+        assert here.get_state(config("approve")).values == source_approved
+        assert source_approved["approved"] == "yes after 2 message(s)"
+
+
+async def test_a_graphkeep_thread_copied_into_langgraph_mongodb_continues_there(
+    store: Store, mongo_url: str
+) -> None:
+    import graphkeep
+
+    async with graphkeep.aconnect(store.url, key_prefix=store.prefix) as saver:
+        here = chat_builder().compile(checkpointer=saver)
+        for text in ("one", "two"):
+            await here.ainvoke(
+                {"messages": [HumanMessage(content=text, id=f"h-{text}")]}, config("t")
+            )
+        states = [s async for s in here.aget_state_history(config("t"))]
+        at_one = next(s for s in states if contents(s.values) == ["one", "answer 1 to one"])
+        await here.aupdate_state(
+            at_one.config, {"messages": [HumanMessage(content="fork", id="h-fork")]}
+        )
+        before = {
+            s.config["configurable"]["checkpoint_id"]: s.values
+            async for s in here.aget_state_history(config("t"))
+        }
+    back = gk(
+        *copy_argv(
+            store.url,
+            mongo_url,
+            "--thread",
+            "t",
+            "--src-key-prefix",
+            store.prefix,
+            "--dest-saver",
+            SOURCE_SAVER,
+            "--graph",
+            GRAPH,
+        )
+    )
+    assert back.code == 0, back.out + back.err
+    assert back.json()["threads"][0]["verified"] is True
+    with mongodb_saver(mongo_url) as there:
+        graph = chat_builder().compile(checkpointer=there)
+        copied = {
+            s.config["configurable"]["checkpoint_id"]: s.values
+            for s in graph.get_state_history(config("t"))
+        }
+        assert copied == before
+        # MongoDBSaver steps from an integer: get_next_version works on what was copied
+        ask(graph, "t", "three")
+        assert contents(graph.get_state(config("t")).values) == [
+            "one",
+            "answer 1 to one",
+            "fork",
+            "three",
+            "answer 3 to one | fork | three",
+        ]
+        versions = [
+            v for t in there.list(config("t")) for v in t.checkpoint["channel_versions"].values()
+        ]
+        assert versions and all(isinstance(v, int) for v in versions)
+
+
+def test_copy_reports_a_destination_that_differs_and_never_overwrites_it(
+    store: Store, mongo_url: str
+) -> None:
+    with mongodb_saver(mongo_url) as source:
+        graph = chat_builder().compile(checkpointer=source)
+        ask(graph, "t", "hello")
+        ask(graph, "t", "again")
+    argv = copy_argv(
+        mongo_url,
+        store.url,
+        "--thread",
+        "t",
+        "--source-saver",
+        SOURCE_SAVER,
+        "--dst-key-prefix",
+        store.prefix,
+    )
+    first = gk(*argv)
+    assert first.code == 0, first.out + first.err
+    with store.saver() as saver:
+        head = saver.get_tuple(config("t"))
+        assert head is not None
+        tampered = head.checkpoint["channel_values"]["messages"][:-1]
+        # one value changed on the destination, as a stray writer would
+        saver.put_writes(head.config, [("messages", tampered)], "stray-task")
+        changed_id = head.config["configurable"]["checkpoint_id"]
+    rerun = gk(*argv)
+    assert rerun.code == 1, rerun.out
+    problems = rerun.json()["threads"][0]["problems"]
+    assert any(
+        changed_id in p and "not overwritten" in p and "pending writes" in p for p in problems
+    ), problems
+    with store.saver() as saver:
+        kept = saver.get_tuple(config("t", changed_id))
+        assert kept is not None and [w[0] for w in kept.pending_writes] == ["stray-task"]
+
+
+def test_string_versions_map_to_ordered_integers_one_to_one() -> None:
+    padded = {f"{n:032}.{f:016}" for n, f in ((1, 5), (2, 1), (10, 7))}
+    assert sorted(string_ranks(padded).values()) == [1, 2, 10]
+    # a fork made two versions share a leading integer: ranks keep order and tell them apart
+    forked = padded | {f"{2:032}.{9:016}"}
+    ranks = string_ranks(forked)
+    assert [ranks[v] for v in sorted(forked)] == [1, 2, 3, 4]
