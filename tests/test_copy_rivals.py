@@ -85,12 +85,12 @@ class Rival:
         else:
             from langgraph_checkpoint_aws import DynamoDBSaver
 
-            from graphkeep.cli.rivals import _create_table
+            from graphkeep.cli.rivals import create_table
 
             dynamo = DynamoDBSaver(
                 f"t-{self.tag}", region_name="us-east-1", endpoint_url=DYNAMODB_ENDPOINT_URL
             )
-            _create_table(dynamo.client, f"t-{self.tag}", None)
+            create_table(dynamo.client, f"t-{self.tag}", None)
             yield dynamo
 
     def fingerprint(self) -> Any:
@@ -339,7 +339,8 @@ def assert_reads_alike(
     source: Any, destination: Any, threads: dict[str, str], *, own_delta_reads: bool = True
 ) -> None:
     """Every checkpoint of each thread on the destination reads, through LangGraph, as the same
-    checkpoint read by id from the source; the source's ids are all there.
+    checkpoint read by id from the source; the source's ids are all there. (Each side is read
+    by id: RedisSaver's history, its ``list``, returns messages as plain dicts.)
 
     ``own_delta_reads=False``: the source does not read its own DeltaChannel thread back whole
     (RedisSaver 0.5.2 drops writes of ancestors as it rebuilds the chat: its own ``invoke``
@@ -370,7 +371,7 @@ def assert_reads_alike(
         for state in history:
             checkpoint_id = state.config["configurable"]["checkpoint_id"]
             want = snapshot(there.get_state(config(thread_id, checkpoint_id)))
-            got = snapshot(state)
+            got = snapshot(here.get_state(config(thread_id, checkpoint_id)))  # by id: see above
             if not own_delta_reads:
                 for side in (want, got):
                     side["tasks"] = [t[:3] for t in side["tasks"]]

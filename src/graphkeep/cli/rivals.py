@@ -28,7 +28,12 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import SplitResult, parse_qsl, urlsplit, urlunsplit
 
-from langgraph.checkpoint.base import CheckpointTuple, writes_sort_key
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    CheckpointTuple,
+    get_checkpoint_id,
+    writes_sort_key,
+)
 
 from graphkeep.cli.console import UsageError, safe_url
 from graphkeep.cli.foreign import Foreign
@@ -128,8 +133,6 @@ def open_redis_saver(url: str, *, setup: bool, serde: Any, must_exist: bool) -> 
     try:
         from langgraph.checkpoint.redis import RedisSaver
         from langgraph.checkpoint.redis.key_registry import SyncCheckpointKeyRegistry
-        from langgraph.checkpoint.redis.util import from_storage_safe_id, from_storage_safe_str
-        from langgraph.checkpoint.redis.util import to_storage_safe_id as safe_id
     except ImportError as exc:
         raise missing(REDIS) from exc
     parts, options = _options(url, REDIS_OPTIONS)
@@ -144,17 +147,68 @@ def open_redis_saver(url: str, *, setup: bool, serde: Any, must_exist: bool) -> 
     else:  # what setup() does besides creating its indices: its write-key registry reader
         saver._detect_cluster_mode()
         saver._key_registry = SyncCheckpointKeyRegistry(saver._redis)
-    if serde is not None:
-        _revive_on_write(saver, serde)
-    client = saver._redis
-    cp_prefix = saver._checkpoint_prefix
-    wr_prefix = saver._checkpoint_write_prefix
+    route = RedisRoute(saver, serde)
+    try:
+        yield Foreign(url, route, REDIS, route.rows, threads=route.threads, tuples=route.tuples)
+    finally:
+        if getattr(saver, "_owns_its_client", False):
+            saver._redis.close()
 
-    def docs(pattern: str, paths: tuple[str, ...]) -> Iterator[list[Any]]:
+
+class RedisRoute(BaseCheckpointSaver[str]):
+    """``RedisSaver`` 0.5.2 read by the routes that give back what it stored.
+
+    Its ``list`` returns messages as plain dicts, ``Send`` as ``{"__send__": ...}`` and
+    DeltaChannel snapshots as ``{"__delta_snapshot__": ...}``, and lists subgraph checkpoints
+    under the root namespace; its ``get_tuple`` drops a checkpoint's writes when the
+    checkpoint's ``has_writes`` flag was lost to a race. Here each checkpoint is found by its
+    key (SCAN of its key pattern) and read with ``get_tuple`` by id, and its writes come from
+    its write keys (with ``task_path`` and ``idx``). Values read are handed on as ``serde``
+    (copy's lossless serde) loads them; values written are revived into LangGraph objects
+    first, as RedisSaver's JSON serializer needs. What was read is cached per thread until
+    this saver writes to it."""
+
+    def __init__(self, saver: Any, serde: Any) -> None:
+        super().__init__(serde=saver.serde)
+        from langgraph.checkpoint.redis.util import (
+            from_storage_safe_id,
+            from_storage_safe_str,
+            to_storage_safe_id,
+        )
+        from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+        self.inner = saver
+        self.client = saver._redis
+        self.lossless = serde
+        self.plus = JsonPlusSerializer()
+        self.safe_id, self.from_id, self.from_str = (
+            to_storage_safe_id,
+            from_storage_safe_id,
+            from_storage_safe_str,
+        )
+        self.cp_prefix = _glob(saver._checkpoint_prefix)
+        self.wr_prefix = _glob(saver._checkpoint_write_prefix)
+        self.cache: dict[str, list[CheckpointTuple]] = {}
+        self.rows_of: dict[tuple[str, str, str], list[Row]] = {}
+        #: checkpoints this saver wrote writes of
+        self.written: set[tuple[str, str, str]] = set()
+
+    # values: lossless markers out, LangGraph objects in
+    def _lower(self, value: Any) -> Any:
+        if self.lossless is None:
+            return value
+        return self.lossless.loads_typed(self.plus.dumps_typed(value))
+
+    def _revive(self, value: Any) -> Any:
+        if self.lossless is None:
+            return value
+        return self.plus.loads_typed(self.lossless.dumps_typed(value))
+
+    def _docs(self, pattern: str, paths: tuple[str, ...]) -> Iterator[list[Any]]:
         """The JSON fields ``paths`` of every key matching ``pattern`` (SCAN, pipelined)."""
-        keys = [_text(k) for k in client.scan_iter(match=pattern, count=SCAN_COUNT)]
+        keys = [_text(k) for k in self.client.scan_iter(match=pattern, count=SCAN_COUNT)]
         for start in range(0, len(keys), 200):
-            with client.pipeline(transaction=False) as pipe:
+            with self.client.pipeline(transaction=False) as pipe:
                 for key in keys[start : start + 200]:
                     pipe.json().get(key, *paths)
                 found = pipe.execute()
@@ -165,62 +219,124 @@ def open_redis_saver(url: str, *, setup: bool, serde: Any, must_exist: bool) -> 
                     doc = {paths[0]: doc}
                 yield [_first(doc.get(p)) for p in paths]
 
-    def threads() -> Iterator[str]:
-        seen = {
-            from_storage_safe_id(_text(t))
-            for (t,) in docs(f"{_glob(cp_prefix)}:*", ("$.thread_id",))
-            if t is not None
-        }
-        yield from sorted(seen)
+    def threads(self) -> Iterator[str]:
+        docs = self._docs(f"{self.cp_prefix}:*", ("$.thread_id",))
+        yield from sorted({self.from_id(_text(t)) for (t,) in docs if t is not None})
 
-    write_cache: dict[tuple[str, str, str], list[tuple[Row, Any]]] = {}
-
-    def thread_writes(thread_id: str) -> dict[tuple[str, str], list[tuple[Row, Any]]]:
+    def _writes(self, thread_id: str) -> dict[tuple[str, str], list[tuple[Row, Any]]]:
         fields: tuple[str, ...] = ("$.thread_id", "$.checkpoint_ns", "$.checkpoint_id")
         fields += ("$.task_id", "$.task_path", "$.idx", "$.channel", "$.type", "$.blob")
         found: dict[tuple[str, str], list[tuple[Row, Any]]] = {}
-        pattern = f"{_glob(wr_prefix)}:{_glob(safe_id(thread_id))}:*"
-        for t, ns, cid, task, path, idx, channel, type_, blob in docs(pattern, fields):
-            if t is None or from_storage_safe_id(_text(t)) != thread_id:
+        pattern = f"{self.wr_prefix}:{_glob(self.safe_id(thread_id))}:*"
+        for t, ns, cid, task, path, idx, channel, type_, blob in self._docs(pattern, fields):
+            if t is None or self.from_id(_text(t)) != thread_id:
                 continue
-            value = saver.serde.loads_typed((str(type_), saver._decode_blob(blob)))
+            value = self.inner.serde.loads_typed((str(type_), self.inner._decode_blob(blob)))
             row = (str(task), int(idx), str(path or ""), str(channel))
-            key = (from_storage_safe_str(_text(ns)), from_storage_safe_id(_text(cid)))
-            found.setdefault(key, []).append((row, value))
+            key = (self.from_str(_text(ns)), self.from_id(_text(cid)))
+            found.setdefault(key, []).append((row, self._lower(value)))
         return found
 
-    def tuples(thread_id: str) -> list[CheckpointTuple]:
+    def tuples(self, thread_id: str) -> list[CheckpointTuple]:
+        """Every checkpoint of the thread, newest first."""
+        if thread_id in self.cache:
+            return self.cache[thread_id]
         fields = ("$.thread_id", "$.checkpoint_ns", "$.checkpoint_id")
-        pattern = f"{_glob(cp_prefix)}:{_glob(safe_id(thread_id))}:*"
+        pattern = f"{self.cp_prefix}:{_glob(self.safe_id(thread_id))}:*"
         heads = {
-            (from_storage_safe_str(_text(ns)), from_storage_safe_id(_text(cid)))
-            for t, ns, cid in docs(pattern, fields)
-            if t is not None and from_storage_safe_id(_text(t)) == thread_id
+            (self.from_str(_text(ns)), self.from_id(_text(cid)))
+            for t, ns, cid in self._docs(pattern, fields)
+            if t is not None and self.from_id(_text(t)) == thread_id
         }
-        writes = thread_writes(thread_id)
+        writes = self._writes(thread_id)
         out = []
         for ns, cid in sorted(heads, key=lambda k: k[1], reverse=True):
             conf = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}
-            tup = saver.get_tuple({"configurable": conf})
+            tup = self.inner.get_tuple({"configurable": conf})
             if tup is None:
                 continue
             own = sorted(writes.get((ns, cid), []), key=lambda w: _sort(w[0]))
-            write_cache[(thread_id, ns, cid)] = own
+            self.rows_of[(thread_id, ns, cid)] = [r for r, _ in own]
+            body = dict(tup.checkpoint)
+            values = body.get("channel_values") or {}
+            body["channel_values"] = {k: self._lower(v) for k, v in values.items()}
             pending = [(r[0], r[3], value) for r, value in own]
-            out.append(tup._replace(pending_writes=pending))
+            out.append(tup._replace(checkpoint=body, pending_writes=pending))
+        self.cache[thread_id] = out
         return out
 
-    def rows(thread_id: str, ns: str, checkpoint_id: str) -> list[Row] | None:
-        cached = write_cache.get((thread_id, ns, checkpoint_id))
-        if cached is None:
-            cached = thread_writes(thread_id).get((ns, checkpoint_id), [])
-        return [r for r, _ in cached]
+    def rows(self, thread_id: str, ns: str, checkpoint_id: str) -> list[Row] | None:
+        if (thread_id, ns, checkpoint_id) not in self.rows_of:
+            self.tuples(thread_id)
+        return self.rows_of.get((thread_id, ns, checkpoint_id))
 
-    try:
-        yield Foreign(url, saver, REDIS, rows, threads=threads, tuples=tuples)
-    finally:
-        if getattr(saver, "_owns_its_client", False):
-            client.close()
+    # -- BaseCheckpointSaver
+
+    def get_tuple(self, config: Any) -> CheckpointTuple | None:
+        conf = config["configurable"]
+        ns, wanted = conf.get("checkpoint_ns", ""), get_checkpoint_id(config)
+        for tup in self.tuples(str(conf["thread_id"])):
+            at = tup.config["configurable"]
+            if at["checkpoint_ns"] == ns and (not wanted or at["checkpoint_id"] == wanted):
+                return tup
+        return None
+
+    def list(
+        self,
+        config: Any,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: Any = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        threads = [str(config["configurable"]["thread_id"])] if config else list(self.threads())
+        ns = (config or {}).get("configurable", {}).get("checkpoint_ns")
+        before_id = get_checkpoint_id(before) if before else None
+        count = 0
+        for thread_id in threads:
+            for tup in self.tuples(thread_id):
+                at = tup.config["configurable"]
+                if ns is not None and at["checkpoint_ns"] != ns:
+                    continue
+                if before_id is not None and at["checkpoint_id"] >= before_id:
+                    continue
+                if filter and any(tup.metadata.get(k) != v for k, v in filter.items()):
+                    continue
+                if limit is not None and count >= limit:
+                    return
+                count += 1
+                yield tup
+
+    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        self.cache.pop(str(config["configurable"]["thread_id"]), None)
+        values = {k: self._revive(v) for k, v in (checkpoint.get("channel_values") or {}).items()}
+        body = {**checkpoint, "channel_values": values}
+        stored = self.inner.put(config, body, metadata, new_versions)
+        at = stored["configurable"]
+        key = (str(at["thread_id"]), str(at.get("checkpoint_ns", "")), str(at["checkpoint_id"]))
+        if key in self.written:
+            # a copy sends a checkpoint's writes before it (never visible without them);
+            # RedisSaver flags the checkpoint as having writes only if it already exists, and
+            # its get_tuple skips the writes of a checkpoint without the flag
+            checkpoint_key = self.inner._make_redis_checkpoint_key_cached(*key)
+            self.client.json().set(checkpoint_key, "$.has_writes", True)
+        return stored
+
+    def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+        conf = config["configurable"]
+        self.cache.pop(str(conf["thread_id"]), None)
+        revived = [(c, self._revive(v)) for c, v in writes]
+        self.inner.put_writes(config, revived, task_id, task_path)
+        self.written.add(
+            (str(conf["thread_id"]), str(conf.get("checkpoint_ns", "")), str(conf["checkpoint_id"]))
+        )
+
+    def get_next_version(self, current: Any, channel: Any) -> Any:
+        return self.inner.get_next_version(current, channel)
+
+    def delete_thread(self, thread_id: str) -> None:
+        self.cache.pop(thread_id, None)
+        self.inner.delete_thread(thread_id)
 
 
 def _first(value: Any) -> Any:
@@ -232,29 +348,6 @@ def _first(value: Any) -> Any:
 
 def _sort(row: Row) -> tuple[Any, ...]:
     return writes_sort_key(row[2], row[0], row[1])
-
-
-def _revive_on_write(saver: Any, serde: Any) -> None:
-    """``RedisSaver`` stores values as JSON through its own serializer, which cannot take the
-    raw markers ``copy``'s lossless serde loads values as: values are revived into LangGraph
-    objects (``JsonPlusSerializer``) on their way in."""
-    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-
-    plus = JsonPlusSerializer()
-
-    def revive(value: Any) -> Any:
-        return plus.loads_typed(serde.dumps_typed(value))
-
-    put, put_writes = saver.put, saver.put_writes
-
-    def put_revived(config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
-        values = {k: revive(v) for k, v in (checkpoint.get("channel_values") or {}).items()}
-        return put(config, {**checkpoint, "channel_values": values}, metadata, new_versions)
-
-    def put_writes_revived(config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
-        put_writes(config, [(c, revive(v)) for c, v in writes], task_id, task_path)
-
-    saver.put, saver.put_writes = put_revived, put_writes_revived
 
 
 # -- langgraph-checkpoint-plainredis -----------------------------------------------------
@@ -438,7 +531,7 @@ def open_dynamodb_saver(
         saver.serializer.serde = serde
     client = saver.client
     if setup:
-        _create_table(client, table, options.get("ttl_seconds"))
+        create_table(client, table, options.get("ttl_seconds"))
 
     def threads() -> Iterator[str]:
         seen: set[str] = set()
@@ -481,7 +574,7 @@ def open_dynamodb_saver(
     yield Foreign(url, saver, DYNAMODB, rows, threads=threads, tuples=tuples)
 
 
-def _create_table(client: Any, table: str, ttl_seconds: int | None) -> None:
+def create_table(client: Any, table: str, ttl_seconds: int | None) -> None:
     """The table ``DynamoDBSaver`` expects (``PK``/``SK`` strings, on demand), unless there:
     the saver has no ``setup`` of its own."""
     try:
