@@ -227,34 +227,43 @@ def test_copy_reports_a_destination_that_differs_and_never_overwrites_it(
         graph = chat_builder().compile(checkpointer=source)
         ask(graph, "t", "hello")
         ask(graph, "t", "again")
-    argv = copy_argv(
-        mongo_url,
-        store.url,
-        "--thread",
-        "t",
-        "--source-saver",
-        SOURCE_SAVER,
-        "--dst-key-prefix",
-        store.prefix,
-    )
-    first = gk(*argv)
-    assert first.code == 0, first.out + first.err
-    with store.saver() as saver:
-        head = saver.get_tuple(config("t"))
-        assert head is not None
-        tampered = head.checkpoint["channel_values"]["messages"][:-1]
-        # one value changed on the destination, as a stray writer would
-        saver.put_writes(head.config, [("messages", tampered)], "stray-task")
-        changed_id = head.config["configurable"]["checkpoint_id"]
-    rerun = gk(*argv)
+        argv = copy_argv(
+            mongo_url,
+            store.url,
+            "--thread",
+            "t",
+            "--source-saver",
+            SOURCE_SAVER,
+            "--dst-key-prefix",
+            store.prefix,
+        )
+        first = gk(*argv)
+        assert first.code == 0, first.out + first.err
+        with store.saver() as saver:
+            head = saver.get_tuple(config("t"))
+            assert head is not None
+            # one value changed on the destination, as a stray writer would: the head's
+            # messages lose their last one
+            body = {**head.checkpoint, "channel_values": dict(head.checkpoint["channel_values"])}
+            body["channel_values"]["messages"] = body["channel_values"]["messages"][:-1]
+            bumped = saver.get_next_version(body["channel_versions"]["messages"], None)
+            body["channel_versions"] = {**body["channel_versions"], "messages": bumped}
+            saver.put(head.parent_config, body, head.metadata, {"messages": bumped})
+            changed_id = head.config["configurable"]["checkpoint_id"]
+            held = len(list(saver.list(config("t"))))
+        ask(graph, "t", "more")  # the source moves on: nothing of it may land on top
+        rerun = gk(*argv)
     assert rerun.code == 1, rerun.out
     problems = rerun.json()["threads"][0]["problems"]
     assert any(
-        changed_id in p and "not overwritten" in p and "pending writes" in p for p in problems
+        changed_id in p and "not overwritten" in p and "channel_values (messages)" in p
+        for p in problems
     ), problems
     with store.saver() as saver:
         kept = saver.get_tuple(config("t", changed_id))
-        assert kept is not None and [w[0] for w in kept.pending_writes] == ["stray-task"]
+        assert kept is not None
+        assert len(kept.checkpoint["channel_values"]["messages"]) == 3
+        assert len(list(saver.list(config("t")))) == held
 
 
 def test_string_versions_map_to_ordered_integers_one_to_one() -> None:
