@@ -5,7 +5,8 @@ The integer side is LangGraph's own MongoDBSaver (``langgraph-checkpoint-mongodb
 session's MongoDB server, opened with ``--source-saver`` / ``--dest-saver``
 (tests/copy_savers.py); the string side is graphkeep on every backend. Threads are written by
 a real graph: a three-turn chat (add_messages), an ``update_state`` fork (which makes an
-integer saver reuse a version number for another value) and an approval interrupt.
+integer saver reuse a version number for another value), an approval interrupt, and a chat
+whose messages are a DeltaChannel (tests/test_cli.py's).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from .cli_runs import gk
 from .conftest import MONGODB_URI
 from .copy_savers import chat_builder, mongodb_saver
 from .test_cli import BACKEND_PARAMS, Store, unique_prefix
+from .test_cli import chat as delta_chat
+from .test_cli import chat_graph as delta_chat_graph
 
 #: every test here reads or writes LangGraph's MongoDBSaver
 pytestmark = pytest.mark.mongodb
@@ -218,6 +221,42 @@ async def test_a_graphkeep_thread_copied_into_langgraph_mongodb_continues_there(
             v for t in there.list(config("t")) for v in t.checkpoint["channel_versions"].values()
         ]
         assert versions and all(isinstance(v, int) for v in versions)
+
+
+def test_a_delta_channel_thread_of_langgraph_mongodb_replays_and_continues_on_graphkeep(
+    store: Store, mongo_url: str
+) -> None:
+    with mongodb_saver(mongo_url) as source:
+        on_source = delta_chat_graph(source)
+        delta_chat(on_source, "delta", 5)
+        before = {
+            s.config["configurable"]["checkpoint_id"]: s.values
+            for s in on_source.get_state_history(config("delta"))
+        }
+        copied = gk(
+            *copy_argv(
+                mongo_url,
+                store.url,
+                "--thread",
+                "delta",
+                "--source-saver",
+                SOURCE_SAVER,
+                "--dst-key-prefix",
+                store.prefix,
+            )
+        )
+        assert copied.code == 0, copied.out + copied.err
+        delta_chat(on_source, "delta", 1, start=6)
+        after = on_source.get_state(config("delta")).values
+    with store.saver() as saver:
+        here = delta_chat_graph(saver)
+        assert {
+            s.config["configurable"]["checkpoint_id"]: s.values
+            for s in here.get_state_history(config("delta"))
+        } == before
+        delta_chat(here, "delta", 1, start=6)
+        assert here.get_state(config("delta")).values == after
+        assert len(after["messages"]) == 12
 
 
 def test_copy_reports_a_destination_that_differs_and_never_overwrites_it(
