@@ -20,6 +20,7 @@ from langchain_core.messages import HumanMessage
 from langgraph.types import Command
 from pymongo import MongoClient
 
+from graphkeep.cli.verify import verify_graph
 from graphkeep.cli.versions import string_ranks
 
 from .cli_runs import gk
@@ -303,6 +304,33 @@ def test_copy_reports_a_destination_that_differs_and_never_overwrites_it(
         assert kept is not None
         assert len(kept.checkpoint["channel_values"]["messages"]) == 3
         assert len(list(saver.list(config("t")))) == held
+
+
+def test_graph_verification_names_the_states_that_read_differently(store: Store) -> None:
+    with store.saver() as saver:
+        graph = chat_builder().compile(checkpointer=saver)
+        ask(graph, "a", "hello")
+        ask(graph, "b", "hello")
+        assert verify_graph(chat_builder(), saver, saver, "a", "a") == []
+        ask(graph, "b", "again")
+        problems = verify_graph(chat_builder(), saver, saver, "a", "b")
+    assert problems[0].startswith("graph get_state: differs: checkpoint"), problems
+    assert "values (messages)" in problems[0]
+    assert any("get_state_history: " in p for p in problems), problems
+
+
+def test_a_saver_option_that_does_not_yield_a_saver_is_a_usage_error(tmp_path: Any) -> None:
+    wrong = gk(
+        "copy",
+        "x://a",
+        f"sqlite:///{tmp_path / 'd.db'}",
+        "--all",
+        "--source-saver",
+        "tests.copy_savers:chat_builder",
+    )
+    assert wrong.code == 2 and "--source-saver" in wrong.err, wrong.err
+    missing = gk("copy", "x://a", "y://b", "--all", "--dest-saver", "tests.copy_savers")
+    assert missing.code == 2 and "MODULE:ATTR" in missing.err, missing.err
 
 
 def test_string_versions_map_to_ordered_integers_one_to_one() -> None:

@@ -67,6 +67,10 @@ def _by_task(writes: Iterable[Any] | None) -> list[tuple[str, str, Any]]:
     return sorted(listed, key=lambda w: w[0])
 
 
+def _error(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
 def _parent(tup: Any) -> str | None:
     parent = (tup.parent_config or {}).get("configurable", {}).get("checkpoint_id")
     return str(parent) if parent else None
@@ -121,13 +125,21 @@ def verify_thread(
     problems = []
     for item in items:
         where = _where(item.ns, item.checkpoint_id)
-        dest = dst.saver.get_tuple(_config(target, item.ns, item.checkpoint_id))
+        try:
+            dest = dst.saver.get_tuple(_config(target, item.ns, item.checkpoint_id))
+        except Exception as exc:  # a value this machine cannot load, a saver's own error
+            problems.append(f"{where}: unreadable on the destination: {_error(exc)}")
+            continue
         if dest is None:
             problems.append(f"{where}: missing on the destination")
             continue
-        source = src.saver.get_tuple(_config(thread_id, item.ns, item.checkpoint_id))
+        try:
+            source = src.saver.get_tuple(_config(thread_id, item.ns, item.checkpoint_id))
+        except Exception as exc:
+            problems.append(f"{where}: unreadable on the source: {_error(exc)}")
+            continue
         if source is None:
-            problems.append(f"{where}: no longer readable on the source")
+            problems.append(f"{where}: no longer on the source")
             continue
         fields = compare_tuples(source, dest, plan.versions(item), plan.seen(item))
         if fields:
