@@ -306,6 +306,38 @@ def test_copy_reports_a_destination_that_differs_and_never_overwrites_it(
         assert len(list(saver.list(config("t")))) == held
 
 
+def test_a_re_run_adds_the_writes_a_copied_checkpoint_gained_on_the_source(
+    store: Store, mongo_url: str
+) -> None:
+    with mongodb_saver(mongo_url) as source:
+        graph = chat_builder().compile(checkpointer=source)
+        ask(graph, "t", "please approve the plan")
+        argv = copy_argv(
+            mongo_url,
+            store.url,
+            "--thread",
+            "t",
+            "--source-saver",
+            SOURCE_SAVER,
+            "--dst-key-prefix",
+            store.prefix,
+        )
+        assert gk(*argv).code == 0
+        head = source.get_tuple(config("t"))
+        assert head is not None
+        # a worker of the live app records its task's output on the head meanwhile
+        source.put_writes(head.config, [("approved", "seen")], "late-task")
+        rerun = gk(*argv)
+        assert rerun.code == 0, rerun.out
+        assert rerun.json()["threads"][0]["checkpoints_copied"] == 0
+        want = source.get_tuple(head.config)
+    with store.saver() as saver:
+        have = saver.get_tuple(config("t", head.config["configurable"]["checkpoint_id"]))
+    assert want is not None and have is not None
+    assert sorted(w[:2] for w in have.pending_writes) == sorted(w[:2] for w in want.pending_writes)
+    assert ("late-task", "approved") in [w[:2] for w in have.pending_writes]
+
+
 def test_graph_verification_names_the_states_that_read_differently(store: Store) -> None:
     with store.saver() as saver:
         graph = chat_builder().compile(checkpointer=saver)

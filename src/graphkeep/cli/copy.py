@@ -444,11 +444,16 @@ def _copy_generic(
     # a checkpoint the destination holds already is never overwritten; if one differs from
     # the source, nothing is added to that thread
     held = frozenset(present)
-    differing = verify_thread(src, dst, thread_id, target, there, plan, present=held, whole=False)
+    short: list[CheckpointItem] = []
+    differing = verify_thread(
+        src, dst, thread_id, target, there, plan, present=held, whole=False, short=short
+    )
     if differing:
         result.problems = capped(differing)
         result.verified = False
         return result
+    for item in short:  # writes are insert-if-absent: the ones there stay as they are
+        _put_writes(dst, target, item)
     by_key = {(i.ns, i.checkpoint_id): i for i in items}
     copied = []
     with Progress(f"  {target}", len(items), stream=err, enabled=args.progress) as progress:
