@@ -338,6 +338,42 @@ def test_a_re_run_adds_the_writes_a_copied_checkpoint_gained_on_the_source(
     assert ("late-task", "approved") in [w[:2] for w in have.pending_writes]
 
 
+def test_a_source_thread_that_cannot_be_read_is_reported_and_the_others_are_copied(
+    store: Store, mongo_url: str
+) -> None:
+    with mongodb_saver(mongo_url) as source:
+        graph = chat_builder().compile(checkpointer=source)
+        ask(graph, "good", "hello")
+        ask(graph, "bad", "hello")
+        # one stored checkpoint of "bad" is no longer msgpack (0xc1 is never used)
+        damaged = source.checkpoint_collection.update_one(
+            {"thread_id": "bad"}, {"$set": {"checkpoint": b"\xc1broken"}}
+        )
+        assert damaged.modified_count == 1
+        result = gk(
+            *copy_argv(
+                mongo_url,
+                store.url,
+                "--thread",
+                "good",
+                "bad",
+                "--source-saver",
+                SOURCE_SAVER,
+                "--dst-key-prefix",
+                store.prefix,
+            )
+        )
+        want = graph.get_state(config("good")).values
+    assert result.code == 1, result.out + result.err
+    threads = {t["thread_id"]: t for t in result.json()["threads"]}
+    assert threads["good"]["verified"] is True
+    assert threads["bad"]["verified"] is False
+    assert threads["bad"]["problems"][0].startswith("source: "), threads["bad"]
+    with store.saver() as saver:
+        assert chat_builder().compile(checkpointer=saver).get_state(config("good")).values == want
+        assert saver.get_tuple(config("bad")) is None
+
+
 def test_graph_verification_names_the_states_that_read_differently(store: Store) -> None:
     with store.saver() as saver:
         graph = chat_builder().compile(checkpointer=saver)

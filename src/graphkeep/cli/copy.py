@@ -46,7 +46,7 @@ from graphkeep.checkpoint.records import (
     WriteRecord,
 )
 from graphkeep.cli.batch import batch_exit, each_thread, report_not_found
-from graphkeep.cli.console import CliError, Progress, UsageError, print_json
+from graphkeep.cli.console import Progress, UsageError, print_json
 from graphkeep.cli.custom import load_factory, open_side
 from graphkeep.cli.decode import LosslessSerde
 from graphkeep.cli.endpoints import Endpoint, Native, copy_key_prefixes, is_foreign
@@ -62,6 +62,7 @@ from graphkeep.cli.threads import (
 )
 from graphkeep.cli.verify import capped, load_app_graph, verify_graph, verify_thread
 from graphkeep.cli.versions import VersionPlan, plan_versions, version_kind
+from graphkeep.errors import StorageUnavailable
 from graphkeep.port import codec
 
 #: ``(source thread, destination thread) -> differences`` read through the app's graph
@@ -426,16 +427,25 @@ def _copy_generic(
     err: TextIO,
     graph_check: GraphCheck | None = None,
 ) -> ThreadCopy | None:
-    items = _oldest_first(_source_items(src, thread_id))
+    try:
+        items = _oldest_first(_source_items(src, thread_id))
+    except StorageUnavailable:
+        raise
+    except Exception as exc:  # one thread the source cannot read: the others go on
+        unreadable = ThreadCopy(thread_id, target, verified=False)
+        unreadable.problems = [f"source: the thread cannot be read: {type(exc).__name__}: {exc}"]
+        return unreadable
     if not items:
         return None
-    for item in items:
-        if not isinstance(item.checkpoint, dict):
-            raise CliError(
-                f"checkpoint {item.checkpoint_id} of thread {thread_id!r} cannot be read"
-                " (encrypted? set LANGGRAPH_AES_KEY)"
-            )
     result = ThreadCopy(thread_id, target, checkpoints=len(items))
+    locked = [i.checkpoint_id for i in items if not isinstance(i.checkpoint, dict)]
+    if locked:
+        result.verified = False
+        result.problems = [
+            f"source: checkpoint {locked[0]} (and {len(locked) - 1} more) cannot be read"
+            " (encrypted? set LANGGRAPH_AES_KEY); nothing copied"
+        ]
+        return result
     result.writes = sum(len(i.writes) for i in items)
     plan = plan_versions(items, version_kind(dst.saver), _fingerprint)
     present = _present(dst, target)
