@@ -5,7 +5,8 @@ The integer side is LangGraph's own MongoDBSaver (``langgraph-checkpoint-mongodb
 session's MongoDB server, opened with ``--source-saver`` / ``--dest-saver``
 (tests/copy_savers.py); the string side is graphkeep on every backend. Threads are written by
 a real graph: a three-turn chat (add_messages), an ``update_state`` fork (which makes an
-integer saver reuse a version number for another value) and an approval interrupt.
+integer saver reuse a version number for another value), an approval interrupt, and a chat
+whose messages are a DeltaChannel (tests/test_cli.py's).
 """
 
 from __future__ import annotations
@@ -19,12 +20,15 @@ from langchain_core.messages import HumanMessage
 from langgraph.types import Command
 from pymongo import MongoClient
 
+from graphkeep.cli.verify import verify_graph
 from graphkeep.cli.versions import string_ranks
 
 from .cli_runs import gk
 from .conftest import MONGODB_URI
 from .copy_savers import chat_builder, mongodb_saver
 from .test_cli import BACKEND_PARAMS, Store, unique_prefix
+from .test_cli import chat as delta_chat
+from .test_cli import chat_graph as delta_chat_graph
 
 #: every test here reads or writes LangGraph's MongoDBSaver
 pytestmark = pytest.mark.mongodb
@@ -220,6 +224,42 @@ async def test_a_graphkeep_thread_copied_into_langgraph_mongodb_continues_there(
         assert versions and all(isinstance(v, int) for v in versions)
 
 
+def test_a_delta_channel_thread_of_langgraph_mongodb_replays_and_continues_on_graphkeep(
+    store: Store, mongo_url: str
+) -> None:
+    with mongodb_saver(mongo_url) as source:
+        on_source = delta_chat_graph(source)
+        delta_chat(on_source, "delta", 5)
+        before = {
+            s.config["configurable"]["checkpoint_id"]: s.values
+            for s in on_source.get_state_history(config("delta"))
+        }
+        copied = gk(
+            *copy_argv(
+                mongo_url,
+                store.url,
+                "--thread",
+                "delta",
+                "--source-saver",
+                SOURCE_SAVER,
+                "--dst-key-prefix",
+                store.prefix,
+            )
+        )
+        assert copied.code == 0, copied.out + copied.err
+        delta_chat(on_source, "delta", 1, start=6)
+        after = on_source.get_state(config("delta")).values
+    with store.saver() as saver:
+        here = delta_chat_graph(saver)
+        assert {
+            s.config["configurable"]["checkpoint_id"]: s.values
+            for s in here.get_state_history(config("delta"))
+        } == before
+        delta_chat(here, "delta", 1, start=6)
+        assert here.get_state(config("delta")).values == after
+        assert len(after["messages"]) == 12
+
+
 def test_copy_reports_a_destination_that_differs_and_never_overwrites_it(
     store: Store, mongo_url: str
 ) -> None:
@@ -227,34 +267,138 @@ def test_copy_reports_a_destination_that_differs_and_never_overwrites_it(
         graph = chat_builder().compile(checkpointer=source)
         ask(graph, "t", "hello")
         ask(graph, "t", "again")
-    argv = copy_argv(
-        mongo_url,
-        store.url,
-        "--thread",
-        "t",
-        "--source-saver",
-        SOURCE_SAVER,
-        "--dst-key-prefix",
-        store.prefix,
-    )
-    first = gk(*argv)
-    assert first.code == 0, first.out + first.err
-    with store.saver() as saver:
-        head = saver.get_tuple(config("t"))
-        assert head is not None
-        tampered = head.checkpoint["channel_values"]["messages"][:-1]
-        # one value changed on the destination, as a stray writer would
-        saver.put_writes(head.config, [("messages", tampered)], "stray-task")
-        changed_id = head.config["configurable"]["checkpoint_id"]
-    rerun = gk(*argv)
+        argv = copy_argv(
+            mongo_url,
+            store.url,
+            "--thread",
+            "t",
+            "--source-saver",
+            SOURCE_SAVER,
+            "--dst-key-prefix",
+            store.prefix,
+        )
+        first = gk(*argv)
+        assert first.code == 0, first.out + first.err
+        with store.saver() as saver:
+            head = saver.get_tuple(config("t"))
+            assert head is not None
+            # one value changed on the destination, as a stray writer would: the head's
+            # messages lose their last one
+            body = {**head.checkpoint, "channel_values": dict(head.checkpoint["channel_values"])}
+            body["channel_values"]["messages"] = body["channel_values"]["messages"][:-1]
+            bumped = saver.get_next_version(body["channel_versions"]["messages"], None)
+            body["channel_versions"] = {**body["channel_versions"], "messages": bumped}
+            saver.put(head.parent_config, body, head.metadata, {"messages": bumped})
+            changed_id = head.config["configurable"]["checkpoint_id"]
+            held = len(list(saver.list(config("t"))))
+        ask(graph, "t", "more")  # the source moves on: nothing of it may land on top
+        rerun = gk(*argv)
     assert rerun.code == 1, rerun.out
     problems = rerun.json()["threads"][0]["problems"]
     assert any(
-        changed_id in p and "not overwritten" in p and "pending writes" in p for p in problems
+        changed_id in p and "not overwritten" in p and "channel_values (messages)" in p
+        for p in problems
     ), problems
     with store.saver() as saver:
         kept = saver.get_tuple(config("t", changed_id))
-        assert kept is not None and [w[0] for w in kept.pending_writes] == ["stray-task"]
+        assert kept is not None
+        assert len(kept.checkpoint["channel_values"]["messages"]) == 3
+        assert len(list(saver.list(config("t")))) == held
+
+
+def test_a_re_run_adds_the_writes_a_copied_checkpoint_gained_on_the_source(
+    store: Store, mongo_url: str
+) -> None:
+    with mongodb_saver(mongo_url) as source:
+        graph = chat_builder().compile(checkpointer=source)
+        ask(graph, "t", "please approve the plan")
+        argv = copy_argv(
+            mongo_url,
+            store.url,
+            "--thread",
+            "t",
+            "--source-saver",
+            SOURCE_SAVER,
+            "--dst-key-prefix",
+            store.prefix,
+        )
+        assert gk(*argv).code == 0
+        head = source.get_tuple(config("t"))
+        assert head is not None
+        # a worker of the live app records its task's output on the head meanwhile
+        source.put_writes(head.config, [("approved", "seen")], "late-task")
+        rerun = gk(*argv)
+        assert rerun.code == 0, rerun.out
+        assert rerun.json()["threads"][0]["checkpoints_copied"] == 0
+        want = source.get_tuple(head.config)
+    with store.saver() as saver:
+        have = saver.get_tuple(config("t", head.config["configurable"]["checkpoint_id"]))
+    assert want is not None and have is not None
+    assert sorted(w[:2] for w in have.pending_writes) == sorted(w[:2] for w in want.pending_writes)
+    assert ("late-task", "approved") in [w[:2] for w in have.pending_writes]
+
+
+def test_a_source_thread_that_cannot_be_read_is_reported_and_the_others_are_copied(
+    store: Store, mongo_url: str
+) -> None:
+    with mongodb_saver(mongo_url) as source:
+        graph = chat_builder().compile(checkpointer=source)
+        ask(graph, "good", "hello")
+        ask(graph, "bad", "hello")
+        # one stored checkpoint of "bad" is no longer msgpack (0xc1 is never used)
+        damaged = source.checkpoint_collection.update_one(
+            {"thread_id": "bad"}, {"$set": {"checkpoint": b"\xc1broken"}}
+        )
+        assert damaged.modified_count == 1
+        result = gk(
+            *copy_argv(
+                mongo_url,
+                store.url,
+                "--thread",
+                "good",
+                "bad",
+                "--source-saver",
+                SOURCE_SAVER,
+                "--dst-key-prefix",
+                store.prefix,
+            )
+        )
+        want = graph.get_state(config("good")).values
+    assert result.code == 1, result.out + result.err
+    threads = {t["thread_id"]: t for t in result.json()["threads"]}
+    assert threads["good"]["verified"] is True
+    assert threads["bad"]["verified"] is False
+    assert threads["bad"]["problems"][0].startswith("source: "), threads["bad"]
+    with store.saver() as saver:
+        assert chat_builder().compile(checkpointer=saver).get_state(config("good")).values == want
+        assert saver.get_tuple(config("bad")) is None
+
+
+def test_graph_verification_names_the_states_that_read_differently(store: Store) -> None:
+    with store.saver() as saver:
+        graph = chat_builder().compile(checkpointer=saver)
+        ask(graph, "a", "hello")
+        ask(graph, "b", "hello")
+        assert verify_graph(chat_builder(), saver, saver, "a", "a") == []
+        ask(graph, "b", "again")
+        problems = verify_graph(chat_builder(), saver, saver, "a", "b")
+    assert problems[0].startswith("graph get_state: differs: checkpoint"), problems
+    assert "values (messages)" in problems[0]
+    assert any("get_state_history: " in p for p in problems), problems
+
+
+def test_a_saver_option_that_does_not_yield_a_saver_is_a_usage_error(tmp_path: Any) -> None:
+    wrong = gk(
+        "copy",
+        "x://a",
+        f"sqlite:///{tmp_path / 'd.db'}",
+        "--all",
+        "--source-saver",
+        "tests.copy_savers:chat_builder",
+    )
+    assert wrong.code == 2 and "--source-saver" in wrong.err, wrong.err
+    missing = gk("copy", "x://a", "y://b", "--all", "--dest-saver", "tests.copy_savers")
+    assert missing.code == 2 and "MODULE:ATTR" in missing.err, missing.err
 
 
 def test_string_versions_map_to_ordered_integers_one_to_one() -> None:

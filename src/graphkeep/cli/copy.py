@@ -13,11 +13,19 @@ channels whose version changed since the parent), with values loaded by
 are copied byte for byte; a shared list is rebuilt from its elements on the way
 out and shared again by a graphkeep destination on the way in.
 
+The saver-API path translates channel versions into the kind the destination
+steps from (:mod:`graphkeep.cli.versions`: LangGraph's default integers <->
+graphkeep's strings), and any LangGraph saver can be either side with
+``--source-saver`` / ``--dest-saver`` (:mod:`graphkeep.cli.custom`).
+
 Both paths are idempotent (upserts, insert-if-absent writes) and resumable:
-checkpoints already on the destination are skipped. At the end every thread is
-verified: each source checkpoint exists on the destination with at least as
-many writes (a destination that has moved on may hold more); missing writes are
-sent again once before the copy is declared failed.
+checkpoints already on the destination are skipped; on the saver-API path one
+that differs from the source is reported and nothing is written into its
+thread. At the end every thread is verified: graphkeep -> graphkeep, each
+source checkpoint, write and blob exists on the destination (a destination
+that has moved on may hold more writes); any other pair, through LangGraph's
+read path (:mod:`graphkeep.cli.verify`). Missing writes are sent again once
+before the copy is declared failed.
 """
 
 from __future__ import annotations
@@ -38,8 +46,8 @@ from graphkeep.checkpoint.records import (
     WriteRecord,
 )
 from graphkeep.cli.batch import batch_exit, each_thread, report_not_found
-from graphkeep.cli.console import CliError, Progress, UsageError, print_json
-from graphkeep.cli.custom import open_side
+from graphkeep.cli.console import Progress, UsageError, print_json
+from graphkeep.cli.custom import load_factory, open_side
 from graphkeep.cli.decode import LosslessSerde
 from graphkeep.cli.endpoints import Endpoint, Native, copy_key_prefixes, is_foreign
 from graphkeep.cli.threads import (
@@ -54,6 +62,7 @@ from graphkeep.cli.threads import (
 )
 from graphkeep.cli.verify import capped, load_app_graph, verify_graph, verify_thread
 from graphkeep.cli.versions import VersionPlan, plan_versions, version_kind
+from graphkeep.errors import StorageUnavailable
 from graphkeep.port import codec
 
 #: ``(source thread, destination thread) -> differences`` read through the app's graph
@@ -86,16 +95,17 @@ class ThreadCopy:
 def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.rename_to is not None and (args.all or len(args.thread or []) != 1):
         raise UsageError("--rename-to needs exactly one --thread")
-    src_spec, dst_spec = args.source_saver, args.dest_saver
+    src_factory = load_factory(args.source_saver, "--source-saver")
+    dst_factory = load_factory(args.dest_saver, "--dest-saver")
     src_prefix, dst_prefix = copy_key_prefixes(args)
-    if src_spec is not None:
+    if src_factory is not None:
         src_prefix = None
-    if dst_spec is not None:
+    if dst_factory is not None:
         dst_prefix = None
     same_store = (
         args.src_url.rstrip("/") == args.dst_url.rstrip("/")
         and src_prefix == dst_prefix
-        and src_spec == dst_spec
+        and (src_factory and src_factory.spec) == (dst_factory and dst_factory.spec)
     )
     if same_store and args.rename_to is None:
         raise UsageError(
@@ -104,21 +114,20 @@ def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
     graph = load_app_graph(args.graph) if args.graph is not None else None
     both_native = (
-        src_spec is None
-        and dst_spec is None
+        src_factory is None
+        and dst_factory is None
         and not is_foreign(args.src_url)
         and not is_foreign(args.dst_url)
     )
     serde = LosslessSerde(strict=not both_native)
     with ExitStack() as sides:
         src = sides.enter_context(
-            open_side(args.src_url, src_spec, "--source-saver", key_prefix=src_prefix, serde=serde)
+            open_side(args.src_url, src_factory, key_prefix=src_prefix, serde=serde)
         )
         dst = sides.enter_context(
             open_side(
                 args.dst_url,
-                dst_spec,
-                "--dest-saver",
+                dst_factory,
                 key_prefix=dst_prefix,
                 serde=serde,
                 setup=True,
@@ -129,14 +138,17 @@ def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if graph is not None:
             # the app's graph reads with the app's serializer, not the copy's lossless one
             app_src = sides.enter_context(
-                open_side(args.src_url, src_spec, "--source-saver", key_prefix=src_prefix)
+                open_side(args.src_url, src_factory, key_prefix=src_prefix)
             )
             app_dst = sides.enter_context(
-                open_side(args.dst_url, dst_spec, "--dest-saver", key_prefix=dst_prefix)
+                open_side(args.dst_url, dst_factory, key_prefix=dst_prefix)
             )
 
             def graph_check(thread_id: str, target: str) -> list[str]:
-                return verify_graph(graph, app_src.saver, app_dst.saver, thread_id, target)
+                try:
+                    return verify_graph(graph, app_src.saver, app_dst.saver, thread_id, target)
+                except Exception as exc:  # the app's graph may fail to read either side
+                    return [f"--graph could not read the thread: {type(exc).__name__}: {exc}"]
 
         def copy_thread(thread_id: str) -> ThreadCopy | None:
             target = args.rename_to or thread_id
@@ -415,16 +427,25 @@ def _copy_generic(
     err: TextIO,
     graph_check: GraphCheck | None = None,
 ) -> ThreadCopy | None:
-    items = _oldest_first(_source_items(src, thread_id))
+    try:
+        items = _oldest_first(_source_items(src, thread_id))
+    except StorageUnavailable:
+        raise
+    except Exception as exc:  # one thread the source cannot read: the others go on
+        unreadable = ThreadCopy(thread_id, target, verified=False)
+        unreadable.problems = [f"source: the thread cannot be read: {type(exc).__name__}: {exc}"]
+        return unreadable
     if not items:
         return None
-    for item in items:
-        if not isinstance(item.checkpoint, dict):
-            raise CliError(
-                f"checkpoint {item.checkpoint_id} of thread {thread_id!r} cannot be read"
-                " (encrypted? set LANGGRAPH_AES_KEY)"
-            )
     result = ThreadCopy(thread_id, target, checkpoints=len(items))
+    locked = [i.checkpoint_id for i in items if not isinstance(i.checkpoint, dict)]
+    if locked:
+        result.verified = False
+        result.problems = [
+            f"source: checkpoint {locked[0]} (and {len(locked) - 1} more) cannot be read"
+            " (encrypted? set LANGGRAPH_AES_KEY); nothing copied"
+        ]
+        return result
     result.writes = sum(len(i.writes) for i in items)
     plan = plan_versions(items, version_kind(dst.saver), _fingerprint)
     present = _present(dst, target)
@@ -433,11 +454,16 @@ def _copy_generic(
     # a checkpoint the destination holds already is never overwritten; if one differs from
     # the source, nothing is added to that thread
     held = frozenset(present)
-    differing = verify_thread(src, dst, thread_id, target, there, plan, present=held, whole=False)
+    short: list[CheckpointItem] = []
+    differing = verify_thread(
+        src, dst, thread_id, target, there, plan, present=held, whole=False, short=short
+    )
     if differing:
         result.problems = capped(differing)
         result.verified = False
         return result
+    for item in short:  # writes are insert-if-absent: the ones there stay as they are
+        _put_writes(dst, target, item)
     by_key = {(i.ns, i.checkpoint_id): i for i in items}
     copied = []
     with Progress(f"  {target}", len(items), stream=err, enabled=args.progress) as progress:

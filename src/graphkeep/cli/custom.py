@@ -12,8 +12,9 @@ Postgres savers).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -27,14 +28,32 @@ CUSTOM = "custom"
 EXAMPLE = "app.savers:open_saver"
 
 
+@dataclass(frozen=True)
+class SaverFactory:
+    """An app's callable, ``URL -> context manager yielding a BaseCheckpointSaver``."""
+
+    spec: str
+    option: str
+    open: Callable[[str], Any]
+
+
+def load_factory(spec: str | None, option: str) -> SaverFactory | None:
+    """What ``option`` (``--source-saver`` / ``--dest-saver``) names, imported before any
+    store is opened (None: the option is not given)."""
+    if spec is None:
+        return None
+    found = import_object(spec, option, EXAMPLE)
+    if not callable(found):
+        raise UsageError(f"{option} {spec} is a {type(found).__name__}, not a callable")
+    return SaverFactory(spec, option, found)
+
+
 @contextmanager
-def open_custom(spec: str, option: str, url: str, *, serde: Any = None) -> Iterator[Foreign]:
-    """The saver ``spec``'s callable opens for ``url`` (``option``: the flag, for errors)."""
-    factory = import_object(spec, option, EXAMPLE)
-    if not callable(factory):
-        raise UsageError(f"{option} {spec} is a {type(factory).__name__}, not a callable")
+def open_custom(factory: SaverFactory, url: str, *, serde: Any = None) -> Iterator[Foreign]:
+    """The saver ``factory`` opens for ``url``."""
+    option, spec = factory.option, factory.spec
     try:
-        manager = factory(url)
+        manager = factory.open(url)
         enter = manager.__enter__
     except Exception as exc:  # the app's factory may fail in any way
         raise UsageError(f"{option} {spec}: {type(exc).__name__}: {exc}") from exc
@@ -58,17 +77,16 @@ def open_custom(spec: str, option: str, url: str, *, serde: Any = None) -> Itera
 @contextmanager
 def open_side(
     url: str,
-    spec: str | None,
-    option: str,
+    factory: SaverFactory | None,
     *,
     key_prefix: str | None = None,
     serde: Any = None,
     setup: bool = False,
     must_exist: bool = True,
 ) -> Iterator[Endpoint]:
-    """One side of a copy: the app's saver when ``spec`` names one, else ``url``'s."""
-    if spec is not None:
-        with open_custom(spec, option, url, serde=serde) as custom:
+    """One side of a copy: the app's saver when ``factory`` is given, else ``url``'s."""
+    if factory is not None:
+        with open_custom(factory, url, serde=serde) as custom:
             yield custom
         return
     with open_endpoint(

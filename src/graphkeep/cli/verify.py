@@ -26,6 +26,9 @@ from graphkeep.cli.versions import VersionPlan
 #: a thread's problems beyond this many are counted, not listed
 MAX_PROBLEMS = 20
 
+#: the field named when pending writes differ
+PENDING_WRITES = "pending writes"
+
 _MISSING = object()
 _BYTES = LosslessSerde(strict=False)
 
@@ -67,6 +70,23 @@ def _by_task(writes: Iterable[Any] | None) -> list[tuple[str, str, Any]]:
     return sorted(listed, key=lambda w: w[0])
 
 
+def _fewer(have: Iterable[Any] | None, want: Iterable[Any] | None) -> bool:
+    """Is every write of ``have`` one of ``want`` (which holds more)?"""
+    left = _by_task(want)
+    for write in _by_task(have):
+        match = next(
+            (i for i, w in enumerate(left) if w[:2] == write[:2] and same(w[2], write[2])), None
+        )
+        if match is None:
+            return False
+        del left[match]
+    return bool(left)
+
+
+def _error(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
 def _parent(tup: Any) -> str | None:
     parent = (tup.parent_config or {}).get("configurable", {}).get("checkpoint_id")
     return str(parent) if parent else None
@@ -93,7 +113,7 @@ def compare_tuples(
     if len(s_writes) != len(d_writes) or not all(
         a[:2] == b[:2] and same(a[2], b[2]) for a, b in zip(s_writes, d_writes, strict=False)
     ):
-        fields.append(f"pending writes ({len(s_writes)} on the source, {len(d_writes)} here)")
+        fields.append(f"{PENDING_WRITES} ({len(s_writes)} on the source, {len(d_writes)} here)")
     channels = _differing(versions, dict(d_body.get("channel_versions") or {}))
     if channels:
         fields.append(f"channel_versions ({', '.join(channels)})")
@@ -114,22 +134,36 @@ def verify_thread(
     *,
     present: frozenset[tuple[str, str]] = frozenset(),
     whole: bool = True,
+    short: list[CheckpointItem] | None = None,
 ) -> list[str]:
     """What differs between the source's ``items`` and the destination. ``present``: the
     checkpoints the destination held before the copy (named as such); ``whole`` False: check
-    only the checkpoints (not heads, lists)."""
+    only the checkpoints (not heads, lists); ``short`` given: a checkpoint that differs only
+    in lacking some of the source's pending writes is added there, not reported."""
     problems = []
     for item in items:
         where = _where(item.ns, item.checkpoint_id)
-        dest = dst.saver.get_tuple(_config(target, item.ns, item.checkpoint_id))
+        try:
+            dest = dst.saver.get_tuple(_config(target, item.ns, item.checkpoint_id))
+        except Exception as exc:  # a value this machine cannot load, a saver's own error
+            problems.append(f"{where}: unreadable on the destination: {_error(exc)}")
+            continue
         if dest is None:
             problems.append(f"{where}: missing on the destination")
             continue
-        source = src.saver.get_tuple(_config(thread_id, item.ns, item.checkpoint_id))
+        try:
+            source = src.saver.get_tuple(_config(thread_id, item.ns, item.checkpoint_id))
+        except Exception as exc:
+            problems.append(f"{where}: unreadable on the source: {_error(exc)}")
+            continue
         if source is None:
-            problems.append(f"{where}: no longer readable on the source")
+            problems.append(f"{where}: no longer on the source")
             continue
         fields = compare_tuples(source, dest, plan.versions(item), plan.seen(item))
+        if short is not None and len(fields) == 1 and fields[0].startswith(PENDING_WRITES):
+            if _fewer(dest.pending_writes, source.pending_writes):
+                short.append(item)  # the source's checkpoint gained writes since: add them
+                continue
         if fields:
             note = (
                 " (already there before this copy: not overwritten)"
