@@ -351,7 +351,12 @@ def _subsequence(part: list[Any], whole: list[Any]) -> bool:
 
 
 def assert_reads_alike(
-    source: Any, destination: Any, threads: dict[str, str], *, own_delta_reads: bool = True
+    source: Any,
+    destination: Any,
+    threads: dict[str, str],
+    *,
+    own_delta_reads: bool = True,
+    approval: bool = True,
 ) -> None:
     """Every checkpoint of each thread on the destination reads, through LangGraph, as the same
     checkpoint read by id from the source; the source's ids are all there. (Each side is read
@@ -392,6 +397,8 @@ def assert_reads_alike(
                     side["tasks"] = [t[:3] for t in side["tasks"]]
                     side.pop("interrupts")
             assert got == want, f"{name} at {checkpoint_id}"
+    if not approval:
+        return
     asked = here_state = GRAPHS["approval"](destination).get_state(config(threads["approval"]))
     assert [i.value for i in here_state.interrupts] == [{"question": "approve?", "n": 1}], asked
 
@@ -464,6 +471,27 @@ def test_write_rows_carry_task_path_and_idx_where_the_rival_stores_them(rival: R
     else:
         assert any(p.startswith("~__pregel_push") for p in paths), paths
     assert any(w.channel == "__interrupt__" and w.idx == -3 for w in asked)
+
+
+def test_a_value_over_the_destinations_item_limit_is_copied_whole(keep: Keep) -> None:
+    """A 600 KB message (over DynamoDB's 400 KB item limit), which plainredis holds in one
+    string, reads back whole from every graphkeep backend."""
+    tag = uuid.uuid4().hex[:10]
+    source_rival = Rival("plainredis", rival_url("plainredis", tag), tag)
+    big = "".join(uuid.uuid4().hex for _ in range(600 * 1024 // 32))
+    try:
+        with source_rival.saver() as source:
+            chat_graph(source).invoke(
+                {"messages": [HumanMessage(content=big, id="h-big")]}, config("big")
+            )
+        copied = gk("copy", source_rival.url, keep.url, "--all", "--dst-key-prefix", keep.prefix)
+        assert copied.code == 0, copied.err + copied.out
+        with source_rival.saver() as source, keep.saver() as destination:
+            assert_reads_alike(source, destination, {"chat": "big"}, approval=False)
+            here = chat_graph(destination).get_state(config("big")).values["messages"]
+            assert here[0].content == big
+    finally:
+        source_rival.drop()
 
 
 # -- graphkeep -> rival --------------------------------------------------------------------
