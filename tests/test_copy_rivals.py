@@ -545,3 +545,13 @@ def test_an_unknown_rival_option_names_the_options_there_are() -> None:
     result = gk("copy", url, REDIS_URL, "--all", "--dst-key-prefix", unique_prefix("rival"))
     assert result.code == 2
     assert "unknown option 'prefx'" in result.err and "prefix" in result.err
+
+
+def test_check_and_setup_print_refuse_a_rival_url_in_one_line() -> None:
+    for argv in (
+        ("check", f"langgraph-plainredis://{_hostport(REDIS_URL)}/0", "--all"),
+        ("setup", f"langgraph-mongodb://{_hostport(MONGODB_URI)}/db", "--print"),
+    ):
+        result = gk(*argv)
+        assert result.code == 2, result.err
+        assert "does not read langgraph-" in result.err and "docs/migrate.md" in result.err

@@ -89,6 +89,17 @@ def require_graphkeep(url: str, command: str) -> None:
         )
 
 
+def refuse_rival(url: str, command: str) -> None:
+    """Refuse another project's saver URL (:mod:`graphkeep.cli.rivals`) for a command that
+    reads only graphkeep's and LangGraph's own SQLite / Postgres savers."""
+    scheme = scheme_of(url)
+    if scheme in rivals.RIVAL_SCHEMES:
+        raise UsageError(
+            f"graphkeep {command} does not read {scheme}:// (graphkeep copy, threads and"
+            " history do: docs/migrate.md)"
+        )
+
+
 def _scheme(url: str, example: str) -> str:
     """``url``'s scheme; its secrets are remembered for masking first."""
     MASK.remember(url)
