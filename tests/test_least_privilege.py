@@ -178,3 +178,67 @@ def test_setup_print_acl_prints_the_line_for_the_configured_prefix() -> None:
     assert code == 0
     printed: Any = json.loads(o.getvalue())
     assert printed["key_pattern"] == "~tenant-a:*"
+
+
+# -- DynamoDB: the IAM policy --------------------------------------------------------
+
+DYNAMODB_URL = os.environ.get(
+    "GRAPHKEEP_DYNAMODB_URL",
+    f"dynamodb://graphkeep?region=us-east-1&endpoint_url={os.environ.get('DYNAMODB_ENDPOINT_URL', 'http://127.0.0.1:15000')}",
+)
+
+
+@pytest.mark.dynamodb
+@pytest.mark.parametrize("product", PRODUCTS)
+def test_every_dynamodb_action_a_product_sends_is_in_its_policy_statement(product: str) -> None:
+    """The session-wide recorder (tests/dynamodb_actions.py) sees this product's sends,
+    sync (boto3) and async (aiobotocore); each is in its own statement or the table's
+    description (conftest's session end checks every test's sends the same way)."""
+    from graphkeep.backends.dynamodb.iam import iam_policy, policy_actions
+    from tests import dynamodb_actions
+
+    recorded = dynamodb_actions.RECORDED
+    before = dict(recorded)
+    recorded.clear()
+    try:
+        prefix = unique_prefix("iam")
+        run_sync(product, DYNAMODB_URL, prefix)
+        asyncio.run(run_async(product, DYNAMODB_URL, prefix))
+        sent = set(recorded)
+    finally:
+        for action, test in before.items():
+            recorded.setdefault(action, test)
+    assert {"PutItem", "TransactWriteItems", "BatchWriteItem"} & sent  # it wrote
+    statement = f"Graphkeep{product.capitalize()}"
+    allowed = policy_actions(iam_policy("graphkeep"), statement, "GraphkeepDescribe")
+    assert sent - allowed == set()
+
+
+def test_setup_print_iam_policy_names_the_table_and_its_indexes() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    url = "dynamodb://app-table?region=eu-west-1"
+    assert (
+        cli_run(["setup", url, "--print-iam-policy", "--aws-account", "123456789012"], out, err)
+        == 0
+    )
+    policy = json.loads(out.getvalue())
+    sids = [s["Sid"] for s in policy["Statement"]]
+    assert sids == [
+        "GraphkeepSaver",
+        "GraphkeepStore",
+        "GraphkeepCache",
+        "GraphkeepEvents",
+        "GraphkeepEffects",
+        "GraphkeepDescribe",
+        "GraphkeepSetup",
+    ]
+    arn = "arn:aws:dynamodb:eu-west-1:123456789012:table/app-table"
+    for statement in policy["Statement"]:
+        assert statement["Resource"] == [arn, f"{arn}/index/*"]
+    setup = next(s for s in policy["Statement"] if s["Sid"] == "GraphkeepSetup")
+    assert "dynamodb:CreateTable" in setup["Action"]
+    out = io.StringIO()
+    assert cli_run(["setup", url, "--print-iam-policy", "--read-only"], out, err) == 0
+    (read_only,) = json.loads(out.getvalue())["Statement"]
+    assert not {a for a in read_only["Action"] if "Put" in a or "Write" in a or "Delete" in a}
+    assert "dynamodb:Query" in read_only["Action"]
