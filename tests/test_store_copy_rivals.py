@@ -9,21 +9,25 @@ every side. Each test works in its own key prefix, collection, index prefix or t
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
-from langgraph.store.base import BaseStore
+from langgraph.store.base import BaseStore, PutOp
 from langgraph.store.memory import InMemoryStore
 
+import graphkeep
 from conformance.setups import all_setups
 from graphkeep.cli.endpoints import open_store
 from graphkeep.cli.store_copy import plain
+from graphkeep.port.clock import datetime_of_us
 
 from .conftest import unique_prefix
 from .test_cli_store import fake_embed, gk
@@ -158,6 +162,22 @@ def views(store: BaseStore, items: list[Any]) -> dict[str, Any]:
     return {"get": got, "search": searched, "namespaces": namespaces}
 
 
+def times(store: BaseStore, items: list[Any]) -> dict[Key, tuple[datetime, datetime]]:
+    """Each item's (created_at, updated_at), as ``search`` returns them."""
+    kind = type(store).__name__
+    found: dict[Key, tuple[datetime, datetime]] = {}
+    for ns, key, _ in items:
+        hits = store.search(() if kind == "MongoDBStore" else ns, limit=1000, refresh_ttl=False)
+        for h in hits:
+            if (tuple(h.namespace), h.key) == (ns, key):
+                found[(ns, key)] = (_utc(h.created_at), _utc(h.updated_at))
+    return found
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
 def expected(items: list[Any]) -> dict[str, Any]:
     searched: dict[tuple[str, ...], dict[str, Any]] = {}
     for ns, key, value in items:
@@ -180,7 +200,8 @@ def test_rival_items_copy_into_graphkeep_and_back_reading_the_same_everywhere(
     with rival.open() as store:
         seed(store, items)
         source_view = views(store, items)
-    assert source_view == expected(items)
+        source_times = times(store, items)
+    assert source_view == expected(items) and len(source_times) == len(items)
 
     first = gk("store", "copy", rival.url, url, "--dst-key-prefix", prefix, "--json")
     assert first.code == 0, first.err + first.out
@@ -188,6 +209,7 @@ def test_rival_items_copy_into_graphkeep_and_back_reading_the_same_everywhere(
     assert (report["copied"], report["verified"], report["ok"]) == (len(items), len(items), True)
     with open_store(url, key_prefix=prefix) as copied:
         assert views(copied, items) == source_view
+        assert times(copied, items) == source_times  # graphkeep keeps the source's times
 
     again = gk("store", "copy", rival.url, url, "--dst-key-prefix", prefix, "--json")
     assert again.code == 0, again.err
@@ -379,3 +401,34 @@ def test_a_rival_option_it_does_not_take_is_a_usage_error() -> None:
 def _in_tmp(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.chdir(tmp_path)
     yield
+
+
+# -- graphkeep's store keeps the times a copy carries ----------------------------------------
+
+CREATED, UPDATED = 1_600_000_000_000_001, 1_700_000_000_000_002
+
+
+def _times_of(item: Any) -> tuple[datetime, datetime]:
+    return item.created_at, item.updated_at
+
+
+@pytest.mark.parametrize("url", _backends())
+def test_stamped_puts_keep_the_given_times_sync_and_async(url: str) -> None:
+    ns = ("a", "b")
+    given = (datetime_of_us(CREATED), datetime_of_us(UPDATED))
+    with graphkeep.connect_store(url, key_prefix=unique_prefix("stamped"), setup=True) as store:
+        store.put_stamped([(PutOp(ns, "k", {"v": 1}), CREATED, UPDATED)])
+        assert _times_of(store.get(ns, "k")) == given
+        # a live item keeps its created_at (the port's rule); updated_at is the one given
+        store.put_stamped([(PutOp(ns, "k", {"v": 2}), CREATED + 7, UPDATED + 7)])
+        again = store.get(ns, "k")
+        assert again is not None and again.value == {"v": 2}
+        assert _times_of(again) == (given[0], datetime_of_us(UPDATED + 7))
+
+    async def on_async() -> None:
+        prefix = unique_prefix("stamped")
+        async with graphkeep.aconnect_store(url, key_prefix=prefix, setup=True) as store:
+            await store.aput_stamped([(PutOp(ns, "k", {"v": 1}), CREATED, UPDATED)])
+            assert _times_of(await store.aget(ns, "k")) == given
+
+    asyncio.run(on_async())

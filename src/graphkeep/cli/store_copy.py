@@ -5,8 +5,10 @@ graphkeep URLs, ``sqlite:///``, ``postgresql://``, the official stores of other 
 (``langgraph-redis://``, ``langgraph-mongodb://``, ``langgraph-dynamodb://``: see
 :mod:`graphkeep.cli.rival_stores`, which reads those from what they stored, with each
 item's remaining TTL) and any store a ``--source-store`` / ``--dest-store`` callable yields.
-Re-runnable: items the destination already holds with the same value are skipped (unless
-``--overwrite``). An item the destination refuses is reported and the others go on.
+A graphkeep destination keeps each item's ``created_at`` / ``updated_at`` (its store's
+``put_stamped``); other destinations stamp their own. Re-runnable: items the destination
+already holds with the same value are skipped (unless ``--overwrite``). An item the
+destination refuses is reported and the others go on.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any, TextIO
 
@@ -42,6 +45,9 @@ from graphkeep.cli.store_values import (
     store_label,
 )
 from graphkeep.store.filters import json_equal as same_value
+from graphkeep.store.shells import SyncStore
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 @dataclass
@@ -239,6 +245,13 @@ def _get(store: BaseStore, keys: list[tuple[Namespace, str]]) -> list[Any]:
     return store.batch([GetOp(ns, key, refresh_ttl=False) for ns, key in keys])
 
 
+def _us(moment: datetime) -> int:
+    """``moment`` in epoch microseconds (a naive time is UTC)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return (moment - EPOCH) // timedelta(microseconds=1)
+
+
 def _key(record: Record) -> tuple[Namespace, str]:
     return tuple(record.item.namespace), record.item.key
 
@@ -257,11 +270,16 @@ def _put(
     """Put ``writes`` in one batch; when the destination refuses it, one by one, each item it
     refuses reported (the others are written). Returns the records written."""
 
-    def op(record: Record) -> PutOp:
-        return PutOp(*_key(record), plain(record.item.value), ttl=_ttl(record, args))
+    def put(records: list[Record]) -> None:
+        ops = [PutOp(*_key(r), plain(r.item.value), ttl=_ttl(r, args)) for r in records]
+        if isinstance(dst, SyncStore):  # graphkeep's store takes the source's times
+            times = [(_us(r.item.created_at), _us(r.item.updated_at)) for r in records]
+            dst.put_stamped([(o, *t) for o, t in zip(ops, times, strict=True)])
+        else:
+            dst.batch(ops)
 
     try:
-        dst.batch([op(r) for r in writes])
+        put(writes)
         return writes
     except ConnectionError:
         raise
@@ -270,7 +288,7 @@ def _put(
     written: list[Record] = []
     for record in writes:
         try:
-            dst.batch([op(record)])
+            put([record])
         except ConnectionError:
             raise
         except Exception as exc:
