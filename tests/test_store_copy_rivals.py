@@ -333,7 +333,7 @@ def test_items_redisstore_indexed_are_found_by_the_same_search_after_a_copy(url:
         assert ranked["zyx wut"][0] == "xyz" and ranked["abc"][0] == "abc"
         copied = gk("store", "copy", rival.url, url, "--dst-key-prefix", prefix, *EMBED, "--json")
         assert copied.code == 0, copied.err + copied.out
-        assert copied.json()["embedded"] == len(DOCS)
+        assert copied.json()["embedded"] == copied.json()["source_indexed"] == len(DOCS)
         with open_store(url, key_prefix=prefix, index=INDEX) as dst:
             assert {q: _ranked(dst, q) for q in ranked} == ranked
         rerun = gk("store", "copy", rival.url, url, "--dst-key-prefix", prefix, *EMBED, "--json")
@@ -342,6 +342,9 @@ def test_items_redisstore_indexed_are_found_by_the_same_search_after_a_copy(url:
         assert back.code == 0, back.err + back.out
         with twin.open(index=INDEX) as returned:
             assert {q: _ranked(returned, q) for q in ranked} == ranked
+        unindexed = gk("store", "copy", rival.url, "sqlite:///plain.db")
+        assert unindexed.code == 0, unindexed.err
+        assert "3 item(s) had embeddings in the source; pass --embed" in unindexed.out
 
 
 # -- any other store, errors ----------------------------------------------------------------

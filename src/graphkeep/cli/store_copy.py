@@ -70,6 +70,8 @@ class CopyReport:
     with_ttl: int = 0
     #: items written into a destination with an index (embedded there)
     embedded: int = 0
+    #: items the source held an embedding of (the rivals say; other sources: 0)
+    source_indexed: int = 0
     problems: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
@@ -86,6 +88,7 @@ class CopyReport:
             "refused": self.refused,
             "with_ttl": self.with_ttl,
             "embedded": self.embedded,
+            "source_indexed": self.source_indexed,
             "problems": self.problems,
             "ok": not self.problems,
         }
@@ -209,6 +212,7 @@ def _copy_page(
     if dst is not None:
         present = _get(dst, keys)
     report.items += len(page)
+    report.source_indexed += sum(r.indexed for r in page)
     writes: list[Record] = []
     for record, found in zip(page, present, strict=True):
         if _same(found, record.item.value) and not args.overwrite:
@@ -317,6 +321,11 @@ def _print_copy(report: CopyReport, out: TextIO) -> None:
     extras = [(report.refused, "refused"), (report.with_ttl, "with a TTL"),
               (report.embedded, "embedded")]  # fmt: skip
     out.write("".join(f"; {n} {what}" for n, what in extras if n) + "\n")
+    if report.source_indexed and not report.embedded and report.copied + report.updated:
+        out.write(
+            f"  note: {report.source_indexed} item(s) had embeddings in the source; pass"
+            " --embed/--dims/--field (and --overwrite) to index them in the destination\n"
+        )
     for problem in report.problems[:20]:
         out.write(f"  ! {problem}\n")
     if len(report.problems) > 20:
