@@ -290,6 +290,26 @@ def test_an_item_dynamodbstore_refuses_is_reported_and_the_others_are_copied() -
 
 
 @pytest.mark.redis
+def test_a_source_document_that_is_no_item_is_reported_and_the_others_are_copied() -> None:
+    from redis import Redis
+
+    redis_url = next(s.url for s in all_setups() if s.name == "redis")
+    prefix = unique_prefix("rivalcopy")
+    with _rival("redis") as rival:
+        with rival.open() as store:
+            seed(store, ITEMS)
+        store_prefix = rival.url.split("store_prefix=", 1)[1].split("&", 1)[0]
+        with Redis.from_url(_redis_url()) as client:  # a document with no value
+            client.json().set(f"{store_prefix}:broken", "$", {"prefix": "users", "key": "x"})
+        result = gk("store", "copy", rival.url, redis_url, "--dst-key-prefix", prefix)
+        assert result.code == 1, result.err + result.out
+        assert f"Redis key {store_prefix}:broken: unreadable in the source" in result.out
+        assert "1 unreadable in the source" in result.out
+        with open_store(redis_url, key_prefix=prefix) as copied:
+            assert views(copied, ITEMS) == expected(ITEMS)
+
+
+@pytest.mark.redis
 @pytest.mark.parametrize("name", [pytest.param("redis"), pytest.param("dynamodb")])
 def test_an_items_remaining_ttl_is_carried_into_graphkeep(name: str) -> None:
     if name == "dynamodb" and not os.environ.get("DYNAMODB_ENDPOINT_URL"):

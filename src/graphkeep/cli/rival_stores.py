@@ -69,8 +69,22 @@ class Record:
     indexed: bool = False
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """A stored entry of a source that is not an item its store could return: ``where`` names
+    it in the store's own terms (a Redis key, a MongoDB ``_id``, a DynamoDB PK/SK)."""
+
+    where: str
+    reason: str
+
+
+Entry = Record | Unreadable
 #: every live item of a source under a namespace prefix, a page at a time
-Pages = Callable[[tuple[str, ...]], Iterator[list[Record]]]
+Pages = Callable[[tuple[str, ...]], Iterator[list[Entry]]]
+
+
+def _unreadable(where: str, exc: Exception) -> Unreadable:
+    return Unreadable(where, f"{type(exc).__name__}: {exc}"[:300])
 
 
 def is_rival(url: str) -> bool:
@@ -378,7 +392,7 @@ def _redis_value(value: Any, serde: Any) -> Any:
 
 def _redis_pages(
     client: Any, store_prefix: str, vector_prefix: str, prefix: tuple[str, ...]
-) -> Iterator[list[Record]]:
+) -> Iterator[list[Entry]]:
     """``SCAN`` of the store's documents, ``JSON.MGET`` of each batch, ``PTTL`` for the life
     left; a document's namespace is its dotted, RediSearch-escaped ``prefix`` field."""
     from langgraph.checkpoint.redis.jsonplus_redis import JsonPlusRedisSerializer
@@ -395,15 +409,19 @@ def _redis_pages(
             pipe.pttl(key)
             pipe.exists(f"{vector_prefix}:{key.split(':', 1)[1]}")
         replies = pipe.execute() if keys else []
-        page: list[Record] = []
+        page: list[Entry] = []
         for i in range(0, len(replies), 3):
             row, ttl, vector = replies[i : i + 3]
             if not row:
                 continue  # gone between SCAN and JSON.GET
-            namespace = tuple(unescaper.unescape(row["prefix"]).split("."))
-            if not _under(namespace, prefix):
+            try:
+                namespace = tuple(unescaper.unescape(row["prefix"]).split("."))
+                if not _under(namespace, prefix):
+                    continue
+                item = _redis_item(row, namespace, serde)
+            except Exception as exc:  # one bad document: reported, the others copied
+                page.append(_unreadable(f"Redis key {keys[i // 3]}", exc))
                 continue
-            item = _redis_item(row, namespace, serde)
             left = ttl / 60_000 if ttl is not None and ttl > 0 else None
             page.append(Record(item, left, bool(vector)))
         if page:
@@ -433,7 +451,7 @@ def _mongodb_source(url: str) -> Iterator[Pages]:
         client.close()
 
 
-def _mongodb_pages(collection: Any, prefix: tuple[str, ...]) -> Iterator[list[Record]]:
+def _mongodb_pages(collection: Any, prefix: tuple[str, ...]) -> Iterator[list[Entry]]:
     """Every document, by ``_id``; remaining life from the collection's TTL index on
     ``updated_at`` (documents past it are skipped: MongoDB reaps them a minute late)."""
     expire_after: float | None = None
@@ -451,21 +469,25 @@ def _mongodb_pages(collection: Any, prefix: tuple[str, ...]) -> Iterator[list[Re
         if not docs:
             return
         last = docs[-1]["_id"]
-        page: list[Record] = []
+        page: list[Entry] = []
         for doc in docs:
-            created, updated = _aware(doc["created_at"]), _aware(doc["updated_at"])
+            try:
+                created, updated = _aware(doc["created_at"]), _aware(doc["updated_at"])
+                item = Item(
+                    value=doc["value"],
+                    key=doc["key"],
+                    namespace=tuple(doc["namespace"]),
+                    created_at=created,
+                    updated_at=updated,
+                )
+            except Exception as exc:  # one bad document: reported, the others copied
+                page.append(_unreadable(f"MongoDB document {doc.get('_id')}", exc))
+                continue
             ttl = None
             if expire_after is not None:
                 ttl = _minutes_left(updated.timestamp() + expire_after, now)
                 if ttl <= 0:
                     continue
-            item = Item(
-                value=doc["value"],
-                key=doc["key"],
-                namespace=tuple(doc["namespace"]),
-                created_at=created,
-                updated_at=updated,
-            )
             page.append(Record(item, ttl, "embedding" in doc))
         if page:
             yield page
@@ -495,7 +517,7 @@ def _dynamodb_source(url: str) -> Iterator[Pages]:
     yield lambda prefix: _dynamodb_pages(client, table, prefix)
 
 
-def _dynamodb_pages(client: Any, table: str, prefix: tuple[str, ...]) -> Iterator[list[Record]]:
+def _dynamodb_pages(client: Any, table: str, prefix: tuple[str, ...]) -> Iterator[list[Entry]]:
     """A paged ``Scan`` of the table (an item's namespace is its ``PK``, labels joined by
     ``:``); items past ``expires_at`` are skipped (DynamoDB deletes them up to days late)."""
     from boto3.dynamodb.types import TypeDeserializer
@@ -506,26 +528,31 @@ def _dynamodb_pages(client: Any, table: str, prefix: tuple[str, ...]) -> Iterato
     )
     for raw in pages:
         now = datetime.now(timezone.utc).timestamp()
-        page: list[Record] = []
+        page: list[Entry] = []
         for found in raw.get("Items", []):
             row = {k: decode(v) for k, v in found.items()}
-            if not {"PK", "SK", "value", "created_at", "updated_at"} <= row.keys():
-                continue  # not an item of the store
-            ttl = None
-            if row.get("expires_at") is not None:
-                ttl = _minutes_left(float(row["expires_at"]), now)
-                if ttl <= 0:
+            if "value" not in row:
+                continue  # not an item of the store (moto leaves a refused put's bare key)
+            try:
+                ttl = None
+                if row.get("expires_at") is not None:
+                    ttl = _minutes_left(float(row["expires_at"]), now)
+                    if ttl <= 0:
+                        continue
+                namespace = tuple(row["PK"].split(":")) if row["PK"] else ()
+                if not _under(namespace, prefix):
                     continue
-            namespace = tuple(row["PK"].split(":")) if row["PK"] else ()
-            if not _under(namespace, prefix):
+                item = Item(
+                    value=row["value"],
+                    key=row["SK"],
+                    namespace=namespace,
+                    created_at=datetime.fromisoformat(row["created_at"]),
+                    updated_at=datetime.fromisoformat(row["updated_at"]),
+                )
+            except Exception as exc:  # one bad item: reported, the others copied
+                where = f"DynamoDB item PK={row.get('PK')!r} SK={row.get('SK')!r}"
+                page.append(_unreadable(where, exc))
                 continue
-            item = Item(
-                value=row["value"],
-                key=row["SK"],
-                namespace=namespace,
-                created_at=datetime.fromisoformat(row["created_at"]),
-                updated_at=datetime.fromisoformat(row["updated_at"]),
-            )
             page.append(Record(item, ttl, row.get("embedding") is not None))
         if page:
             yield page

@@ -28,8 +28,10 @@ from graphkeep.cli.console import EXIT_ERROR, EXIT_OK, Progress, UsageError, pri
 from graphkeep.cli.endpoints import copy_key_prefixes, open_store, scheme_of
 from graphkeep.cli.foreign import SQLITE_SCHEMES, sqlite_has_store, sqlite_path
 from graphkeep.cli.rival_stores import (
+    Entry,
     Pages,
     Record,
+    Unreadable,
     is_rival,
     native_get,
     native_pages,
@@ -64,6 +66,8 @@ class CopyReport:
     unchanged: int = 0
     #: items the destination was read and found to hold identically
     verified: int = 0
+    #: entries of the source that are no item (each one a problem; the others were copied)
+    unreadable: int = 0
     #: items the destination refused (each one a problem; the others were written)
     refused: int = 0
     #: items written with a TTL (the source's remaining life, or --ttl)
@@ -85,6 +89,7 @@ class CopyReport:
             "updated": self.updated,
             "unchanged": self.unchanged,
             "verified": self.verified,
+            "unreadable": self.unreadable,
             "refused": self.refused,
             "with_ttl": self.with_ttl,
             "embedded": self.embedded,
@@ -157,7 +162,7 @@ def _source(args: argparse.Namespace, key_prefix: str | None) -> Iterator[Pages]
 
 
 def _searched(store: BaseStore) -> Pages:
-    def pages(prefix: Namespace) -> Iterator[list[Record]]:
+    def pages(prefix: Namespace) -> Iterator[list[Entry]]:
         for page in iter_items(store, prefix):
             yield [Record(item) for item in page]
 
@@ -201,12 +206,18 @@ def _same(found: Any, value: Any) -> bool:
 
 def _copy_page(
     dst: BaseStore | None,
-    page: list[Record],
+    entries: list[Entry],
     args: argparse.Namespace,
     report: CopyReport,
     indexed: bool,
 ) -> None:
-    """Write what ``dst`` lacks or holds differently, then read it back and compare."""
+    """Write what ``dst`` lacks or holds differently, then read it back and compare; an
+    entry of the source that is no item is reported (and the others copied)."""
+    page = [e for e in entries if isinstance(e, Record)]
+    for bad in entries:
+        if isinstance(bad, Unreadable):
+            report.unreadable += 1
+            report.problems.append(f"{bad.where}: unreadable in the source ({bad.reason})")
     keys = [(tuple(r.item.namespace), r.item.key) for r in page]
     present: list[Any] = [None] * len(keys)
     if dst is not None:
@@ -318,8 +329,8 @@ def _print_copy(report: CopyReport, out: TextIO) -> None:
         f" {report.updated} updated, {report.unchanged} already identical;"
         f" {report.verified} verified"
     )
-    extras = [(report.refused, "refused"), (report.with_ttl, "with a TTL"),
-              (report.embedded, "embedded")]  # fmt: skip
+    extras = [(report.unreadable, "unreadable in the source"), (report.refused, "refused"),
+              (report.with_ttl, "with a TTL"), (report.embedded, "embedded")]  # fmt: skip
     out.write("".join(f"; {n} {what}" for n, what in extras if n) + "\n")
     if report.source_indexed and not report.embedded and report.copied + report.updated:
         out.write(
