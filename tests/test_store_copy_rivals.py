@@ -26,6 +26,7 @@ from langgraph.store.memory import InMemoryStore
 import graphkeep
 from conformance.setups import all_setups
 from graphkeep.cli.endpoints import open_store
+from graphkeep.cli.rival_stores import holds_store
 from graphkeep.cli.store_copy import plain
 from graphkeep.port.clock import datetime_of_us
 
@@ -260,6 +261,28 @@ def test_a_mongodb_source_lists_every_namespace_beyond_list_namespaces_limit() -
         assert result.json()["copied"] == 120
         with open_store(redis_url, key_prefix=prefix) as copied:
             assert len(copied.list_namespaces(limit=1000)) == 120
+
+
+def test_a_dry_run_into_a_rival_that_holds_no_store_yet_creates_nothing(rival: Rival) -> None:
+    source = seed_sqlite_file()
+    result = gk("store", "copy", source, rival.url, "--dry-run", "--json")
+    assert result.code == 0, result.err + result.out
+    assert result.json()["copied"] == len(ITEMS) and result.json()["dry_run"] is True
+    assert not holds_store(rival.url)  # no table, collection or search index made
+    with rival.open() as store:  # and once it exists, a dry run reads it
+        seed(store, ITEMS[:1])
+    assert holds_store(rival.url)
+    planned = gk("store", "copy", source, rival.url, "--dry-run", "--json")
+    assert (planned.json()["copied"], planned.json()["unchanged"]) == (len(ITEMS) - 1, 1)
+
+
+def seed_sqlite_file() -> str:
+    from langgraph.store.sqlite import SqliteStore
+
+    with SqliteStore.from_conn_string("source.db") as store:
+        store.setup()
+        seed(store, ITEMS)
+    return "sqlite:///source.db"
 
 
 # -- refusals, TTLs, embeddings -------------------------------------------------------------

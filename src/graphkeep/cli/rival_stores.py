@@ -295,6 +295,42 @@ def open_rival_source(url: str) -> Iterator[Pages]:
     yield from sources[scheme](url)
 
 
+def holds_store(url: str) -> bool:
+    """Does the rival at ``url`` hold its store yet (RedisStore's search index, MongoDBStore's
+    collection, DynamoDBStore's table)? Looked at without creating anything, for a dry run."""
+    scheme = url.split("://", 1)[0].lower()
+    _module(scheme)
+    parsed = _parse(url)
+    try:
+        if scheme == "langgraph-redis":
+            from redis import Redis
+            from redis.exceptions import ResponseError
+
+            with Redis.from_url(f"redis://{parsed.netloc}/{parsed.path or '0'}") as client:
+                try:
+                    client.execute_command("FT.INFO", parsed.options.get("store_prefix", "store"))
+                except ResponseError:
+                    return False
+                return True
+        if scheme == "langgraph-mongodb":
+            from pymongo import MongoClient
+
+            conn, db, name = _mongo_client(parsed)
+            mongo: Any = MongoClient(conn)
+            try:
+                return name in mongo[db].list_collection_names()
+            finally:
+                mongo.close()
+        with contextmanager(_dynamodb_source)(url):
+            return True
+    except NotFound:
+        return False
+    except Exception as exc:
+        raise StorageUnavailable(
+            f"{safe_url(url)} is unavailable ({type(exc).__name__}: {exc})"
+        ) from exc
+
+
 def native_pages(store: BaseStore) -> Pages | None:
     """How to read ``store`` from its storage when it is a ``MongoDBStore`` or a
     ``DynamoDBStore`` (whose ``search`` cannot list it all); None: use its ``search``."""

@@ -32,6 +32,7 @@ from graphkeep.cli.rival_stores import (
     Pages,
     Record,
     Unreadable,
+    holds_store,
     is_rival,
     native_get,
     native_pages,
@@ -173,10 +174,14 @@ def _searched(store: BaseStore) -> Pages:
 def _destination(
     args: argparse.Namespace, key_prefix: str | None, index: dict[str, Any] | None
 ) -> Iterator[BaseStore | None]:
-    """The destination store (schema created), or None for a dry run into an empty SQLite."""
+    """The destination store (schema created), or None for a dry run into a SQLite file or
+    a rival that holds no store yet."""
     if args.dest_store:
         with open_callable_store(args.dest_store, "--dest-store") as store:
             yield store
+        return
+    if args.dry_run and is_rival(args.dst_url) and not holds_store(args.dst_url):
+        yield None  # nothing there yet: every item would be copied
         return
     if args.dry_run and scheme_of(args.dst_url) in SQLITE_SCHEMES:
         path = sqlite_path(args.dst_url)
