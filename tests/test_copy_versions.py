@@ -20,8 +20,9 @@ from langchain_core.messages import HumanMessage
 from langgraph.types import Command
 from pymongo import MongoClient
 
+from graphkeep.cli.threads import CheckpointItem
 from graphkeep.cli.verify import verify_graph
-from graphkeep.cli.versions import string_ranks
+from graphkeep.cli.versions import plan_versions, string_ranks
 
 from .cli_runs import gk
 from .conftest import MONGODB_URI
@@ -144,6 +145,8 @@ def test_threads_of_langgraph_mongodb_continue_fork_and_resume_on_graphkeep(
         source_chat = on_source.get_state(config("chat")).values
         on_source.invoke(Command(resume="yes"), config("approve"))
         source_approved = on_source.get_state(config("approve")).values
+        ask(on_source, "fork", "later")
+        source_fork = on_source.get_state(config("fork")).values
 
     with store.saver() as saver:
         here = chat_builder().compile(checkpointer=saver)
@@ -159,6 +162,9 @@ def test_threads_of_langgraph_mongodb_continue_fork_and_resume_on_graphkeep(
         assert contents(source_chat)[-1] == (
             "answer 4 to question 1 | question 2 | question 3 | question 4"
         )
+        ask(here, "fork", "later")  # the fork's branch goes on as on the source
+        assert here.get_state(config("fork")).values == source_fork
+        assert contents(source_fork)[-1] == "answer 4 to first | instead | after the fork | later"
         waiting = here.get_state(config("approve"))
         assert waiting.next == ("approval",)
         here.invoke(Command(resume="yes"), config("approve"))
@@ -408,3 +414,32 @@ def test_string_versions_map_to_ordered_integers_one_to_one() -> None:
     forked = padded | {f"{2:032}.{9:016}"}
     ranks = string_ranks(forked)
     assert [ranks[v] for v in sorted(forked)] == [1, 2, 3, 4]
+
+
+def test_a_reused_integer_gets_one_version_per_value_and_each_branch_sees_its_own() -> None:
+    def item(checkpoint_id: str, parent: str | None, version: int, value: str) -> CheckpointItem:
+        body = {
+            "channel_versions": {"messages": version, "branch:to:bot": version},
+            "channel_values": {"messages": [value]},
+            "versions_seen": {"bot": {"messages": version, "branch:to:bot": version}},
+        }
+        return CheckpointItem("", checkpoint_id, parent, body, {})
+
+    root = item("1", None, 1, "a")
+    main, fork = item("2", "1", 2, "b"), item("3", "1", 2, "c")  # update_state reused 2
+    plan = plan_versions([root, main, fork], "str", lambda v: repr(v).encode())
+    ours, theirs = plan.versions(main)["messages"], plan.versions(fork)["messages"]
+    assert ours != theirs and ours.startswith(f"{2:032}.") and theirs.startswith(f"{2:032}.")
+    assert plan.versions(root)["messages"] < min(ours, theirs)
+    for branch in (main, fork):  # what a node saw is the value of its own branch
+        assert plan.seen(branch)["bot"] == plan.versions(branch)
+    again = plan_versions([root, main, fork], "str", lambda v: repr(v).encode())
+    assert again.versions(fork) == plan.versions(fork), "a re-run must map as the first run"
+    # and back into integers: one-to-one, in order
+    back = [
+        CheckpointItem("", i.checkpoint_id, i.parent_id, plan.checkpoint(i), {})
+        for i in (root, main, fork)
+    ]
+    ints = plan_versions(back, "int", lambda v: repr(v).encode())
+    numbers = [ints.versions(i)["messages"] for i in back]
+    assert numbers[0] < numbers[1] and numbers[0] < numbers[2] and numbers[1] != numbers[2]
