@@ -58,3 +58,5 @@ def chat_builder() -> StateGraph[Any]:
 
 #: ``--graph tests.copy_savers:builder`` (a builder: graphkeep compiles it)
 builder = chat_builder()
+#: ``--graph tests.copy_savers:compiled`` (a compiled graph: graphkeep swaps its checkpointer)
+compiled = chat_builder().compile()

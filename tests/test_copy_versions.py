@@ -36,6 +36,7 @@ pytestmark = pytest.mark.mongodb
 
 SOURCE_SAVER = "tests.copy_savers:mongodb_saver"
 GRAPH = "tests.copy_savers:builder"
+COMPILED_GRAPH = "tests.copy_savers:compiled"
 
 
 @pytest.fixture(params=BACKEND_PARAMS)
@@ -203,7 +204,7 @@ async def test_a_graphkeep_thread_copied_into_langgraph_mongodb_continues_there(
             "--dest-saver",
             SOURCE_SAVER,
             "--graph",
-            GRAPH,
+            COMPILED_GRAPH,
         )
     )
     assert back.code == 0, back.out + back.err
