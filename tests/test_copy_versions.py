@@ -314,7 +314,7 @@ def test_copy_reports_a_destination_that_differs_and_never_overwrites_it(
 
 
 def test_a_re_run_adds_the_writes_a_copied_checkpoint_gained_on_the_source(
-    store: Store, mongo_url: str
+    store: Store, mongo_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with mongodb_saver(mongo_url) as source:
         graph = chat_builder().compile(checkpointer=source)
@@ -334,7 +334,21 @@ def test_a_re_run_adds_the_writes_a_copied_checkpoint_gained_on_the_source(
         assert head is not None
         # a worker of the live app records its task's output on the head meanwhile
         source.put_writes(head.config, [("approved", "seen")], "late-task")
-        rerun = gk(*argv)
+        # the re-run opens the source with a callable that takes no URL (SRC_URL: a label)
+        monkeypatch.setenv("MONGODB_URI", MONGODB_URI)
+        monkeypatch.setenv("GK_COPY_MONGODB_DB", mongo_url.rsplit("/", 1)[1])
+        rerun = gk(
+            *copy_argv(
+                "old-mongodb",
+                store.url,
+                "--thread",
+                "t",
+                "--source-saver",
+                "tests.copy_savers:session_mongodb_saver",
+                "--dst-key-prefix",
+                store.prefix,
+            )
+        )
         assert rerun.code == 0, rerun.out
         assert rerun.json()["threads"][0]["checkpoints_copied"] == 0
         want = source.get_tuple(head.config)

@@ -184,8 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--source-saver",
         metavar="MODULE:CALLABLE",
-        help="any LangGraph saver as the source: CALLABLE(SRC_URL) returns a context manager"
-        " yielding a BaseCheckpointSaver",
+        help="any LangGraph saver as the source: CALLABLE(SRC_URL) (or CALLABLE(), when it takes"
+        " no argument) returns a context manager yielding a BaseCheckpointSaver",
     )
     p.add_argument(
         "--dest-saver",
