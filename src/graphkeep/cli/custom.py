@@ -33,11 +33,11 @@ EXAMPLE = "app.savers:open_saver"
 
 @dataclass(frozen=True)
 class SaverFactory:
-    """An app's callable, ``URL -> context manager yielding a BaseCheckpointSaver``."""
+    """An app's callable, ``(URL) -> context manager yielding a BaseCheckpointSaver``."""
 
     spec: str
     option: str
-    open: Callable[[str], Any]
+    open: Callable[..., Any]
 
 
 def load_factory(spec: str | None, option: str) -> SaverFactory | None:
