@@ -165,16 +165,39 @@ def build_parser() -> argparse.ArgumentParser:
         "  graphkeep copy redis://old:6379/0 'dynamodb://app?region=eu-west-1' --thread t1 t2\n"
         "  graphkeep copy redis://localhost:6379/0 redis://localhost:6379/0 --thread t1 \\\n"
         "      --rename-to t1-backup\n"
+        "  graphkeep copy mongodb://old:27017/app redis://localhost:6379/0 --all \\\n"
+        "      --source-saver app.savers:mongodb_saver\n"
         "\n"
         "Idempotent and resumable: checkpoints already on the destination are skipped, so\n"
-        "re-run the same command after an interruption. Every thread is verified at the\n"
-        "end (checkpoints and writes); exit code 1 when one is not.\n",
+        "re-run the same command after an interruption; one that differs from the source is\n"
+        "never overwritten (reported). Channel versions are translated into the kind the\n"
+        "destination steps from (integers or strings), one-to-one and in order. Every thread\n"
+        "is verified at the end: between graphkeep stores as stored bytes, otherwise through\n"
+        "LangGraph's read path (get_tuple of every checkpoint, heads, list order; with\n"
+        "--graph, get_state and its history); exit code 1 when one is not.\n",
     )
     add_thread_choice(p, "every thread of the source")
     p.add_argument("--rename-to", metavar="THREAD", help="new id for the (single) thread")
     add_key_prefixes(p)
     p.add_argument(
         "--no-verify", dest="verify", action="store_false", help="skip the final verification"
+    )
+    p.add_argument(
+        "--source-saver",
+        metavar="MODULE:CALLABLE",
+        help="any LangGraph saver as the source: CALLABLE(SRC_URL) (or CALLABLE(), when it takes"
+        " no argument) returns a context manager yielding a BaseCheckpointSaver",
+    )
+    p.add_argument(
+        "--dest-saver",
+        metavar="MODULE:CALLABLE",
+        help="the same for the destination, called with DST_URL",
+    )
+    p.add_argument(
+        "--graph",
+        metavar="MODULE:ATTR",
+        help="the app's graph (compiled or a builder): also verify get_state and"
+        " get_state_history read through it from each side",
     )
 
     p = commands.add(

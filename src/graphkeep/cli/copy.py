@@ -13,17 +13,26 @@ channels whose version changed since the parent), with values loaded by
 are copied byte for byte; a shared list is rebuilt from its elements on the way
 out and shared again by a graphkeep destination on the way in.
 
+The saver-API path translates channel versions into the kind the destination
+steps from (:mod:`graphkeep.cli.versions`: LangGraph's default integers <->
+graphkeep's strings), and any LangGraph saver can be either side with
+``--source-saver`` / ``--dest-saver`` (:mod:`graphkeep.cli.custom`).
+
 Both paths are idempotent (upserts, insert-if-absent writes) and resumable:
-checkpoints already on the destination are skipped. At the end every thread is
-verified: each source checkpoint exists on the destination with at least as
-many writes (a destination that has moved on may hold more); missing writes are
-sent again once before the copy is declared failed.
+checkpoints already on the destination are skipped; on the saver-API path one
+that differs from the source is reported and nothing is written into its
+thread. At the end every thread is verified: graphkeep -> graphkeep, each
+source checkpoint, write and blob exists on the destination (a destination
+that has moved on may hold more writes); any other pair, through LangGraph's
+read path (:mod:`graphkeep.cli.verify`). Missing writes are sent again once
+before the copy is declared failed.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TextIO
 
@@ -37,15 +46,10 @@ from graphkeep.checkpoint.records import (
     WriteRecord,
 )
 from graphkeep.cli.batch import batch_exit, each_thread, report_not_found
-from graphkeep.cli.console import CliError, Progress, UsageError, print_json
-from graphkeep.cli.decode import LosslessSerde
-from graphkeep.cli.endpoints import (
-    Endpoint,
-    Native,
-    copy_key_prefixes,
-    is_foreign,
-    open_endpoint,
-)
+from graphkeep.cli.console import Progress, UsageError, print_json
+from graphkeep.cli.custom import load_factory, open_side
+from graphkeep.cli.decode import EncryptedValueError, LosslessSerde
+from graphkeep.cli.endpoints import Endpoint, Native, copy_key_prefixes, is_foreign
 from graphkeep.cli.threads import (
     CheckpointItem,
     WriteItem,
@@ -56,7 +60,15 @@ from graphkeep.cli.threads import (
     native_items,
     thread_config,
 )
+from graphkeep.cli.verify import capped, load_app_graph, verify_graph, verify_thread
+from graphkeep.cli.versions import VersionPlan, plan_versions, version_kind
+from graphkeep.errors import StorageUnavailable
 from graphkeep.port import codec
+
+#: ``(source thread, destination thread) -> differences`` read through the app's graph
+GraphCheck = Callable[[str, str], list[str]]
+#: what tells two values of one channel version apart (see graphkeep.cli.versions)
+FINGERPRINT_SERDE = LosslessSerde(strict=False)
 
 BATCH_BYTES = 4 * 1024 * 1024
 BATCH_ITEMS = 500
@@ -83,27 +95,66 @@ class ThreadCopy:
 def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.rename_to is not None and (args.all or len(args.thread or []) != 1):
         raise UsageError("--rename-to needs exactly one --thread")
+    src_factory = load_factory(args.source_saver, "--source-saver")
+    dst_factory = load_factory(args.dest_saver, "--dest-saver")
     src_prefix, dst_prefix = copy_key_prefixes(args)
-    same_store = args.src_url.rstrip("/") == args.dst_url.rstrip("/") and src_prefix == dst_prefix
+    if src_factory is not None:
+        src_prefix = None
+    if dst_factory is not None:
+        dst_prefix = None
+    same_store = (
+        args.src_url.rstrip("/") == args.dst_url.rstrip("/")
+        and src_prefix == dst_prefix
+        and (src_factory and src_factory.spec) == (dst_factory and dst_factory.spec)
+    )
     if same_store and args.rename_to is None:
         raise UsageError(
             "source and destination are the same store: use --rename-to (one thread)"
             " or a different --dst-key-prefix"
         )
-    both_native = not is_foreign(args.src_url) and not is_foreign(args.dst_url)
+    graph = load_app_graph(args.graph) if args.graph is not None else None
+    both_native = (
+        src_factory is None
+        and dst_factory is None
+        and not is_foreign(args.src_url)
+        and not is_foreign(args.dst_url)
+    )
     serde = LosslessSerde(strict=not both_native)
-    with (
-        open_endpoint(args.src_url, key_prefix=src_prefix, serde=serde) as src,
-        open_endpoint(
-            args.dst_url, key_prefix=dst_prefix, serde=serde, setup=True, must_exist=False
-        ) as dst,
-    ):
+    with ExitStack() as sides:
+        src = sides.enter_context(
+            open_side(args.src_url, src_factory, key_prefix=src_prefix, serde=serde)
+        )
+        dst = sides.enter_context(
+            open_side(
+                args.dst_url,
+                dst_factory,
+                key_prefix=dst_prefix,
+                serde=serde,
+                setup=True,
+                must_exist=False,
+            )
+        )
+        graph_check: GraphCheck | None = None
+        if graph is not None:
+            # the app's graph reads with the app's serializer, not the copy's lossless one
+            app_src = sides.enter_context(
+                open_side(args.src_url, src_factory, key_prefix=src_prefix)
+            )
+            app_dst = sides.enter_context(
+                open_side(args.dst_url, dst_factory, key_prefix=dst_prefix)
+            )
+
+            def graph_check(thread_id: str, target: str) -> list[str]:
+                try:
+                    return verify_graph(graph, app_src.saver, app_dst.saver, thread_id, target)
+                except Exception as exc:  # the app's graph may fail to read either side
+                    return [f"--graph could not read the thread: {type(exc).__name__}: {exc}"]
 
         def copy_thread(thread_id: str) -> ThreadCopy | None:
             target = args.rename_to or thread_id
             if isinstance(src, Native) and isinstance(dst, Native):
                 return _copy_native(src, dst, thread_id, target, args, err)
-            return _copy_generic(src, dst, thread_id, target, args, err)
+            return _copy_generic(src, dst, thread_id, target, args, err, graph_check)
 
         results, missing = each_thread("copy", args, src, copy_thread, err)
         src_label, dst_label = src.label, dst.label
@@ -358,23 +409,11 @@ def _present(dst: Endpoint, target: str) -> set[tuple[str, str]]:
     if isinstance(dst, Native):
         inventory = dst.call(dst.saver.port.inventory(target))
         return {(s.ns, s.checkpoint_id) for s in inventory.checkpoints}
-    return set(_existing(dst, target))
-
-
-def _existing(dst: Endpoint, target: str) -> dict[tuple[str, str], int]:
-    """(ns, checkpoint_id) -> number of writes, of everything the destination holds."""
-    if isinstance(dst, Native):
-        dump = export(dst, target)
-        counts = _write_counts(dump.writes)
-        return {
-            (r.ns, r.checkpoint_id): counts.get((r.ns, r.checkpoint_id), 0)
-            for r in dump.checkpoints
-        }
     return {
         (
             str(t.config["configurable"].get("checkpoint_ns", "")),
             str(t.config["configurable"]["checkpoint_id"]),
-        ): len(t.pending_writes or [])
+        )
         for t in dst.saver.list(thread_config(target))
     }
 
@@ -386,47 +425,90 @@ def _copy_generic(
     target: str,
     args: argparse.Namespace,
     err: TextIO,
+    graph_check: GraphCheck | None = None,
 ) -> ThreadCopy | None:
-    items = _oldest_first(_source_items(src, thread_id))
+    try:
+        items = _oldest_first(_source_items(src, thread_id))
+    except (StorageUnavailable, EncryptedValueError):  # every thread would fail the same way
+        raise
+    except Exception as exc:  # one thread the source cannot read: the others go on
+        unreadable = ThreadCopy(thread_id, target, verified=False)
+        unreadable.problems = [f"source: the thread cannot be read: {type(exc).__name__}: {exc}"]
+        return unreadable
     if not items:
         return None
-    for item in items:
-        if not isinstance(item.checkpoint, dict):
-            raise CliError(
-                f"checkpoint {item.checkpoint_id} of thread {thread_id!r} cannot be read"
-                " (encrypted? set LANGGRAPH_AES_KEY)"
-            )
     result = ThreadCopy(thread_id, target, checkpoints=len(items))
+    locked = [i.checkpoint_id for i in items if not isinstance(i.checkpoint, dict)]
+    if locked:
+        result.verified = False
+        result.problems = [
+            f"source: checkpoint {locked[0]} (and {len(locked) - 1} more) cannot be read"
+            " (undecodable, or encrypted: set LANGGRAPH_AES_KEY); nothing copied"
+        ]
+        return result
     result.writes = sum(len(i.writes) for i in items)
+    plan = plan_versions(items, version_kind(dst.saver), _fingerprint)
     present = _present(dst, target)
+    there = [i for i in items if (i.ns, i.checkpoint_id) in present]
+    result.checkpoints_already_present = len(there)
+    # a checkpoint the destination holds already is never overwritten; if one differs from
+    # the source, nothing is added to that thread
+    held = frozenset(present)
+    short: list[CheckpointItem] = []
+    differing = verify_thread(
+        src, dst, thread_id, target, there, plan, present=held, whole=False, short=short
+    )
+    if differing:
+        result.problems = capped(differing)
+        result.verified = False
+        return result
+    for item in short:  # writes are insert-if-absent: the ones there stay as they are
+        _put_writes(dst, target, item)
     by_key = {(i.ns, i.checkpoint_id): i for i in items}
+    copied = []
     with Progress(f"  {target}", len(items), stream=err, enabled=args.progress) as progress:
         for item in items:
             progress.advance()
             if (item.ns, item.checkpoint_id) in present:
-                result.checkpoints_already_present += 1
                 continue
             _put_writes(dst, target, item)
             parent = by_key.get((item.ns, item.parent_id)) if item.parent_id else None
-            _put(dst, target, item, parent)
-            result.checkpoints_copied += 1
+            _put(dst, target, item, parent, plan)
+            copied.append(item)
+    result.checkpoints_copied = len(copied)
     if args.verify:
-        want = {(i.ns, i.checkpoint_id): len(i.writes) for i in items}
         for attempt in range(2):
-            have = _existing(dst, target)
-            problems = _compare(set(want), set(have), want, have)
-            if not problems or attempt == 1 or not any(p.startswith("writes") for p in problems):
-                result.problems = problems
-                result.verified = not problems
+            problems = verify_thread(src, dst, thread_id, target, items, plan, present=held)
+            if attempt == 1 or not any("pending writes" in p for p in problems):
                 break
-            for item in items:
+            # a source checkpoint gained writes since (or a write was lost): send them again
+            for item in copied:
                 _put_writes(dst, target, item)
+        if graph_check is not None and not problems:
+            problems = graph_check(thread_id, target)
+        result.problems = capped(problems)
+        result.verified = not problems
     return result
 
 
-def _put(dst: Endpoint, target: str, item: CheckpointItem, parent: CheckpointItem | None) -> None:
-    versions = item.versions
-    parent_versions = parent.versions if parent is not None else {}
+def _fingerprint(value: Any) -> bytes:
+    """A value's bytes as the copy would store them (the same value, the same bytes)."""
+    try:
+        tag, data = FINGERPRINT_SERDE.dumps_typed(value)
+    except Exception:  # not msgpack-able: its text still tells values apart
+        return repr(value).encode()
+    return tag.encode() + b"\x00" + data
+
+
+def _put(
+    dst: Endpoint,
+    target: str,
+    item: CheckpointItem,
+    parent: CheckpointItem | None,
+    plan: VersionPlan,
+) -> None:
+    versions = plan.versions(item)
+    parent_versions = plan.versions(parent) if parent is not None else {}
     new_versions = {ch: v for ch, v in versions.items() if parent_versions.get(ch) != v}
     config = {
         "configurable": {
@@ -436,7 +518,8 @@ def _put(dst: Endpoint, target: str, item: CheckpointItem, parent: CheckpointIte
         }
     }
     metadata = item.metadata if isinstance(item.metadata, dict) else {}
-    dst.saver.put(config, item.checkpoint, metadata, new_versions)  # type: ignore[arg-type]
+    checkpoint = plan.checkpoint(item)
+    dst.saver.put(config, checkpoint, metadata, new_versions)  # type: ignore[arg-type]
 
 
 def _put_writes(dst: Endpoint, target: str, item: CheckpointItem) -> None:
