@@ -10,6 +10,7 @@ A server that does not answer fails the test with a hint; nothing is skipped.
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -131,3 +132,40 @@ def postgres_saver(url: str) -> Any:
     from langgraph.checkpoint.postgres import PostgresSaver
 
     return PostgresSaver.from_conn_string(url)
+
+
+# -- the DynamoDB actions graphkeep sends, against the IAM policy it prints -------------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from tests import dynamodb_actions
+
+    dynamodb_actions.install()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    from tests import dynamodb_actions
+
+    dynamodb_actions.CURRENT[0] = item.nodeid
+    try:
+        return (yield)
+    finally:
+        dynamodb_actions.CURRENT[0] = "<no test>"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the session when graphkeep sent a DynamoDB action the printed policy lacks."""
+    from graphkeep.backends.dynamodb.iam import iam_policy, policy_actions
+    from tests import dynamodb_actions
+
+    allowed = policy_actions(iam_policy("graphkeep"))
+    missing = {a: t for a, t in dynamodb_actions.RECORDED.items() if a not in allowed}
+    if missing:
+        lines = [f"  dynamodb:{a} (first sent by {t})" for a, t in sorted(missing.items())]
+        print(
+            "\ngraphkeep sent DynamoDB actions the IAM policy of --print-iam-policy lacks"
+            " (src/graphkeep/backends/dynamodb/iam.py):\n" + "\n".join(lines),
+            file=sys.stderr,
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -4,6 +4,7 @@ from a URL, and the app's graph (a chat with add_messages and an approval interr
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,3 +59,13 @@ def chat_builder() -> StateGraph[Any]:
 
 #: ``--graph tests.copy_savers:builder`` (a builder: graphkeep compiles it)
 builder = chat_builder()
+#: ``--graph tests.copy_savers:compiled`` (a compiled graph: graphkeep swaps its checkpointer)
+compiled = chat_builder().compile()
+
+
+def session_mongodb_saver() -> Any:
+    """The no-argument form (as ``store copy --source-store`` takes): the database is named
+    by GK_COPY_MONGODB_DB."""
+    return mongodb_saver(
+        f"{os.environ['MONGODB_URI'].rstrip('/')}/{os.environ['GK_COPY_MONGODB_DB']}"
+    )

@@ -376,7 +376,7 @@ def interrupted_sibling_graph(saver: Any) -> Any:
 
 
 def recover_with_pending(entry: dict[str, Any]) -> list[Any]:
-    """The recipe, then the target's pending writes: what ``get_state`` shows."""
+    """The recipe, then every pending write: what ``get_state`` (live) shows of the head."""
     pending = [to_messages(w["value"]) for w in entry["pending_writes"]]
     return _messages_delta_reducer(recover_messages(entry), pending)
 
@@ -388,7 +388,7 @@ def assert_dump_has_the_pending_writes(url_argv: list[str], graph: Any, thread: 
     assert result.code == 0, result.err
     entry = result.json()["channels"]["messages"]
     assert [w["idx"] for w in entry["pending_writes"]] == [0]
-    assert set(entry["pending_writes"][0]) == {"task_id", "task_path", "idx", "value"}
+    assert set(entry["pending_writes"][0]) == {"task_id", "task_path", "idx", "value", "applied_in"}
     assert recover_messages(entry) != state.values["messages"]  # the sibling's is pending
     assert recover_with_pending(entry) == state.values["messages"]
 

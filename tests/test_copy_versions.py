@@ -20,8 +20,9 @@ from langchain_core.messages import HumanMessage
 from langgraph.types import Command
 from pymongo import MongoClient
 
+from graphkeep.cli.threads import CheckpointItem
 from graphkeep.cli.verify import verify_graph
-from graphkeep.cli.versions import string_ranks
+from graphkeep.cli.versions import plan_versions, string_ranks
 
 from .cli_runs import gk
 from .conftest import MONGODB_URI
@@ -35,6 +36,7 @@ pytestmark = pytest.mark.mongodb
 
 SOURCE_SAVER = "tests.copy_savers:mongodb_saver"
 GRAPH = "tests.copy_savers:builder"
+COMPILED_GRAPH = "tests.copy_savers:compiled"
 
 
 @pytest.fixture(params=BACKEND_PARAMS)
@@ -144,6 +146,8 @@ def test_threads_of_langgraph_mongodb_continue_fork_and_resume_on_graphkeep(
         source_chat = on_source.get_state(config("chat")).values
         on_source.invoke(Command(resume="yes"), config("approve"))
         source_approved = on_source.get_state(config("approve")).values
+        ask(on_source, "fork", "later")
+        source_fork = on_source.get_state(config("fork")).values
 
     with store.saver() as saver:
         here = chat_builder().compile(checkpointer=saver)
@@ -159,6 +163,9 @@ def test_threads_of_langgraph_mongodb_continue_fork_and_resume_on_graphkeep(
         assert contents(source_chat)[-1] == (
             "answer 4 to question 1 | question 2 | question 3 | question 4"
         )
+        ask(here, "fork", "later")  # the fork's branch goes on as on the source
+        assert here.get_state(config("fork")).values == source_fork
+        assert contents(source_fork)[-1] == "answer 4 to first | instead | after the fork | later"
         waiting = here.get_state(config("approve"))
         assert waiting.next == ("approval",)
         here.invoke(Command(resume="yes"), config("approve"))
@@ -197,7 +204,7 @@ async def test_a_graphkeep_thread_copied_into_langgraph_mongodb_continues_there(
             "--dest-saver",
             SOURCE_SAVER,
             "--graph",
-            GRAPH,
+            COMPILED_GRAPH,
         )
     )
     assert back.code == 0, back.out + back.err
@@ -307,7 +314,7 @@ def test_copy_reports_a_destination_that_differs_and_never_overwrites_it(
 
 
 def test_a_re_run_adds_the_writes_a_copied_checkpoint_gained_on_the_source(
-    store: Store, mongo_url: str
+    store: Store, mongo_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with mongodb_saver(mongo_url) as source:
         graph = chat_builder().compile(checkpointer=source)
@@ -327,7 +334,21 @@ def test_a_re_run_adds_the_writes_a_copied_checkpoint_gained_on_the_source(
         assert head is not None
         # a worker of the live app records its task's output on the head meanwhile
         source.put_writes(head.config, [("approved", "seen")], "late-task")
-        rerun = gk(*argv)
+        # the re-run opens the source with a callable that takes no URL (SRC_URL: a label)
+        monkeypatch.setenv("MONGODB_URI", MONGODB_URI)
+        monkeypatch.setenv("GK_COPY_MONGODB_DB", mongo_url.rsplit("/", 1)[1])
+        rerun = gk(
+            *copy_argv(
+                "old-mongodb",
+                store.url,
+                "--thread",
+                "t",
+                "--source-saver",
+                "tests.copy_savers:session_mongodb_saver",
+                "--dst-key-prefix",
+                store.prefix,
+            )
+        )
         assert rerun.code == 0, rerun.out
         assert rerun.json()["threads"][0]["checkpoints_copied"] == 0
         want = source.get_tuple(head.config)
@@ -408,3 +429,32 @@ def test_string_versions_map_to_ordered_integers_one_to_one() -> None:
     forked = padded | {f"{2:032}.{9:016}"}
     ranks = string_ranks(forked)
     assert [ranks[v] for v in sorted(forked)] == [1, 2, 3, 4]
+
+
+def test_a_reused_integer_gets_one_version_per_value_and_each_branch_sees_its_own() -> None:
+    def item(checkpoint_id: str, parent: str | None, version: int, value: str) -> CheckpointItem:
+        body = {
+            "channel_versions": {"messages": version, "branch:to:bot": version},
+            "channel_values": {"messages": [value]},
+            "versions_seen": {"bot": {"messages": version, "branch:to:bot": version}},
+        }
+        return CheckpointItem("", checkpoint_id, parent, body, {})
+
+    root = item("1", None, 1, "a")
+    main, fork = item("2", "1", 2, "b"), item("3", "1", 2, "c")  # update_state reused 2
+    plan = plan_versions([root, main, fork], "str", lambda v: repr(v).encode())
+    ours, theirs = plan.versions(main)["messages"], plan.versions(fork)["messages"]
+    assert ours != theirs and ours.startswith(f"{2:032}.") and theirs.startswith(f"{2:032}.")
+    assert plan.versions(root)["messages"] < min(ours, theirs)
+    for branch in (main, fork):  # what a node saw is the value of its own branch
+        assert plan.seen(branch)["bot"] == plan.versions(branch)
+    again = plan_versions([root, main, fork], "str", lambda v: repr(v).encode())
+    assert again.versions(fork) == plan.versions(fork), "a re-run must map as the first run"
+    # and back into integers: one-to-one, in order
+    back = [
+        CheckpointItem("", i.checkpoint_id, i.parent_id, plan.checkpoint(i), {})
+        for i in (root, main, fork)
+    ]
+    ints = plan_versions(back, "int", lambda v: repr(v).encode())
+    numbers = [ints.versions(i)["messages"] for i in back]
+    assert numbers[0] < numbers[1] and numbers[0] < numbers[2] and numbers[1] != numbers[2]

@@ -54,6 +54,35 @@ class PoolExhausted(StorageUnavailable):
     request waited for one (raise ``max_connections`` or ``pool_timeout``); never retried."""
 
 
+class PermissionDenied(GraphkeepError):
+    """The server refused a request because the credentials lack a permission: a Redis or
+    Valkey ACL user without a command or the key pattern (``NOPERM``), an IAM principal
+    without a DynamoDB action on the table (``AccessDeniedException``). Never retried.
+
+    ``action`` is the command or DynamoDB action refused, ``resource`` what it lacks on (the
+    key pattern such as ``~app:*``, or the table), ``user`` the user when known. The message
+    names them and says what to grant: ``graphkeep setup URL --print-acl`` (Redis, Valkey)
+    or ``--print-iam-policy`` (DynamoDB) prints it.
+    """
+
+    def __init__(
+        self, message: str, *, action: str, resource: str, user: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.action = action
+        self.resource = resource
+        self.user = user
+
+    def __reduce__(self) -> Any:
+        return (_permission_denied, (str(self), self.action, self.resource, self.user))
+
+
+def _permission_denied(
+    message: str, action: str, resource: str, user: str | None
+) -> PermissionDenied:
+    return PermissionDenied(message, action=action, resource=resource, user=user)
+
+
 class LockNotAcquired(GraphkeepError):
     """A per-thread lease is held by someone else."""
 
@@ -313,6 +342,7 @@ __all__ = [
     "LockNotAcquired",
     "MigrationFailed",
     "PayloadTooLarge",
+    "PermissionDenied",
     "Place",
     "PoolExhausted",
     "RunClosed",

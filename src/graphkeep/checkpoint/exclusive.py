@@ -156,6 +156,11 @@ class _Renewer:
     def remove(self, renewal: int) -> None:
         with self._changed:
             self._live.discard(renewal)
+            # a removed renewal's entry stays until due (then skipped): once most entries are
+            # such, drop them, so finished runs do not wake the thread one by one
+            if len(self._due) > 2 * len(self._live) + 8:
+                self._due = [entry for entry in self._due if entry[1] in self._live]
+                heapq.heapify(self._due)
 
     def _run(self) -> None:
         while True:
@@ -233,6 +238,17 @@ class Exclusive:
         return ThreadBusy(f"thread {thread_id!r} is busy: another run holds its lease ({waited})")
 
     @contextlib.contextmanager
+    def _busy_when_refused(self, lock: ThreadLock) -> Iterator[None]:
+        """A lease ``lock`` could not take (taken before the run, or by its first read)
+        raised as :class:`ThreadBusy`; a lease lost once held stays what it is."""
+        try:
+            yield
+        except LockNotAcquired as exc:
+            if lock.held or isinstance(exc, ThreadBusy):
+                raise
+            raise self._busy(lock.thread_id, exc) from None
+
+    @contextlib.contextmanager
     def held(self, config: Any, *, with_first_read: bool = False) -> Iterator[None]:
         """The thread's lease held (and renewed) around a run with ``config``: taken before
         this yields, or (``with_first_read``) by the run's first read of the thread."""
@@ -254,17 +270,12 @@ class Exclusive:
         if with_first_read:
             lock.with_first_read()
         else:
-            try:
+            with self._busy_when_refused(lock):
                 lock.acquire()
-            except LockNotAcquired as exc:
-                raise self._busy(thread_id, exc) from None
         renewal = _RENEWER.add(lock, self.ttl / 3)
         try:
-            yield
-        except LockNotAcquired as exc:
-            if lock.held or isinstance(exc, ThreadBusy):
-                raise
-            raise self._busy(thread_id, exc) from None  # its first read found it busy
+            with self._busy_when_refused(lock):  # its first read may find it busy
+                yield
         finally:
             _RENEWER.remove(renewal)
             lock.not_read()
@@ -294,17 +305,12 @@ class Exclusive:
         if with_first_read:
             lock.with_first_read()
         else:
-            try:
+            with self._busy_when_refused(lock):
                 await lock.aacquire()
-            except LockNotAcquired as exc:
-                raise self._busy(thread_id, exc) from None
         renewer = asyncio.create_task(self._arenew(lock))
         try:
-            yield
-        except LockNotAcquired as exc:
-            if lock.held or isinstance(exc, ThreadBusy):
-                raise
-            raise self._busy(thread_id, exc) from None  # its first read found it busy
+            with self._busy_when_refused(lock):  # its first read may find it busy
+                yield
         finally:
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -52,20 +52,21 @@ _FIRST_READ: ContextVar[Mapping[str, ThreadLock]] = ContextVar(
 )
 
 
-def taken_with_read(thread_id: str) -> ThreadLock | None:
-    """The lease this context takes with its next read of ``thread_id``, if any."""
+def taken_with_read(saver: SaverBase, thread_id: str) -> ThreadLock | None:
+    """The lease this context takes with its next read of ``thread_id`` through ``saver``."""
     lock = _FIRST_READ.get().get(thread_id)
-    return lock if lock is not None and lock.awaiting_read else None
+    if lock is None or not lock.awaiting_read or lock.saver is not saver:
+        return None
+    return lock
 
 
 def write_fence(saver: SaverBase, thread_id: str) -> Op[int | None]:
     """The fencing token a write of this context to ``thread_id`` carries (None: no lease).
     A run that writes the thread before it reads it takes its lease first, with a request
     of its own (:meth:`ThreadLock.with_first_read`: LangGraph's runs read first)."""
-    lease = taken_with_read(thread_id)
-    if lease is not None and lease.saver is saver:
-        lease.awaiting_read = False
-        lease._granted(int((yield from lease.acquire_op())))
+    lease = taken_with_read(saver, thread_id)
+    if lease is not None:
+        yield from lease.take_op()
     return fence_of(thread_id)
 
 
@@ -149,13 +150,20 @@ class ThreadLock:
         fence, loaded = yield from store.load_leased(
             self.thread_id, ns, checkpoint_id, self.token, self.ttl_ms
         )
-        if fence:
-            self.saver.telemetry.lock_waited(time.monotonic() - started, acquired=True)
-        else:  # busy: wait as acquire does, then read
-            fence = yield from self.acquire_op()
-            loaded = yield from store.load(self.thread_id, ns, checkpoint_id)
+        if not fence:  # busy: wait as acquire does, then read
+            yield from self.take_op()
+            return (yield from store.load(self.thread_id, ns, checkpoint_id))
+        self.saver.telemetry.lock_waited(time.monotonic() - started, acquired=True)
         self._granted(int(fence))
         return loaded
+
+    def take_op(self) -> Op[int]:
+        """The op taking a lease that awaited its first read with a request of its own (a
+        busy read, a write first): held from then on, as :meth:`acquire` holds it."""
+        self.awaiting_read = False
+        fence = int((yield from self.acquire_op()))
+        self._granted(fence)
+        return fence
 
     def release_op(self) -> Op[bool]:
         """The op letting the lease go if still ours (see :meth:`release`)."""

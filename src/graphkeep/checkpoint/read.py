@@ -41,9 +41,9 @@ LIST_PAGE_SIZE = 100
 def get_tuple_op(saver: SaverBase, config: RunnableConfig) -> Op[CheckpointTuple | None]:
     """The op of ``get_tuple``: ``config``'s checkpoint (the latest without an id), or None."""
     thread_id, ns, checkpoint_id = address(config, max_bytes=saver.max_id_bytes)
-    lease = taken_with_read(thread_id)  # an exclusive run's first read takes its lease
+    lease = taken_with_read(saver, thread_id)  # an exclusive run's first read takes its lease
     try:
-        if lease is not None and lease.saver is saver:
+        if lease is not None:
             loaded = yield from lease.load_op(ns, checkpoint_id)
         else:
             loaded = yield from saver.port.load(thread_id, ns, checkpoint_id)

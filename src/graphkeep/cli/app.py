@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     from graphkeep.cli.maintain import cmd_prune, cmd_setup, cmd_stats
     from graphkeep.cli.materialize import add_materialize_command
     from graphkeep.cli.migrate import cmd_migrate
+    from graphkeep.cli.privileges import add_privilege_options
     from graphkeep.cli.store import add_store_commands
 
     parser = argparse.ArgumentParser(
@@ -184,8 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--source-saver",
         metavar="MODULE:CALLABLE",
-        help="any LangGraph saver as the source: CALLABLE(SRC_URL) returns a context manager"
-        " yielding a BaseCheckpointSaver",
+        help="any LangGraph saver as the source: CALLABLE(SRC_URL) (or CALLABLE(), when it takes"
+        " no argument) returns a context manager yielding a BaseCheckpointSaver",
     )
     p.add_argument(
         "--dest-saver",
@@ -221,9 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
         "create the store's schema, or print it for teams that own their migrations",
         "  graphkeep setup 'dynamodb://app?region=eu-west-1'\n"
         "  graphkeep setup mongodb://db/app --print > indexes.json\n"
-        "  graphkeep setup redis://localhost:6379/0 --print\n",
+        "  graphkeep setup redis://localhost:6379/0 --print\n"
+        "  graphkeep setup 'redis://localhost:6379/0?key_prefix=app' --print-acl\n"
+        "  graphkeep setup 'dynamodb://app?region=eu-west-1' --print-iam-policy [--read-only]\n",
     )
     p.add_argument("--print", action="store_true", help="print the schema instead of creating it")
+    add_privilege_options(p)
 
     add_materialize_command(commands)
     p = commands.add(

@@ -48,7 +48,7 @@ from graphkeep.checkpoint.records import (
 from graphkeep.cli.batch import batch_exit, each_thread, report_not_found
 from graphkeep.cli.console import Progress, UsageError, print_json
 from graphkeep.cli.custom import load_factory, open_side
-from graphkeep.cli.decode import LosslessSerde
+from graphkeep.cli.decode import EncryptedValueError, LosslessSerde
 from graphkeep.cli.endpoints import Endpoint, Native, copy_key_prefixes, is_foreign
 from graphkeep.cli.threads import (
     CheckpointItem,
@@ -429,7 +429,7 @@ def _copy_generic(
 ) -> ThreadCopy | None:
     try:
         items = _oldest_first(_source_items(src, thread_id))
-    except StorageUnavailable:
+    except (StorageUnavailable, EncryptedValueError):  # every thread would fail the same way
         raise
     except Exception as exc:  # one thread the source cannot read: the others go on
         unreadable = ThreadCopy(thread_id, target, verified=False)
@@ -443,7 +443,7 @@ def _copy_generic(
         result.verified = False
         result.problems = [
             f"source: checkpoint {locked[0]} (and {len(locked) - 1} more) cannot be read"
-            " (encrypted? set LANGGRAPH_AES_KEY); nothing copied"
+            " (undecodable, or encrypted: set LANGGRAPH_AES_KEY); nothing copied"
         ]
         return result
     result.writes = sum(len(i.writes) for i in items)

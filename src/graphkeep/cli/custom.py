@@ -1,8 +1,10 @@
 """Any LangGraph saver as a copy's source or destination: ``--source-saver`` / ``--dest-saver``.
 
 ``MODULE:CALLABLE`` names a callable the app provides; ``graphkeep copy`` calls it with the
-side's URL (``SRC_URL`` or ``DST_URL``, as given on the command line) as its one argument, and
-it returns a context manager that yields a ``BaseCheckpointSaver`` (what
+side's URL (``SRC_URL`` or ``DST_URL``, as given on the command line) as its one argument, or
+with none when it takes none (as ``graphkeep store copy``'s ``--source-store`` callables: the
+URL then only labels the side), and it returns a context manager that yields a
+``BaseCheckpointSaver`` (what
 ``MongoDBSaver.from_conn_string`` returns, say). The saver is then used through LangGraph's
 public API only, as a :class:`~graphkeep.cli.foreign.Foreign` endpoint of kind ``"custom"``;
 it creates its own schema (the copy asks nothing of it but ``put`` / ``put_writes``), and its
@@ -12,6 +14,7 @@ Postgres savers).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,11 +33,11 @@ EXAMPLE = "app.savers:open_saver"
 
 @dataclass(frozen=True)
 class SaverFactory:
-    """An app's callable, ``URL -> context manager yielding a BaseCheckpointSaver``."""
+    """An app's callable, ``(URL) -> context manager yielding a BaseCheckpointSaver``."""
 
     spec: str
     option: str
-    open: Callable[[str], Any]
+    open: Callable[..., Any]
 
 
 def load_factory(spec: str | None, option: str) -> SaverFactory | None:
@@ -48,12 +51,24 @@ def load_factory(spec: str | None, option: str) -> SaverFactory | None:
     return SaverFactory(spec, option, found)
 
 
+def takes_url(factory: Callable[..., Any]) -> bool:
+    """Does ``factory`` take one positional argument (the URL)? Else it is called with none,
+    as ``graphkeep store copy``'s ``--source-store`` / ``--dest-store`` callables are."""
+    try:
+        inspect.signature(factory).bind("url")
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin): give it the URL
+        return True
+    return True
+
+
 @contextmanager
 def open_custom(factory: SaverFactory, url: str, *, serde: Any = None) -> Iterator[Foreign]:
     """The saver ``factory`` opens for ``url``."""
     option, spec = factory.option, factory.spec
     try:
-        manager = factory.open(url)
+        manager = factory.open(url) if takes_url(factory.open) else factory.open()
         enter = manager.__enter__
     except Exception as exc:  # the app's factory may fail in any way
         raise UsageError(f"{option} {spec}: {type(exc).__name__}: {exc}") from exc

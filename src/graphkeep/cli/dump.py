@@ -2,12 +2,16 @@
 
 For each requested channel the value a checkpoint was built from (``seed``: the nearest
 stored value, a DeltaChannel snapshot or a plain pre-delta value), every write since,
-oldest first, and the target checkpoint's own pending writes (``pending_writes``: tasks of
-the next step that finished before it was interrupted), all decoded to plain JSON from the
-stored bytes. Replaying the writes and then the pending writes onto the seed with the
-channel's reducer gives the channel's value as ``get_state`` shows it at the target
-checkpoint, on any machine, with or without the app's code. A requested channel the
-checkpoint does not know is ``unknown_channel``, with a warning and exit code 4.
+oldest first, and the target checkpoint's own pending writes (``pending_writes``: the
+step's input and the output of its tasks that finished), all decoded to plain JSON from the
+stored bytes. LangGraph shows a checkpoint two ways, and each pending write says which of
+them apply it (``applied_in``): the *history* view (``get_state_history``, ``get_state``
+with a checkpoint id) applies only the input (null task) writes; the *live* view
+(``get_state`` without one, so only of the head: ``is_head``) applies those and then the
+finished tasks' output. Replaying the writes and then the pending writes of one view onto
+the seed with the channel's reducer gives the channel's value as that view shows it, on any
+machine, with or without the app's code. A requested channel the checkpoint does not know
+is ``unknown_channel``, with a warning and exit code 4.
 """
 
 from __future__ import annotations
@@ -39,6 +43,21 @@ from graphkeep.cli.hot import enter_hot, thread_hot
 from graphkeep.cli.threads import CheckpointItem, foreign_writes
 from graphkeep.errors import Place
 from graphkeep.port import codec
+
+#: LangGraph's task id of a step's input: ``Command(update=…)`` and the answers of a resume
+#: (its ``NULL_TASK_ID``, not public there)
+NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
+LIVE, HISTORY = "live", "history"
+
+
+def applied_in(task_id: str) -> list[str]:
+    """The views of its checkpoint that apply a pending write on a state channel.
+
+    LangGraph's ``_prepare_state_snapshot`` applies the null task's writes in every view;
+    with ``live`` (``get_state`` given no checkpoint id) it then applies the output of each
+    finished task, and a task that wrote a state channel has finished (its output).
+    """
+    return [LIVE, HISTORY] if task_id == NULL_TASK_ID else [LIVE]
 
 
 def default_channels(channels: Sequence[str]) -> list[str]:
@@ -124,10 +143,16 @@ def _native_dump(
             result[ch] = _entry(None, None, None, writes)
     pending = sort_writes(target.writes)
     for ch in wanted:
-        result[ch]["pending_writes"] = [_write_json(None, w) for w in pending if w.channel == ch]
+        result[ch]["pending_writes"] = [
+            {**_write_json(None, w), "applied_in": applied_in(w.task_id)}
+            for w in pending
+            if w.channel == ch
+        ]
+    head = target if checkpoint_id is None else endpoint.call(store.load(thread_id, ns, None))
+    is_head = head is not None and head.record.checkpoint_id == record.checkpoint_id
     return _document(
-        thread_id, ns, record.checkpoint_id, record.parent_id, endpoint.label, wanted, result,
-        list(record.versions),
+        thread_id, ns, record.checkpoint_id, record.parent_id, is_head, endpoint.label, wanted,
+        result, list(record.versions),
     )  # fmt: skip
 
 
@@ -147,6 +172,7 @@ def _document(
     ns: str,
     target_id: str,
     parent_id: str | None,
+    is_head: bool,
     label: str,
     wanted: list[str],
     result: dict[str, dict[str, Any]],
@@ -167,6 +193,7 @@ def _document(
         "checkpoint_ns": ns,
         "target_checkpoint_id": target_id,
         "parent_checkpoint_id": parent_id,
+        "is_head": is_head,
         "source": label,
         "channels": {ch: result[ch] for ch in wanted},
         "unknown_channels": unknown,
@@ -218,10 +245,7 @@ def _foreign_dump(
     ns: str,
 ) -> dict[str, Any]:
     saver = endpoint.saver
-    config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
-    if checkpoint_id:
-        config["configurable"]["checkpoint_id"] = checkpoint_id
-    target = saver.get_tuple(config)  # type: ignore[arg-type]
+    target = saver.get_tuple(_config(thread_id, ns, checkpoint_id))
     if target is None:
         raise _not_found(thread_id, checkpoint_id, ns, endpoint.label)
     body = _checkpoint_dict(target.checkpoint)
@@ -279,28 +303,24 @@ def _foreign_dump(
                 "task_path": w.task_path,
                 "idx": w.idx,
                 "value": to_json(w.value),
+                "applied_in": applied_in(w.task_id),
             }
             for w in pending
             if w.channel == ch
         ]
     parent = (target.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+    head = target if not checkpoint_id else saver.get_tuple(_config(thread_id, ns))
+    is_head = head is not None and head.config["configurable"]["checkpoint_id"] == target_id
     return _document(
-        thread_id, ns, target_id, parent or None, endpoint.label, wanted, result, list(versions)
-    )
+        thread_id, ns, target_id, parent or None, is_head, endpoint.label, wanted, result,
+        list(versions),
+    )  # fmt: skip
 
 
 def _foreign_one(
     endpoint: Foreign, thread_id: str, ns: str, checkpoint_id: str
 ) -> tuple[CheckpointItem, str | None] | None:
-    tup = endpoint.saver.get_tuple(
-        {
-            "configurable": {
-                "thread_id": thread_id,
-                "checkpoint_ns": ns,
-                "checkpoint_id": checkpoint_id,
-            }
-        }
-    )
+    tup = endpoint.saver.get_tuple(_config(thread_id, ns, checkpoint_id))
     if tup is None:
         return None
     parent = (tup.parent_config or {}).get("configurable", {}).get("checkpoint_id")
@@ -316,6 +336,14 @@ def _foreign_one(
         ),
     )
     return item, parent or None
+
+
+def _config(thread_id: str, ns: str, checkpoint_id: str | None = None) -> Any:
+    """A saver's config for a thread's namespace: its head, or the checkpoint named."""
+    conf = {"thread_id": thread_id, "checkpoint_ns": ns}
+    if checkpoint_id:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
 
 
 def _checkpoint_dict(checkpoint: Any) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from langgraph.store.base import BaseStore
 
 import graphkeep
 from graphkeep.checkpoint.saver import SaverBase
-from graphkeep.cli import foreign, rivals
+from graphkeep.cli import foreign, rival_stores, rivals
 from graphkeep.cli.console import MASK, Opened, UsageError, safe_url
 from graphkeep.cli.foreign import FOREIGN_SCHEMES, SQLITE_SCHEMES, Foreign
 from graphkeep.connect import BACKENDS
@@ -192,7 +192,15 @@ def open_store(
     setup: bool = False,
     index: dict[str, Any] | None = None,
 ) -> Iterator[BaseStore]:
-    """A sync ``BaseStore`` for ``url``; ``setup`` creates the schema (destinations only)."""
+    """A sync ``BaseStore`` for ``url``; ``setup`` creates the schema (destinations only).
+    ``langgraph-redis://``, ``langgraph-mongodb://`` and ``langgraph-dynamodb://`` open the
+    official stores of other packages (:mod:`graphkeep.cli.rival_stores`)."""
+    if rival_stores.is_rival(url):
+        if key_prefix is not None:
+            raise UsageError(f"--key-prefix applies to graphkeep URLs, not to {scheme_of(url)}://")
+        with rival_stores.open_rival_store(url, setup=setup, index=index) as rival:
+            yield rival
+        return
     opener = _foreign_opener(
         url, key_prefix, foreign.open_sqlite_store, foreign.open_postgres_store
     )

@@ -46,6 +46,7 @@ from graphkeep.cli.endpoints import (
 )
 from graphkeep.cli.foreign import describe_schema as describe_foreign_schema
 from graphkeep.cli.hot import read_hot_report, write_hot_report
+from graphkeep.cli.privileges import cmd_print_privileges
 from graphkeep.cli.threads import ThreadInfo, checkpoint_ts, is_element, iter_threads, thread_info
 from graphkeep.connect import BACKENDS
 
@@ -429,6 +430,8 @@ def describe_schema(url: str, key_prefix: str | None) -> dict[str, Any]:
 
 
 def cmd_setup(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.print_acl or args.print_iam_policy or args.read_only:
+        return cmd_print_privileges(args, out)
     if args.print:
         print_json(describe_schema(args.url, args.key_prefix), out)
         return EXIT_OK

@@ -296,20 +296,35 @@ def add_store_commands(commands: Commands) -> None:
     p = store.add(
         "copy SRC_URL DST_URL",
         cmd_store_copy,
-        "copy items between any two stores (graphkeep URLs, sqlite:///, postgresql://),"
-        " verified by reading every written item back",
+        "copy items between any two stores (graphkeep URLs, sqlite:///, postgresql://,"
+        " langgraph-redis://, langgraph-mongodb://, langgraph-dynamodb://), verified by"
+        " reading every written item back",
         "  graphkeep store copy sqlite:///store.db redis://localhost:6379/0\n"
         "  graphkeep store copy redis://localhost:6379/0 'dynamodb://app?region=eu-west-1' \\\n"
         "      --prefix users --json\n"
         "  graphkeep store copy mongodb://db/app sqlite:///backup.db --dry-run\n"
+        "  graphkeep store copy langgraph-redis://localhost:6379/0 redis://localhost:6379/1\n"
+        "  graphkeep store copy 'langgraph-mongodb://db:27017/app?collection_name=memories' \\\n"
+        "      mongodb://db/app\n"
+        "  graphkeep store copy redis://localhost:6379/0 \\\n"
+        "      'langgraph-dynamodb://memories?region=eu-west-1'\n"
+        "  graphkeep store copy old sqlite:///copy.db --source-store myapp.stores:open_old\n"
         "\n"
         "Re-runnable: items the destination already holds with the same value are skipped\n"
         "(unless --overwrite), so a second run writes nothing. Keys and values are copied;\n"
-        "created_at/updated_at are the destination's (BaseStore sets them) and TTLs are not\n"
-        "carried over (--ttl sets one). With --embed/--dims/--field the destination embeds\n"
-        "what it receives (add --overwrite to embed items copied before).\n"
-        "Exit code 1 when an item read back from the destination differs.\n",
+        "a graphkeep destination keeps each item's created_at/updated_at, the others set\n"
+        "their own (BaseStore's put takes no times). TTLs: an item of\n"
+        "langgraph-redis/-mongodb/-dynamodb keeps the life it has left; other sources' TTLs\n"
+        "are not carried over (--ttl sets one). With --embed/--dims/--field the destination\n"
+        "embeds what it receives (add --overwrite to embed items copied before).\n"
+        "--source-store / --dest-store MODULE:CALLABLE: a callable returning a context manager\n"
+        "that yields a BaseStore, for any other store (SRC_URL / DST_URL then only label it).\n"
+        "Exit code 1 when an item is refused or read back from the destination differs.\n",
     )
+    p.add_argument(
+        "--source-store", metavar="MODULE:CALLABLE", help="read from the store it yields"
+    )
+    p.add_argument("--dest-store", metavar="MODULE:CALLABLE", help="write to the store it yields")
     p.add_argument("--prefix", metavar="NS", help=f"only items under NS ({NAMESPACE_HELP})")
     add_key_prefixes(p)
     p.add_argument("--ttl", type=minutes, metavar="MINUTES", help="TTL of the copied items")

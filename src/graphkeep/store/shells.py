@@ -186,7 +186,9 @@ class StoreBase(BaseStore):
             distance=self.index_config["distance_type"] if self.index_config else "cosine",
         )
 
-    def _apply_puts(self, puts: list[PutOp]) -> Op[None]:
+    def _apply_puts(
+        self, puts: list[PutOp], stamps: Mapping[ItemKey, tuple[int, int]] | None = None
+    ) -> Op[None]:
         texts = {(op.namespace, op.key): self._texts(op) for op in puts if op.value is not None}
         vectors: dict[ItemKey, list[Vector]] = {k: [] for k in texts}
         wanted = {k: t for k, t in texts.items() if t}
@@ -229,19 +231,29 @@ class StoreBase(BaseStore):
                 deletes.append(key)
                 continue
             stamp = STAMPS.now_us()
+            created, updated = (stamps or {}).get(key, (stamp, stamp))
             items.append(
                 StoredItem(
                     namespace=op.namespace,
                     key=op.key,
                     value=dict(op.value),
-                    created_us=stamp,
-                    updated_us=stamp,
+                    created_us=created,
+                    updated_us=updated,
                     expires_ms=expiry_after_minutes(op.ttl, now),
                     ttl_minutes=op.ttl,
                     vectors=vectors[key],
                 )
             )
         yield from self.port.put(items, deletes, now)
+
+    def stamped_puts(self, puts: list[tuple[PutOp, int, int]]) -> Op[None]:
+        """Puts of ``(op, created_us, updated_us)`` that keep the times they are given (epoch
+        microseconds) instead of stamping their own: items copied from another store
+        (``graphkeep store copy``). A live item already at a key keeps its ``created_at``
+        (the port's rule); validation, TTL and embedding are those of ``batch``."""
+        plan = self._plan([op for op, _, _ in puts])
+        stamps = {(op.namespace, op.key): (created, updated) for op, created, updated in puts}
+        yield from self._apply_puts(list(plan.puts.values()), stamps)
 
     def _texts(self, op: PutOp) -> list[tuple[str, str]]:
         """(path, text) pairs to embed for a put, named as PostgresStore names them.
@@ -365,6 +377,10 @@ class SyncStore(StoreBase):
     async def abatch(self, ops: Iterable[Any]) -> list[Result]:
         ops = list(ops)
         return await asyncio.to_thread(self.batch, ops)
+
+    def put_stamped(self, puts: list[tuple[PutOp, int, int]]) -> None:
+        """Puts keeping the given ``created_at``/``updated_at`` (see :meth:`stamped_puts`)."""
+        self._call(self.observed("put", self.stamped_puts(puts)))
 
     def sweep_ttl(self) -> int:
         """Remove expired items now; the number removed."""
@@ -492,6 +508,10 @@ class AsyncStore(StoreBase, AsyncBatchedBaseStore):
                 " graphkeep.connect_store()",
             ),
         )
+
+    async def aput_stamped(self, puts: list[tuple[PutOp, int, int]]) -> None:
+        """Puts keeping the given ``created_at``/``updated_at`` (see :meth:`stamped_puts`)."""
+        await self._acall(self.observed("put", self.stamped_puts(puts)))
 
     async def sweep_ttl(self) -> int:
         """Remove expired items now; the number removed."""

@@ -43,7 +43,7 @@ from botocore.exceptions import (
 from graphkeep.backends.dynamodb import keys as keyspace
 from graphkeep.backends.dynamodb.requests import Call, error_code
 from graphkeep.construction import Opened, Opening, P, Product
-from graphkeep.errors import ConfigurationError, StorageUnavailable, mask_url
+from graphkeep.errors import ConfigurationError, PermissionDenied, StorageUnavailable, mask_url
 from graphkeep.port.pools import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_POOL_TIMEOUT,
@@ -70,6 +70,8 @@ THROTTLING = frozenset(
     }
 )
 RETRY_DELAYS = (0.05, 0.2, 0.5, 1.0)
+#: what DynamoDB (and STS in front of it) answers a principal a policy does not allow
+DENIED = frozenset({"AccessDeniedException", "UnauthorizedOperation", "AccessDenied"})
 URL_PARAMS = {
     "region": "region_name",
     "region_name": "region_name",
@@ -270,6 +272,8 @@ def _failure(exc: BaseException, where: str) -> BaseException:
             f"DynamoDB at {where} is unavailable ({type(exc).__name__}: {detail}); is the"
             " endpoint reachable? (locally: ./dev services up)"
         )
+    if isinstance(exc, ClientError) and error_code(exc) in DENIED:
+        return denied(exc, where)
     if isinstance(exc, NoCredentialsError):
         return ConfigurationError(
             f"no AWS credentials found ({exc}): configure the AWS credential chain (environment,"
@@ -277,6 +281,20 @@ def _failure(exc: BaseException, where: str) -> BaseException:
             " (AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test)"
         )
     return exc
+
+
+def denied(exc: ClientError, where: str) -> PermissionDenied:
+    """The :class:`PermissionDenied` of an IAM refusal: the action and the table."""
+    action = f"dynamodb:{exc.operation_name}"
+    named = re.search(r"\(table (.+)\)$", where)
+    table = named.group(1) if named else where
+    return PermissionDenied(
+        f"DynamoDB at {where} refused {action}: the credentials' policy does not allow it on"
+        f" table {table}; grant what `graphkeep setup URL --print-iam-policy` prints (AWS said:"
+        f" {exc.response.get('Error', {}).get('Message', exc)})",
+        action=action,
+        resource=table,
+    )
 
 
 #: DynamoDB's retry data: four more attempts, 50 ms to 1 s apart

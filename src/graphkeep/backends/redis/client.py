@@ -39,6 +39,7 @@ from redis.exceptions import (
 )
 
 from graphkeep.backends.redis.keys import check_prefix
+from graphkeep.backends.redis.permissions import is_refusal, refusal
 from graphkeep.backends.redis.requests import (
     MAX_ARGS,
     Command,
@@ -358,16 +359,52 @@ def _in_order(keys: list[Any], batches: list[list[Any]], replies: list[Any]) -> 
     return [found[key] for key in keys]
 
 
+def user(client: Any) -> str:
+    """The ACL user a client authenticates as (``default`` when it names none)."""
+    kwargs = _connection_kwargs(client)
+    if not kwargs:
+        kwargs = getattr(getattr(client, "nodes_manager", None), "connection_kwargs", {}) or {}
+    return str(kwargs.get("username") or "default")
+
+
+class Refusals:
+    """What a send needs to name a refusal (:func:`.permissions.refusal`): the server, the
+    port's key prefix, the client's user."""
+
+    def __init__(self, client: Any, where: str, prefix: str | None) -> None:
+        self.where = where
+        self.prefix = prefix
+        self.user = user(client)
+
+    def error(self, exc: ResponseError, request: Any) -> BaseException:
+        if not is_refusal(exc):
+            return exc
+        return refusal(exc, request, where=self.where, prefix=self.prefix, user=self.user)
+
+
 class SyncSend:
     """Sends one request once on a sync client; ``scripts`` (name -> Lua source) are what
-    ``Script`` requests may name (each product brings its own)."""
+    ``Script`` requests may name (each product brings its own). An ACL refusal is raised as
+    :class:`~graphkeep.errors.PermissionDenied` (``prefix``: the key prefix it names)."""
 
-    def __init__(self, client: Any, scripts: dict[str, str]) -> None:
+    def __init__(
+        self, client: Any, scripts: dict[str, str], where: str = "", prefix: str | None = None
+    ) -> None:
         self.client = client
         self.scripts = {name: client.register_script(src) for name, src in scripts.items()}
         self.block_limit_ms = block_limit_ms(client)
+        self.refusals = Refusals(client, where or describe(client), prefix)
 
     def __call__(self, request: Any) -> Any:
+        try:
+            return self._send(request)
+        except ResponseError as exc:
+            error = self.refusals.error(exc, request)
+            if error is exc:
+                raise
+            raise error from exc
+
+    def _send(self, request: Any) -> Any:
         if isinstance(request, Script):
             if request.name == "__load__":
                 for script in self.scripts.values():
@@ -431,13 +468,30 @@ class AsyncSend:
     run side by side on as many of ``pool``'s slots as are free (at least the one the
     executor holds)."""
 
-    def __init__(self, client: Any, scripts: dict[str, str], pool: Pool | None = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        scripts: dict[str, str],
+        pool: Pool | None = None,
+        where: str = "",
+        prefix: str | None = None,
+    ) -> None:
         self.client = client
         self.pool = pool
         self.scripts = {name: client.register_script(src) for name, src in scripts.items()}
         self.block_limit_ms = block_limit_ms(client)
+        self.refusals = Refusals(client, where or describe(client), prefix)
 
     async def __call__(self, request: Any) -> Any:
+        try:
+            return await self._send(request)
+        except ResponseError as exc:
+            error = self.refusals.error(exc, request)
+            if error is exc:
+                raise
+            raise error from exc
+
+    async def _send(self, request: Any) -> Any:
         if isinstance(request, Script):
             if request.name == "__load__":
                 for script in self.scripts.values():
@@ -520,23 +574,34 @@ class AsyncSend:
 
 
 def sync_executor(
-    client: Any, scripts: dict[str, str], where: str | None = None, *, retry: Retry = RETRY
+    client: Any,
+    scripts: dict[str, str],
+    where: str | None = None,
+    *,
+    retry: Retry = RETRY,
+    prefix: str | None = None,
 ) -> SyncExecutor:
     """Runs requests on a sync client, retried as ``retry`` (:data:`RETRY`) says; ``where``
-    names the server in errors (default: :func:`describe` of the client)."""
-    send = SyncSend(client, scripts)
-    pool = pool_for(client, lambda: _default_pool(client))
+    names the server in errors (default: :func:`describe` of the client), ``prefix`` the
+    key prefix an ACL refusal names."""
     where = describe(client) if where is None else where
+    send = SyncSend(client, scripts, where, prefix)
+    pool = pool_for(client, lambda: _default_pool(client))
     return SyncExecutor(send, retry, where, target(client), pool=pool)
 
 
 def async_executor(
-    client: Any, scripts: dict[str, str], where: str | None = None, *, retry: Retry = RETRY
+    client: Any,
+    scripts: dict[str, str],
+    where: str | None = None,
+    *,
+    retry: Retry = RETRY,
+    prefix: str | None = None,
 ) -> AsyncExecutor:
     """The asyncio twin of :func:`sync_executor`."""
     pool = pool_for(client, lambda: _default_pool(client))
-    send: Callable[[Any], Awaitable[Any]] = AsyncSend(client, scripts, pool)
     where = describe(client) if where is None else where
+    send: Callable[[Any], Awaitable[Any]] = AsyncSend(client, scripts, pool, where, prefix)
     return AsyncExecutor(send, retry, where, target(client), pool=pool)
 
 
@@ -557,7 +622,7 @@ class RedisSite:
 
     def executor(self, port: Any, is_async: bool) -> SyncExecutor | AsyncExecutor:
         make = async_executor if is_async else sync_executor
-        return make(self.client, port.scripts, self.where)
+        return make(self.client, port.scripts, self.where, prefix=getattr(port, "prefix", None))
 
 
 class RedisPort:
