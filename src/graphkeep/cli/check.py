@@ -42,7 +42,7 @@ from graphkeep.cli.console import (
     print_json,
 )
 from graphkeep.cli.decode import AES_KEY_ENV
-from graphkeep.cli.endpoints import Native, is_foreign, open_endpoint
+from graphkeep.cli.endpoints import Native, is_foreign, open_endpoint, refuse_rival
 from graphkeep.cli.foreign_check import open_saver_source
 from graphkeep.cli.health import Unreachable
 from graphkeep.errors import StorageUnavailable
@@ -290,6 +290,7 @@ def _write_findings(report: CheckReport, out: TextIO) -> None:
 
 
 def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    refuse_rival(args.url, "check")
     if args.serde is not None and not args.deep:
         raise UsageError("--serde names the serializer of --deep; add --deep")
     serde = deep_serde(args.serde) if args.deep else None

@@ -22,7 +22,7 @@ from langgraph.store.base import BaseStore
 
 import graphkeep
 from graphkeep.checkpoint.saver import SaverBase
-from graphkeep.cli import foreign, rival_stores
+from graphkeep.cli import foreign, rival_stores, rivals
 from graphkeep.cli.console import MASK, Opened, UsageError, safe_url
 from graphkeep.cli.foreign import FOREIGN_SCHEMES, SQLITE_SCHEMES, Foreign
 from graphkeep.connect import BACKENDS
@@ -57,8 +57,9 @@ def scheme_of(url: str) -> str:
 
 
 def is_foreign(url: str) -> bool:
-    """Is ``url`` one of LangGraph's own savers / stores (SQLite, Postgres)?"""
-    return scheme_of(url) in FOREIGN_SCHEMES
+    """Is ``url`` a LangGraph saver / store that is not graphkeep's (SQLite, Postgres, or
+    another project's: :mod:`graphkeep.cli.rivals`)?"""
+    return scheme_of(url) in (*FOREIGN_SCHEMES, *rivals.RIVAL_SCHEMES)
 
 
 def copy_key_prefixes(args: argparse.Namespace) -> tuple[str | None, str | None]:
@@ -75,16 +76,27 @@ def copy_key_prefixes(args: argparse.Namespace) -> tuple[str | None, str | None]
 
 
 def known_schemes() -> list[str]:
-    return sorted({*BACKENDS, *FOREIGN_SCHEMES})
+    return sorted({*BACKENDS, *FOREIGN_SCHEMES, *rivals.RIVAL_SCHEMES})
 
 
 def require_graphkeep(url: str, command: str) -> None:
     """Refuse a SQLite / Postgres URL for a command only graphkeep stores have."""
     scheme = scheme_of(url)
-    if scheme in FOREIGN_SCHEMES:
+    if scheme in (*FOREIGN_SCHEMES, *rivals.RIVAL_SCHEMES):
         raise UsageError(
             f"graphkeep {command} needs a graphkeep URL (redis://, redis+cluster://,"
             f" valkey://, mongodb://, dynamodb://), not {scheme}://"
+        )
+
+
+def refuse_rival(url: str, command: str) -> None:
+    """Refuse another project's saver URL (:mod:`graphkeep.cli.rivals`) for a command that
+    reads only graphkeep's and LangGraph's own SQLite / Postgres savers."""
+    scheme = scheme_of(url)
+    if scheme in rivals.RIVAL_SCHEMES:
+        raise UsageError(
+            f"graphkeep {command} does not read {scheme}:// (graphkeep copy, threads and"
+            " history do: docs/migrate.md)"
         )
 
 
@@ -149,6 +161,17 @@ def open_endpoint(
     must_exist: bool = True,
 ) -> Iterator[Endpoint]:
     """The saver at ``url``; ``setup`` creates the schema (destinations), reads never do."""
+    rival = rivals.OPENERS.get(scheme_of(url))
+    if rival is not None:
+        MASK.remember(url)
+        if key_prefix is not None:
+            raise UsageError(
+                f"--key-prefix applies to graphkeep URLs, not to {scheme_of(url)}://"
+                " (its own prefix options are query parameters)"
+            )
+        with rival(url, setup=setup, serde=serde, must_exist=must_exist) as found:
+            yield found
+        return
     opener = _foreign_opener(
         url, key_prefix, foreign.open_sqlite_saver, foreign.open_postgres_saver
     )

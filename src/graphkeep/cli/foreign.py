@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any, cast
 from urllib.parse import quote
 
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.store.base import BaseStore
 
 from graphkeep.cli.console import CliError, NotFound, Opened, UsageError, safe_url
@@ -30,15 +30,23 @@ FOREIGN_SCHEMES = (*SQLITE_SCHEMES, *POSTGRES_SCHEMES)
 
 #: (task_id, idx, task_path, channel) rows of one checkpoint's writes, when the store says
 WriteRows = Callable[[str, str, str], list[tuple[str, int, str, str]] | None]
+#: every thread id of the saver, by its own listing
+Threads = Callable[[], Iterator[str]]
+#: every checkpoint of one thread (every namespace), newest first, read the right way
+Tuples = Callable[[str], list[CheckpointTuple]]
 
 
 @dataclass
 class Foreign(Opened):
-    """One of LangGraph's own savers (SQLite, Postgres), used through its public API."""
+    """A LangGraph saver (SQLite, Postgres, or another project's: :mod:`graphkeep.cli.rivals`),
+    used through its public API; ``threads`` / ``tuples``, where given, replace ``list`` for
+    the saver's own listing and reading of a thread."""
 
     saver: BaseCheckpointSaver[Any]
     kind: str
     write_rows: WriteRows | None = None
+    threads: Threads | None = None
+    tuples: Tuples | None = None
 
     @property
     def scheme(self) -> str:

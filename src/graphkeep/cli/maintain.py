@@ -37,7 +37,13 @@ from graphkeep.cli.console import (
     uuid6_time,
 )
 from graphkeep.cli.decode import LosslessSerde, load_plain, to_json
-from graphkeep.cli.endpoints import Native, is_foreign, open_endpoint, scheme_of
+from graphkeep.cli.endpoints import (
+    Native,
+    is_foreign,
+    open_endpoint,
+    refuse_rival,
+    scheme_of,
+)
 from graphkeep.cli.foreign import describe_schema as describe_foreign_schema
 from graphkeep.cli.hot import read_hot_report, write_hot_report
 from graphkeep.cli.privileges import cmd_print_privileges
@@ -385,6 +391,7 @@ def _hook_arguments(fn: Callable[..., Any], url: str, key_prefix: str | None) ->
 
 
 def describe_schema(url: str, key_prefix: str | None) -> dict[str, Any]:
+    refuse_rival(url, "setup --print")
     scheme = scheme_of(url)
     if is_foreign(url):
         return describe_foreign_schema(url)

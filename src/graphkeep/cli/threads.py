@@ -71,6 +71,9 @@ def iter_threads(endpoint: Endpoint, page_size: int = THREAD_PAGE_SIZE) -> Itera
             yield from threads
             if cursor is None:
                 return
+    if endpoint.threads is not None:  # the saver's own listing (rivals.py)
+        yield from endpoint.threads()
+        return
     seen: set[str] = set()
     for item in endpoint.saver.list(None):
         thread_id = str(item.config["configurable"]["thread_id"])
@@ -150,10 +153,18 @@ def native_items(
 def foreign_items(
     endpoint: Foreign, thread_id: str, *, ns: str | None = None, limit: int | None = None
 ) -> list[CheckpointItem]:
-    """A foreign saver's thread, newest first (``list`` order)."""
+    """A foreign saver's thread, newest first (``list`` order; the saver's own reader where
+    it has one, :mod:`graphkeep.cli.rivals`)."""
     items = []
-    # materialised first: SqliteSaver holds its lock while its list() generator runs
-    for tup in list(endpoint.saver.list(thread_config(thread_id, ns), limit=limit)):
+    if endpoint.tuples is not None:
+        tuples = endpoint.tuples(thread_id)
+        if ns is not None:
+            tuples = [t for t in tuples if t.config["configurable"].get("checkpoint_ns", "") == ns]
+        tuples = tuples[:limit] if limit is not None else tuples
+    else:
+        # materialised first: SqliteSaver holds its lock while its list() generator runs
+        tuples = list(endpoint.saver.list(thread_config(thread_id, ns), limit=limit))
+    for tup in tuples:
         conf = tup.config["configurable"]
         parent = (tup.parent_config or {}).get("configurable", {}).get("checkpoint_id")
         ns_of = str(conf.get("checkpoint_ns", ""))
@@ -182,18 +193,35 @@ def foreign_writes(
         except Exception:  # the saver's own tables changed shape: fall back to the API
             rows = None
     if rows is not None:
-        rows = sorted(rows, key=lambda r: writes_sort_key(r[2], r[0], r[1]))
-        aligned = len(rows) == len(pending) and all(
-            r[0] == str(p[0]) and r[3] == p[1] for r, p in zip(rows, pending, strict=False)
-        )
-        if aligned:
-            return [
-                WriteItem(str(p[0]), p[1], r[1], r[2], p[2])
-                for r, p in zip(rows, pending, strict=True)
-            ]
+        matched = _match_rows(rows, pending)
+        if matched is not None:
+            return matched
     return [
         WriteItem(str(task_id), channel, None, "", value) for task_id, channel, value in pending
     ]
+
+
+def _match_rows(
+    rows: list[tuple[str, int, str, str]], pending: Sequence[tuple[str, str, Any]]
+) -> list[WriteItem] | None:
+    """The pending writes with their stored ``idx`` / ``task_path``, in LangGraph's
+    ``writes_sort_key`` order: each write takes the first unused row of its task and channel
+    (savers return writes in their own order). None when the rows do not account for every
+    write, one for one."""
+    if len(rows) != len(pending):
+        return None
+    free = sorted(rows, key=lambda r: writes_sort_key(r[2], r[0], r[1]))
+    taken = [False] * len(free)
+    found: list[tuple[int, WriteItem]] = []
+    for task_id, channel, value in pending:
+        for at, row in enumerate(free):
+            if not taken[at] and row[0] == str(task_id) and row[3] == channel:
+                taken[at] = True
+                found.append((at, WriteItem(str(task_id), channel, row[1], row[2], value)))
+                break
+        else:
+            return None
+    return [item for _, item in sorted(found, key=lambda f: f[0])]
 
 
 # -- thread summaries ------------------------------------------------------------------
