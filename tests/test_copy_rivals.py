@@ -173,7 +173,7 @@ def rival_url(kind: str, tag: str) -> str:
 
 
 RIVALS = [
-    pytest.param("redis", id="langgraph-redis", marks=pytest.mark.redis),
+    pytest.param("redis", id="langgraph-redis", marks=[pytest.mark.redis, pytest.mark.redis_stack]),
     pytest.param("plainredis", id="langgraph-plainredis", marks=pytest.mark.redis),
     pytest.param("mongodb", id="langgraph-mongodb", marks=pytest.mark.mongodb),
     pytest.param("dynamodb", id="langgraph-dynamodb", marks=pytest.mark.dynamodb),

@@ -97,7 +97,7 @@ def _rival(name: str) -> Iterator[Rival]:
 
 
 RIVALS = [
-    pytest.param("redis", marks=pytest.mark.redis),
+    pytest.param("redis", marks=[pytest.mark.redis, pytest.mark.redis_stack]),
     pytest.param("mongodb", marks=pytest.mark.mongodb),
     pytest.param("dynamodb", marks=pytest.mark.dynamodb),
 ]
@@ -313,6 +313,7 @@ def test_an_item_dynamodbstore_refuses_is_reported_and_the_others_are_copied() -
 
 
 @pytest.mark.redis
+@pytest.mark.redis_stack
 def test_a_source_document_that_is_no_item_is_reported_and_the_others_are_copied() -> None:
     from redis import Redis
 
@@ -333,7 +334,9 @@ def test_a_source_document_that_is_no_item_is_reported_and_the_others_are_copied
 
 
 @pytest.mark.redis
-@pytest.mark.parametrize("name", [pytest.param("redis"), pytest.param("dynamodb")])
+@pytest.mark.parametrize(
+    "name", [pytest.param("redis", marks=pytest.mark.redis_stack), pytest.param("dynamodb")]
+)
 def test_an_items_remaining_ttl_is_carried_into_graphkeep(name: str) -> None:
     if name == "dynamodb" and not os.environ.get("DYNAMODB_ENDPOINT_URL"):
         pytest.fail("no DynamoDB server (DYNAMODB_ENDPOINT_URL)")
@@ -366,6 +369,7 @@ def _ranked(store: BaseStore, query: str) -> list[str]:
 
 
 @pytest.mark.redis
+@pytest.mark.redis_stack
 @pytest.mark.parametrize("url", _backends())
 def test_items_redisstore_indexed_are_found_by_the_same_search_after_a_copy(url: str) -> None:
     prefix = unique_prefix("rivalcopy")
