@@ -15,6 +15,7 @@ in the background (:class:`~conformance.store.api.Collector`) while the case wri
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -225,15 +226,24 @@ def heartbeats_keep_a_quiet_run_followed_and_silence_raises_run_stale(
         assert state is not None and state.closed is None
         assert log.read(run) == []
         follower = log.follow(run)
-        # 2.4 s without an event, never 2 s without a heartbeat (1.7 s of slack: a busy machine's
-        # heartbeat round trip and the follower's poll fit in it)
+        # 2.4 s without an event, never 2 s without a heartbeat (1.7 s of slack for a heartbeat's
+        # round trip and the follower's poll); the longest time between one heartbeat's start and
+        # the next one's end is measured: a machine so loaded that it reached 1.5 s left the run
+        # silent for as long as stale_after allows, and its follower may rightly end
+        longest, started = 0.0, time.monotonic()
         for _ in range(8):
             follower.pause(0.3)
+            begun = time.monotonic()
             log.heartbeat(run)
-        assert not follower.done, f"a heart-beaten run's follower ended: {follower.error!r}"
+            longest, started = max(longest, time.monotonic() - started), begun
+        steady = longest < 1.5
+        if steady:
+            assert not follower.done, f"a heart-beaten run's follower ended: {follower.error!r}"
         event_id = log.append(run, {"at": "last"})
         close_id = log.close(run, "interrupted")
-        assert follower.result() == [(event_id, {"at": "last"}), (close_id, closing("interrupted"))]
+        if steady or not follower.done:
+            expected = [(event_id, {"at": "last"}), (close_id, closing("interrupted"))]
+            assert follower.result() == expected
 
         quiet = new_run("quiet")
         quiet_id = log.append(quiet, {"i": 0})
