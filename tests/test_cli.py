@@ -755,6 +755,16 @@ def test_traceback_flag_shows_the_traceback_still_masked() -> None:
     assert traced.code == 1 and "Traceback" in traced.err and "s3cretpw" not in traced.err
 
 
+def test_a_password_one_command_saw_does_not_mask_the_next_commands_words() -> None:
+    """In one process (an app or a test calling the CLI twice), a command masks the passwords
+    of its own URLs only: one whose password is a common word ("mongodb") hides nothing of the
+    next command's output."""
+    first = gk("history", "redis://:mongodb@127.0.0.1:1/0", "t")
+    assert first.code == 1 and ":mongodb@" not in first.err
+    second = gk("history", "nosuch://host/x", "t")
+    assert second.code == 2 and "mongodb://" in second.err and "***" not in second.err, second.err
+
+
 def test_bad_urls_are_usage_errors() -> None:
     for argv in (
         ["threads", "nosuch://host/x"],

@@ -19,7 +19,7 @@ from graphkeep.cli.arguments import (
     positive,
     size,
 )
-from graphkeep.cli.console import EXIT_ERROR, EXIT_USAGE, CliError, mask
+from graphkeep.cli.console import EXIT_ERROR, EXIT_USAGE, MASK, CliError, mask
 from graphkeep.cli.decode import EncryptedValueError
 from graphkeep.errors import ConfigurationError, GraphkeepError, InvalidInput, StorageUnavailable
 
@@ -264,6 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
+    # a command masks the passwords of its own URLs: one run's (e.g. a password "graphkeep")
+    # must not hide words of the next one's output in the same process
+    MASK.forget()
     parser = build_parser()
     try:
         args = parser.parse_args(list(argv) if argv is not None else None)

@@ -96,6 +96,10 @@ class Masker:
             if len(match.group(1)) >= 3:
                 self.secrets.add(match.group(1))
 
+    def forget(self) -> None:
+        """Forget the secrets seen so far (each command masks those of its own URLs)."""
+        self.secrets.clear()
+
     def __call__(self, text: str) -> str:
         text = _URL.sub(lambda m: safe_url(m.group(0)), text)
         for secret in sorted(self.secrets, key=len, reverse=True):
