@@ -44,6 +44,22 @@ def import_object(spec: str, option: str, example: str) -> Any:
     return found
 
 
+def import_graph(spec: str) -> Any:
+    """What ``--graph MODULE:ATTR`` names (see :func:`import_object`): a compiled graph or a
+    ``StateGraph`` builder as it is, a function without arguments (the app's factory) called
+    first; the caller checks which kind it needs."""
+    found = import_object(spec, "--graph", "app.graph:graph")
+    graph_like = ("channels", "get_state", "compile")
+    if callable(found) and not any(hasattr(found, name) for name in graph_like):
+        try:
+            found = found()
+        except Exception as exc:  # the app's factory may fail in any way
+            raise UsageError(
+                f"--graph {spec}: calling it failed: {type(exc).__name__}: {exc}"
+            ) from exc
+    return found
+
+
 def size(text: str) -> int:
     """``500KB``, ``10MB``, ``1GiB`` or a byte count, for ``--max-bytes-per-thread``."""
     try:

@@ -15,7 +15,7 @@ import argparse
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
-from graphkeep.cli.arguments import Commands, add_thread_choice, import_object
+from graphkeep.cli.arguments import Commands, add_thread_choice, import_graph
 from graphkeep.cli.batch import batch_exit, each_thread
 from graphkeep.cli.console import UsageError, print_json
 from graphkeep.cli.decode import app_serde
@@ -95,16 +95,9 @@ def cmd_materialize(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def load_graph(spec: str) -> Any:
-    """The compiled graph ``module:attr`` names (see :func:`import_object`): a ``StateGraph``
-    builder is compiled, a function without arguments is called first."""
-    found = import_object(spec, "--graph", "app.graph:graph")
-    if callable(found) and not hasattr(found, "channels") and not hasattr(found, "compile"):
-        try:
-            found = found()
-        except Exception as exc:  # the app's factory may fail in any way
-            raise UsageError(
-                f"--graph {spec}: calling it failed: {type(exc).__name__}: {exc}"
-            ) from exc
+    """The compiled graph ``module:attr`` names
+    (:func:`~graphkeep.cli.arguments.import_graph`): a ``StateGraph`` builder is compiled."""
+    found = import_graph(spec)
     if not hasattr(found, "channels") and hasattr(found, "compile"):
         found = found.compile()
     if not isinstance(getattr(found, "channels", None), Mapping):

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from graphkeep.cli.arguments import import_object
+from graphkeep.cli.arguments import import_graph
 from graphkeep.cli.console import UsageError
 from graphkeep.cli.decode import LosslessSerde
 from graphkeep.cli.endpoints import Endpoint
@@ -246,14 +246,7 @@ def _checkpoint_id(snapshot: Any) -> str | None:
 def load_app_graph(spec: str) -> Any:
     """What ``--graph MODULE:ATTR`` names: a compiled graph or a ``StateGraph`` builder (a
     function without arguments is called first)."""
-    found = import_object(spec, "--graph", "app.graph:graph")
-    if callable(found) and not hasattr(found, "get_state") and not hasattr(found, "compile"):
-        try:
-            found = found()
-        except Exception as exc:  # the app's factory may fail in any way
-            raise UsageError(
-                f"--graph {spec}: calling it failed: {type(exc).__name__}: {exc}"
-            ) from exc
+    found = import_graph(spec)
     if not hasattr(found, "get_state") and not hasattr(found, "compile"):
         raise UsageError(f"--graph {spec} is a {type(found).__name__}, not a LangGraph graph")
     return found
