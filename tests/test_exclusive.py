@@ -327,10 +327,22 @@ def test_a_run_longer_than_its_lease_keeps_it_renewed(runs_store: Store, thread_
     def others_refused(saver: Any, thread: str, done: Any) -> int:
         tries = 0
         while not done():
-            with pytest.raises(LockNotAcquired):  # its own context: not the run's lease
-                saver.lock(thread, ttl=5, blocking=False).acquire()
-            tries += 1
-            time.sleep(0.1)
+            lock = saver.lock(thread, ttl=5, blocking=False)  # its own context: not the run's
+            try:
+                lock.acquire()
+            except LockNotAcquired:
+                tries += 1
+                time.sleep(0.1)
+                continue
+            # Granted: only as the run let its lease go, between its last write and its end
+            # showing (``done()`` turns after the release). A lease lost before that would have
+            # the run's next write refused (``LeaseLost``, the result asserted below) or the
+            # run still thinking: either way it is not over at once.
+            lock.release()
+            deadline = time.monotonic() + 2.0
+            while not done():
+                assert time.monotonic() < deadline, "another holder got the lease mid-run"
+                time.sleep(0.01)
         return tries
 
     with graphkeep.connect(url, key_prefix=prefix) as saver:
