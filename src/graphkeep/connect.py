@@ -82,7 +82,7 @@ COMMON_KIND_OPTIONS: dict[str, frozenset[str]] = {
     "checkpoint": POOL_OPTIONS
     | frozenset(
         {"serde", "ttl", "refresh_ttl_on_read", "key_prefix", "setup", "max_id_bytes"}
-        | {"share_lists", "telemetry", "schema_version", "migrations"}
+        | {"share_lists", "telemetry", "schema_version", "migrations", "encryption"}
     ),
     "store": POOL_OPTIONS
     | frozenset({"index", "ttl", "key_prefix", "setup", "max_key_bytes", "telemetry"}),

@@ -169,6 +169,13 @@ CORRUPT_FRAMING = "corrupt_data"
 UNDECODABLE = "undecodable"
 #: a record the stored data names is not stored (a list element, a chunk)
 MISSING_VALUE = "missing_value"
+#: encryption is on (``encryption=``) and the record is not encrypted (:mod:`graphkeep.encryption`)
+PLAINTEXT = "plaintext"
+#: the record is encrypted under a key id the key ring does not hold
+UNKNOWN_KEY = "unknown_key"
+#: the record's authentication tag does not verify at the place it was read from: its bytes
+#: were changed, or it was copied from another record, thread, checkpoint or channel
+TAMPERED = "tampered"
 
 
 class CorruptData(GraphkeepError):
@@ -178,8 +185,9 @@ class CorruptData(GraphkeepError):
     Raised instead of returning partial state. ``place`` (:class:`Place`; also as the
     attributes ``thread_id``, ``checkpoint_ns``, ``checkpoint_id``, ``channel``, ``task_id``,
     ``idx``, ``namespace``, ``key``, ``run_id``, ``event_id``) says where, ``reason`` what
-    was wrong and ``kind`` which of :data:`CORRUPT_FRAMING`, :data:`UNDECODABLE` and
-    :data:`MISSING_VALUE` it is. The message names both and never quotes payload bytes.
+    was wrong and ``kind`` which of :data:`CORRUPT_FRAMING`, :data:`UNDECODABLE`,
+    :data:`MISSING_VALUE`, and with encryption on :data:`PLAINTEXT`, :data:`UNKNOWN_KEY` and
+    :data:`TAMPERED` it is. The message names both and never quotes payload bytes.
     ``CorruptData("text")`` alone is a message without a place.
     """
 

@@ -22,6 +22,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from graphkeep.checkpoint.hot import (
     DEFAULT_HOT_TTL,
     HOT_SCHEMES,
+    NO_HOT_ENCRYPTION,
     AsyncHotLayer,
     HotLayer,
     HotLayerBase,
@@ -186,6 +187,8 @@ def hot_layer(
     from graphkeep.backends.redis.client import async_client, sync_client
     from graphkeep.backends.redis.hot import HOT_SCRIPTS, RedisHotPort
 
+    if getattr(saver, "encryption", None) is not None:
+        raise ConfigurationError(NO_HOT_ENCRYPTION)
     ttl = check_hot_ttl(hot_ttl)
     redis_url, url_prefix = _redis_url(url)
     prober, prefix, schema = _prober(saver)

@@ -86,7 +86,8 @@ def encode_manifest(elements: Iterable[Known]) -> Typed:
 
 def manifest_keys(manifest: Typed) -> list[str]:
     """Element keys of a manifest, in list order (a key may repeat)."""
-    version, runs = codec.unpack_fields(manifest.data, 2)
+    # a third field, when present, is the manifest's signature (encryption=, checkpoint/sealed)
+    version, runs, _ = codec.unpack_fields(manifest.data, 2, optional=1)
     if version != 1:
         raise CorruptData(
             reason=f"its list manifest has the unknown format {version!r}", kind=CORRUPT_FRAMING

@@ -45,6 +45,7 @@ from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.put import put_op, put_writes_op
 from graphkeep.checkpoint.read import delta_history_op, get_tuple_op, list_op, newest_page_op
 from graphkeep.checkpoint.records import Typed
+from graphkeep.checkpoint.sealed import sealed
 from graphkeep.checkpoint.watch import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL, watch_op
 from graphkeep.errors import ConfigurationError
 from graphkeep.port import (
@@ -61,6 +62,7 @@ from graphkeep.port import (
     stream_on_loop,
     target_of,
 )
+from graphkeep.port.encryption import KeyRing, check_encryption
 from graphkeep.port.loop import aiter_of
 from graphkeep.port.scoped import ThreadScoped
 
@@ -106,8 +108,13 @@ class SaverBase(BaseCheckpointSaver[str]):
         execute: Any = None,
         schema_version: int | None = None,
         migrations: Mapping[int, Callable[[Any], None]] | None = None,
+        encryption: KeyRing | None = None,
     ) -> None:
         super().__init__(serde=serde)
+        #: the key ring every record is sealed with at its place (None: stored as serialized);
+        #: see :mod:`graphkeep.checkpoint.sealed`
+        self.encryption = check_encryption(encryption)
+        port = sealed(port, self.encryption)
         self.port = port
         #: ``schema_version`` and ``migrations`` checked (None: unversioned); see
         #: :mod:`graphkeep.checkpoint.migrations`

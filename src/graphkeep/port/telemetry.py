@@ -34,7 +34,10 @@ from typing import Any
 from graphkeep.errors import (
     CORRUPT_FRAMING,
     MISSING_VALUE,
+    PLAINTEXT,
+    TAMPERED,
     UNDECODABLE,
+    UNKNOWN_KEY,
     ConfigurationError,
     CorruptData,
     GraphkeepError,
@@ -93,9 +96,10 @@ HOT_OUTCOME = "graphkeep.hot.outcome"
 ATTRIBUTES = (THREAD_ID, REASON, LOCK_ACQUIRED, HOT_OUTCOME)
 
 #: ``graphkeep.resume.failures``' reasons (a :class:`~graphkeep.errors.CorruptData` carries
-#: the one that applies as its ``kind``); also ``UNDECODABLE`` and ``MISSING_VALUE``
+#: the one that applies as its ``kind``); also ``UNDECODABLE`` and ``MISSING_VALUE``, and
+#: with encryption on ``PLAINTEXT``, ``UNKNOWN_KEY`` and ``TAMPERED``
 CORRUPT_DATA = CORRUPT_FRAMING
-REASONS = frozenset({CORRUPT_DATA, UNDECODABLE, MISSING_VALUE})
+REASONS = frozenset({CORRUPT_DATA, UNDECODABLE, MISSING_VALUE, PLAINTEXT, UNKNOWN_KEY, TAMPERED})
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,226 @@
+"""The checkpoint records encrypted at their place (``encryption=``): a port over a port.
+
+:class:`SealedPort` wraps a backend's :class:`~graphkeep.checkpoint.port.CheckpointPort`:
+each payload going to the store is sealed with the saver's
+:class:`~graphkeep.port.encryption.KeyRing` bound to where it lives, and each coming back is
+opened at the place it was read from (a copy from elsewhere, a changed byte, plaintext or an
+unknown key raise :class:`~graphkeep.errors.CorruptData`, never state). The places:
+
+- the checkpoint and its metadata: ``(part, thread, ns, checkpoint id)``;
+- a channel value: ``("value", thread, ns, channel, version)``; a shared list's element is
+  the value of its reserved channel at its key; a list's manifest (element keys only: the
+  backends read it to expire and fetch elements) stays readable and carries a GMAC of its
+  place instead;
+- a pending write: ``("write", thread, ns, checkpoint id, task, idx, channel)``.
+
+Nothing of a value stays readable: the metadata's plain copy for server-side filters is not
+stored, so ``list(filter=...)`` filters in the client. Ids, namespaces, channel names,
+versions, a checkpoint's ``source`` and ``run_id`` stay readable: stores index them.
+Every other method is the wrapped port's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, MANIFEST_TAG
+from graphkeep.checkpoint.records import (
+    BlobRecord,
+    Chain,
+    CheckpointRecord,
+    ListQuery,
+    Loaded,
+    ThreadDump,
+    Typed,
+    WriteRecord,
+)
+from graphkeep.errors import CorruptData, Place
+from graphkeep.port import Op, codec
+from graphkeep.port.encryption import KeyRing
+
+
+def _value_place(thread_id: str, ns: str, channel: str, version: str) -> tuple[Any, ...]:
+    kind = "element" if channel == ELEMENT_CHANNEL else "value"
+    return (kind, thread_id, ns, channel, version)
+
+
+class SealedPort:
+    """``port`` with every payload sealed on the way in and opened on the way out."""
+
+    #: payloads are compressed before they are sealed (ciphertext does not compress)
+    compresses = False
+
+    def __init__(self, port: Any, ring: KeyRing) -> None:
+        self.inner = port
+        self.ring = ring
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    # -- sealing ---------------------------------------------------------------------------
+
+    def _seal_blob(self, thread_id: str, ns: str, blob: BlobRecord) -> BlobRecord:
+        place = _value_place(thread_id, ns, blob.channel, blob.version)
+        if blob.value.tag == MANIFEST_TAG:
+            version, runs = codec.unpack_fields(blob.value.data, 2)
+            body = codec.packb([version, runs])
+            signed = codec.packb([version, runs, self.ring.sign(body, ("manifest", *place))])
+            return replace(blob, value=Typed(MANIFEST_TAG, signed))
+        return replace(blob, value=self.ring.seal(blob.value, place))
+
+    def _seal_record(self, record: CheckpointRecord) -> CheckpointRecord:
+        at = (record.thread_id, record.ns, record.checkpoint_id)
+        return replace(
+            record,
+            checkpoint=self.ring.seal(record.checkpoint, ("checkpoint", *at)),
+            metadata=self.ring.seal(record.metadata, ("metadata", *at)),
+            metadata_doc={},
+        )
+
+    def _seal_write(self, thread_id: str, ns: str, cid: str, write: WriteRecord) -> WriteRecord:
+        place = ("write", thread_id, ns, cid, write.task_id, write.idx, write.channel)
+        return replace(write, value=self.ring.seal(write.value, place))
+
+    # -- opening ---------------------------------------------------------------------------
+
+    def _open_value(self, thread_id: str, ns: str, channel: str, version: str, value: Typed) -> Typed:
+        place = _value_place(thread_id, ns, channel, version)
+        try:
+            if value.tag == MANIFEST_TAG:
+                fields = codec.unpack_fields(value.data, 2, optional=1)
+                body = codec.packb(fields[:2])
+                self.ring.verify(body, ("manifest", *place), fields[2])
+                return Typed(MANIFEST_TAG, body)
+            return self.ring.open(value, place)
+        except CorruptData as exc:
+            raise exc.at(
+                Place(thread_id, ns, channel=channel, part=f"version {version}")
+            ) from None
+
+    def _open_record(self, record: CheckpointRecord) -> CheckpointRecord:
+        at = (record.thread_id, record.ns, record.checkpoint_id)
+        where = Place(record.thread_id, record.ns, record.checkpoint_id)
+        try:
+            checkpoint = self.ring.open(record.checkpoint, ("checkpoint", *at))
+        except CorruptData as exc:
+            raise exc.at(replace(where, part="checkpoint")) from None
+        try:
+            metadata = self.ring.open(record.metadata, ("metadata", *at))
+        except CorruptData as exc:
+            raise exc.at(replace(where, part="metadata")) from None
+        return replace(record, checkpoint=checkpoint, metadata=metadata)
+
+    def _open_write(self, thread_id: str, ns: str, cid: str, write: WriteRecord) -> WriteRecord:
+        place = ("write", thread_id, ns, cid, write.task_id, write.idx, write.channel)
+        try:
+            return replace(write, value=self.ring.open(write.value, place))
+        except CorruptData as exc:
+            raise exc.at(
+                Place(thread_id, ns, cid, channel=write.channel, task_id=write.task_id, idx=write.idx)
+            ) from None
+
+    def _open_loaded(self, loaded: Loaded) -> Loaded:
+        rec = self._open_record(loaded.record)
+        t, ns, cid = rec.thread_id, rec.ns, rec.checkpoint_id
+        return Loaded(
+            record=rec,
+            blobs={
+                ch: self._open_value(t, ns, ch, rec.versions.get(ch, ""), blob)
+                for ch, blob in loaded.blobs.items()
+            },
+            writes=[self._open_write(t, ns, cid, w) for w in loaded.writes],
+            elements={
+                key: self._open_value(t, ns, ELEMENT_CHANNEL, key, value)
+                for key, value in loaded.elements.items()
+            },
+        )
+
+    # -- the port's methods that carry payloads ---------------------------------------------
+
+    def put_checkpoint(
+        self, record: CheckpointRecord, blobs: list[BlobRecord], fence: int | None = None
+    ) -> Op[None]:
+        sealed = [self._seal_blob(record.thread_id, record.ns, b) for b in blobs]
+        yield from self.inner.put_checkpoint(self._seal_record(record), sealed, fence)
+
+    def put_writes(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        writes: list[WriteRecord],
+        fence: int | None = None,
+    ) -> Op[None]:
+        sealed = [self._seal_write(thread_id, ns, checkpoint_id, w) for w in writes]
+        yield from self.inner.put_writes(thread_id, ns, checkpoint_id, sealed, fence)
+
+    def load(self, thread_id: str, ns: str, checkpoint_id: str | None) -> Op[Loaded | None]:
+        loaded = yield from self.inner.load(thread_id, ns, checkpoint_id)
+        return None if loaded is None else self._open_loaded(loaded)
+
+    def load_leased(
+        self, thread_id: str, ns: str, checkpoint_id: str | None, token: str, ttl_ms: int
+    ) -> Op[tuple[int, Loaded | None]]:
+        fence, loaded = yield from self.inner.load_leased(
+            thread_id, ns, checkpoint_id, token, ttl_ms
+        )
+        return fence, None if loaded is None else self._open_loaded(loaded)
+
+    def list_page(
+        self, query: ListQuery, cursor: Any, page_size: int
+    ) -> Op[tuple[list[Loaded], Any]]:
+        if query.filter:  # no plain metadata is stored: the saver filters what it reads
+            query = replace(query, filter={}, limit=None)
+        items, cursor = yield from self.inner.list_page(query, cursor, page_size)
+        return [self._open_loaded(item) for item in items], cursor
+
+    def chain(
+        self, thread_id: str, ns: str, checkpoint_id: str | None, channels: list[str]
+    ) -> Op[Chain]:
+        found: Chain = yield from self.inner.chain(thread_id, ns, checkpoint_id, channels)
+        return Chain(
+            target_id=found.target_id,
+            ancestors=found.ancestors,
+            writes={
+                cid: [self._open_write(thread_id, ns, cid, w) for w in writes]
+                for cid, writes in found.writes.items()
+            },
+            blobs={
+                (ch, v): self._open_value(thread_id, ns, ch, v, blob)
+                for (ch, v), blob in found.blobs.items()
+            },
+        )
+
+    def get_blobs(
+        self, thread_id: str, keys: list[tuple[str, str, str]]
+    ) -> Op[dict[tuple[str, str, str], Typed]]:
+        got = yield from self.inner.get_blobs(thread_id, keys)
+        return {
+            (ns, ch, v): self._open_value(thread_id, ns, ch, v, value)
+            for (ns, ch, v), value in got.items()
+        }
+
+    def export_thread(self, thread_id: str) -> Op[ThreadDump]:
+        dump: ThreadDump = yield from self.inner.export_thread(thread_id)
+        return ThreadDump(
+            checkpoints=[self._open_record(r) for r in dump.checkpoints],
+            writes=[(ns, cid, self._open_write(thread_id, ns, cid, w)) for ns, cid, w in dump.writes],
+            blobs=[
+                (ns, replace(b, value=self._open_value(thread_id, ns, b.channel, b.version, b.value)))
+                for ns, b in dump.blobs
+            ],
+        )
+
+    def import_thread(self, thread_id: str, dump: ThreadDump, fence: int | None = None) -> Op[None]:
+        sealed = ThreadDump(
+            checkpoints=[self._seal_record(r.renamed(thread_id)) for r in dump.checkpoints],
+            writes=[(ns, cid, self._seal_write(thread_id, ns, cid, w)) for ns, cid, w in dump.writes],
+            blobs=[(ns, self._seal_blob(thread_id, ns, b)) for ns, b in dump.blobs],
+        )
+        yield from self.inner.import_thread(thread_id, sealed, fence)
+
+
+def sealed(port: Any, ring: KeyRing | None) -> Any:
+    """``port`` sealed with ``ring`` (``port`` itself without one)."""
+    return port if ring is None else SealedPort(port, ring)

@@ -1,0 +1,414 @@
+"""``encryption=`` (issue 47, item 1): records sealed at their place, reads that fail closed,
+rotation — on real servers, every backend (``graphkeep_url``: Redis, Redis Cluster, MongoDB,
+DynamoDB), sync and async.
+
+The stored records are edited with each backend's own client (redis-py, pymongo, boto3,
+through ``tests.scenarios.backends.DAMAGE``): an encrypted channel value copied onto another
+thread, checkpoint or channel, a byte flipped, a record under a key the ring no longer holds.
+Each read raises :class:`~graphkeep.errors.CorruptData` of its ``kind``, never state.
+
+Records are told apart on the server by what the envelope leaves readable: its key id (the
+test writes each record under a ring whose current key id names it; the ids all map to one
+key, so only the place can fail) and its length (a channel value of random bytes does not
+compress, so its envelope is the one of that length).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypedDict
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.graph import END, START, StateGraph
+
+import graphkeep
+from graphkeep.encryption import KeyRing
+from graphkeep.errors import ConfigurationError, CorruptData
+from tests.scenarios.backends import DAMAGE
+
+MODES = ("sync", "async")
+KEY = os.urandom(32)
+OTHER_KEY = os.urandom(32)
+#: a channel value of this many random bytes: its envelope's length is known and unique
+VALUE_BYTES = 3000
+#: the envelope of a VALUE_BYTES value: header (3: one-letter key id) + nonce + ciphertext + tag
+#: of the packed ("msgpack", bin(bin(VALUE_BYTES))) pair
+MARKER = b"plaintext-marker-5d1e"
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def ring(current: str, *others: str, key: bytes = KEY, **options: Any) -> KeyRing:
+    """A ring whose key ids ``current`` and ``others`` all hold ``key``."""
+    return KeyRing({k: key for k in (current, *others)}, current=current, **options)
+
+
+IDS = ("a", "b", "c", "d")
+
+
+def options_of(backend: str) -> dict[str, Any]:
+    # DynamoDB compresses its items by default: the envelopes must stay findable on the server
+    return {"compress": False} if backend == "dynamodb" else {}
+
+
+# -- a saver, sync or async, called from the test's thread ------------------------------------
+
+
+class Api:
+    """A saver's calls for the test: the sync methods, or the async ones on a loop of its own."""
+
+    def __init__(self, saver: Any, loop: asyncio.AbstractEventLoop | None) -> None:
+        self.saver, self.loop = saver, loop
+
+    def _run(self, name: str, *args: Any) -> Any:
+        if self.loop is None:
+            return getattr(self.saver, name)(*args)
+        coro = getattr(self.saver, "a" + name)(*args)
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60)
+
+    def put(self, config: Any, checkpoint: Any, versions: dict[str, Any]) -> Any:
+        return self._run("put", config, checkpoint, {"source": "loop", "step": 1}, versions)
+
+    def put_writes(self, config: Any, writes: list[tuple[str, Any]], task_id: str) -> None:
+        self._run("put_writes", config, writes, task_id, "")
+
+    def get_tuple(self, config: Any) -> Any:
+        return self._run("get_tuple", config)
+
+    def list(self, config: Any, filter: dict[str, Any] | None = None) -> list[Any]:
+        if self.loop is None:
+            return list(self.saver.list(config, filter=filter))
+
+        async def collect() -> list[Any]:
+            return [t async for t in self.saver.alist(config, filter=filter)]
+
+        return asyncio.run_coroutine_threadsafe(collect(), self.loop).result(60)
+
+    def copy_thread(self, source: str, target: str) -> None:
+        self._run("copy_thread", source, target)
+
+
+@contextmanager
+def opened(mode: str, url: str, backend: str, encryption: Any, **options: Any) -> Iterator[Api]:
+    options = {**options_of(backend), **options}
+    if encryption is not None:
+        options["encryption"] = encryption
+    if mode == "sync":
+        with graphkeep.connect(url, **options) as saver:
+            yield Api(saver, None)
+        return
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    manager = graphkeep.aconnect(url, **options)
+    try:
+        saver = asyncio.run_coroutine_threadsafe(manager.__aenter__(), loop).result(60)
+        try:
+            yield Api(saver, loop)
+        finally:
+            asyncio.run_coroutine_threadsafe(manager.__aexit__(None, None, None), loop).result(60)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(10)
+        loop.close()
+
+
+def config(thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
+    if checkpoint_id is not None:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
+
+
+def checkpoint(number: int, values: dict[str, Any], versions: dict[str, int]) -> Any:
+    cp = empty_checkpoint()
+    cp["id"] = f"1ef00000-0000-6000-8000-{number:012d}"
+    cp["channel_values"] = values
+    cp["channel_versions"] = dict(versions)
+    return cp
+
+
+# -- finding and editing envelopes with the backend's own client ------------------------------
+
+
+def value_envelope_length(api: Api) -> int:
+    ring_ = api.saver.encryption
+    sealed = ring_.seal(
+        __import__("graphkeep.port.codec", fromlist=["dump"]).dump(
+            api.saver.serde, os.urandom(VALUE_BYTES), "probe"
+        ),
+        ("probe",),
+    )
+    return len(sealed.data)
+
+
+def envelope_in(data: bytes, key_id: str, length: int) -> bytes | None:
+    """The envelope of ``length`` under ``key_id`` a stored byte string ends with, if any."""
+    if len(data) < length:
+        return None
+    tail = data[-length:]
+    return tail if tail.startswith(b"\x01" + bytes([len(key_id)]) + key_id.encode()) else None
+
+
+def collect(backend: str, url: str, key_id: str, length: int) -> list[bytes]:
+    found: list[bytes] = []
+
+    def look(data: bytes) -> None:
+        envelope = envelope_in(data, key_id, length)
+        if envelope is not None:
+            found.append(envelope)
+
+    DAMAGE[backend](url, look)  # type: ignore[arg-type]
+    return found
+
+
+def rewrite(backend: str, url: str, key_id: str, length: int, new: Callable[[bytes], bytes]) -> int:
+    def change(data: bytes) -> bytes | None:
+        envelope = envelope_in(data, key_id, length)
+        return None if envelope is None else data[: len(data) - length] + new(envelope)
+
+    return DAMAGE[backend](url, change)
+
+
+def copy_envelope(backend: str, url: str, source: str, target: str, length: int) -> None:
+    """The value envelope under key id ``source`` written over the one under ``target``."""
+    (envelope,) = collect(backend, url, source, length)
+    assert rewrite(backend, url, target, length, lambda _: envelope) == 1
+
+
+def raises_kind(kind: str, call: Callable[[], Any]) -> CorruptData:
+    with pytest.raises(CorruptData) as raised:
+        call()
+    assert raised.value.kind == kind, raised.value
+    return raised.value
+
+
+# -- the tamper cases ----------------------------------------------------------------------------
+
+
+def test_a_value_copied_from_another_thread_is_tampered(
+    graphkeep_backend: str, graphkeep_url: str, mode: str, thread_id: str
+) -> None:
+    other = thread_id + "-other"
+    cp = checkpoint(1, {"x": os.urandom(VALUE_BYTES)}, {"x": 1})
+    with opened(mode, graphkeep_url, graphkeep_backend, ring("a", *IDS)) as api:
+        length = value_envelope_length(api)
+        api.put(config(other), cp, {"x": 1})
+    with opened(mode, graphkeep_url, graphkeep_backend, ring("b", *IDS)) as api:
+        stored = api.put(config(thread_id), checkpoint(1, {"x": os.urandom(VALUE_BYTES)}, {"x": 1}), {"x": 1})
+        assert api.get_tuple(stored).checkpoint["channel_values"]["x"]
+        copy_envelope(graphkeep_backend, graphkeep_url, "a", "b", length)
+        exc = raises_kind("tampered", lambda: api.get_tuple(config(thread_id)))
+        assert exc.thread_id == thread_id and exc.channel == "x"
+        raises_kind("tampered", lambda: api.list(config(thread_id)))
+
+
+def test_a_value_copied_from_another_checkpoint_is_tampered(
+    graphkeep_backend: str, graphkeep_url: str, mode: str, thread_id: str
+) -> None:
+    with opened(mode, graphkeep_url, graphkeep_backend, ring("a", *IDS)) as api:
+        length = value_envelope_length(api)
+        first = api.put(config(thread_id), checkpoint(1, {"x": os.urandom(VALUE_BYTES)}, {"x": 1}), {"x": 1})
+    with opened(mode, graphkeep_url, graphkeep_backend, ring("b", *IDS)) as api:
+        second = api.put(first, checkpoint(2, {"x": os.urandom(VALUE_BYTES)}, {"x": 2}), {"x": 2})
+        copy_envelope(graphkeep_backend, graphkeep_url, "a", "b", length)
+        exc = raises_kind("tampered", lambda: api.get_tuple(second))
+        assert exc.checkpoint_id is None or exc.checkpoint_id == second["configurable"]["checkpoint_id"]
+        assert exc.channel == "x"
+
+
+def test_a_value_copied_from_another_channel_is_tampered(
+    graphkeep_backend: str, graphkeep_url: str, mode: str, thread_id: str
+) -> None:
+    with opened(mode, graphkeep_url, graphkeep_backend, ring("a", *IDS)) as api:
+        length = value_envelope_length(api)
+        first = api.put(config(thread_id), checkpoint(1, {"x": os.urandom(VALUE_BYTES)}, {"x": 1}), {"x": 1})
+    with opened(mode, graphkeep_url, graphkeep_backend, ring("b", *IDS)) as api:
+        values = {"x": b"", "y": os.urandom(VALUE_BYTES)}
+        second = api.put(first, checkpoint(2, values, {"x": 1, "y": 1}), {"y": 1})
+        copy_envelope(graphkeep_backend, graphkeep_url, "a", "b", length)
+        # the checkpoint before still reads: only the copy is refused
+        assert len(api.get_tuple(first).checkpoint["channel_values"]["x"]) == VALUE_BYTES
+        exc = raises_kind("tampered", lambda: api.get_tuple(second))
+        assert exc.channel == "y"
+
+
+def test_a_flipped_byte_is_tampered_in_a_value_and_a_pending_write(
+    graphkeep_backend: str, graphkeep_url: str, mode: str, thread_id: str
+) -> None:
+    with opened(mode, graphkeep_url, graphkeep_backend, ring("a", *IDS)) as api:
+        length = value_envelope_length(api)
+        stored = api.put(config(thread_id), checkpoint(1, {"x": os.urandom(VALUE_BYTES)}, {"x": 1}), {"x": 1})
+    with opened(mode, graphkeep_url, graphkeep_backend, ring("b", *IDS)) as api:
+        api.put_writes(stored, [("x", os.urandom(VALUE_BYTES))], "task-1")
+        assert len(api.get_tuple(stored).pending_writes) == 1
+
+        def flip(envelope: bytes) -> bytes:
+            return envelope[:-1] + bytes([envelope[-1] ^ 0x01])
+
+        assert rewrite(graphkeep_backend, graphkeep_url, "a", length, flip) == 1
+        exc = raises_kind("tampered", lambda: api.get_tuple(stored))
+        assert exc.channel == "x" and exc.task_id is None
+    with opened(mode, graphkeep_url, graphkeep_backend, ring("c", *IDS)) as api:
+        # the value restored by a new checkpoint; the write is then flipped
+        again = api.put(stored, checkpoint(2, {"x": b"fine"}, {"x": 2}), {"x": 2})
+        api.put_writes(again, [("x", os.urandom(VALUE_BYTES))], "task-2")
+        assert rewrite(graphkeep_backend, graphkeep_url, "c", length, flip) == 1
+        exc = raises_kind("tampered", lambda: api.get_tuple(again))
+        assert exc.task_id == "task-2" and exc.channel == "x"
+
+
+def test_a_pending_write_copied_to_another_task_is_tampered(
+    graphkeep_backend: str, graphkeep_url: str, mode: str, thread_id: str
+) -> None:
+    with opened(mode, graphkeep_url, graphkeep_backend, ring("a", *IDS)) as api:
+        length = value_envelope_length(api)
+        stored = api.put(config(thread_id), checkpoint(1, {"x": b"v"}, {"x": 1}), {"x": 1})
+        api.put_writes(stored, [("x", os.urandom(VALUE_BYTES))], "task-a")
+    with opened(mode, graphkeep_url, graphkeep_backend, ring("b", *IDS)) as api:
+        api.put_writes(stored, [("x", os.urandom(VALUE_BYTES))], "task-b")
+        copy_envelope(graphkeep_backend, graphkeep_url, "a", "b", length)
+        exc = raises_kind("tampered", lambda: api.get_tuple(stored))
+        assert exc.task_id == "task-b"
+
+
+def test_plaintext_is_refused_unless_allowed_and_writes_are_always_encrypted(
+    graphkeep_backend: str, graphkeep_url: str, mode: str, thread_id: str
+) -> None:
+    with opened(mode, graphkeep_url, graphkeep_backend, None) as api:
+        stored = api.put(config(thread_id), checkpoint(1, {"x": MARKER}, {"x": 1}), {"x": 1})
+    with opened(mode, graphkeep_url, graphkeep_backend, ring("a")) as api:
+        exc = raises_kind("plaintext", lambda: api.get_tuple(stored))
+        assert exc.thread_id == thread_id
+        raises_kind("plaintext", lambda: api.list(config(thread_id)))
+    window = ring("a", allow_plaintext=True)
+    with opened(mode, graphkeep_url, graphkeep_backend, window) as api:
+        assert api.get_tuple(stored).checkpoint["channel_values"]["x"] == MARKER
+        assert window.plaintext_reads >= 2  # the checkpoint, its metadata, the value
+        marked = MARKER + b"-2"
+        api.put(stored, checkpoint(2, {"x": marked}, {"x": 2}), {"x": 2})
+    seen: list[bytes] = []
+    DAMAGE[graphkeep_backend](graphkeep_url, lambda data: seen.append(data) and None)  # type: ignore[func-returns-value]
+    assert any(MARKER in data for data in seen)  # the old plaintext record
+    assert not any(marked in data for data in seen)  # the new one: sealed
+
+
+def test_a_record_under_a_dropped_key_is_unknown_key_and_rotation_keeps_old_records(
+    graphkeep_backend: str, graphkeep_url: str, mode: str, thread_id: str
+) -> None:
+    old = KeyRing({"k1": KEY})
+    with opened(mode, graphkeep_url, graphkeep_backend, old) as api:
+        length = value_envelope_length(api)
+        first = api.put(config(thread_id), checkpoint(1, {"x": os.urandom(VALUE_BYTES)}, {"x": 1}), {"x": 1})
+    rotated = KeyRing({"k2": OTHER_KEY, "k1": KEY}, current="k2")
+    with opened(mode, graphkeep_url, graphkeep_backend, rotated) as api:
+        assert len(api.get_tuple(first).checkpoint["channel_values"]["x"]) == VALUE_BYTES
+        second = api.put(first, checkpoint(2, {"x": os.urandom(VALUE_BYTES)}, {"x": 2}), {"x": 2})
+        assert len(api.get_tuple(second).checkpoint["channel_values"]["x"]) == VALUE_BYTES
+    assert len(collect(graphkeep_backend, graphkeep_url, "k1", length)) == 1
+    assert len(collect(graphkeep_backend, graphkeep_url, "k2", length)) == 1
+    dropped = KeyRing({"k2": OTHER_KEY})
+    with opened(mode, graphkeep_url, graphkeep_backend, dropped) as api:
+        assert len(api.get_tuple(second).checkpoint["channel_values"]["x"]) == VALUE_BYTES
+        exc = raises_kind("unknown_key", lambda: api.get_tuple(first))
+        assert "'k1'" in str(exc)
+    # a key id the ring holds with another key's bytes: the tag does not verify
+    wrong = KeyRing({"k1": OTHER_KEY})
+    with opened(mode, graphkeep_url, graphkeep_backend, wrong) as api:
+        raises_kind("tampered", lambda: api.get_tuple(first))
+
+
+# -- a real graph: lists shared, filters in the client, copy_thread, nothing readable ----------
+
+
+class Chat(TypedDict):
+    messages: list[str]
+    turn: int
+
+
+def chat_graph() -> StateGraph[Any]:
+    def reply(state: Chat) -> dict[str, Any]:
+        said = f"{MARKER.decode()} reply {state['turn']} " + "x" * 600
+        return {"messages": [*state["messages"], said], "turn": state["turn"] + 1}
+
+    builder: StateGraph[Any] = StateGraph(Chat)
+    builder.add_node("reply", reply)
+    builder.add_edge(START, "reply")
+    builder.add_edge("reply", END)
+    return builder
+
+
+def test_a_graph_runs_encrypted_with_shared_lists_filters_and_copies(
+    graphkeep_backend: str, graphkeep_url: str, mode: str, thread_id: str
+) -> None:
+    keys = ring("a")
+    with opened(mode, graphkeep_url, graphkeep_backend, keys) as api:
+        graph = chat_graph().compile(checkpointer=api.saver)
+        conf = config(thread_id)
+        state: dict[str, Any] = {"messages": [], "turn": 0}
+        for _ in range(3):
+            if api.loop is None:
+                state = graph.invoke(state, conf)
+            else:
+                state = asyncio.run_coroutine_threadsafe(graph.ainvoke(state, conf), api.loop).result(60)
+        assert len(state["messages"]) == 3
+        latest = api.get_tuple(conf)
+        assert latest.checkpoint["channel_values"]["messages"] == state["messages"]
+        found = api.list(conf, {"source": "loop"})
+        assert found and all(t.metadata["source"] == "loop" for t in found)
+        assert len(api.list(conf, {"source": "input"})) == len(api.list(conf)) - len(found)
+        api.copy_thread(thread_id, thread_id + "-copy")
+        copied = api.get_tuple(config(thread_id + "-copy"))
+        assert copied.checkpoint["channel_values"]["messages"] == state["messages"]
+    seen: list[bytes] = []
+    DAMAGE[graphkeep_backend](graphkeep_url, lambda data: seen.append(data) and None)  # type: ignore[func-returns-value]
+    assert seen and not any(MARKER in data for data in seen)
+    assert not any(b"reply 1" in data for data in seen)
+    # a fresh saver (nothing remembered of the lists) reads them back
+    with opened(mode, graphkeep_url, graphkeep_backend, keys) as api:
+        again = api.get_tuple(config(thread_id + "-copy"))
+        assert again.checkpoint["channel_values"]["messages"] == state["messages"]
+
+
+# -- the key ring ------------------------------------------------------------------------------
+
+
+def test_key_ring_checks_its_keys_and_reads_graphkeep_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    for bad in ({}, {"k": b"short"}, {"k": "not base64!"}, {"a:b": KEY}, {"": KEY}):
+        with pytest.raises(ConfigurationError):
+            KeyRing(bad)
+    with pytest.raises(ConfigurationError, match="current"):
+        KeyRing({"a": KEY, "b": KEY})
+    with pytest.raises(ConfigurationError, match="not one of"):
+        KeyRing({"a": KEY}, current="b")
+    with pytest.raises(ConfigurationError) as raised:
+        KeyRing({"k": KEY[:31]})
+    assert KEY[:31].hex() not in str(raised.value)
+    encoded = base64.b64encode(KEY).decode()
+    monkeypatch.setenv("GRAPHKEEP_KEYS", f"k2:{base64.b64encode(OTHER_KEY).decode()}, k1:{encoded}")
+    keys = KeyRing.from_env()
+    assert keys.current == "k2" and keys.key_ids == ["k2", "k1"]
+    assert encoded not in repr(keys)
+    monkeypatch.setenv("GRAPHKEEP_KEYS", "k1")
+    with pytest.raises(ConfigurationError):
+        KeyRing.from_env()
+    monkeypatch.delenv("GRAPHKEEP_KEYS")
+    with pytest.raises(ConfigurationError, match="GRAPHKEEP_KEYS"):
+        KeyRing.from_env()
+    with pytest.raises(ConfigurationError, match="KeyRing"):
+        with graphkeep.connect("redis://127.0.0.1:1/0", encryption="secret"):
+            pass
+    with pytest.raises(ConfigurationError, match="hot layer"):
+        with graphkeep.connect(
+            "mongodb://127.0.0.1:1/db", encryption=keys, hot="redis://127.0.0.1:1/0"
+        ):
+            pass
