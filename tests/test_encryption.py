@@ -204,7 +204,9 @@ def test_a_value_copied_from_another_thread_is_tampered(
         length = value_envelope_length(api)
         api.put(config(other), cp, {"x": 1})
     with opened(mode, graphkeep_url, graphkeep_backend, ring("b", *IDS)) as api:
-        stored = api.put(config(thread_id), checkpoint(1, {"x": os.urandom(VALUE_BYTES)}, {"x": 1}), {"x": 1})
+        stored = api.put(
+            config(thread_id), checkpoint(1, {"x": os.urandom(VALUE_BYTES)}, {"x": 1}), {"x": 1}
+        )
         assert api.get_tuple(stored).checkpoint["channel_values"]["x"]
         copy_envelope(graphkeep_backend, graphkeep_url, "a", "b", length)
         exc = raises_kind("tampered", lambda: api.get_tuple(config(thread_id)))
@@ -217,12 +219,17 @@ def test_a_value_copied_from_another_checkpoint_is_tampered(
 ) -> None:
     with opened(mode, graphkeep_url, graphkeep_backend, ring("a", *IDS)) as api:
         length = value_envelope_length(api)
-        first = api.put(config(thread_id), checkpoint(1, {"x": os.urandom(VALUE_BYTES)}, {"x": 1}), {"x": 1})
+        first = api.put(
+            config(thread_id), checkpoint(1, {"x": os.urandom(VALUE_BYTES)}, {"x": 1}), {"x": 1}
+        )
     with opened(mode, graphkeep_url, graphkeep_backend, ring("b", *IDS)) as api:
         second = api.put(first, checkpoint(2, {"x": os.urandom(VALUE_BYTES)}, {"x": 2}), {"x": 2})
         copy_envelope(graphkeep_backend, graphkeep_url, "a", "b", length)
         exc = raises_kind("tampered", lambda: api.get_tuple(second))
-        assert exc.checkpoint_id is None or exc.checkpoint_id == second["configurable"]["checkpoint_id"]
+        assert (
+            exc.checkpoint_id is None
+            or exc.checkpoint_id == second["configurable"]["checkpoint_id"]
+        )
         assert exc.channel == "x"
 
 
@@ -231,7 +238,9 @@ def test_a_value_copied_from_another_channel_is_tampered(
 ) -> None:
     with opened(mode, graphkeep_url, graphkeep_backend, ring("a", *IDS)) as api:
         length = value_envelope_length(api)
-        first = api.put(config(thread_id), checkpoint(1, {"x": os.urandom(VALUE_BYTES)}, {"x": 1}), {"x": 1})
+        first = api.put(
+            config(thread_id), checkpoint(1, {"x": os.urandom(VALUE_BYTES)}, {"x": 1}), {"x": 1}
+        )
     with opened(mode, graphkeep_url, graphkeep_backend, ring("b", *IDS)) as api:
         values = {"x": b"", "y": os.urandom(VALUE_BYTES)}
         second = api.put(first, checkpoint(2, values, {"x": 1, "y": 1}), {"y": 1})
@@ -247,7 +256,9 @@ def test_a_flipped_byte_is_tampered_in_a_value_and_a_pending_write(
 ) -> None:
     with opened(mode, graphkeep_url, graphkeep_backend, ring("a", *IDS)) as api:
         length = value_envelope_length(api)
-        stored = api.put(config(thread_id), checkpoint(1, {"x": os.urandom(VALUE_BYTES)}, {"x": 1}), {"x": 1})
+        stored = api.put(
+            config(thread_id), checkpoint(1, {"x": os.urandom(VALUE_BYTES)}, {"x": 1}), {"x": 1}
+        )
     with opened(mode, graphkeep_url, graphkeep_backend, ring("b", *IDS)) as api:
         api.put_writes(stored, [("x", os.urandom(VALUE_BYTES))], "task-1")
         assert len(api.get_tuple(stored).pending_writes) == 1
@@ -308,7 +319,9 @@ def test_a_record_under_a_dropped_key_is_unknown_key_and_rotation_keeps_old_reco
     old = KeyRing({"k1": KEY})
     with opened(mode, graphkeep_url, graphkeep_backend, old) as api:
         length = value_envelope_length(api)
-        first = api.put(config(thread_id), checkpoint(1, {"x": os.urandom(VALUE_BYTES)}, {"x": 1}), {"x": 1})
+        first = api.put(
+            config(thread_id), checkpoint(1, {"x": os.urandom(VALUE_BYTES)}, {"x": 1}), {"x": 1}
+        )
     rotated = KeyRing({"k2": OTHER_KEY, "k1": KEY}, current="k2")
     with opened(mode, graphkeep_url, graphkeep_backend, rotated) as api:
         assert len(api.get_tuple(first).checkpoint["channel_values"]["x"]) == VALUE_BYTES
@@ -359,7 +372,9 @@ def test_a_graph_runs_encrypted_with_shared_lists_filters_and_copies(
             if api.loop is None:
                 state = graph.invoke(state, conf)
             else:
-                state = asyncio.run_coroutine_threadsafe(graph.ainvoke(state, conf), api.loop).result(60)
+                state = asyncio.run_coroutine_threadsafe(
+                    graph.ainvoke(state, conf), api.loop
+                ).result(60)
         assert len(state["messages"]) == 3
         latest = api.get_tuple(conf)
         assert latest.checkpoint["channel_values"]["messages"] == state["messages"]
@@ -412,3 +427,91 @@ def test_key_ring_checks_its_keys_and_reads_graphkeep_keys(monkeypatch: pytest.M
             "mongodb://127.0.0.1:1/db", encryption=keys, hot="redis://127.0.0.1:1/0"
         ):
             pass
+
+
+# -- the node cache and the effect ledger -----------------------------------------------------
+
+
+@contextmanager
+def product(mode: str, kind: str, url: str, keys: KeyRing) -> Iterator[Callable[..., Any]]:
+    """``call(name, *args)`` on a cache or ledger (``kind``) with ``encryption=keys``: the
+    sync method, or its async twin on a loop of its own."""
+    if mode == "sync":
+        with getattr(graphkeep, f"connect_{kind}")(url, encryption=keys) as made:
+            yield lambda name, *args: getattr(made, name)(*args)
+        return
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, daemon=True)
+    runner.start()
+    manager = getattr(graphkeep, f"aconnect_{kind}")(url, encryption=keys)
+
+    def wait(coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(60)
+
+    try:
+        made = wait(manager.__aenter__())
+        try:
+            yield lambda name, *args: wait(getattr(made, "a" + name)(*args))
+        finally:
+            wait(manager.__aexit__(None, None, None))
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(10)
+        loop.close()
+
+
+def envelope_length() -> int:
+    from graphkeep.port import codec
+
+    serde = __import__("langgraph.checkpoint.serde.jsonplus", fromlist=["x"]).JsonPlusSerializer()
+    typed = codec.dump(serde, os.urandom(VALUE_BYTES), "probe")
+    return len(ring("a").seal(typed, ("probe",)).data)
+
+
+def test_a_cache_entry_copied_to_another_key_or_flipped_is_a_miss_never_a_value(
+    graphkeep_backend: str, graphkeep_url: str, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    length = envelope_length()
+    ns = ("node", "n1")
+    first, second = os.urandom(VALUE_BYTES), os.urandom(VALUE_BYTES)
+    with product(mode, "cache", graphkeep_url, ring("a", *IDS)) as call:
+        call("set", {(ns, "k1"): (first, None)})
+    with product(mode, "cache", graphkeep_url, ring("b", *IDS)) as call:
+        call("set", {(ns, "k2"): (second, None)})
+        assert call("get", [(ns, "k1"), (ns, "k2")]) == {(ns, "k1"): first, (ns, "k2"): second}
+        copy_envelope(graphkeep_backend, graphkeep_url, "a", "b", length)
+        assert call("get", [(ns, "k1"), (ns, "k2")]) == {(ns, "k1"): first}
+        assert "tampered" in caplog.text or "does not verify" in caplog.text
+    seen: list[bytes] = []
+    DAMAGE[graphkeep_backend](graphkeep_url, lambda data: seen.append(data) and None)  # type: ignore[func-returns-value]
+    assert not any(first in data or second in data for data in seen)
+    with product(mode, "cache", graphkeep_url, KeyRing({"b": OTHER_KEY})) as call:
+        assert call("get", [(ns, "k1")]) == {}  # under a dropped key: a miss
+
+
+def test_an_effect_record_copied_to_another_key_is_tampered_and_never_replayed(
+    graphkeep_backend: str, graphkeep_url: str, mode: str
+) -> None:
+    length = envelope_length()
+    ran: list[str] = []
+
+    def effect(name: str) -> Callable[[], bytes]:
+        def run() -> bytes:
+            ran.append(name)
+            return os.urandom(VALUE_BYTES)
+
+        return run
+
+    with product(mode, "effects", graphkeep_url, ring("a", *IDS)) as call:
+        paid = call("run", "pay-1", effect("pay-1"))
+    with product(mode, "effects", graphkeep_url, ring("b", *IDS)) as call:
+        refund = call("run", "refund-1", effect("refund-1"))
+        assert call("run", "refund-1", effect("refund-1")) == refund  # replayed
+        assert call("run", "pay-1", effect("pay-1")) == paid
+        assert ran == ["pay-1", "refund-1"]
+        copy_envelope(graphkeep_backend, graphkeep_url, "a", "b", length)
+        exc = raises_kind("tampered", lambda: call("run", "refund-1", effect("refund-1")))
+        assert exc.key == "refund-1"
+        assert ran == ["pay-1", "refund-1"]  # nothing ran again, nothing replayed
+    with product(mode, "effects", graphkeep_url, KeyRing({"z": OTHER_KEY})) as call:
+        raises_kind("unknown_key", lambda: call("run", "refund-1", effect("refund-1")))

@@ -86,14 +86,14 @@ COMMON_KIND_OPTIONS: dict[str, frozenset[str]] = {
     ),
     "store": POOL_OPTIONS
     | frozenset({"index", "ttl", "key_prefix", "setup", "max_key_bytes", "telemetry"}),
-    "cache": POOL_OPTIONS | frozenset({"serde", "key_prefix", "setup", "telemetry"}),
+    "cache": POOL_OPTIONS | frozenset({"serde", "key_prefix", "setup", "telemetry", "encryption"}),
     "events": POOL_OPTIONS
     | frozenset(
         {"ttl", "max_events", "stale_after", "poll_interval", "max_poll_interval"}
         | {"key_prefix", "setup", "telemetry"}
     ),
     "effects": POOL_OPTIONS
-    | frozenset({"serde", "key_prefix", "setup", "telemetry"})
+    | frozenset({"serde", "key_prefix", "setup", "telemetry", "encryption"})
     | LEDGER_OPTIONS,
 }
 #: the constant in a product's module naming the options it accepts beyond the common ones

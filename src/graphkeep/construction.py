@@ -99,7 +99,9 @@ class Product:
         shell.__init__(self, port, execute, **rest)
         if isinstance(self, SaverBase) and self.effects_port_type is not None:
             effects, _ = self.effects_port_type.configured(site, {"key_prefix": prefix})
-            ledger = (AsyncLedger if is_async else SyncLedger)(effects, execute, serde=self.serde)
+            ledger = (AsyncLedger if is_async else SyncLedger)(
+                effects, execute, serde=self.serde, encryption=self.encryption
+            )
             self.with_effects(effects, ledger)
 
     @classmethod

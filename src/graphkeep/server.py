@@ -33,6 +33,7 @@ from graphkeep.connect import (
     aconnect_store,
     class_for,
 )
+from graphkeep.encryption import KEYS_ENV, KeyRing
 from graphkeep.errors import ConfigurationError, mask_url
 from graphkeep.store.validation import index_config, ttl_config
 
@@ -47,6 +48,8 @@ VARIABLES: dict[str, str] = {
     "GRAPHKEEP_STORE_OPTIONS": "more graphkeep.aconnect_store options, as a JSON object",
     "LANGGRAPH_AES_KEY": "LangGraph's AES key (16, 24 or 32 bytes): checkpoints are encrypted"
     " with EncryptedSerializer.from_pycryptodome_aes",
+    "GRAPHKEEP_KEYS": "the checkpointer's key ring, k2:BASE64,k1:BASE64 (the first current):"
+    " every checkpoint record sealed with AES-256-GCM at its place (graphkeep.encryption)",
     "LANGGRAPH_CHECKPOINTER": "set by Agent Server from langgraph.json: serde, ttl",
     "LANGGRAPH_THREAD_TTL": "set by Agent Server: the thread ttl (minutes, or a JSON object)",
     "LANGGRAPH_STORE": "set by Agent Server from langgraph.json: index, ttl",
@@ -95,6 +98,8 @@ def checkpointer_settings(environ: Mapping[str, str]) -> tuple[str, dict[str, An
     if serde is not None:
         _no_clash(options, "serde", "GRAPHKEEP_OPTIONS", "langgraph.json's serde")
         options["serde"] = serde
+    if environ.get(KEYS_ENV, "").strip():
+        options["encryption"] = KeyRing.from_env(environ=environ)
     _known(url, "checkpoint", options, "GRAPHKEEP_OPTIONS")
     return url, options
 

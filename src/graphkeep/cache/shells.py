@@ -22,6 +22,7 @@ from graphkeep.cache.port import (
 from graphkeep.errors import CorruptData, InvalidInput
 from graphkeep.port import Op, Telemetry, adrive, codec, drive, on_loop, running_loop, target_of
 from graphkeep.port.clock import now_ms
+from graphkeep.port.encryption import KeyRing, check_encryption
 
 
 class CacheBase(BaseCache[Any]):
@@ -36,16 +37,26 @@ class CacheBase(BaseCache[Any]):
     - input checks (a namespace is a tuple of strings, a key a string, a ttl ``None`` or
       seconds), raised as :class:`graphkeep.errors.InvalidInput` before anything is written;
     - values encoded with the cache's ``serde`` (``dumps_typed``, packed as
-      :func:`graphkeep.port.codec.pack_typed` does);
+      :func:`graphkeep.port.codec.pack_typed` does), sealed at their namespace and key with
+      ``encryption=`` (a :class:`~graphkeep.port.encryption.KeyRing`);
     - expiry: an entry written with a ttl carries its exact expiry in epoch milliseconds
       and is never returned once past it, whether or not the server has reaped it yet.
     """
 
     def __init__(
-        self, port: CachePort, *, serde: Any = None, telemetry: Any = None, execute: Any = None
+        self,
+        port: CachePort,
+        *,
+        serde: Any = None,
+        telemetry: Any = None,
+        execute: Any = None,
+        encryption: KeyRing | None = None,
     ) -> None:
         super().__init__(serde=serde)
         self.port = port
+        #: the key ring each entry is sealed with at ``("cache", namespace, key)`` (None: stored
+        #: as serialized); an entry that does not open there is a logged miss, never a value
+        self.encryption = check_encryption(encryption)
         #: spans and metrics of every call (see :mod:`graphkeep.port.telemetry`)
         self.telemetry = Telemetry(telemetry, target_of(execute))
 
@@ -65,7 +76,10 @@ class CacheBase(BaseCache[Any]):
             if stored is None or not live(stored, now):
                 continue
             try:
-                values[address] = codec.load(self.serde, codec.unpack_typed(stored.data))
+                typed = codec.unpack_typed(stored.data)
+                if self.encryption is not None:
+                    typed = self.encryption.open(typed, _place(address))
+                values[address] = codec.load(self.serde, typed)
             except CorruptData as exc:  # an unreadable entry is a miss, logged without bytes
                 unreadable(address, exc)
         return values
@@ -79,6 +93,8 @@ class CacheBase(BaseCache[Any]):
                 raise InvalidInput(f"cache.set takes {{key: (value, ttl)}}, got {pair!r}")
             value, ttl = pair
             typed = codec.dump(self.serde, value, f"cached value of {key!r}")
+            if self.encryption is not None:
+                typed = self.encryption.seal(typed, _place((namespace, key)))
             entries.append(
                 Entry(namespace, key, codec.pack_typed(typed), expiry_after_seconds(ttl, now))
             )
@@ -98,6 +114,11 @@ class CacheBase(BaseCache[Any]):
         checked = list(dict.fromkeys(check_namespace(ns) for ns in namespaces))
         if checked:
             yield from self.port.clear(checked)
+
+
+def _place(address: FullKey) -> tuple[Any, ...]:
+    namespace, key = address
+    return ("cache", list(namespace), key)
 
 
 class SyncCache(CacheBase):

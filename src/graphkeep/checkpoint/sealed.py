@@ -84,7 +84,9 @@ class SealedPort:
 
     # -- opening ---------------------------------------------------------------------------
 
-    def _open_value(self, thread_id: str, ns: str, channel: str, version: str, value: Typed) -> Typed:
+    def _open_value(
+        self, thread_id: str, ns: str, channel: str, version: str, value: Typed
+    ) -> Typed:
         place = _value_place(thread_id, ns, channel, version)
         try:
             if value.tag == MANIFEST_TAG:
@@ -94,9 +96,7 @@ class SealedPort:
                 return Typed(MANIFEST_TAG, body)
             return self.ring.open(value, place)
         except CorruptData as exc:
-            raise exc.at(
-                Place(thread_id, ns, channel=channel, part=f"version {version}")
-            ) from None
+            raise exc.at(Place(thread_id, ns, channel=channel, part=f"version {version}")) from None
 
     def _open_record(self, record: CheckpointRecord) -> CheckpointRecord:
         at = (record.thread_id, record.ns, record.checkpoint_id)
@@ -117,7 +117,9 @@ class SealedPort:
             return replace(write, value=self.ring.open(write.value, place))
         except CorruptData as exc:
             raise exc.at(
-                Place(thread_id, ns, cid, channel=write.channel, task_id=write.task_id, idx=write.idx)
+                Place(
+                    thread_id, ns, cid, channel=write.channel, task_id=write.task_id, idx=write.idx
+                )
             ) from None
 
     def _open_loaded(self, loaded: Loaded) -> Loaded:
@@ -205,9 +207,16 @@ class SealedPort:
         dump: ThreadDump = yield from self.inner.export_thread(thread_id)
         return ThreadDump(
             checkpoints=[self._open_record(r) for r in dump.checkpoints],
-            writes=[(ns, cid, self._open_write(thread_id, ns, cid, w)) for ns, cid, w in dump.writes],
+            writes=[
+                (ns, cid, self._open_write(thread_id, ns, cid, w)) for ns, cid, w in dump.writes
+            ],
             blobs=[
-                (ns, replace(b, value=self._open_value(thread_id, ns, b.channel, b.version, b.value)))
+                (
+                    ns,
+                    replace(
+                        b, value=self._open_value(thread_id, ns, b.channel, b.version, b.value)
+                    ),
+                )
                 for ns, b in dump.blobs
             ],
         )
@@ -215,7 +224,9 @@ class SealedPort:
     def import_thread(self, thread_id: str, dump: ThreadDump, fence: int | None = None) -> Op[None]:
         sealed = ThreadDump(
             checkpoints=[self._seal_record(r.renamed(thread_id)) for r in dump.checkpoints],
-            writes=[(ns, cid, self._seal_write(thread_id, ns, cid, w)) for ns, cid, w in dump.writes],
+            writes=[
+                (ns, cid, self._seal_write(thread_id, ns, cid, w)) for ns, cid, w in dump.writes
+            ],
             blobs=[(ns, self._seal_blob(thread_id, ns, b)) for ns, b in dump.blobs],
         )
         yield from self.inner.import_thread(thread_id, sealed, fence)

@@ -38,11 +38,12 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from graphkeep.effects.info import EffectInfo, at_ms, info_of
 from graphkeep.effects.keys import (
     CURRENT_KEY,
     Positions,
@@ -61,6 +62,7 @@ from graphkeep.effects.port import (
     EffectRecord,
     EffectsPort,
 )
+from graphkeep.effects.sealing import opened, packed, resealed
 from graphkeep.errors import (
     ConfigurationError,
     EffectFailed,
@@ -82,6 +84,7 @@ from graphkeep.port import (
     target_of,
 )
 from graphkeep.port.clock import now_ms
+from graphkeep.port.encryption import KeyRing, check_encryption
 from graphkeep.port.fence import fence_of
 
 log = logging.getLogger("graphkeep.effects")
@@ -169,57 +172,6 @@ def _flag(value: Any, option: str) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class EffectInfo:
-    """One record as ``list`` shows it: names, state and times, never the result."""
-
-    thread_id: str
-    key: str
-    name: str
-    state: str
-    created_at: datetime
-    updated_at: datetime
-    expires_at: datetime
-    #: a STARTED record's lease end (after it, the holder is presumed dead)
-    lease_until: datetime | None
-    #: bytes of the stored result or error (as stored: encrypted, compressed)
-    size: int
-
-    def as_dict(self) -> dict[str, Any]:
-        def stamp(at: datetime | None) -> str | None:
-            return None if at is None else at.isoformat()
-
-        return {
-            "thread_id": self.thread_id,
-            "key": self.key,
-            "name": self.name,
-            "state": self.state,
-            "created_at": stamp(self.created_at),
-            "updated_at": stamp(self.updated_at),
-            "expires_at": stamp(self.expires_at),
-            "lease_until": stamp(self.lease_until),
-            "size": self.size,
-        }
-
-
-def _at(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc)
-
-
-def info_of(record: EffectRecord) -> EffectInfo:
-    return EffectInfo(
-        thread_id=record.thread_id,
-        key=record.key,
-        name=record.name,
-        state=record.state,
-        created_at=_at(record.created_ms),
-        updated_at=_at(record.updated_ms),
-        expires_at=_at(record.expires_ms),
-        lease_until=_at(record.lease_until_ms) if record.state == STARTED else None,
-        size=len(record.data or b""),
-    )
-
-
-@dataclass(frozen=True, slots=True)
 class Effect:
     """How one effect is called: its name, its key (None: derived from the task; a str;
     or a function of the call's arguments) and its policy."""
@@ -283,8 +235,10 @@ class LedgerBase:
         poll: Any = DEFAULT_POLL,
         on_unknown: Any = "retry",
         cache_errors: Any = False,
+        encryption: KeyRing | None = None,
     ) -> None:
         self.port = port
+        self.encryption = check_encryption(encryption)
         self.serde = serde if serde is not None else JsonPlusSerializer()
         self.policy = Policy.of(
             ttl=ttl,
@@ -379,7 +333,7 @@ class LedgerBase:
                 if policy.on_unknown == "raise":
                     raise EffectOutcomeUnknown(
                         f"effect {found.name!r} (key {key!r}) was started and its lease ended"
-                        f" at {_at(found.lease_until_ms).isoformat()} without a result: its"
+                        f" at {at_ms(found.lease_until_ms).isoformat()} without a result: its"
                         " holder died mid-effect and whether it happened is unknown. Check the"
                         " outside system, then clear the record (graphkeep effects URL clear)"
                         " to run it again, or use on_unknown='retry'",
@@ -400,7 +354,7 @@ class LedgerBase:
                 if waited >= policy.wait:
                     raise EffectInProgress(
                         f"effect {found.name!r} (key {key!r}) is running elsewhere (lease until"
-                        f" {_at(found.lease_until_ms).isoformat()}) and did not finish within"
+                        f" {at_ms(found.lease_until_ms).isoformat()}) and did not finish within"
                         f" wait={policy.wait}s; nothing ran here",
                         thread_id=thread,
                         key=key,
@@ -425,7 +379,8 @@ class LedgerBase:
         if found is None:
             return outcome
         now = now_ms()
-        record = outcome.record.settled(found.state, found.data, now, now + policy.ttl_ms)
+        data = resealed(self.encryption, found, outcome.record)
+        record = outcome.record.settled(found.state, data, now, now + policy.ttl_ms)
         yield from self.port.finish(record, now)  # lost meanwhile: the holder's record stands
         return record
 
@@ -438,7 +393,7 @@ class LedgerBase:
                 f"{exc}. The effect ran; its record (key {record.key!r}) stays 'started'"
                 " until its lease ends, then on_unknown decides"
             ) from exc.__cause__
-        yield from self._settle(claimed, DONE, codec.pack_typed(typed), policy)
+        yield from self._settle(claimed, DONE, packed(self.encryption, record, typed), policy)
 
     def _settle(self, claimed: Claimed, state: str, data: bytes, policy: Policy) -> Op[None]:
         now = now_ms()
@@ -460,11 +415,11 @@ class LedgerBase:
             return
         error = {"type": type(exc).__qualname__, "message": str(exc)}
         typed = codec.dump(self.serde, error, f"the error of effect {record.name!r}")
-        yield from self._settle(claimed, FAILED, codec.pack_typed(typed), policy)
+        yield from self._settle(claimed, FAILED, packed(self.encryption, record, typed), policy)
 
     def _replay(self, record: EffectRecord) -> Any:
         """The recorded outcome: the result of a DONE record, EffectFailed for FAILED."""
-        value = codec.load(self.serde, codec.unpack_typed(record.data or b""))
+        value = codec.load(self.serde, opened(self.encryption, record))
         if record.state == DONE:
             return value
         error_type = str(value.get("type")) if isinstance(value, Mapping) else "Exception"

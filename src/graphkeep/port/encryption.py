@@ -142,7 +142,10 @@ class KeyRing:
             if key_id in keys:
                 raise ConfigurationError(f"{name} names key id {key_id!r} twice")
             keys[key_id] = key.strip()
-        return cls(keys, current=next(iter(keys)), allow_plaintext=allow_plaintext)
+        try:
+            return cls(keys, current=next(iter(keys)), allow_plaintext=allow_plaintext)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{name}: {exc}") from None
 
     @property
     def key_ids(self) -> list[str]:
