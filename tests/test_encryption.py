@@ -468,7 +468,7 @@ def envelope_length() -> int:
     return len(ring("a").seal(typed, ("probe",)).data)
 
 
-def test_a_cache_entry_copied_to_another_key_or_flipped_is_a_miss_never_a_value(
+def test_a_cache_entry_copied_to_another_key_or_under_a_dropped_key_is_a_miss(
     graphkeep_backend: str, graphkeep_url: str, mode: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     length = envelope_length()
@@ -515,3 +515,64 @@ def test_an_effect_record_copied_to_another_key_is_tampered_and_never_replayed(
         assert ran == ["pay-1", "refund-1"]  # nothing ran again, nothing replayed
     with product(mode, "effects", graphkeep_url, KeyRing({"z": OTHER_KEY})) as call:
         raises_kind("unknown_key", lambda: call("run", "refund-1", effect("refund-1")))
+
+
+def signature_of(key_id: str) -> bytes:
+    """How a list manifest's signature under ``key_id`` starts, as msgpack stores it."""
+    return b"\x92" + bytes([0xA0 | len(key_id)]) + key_id.encode() + b"\xc4\x1c"
+
+
+def test_a_list_manifest_copied_from_another_thread_is_tampered(
+    graphkeep_backend: str, graphkeep_url: str, mode: str, thread_id: str
+) -> None:
+    messages = [f"message {i} " + "m" * 300 for i in range(5)]  # a shared list: >= 1 KiB
+    with opened(mode, graphkeep_url, graphkeep_backend, ring("a", *IDS)) as api:
+        api.put(config(thread_id + "-a"), checkpoint(1, {"m": messages}, {"m": 1}), {"m": 1})
+    with opened(mode, graphkeep_url, graphkeep_backend, ring("b", *IDS)) as api:
+        stored = api.put(config(thread_id), checkpoint(1, {"m": messages[:4]}, {"m": 1}), {"m": 1})
+        assert api.get_tuple(stored).checkpoint["channel_values"]["m"] == messages[:4]
+        manifests: list[bytes] = []
+        DAMAGE[graphkeep_backend](
+            graphkeep_url,
+            lambda data: manifests.append(data) if signature_of("a") in data else None,  # type: ignore[func-returns-value]
+        )
+        (manifest,) = manifests
+
+        def swap(data: bytes) -> bytes | None:
+            return manifest if signature_of("b") in data else None
+
+        assert DAMAGE[graphkeep_backend](graphkeep_url, swap) == 1
+        exc = raises_kind("tampered", lambda: api.get_tuple(stored))
+        assert exc.thread_id == thread_id and exc.channel == "m"
+
+
+def test_each_refusal_is_counted_as_a_resume_failure_by_its_kind(
+    graphkeep_backend: str, graphkeep_url: str, mode: str, thread_id: str
+) -> None:
+    from tests.test_telemetry import Otel
+
+    with opened(mode, graphkeep_url, graphkeep_backend, None) as api:
+        plain = api.put(config(thread_id + "-p"), checkpoint(1, {"x": b"v"}, {"x": 1}), {"x": 1})
+    with opened(mode, graphkeep_url, graphkeep_backend, ring("a", *IDS)) as api:
+        length = value_envelope_length(api)
+        sealed = api.put(
+            config(thread_id), checkpoint(1, {"x": os.urandom(VALUE_BYTES)}, {"x": 1}), {"x": 1}
+        )
+    assert rewrite(
+        graphkeep_backend, graphkeep_url, "a", length, lambda e: e[:-1] + bytes([e[-1] ^ 1])
+    )
+    otel = Otel()
+    with opened(
+        mode, graphkeep_url, graphkeep_backend, ring("a", *IDS), telemetry=otel.option()
+    ) as api:
+        raises_kind("plaintext", lambda: api.get_tuple(plain))
+        raises_kind("tampered", lambda: api.get_tuple(sealed))
+    with opened(
+        mode, graphkeep_url, graphkeep_backend, KeyRing({"z": KEY}), telemetry=otel.option()
+    ) as api:
+        raises_kind("unknown_key", lambda: api.get_tuple(sealed))
+    reasons = sorted(
+        p.attributes["graphkeep.reason"] for p in otel.points("graphkeep.resume.failures")
+    )
+    assert reasons == ["plaintext", "tampered", "unknown_key"]
+    otel.close()
