@@ -210,7 +210,9 @@ def _opened(url: str, product: str, is_async: bool, options: dict[str, Any]) -> 
 def connect(url: str, **options: Any) -> AbstractContextManager[Any]:
     """``with connect(url) as saver``: a ready sync saver for ``url`` (schema created unless
     ``setup=False``); ``hot="redis://…"`` (and ``hot_ttl``) puts Redis in front of it as its
-    hot layer (:func:`graphkeep.hot_layer`)."""
+    hot layer (:func:`graphkeep.hot_layer`); ``encryption=`` (a
+    :class:`graphkeep.encryption.KeyRing`) seals every record at its place and refuses at read
+    what is not sealed there (not with ``hot=``)."""
     return cast(AbstractContextManager[Any], _opened(url, "checkpoint", False, options))
 
 
@@ -239,7 +241,8 @@ def aconnect_store(url: str, **options: Any) -> AbstractAsyncContextManager[Any]
 
 def connect_cache(url: str, **options: Any) -> AbstractContextManager[Any]:
     """``with connect_cache(url) as cache``: a ready LangGraph node cache (``BaseCache``) on a
-    sync client for ``url``."""
+    sync client for ``url``; ``encryption=`` (a :class:`graphkeep.encryption.KeyRing`) seals
+    each entry at its namespace and key (one that does not open there is a miss)."""
     return cast(AbstractContextManager[Any], _opened(url, "cache", False, options))
 
 
@@ -274,7 +277,8 @@ def connect_effects(url: str, **options: Any) -> AbstractContextManager[Any]:
     Options: ``ttl`` (seconds a record is kept, default 7 days), ``lease`` (seconds a running
     effect holds its record, default 60), ``wait`` (seconds a duplicate waits, default 30),
     ``poll``, ``on_unknown`` (``"retry"`` or ``"raise"``), ``cache_errors``, ``serde``,
-    ``key_prefix``, ``setup``, ``telemetry`` and the backend's own.
+    ``encryption`` (a :class:`graphkeep.encryption.KeyRing`: each outcome sealed at its thread
+    and key), ``key_prefix``, ``setup``, ``telemetry`` and the backend's own.
     """
     return cast(AbstractContextManager[Any], _opened(url, "effects", False, options))
 

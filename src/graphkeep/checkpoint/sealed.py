@@ -85,7 +85,13 @@ class SealedPort:
     # -- opening ---------------------------------------------------------------------------
 
     def _open_value(
-        self, thread_id: str, ns: str, channel: str, version: str, value: Typed
+        self,
+        thread_id: str,
+        ns: str,
+        channel: str,
+        version: str,
+        value: Typed,
+        checkpoint_id: str | None = None,
     ) -> Typed:
         place = _value_place(thread_id, ns, channel, version)
         try:
@@ -96,7 +102,8 @@ class SealedPort:
                 return Typed(MANIFEST_TAG, body)
             return self.ring.open(value, place)
         except CorruptData as exc:
-            raise exc.at(Place(thread_id, ns, channel=channel, part=f"version {version}")) from None
+            where = Place(thread_id, ns, checkpoint_id, channel=channel, part=f"version {version}")
+            raise exc.at(where) from None
 
     def _open_record(self, record: CheckpointRecord) -> CheckpointRecord:
         at = (record.thread_id, record.ns, record.checkpoint_id)
@@ -128,12 +135,12 @@ class SealedPort:
         return Loaded(
             record=rec,
             blobs={
-                ch: self._open_value(t, ns, ch, rec.versions.get(ch, ""), blob)
+                ch: self._open_value(t, ns, ch, rec.versions.get(ch, ""), blob, cid)
                 for ch, blob in loaded.blobs.items()
             },
             writes=[self._open_write(t, ns, cid, w) for w in loaded.writes],
             elements={
-                key: self._open_value(t, ns, ELEMENT_CHANNEL, key, value)
+                key: self._open_value(t, ns, ELEMENT_CHANNEL, key, value, cid)
                 for key, value in loaded.elements.items()
             },
         )

@@ -219,7 +219,8 @@ class LedgerBase:
     longer than your slowest effect), ``wait`` (seconds a duplicate call waits for a
     running one, default 30), ``poll`` (first wait between polls, doubling up to 1 s),
     ``on_unknown`` (``"retry"`` or ``"raise"``), ``cache_errors`` (record an exception
-    and re-raise it as :class:`~graphkeep.errors.EffectFailed` on later calls).
+    and re-raise it as :class:`~graphkeep.errors.EffectFailed` on later calls),
+    ``encryption`` (a ``KeyRing``: outcomes sealed at their thread and key).
     """
 
     def __init__(
