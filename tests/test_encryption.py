@@ -568,3 +568,24 @@ def test_each_refusal_is_counted_as_a_resume_failure_by_its_kind(
     )
     assert reasons == ["plaintext", "tampered", "unknown_key"]
     otel.close()
+
+
+def test_the_savers_effect_ledger_seals_with_the_savers_keys(
+    graphkeep_backend: str, graphkeep_url: str, mode: str, thread_id: str
+) -> None:
+    def effect() -> str:
+        return MARKER.decode()
+
+    with opened(mode, graphkeep_url, graphkeep_backend, ring("a")) as api:
+        ledger = api.saver.effects
+        assert ledger.encryption is api.saver.encryption
+        if api.loop is None:
+            assert ledger.run("pay-1", effect) == MARKER.decode()
+            assert ledger.run("pay-1", effect) == MARKER.decode()
+        else:
+            for _ in range(2):
+                done = asyncio.run_coroutine_threadsafe(ledger.arun("pay-1", effect), api.loop)
+                assert done.result(60) == MARKER.decode()
+    seen: list[bytes] = []
+    DAMAGE[graphkeep_backend](graphkeep_url, lambda data: seen.append(data) and None)  # type: ignore[func-returns-value]
+    assert seen and not any(MARKER in data for data in seen)
