@@ -30,7 +30,7 @@ from langgraph.graph import END, START, StateGraph
 import graphkeep
 from graphkeep.encryption import KeyRing
 from graphkeep.errors import ConfigurationError, CorruptData
-from tests.scenarios.backends import DAMAGE
+from tests.scenarios.backends import DAMAGE, mongodb_documents
 
 MODES = ("sync", "async")
 KEY = os.urandom(32)
@@ -390,6 +390,12 @@ def test_a_graph_runs_encrypted_with_shared_lists_filters_and_copies(
     DAMAGE[graphkeep_backend](graphkeep_url, lambda data: seen.append(data) and None)  # type: ignore[func-returns-value]
     assert seen and not any(MARKER in data for data in seen)
     assert not any(b"reply 1" in data for data in seen)
+    if graphkeep_backend == "mongodb":  # a checkpoint's source stays readable (thread checks)
+        sources = {
+            (doc.get("metadata_doc") or {}).get("source")
+            for _, doc in mongodb_documents(graphkeep_url)
+        }
+        assert "loop" in sources
     # a fresh saver (nothing remembered of the lists) reads them back
     with opened(mode, graphkeep_url, graphkeep_backend, keys) as api:
         again = api.get_tuple(config(thread_id + "-copy"))
