@@ -280,6 +280,8 @@ def _tampered() -> CorruptData:
         reason="its encryption does not verify at this place (changed bytes, or a record"
         " copied from elsewhere)",
         kind=TAMPERED,
+        advice="Nothing of it is returned. Check that the key ring holds the writer's key under"
+        " this key id; if it does, the record was changed or moved: restore it from a backup",
     )
 
 
