@@ -359,6 +359,16 @@ __all__ = [
 ]
 
 
+def credentials_refused(store: str, where: str, detail: str) -> StorageUnavailable:
+    """The :class:`StorageUnavailable` of a server that refused the login: a wrong user or
+    password, or (MongoDB) the wrong ``authSource``. Never retried: another attempt with the
+    same credentials is refused again, so the message says to fix them, not to wait."""
+    return StorageUnavailable(
+        f"{store} at {where} refused the credentials ({detail}): check the URL's user and"
+        " password" + (" and authSource" if store == "MongoDB" else "")
+    )
+
+
 def mask_url(url: str) -> str:
     """Return ``url`` with any password (and secret query values) replaced by ``***``."""
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import re
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, cast
@@ -36,7 +37,13 @@ from pymongo.errors import ConfigurationError as PyMongoConfigurationError
 
 from graphkeep.backends.mongodb.requests import Command
 from graphkeep.construction import Opening, Product
-from graphkeep.errors import ConfigurationError, StorageUnavailable, mask_url
+from graphkeep.errors import (
+    ConfigurationError,
+    PermissionDenied,
+    StorageUnavailable,
+    credentials_refused,
+    mask_url,
+)
 from graphkeep.port.pools import Pool, PoolOptions, pool_for, pool_options, register
 from graphkeep.port.retry import AsyncExecutor, Retry, SyncExecutor
 from graphkeep.port.telemetry import Target
@@ -45,6 +52,13 @@ DEFAULT_DB = "graphkeep"
 RETRY_DELAYS = (0.05, 0.2, 0.5)
 #: MongoDB's error code for a write that lost a race with a concurrent one
 WRITE_CONFLICT = 112
+#: MongoDB's error codes for a refused login and a privilege the user lacks
+AUTHENTICATION_FAILED = 18
+UNAUTHORIZED = 13
+#: the refused command and database in MongoDB's "not authorized on DB to execute command
+#: { NAME: ..." and FerretDB's "Command NAME requires authentication"
+_NOT_AUTHORIZED = re.compile(r"not authorized on (?P<db>\S+) to execute command \{ ?(?P<cmd>\w+)")
+_NEEDS_LOGIN = re.compile(r"[Cc]ommand (?P<cmd>\w+) requires authentication")
 #: a dropped connection is retried only when the failed attempt was this quick: after a
 #: longer wait the driver has already looked for a server (and retried reads/writes itself)
 QUICK_FAILURE_S = 1.0
@@ -167,8 +181,33 @@ def retryable(exc: BaseException, request: Command, took: float) -> bool:
 
 
 def failure(exc: BaseException, where: str) -> BaseException:
-    """What the caller sees: ``StorageUnavailable`` for a connection failure, else ``exc``."""
-    return unavailable(where, exc) if isinstance(exc, ConnectionFailure) else exc
+    """What the caller sees: ``StorageUnavailable`` for a connection failure or a refused
+    login, ``PermissionDenied`` for a privilege the user lacks, else ``exc``."""
+    if isinstance(exc, ConnectionFailure):
+        return unavailable(where, exc)
+    if isinstance(exc, OperationFailure) and exc.code == AUTHENTICATION_FAILED:
+        return credentials_refused("MongoDB", where, f"AuthenticationFailed: {exc.details}")
+    if isinstance(exc, OperationFailure) and exc.code == UNAUTHORIZED:
+        return denied(exc, where)
+    return exc
+
+
+def denied(exc: OperationFailure, where: str) -> PermissionDenied:
+    """The :class:`PermissionDenied` of a command the user may not run: the command and the
+    database (an unauthenticated client's refusal names no database: FerretDB's)."""
+    said = str((exc.details or {}).get("errmsg", exc))
+    named = _NOT_AUTHORIZED.search(said) or _NEEDS_LOGIN.search(said)
+    action = named.group("cmd") if named else "the command"
+    database = named.groupdict().get("db") if named else None
+    resource = f"database {database}" if database else "the database"
+    return PermissionDenied(
+        f"MongoDB at {where} refused {action} on {resource}: the user lacks the privilege (or"
+        " the URL names no user); applications need the readWrite role on their database and"
+        " setup=False, and `graphkeep setup URL` is run once by a user with dbAdmin"
+        f" (docs/security.md). MongoDB said: {said}",
+        action=action,
+        resource=database or where,
+    )
 
 
 def _busy(code: Any, message: str) -> bool:

@@ -22,6 +22,7 @@ import redis.asyncio as aredis
 from redis.crc import key_slot
 from redis.exceptions import (
     AskError,
+    AuthenticationError,
     BusyLoadingError,
     ClusterDownError,
     MaxConnectionsError,
@@ -51,7 +52,13 @@ from graphkeep.backends.redis.requests import (
     XRead,
 )
 from graphkeep.construction import Opening, Product
-from graphkeep.errors import ConfigurationError, PoolExhausted, StorageUnavailable, mask_url
+from graphkeep.errors import (
+    ConfigurationError,
+    PoolExhausted,
+    StorageUnavailable,
+    credentials_refused,
+    mask_url,
+)
 from graphkeep.port.pools import (
     DEFAULT_MAX_CONNECTIONS,
     Pool,
@@ -164,7 +171,9 @@ def _client(driver: Any, url: str, pool: PoolOptions | None) -> Any:
             single = driver.Redis.from_pool(connections)
             return _pool(single, f"Redis at {mask_url(url)}", _sized(options, connections))
     except (*TRANSIENT, RedisClusterException) as exc:  # a sync Cluster client connects now
-        raise unavailable(mask_url(url), exc) from exc
+        where = mask_url(url)
+        refused = _login_refused(exc)
+        raise (_failure(exc, where) if refused else unavailable(where, exc)) from exc
     except ValueError as exc:
         raise ConfigurationError(f"bad Redis URL {mask_url(url)}: {exc}") from exc
     raise ConfigurationError(f"not a Redis URL: {mask_url(url)}")
@@ -310,8 +319,21 @@ def unavailable(where: str, exc: BaseException) -> StorageUnavailable:
     )
 
 
+def _login_refused(exc: BaseException) -> bool:
+    """The server refused the URL's user or password: redis-py's ``AuthenticationError`` (a
+    ``ConnectionError`` to it), also as the cause of a Cluster client's failed start."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, AuthenticationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return isinstance(exc, RedisClusterException) and "invalid username-password" in str(exc)
+
+
 def _retryable(exc: BaseException, request: Any, seconds: float) -> bool:
-    return isinstance(exc, TRANSIENT) and not isinstance(exc, MaxConnectionsError)
+    # no later attempt fares better with the same credentials
+    refused = isinstance(exc, MaxConnectionsError) or _login_refused(exc)
+    return isinstance(exc, TRANSIENT) and not refused
 
 
 def _failure(exc: BaseException, where: str) -> BaseException:
@@ -320,6 +342,8 @@ def _failure(exc: BaseException, where: str) -> BaseException:
             f"the connection pool of Redis at {where} is full ({exc}): give the client's"
             " pool more connections, or let graphkeep make the client (option max_connections)"
         )
+    if _login_refused(exc):
+        return credentials_refused("Redis", where, f"{type(exc).__name__}: {exc}")
     return unavailable(where, exc) if isinstance(exc, TRANSIENT) else exc
 
 
