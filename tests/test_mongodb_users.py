@@ -12,6 +12,10 @@ fail with graphkeep's errors, and how a refusal (code 13, ``Unauthorized``) read
 ``readWrite`` alone suffices is what the role list in docs/security.md states from the
 commands graphkeep sends (finds, bulk writes, ``findOneAndUpdate``, deletes; ``createIndexes``
 and ``listIndexes`` only in setup).
+
+The managed services' rules (``--graphkeep-rules``, the MongoDB lane) are not checked here: the
+checker's own probes reach the server without this test's credentials. The same requests are
+checked by every other MongoDB test.
 """
 
 from __future__ import annotations
@@ -29,11 +33,19 @@ import pytest
 import graphkeep
 from graphkeep.errors import PermissionDenied, StorageUnavailable
 from graphkeep.testing import ferretdb_command
+from graphkeep.testing.rules import unchecked
 from tests.cli_runs import gk
 from tests.least_privilege_workload import PRODUCTS, run_async, run_sync
 from tests.scenarios.servers import REPO, FerretDBServer
 
 pytestmark = pytest.mark.mongodb
+
+
+@pytest.fixture(autouse=True)
+def _outside_the_rules() -> Iterator[None]:
+    with unchecked():  # see the module's docstring
+        yield
+
 
 DB = "gk_users"
 ADMIN, ADMIN_PASSWORD = "gkadmin", "admin-secret-1"
