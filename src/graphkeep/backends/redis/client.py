@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+from urllib.parse import parse_qsl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -62,6 +63,7 @@ from graphkeep.port.pools import (
 )
 from graphkeep.port.retry import AsyncExecutor, Retry, SyncExecutor
 from graphkeep.port.telemetry import Target
+from graphkeep.port.tls import check_tls_options, is_tls_option, tls_reason, tls_unavailable
 from graphkeep.port.urls import redis_form
 
 __all__ = [
@@ -97,6 +99,16 @@ REDIRECTED = (MovedError, AskError, TryAgainError)
 FAN_OUT = 8
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 SINGLE_SCHEMES = ("redis", "rediss", "unix")
+#: the TLS options a rediss:// URL takes: redis-py's, sync and asyncio alike
+TLS_OPTIONS = frozenset(
+    name
+    for name in inspect.signature(redis.connection.SSLConnection.__init__).parameters
+    if name.startswith("ssl_")
+) & frozenset(
+    name
+    for name in inspect.signature(aredis.connection.SSLConnection.__init__).parameters
+    if name.startswith("ssl_")
+)
 # Valkey's schemes (valkey://, valkeys://, valkey+cluster://, valkeys+cluster://) are read as
 # the Redis form they stand for (graphkeep.port.urls.redis_form) before redis-py sees them
 
@@ -144,9 +156,23 @@ def async_client(url: str, pool: PoolOptions | None = None) -> Any:
     return _client(aredis, url, pool)
 
 
+def check_tls(scheme: str, rest: str, url: str) -> None:
+    """A misspelt TLS option (redis-py: a ``TypeError`` at the first request) or one on a
+    plain scheme is a :class:`~graphkeep.errors.ConfigurationError` now."""
+    names = [name for name, _ in parse_qsl(rest.partition("?")[2], keep_blank_values=True)]
+    if scheme.startswith("rediss"):
+        check_tls_options(names, TLS_OPTIONS, backend="Redis", url=mask_url(url))
+    elif any(is_tls_option(name) for name in names):
+        raise ConfigurationError(
+            f"TLS options in a {scheme}:// URL ({mask_url(url)}): TLS is the rediss://"
+            " (rediss+cluster://, valkeys://) scheme"
+        )
+
+
 def _client(driver: Any, url: str, pool: PoolOptions | None) -> Any:
     """:func:`sync_client` with ``driver`` (``redis`` or ``redis.asyncio``)."""
     scheme, rest = _split(redis_form(url))
+    check_tls(scheme, rest, url)
     options = pool or PoolOptions()
     try:
         if scheme in CLUSTER_SCHEMES:
@@ -304,6 +330,9 @@ def block_limit_ms(client: Any) -> int | None:
 
 
 def unavailable(where: str, exc: BaseException) -> StorageUnavailable:
+    reason = tls_reason(exc)
+    if reason is not None:
+        return tls_unavailable("Redis", where, reason)
     return StorageUnavailable(
         f"Redis at {where} is unavailable ({type(exc).__name__}: {exc});"
         " is the server running and reachable? (locally: ./dev services up)"
@@ -311,7 +340,12 @@ def unavailable(where: str, exc: BaseException) -> StorageUnavailable:
 
 
 def _retryable(exc: BaseException, request: Any, seconds: float) -> bool:
-    return isinstance(exc, TRANSIENT) and not isinstance(exc, MaxConnectionsError)
+    # a failed TLS handshake fails the same way again (the same certificates): never retried
+    return (
+        isinstance(exc, TRANSIENT)
+        and not isinstance(exc, MaxConnectionsError)
+        and tls_reason(exc) is None
+    )
 
 
 def _failure(exc: BaseException, where: str) -> BaseException:
