@@ -15,11 +15,11 @@ import datetime
 import ipaddress
 import os
 import shutil
-import ssl
 import socket
+import ssl
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from urllib.parse import quote
 
@@ -178,8 +178,8 @@ def _tls_context(certs: Certificates) -> ssl.SSLContext:
 
 
 def _redis_command(certs: Certificates, port: int, *args: str) -> bytes:
-    """One command to the TLS Redis node on 127.0.0.1 ``port`` (RESP over a raw TLS socket:
-    the probe must not depend on the client code under test)."""
+    """One command to the TLS Redis node on 127.0.0.1 ``port`` (redis-py itself: the probe
+    must not depend on graphkeep's client code under test)."""
     import redis
 
     client = redis.Redis(
@@ -194,6 +194,10 @@ def _redis_command(certs: Certificates, port: int, *args: str) -> bytes:
     with client:
         reply = client.execute_command(*args)
     return reply if isinstance(reply, bytes) else str(reply).encode()
+
+
+def _redis_ping(certs: Certificates, port: int) -> bool:
+    return _redis_command(certs, port, "PING") == b"True"
 
 
 def _cluster_state(certs: Certificates, port: int) -> dict[str, str]:
@@ -270,7 +274,7 @@ class TlsServers:
         data = self.home / name
         program = _program(variable, f"{name}-server")
         command = _redis_tls_command(program, port, data, self.certs)
-        ready: Callable[[], bool] = lambda: _redis_command(self.certs, port, "PING") == b"True"
+        ready = partial(_redis_ping, self.certs, port)
         self._start(Server(f"tls{name}", port, command, ready, self.home, True, data))
         return f"rediss://127.0.0.1:{port}/0?{self.redis_query()}"
 
@@ -287,16 +291,16 @@ class TlsServers:
                 *("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"),
                 *("--tls-cluster", "yes", "--tls-replication", "yes"),
             ]
-            ready: Callable[[], bool] = (
-                lambda p=port: _redis_command(self.certs, p, "PING") == b"True"  # type: ignore[misc]
-            )
+            ready = partial(_redis_ping, self.certs, port)
             nodes.append(Server(f"tls{name}-{port}", port, command, ready, self.home, True, data))
         for node in nodes:
             self._start(node)
         share = SLOTS // len(ports)
         for i, port in enumerate(ports):
             last = SLOTS if i == len(ports) - 1 else (i + 1) * share
-            _redis_command(self.certs, port, "CLUSTER", "ADDSLOTSRANGE", str(i * share), str(last - 1))
+            _redis_command(
+                self.certs, port, "CLUSTER", "ADDSLOTSRANGE", str(i * share), str(last - 1)
+            )
             if i:
                 _redis_command(self.certs, port, "CLUSTER", "MEET", "127.0.0.1", str(ports[0]))
         wait(
@@ -336,7 +340,7 @@ class TlsServers:
             "--telemetry=disable",
             "--log-level=warn",
         ]
-        ready: Callable[[], bool] = lambda: _mongo_up(self.certs, tls)
+        ready = partial(_mongo_up, self.certs, tls)
         self._start(Server("tlsferretdb", tls, command, ready, self.home, True, data))
         self.plain["mongodb"] = f"127.0.0.1:{plain}"
         return f"mongodb://127.0.0.1:{tls}/graphkeep?tls=true&tlsCAFile={quote(str(self.certs.ca))}"
@@ -351,7 +355,7 @@ class TlsServers:
             *("-H", "127.0.0.1", "-p", str(port)),
             *("-c", str(self.certs.server_cert), "-k", str(self.certs.server_key)),
         ]
-        ready: Callable[[], bool] = lambda: _https_up(self.certs, port)
+        ready = partial(_https_up, self.certs, port)
         self._start(Server("tlsdynamodb", port, command, ready, self.home, True))
         endpoint = quote(f"https://127.0.0.1:{port}", safe="")
         return (

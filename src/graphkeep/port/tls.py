@@ -47,17 +47,18 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return seen
 
 
-def tls_reason(exc: BaseException) -> str | None:
+def tls_reason(exc: BaseException, ca: str = "the CA file option") -> str | None:
     """What failed in TLS terms when ``exc`` (or a cause) is a failed TLS handshake, else
-    None (the markers it reads are OpenSSL's and Python's ``ssl`` module's own words)."""
+    None (the markers it reads are OpenSSL's and Python's ``ssl`` module's own words);
+    ``ca`` names the option that gives the CA to trust."""
     chain = _chain(exc)
     text = " | ".join(str(e) for e in chain)
     lowered = text.lower()
     for error in chain:
         if isinstance(error, ssl.SSLCertVerificationError):
-            return _verification(str(error.verify_message or error), lowered)
+            return _verification(str(error.verify_message or error), lowered, ca)
     if "certificate_verify_failed" in lowered or "certificate verify failed" in lowered:
-        return _verification(_detail(text, "certificate verify failed"), lowered)
+        return _verification(_detail(text, "certificate verify failed"), lowered, ca)
     if any(marker in lowered for marker in _NO_TLS_ANSWER):
         return (
             "the server at this port did not answer the TLS handshake (a plain, non-TLS"
@@ -78,7 +79,7 @@ def tls_reason(exc: BaseException) -> str | None:
     return None
 
 
-def _verification(message: str, lowered: str) -> str:
+def _verification(message: str, lowered: str, ca: str) -> str:
     if "hostname mismatch" in lowered or "ip address mismatch" in lowered:
         return (
             "the server's certificate is not valid for the host name connected to (wrong host"
@@ -88,7 +89,7 @@ def _verification(message: str, lowered: str) -> str:
         return f"the server's certificate has expired ({message.strip()})"
     return (
         f"the server's certificate is not trusted ({message.strip()}); give the CA that"
-        " signed it (the CA file option)"
+        f" signed it ({ca})"
     )
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
-from urllib.parse import parse_qsl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
+from urllib.parse import parse_qsl
 
 import redis
 import redis.asyncio as aredis
@@ -99,6 +99,8 @@ REDIRECTED = (MovedError, AskError, TryAgainError)
 FAN_OUT = 8
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 SINGLE_SCHEMES = ("redis", "rediss", "unix")
+#: the URL option that names the CA a server's certificate is checked against
+CA_OPTION = "ssl_ca_certs="
 #: the TLS options a rediss:// URL takes: redis-py's, sync and asyncio alike
 TLS_OPTIONS = frozenset(
     name
@@ -330,7 +332,7 @@ def block_limit_ms(client: Any) -> int | None:
 
 
 def unavailable(where: str, exc: BaseException) -> StorageUnavailable:
-    reason = tls_reason(exc)
+    reason = tls_reason(exc, CA_OPTION)
     if reason is not None:
         return tls_unavailable("Redis", where, reason)
     return StorageUnavailable(
