@@ -1,7 +1,7 @@
 """TLS-only servers the TLS tests start, with certificates they make.
 
 One private CA signs a server certificate for ``127.0.0.1`` (an IP SAN only: reaching the
-same server as ``localhost`` is a wrong host name) and a client certificate (Redis asks for
+same server as ``localhost``, or a Redis server as ``127.0.0.2``, is a wrong host name) and a client certificate (Redis asks for
 one: ``tls-auth-clients yes``); a second CA that signed nothing stands for a certificate
 the client does not trust. The servers: Redis 7 and Valkey 8 on a TLS port only, a 3-node
 Cluster of each whose bus is TLS too, FerretDB's TLS listener, and moto_server over HTTPS
@@ -233,7 +233,8 @@ def _program(variable: str, name: str) -> str:
 def _redis_tls_command(program: str, port: int, data: Path, certs: Certificates) -> list[str]:
     return [
         program,
-        *("--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1"),
+        # 127.0.0.2 too: the same server by an address its certificate does not name
+        *("--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1 127.0.0.2"),
         *("--tls-cert-file", str(certs.server_cert), "--tls-key-file", str(certs.server_key)),
         *("--tls-ca-cert-file", str(certs.ca), "--tls-auth-clients", "yes"),
         *("--dir", str(data), "--save", "", "--appendonly", "no", "--daemonize", "no"),

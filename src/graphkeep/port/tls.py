@@ -22,7 +22,13 @@ from collections.abc import Iterable
 
 from graphkeep.errors import ConfigurationError, StorageUnavailable
 
-__all__ = ["check_tls_options", "is_tls_option", "tls_reason", "tls_unavailable"]
+__all__ = [
+    "TLS_CONNECT_TIMEOUT",
+    "check_tls_options",
+    "is_tls_option",
+    "tls_reason",
+    "tls_unavailable",
+]
 
 #: a handshake that got no TLS answer: the client spoke TLS to a port that does not
 _NO_TLS_ANSWER = (
@@ -35,6 +41,11 @@ _NO_TLS_ANSWER = (
     "eof occurred in violation of protocol",
     "http request",
 )
+
+
+#: what a client that cannot tell a TCP connect from its TLS handshake (asyncio's) says when
+#: the two together timed out (see :func:`tls_reason`)
+TLS_CONNECT_TIMEOUT = "tls connection timed out"
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -56,9 +67,17 @@ def tls_reason(exc: BaseException, ca: str = "the CA file option") -> str | None
     lowered = text.lower()
     for error in chain:
         if isinstance(error, ssl.SSLCertVerificationError):
-            return _verification(str(error.verify_message or error), lowered, ca)
+            message = getattr(error, "verify_message", None) or str(error)
+            return _verification(str(message), lowered, ca)
+    if "hostname" in lowered and "doesn't match" in lowered:  # urllib3's own check
+        return _verification(_detail(text, "hostname"), "hostname mismatch", ca)
     if "certificate_verify_failed" in lowered or "certificate verify failed" in lowered:
         return _verification(_detail(text, "certificate verify failed"), lowered, ca)
+    if TLS_CONNECT_TIMEOUT in lowered:
+        return (
+            "no TLS connection within the connect timeout (a plain, non-TLS port? or no server"
+            " answering at this address)"
+        )
     if any(marker in lowered for marker in _NO_TLS_ANSWER):
         return (
             "the server at this port did not answer the TLS handshake (a plain, non-TLS"

@@ -258,6 +258,10 @@ async def _aonce(db: Any, request: Any) -> Any:
 _CONTACTED: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 
 
+#: the clients graphkeep made from a TLS URL (see :func:`_acontact`)
+_TLS_CLIENTS: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
 def _contacted(client: Any) -> bool:
     return _CONTACTED.get(id(client)) is client
 
@@ -298,12 +302,25 @@ def _contact(client: Any) -> None:
 
 
 async def _acontact(client: Any) -> None:
-    """The asyncio :func:`_contact` (an ``AsyncMongoClient`` connects on first use)."""
+    """The asyncio :func:`_contact` (an ``AsyncMongoClient`` connects on first use). PyMongo's
+    asyncio monitor never gives up a handshake a plain port does not answer (its sync one
+    does after connectTimeoutMS): a TLS client graphkeep made that has heard nothing from any
+    server by then fails as that handshake's timeout."""
     if _contacted(client):
         return
     await client.aconnect()
     deadline = _deadline(client)
+    silent = time.monotonic() + float(client.options.pool_options.connect_timeout) + 0.5
     while (known := _first_contact(client)) is False and time.monotonic() < deadline:
+        if _TLS_CLIENTS.get(id(client)) is client and time.monotonic() > silent:
+            where = ", ".join(
+                f"{h}:{p}" for h, p in client.topology_description.server_descriptions()
+            )
+            known = AutoReconnect(
+                f"SSL handshake failed: {where}: the handshake operation timed out (no TLS"
+                f" answer within connectTimeoutMS, {client.options.pool_options.connect_timeout} s)"
+            )
+            break
         await asyncio.sleep(_HANDSHAKE_POLL_S)
     if isinstance(known, BaseException):
         raise known
@@ -430,6 +447,8 @@ def _made(make: Any, url: str, pool: PoolOptions | None) -> Any:
         raise ConfigurationError(f"bad MongoDB URL {mask_url(url)}: {exc}") from exc
     except ConnectionFailure as exc:
         raise unavailable(mask_url(url), exc) from exc
+    if _uses_tls(url):
+        _TLS_CLIENTS[id(client)] = client
     size = client.options.pool_options.max_pool_size or options.max_connections
     gate = Pool(f"MongoDB at {mask_url(url)}", replace(options, max_connections=size))
     return register(client, gate)

@@ -63,7 +63,13 @@ from graphkeep.port.pools import (
 )
 from graphkeep.port.retry import AsyncExecutor, Retry, SyncExecutor
 from graphkeep.port.telemetry import Target
-from graphkeep.port.tls import check_tls_options, is_tls_option, tls_reason, tls_unavailable
+from graphkeep.port.tls import (
+    TLS_CONNECT_TIMEOUT,
+    check_tls_options,
+    is_tls_option,
+    tls_reason,
+    tls_unavailable,
+)
 from graphkeep.port.urls import redis_form
 
 __all__ = [
@@ -356,7 +362,9 @@ def _failure(exc: BaseException, where: str) -> BaseException:
             f"the connection pool of Redis at {where} is full ({exc}): give the client's"
             " pool more connections, or let graphkeep make the client (option max_connections)"
         )
-    return unavailable(where, exc) if isinstance(exc, TRANSIENT) else exc
+    if isinstance(exc, TRANSIENT) or tls_reason(exc) is not None:
+        return unavailable(where, exc)  # (an asyncio Cluster's refused handshake too)
+    return exc
 
 
 #: how Redis requests are retried (see the module docstring)
@@ -401,6 +409,30 @@ def user(client: Any) -> str:
     if not kwargs:
         kwargs = getattr(getattr(client, "nodes_manager", None), "connection_kwargs", {}) or {}
     return str(kwargs.get("username") or "default")
+
+
+def uses_tls(client: Any) -> bool:
+    """The client's connections are TLS ones (``rediss://``)."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        kind = pool.connection_class
+    else:
+        kwargs = getattr(getattr(client, "nodes_manager", None), "connection_kwargs", {}) or {}
+        kind = kwargs.get("connection_class", object)
+    return isinstance(kind, type) and issubclass(kind, (redis.SSLConnection, aredis.SSLConnection))
+
+
+def _connect_timed_out(exc: BaseException) -> bool:
+    """``exc`` (or a cause) is redis-py's asyncio "Timeout connecting to server": its TCP
+    connect and TLS handshake run under one timeout, and the error does not say which."""
+    current: BaseException | None = exc
+    for _ in range(8):
+        if current is None:
+            return False
+        if isinstance(current, RedisTimeoutError) and "connecting" in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 class Refusals:
@@ -517,10 +549,15 @@ class AsyncSend:
         self.scripts = {name: client.register_script(src) for name, src in scripts.items()}
         self.block_limit_ms = block_limit_ms(client)
         self.refusals = Refusals(client, where or describe(client), prefix)
+        self.tls = uses_tls(client)
 
     async def __call__(self, request: Any) -> Any:
         try:
             return await self._send(request)
+        except (RedisTimeoutError, RedisClusterException) as exc:
+            if self.tls and _connect_timed_out(exc):  # as the sync client's handshake timeout
+                raise RedisConnectionError(f"{TLS_CONNECT_TIMEOUT}: {exc}") from exc
+            raise
         except ResponseError as exc:
             error = self.refusals.error(exc, request)
             if error is exc:
