@@ -185,8 +185,10 @@ def test_a_misspelt_tls_option_is_a_configuration_error_naming_the_known_ones(
     url = _with_password(url).replace("?", f"?ssl_password={SECRET}&", 1)
     if backend == "mongodb":  # PyMongo's own spelling of a key file password
         url = url.replace("ssl_password=", "tlsCertificateKeyFilePassword=")
-    if backend == "dynamodb":
+    if backend == "dynamodb":  # its password: the endpoint URL's, inside the query
         url = url.replace(f"ssl_password={SECRET}&", "")
+        url = url.replace("https%3A%2F%2F", f"https%3A%2F%2Fapp%3A{SECRET}%40")
+        assert SECRET in url
     with pytest.raises(ConfigurationError) as raised:
         with graphkeep.connect_cache(url):
             pass

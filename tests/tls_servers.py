@@ -1,12 +1,13 @@
 """TLS-only servers the TLS tests start, with certificates they make.
 
 One private CA signs a server certificate for ``127.0.0.1`` (an IP SAN only: reaching the
-same server as ``localhost``, or a Redis server as ``127.0.0.2``, is a wrong host name) and a client certificate (Redis asks for
-one: ``tls-auth-clients yes``); a second CA that signed nothing stands for a certificate
-the client does not trust. The servers: Redis 7 and Valkey 8 on a TLS port only, a 3-node
-Cluster of each whose bus is TLS too, FerretDB's TLS listener, and moto_server over HTTPS
-(``tools/moto_server.py``'s ``-c``/``-k``). Each is started once per test module (they cost
-about a second each) and dies with the session (:class:`graphkeep.testing.processes.Server`).
+same server as ``localhost``, or a Redis server as ``127.0.0.2``, is a wrong host name) and
+a client certificate (Redis asks for one: ``tls-auth-clients yes``); a second CA that signed
+nothing stands for a certificate the client does not trust. The servers: Redis 7 and Valkey 8
+on a TLS port only, a 3-node Cluster of each whose bus is TLS too, FerretDB's TLS listener,
+and moto_server over HTTPS (``tools/moto_server.py``'s ``-c``/``-k``). Each is started once
+per test module, when a test first asks for it (about a second each, a Cluster three), and
+dies with the session (:class:`graphkeep.testing.processes.Server`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from graphkeep.testing.addresses import free_ports
+from graphkeep.testing.local import ferretdb_command
 from graphkeep.testing.probes import wait
 from graphkeep.testing.processes import Server
 
@@ -327,19 +329,11 @@ class TlsServers:
         )
         plain, tls = free_ports(2)
         data = self.home / "ferretdb"
-        query = "_txlock=immediate&_pragma=busy_timeout(60000)&_pragma=synchronous(off)"
         command = [
-            program,
-            "--handler=sqlite",
-            f"--sqlite-url=file:{data}/?{query}",
-            f"--state-dir={data}",
-            f"--listen-addr=127.0.0.1:{plain}",
+            *ferretdb_command(program, data, plain),
             f"--listen-tls=127.0.0.1:{tls}",
             f"--listen-tls-cert-file={self.certs.server_cert}",
             f"--listen-tls-key-file={self.certs.server_key}",
-            "--debug-addr=-",
-            "--telemetry=disable",
-            "--log-level=warn",
         ]
         ready = partial(_mongo_up, self.certs, tls)
         self._start(Server("tlsferretdb", tls, command, ready, self.home, True, data))

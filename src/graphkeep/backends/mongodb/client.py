@@ -310,15 +310,17 @@ async def _acontact(client: Any) -> None:
         return
     await client.aconnect()
     deadline = _deadline(client)
-    silent = time.monotonic() + float(client.options.pool_options.connect_timeout) + 0.5
+    tls = _TLS_CLIENTS.get(id(client)) is client
+    timeout = float(client.options.pool_options.connect_timeout)
+    silent = time.monotonic() + timeout + 0.5
     while (known := _first_contact(client)) is False and time.monotonic() < deadline:
-        if _TLS_CLIENTS.get(id(client)) is client and time.monotonic() > silent:
+        if tls and time.monotonic() > silent:
             where = ", ".join(
                 f"{h}:{p}" for h, p in client.topology_description.server_descriptions()
             )
             known = AutoReconnect(
                 f"SSL handshake failed: {where}: the handshake operation timed out (no TLS"
-                f" answer within connectTimeoutMS, {client.options.pool_options.connect_timeout} s)"
+                f" answer within connectTimeoutMS, {timeout} s)"
             )
             break
         await asyncio.sleep(_HANDSHAKE_POLL_S)
