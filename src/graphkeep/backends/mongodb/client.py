@@ -258,8 +258,12 @@ async def _aonce(db: Any, request: Any) -> Any:
 _CONTACTED: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 
 
-#: the clients graphkeep made from a TLS URL (see :func:`_acontact`)
+#: the clients graphkeep made from a TLS URL (see :func:`_contact`)
 _TLS_CLIENTS: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
+def _made_for_tls(client: Any) -> bool:
+    return _TLS_CLIENTS.get(id(client)) is client
 
 
 def _contacted(client: Any) -> bool:
@@ -290,8 +294,9 @@ def _deadline(client: Any) -> float:
 
 def _contact(client: Any) -> None:
     """Before a client's first request: fail at once when its handshakes failed in TLS
-    (PyMongo would wait out serverSelectionTimeoutMS, then say "timeout")."""
-    if _contacted(client):
+    (PyMongo would wait out serverSelectionTimeoutMS, then say "timeout"); only a client
+    graphkeep made from a TLS URL (one the application made may not be connected yet)."""
+    if _contacted(client) or not _made_for_tls(client):
         return
     deadline = _deadline(client)
     while (known := _first_contact(client)) is False and time.monotonic() < deadline:
@@ -306,15 +311,14 @@ async def _acontact(client: Any) -> None:
     asyncio monitor never gives up a handshake a plain port does not answer (its sync one
     does after connectTimeoutMS): a TLS client graphkeep made that has heard nothing from any
     server by then fails as that handshake's timeout."""
-    if _contacted(client):
+    if _contacted(client) or not _made_for_tls(client):
         return
     await client.aconnect()
     deadline = _deadline(client)
-    tls = _TLS_CLIENTS.get(id(client)) is client
     timeout = float(client.options.pool_options.connect_timeout)
     silent = time.monotonic() + timeout + 0.5
     while (known := _first_contact(client)) is False and time.monotonic() < deadline:
-        if tls and time.monotonic() > silent:
+        if time.monotonic() > silent:
             where = ", ".join(
                 f"{h}:{p}" for h, p in client.topology_description.server_descriptions()
             )
