@@ -223,3 +223,27 @@ def test_a_verify_naming_no_file_is_a_configuration_error(tls: TlsServers) -> No
     with pytest.raises(ConfigurationError, match="names no file"):
         with graphkeep.connect_cache(url):
             pass
+
+
+@pytest.mark.redis
+def test_a_tls_server_restarted_under_open_connections_is_reconnected_not_a_tls_failure(
+    tls: TlsServers,
+) -> None:
+    """A TLS connection the restart dropped is a dropped connection (retried), not a
+    handshake failure: the next call reconnects and succeeds, sync and async."""
+    url = tls.url("redis")
+    prefix = unique_prefix("tlsrestart")
+    with graphkeep.connect_cache(url, key_prefix=prefix) as cache:
+        cache.set({(("n",), "k"): ({"v": 1}, 60)})
+        tls.restart("redis")
+        cache.set({(("n",), "k"): ({"v": 2}, 60)})
+        assert cache.get([(("n",), "k")]) == {(("n",), "k"): {"v": 2}}
+
+    async def run_async() -> None:
+        async with graphkeep.aconnect_cache(url, key_prefix=prefix) as cache:
+            await cache.aset({(("n",), "k"): ({"v": 3}, 60)})
+            tls.restart("redis")
+            await cache.aset({(("n",), "k"): ({"v": 4}, 60)})
+            assert await cache.aget([(("n",), "k")]) == {(("n",), "k"): {"v": 4}}
+
+    asyncio.run(run_async())

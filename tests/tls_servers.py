@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -357,6 +357,13 @@ class TlsServers:
             f"dynamodb://graphkeep?region=us-east-1&endpoint_url={endpoint}"
             f"&verify={quote(str(self.certs.ca), safe='')}"
         )
+
+    def restart(self, backend: str) -> None:
+        """Stop ``backend``'s single server and start it again on its port (its data gone)."""
+        port = int(urlsplit(self.url(backend)).port or 0)
+        (server,) = [s for s in self.servers if s.port == port]
+        server.down()
+        server.up(timeout=60)
 
     def close(self) -> None:
         for server in reversed(self.servers):

@@ -30,16 +30,15 @@ __all__ = [
     "tls_unavailable",
 ]
 
-#: a handshake that got no TLS answer: the client spoke TLS to a port that does not
+#: a handshake that got no TLS answer: the client spoke TLS to a port that does not. Only
+#: handshake-time words: an ``SSLEOFError`` on a read (a server restarting under an open
+#: connection) is a dropped connection, retried like any other
 _NO_TLS_ANSWER = (
     "handshake operation timed out",
     "wrong version number",
     "wrong_version_number",
     "record layer failure",
     "packet length too long",
-    "unexpected eof while reading",
-    "eof occurred in violation of protocol",
-    "http request",
 )
 
 
@@ -90,12 +89,18 @@ def tls_reason(exc: BaseException, ca: str = "the CA file option") -> str | None
         )
     if "unknown ca" in lowered or "bad certificate" in lowered:
         return "the server refused the client certificate (signed by a CA it does not trust)"
+    handshake = "handshake" in lowered or "connecting to" in lowered  # PyMongo's, redis-py's
     for error in chain:
-        if isinstance(error, ssl.SSLError):
+        if handshake and isinstance(error, ssl.SSLError) and not _dropped(error):
             return f"TLS handshake failed ({error.reason or error})"
-    if "ssl handshake failed" in lowered or "[ssl:" in lowered:
+    if "ssl handshake failed" in lowered and "[ssl:" in lowered:
         return f"TLS handshake failed ({_detail(text, '[SSL:')})"
     return None
+
+
+def _dropped(error: ssl.SSLError) -> bool:
+    """The connection closed under TLS (not a refusal of the handshake's terms)."""
+    return isinstance(error, (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError))
 
 
 def _verification(message: str, lowered: str, ca: str) -> str:
