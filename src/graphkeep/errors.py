@@ -385,4 +385,10 @@ def mask_url(url: str) -> str:
         r"\1***",
         parts.query,
     )
+    # a URL inside the query (an endpoint_url), as given or percent-encoded: its password
+    query = re.sub(
+        r"(?i)((?:://|%3A%2F%2F)[^:/@&%]*(?::|%3A))[^@&/]*?(@|%40)",
+        r"\1***\2",
+        query,
+    )
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
