@@ -1,6 +1,7 @@
-"""``./dev test --quick`` (tools/quick.py): what the inner loop selects, by pytest's own
-collection of a few files through its arguments — one backend per product family, none of the
-tests that need a side venv, a browser or a rival — and that CI never runs it."""
+"""What ``./dev test`` runs where, by pytest's own collection through the arguments ``./dev``
+gives it: ``--quick`` (tools/quick.py), the inner loop — one backend per product family, none
+of the tests that need a side venv, a browser or a rival, never CI's — and the main lane's
+files the lanes share out (tools/lane_queue.py), each run once, none on Redis Stack."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import quick
+from tools import lane_queue, quick
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,3 +86,37 @@ def test_the_quick_selection_explains_itself(
             assert word in out
     else:
         assert out.splitlines() == quick.pytest_args()
+
+
+# -- the main lane's shared chunks (tools/lane_queue.py) -------------------------------------
+
+
+def test_the_shared_chunks_are_the_files_the_main_lane_leaves_out_and_none_uses_redis_stack() -> (
+    None
+):
+    files = [path for chunk in lane_queue.CHUNKS for path in chunk]
+    assert len(set(files)) == len(files)
+    assert lane_queue.ignore().splitlines() == [f"--ignore={path}" for path in files]
+    for path in files:
+        # the Redis Stack server's database 0 is the bench's (flushed): its users stay in order
+        text = (ROOT / path).read_text()
+        assert "REDIS_STACK" not in text and "redis_stack" not in text, path
+    # every shared file has main-lane tests (a chunk of none would fail its session: exit 5)
+    chosen = collected(*lane_queue.main_lane_selection(), *files)
+    for path in files:
+        assert any(t.startswith(f"{path}::") for t in chosen), path
+
+
+def test_a_chunk_is_claimed_by_one_lane_and_the_report_fails_on_a_chunk_not_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert lane_queue.claim(tmp_path, "chunk-1")
+    assert not lane_queue.claim(tmp_path, "chunk-1")
+    for index, _ in enumerate(lane_queue.CHUNKS):
+        name = lane_queue.chunk_name(index)
+        (tmp_path / f"{name}.log").write_text(f"{name}: 3 passed\n")
+        (tmp_path / f"{name}.rc").write_text("0\n")
+    assert lane_queue.report(tmp_path) == 0
+    (tmp_path / "chunk-2.rc").unlink()
+    assert lane_queue.report(tmp_path) == 1
+    assert "chunk-2" in capsys.readouterr().err
