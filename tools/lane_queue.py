@@ -7,9 +7,10 @@ files each, the slowest first. The main lane leaves them out (``ignore``); every
 own tests end (the third taker: once its conformance rows end), claims the next chunk no lane
 has claimed yet and runs it as one pytest session with the main lane's selection, until none
 is left (``./dev`` has each lane claim the Valkey rules run of tools/rules_lanes.py first, the
-same way: one lane runs it). None of these files uses the Redis Stack server (its ``redis_stack`` tests, and the
-tests that flush its database 0, stay in the main lane, in order), so a chunk may run beside
-any other lane; each test's data is its own, as between the lanes before.
+same way: one lane runs it). None of these files uses the Redis Stack server (its
+``redis_stack`` tests, and the tests that flush its database 0, stay in the main lane, in
+order), so a chunk may run beside any other lane; each test's data is its own, as between the
+lanes before.
 
     python tools/lane_queue.py ignore        the main lane's --ignore arguments, one a line
     python tools/lane_queue.py take DIR      run the chunks no one has claimed (exit 0)
