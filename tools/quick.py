@@ -6,10 +6,10 @@ always: the tests ``graphkeep.testing`` parametrizes over backends run on those 
 Cluster) are left out by marker, and so are the tests that need what only the full run
 installs or starts (LEFT_OUT: the rivals' side venvs and the bench's whole-suite runs, the
 LangGraph 1.1 side venv, Chromium, the Node AG-UI client, Redis Stack, a wheel build) and the
-slowest few (whole pytest sessions, server restarts, 500 threads, two-process endpoints). Not
-the conformance matrix either (``./dev conformance --backend redis``, or name ``conformance``
-as an argument). Never what CI runs: ``.ci/run`` runs ``./dev test``, every backend, every
-test.
+slowest few (whole pytest sessions, server restarts, 500 threads, a 200-thread store,
+two-process endpoints). Not the conformance matrix either (``./dev conformance --backend
+redis``, or name ``conformance`` as an argument). Never what CI runs: ``.ci/run`` runs
+``./dev test``, every backend, every test.
 
     python tools/quick.py             pytest's arguments of the quick selection, one per line
     python tools/quick.py --explain   what it leaves out and why
@@ -40,6 +40,7 @@ LEFT_OUT = {
     "test_dev_services.py": "./dev services' servers, started on ports of their own",
     "server_restart or kill_9_mid_super_step": "server restarts and kill -9 of worker processes",
     "500_concurrent": "500 concurrent threads against the connection bound",
+    "200_threads": "a store of 200 threads checked and pruned (163 s on FerretDB here)",
     "two_processes or other_process": "AG-UI endpoints in two server processes at once",
 }
 
