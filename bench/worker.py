@@ -60,21 +60,56 @@ def in_memory(work: Workload) -> Iterator[Opened]:
     yield Opened(InMemorySaver(), Probe(counts_requests=False))
 
 
+#: uv's settings of the machine's pip ones (uv does not read pip's configuration), as ./dev
+#: passes them when it installs .venv
+UV_SETTINGS = {
+    "UV_INDEX_URL": "PIP_INDEX_URL",
+    "UV_EXTRA_INDEX_URL": "PIP_EXTRA_INDEX_URL",
+    "UV_FIND_LINKS": "PIP_FIND_LINKS",
+    "UV_HTTP_TIMEOUT": "PIP_DEFAULT_TIMEOUT",
+    "SSL_CERT_FILE": "PIP_CERT",
+}
+
+
 def ensure_venv(path: Path, requirements: Sequence[str]) -> Path:
-    """A virtualenv at ``path`` with ``requirements`` installed; return its python."""
+    """A virtualenv at ``path`` with ``requirements`` installed; return its python.
+
+    Installed by the uv beside this interpreter when there is one (``./dev``'s .venv has it:
+    langgraph-checkpoint-aws and its dependencies in a few seconds where pip takes tens),
+    else, or should uv fail, by pip. One process at a time makes it (a lock file beside it):
+    the suite's lanes may all want it first on a fresh clone."""
+    import fcntl  # noqa: PLC0415 - POSIX only, as the bench's venvs are
+
     python = path / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     stamp = path / ".graphkeep-bench-requirements"
     wanted = "\n".join(sorted(requirements))
-    if python.exists() and stamp.exists() and stamp.read_text() == wanted:
-        return python
-    if not python.exists():
-        venv.EnvBuilder(with_pip=True).create(path)
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", *requirements],
-        check=True,
-    )
-    stamp.write_text(wanted)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{path.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if python.exists() and stamp.exists() and stamp.read_text() == wanted:
+            return python
+        uv = Path(sys.executable).with_name("uv")
+        if not python.exists():
+            venv.EnvBuilder(with_pip=not uv.exists()).create(path)
+        if not (uv.exists() and _uv_install(uv, python, requirements)):
+            if subprocess.run(
+                [str(python), "-m", "pip", "--version"], capture_output=True
+            ).returncode:
+                subprocess.run([str(python), "-m", "ensurepip"], check=True, capture_output=True)
+            subprocess.run(
+                [str(python), "-m", "pip", "install", "--quiet", *requirements], check=True
+            )
+        stamp.write_text(wanted)
     return python
+
+
+def _uv_install(uv: Path, python: Path, requirements: Sequence[str]) -> bool:
+    env = dict(os.environ)
+    for setting, pip_setting in UV_SETTINGS.items():
+        if os.environ.get(pip_setting) and not os.environ.get(setting):
+            env[setting] = os.environ[pip_setting]
+    command = [str(uv), "pip", "install", "--quiet", "--python", str(python), *requirements]
+    return subprocess.run(command, env=env).returncode == 0
 
 
 @dataclass

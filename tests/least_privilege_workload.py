@@ -26,11 +26,12 @@ def _graph(saver: Any) -> Any:
     return builder.compile(checkpointer=saver)
 
 
-def run_sync(product: str, url: str, prefix: str) -> None:
-    """``product``'s representative calls through the sync API."""
+def run_sync(product: str, url: str, prefix: str, *, setup: bool = True) -> None:
+    """``product``'s representative calls through the sync API (``setup``: the products'
+    own, off where an administrator ran ``graphkeep setup`` instead)."""
     tag = uuid.uuid4().hex[:8]
     if product == "saver":
-        with graphkeep.connect(url, key_prefix=prefix) as saver:
+        with graphkeep.connect(url, key_prefix=prefix, setup=setup) as saver:
             graph = _graph(saver)
             config = {"configurable": {"thread_id": f"t-{tag}"}}
             graph.invoke({"turns": ["hi"]}, config)
@@ -43,26 +44,26 @@ def run_sync(product: str, url: str, prefix: str) -> None:
             exclusive.invoke({"turns": ["once more"]}, config)
             saver.delete_thread(f"t-{tag}")
     elif product == "store":
-        with graphkeep.connect_store(url, key_prefix=prefix) as store:
+        with graphkeep.connect_store(url, key_prefix=prefix, setup=setup) as store:
             store.put(("docs", tag), "a", {"text": "hello"})
             assert store.get(("docs", tag), "a") is not None
             assert len(store.search(("docs", tag))) == 1
             assert ("docs", tag) in store.list_namespaces(prefix=("docs",))
             store.delete(("docs", tag), "a")
     elif product == "cache":
-        with graphkeep.connect_cache(url, key_prefix=prefix) as cache:
+        with graphkeep.connect_cache(url, key_prefix=prefix, setup=setup) as cache:
             cache.set({(("n", tag), "k"): ({"v": 1}, 60)})
             assert cache.get([(("n", tag), "k")])
             cache.clear([("n", tag)])
     elif product == "events":
-        with graphkeep.connect_events(url, key_prefix=prefix) as log:
+        with graphkeep.connect_events(url, key_prefix=prefix, setup=setup) as log:
             run = f"r-{tag}"
             log.append(run, {"type": "start"})
             log.heartbeat(run)
             log.close(run, "success")
             assert [e for _, e in log.read(run)][0] == {"type": "start"}
     elif product == "effects":
-        with graphkeep.connect_effects(url, key_prefix=prefix) as ledger:
+        with graphkeep.connect_effects(url, key_prefix=prefix, setup=setup) as ledger:
             calls: list[int] = []
             for _ in range(2):
                 ledger.run(f"e-{tag}", lambda: calls.append(1) or len(calls))
@@ -71,11 +72,11 @@ def run_sync(product: str, url: str, prefix: str) -> None:
         raise AssertionError(product)
 
 
-async def run_async(product: str, url: str, prefix: str) -> None:
+async def run_async(product: str, url: str, prefix: str, *, setup: bool = True) -> None:
     """``product``'s representative calls through the async API."""
     tag = uuid.uuid4().hex[:8]
     if product == "saver":
-        async with graphkeep.aconnect(url, key_prefix=prefix) as saver:
+        async with graphkeep.aconnect(url, key_prefix=prefix, setup=setup) as saver:
             graph = _graph(saver)
             config = {"configurable": {"thread_id": f"t-{tag}"}}
             await graph.ainvoke({"turns": ["hi"]}, config)
@@ -88,26 +89,26 @@ async def run_async(product: str, url: str, prefix: str) -> None:
             await exclusive.ainvoke({"turns": ["once more"]}, config)
             await saver.adelete_thread(f"t-{tag}")
     elif product == "store":
-        async with graphkeep.aconnect_store(url, key_prefix=prefix) as store:
+        async with graphkeep.aconnect_store(url, key_prefix=prefix, setup=setup) as store:
             await store.aput(("docs", tag), "a", {"text": "hello"})
             assert await store.aget(("docs", tag), "a") is not None
             assert len(await store.asearch(("docs", tag))) == 1
             assert ("docs", tag) in await store.alist_namespaces(prefix=("docs",))
             await store.adelete(("docs", tag), "a")
     elif product == "cache":
-        async with graphkeep.aconnect_cache(url, key_prefix=prefix) as cache:
+        async with graphkeep.aconnect_cache(url, key_prefix=prefix, setup=setup) as cache:
             await cache.aset({(("n", tag), "k"): ({"v": 1}, 60)})
             assert await cache.aget([(("n", tag), "k")])
             await cache.aclear([("n", tag)])
     elif product == "events":
-        async with graphkeep.aconnect_events(url, key_prefix=prefix) as log:
+        async with graphkeep.aconnect_events(url, key_prefix=prefix, setup=setup) as log:
             run = f"r-{tag}"
             await log.append(run, {"type": "start"})
             await log.heartbeat(run)
             await log.close(run, "success")
             assert [e async for _, e in log.read(run)][0] == {"type": "start"}
     elif product == "effects":
-        async with graphkeep.aconnect_effects(url, key_prefix=prefix) as ledger:
+        async with graphkeep.aconnect_effects(url, key_prefix=prefix, setup=setup) as ledger:
             calls: list[int] = []
 
             async def effect() -> int:

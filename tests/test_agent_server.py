@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from langgraph_sdk.errors import NotFoundError
 import graphkeep
 from graphkeep.errors import CorruptData
 from graphkeep.server import checkpointer_settings
+from tests.scenarios.servers import free_port
 
 #: checkpoints are encrypted with LangGraph's own key variable
 AES_KEY = "0123456789abcdef"
@@ -107,18 +107,12 @@ CONFIG = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Server:
     """A ``langgraph dev`` process in its own process group, its output in ``log``."""
 
     def __init__(self, directory: Path, env: dict[str, str]) -> None:
         assert LANGGRAPH.exists(), f"{LANGGRAPH} is missing: pip install 'langgraph-cli[inmem]'"
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = directory / "server.log"
         command = [str(LANGGRAPH), "dev", "--host", "127.0.0.1", "--port", str(self.port)]

@@ -40,6 +40,7 @@ import graphkeep
 from graphkeep.checkpoint.hot import PAUSE
 from graphkeep.errors import ConfigurationError
 from tests.conftest import unique_prefix
+from tests.scenarios.servers import free_port
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:16379/0")
 REDIS_CLUSTER_URL = os.environ.get("REDIS_CLUSTER_URL", "redis+cluster://127.0.0.1:17001")
@@ -169,17 +170,11 @@ def _hot_key(prefix: str | None, thread: str) -> str:
 # -- a Redis of the test's own, to kill, restart and cut off --------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class PrivateRedis:
     """A ``redis-server`` on a free loopback port, stopped with SIGKILL and started again."""
 
     def __init__(self, *extra: str) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.extra = extra
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -775,7 +770,7 @@ def test_a_redis_cluster_down_at_start_is_durable_reads_not_a_failure() -> None:
     """redis-py's RedisCluster connects when it is made: the layer makes it on first use,
     so a cluster that does not answer yet costs durable reads (counted), never the layer."""
     thread = f"t-{uuid.uuid4().hex[:8]}"
-    nowhere = f"redis+cluster://127.0.0.1:{_free_port()}"
+    nowhere = f"redis+cluster://127.0.0.1:{free_port()}"
     with graphkeep.connect(DYNAMODB_URL, key_prefix=unique_prefix("hot"), hot=nowhere) as saver:
         app = _plain_graph(saver)
         app.invoke({"items": ["one"]}, _config(thread))

@@ -18,9 +18,10 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import redis
 
+import graphkeep
 from graphkeep.backends.redis.acl import acl_commands, acl_line
 from graphkeep.cli.app import run as cli_run
-from graphkeep.errors import PermissionDenied
+from graphkeep.errors import PermissionDenied, StorageUnavailable
 from tests.conftest import REDIS_URL, unique_prefix
 from tests.least_privilege_workload import PRODUCTS, run_async, run_sync
 
@@ -108,6 +109,35 @@ def test_the_printed_acl_line_runs_every_product_sync_and_async(
     user = _user(server, made, prefix, prefix)
     run_sync(product, user.url, prefix)
     asyncio.run(run_async(product, user.url, prefix))
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_wrong_password_is_refused_at_once_naming_the_credentials(
+    server: str, made: list[tuple[AclUser, str]], mode: str
+) -> None:
+    """redis-py's ``AuthenticationError`` is a ``ConnectionError``: it was retried with
+    backoff and reported as "is the server running and reachable?"."""
+    prefix = unique_prefix("acl")
+    user = _user(server, made, prefix, prefix)
+    url = _as_user(server, user.name, "not-the-password")
+    config = {"configurable": {"thread_id": "t"}}
+    with pytest.raises(StorageUnavailable) as refused:
+        if mode == "sync":
+            with graphkeep.connect(url, key_prefix=prefix, setup=False) as saver:
+                saver.get_tuple(config)
+        else:
+
+            async def read() -> None:
+                async with graphkeep.aconnect(url, key_prefix=prefix, setup=False) as saver:
+                    await saver.aget_tuple(config)
+
+            asyncio.run(read())
+    message = str(refused.value)
+    assert "refused the credentials" in message and "is the server running" not in message
+    assert "not-the-password" not in message
+    # one refused login in all (the ACL log counts them per user): not retried with backoff
+    refusals = [e for node in user.nodes for e in node.acl_log() if e["username"] == user.name]
+    assert sum(int(e["count"]) for e in refusals if e["reason"] == "auth") == 1
 
 
 @pytest.mark.parametrize("product", PRODUCTS)

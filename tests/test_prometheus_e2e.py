@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,15 +19,11 @@ from typing import Any
 
 import pytest
 
+from tests.scenarios.servers import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 READY = "graphkeep-e2e: ready"
 OPERATION = "checkpoint.put"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def worker(backend: str, url: str, port: int) -> None:

@@ -367,6 +367,16 @@ __all__ = [
 ]
 
 
+def credentials_refused(store: str, where: str, detail: str) -> StorageUnavailable:
+    """The :class:`StorageUnavailable` of a server that refused the login: a wrong user or
+    password, or (MongoDB) the wrong ``authSource``. Never retried: another attempt with the
+    same credentials is refused again, so the message says to fix them, not to wait."""
+    return StorageUnavailable(
+        f"{store} at {where} refused the credentials ({detail}): check the URL's user and"
+        " password" + (" and authSource" if store == "MongoDB" else "")
+    )
+
+
 def mask_url(url: str) -> str:
     """Return ``url`` with any password (and secret query values) replaced by ``***``."""
     try:
@@ -382,5 +392,11 @@ def mask_url(url: str) -> str:
         r"(?i)((?:password|secret|token|aws_secret_access_key|aws_session_token)=)[^&]*",
         r"\1***",
         parts.query,
+    )
+    # a URL inside the query (an endpoint_url), as given or percent-encoded: its password
+    query = re.sub(
+        r"(?i)((?:://|%3A%2F%2F)[^:/@&%]*(?::|%3A))[^@&/]*?(@|%40)",
+        r"\1***\2",
+        query,
     )
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

@@ -29,6 +29,7 @@ from typing import IO, Any, ClassVar, TypeVar
 import pytest
 
 from graphkeep.testing import ferretdb_command
+from graphkeep.testing.addresses import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 60.0
@@ -36,9 +37,10 @@ SERVICES_HINT = "run ./dev services up (it installs the server binaries)"
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port below the kernel's ephemeral range (``graphkeep.testing.addresses``): a port
+    bound with ``bind(0)`` and let go can be handed to another process's outgoing connection
+    before the test's server binds it (CI: "Address already in use")."""
+    return free_ports(1)[0]
 
 
 @dataclass

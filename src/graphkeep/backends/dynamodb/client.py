@@ -19,6 +19,7 @@ anyway (typed attribute values, never ``Decimal``).
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -55,6 +56,7 @@ from graphkeep.port.pools import (
 )
 from graphkeep.port.retry import AsyncExecutor, Retry, SyncExecutor
 from graphkeep.port.telemetry import Target
+from graphkeep.port.tls import tls_reason, tls_unavailable
 
 #: transport failures and server-side throttling, retried (every request is idempotent:
 #: puts of identical content, conditional puts whose failure means "already there",
@@ -70,6 +72,8 @@ THROTTLING = frozenset(
     }
 )
 RETRY_DELAYS = (0.05, 0.2, 0.5, 1.0)
+#: the URL option that names the CA a server's certificate is checked against
+CA_OPTION = "verify="
 #: what DynamoDB (and STS in front of it) answers a principal a policy does not allow
 DENIED = frozenset({"AccessDeniedException", "UnauthorizedOperation", "AccessDenied"})
 URL_PARAMS = {
@@ -77,9 +81,17 @@ URL_PARAMS = {
     "region_name": "region_name",
     "endpoint_url": "endpoint_url",
     "profile": "profile_name",
+    "verify": "verify",
 }
 #: options that pick how the client is made (saver, store, cache and event log alike)
-CLIENT_OPTIONS = ("session", "profile_name", "botocore_config", "max_connections", "pool_timeout")
+CLIENT_OPTIONS = (
+    "session",
+    "profile_name",
+    "botocore_config",
+    "max_connections",
+    "pool_timeout",
+    "verify",
+)
 
 _USERINFO = re.compile(r"(\w[\w+.-]*://[^:/@\s\"']*):[^@\s\"']*@")
 
@@ -103,7 +115,25 @@ def parse_url(url: str) -> tuple[str, dict[str, Any]]:
                 f"unknown parameter {name!r} in {mask_url(url)}; accepted: {', '.join(URL_PARAMS)}"
             )
         kwargs[URL_PARAMS[name]] = values[-1]
+    if "verify" in kwargs:
+        kwargs["verify"] = verify_option(kwargs["verify"], mask_url(url))
     return parts.netloc, kwargs
+
+
+def verify_option(value: Any, url: str = "") -> bool | str:
+    """``verify`` as botocore takes it: ``true``/``false``, or the CA bundle's path (an
+    HTTPS endpoint whose certificate that CA signed; AWS's own are in botocore's bundle)."""
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"verify must be true, false or a CA bundle's path (in {url})")
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if not os.path.isfile(value):
+        raise ConfigurationError(
+            f"verify={value!r} (in {url}) names no file: give the CA bundle's path, or true/false"
+        )
+    return value
 
 
 def client_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -163,9 +193,12 @@ def sync_client(
     botocore_config: Any = None,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     pool_timeout: float = DEFAULT_POOL_TIMEOUT,
+    verify: bool | str | None = None,
 ) -> Iterator[Any]:
     """A new boto3 DynamoDB client, closed on exit; at most ``max_connections`` requests
-    at once (see :mod:`graphkeep.port.pools`)."""
+    at once (see :mod:`graphkeep.port.pools`); ``verify``: botocore's (``False``, or the CA
+    bundle an HTTPS endpoint's certificate is checked against)."""
+    verify = None if verify is None else verify_option(verify)
     pool = _pool(max_connections, pool_timeout)
     config = botocore_config or Config(
         **_CONFIG, read_timeout=30, max_pool_connections=pool.max_connections
@@ -177,7 +210,11 @@ def sync_client(
                 profile_name=profile_name,
             )
         client = session.client(
-            "dynamodb", region_name=region_name, endpoint_url=endpoint_url, config=config
+            "dynamodb",
+            region_name=region_name,
+            endpoint_url=endpoint_url,
+            config=config,
+            verify=verify,
         )
     except NoRegionError as exc:
         raise _no_region(exc) from exc
@@ -197,8 +234,10 @@ async def async_client(
     botocore_config: Any = None,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     pool_timeout: float = DEFAULT_POOL_TIMEOUT,
+    verify: bool | str | None = None,
 ) -> AsyncIterator[Any]:
     """A new aiobotocore DynamoDB client, closed on exit (options as :func:`sync_client`)."""
+    verify = None if verify is None else verify_option(verify)
     pool = _pool(max_connections, pool_timeout)
     try:
         from aiobotocore.config import AioConfig
@@ -216,7 +255,11 @@ async def async_client(
     )
     try:
         context = session.create_client(
-            "dynamodb", region_name=region_name, endpoint_url=endpoint_url, config=config
+            "dynamodb",
+            region_name=region_name,
+            endpoint_url=endpoint_url,
+            config=config,
+            verify=verify,
         )
         client = await context.__aenter__()
     except NoRegionError as exc:
@@ -259,13 +302,15 @@ def _transient(exc: ClientError) -> bool:
 def _retryable(exc: BaseException, request: Any, seconds: float) -> bool:
     """Transport failures always; client errors when DynamoDB throttles or fails (5xx)."""
     if isinstance(exc, TRANSPORT_ERRORS):
-        return True
+        return tls_reason(exc) is None  # a failed TLS handshake fails the same way again
     return isinstance(exc, ClientError) and _transient(exc)
 
 
 def _failure(exc: BaseException, where: str) -> BaseException:
     """What the caller sees: StorageUnavailable for transport failures, a configuration
     error without credentials, DynamoDB's own errors as they are."""
+    if isinstance(exc, TRANSPORT_ERRORS) and (reason := tls_reason(exc, CA_OPTION)) is not None:
+        return tls_unavailable("DynamoDB", where, _USERINFO.sub(r"\1:***@", reason))
     if isinstance(exc, TRANSPORT_ERRORS):
         detail = _USERINFO.sub(r"\1:***@", str(exc))  # botocore repeats the endpoint URL
         return StorageUnavailable(
@@ -372,7 +417,7 @@ class OnDynamoDB(Product):
     ``botocore_config``, ``max_connections`` and ``pool_timeout``. Without ``endpoint_url``
     the normal AWS credential and endpoint chain applies."""
 
-    client_options = frozenset({"session", "profile_name", "botocore_config"})
+    client_options = frozenset({"session", "profile_name", "botocore_config", "verify"})
 
     def __init__(self, client: Any, table_name: str = "graphkeep", **options: Any) -> None:
         self.client = client

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import re
+import time
+import weakref
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, cast
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import pymongo
+from pymongo import common as pymongo_options
 from pymongo.asynchronous.command_cursor import AsyncCommandCursor
 from pymongo.asynchronous.cursor import AsyncCursor
 from pymongo.command_cursor import CommandCursor
@@ -36,15 +40,29 @@ from pymongo.errors import ConfigurationError as PyMongoConfigurationError
 
 from graphkeep.backends.mongodb.requests import Command
 from graphkeep.construction import Opening, Product
-from graphkeep.errors import ConfigurationError, StorageUnavailable, mask_url
+from graphkeep.errors import (
+    ConfigurationError,
+    PermissionDenied,
+    StorageUnavailable,
+    credentials_refused,
+    mask_url,
+)
 from graphkeep.port.pools import Pool, PoolOptions, pool_for, pool_options, register
 from graphkeep.port.retry import AsyncExecutor, Retry, SyncExecutor
 from graphkeep.port.telemetry import Target
+from graphkeep.port.tls import check_tls_options, tls_reason, tls_unavailable
 
 DEFAULT_DB = "graphkeep"
 RETRY_DELAYS = (0.05, 0.2, 0.5)
 #: MongoDB's error code for a write that lost a race with a concurrent one
 WRITE_CONFLICT = 112
+#: MongoDB's error codes for a refused login and a privilege the user lacks
+AUTHENTICATION_FAILED = 18
+UNAUTHORIZED = 13
+#: the refused command and database in MongoDB's "not authorized on DB to execute command
+#: { NAME: ..." and FerretDB's "Command NAME requires authentication"
+_NOT_AUTHORIZED = re.compile(r"not authorized on (?P<db>\S+) to execute command \{ ?(?P<cmd>\w+)")
+_NEEDS_LOGIN = re.compile(r"[Cc]ommand (?P<cmd>\w+) requires authentication")
 #: a dropped connection is retried only when the failed attempt was this quick: after a
 #: longer wait the driver has already looked for a server (and retried reads/writes itself)
 QUICK_FAILURE_S = 1.0
@@ -58,6 +76,30 @@ SCHEMES = ("mongodb", "mongodb+srv")
 #: PyMongo's own maxPoolSize default (a client whose maxPoolSize is 0, i.e. unbounded)
 DEFAULT_MAX_POOL_SIZE = 100
 _BAD_DB_CHARS = set('/\\. "$*<>:|?\x00')
+#: a TLS URL's connectTimeoutMS unless it sets one (PyMongo's default is 20 s, longer than
+#: server selection): a handshake a plain port never answers fails in 5 s, as on Redis
+TLS_CONNECT_TIMEOUT_MS = 5_000
+#: the URL option that names the CA a server's certificate is checked against
+CA_OPTION = "tlsCAFile="
+#: the URL's TLS options (MongoDB's spellings; PyMongo reads them case-insensitively)
+TLS_OPTIONS = tuple(
+    name
+    for name in (
+        "tls",
+        "ssl",
+        "tlsInsecure",
+        "tlsAllowInvalidCertificates",
+        "tlsAllowInvalidHostnames",
+        "tlsCAFile",
+        "tlsCertificateKeyFile",
+        "tlsCertificateKeyFilePassword",
+        "tlsCRLFile",
+        "tlsDisableOCSPEndpointCheck",
+    )
+    if name.lower() in pymongo_options.VALIDATORS
+)
+#: how often the first request of a client looks at its first handshakes
+_HANDSHAKE_POLL_S = 0.02
 
 
 # -- names -----------------------------------------------------------------------------
@@ -116,6 +158,9 @@ def target(db: Any) -> Target:
 
 
 def unavailable(where: str, exc: BaseException) -> StorageUnavailable:
+    reason = tls_reason(exc, CA_OPTION)
+    if reason is not None:
+        return tls_unavailable("MongoDB", where, reason)
     return StorageUnavailable(
         f"MongoDB at {where} is unavailable ({type(exc).__name__}: {exc}); is the server"
         " running and reachable? (locally: ./dev services up)"
@@ -150,6 +195,8 @@ def retryable(exc: BaseException, request: Command, took: float) -> bool:
     """
     if isinstance(exc, ServerSelectionTimeoutError):
         return False  # the driver already waited serverSelectionTimeoutMS
+    if isinstance(exc, ConnectionFailure) and tls_reason(exc) is not None:
+        return False  # a failed TLS handshake fails the same way again
     if isinstance(exc, AutoReconnect):
         return took < QUICK_FAILURE_S
     if isinstance(exc, BulkWriteError):
@@ -167,8 +214,33 @@ def retryable(exc: BaseException, request: Command, took: float) -> bool:
 
 
 def failure(exc: BaseException, where: str) -> BaseException:
-    """What the caller sees: ``StorageUnavailable`` for a connection failure, else ``exc``."""
-    return unavailable(where, exc) if isinstance(exc, ConnectionFailure) else exc
+    """What the caller sees: ``StorageUnavailable`` for a connection failure or a refused
+    login, ``PermissionDenied`` for a privilege the user lacks, else ``exc``."""
+    if isinstance(exc, ConnectionFailure):
+        return unavailable(where, exc)
+    if isinstance(exc, OperationFailure) and exc.code == AUTHENTICATION_FAILED:
+        return credentials_refused("MongoDB", where, f"AuthenticationFailed: {exc.details}")
+    if isinstance(exc, OperationFailure) and exc.code == UNAUTHORIZED:
+        return denied(exc, where)
+    return exc
+
+
+def denied(exc: OperationFailure, where: str) -> PermissionDenied:
+    """The :class:`PermissionDenied` of a command the user may not run: the command and the
+    database (an unauthenticated client's refusal names no database: FerretDB's)."""
+    said = str((exc.details or {}).get("errmsg", exc))
+    named = _NOT_AUTHORIZED.search(said) or _NEEDS_LOGIN.search(said)
+    action = named.group("cmd") if named else "the command"
+    database = named.groupdict().get("db") if named else None
+    resource = f"database {database}" if database else "the database"
+    return PermissionDenied(
+        f"MongoDB at {where} refused {action} on {resource}: the user lacks the privilege (or"
+        " the URL names no user); applications need the readWrite role on their database and"
+        " setup=False, and `graphkeep setup URL` is run once by a user with dbAdmin"
+        f" (docs/security.md). MongoDB said: {said}",
+        action=action,
+        resource=database or where,
+    )
 
 
 def _busy(code: Any, message: str) -> bool:
@@ -220,10 +292,92 @@ async def _aonce(db: Any, request: Any) -> Any:
     return result
 
 
+#: the clients whose first handshakes were looked at (see :func:`_first_contact`), by
+#: identity: PyMongo's clients compare equal by their hosts, whatever their TLS options
+_CONTACTED: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
+#: the clients graphkeep made from a TLS URL (see :func:`_contact`)
+_TLS_CLIENTS: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
+def _made_for_tls(client: Any) -> bool:
+    return _TLS_CLIENTS.get(id(client)) is client
+
+
+def _contacted(client: Any) -> bool:
+    return _CONTACTED.get(id(client)) is client
+
+
+def _first_contact(client: Any) -> BaseException | None | bool:
+    """What the client's monitors know so far: True once a server answered or failed other
+    than in TLS (the driver's server selection takes it from there), a TLS failure when
+    every server failed its handshake, else False (nothing known yet)."""
+    servers = list(client.topology_description.server_descriptions().values())
+    failed = []
+    for server in servers:
+        if server.is_server_type_known:
+            return True
+        if server.error is not None:
+            if tls_reason(server.error) is None:
+                return True
+            failed.append(server.error)
+    if servers and len(failed) == len(servers):
+        return AutoReconnect(str(failed[0]))
+    return False
+
+
+def _deadline(client: Any) -> float:
+    return time.monotonic() + float(client.options.server_selection_timeout)
+
+
+def _contact(client: Any) -> None:
+    """Before a client's first request: fail at once when its handshakes failed in TLS
+    (PyMongo would wait out serverSelectionTimeoutMS, then say "timeout"); only a client
+    graphkeep made from a TLS URL (one the application made may not be connected yet)."""
+    if _contacted(client) or not _made_for_tls(client):
+        return
+    deadline = _deadline(client)
+    while (known := _first_contact(client)) is False and time.monotonic() < deadline:
+        time.sleep(_HANDSHAKE_POLL_S)
+    if isinstance(known, BaseException):
+        raise known
+    _CONTACTED[id(client)] = client
+
+
+async def _acontact(client: Any) -> None:
+    """The asyncio :func:`_contact` (an ``AsyncMongoClient`` connects on first use). PyMongo's
+    asyncio monitor never gives up a handshake a plain port does not answer (its sync one
+    does after connectTimeoutMS): a TLS client graphkeep made that has heard nothing from any
+    server by then fails as that handshake's timeout."""
+    if _contacted(client) or not _made_for_tls(client):
+        return
+    await client.aconnect()
+    deadline = _deadline(client)
+    timeout = float(client.options.pool_options.connect_timeout)
+    silent = time.monotonic() + timeout + 0.5
+    while (known := _first_contact(client)) is False and time.monotonic() < deadline:
+        if time.monotonic() > silent:
+            where = ", ".join(
+                f"{h}:{p}" for h, p in client.topology_description.server_descriptions()
+            )
+            known = AutoReconnect(
+                f"SSL handshake failed: {where}: the handshake operation timed out (no TLS"
+                f" answer within connectTimeoutMS, {timeout} s)"
+            )
+            break
+        await asyncio.sleep(_HANDSHAKE_POLL_S)
+    if isinstance(known, BaseException):
+        raise known
+    _CONTACTED[id(client)] = client
+
+
 def send(db: Any, request: Any) -> Any:
     """Run ``request`` once on a ``MongoClient`` database (cursors read to the end); a find
     whose reply is too large for the wire is read again in small batches; a failed bulk
-    write whose reply PyMongo cannot merge raises :class:`IncompleteBulkReply`."""
+    write whose reply PyMongo cannot merge raises :class:`IncompleteBulkReply`; a client's
+    first request fails at once when its TLS handshakes did (:func:`_contact`)."""
+    _contact(db.client)
     try:
         return _once(db, request)
     except ProtocolError as exc:
@@ -240,6 +394,7 @@ def send(db: Any, request: Any) -> Any:
 
 async def asend(db: Any, request: Any) -> Any:
     """The async :func:`send`, on an ``AsyncMongoClient`` database."""
+    await _acontact(db.client)
     try:
         return await _aonce(db, request)
     except ProtocolError as exc:
@@ -300,6 +455,8 @@ def _client_options(url: str, pool: PoolOptions) -> dict[str, Any]:
     in its query over ``max_connections`` / ``pool_timeout``)."""
     options: dict[str, Any] = {"driver": _driver_info()}
     query = urlsplit(url).query.lower()
+    if _uses_tls(url) and "connecttimeoutms=" not in query:
+        options["connectTimeoutMS"] = TLS_CONNECT_TIMEOUT_MS
     if "serverselectiontimeoutms=" not in query:
         options["serverSelectionTimeoutMS"] = SERVER_SELECTION_TIMEOUT_MS
     if "maxpoolsize=" not in query:
@@ -309,8 +466,25 @@ def _client_options(url: str, pool: PoolOptions) -> dict[str, Any]:
     return options
 
 
+def _uses_tls(url: str) -> bool:
+    """The URL asks for TLS (``tls=true``/``ssl=true``; ``mongodb+srv://`` unless ``false``)."""
+    parts = urlsplit(url)
+    given = {k.lower(): v.lower() for k, v in parse_qsl(parts.query)}
+    flag = given.get("tls", given.get("ssl"))
+    if flag is None:
+        return parts.scheme.lower() == "mongodb+srv"
+    return flag == "true"
+
+
+def check_tls(url: str) -> None:
+    """A misspelt TLS option (PyMongo only warns, and connects without it) is refused."""
+    names = [name for name, _ in parse_qsl(urlsplit(url).query, keep_blank_values=True)]
+    check_tls_options(names, TLS_OPTIONS, backend="MongoDB", url=mask_url(url), fold=True)
+
+
 def _made(make: Any, url: str, pool: PoolOptions | None) -> Any:
     _check_scheme(url)
+    check_tls(url)
     options = pool or PoolOptions()
     try:
         client = make(url, **_client_options(url, options))
@@ -318,6 +492,8 @@ def _made(make: Any, url: str, pool: PoolOptions | None) -> Any:
         raise ConfigurationError(f"bad MongoDB URL {mask_url(url)}: {exc}") from exc
     except ConnectionFailure as exc:
         raise unavailable(mask_url(url), exc) from exc
+    if _uses_tls(url):
+        _TLS_CLIENTS[id(client)] = client
     size = client.options.pool_options.max_pool_size or options.max_connections
     gate = Pool(f"MongoDB at {mask_url(url)}", replace(options, max_connections=size))
     return register(client, gate)

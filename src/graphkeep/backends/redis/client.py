@@ -16,12 +16,14 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
+from urllib.parse import parse_qsl
 
 import redis
 import redis.asyncio as aredis
 from redis.crc import key_slot
 from redis.exceptions import (
     AskError,
+    AuthenticationError,
     BusyLoadingError,
     ClusterDownError,
     MaxConnectionsError,
@@ -51,7 +53,13 @@ from graphkeep.backends.redis.requests import (
     XRead,
 )
 from graphkeep.construction import Opening, Product
-from graphkeep.errors import ConfigurationError, PoolExhausted, StorageUnavailable, mask_url
+from graphkeep.errors import (
+    ConfigurationError,
+    PoolExhausted,
+    StorageUnavailable,
+    credentials_refused,
+    mask_url,
+)
 from graphkeep.port.pools import (
     DEFAULT_MAX_CONNECTIONS,
     Pool,
@@ -62,6 +70,13 @@ from graphkeep.port.pools import (
 )
 from graphkeep.port.retry import AsyncExecutor, Retry, SyncExecutor
 from graphkeep.port.telemetry import Target
+from graphkeep.port.tls import (
+    TLS_CONNECT_TIMEOUT,
+    check_tls_options,
+    is_tls_option,
+    tls_reason,
+    tls_unavailable,
+)
 from graphkeep.port.urls import redis_form
 
 __all__ = [
@@ -97,6 +112,18 @@ REDIRECTED = (MovedError, AskError, TryAgainError)
 FAN_OUT = 8
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 SINGLE_SCHEMES = ("redis", "rediss", "unix")
+#: the URL option that names the CA a server's certificate is checked against
+CA_OPTION = "ssl_ca_certs="
+#: the TLS options a rediss:// URL takes: redis-py's, sync and asyncio alike
+TLS_OPTIONS = frozenset(
+    name
+    for name in inspect.signature(redis.connection.SSLConnection.__init__).parameters
+    if name.startswith("ssl_")
+) & frozenset(
+    name
+    for name in inspect.signature(aredis.connection.SSLConnection.__init__).parameters
+    if name.startswith("ssl_")
+)
 # Valkey's schemes (valkey://, valkeys://, valkey+cluster://, valkeys+cluster://) are read as
 # the Redis form they stand for (graphkeep.port.urls.redis_form) before redis-py sees them
 
@@ -144,9 +171,23 @@ def async_client(url: str, pool: PoolOptions | None = None) -> Any:
     return _client(aredis, url, pool)
 
 
+def check_tls(scheme: str, rest: str, url: str) -> None:
+    """A misspelt TLS option (redis-py: a ``TypeError`` at the first request) or one on a
+    plain scheme is a :class:`~graphkeep.errors.ConfigurationError` now."""
+    names = [name for name, _ in parse_qsl(rest.partition("?")[2], keep_blank_values=True)]
+    if scheme.startswith("rediss"):
+        check_tls_options(names, TLS_OPTIONS, backend="Redis", url=mask_url(url))
+    elif any(is_tls_option(name) for name in names):
+        raise ConfigurationError(
+            f"TLS options in a {scheme}:// URL ({mask_url(url)}): TLS is the rediss://"
+            " (rediss+cluster://, valkeys://) scheme"
+        )
+
+
 def _client(driver: Any, url: str, pool: PoolOptions | None) -> Any:
     """:func:`sync_client` with ``driver`` (``redis`` or ``redis.asyncio``)."""
     scheme, rest = _split(redis_form(url))
+    check_tls(scheme, rest, url)
     options = pool or PoolOptions()
     try:
         if scheme in CLUSTER_SCHEMES:
@@ -164,7 +205,9 @@ def _client(driver: Any, url: str, pool: PoolOptions | None) -> Any:
             single = driver.Redis.from_pool(connections)
             return _pool(single, f"Redis at {mask_url(url)}", _sized(options, connections))
     except (*TRANSIENT, RedisClusterException) as exc:  # a sync Cluster client connects now
-        raise unavailable(mask_url(url), exc) from exc
+        where = mask_url(url)
+        refused = _login_refused(exc)
+        raise (_failure(exc, where) if refused else unavailable(where, exc)) from exc
     except ValueError as exc:
         raise ConfigurationError(f"bad Redis URL {mask_url(url)}: {exc}") from exc
     raise ConfigurationError(f"not a Redis URL: {mask_url(url)}")
@@ -304,14 +347,31 @@ def block_limit_ms(client: Any) -> int | None:
 
 
 def unavailable(where: str, exc: BaseException) -> StorageUnavailable:
+    reason = tls_reason(exc, CA_OPTION)
+    if reason is not None:
+        return tls_unavailable("Redis", where, reason)
     return StorageUnavailable(
         f"Redis at {where} is unavailable ({type(exc).__name__}: {exc});"
         " is the server running and reachable? (locally: ./dev services up)"
     )
 
 
+def _login_refused(exc: BaseException) -> bool:
+    """The server refused the URL's user or password: redis-py's ``AuthenticationError`` (a
+    ``ConnectionError`` to it), also as the cause of a Cluster client's failed start."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, AuthenticationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return isinstance(exc, RedisClusterException) and "invalid username-password" in str(exc)
+
+
 def _retryable(exc: BaseException, request: Any, seconds: float) -> bool:
-    return isinstance(exc, TRANSIENT) and not isinstance(exc, MaxConnectionsError)
+    # a refused login or a failed TLS handshake fails the same way again (the same
+    # credentials, the same certificates): never retried
+    refused = isinstance(exc, MaxConnectionsError) or _login_refused(exc)
+    return isinstance(exc, TRANSIENT) and not refused and tls_reason(exc) is None
 
 
 def _failure(exc: BaseException, where: str) -> BaseException:
@@ -320,7 +380,11 @@ def _failure(exc: BaseException, where: str) -> BaseException:
             f"the connection pool of Redis at {where} is full ({exc}): give the client's"
             " pool more connections, or let graphkeep make the client (option max_connections)"
         )
-    return unavailable(where, exc) if isinstance(exc, TRANSIENT) else exc
+    if _login_refused(exc):
+        return credentials_refused("Redis", where, f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, TRANSIENT) or tls_reason(exc) is not None:
+        return unavailable(where, exc)  # (an asyncio Cluster's refused handshake too)
+    return exc
 
 
 #: how Redis requests are retried (see the module docstring)
@@ -365,6 +429,30 @@ def user(client: Any) -> str:
     if not kwargs:
         kwargs = getattr(getattr(client, "nodes_manager", None), "connection_kwargs", {}) or {}
     return str(kwargs.get("username") or "default")
+
+
+def uses_tls(client: Any) -> bool:
+    """The client's connections are TLS ones (``rediss://``)."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        kind = pool.connection_class
+    else:
+        kwargs = getattr(getattr(client, "nodes_manager", None), "connection_kwargs", {}) or {}
+        kind = kwargs.get("connection_class", object)
+    return isinstance(kind, type) and issubclass(kind, (redis.SSLConnection, aredis.SSLConnection))
+
+
+def _connect_timed_out(exc: BaseException) -> bool:
+    """``exc`` (or a cause) is redis-py's asyncio "Timeout connecting to server": its TCP
+    connect and TLS handshake run under one timeout, and the error does not say which."""
+    current: BaseException | None = exc
+    for _ in range(8):
+        if current is None:
+            return False
+        if isinstance(current, RedisTimeoutError) and "connecting" in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 class Refusals:
@@ -481,10 +569,15 @@ class AsyncSend:
         self.scripts = {name: client.register_script(src) for name, src in scripts.items()}
         self.block_limit_ms = block_limit_ms(client)
         self.refusals = Refusals(client, where or describe(client), prefix)
+        self.tls = uses_tls(client)
 
     async def __call__(self, request: Any) -> Any:
         try:
             return await self._send(request)
+        except (RedisTimeoutError, RedisClusterException) as exc:
+            if self.tls and _connect_timed_out(exc):  # as the sync client's handshake timeout
+                raise RedisConnectionError(f"{TLS_CONNECT_TIMEOUT}: {exc}") from exc
+            raise
         except ResponseError as exc:
             error = self.refusals.error(exc, request)
             if error is exc:
