@@ -30,6 +30,7 @@ from langgraph.graph import END, START, StateGraph
 import graphkeep
 from graphkeep.encryption import KeyRing
 from graphkeep.errors import ConfigurationError, CorruptData
+from tests.cli_runs import gk
 from tests.scenarios.backends import DAMAGE, mongodb_documents
 
 MODES = ("sync", "async")
@@ -401,6 +402,28 @@ def test_a_graph_runs_encrypted_with_shared_lists_filters_and_copies(
     with opened(mode, graphkeep_url, graphkeep_backend, keys) as api:
         again = api.get_tuple(config(thread_id + "-copy"))
         assert again.checkpoint["channel_values"]["messages"] == state["messages"]
+
+
+def test_the_graphkeep_command_reads_an_encrypted_thread_with_graphkeep_keys(
+    graphkeep_backend: str, graphkeep_url: str, thread_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``check --deep`` and ``dump`` open the records with the ring of ``$GRAPHKEEP_KEYS`` (as
+    Agent Server does); without it a record reads as encrypted under its key id, not as
+    damaged data."""
+    with opened("sync", graphkeep_url, graphkeep_backend, ring("a")) as api:
+        graph = chat_graph().compile(checkpointer=api.saver)
+        graph.invoke({"messages": [], "turn": 0}, config(thread_id))
+    check = ("check", graphkeep_url, "--thread", thread_id, "--deep")
+    monkeypatch.delenv("GRAPHKEEP_KEYS", raising=False)
+    blind = gk(*check)
+    assert blind.code == 1
+    assert "encrypted (key id 'a') and this reader has no key ring" in blind.out + blind.err
+    monkeypatch.setenv("GRAPHKEEP_KEYS", "a:" + base64.b64encode(KEY).decode())
+    keyed = gk(*check)
+    assert keyed.code == 0, keyed.out + keyed.err
+    dumped = gk("dump", graphkeep_url, "--thread-id", thread_id)
+    assert dumped.code == 0, dumped.err
+    assert "reply 0" in dumped.out and "__undecoded__" not in dumped.out
 
 
 # -- the key ring ------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ docs/architecture.md.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from graphkeep.cli import foreign, rival_stores, rivals
 from graphkeep.cli.console import MASK, Opened, UsageError, safe_url
 from graphkeep.cli.foreign import FOREIGN_SCHEMES, SQLITE_SCHEMES, Foreign
 from graphkeep.connect import BACKENDS
+from graphkeep.encryption import KEYS_ENV, KeyRing
 from graphkeep.errors import ConfigurationError
 from graphkeep.port import Op
 
@@ -147,6 +149,12 @@ def _connected(
         manager.__exit__(None, None, None)
 
 
+def key_ring() -> KeyRing | None:
+    """The key ring of ``$GRAPHKEEP_KEYS`` when it is set (as ``graphkeep.server`` reads it):
+    the commands then read and write an encrypted store's records as the application does."""
+    return KeyRing.from_env() if os.environ.get(KEYS_ENV, "").strip() else None
+
+
 def _own(kind: str) -> str:
     return f", sqlite:///path or postgresql://... (LangGraph's own {kind})"
 
@@ -179,7 +187,7 @@ def open_endpoint(
         with opener(url, setup=setup, serde=serde, must_exist=must_exist) as found:
             yield found
         return
-    options = {"setup": setup, "key_prefix": key_prefix, "serde": serde}
+    options = {"setup": setup, "key_prefix": key_prefix, "serde": serde, "encryption": key_ring()}
     with _connected(graphkeep.connect, url, options, _own("savers")) as saver:
         yield Native(url, saver)
 

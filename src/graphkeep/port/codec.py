@@ -19,6 +19,7 @@ import ormsgpack
 from graphkeep.errors import (
     CORRUPT_FRAMING,
     UNDECODABLE,
+    UNKNOWN_KEY,
     CorruptData,
     GraphkeepError,
     Place,
@@ -32,6 +33,17 @@ class Typed:
 
     tag: str
     data: bytes
+
+
+#: the tags of graphkeep.encryption's envelopes (graphkeep.port.encryption.ENVELOPE_TAG)
+SEALED_TAG_PREFIX = "graphkeep.enc/"
+
+
+def sealed_key_id(data: bytes) -> str:
+    """The key id an envelope names (its header: version, length, id), for messages."""
+    size = data[1] if len(data) > 1 else 0
+    named = data[2 : 2 + size].decode("utf-8", "replace") if size else ""
+    return f"key id {named!r}" if named else "no readable key id"
 
 
 #: tag of a channel that is versioned but has no value (written by other savers)
@@ -163,6 +175,16 @@ def load(serde: Any, value: Typed, where: Place | None = None) -> Any:
     except GraphkeepError:  # a serializer's own deliberate error keeps its message
         raise
     except Exception as exc:
+        if value.tag.startswith(SEALED_TAG_PREFIX):  # graphkeep.encryption's, read without it
+            raise CorruptData(
+                reason=f"its {value.tag!r} payload is encrypted ({sealed_key_id(value.data)})"
+                " and this reader has no key ring",
+                kind=UNKNOWN_KEY,
+                place=where,
+                advice="Open the store with encryption=KeyRing(...) holding the writer's key"
+                " (GRAPHKEEP_KEYS for the graphkeep command and Agent Server); nothing is"
+                " returned in part",
+            ) from None
         if "+" in value.tag:  # EncryptedSerializer's "<tag>+<cipher>": the key, first
             keyed = getattr(serde, "cipher", None) is not None
             raise CorruptData(
