@@ -258,7 +258,8 @@ async def test_async_saver_from_table_round_trips_and_serves_sync_calls(table: s
             stored = await saver.aput(_config("t"), cp, {"source": "input", "step": -1}, {"a": 1})
             await saver.aput_writes(stored, [("a", 3)], "task", "")
             await saver.aget_tuple(_config("t"))
-        assert made == ["TransactWriteItems", "PutItem", "Query", "BatchGetItem"], made
+        # the value, then the head; the write: one conditional PutItem
+        assert made == ["BatchWriteItem", "PutItem", "PutItem", "Query", "BatchGetItem"], made
         found = await saver.aget_tuple(_config("t"))
         assert found is not None and found.checkpoint["channel_values"] == {"a": [1, 2]}
         assert [t.config async for t in saver.alist(None)] == [stored]
@@ -283,7 +284,7 @@ def test_api_calls_per_operation(counted: tuple[DynamoDBSaver, Calls]) -> None:
         first = _put(
             saver, "t", {"a": "x" * 5000, "b": [1, 2], "c": 3}, {"a": v1, "b": v1, "c": v1}
         )
-    assert made == ["TransactWriteItems"], made
+    assert made == ["BatchWriteItem", "PutItem"], made  # the values, then the head
 
     with calls.count() as made:  # only the head changes: one PutItem
         second = _put(
@@ -297,14 +298,14 @@ def test_api_calls_per_operation(counted: tuple[DynamoDBSaver, Calls]) -> None:
     assert made == ["PutItem"], made
     with calls.count() as made:
         saver.put_writes(second, [("a", i) for i in range(3)], "task-1", "p")
-    assert made == ["TransactWriteItems"], made
+    assert made == ["PutItem"], made  # the task's writes: one item, written if absent
     with calls.count() as made:  # the newest checkpoint with up to 15 writes: two calls
         latest = saver.get_tuple(_config("t"))
     assert made == ["Query", "BatchGetItem"], made
     assert latest is not None and len(latest.pending_writes) == 3
     with calls.count() as made:
         saver.put_writes(second, [("b", i) for i in range(60)], "task-2", "p")
-    assert len(made) <= 3 and set(made) == {"TransactWriteItems"}, made  # 1 per 25 or better
+    assert made == ["PutItem"], made
     with calls.count() as made:
         saver.put_writes(second, [("__error__", "boom")], "task-3", "p")
     assert made == ["PutItem"], made
@@ -312,9 +313,9 @@ def test_api_calls_per_operation(counted: tuple[DynamoDBSaver, Calls]) -> None:
         exact = saver.get_tuple(second)
     assert made == ["Query", "BatchGetItem"], made
     assert exact is not None and len(exact.pending_writes) == 64
-    with calls.count() as made:  # newest with 64 writes: the second Query reads only them
+    with calls.count() as made:  # newest with 64 writes: three items (a task's are one)
         latest = saver.get_tuple(_config("t"))
-    assert made == ["Query", "Query", "BatchGetItem"], made
+    assert made == ["Query", "BatchGetItem"], made
     assert latest is not None and len(latest.pending_writes) == 64
     with calls.count() as made:
         exact = saver.get_tuple(first)
@@ -639,7 +640,7 @@ def test_puts_and_writes_beyond_one_transaction(counted: tuple[DynamoDBSaver, Ca
     assert made.count("BatchWriteItem") == 6, made
     with calls.count() as made:
         saver.put_writes(stored, [(f"ch{i}", i) for i in range(130)], "task", "")
-    assert made == ["TransactWriteItems", "TransactWriteItems"], made
+    assert made == ["PutItem"], made  # one task's writes: one item
     found = saver.get_tuple(_config("wide"))
     assert found is not None
     assert found.checkpoint["channel_values"] == values
@@ -811,7 +812,8 @@ def test_put_refreshes_what_the_new_checkpoint_needs(client: Any, table: str) ->
     late = _at(saver, 40)  # a fresh process: it looks the unchanged values up first
     with calls.count() as made:
         third = _put(late, "t", {"a": "keep", "b": b""}, {"a": 1, "b": 1}, parent=second, new={})
-    assert made == ["BatchGetItem", "TransactWriteItems"], made
+    # the refreshes (conditional updates: a transaction), then the head
+    assert made == ["BatchGetItem", "TransactWriteItems", "PutItem"], made
     after = exps()
     blob_keys = [k for k in before if k.startswith("b#") or k.startswith("k#b#")]
     assert len(blob_keys) >= 3
@@ -1155,49 +1157,46 @@ def test_a_refused_put_over_the_transaction_limits_leaves_nothing_a_reader_sees(
     assert found.checkpoint["channel_values"] == values
 
 
-def test_fenced_put_writes_over_one_transaction_checks_the_lease_in_each(
+def test_fenced_put_writes_of_a_task_are_one_item_refused_whole(
     saver: DynamoDBSaver, client: Any
 ) -> None:
-    """130 writes of one task take two transactions, each with the lease's check. A lease
-    lost between them refuses the second: the first one's 99 writes, stored before the newer
-    grant, stay (what a process killed between the two would leave)."""
+    """130 writes of one task are one item (the task's write group): one fenced transaction
+    of the group and the lease's check. A lease lost before it refuses it whole: none of
+    the stalled run's writes is stored."""
     stored = _put(saver, "t", {"a": 1}, {"a": 1})
     writes = [(f"ch{i}", i) for i in range(130)]
     sent = Transactions(saver.client)
     with saver.lock("t", ttl=30):
         saver.put_writes(stored, writes, "done", "")
-    assert [len(items) for items in sent.sent] == [100, 32] and sent.checked() == [True, True]
+    assert [len(items) for items in sent.sent] == [2] and sent.checked() == [True]
 
-    # the lease changes hands while the first transaction is on its way
     other = DynamoDBSaver(
         boto3.client("dynamodb", region_name=REGION, endpoint_url=ENDPOINT),
         saver.table_name,
         key_prefix=saver.port.key_prefix,
     )
 
-    def take_over_after_the_first(**_: Any) -> None:
-        if len(sent.sent) == 3:  # the refused write's first transaction went out
+    def take_over_first(**_: Any) -> None:
+        if len(sent.sent) == 2:  # the refused write's transaction is about to go out
             time.sleep(0.3)  # past the stalled holder's ttl
             lock = other.lock("t", ttl=30)
             assert contextvars.copy_context().run(lock.acquire)
 
     client_events = saver.client.meta.events
-    client_events.register("after-call.dynamodb.TransactWriteItems", take_over_after_the_first)
+    client_events.register("before-call.dynamodb.TransactWriteItems", take_over_first)
     stalled = contextvars.copy_context()
     assert stalled.run(saver.lock("t", ttl=0.2).acquire)
     try:
         with pytest.raises(LeaseLost):
             stalled.run(saver.put_writes, stored, writes, "stalled", "")
     finally:
-        client_events.unregister(
-            "after-call.dynamodb.TransactWriteItems", take_over_after_the_first
-        )
+        client_events.unregister("before-call.dynamodb.TransactWriteItems", take_over_first)
         other.client.close()
-    assert len(sent.sent) == 4 and sent.checked()[2:] == [True, True]
+    assert len(sent.sent) == 2 and sent.checked() == [True, True]
     found = saver.get_tuple(stored)
     assert found is not None
     by_task = Counter(task for task, _, _ in found.pending_writes)
-    assert by_task == {"done": 130, "stalled": 99}, by_task
+    assert by_task == {"done": 130}, by_task
 
 
 def test_fenced_deletes_and_copies_are_refused_whole_after_a_takeover(
@@ -1676,7 +1675,8 @@ def test_ttl_keeps_elements_alive_with_the_checkpoints_naming_them(client: Any, 
     version = saver.get_next_version(_version(saver, config), None)
     with calls.count() as made:
         newest = _put(later, "t", {"messages": grown}, {"messages": version}, parent=config)
-    assert made == ["TransactWriteItems"], made  # elements refreshed in the same request
+    # the new values, the elements' refreshes (conditional updates), the head last
+    assert made == ["BatchWriteItem", "TransactWriteItems", "PutItem"], made
     assert len(_elements(_thread_items(saver, client, table, "t"))) == 8
     view = _at(saver, 95)  # the first elements were written 95 s ago (exp: ttl * 1.5)
     found = view.get_tuple(_config("t"))
@@ -1686,7 +1686,13 @@ def test_ttl_keeps_elements_alive_with_the_checkpoints_naming_them(client: Any, 
     with calls.count() as made:
         _put(fresh, "t", {"messages": grown}, {"messages": version}, parent=newest, new={})
     # the manifest's marker, the manifest, its 8 elements (by key: a short run)
-    assert made == ["BatchGetItem", "BatchGetItem", "BatchGetItem", "TransactWriteItems"], made
+    assert made == [
+        "BatchGetItem",
+        "BatchGetItem",
+        "BatchGetItem",
+        "TransactWriteItems",
+        "PutItem",
+    ], made
     found = _at(saver, 135).get_tuple(_config("t"))
     assert found is not None and found.checkpoint["channel_values"]["messages"] == grown
     # an element missing from the store: an error naming the checkpoint, never a shorter list

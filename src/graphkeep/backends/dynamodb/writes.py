@@ -119,10 +119,18 @@ def _write_then_head(
     actions = [*puts, *updates, {"Put": {"TableName": t.table, "Item": head}}]
     owners = [*range(len(puts)), *update_owners, len(puts) + len(refresh)]
     sizes = [*map(size_of, body), *[REFRESH_BYTES] * len(updates), size_of(head)]
-    room = TRANSACT_MAX_ITEMS - (guard is not None)
-    if len(actions) <= room and sum(sizes) <= TRANSACT_MAX_BYTES:
+    if guard is None:
+        # Unfenced: no transaction. The values and every chunk first (BatchWriteItem), the
+        # TTL refreshes next, the head last (PutItem): a reader only reaches values through
+        # a head that names them, so it never finds the head without them; a process
+        # stopped in between leaves values no head names (``graphkeep check --repair``)
+        # that a retry rewrites under the same keys.
+        yield from batch_write(t.table, [{"PutRequest": {"Item": item}} for item in body])
+        failed = yield from transact_parts(updates, update_owners, [REFRESH_BYTES] * len(updates))
+        yield single({"Put": {"TableName": t.table, "Item": head}})
+    elif len(actions) < TRANSACT_MAX_ITEMS and sum(sizes) <= TRANSACT_MAX_BYTES:
         failed = yield from transact(actions, owners, guard)
-    elif guard is not None:
+    else:
         # Fenced, too big for one transaction: the chunks first (content-addressed, see the
         # module docstring), then everything else in fenced transactions, the head last
         chunked = [i for i, item in enumerate(body) if keys.parse_sk(s(item, SK)).kind == "k"]
@@ -131,17 +139,6 @@ def _write_then_head(
         failed = yield from transact_parts(
             [actions[i] for i in rest], [owners[i] for i in rest], [sizes[i] for i in rest], guard
         )
-    else:
-        # Too big for one transaction: values first, the head last, so a reader never
-        # finds the head without them (a failure in between leaves unreferenced values
-        # that a retry rewrites under the same keys).
-        yield from batch_write(t.table, [{"PutRequest": {"Item": item}} for item in body])
-        failed = {}
-        for start in range(0, len(updates), TRANSACT_MAX_ITEMS):
-            part = updates[start : start + TRANSACT_MAX_ITEMS]
-            part_owners = update_owners[start : start + TRANSACT_MAX_ITEMS]
-            failed.update((yield from transact(part, part_owners)))
-        yield single({"Put": {"TableName": t.table, "Item": head}})
     t.refreshed(refresh, failed, len(puts), now)
 
 
@@ -154,64 +151,70 @@ def put_writes(
     fence: int | None = None,
 ) -> Op[None]:
     guard = fence_guard(t, thread_id, fence)
-    room = TRANSACT_MAX_ITEMS - (guard is not None)
     now = t.clock()
     pk, _ = t.thread_key(thread_id)
     latest: dict[tuple[str, int], WriteRecord] = {}
-    for write in writes:  # one item per (task, idx): the last special write wins
+    for write in writes:  # one record per (task, idx): the last special write wins
         latest[(write.task_id, write.idx)] = write
-    encoded = [(w, t.write(thread_id, ns, checkpoint_id, w, now)) for w in latest.values()]
-    prewritten: dict[int, Encoded] = {}
-    batches: list[tuple[list[dict[str, Any]], list[int]]] = []
+    # special writes replace: an item each; a task's regular writes insert once: one item
+    # for all of them (its group, keyed as the lowest idx), written only if absent
+    plain = [t.write(thread_id, ns, checkpoint_id, w, now) for w in latest.values() if w.special]
+    tasks: dict[str, list[WriteRecord]] = {}
+    for write in sorted(latest.values(), key=lambda w: w.idx):
+        if not write.special:
+            tasks.setdefault(write.task_id, []).append(write)
+    once = [t.write(thread_id, ns, checkpoint_id, g[0], now, g[1:]) for g in tasks.values()]
     actions: list[dict[str, Any]] = []
     owners: list[int] = []
-    size = 0
-    for group, (write, enc) in enumerate(encoded):
+    sizes: list[int] = []
+    ahead: dict[int, Encoded] = {}  # groups whose chunks go first, with BatchWriteItem
+    for group, enc in enumerate([*plain, *once]):
         put: dict[str, Any] = {"TableName": t.table, "Item": enc.item}
-        if not write.special:
+        if group >= len(plain):
             put["ConditionExpression"] = "attribute_not_exists(#sk)"
             put["ExpressionAttributeNames"] = {"#sk": SK}
             put["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
         chunk_bytes = sum(size_of(c) for c in enc.chunks)
-        mine = [{"Put": {"TableName": t.table, "Item": c}} for c in enc.chunks]
-        if chunk_bytes > TRANSACT_MAX_BYTES // 2:
-            prewritten[group] = enc  # chunks go first with BatchWriteItem
-            mine = []
-            chunk_bytes = 0
-        mine.append({"Put": put})
-        mine_size = chunk_bytes + size_of(enc.item)
-        too_many = len(actions) + len(mine) > room
-        if actions and (too_many or size + mine_size > TRANSACT_MAX_BYTES):
-            batches.append((actions, owners))
-            actions, owners, size = [], [], 0
-        actions += mine
-        owners += [group] * len(mine)
-        size += mine_size
-    if actions:
-        batches.append((actions, owners))
-    if prewritten:
+        if enc.chunks and (guard is None or chunk_bytes > TRANSACT_MAX_BYTES // 2):
+            ahead[group] = enc
+        else:
+            actions += [{"Put": {"TableName": t.table, "Item": c}} for c in enc.chunks]
+            owners += [group] * len(enc.chunks)
+            sizes += [size_of(c) for c in enc.chunks]
+        actions.append({"Put": put})
+        owners.append(group)
+        sizes.append(size_of(enc.item))
+    if ahead:  # chunks are read only through an owner item that names them
         yield from batch_write(
-            t.table,
-            [{"PutRequest": {"Item": c}} for enc in prewritten.values() for c in enc.chunks],
+            t.table, [{"PutRequest": {"Item": c}} for enc in ahead.values() for c in enc.chunks]
         )
     failed: dict[int, Any] = {}
-    for batch_actions, batch_owners in batches:
+    if guard is None:
+        # Unfenced: no transaction. Replacing writes in one batch, then each task's group
+        # as one conditional PutItem (insert once, all of the task's writes or none)
+        if len(plain) > 1:
+            yield from batch_write(t.table, [{"PutRequest": {"Item": e.item}} for e in plain])
+        elif plain:
+            yield single(_own_put(actions, owners, 0))
+        for group in range(len(plain), len(plain) + len(once)):
+            failed.update((yield from transact([_own_put(actions, owners, group)], [group])))
+    else:
         # fenced: each transaction checks the lease (a refusal in a later one leaves the
         # earlier ones' writes stored: see the module docstring)
-        failed.update((yield from transact(batch_actions, batch_owners, guard)))
+        failed = yield from transact_parts(actions, owners, sizes, guard)
+    everything = [*plain, *once]
     stale = [
         sk
         for group, old in failed.items()
-        if group in prewritten
-        and (old is None or old.get(DIGEST) != prewritten[group].item[DIGEST])
-        for sk in prewritten[group].chunk_sks
+        if group in ahead and (old is None or old.get(DIGEST) != ahead[group].item[DIGEST])
+        for sk in ahead[group].chunk_sks
     ]
     if stale:  # our chunks of a regular write that was already stored differently
         yield from batch_write(t.table, [{"DeleteRequest": {"Key": key(pk, sk)}} for sk in stale])
     if t.ttl:
         exp = t.exp(now)
         known: dict[str, KnownItem] = {}
-        for group, (_write, enc) in enumerate(encoded):
+        for group, enc in enumerate(everything):
             if group in failed:
                 old = failed[group]
                 info = KnownItem(n(old, EXP), owner_chunks(old)) if old else KnownItem(0)
@@ -219,3 +222,8 @@ def put_writes(
                 info = KnownItem(exp, enc.chunk_sks)
             known[s(enc.item, SK)] = info
         t.known.add_writes(pk, ns, checkpoint_id, known)
+
+
+def _own_put(actions: list[dict[str, Any]], owners: list[int], group: int) -> dict[str, Any]:
+    """The owner item's Put of ``group`` (the last of its actions: its chunks come first)."""
+    return actions[len(owners) - 1 - owners[::-1].index(group)]
