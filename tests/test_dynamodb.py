@@ -647,61 +647,109 @@ def test_puts_and_writes_beyond_one_transaction(counted: tuple[DynamoDBSaver, Ca
     assert [w[2] for w in found.pending_writes] == list(range(130))
 
 
-#: a process putting a checkpoint over the transaction limits, SIGKILLed by the test between
-#: its values (BatchWriteItem) and its head (PutItem): the head's request is held, not faked
+#: a process writing one put shape, SIGKILLed by the test between the values (BatchWriteItem)
+#: and what names them (the head's PutItem; for put_writes the task's write item): that last
+#: request is held, not faked
 _CRASH_WORKER = """
-import sys, time
+import os, sys, time
 from langgraph.checkpoint.base import empty_checkpoint
 from graphkeep.backends.dynamodb import DynamoDBSaver
 
-table, region, endpoint, prefix, parent_id = sys.argv[1:6]
+table, region, endpoint, prefix, parent_id, shape = sys.argv[1:7]
 with DynamoDBSaver.from_table(table, region, endpoint, key_prefix=prefix, setup=False) as saver:
-    def hold_the_head(model, **_):
+    def hold_the_last(model, **_):
         print("values written, head next", flush=True)
         time.sleep(600)
 
-    saver.client.meta.events.register("before-call.dynamodb.PutItem", hold_the_head)
-    values = {f"ch{i}": i for i in range(130)}
-    cp = empty_checkpoint()
-    cp["channel_values"] = values
-    cp["channel_versions"] = {ch: 2 for ch in values}
-    conf = {"thread_id": "crash", "checkpoint_ns": "", "checkpoint_id": parent_id}
-    saver.put({"configurable": conf}, cp, {"source": "loop", "step": 1}, {ch: 2 for ch in values})
+    saver.client.meta.events.register("before-call.dynamodb.PutItem", hold_the_last)
+    parent = {"configurable": {"thread_id": "crash", "checkpoint_ns": "", "checkpoint_id": parent_id}}
+    if shape == "writes":
+        big = os.urandom(640_000)  # incompressible: chunk items first
+        saver.put_writes(parent, [("ch0", big), ("ch1", "small")], "task", "")
+    else:
+        values = {"wide": {f"ch{i}": i for i in range(130)}, "values": {"ch0": "second", "ch1": 1},
+                  "chunks": {"ch0": os.urandom(640_000)}, "head": {}}[shape]
+        versions = {"ch0": 1} if shape == "head" else {ch: 2 for ch in values}
+        cp = empty_checkpoint()
+        cp["channel_values"] = {"ch0": "first"} if shape == "head" else values
+        cp["channel_versions"] = versions
+        saver.put(parent, cp, {"source": "loop", "step": 1}, {} if shape == "head" else versions)
 """
 
+#: the values of each put shape, as the test puts them again after the crash
+_CRASH_VALUES: dict[str, dict[str, Any]] = {
+    "wide": {f"ch{i}": i for i in range(130)},
+    "values": {"ch0": "second", "ch1": 1},
+    "chunks": {"ch0": os.urandom(640_000)},
+    "head": {},
+}
 
+
+@pytest.mark.parametrize("shape", ["head", "values", "chunks", "wide", "writes"])
 def test_a_process_killed_between_the_values_and_the_head_leaves_the_last_checkpoint(
-    table: str, client: Any
+    table: str, client: Any, shape: str
 ) -> None:
-    """kill -9 after a put's values went out in plain batch writes and before its head: no
-    reader sees the new checkpoint with values missing; the thread reads as before the put,
-    the next put of the same checkpoint completes, and delete_thread leaves nothing behind."""
+    """kill -9 after a write's values went out (plain batch writes, no transaction) and
+    before what names them (the head; for put_writes the task's write item), for every put
+    shape: the head alone, head + values, head + chunks over 400 KB, more values than one
+    transaction holds, and put_writes with chunks. No reader sees the new checkpoint (or
+    the task's writes) with values missing; the thread reads as before, the values left
+    behind are orphans ``graphkeep check --repair`` removes, the write completes when made
+    again, and delete_thread leaves nothing behind."""
     prefix = unique_prefix("crash")
     saver = DynamoDBSaver(client, table, key_prefix=prefix)
     first = _put(saver, "crash", {"ch0": "first"}, {"ch0": 1})
     before = _thread_items(saver, client, table, "crash")
     parent_id = first["configurable"]["checkpoint_id"]
     kill_at(
-        _CRASH_WORKER, [table, REGION, ENDPOINT, prefix, parent_id], "values written, head next"
+        _CRASH_WORKER,
+        [table, REGION, ENDPOINT, prefix, parent_id, shape],
+        "values written, head next",
     )
-    # the values went out (the thread holds more items than before), the head did not
-    assert len(_thread_items(saver, client, table, "crash")) > len(before)
+    after = _thread_items(saver, client, table, "crash")
+    if shape == "head":  # nothing to write first: nothing was
+        assert after == before
+    else:  # the values went out, what names them did not
+        assert len(after) > len(before)
+        assert {i["sk"]["S"] for i in after if i["sk"]["S"].startswith(("c#", "w#"))} == {
+            i["sk"]["S"] for i in before if i["sk"]["S"].startswith(("c#", "w#"))
+        }
 
     reader = DynamoDBSaver(client, table, key_prefix=prefix)
     found = reader.get_tuple(_config("crash"))
     assert found is not None
     assert found.config["configurable"]["checkpoint_id"] == parent_id
     assert found.checkpoint["channel_values"] == {"ch0": "first"}
+    assert found.pending_writes == []
     assert [t.config["configurable"]["checkpoint_id"] for t in reader.list(_config("crash"))] == [
         parent_id
     ]
+    if shape in ("values", "wide"):  # values no head names: orphans a repair deletes
+        from tests.test_check import check_json
 
-    values = {f"ch{i}": i for i in range(130)}
-    again = _put(reader, "crash", values, {ch: 2 for ch in values}, parent=first)
-    found = reader.get_tuple(_config("crash"))
-    assert found is not None
-    assert found.config["configurable"]["checkpoint_id"] == again["configurable"]["checkpoint_id"]
-    assert found.checkpoint["channel_values"] == values
+        url = f"{_url(table)}&key_prefix={prefix}"
+        code, report = check_json(url, "--thread", "crash", "--repair", "--yes", "--grace", "0")
+        assert code == 0, report
+        assert report["repair"]["values_deleted"] == len(_CRASH_VALUES[shape])
+        assert len(_thread_items(reader, client, table, "crash")) == len(before)
+
+    if shape == "writes":
+        big = os.urandom(640_000)
+        reader.put_writes(first, [("ch0", big), ("ch1", "small")], "task", "")
+        found = reader.get_tuple(first)
+        assert found is not None
+        assert found.pending_writes == [("task", "ch0", big), ("task", "ch1", "small")]
+    else:
+        values = _CRASH_VALUES[shape] or {"ch0": "first"}
+        versions = {ch: 2 for ch in values} if _CRASH_VALUES[shape] else {"ch0": 1}
+        new = versions if _CRASH_VALUES[shape] else {}
+        again = _put(reader, "crash", values, versions, parent=first, new=new)
+        found = reader.get_tuple(_config("crash"))
+        assert found is not None
+        assert found.config["configurable"]["checkpoint_id"] == (
+            again["configurable"]["checkpoint_id"]
+        )
+        assert found.checkpoint["channel_values"] == values
     reader.delete_thread("crash")
     assert _thread_items(reader, client, table, "crash") == []
 
