@@ -746,8 +746,9 @@ def test_a_process_killed_between_the_values_and_the_head_leaves_the_last_checkp
         again = _put(reader, "crash", values, versions, parent=first, new=new)
         found = reader.get_tuple(_config("crash"))
         assert found is not None
-        assert found.config["configurable"]["checkpoint_id"] == (
-            again["configurable"]["checkpoint_id"]
+        assert (
+            found.config["configurable"]["checkpoint_id"]
+            == (again["configurable"]["checkpoint_id"])
         )
         assert found.checkpoint["channel_values"] == values
     reader.delete_thread("crash")
@@ -783,6 +784,56 @@ def test_versions_steps_and_indexes_come_back_with_their_python_types(
     for item in _thread_items(saver, client, table, "types"):
         for value in item.values():
             assert set(value) <= {"S", "B", "N"}
+
+
+def test_a_task_s_writes_are_one_item_written_once(
+    counted: tuple[DynamoDBSaver, Calls], client: Any, table: str
+) -> None:
+    """A task's regular writes are one item (its write group, ``wg`` naming the others'
+    idx), sent as one conditional PutItem; a second call of the task keeps the first, the
+    health probe's indexes and copy_thread see every write of the group."""
+    saver, calls = counted
+    stored = _put(saver, "g", {"a": 1}, {"a": 1})
+    with calls.count() as made:
+        saver.put_writes(stored, [("a", 1), ("b", 2), ("c", 3)], "task", "")
+    assert made == ["PutItem"], made
+    writes = [i for i in _thread_items(saver, client, table, "g") if "#w#" in i["sk"]["S"]]
+    assert len(writes) == 1 and "wg" in writes[0], writes
+    with calls.count() as made:  # the same task again, other values: the first are kept
+        saver.put_writes(stored, [("a", 9), ("b", 9), ("c", 9)], "task", "")
+    assert made == ["PutItem"], made
+    saver.put_writes(stored, [("__error__", "e"), ("x", "y")], "other", "")
+    found = saver.get_tuple(stored)
+    assert found is not None
+    assert found.pending_writes == [
+        ("other", "__error__", "e"),
+        ("other", "x", "y"),
+        ("task", "a", 1),
+        ("task", "b", 2),
+        ("task", "c", 3),
+    ]
+    cid = stored["configurable"]["checkpoint_id"]
+    indexes = saver._call(saver.port.write_indexes("g", "", cid))
+    assert sorted(indexes) == sorted([0, 1, 2, -1, 1])
+    saver.copy_thread("g", "g2")
+    copied = saver.get_tuple(_config("g2", "", cid))
+    assert copied is not None and copied.pending_writes == found.pending_writes
+
+
+async def test_a_task_s_writes_are_one_item_async(table: str) -> None:
+    async with AsyncDynamoDBSaver.from_table(
+        table, REGION, ENDPOINT, key_prefix=unique_prefix("agroup"), setup=False
+    ) as saver:
+        cp = empty_checkpoint()
+        stored = await saver.aput(_config("g"), cp, {"source": "input", "step": -1}, {})
+        calls = Calls(saver.client)
+        with calls.count() as made:
+            await saver.aput_writes(stored, [("a", 1), ("b", 2)], "task", "")
+            await saver.aput_writes(stored, [("a", 8), ("b", 9)], "task", "")
+        assert made == ["PutItem", "PutItem"], made
+        found = await saver.aget_tuple(stored)
+        assert found is not None
+        assert found.pending_writes == [("task", "a", 1), ("task", "b", 2)]
 
 
 def test_regular_writes_insert_once_and_special_writes_replace(saver: DynamoDBSaver) -> None:

@@ -1,32 +1,58 @@
 """The checkpoint port's writes: ``put_checkpoint`` and ``put_writes``.
 
-Requests (measured in the tests): ``put_checkpoint`` is 1 TransactWriteItems (new blobs + their
-chunks + TTL refreshes + the head, all or nothing) or a single PutItem when there is only the
-head. Over the transaction limits (100 items / 4 MB, i.e. values of several MB) chunks and
-blobs go first with BatchWriteItem and the head last, so readers still never see a head
-without its values. ``put_writes`` is 1 TransactWriteItems per 100 items; regular writes carry
-``attribute_not_exists(sk)`` and a failed condition means "already stored" (the group is
-dropped and the rest re-sent), special writes (idx < 0) replace.
+Unfenced writes use no transaction: the order of plain writes protects readers. A reader
+reaches a channel value only through a head that names it, and a chunk only through the
+owner item that names it, so ``put_checkpoint`` writes the new values and every chunk first
+(BatchWriteItem, 25 items a request, ``UnprocessedItems`` re-sent), then the TTL refreshes
+the new checkpoint needs, then the head (PutItem): 2 requests when there are values (1
+BatchWriteItem per 25 items beyond), 1 PutItem for the head alone, each item billed 1 WCU
+per KB instead of a transaction's 2. A process stopped between the values and the head
+leaves values no head names (``orphan_values`` in ``graphkeep check``, which ``--repair``
+deletes; chunks no owner names are not listed, DynamoDB's TTL or ``delete_thread`` removes
+them, and the thread's next put rewrites the same keys), never a head without its values
+(tests/test_dynamodb.py, a kill -9 between the two for every put shape). TTL refreshes stay
+conditional updates (``attribute_exists``: never resurrect a deleted item as a stub), which
+BatchWriteItem cannot send: one UpdateItem, or one TransactWriteItems per 100 when several
+are due (at most once per slack period per item, so rarely).
 
-Fenced (``fence``, a lease's fencing token: :func:`.locks.fence_guard`): every transaction
-carries a ``ConditionCheck`` on the lease item and the write fails with
-:class:`~graphkeep.errors.LeaseLost` once a newer token was granted. A put of the head alone
-is then a transaction of two actions (the head and the check) instead of a PutItem: the
-fence costs the transactional price, twice the head's write units plus two for the check,
-on fenced writes only; unfenced ones are sent exactly as before. Over the limits, chunk
+``put_writes``: special writes (idx < 0) replace, each its own item (a PutItem, or a
+BatchWriteItem when several). A task's regular writes insert once (LangGraph's contract: a
+second ``put_writes`` of the same task keeps the first), and all or none of them must be
+seen (LangGraph skips a task whose writes it finds, so half of them would lose the other
+half): they are **one item**, the task's write group, keyed as its lowest ``idx``, the other
+writes' records in its payload and their ``idx`` in ``wg`` (:func:`.encoding.write_records_of`
+reads them back), written with one PutItem conditioned on ``attribute_not_exists(sk)``. A
+conditional PutItem costs what a plain one does (1 WCU per KB); a failed condition means
+"already stored" and bills 1 WCU for the check. So a task's writes are 1 request and never
+a transaction, whatever their number (chunks of a group over 400 KB go first with
+BatchWriteItem, content-addressed; when the group turns out to be stored already with
+another digest, they are deleted again). Readers keep one record per (task, idx): a write
+both in a group and in an item of its own (two calls of one task whose first regular idx
+differ, which LangGraph does not make) reads as the one whose item sorts first.
+
+Fenced (``fence``, a lease's fencing token: :func:`.locks.fence_guard`): every write stays
+a transaction carrying a ``ConditionCheck`` on the lease item and fails with
+:class:`~graphkeep.errors.LeaseLost` once a newer token was granted; that costs the
+transactional price (twice each item's write units, plus the check), on fenced writes only.
+A put of the head alone is then a transaction of two actions instead of a PutItem, a
+task's writes the group and the check. Over the transaction limits (100 items / 4 MB), chunk
 items still go first with BatchWriteItem (their keys name their bytes' digest, so a late one
 rewrites the same bytes and is only ever read through an owner that names it), and the
 owner items, TTL refreshes and the head follow in as few fenced transactions as hold them,
 the head in the last. A refused write leaves nothing a reader sees: chunks no stored owner
-names (like a process killed before its head: DynamoDB's TTL or ``delete_thread`` removes
-them; ``graphkeep check`` does not list chunks), and, only when the owners took several
-transactions, values no checkpoint names (``orphan_values`` in ``graphkeep check``). They are
-not deleted on refusal: the lease's new holder may have written the same keys since.
-``put_writes`` over one transaction (100 items, 4 MB) is several, each fenced: a refusal in
-a later one leaves the writes of the earlier ones stored, written before the newer grant (as
-a process killed between them would), and those pending writes are seen by readers; a
-task's writes (LangGraph's ``put_writes`` of one task) are rarely that many.
-See docs/architecture.md.
+names, and, only when the owners took several transactions, values no checkpoint names
+(``orphan_values``). They are not deleted on refusal: the lease's new holder may have
+written the same keys since. ``put_writes`` of several tasks (an import) over one
+transaction is several, each fenced: a refusal in a later one leaves the earlier ones'
+tasks stored, written before the newer grant.
+
+Elsewhere on DynamoDB a transaction stays where a write needs a condition on several items
+or an atomic update: the store's put/delete batches (``created`` through ``if_not_exists``,
+"no chunks of another digest", the namespace list's entries: :mod:`graphkeep.backends.dynamodb`),
+an event log append (the run's sequence allocated by a conditional update of its meta item in
+the same write: :mod:`.events`), TTL re-arms (conditional updates) and fenced writes.
+Unfenced deletes are BatchWriteItem (:mod:`.deletes`), the node cache BatchWriteItem
+(:mod:`.cache`). See docs/architecture.md.
 """
 
 from __future__ import annotations
