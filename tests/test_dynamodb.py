@@ -662,7 +662,8 @@ with DynamoDBSaver.from_table(table, region, endpoint, key_prefix=prefix, setup=
         time.sleep(600)
 
     saver.client.meta.events.register("before-call.dynamodb.PutItem", hold_the_last)
-    parent = {"configurable": {"thread_id": "crash", "checkpoint_ns": "", "checkpoint_id": parent_id}}
+    conf = {"thread_id": "crash", "checkpoint_ns": "", "checkpoint_id": parent_id}
+    parent = {"configurable": conf}
     if shape == "writes":
         big = os.urandom(640_000)  # incompressible: chunk items first
         saver.put_writes(parent, [("ch0", big), ("ch1", "small")], "task", "")
