@@ -25,6 +25,7 @@ from bench.render import (
     version,
 )
 from bench.workloads import (
+    EDGE_TURNS,
     GROWTH_WORKLOAD,
     HISTORY_LIMIT,
     LargeResult,
@@ -93,6 +94,8 @@ def markdown(
             "workload",
             "saver",
             "ms/turn (median)",
+            f"ms/turn, first {EDGE_TURNS}",
+            f"ms/turn, last {EDGE_TURNS}",
             "requests/turn",
             "stored KiB",
             "history entries",
@@ -104,6 +107,8 @@ def markdown(
                 r.workload,
                 r.saver,
                 number(r.ms_per_turn, 2),
+                number(r.first_ms, 2),
+                number(r.last_ms, 2),
                 number(r.requests_per_turn, 2),
                 kib(r.stored_bytes),
                 r.history_entries,
@@ -112,7 +117,7 @@ def markdown(
             ]
             for r in results
         ],
-        "llrrrrrr",
+        "llrrrrrrrr",
     )
     if ctx.rival:
         lines += ["", f"Ratios {ctx.rival} / {ctx.baseline} (above 1 = graphkeep better):", ""]

@@ -199,6 +199,10 @@ class Result:
     #: capacity units consumed per turn (DynamoDB's WCU and RCU; None: not counted)
     write_units_per_turn: float | None = None
     read_units_per_turn: float | None = None
+    #: median ms of the first and of the last :data:`EDGE_TURNS` turns (a cost that grows
+    #: with the thread or the table shows as last above first)
+    first_ms: float | None = None
+    last_ms: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -337,7 +341,13 @@ def measure(
         stored_last=stored_last,
         write_units_per_turn=turn_units[0] / turns if probe.counts_capacity else None,
         read_units_per_turn=turn_units[1] / turns if probe.counts_capacity else None,
+        first_ms=statistics.median(durations[:EDGE_TURNS]) * 1000,
+        last_ms=statistics.median(durations[-EDGE_TURNS:]) * 1000,
     )
+
+
+#: turns at each end of a run whose median ms :attr:`Result.first_ms` / ``last_ms`` show
+EDGE_TURNS = 10
 
 
 def combine(rounds: list[Result]) -> Result:
@@ -380,7 +390,14 @@ def combine(rounds: list[Result]) -> Result:
         stored_last=grown.stored_last,
         write_units_per_turn=statistics.fmean(wcu) if wcu else None,
         read_units_per_turn=statistics.fmean(rcu) if rcu else None,
+        first_ms=_median_of([r.first_ms for r in rounds]),
+        last_ms=_median_of([r.last_ms for r in rounds]),
     )
+
+
+def _median_of(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def _check_history(saver: str, work: Workload, snapshots: list[Any], turns: int) -> None:

@@ -258,7 +258,8 @@ async def test_async_saver_from_table_round_trips_and_serves_sync_calls(table: s
             stored = await saver.aput(_config("t"), cp, {"source": "input", "step": -1}, {"a": 1})
             await saver.aput_writes(stored, [("a", 3)], "task", "")
             await saver.aget_tuple(_config("t"))
-        assert made == ["TransactWriteItems", "PutItem", "Query", "BatchGetItem"], made
+        # the value, then the head; the write: one conditional PutItem
+        assert made == ["BatchWriteItem", "PutItem", "PutItem", "Query", "BatchGetItem"], made
         found = await saver.aget_tuple(_config("t"))
         assert found is not None and found.checkpoint["channel_values"] == {"a": [1, 2]}
         assert [t.config async for t in saver.alist(None)] == [stored]
@@ -283,7 +284,7 @@ def test_api_calls_per_operation(counted: tuple[DynamoDBSaver, Calls]) -> None:
         first = _put(
             saver, "t", {"a": "x" * 5000, "b": [1, 2], "c": 3}, {"a": v1, "b": v1, "c": v1}
         )
-    assert made == ["TransactWriteItems"], made
+    assert made == ["BatchWriteItem", "PutItem"], made  # the values, then the head
 
     with calls.count() as made:  # only the head changes: one PutItem
         second = _put(
@@ -297,14 +298,14 @@ def test_api_calls_per_operation(counted: tuple[DynamoDBSaver, Calls]) -> None:
     assert made == ["PutItem"], made
     with calls.count() as made:
         saver.put_writes(second, [("a", i) for i in range(3)], "task-1", "p")
-    assert made == ["TransactWriteItems"], made
+    assert made == ["PutItem"], made  # the task's writes: one item, written if absent
     with calls.count() as made:  # the newest checkpoint with up to 15 writes: two calls
         latest = saver.get_tuple(_config("t"))
     assert made == ["Query", "BatchGetItem"], made
     assert latest is not None and len(latest.pending_writes) == 3
     with calls.count() as made:
         saver.put_writes(second, [("b", i) for i in range(60)], "task-2", "p")
-    assert len(made) <= 3 and set(made) == {"TransactWriteItems"}, made  # 1 per 25 or better
+    assert made == ["PutItem"], made
     with calls.count() as made:
         saver.put_writes(second, [("__error__", "boom")], "task-3", "p")
     assert made == ["PutItem"], made
@@ -312,9 +313,9 @@ def test_api_calls_per_operation(counted: tuple[DynamoDBSaver, Calls]) -> None:
         exact = saver.get_tuple(second)
     assert made == ["Query", "BatchGetItem"], made
     assert exact is not None and len(exact.pending_writes) == 64
-    with calls.count() as made:  # newest with 64 writes: the second Query reads only them
+    with calls.count() as made:  # newest with 64 writes: three items (a task's are one)
         latest = saver.get_tuple(_config("t"))
-    assert made == ["Query", "Query", "BatchGetItem"], made
+    assert made == ["Query", "BatchGetItem"], made
     assert latest is not None and len(latest.pending_writes) == 64
     with calls.count() as made:
         exact = saver.get_tuple(first)
@@ -639,68 +640,118 @@ def test_puts_and_writes_beyond_one_transaction(counted: tuple[DynamoDBSaver, Ca
     assert made.count("BatchWriteItem") == 6, made
     with calls.count() as made:
         saver.put_writes(stored, [(f"ch{i}", i) for i in range(130)], "task", "")
-    assert made == ["TransactWriteItems", "TransactWriteItems"], made
+    assert made == ["PutItem"], made  # one task's writes: one item
     found = saver.get_tuple(_config("wide"))
     assert found is not None
     assert found.checkpoint["channel_values"] == values
     assert [w[2] for w in found.pending_writes] == list(range(130))
 
 
-#: a process putting a checkpoint over the transaction limits, SIGKILLed by the test between
-#: its values (BatchWriteItem) and its head (PutItem): the head's request is held, not faked
+#: a process writing one put shape, SIGKILLed by the test between the values (BatchWriteItem)
+#: and what names them (the head's PutItem; for put_writes the task's write item): that last
+#: request is held, not faked
 _CRASH_WORKER = """
-import sys, time
+import os, sys, time
 from langgraph.checkpoint.base import empty_checkpoint
 from graphkeep.backends.dynamodb import DynamoDBSaver
 
-table, region, endpoint, prefix, parent_id = sys.argv[1:6]
+table, region, endpoint, prefix, parent_id, shape = sys.argv[1:7]
 with DynamoDBSaver.from_table(table, region, endpoint, key_prefix=prefix, setup=False) as saver:
-    def hold_the_head(model, **_):
+    def hold_the_last(model, **_):
         print("values written, head next", flush=True)
         time.sleep(600)
 
-    saver.client.meta.events.register("before-call.dynamodb.PutItem", hold_the_head)
-    values = {f"ch{i}": i for i in range(130)}
-    cp = empty_checkpoint()
-    cp["channel_values"] = values
-    cp["channel_versions"] = {ch: 2 for ch in values}
+    saver.client.meta.events.register("before-call.dynamodb.PutItem", hold_the_last)
     conf = {"thread_id": "crash", "checkpoint_ns": "", "checkpoint_id": parent_id}
-    saver.put({"configurable": conf}, cp, {"source": "loop", "step": 1}, {ch: 2 for ch in values})
+    parent = {"configurable": conf}
+    if shape == "writes":
+        big = os.urandom(640_000)  # incompressible: chunk items first
+        saver.put_writes(parent, [("ch0", big), ("ch1", "small")], "task", "")
+    else:
+        values = {"wide": {f"ch{i}": i for i in range(130)}, "values": {"ch0": "second", "ch1": 1},
+                  "chunks": {"ch0": os.urandom(640_000)}, "head": {}}[shape]
+        versions = {"ch0": 1} if shape == "head" else {ch: 2 for ch in values}
+        cp = empty_checkpoint()
+        cp["channel_values"] = {"ch0": "first"} if shape == "head" else values
+        cp["channel_versions"] = versions
+        saver.put(parent, cp, {"source": "loop", "step": 1}, {} if shape == "head" else versions)
 """
 
+#: the values of each put shape, as the test puts them again after the crash
+_CRASH_VALUES: dict[str, dict[str, Any]] = {
+    "wide": {f"ch{i}": i for i in range(130)},
+    "values": {"ch0": "second", "ch1": 1},
+    "chunks": {"ch0": os.urandom(640_000)},
+    "head": {},
+}
 
+
+@pytest.mark.parametrize("shape", ["head", "values", "chunks", "wide", "writes"])
 def test_a_process_killed_between_the_values_and_the_head_leaves_the_last_checkpoint(
-    table: str, client: Any
+    table: str, client: Any, shape: str
 ) -> None:
-    """kill -9 after a put's values went out in plain batch writes and before its head: no
-    reader sees the new checkpoint with values missing; the thread reads as before the put,
-    the next put of the same checkpoint completes, and delete_thread leaves nothing behind."""
+    """kill -9 after a write's values went out (plain batch writes, no transaction) and
+    before what names them (the head; for put_writes the task's write item), for every put
+    shape: the head alone, head + values, head + chunks over 400 KB, more values than one
+    transaction holds, and put_writes with chunks. No reader sees the new checkpoint (or
+    the task's writes) with values missing; the thread reads as before, the values left
+    behind are orphans ``graphkeep check --repair`` removes, the write completes when made
+    again, and delete_thread leaves nothing behind."""
     prefix = unique_prefix("crash")
     saver = DynamoDBSaver(client, table, key_prefix=prefix)
     first = _put(saver, "crash", {"ch0": "first"}, {"ch0": 1})
     before = _thread_items(saver, client, table, "crash")
     parent_id = first["configurable"]["checkpoint_id"]
     kill_at(
-        _CRASH_WORKER, [table, REGION, ENDPOINT, prefix, parent_id], "values written, head next"
+        _CRASH_WORKER,
+        [table, REGION, ENDPOINT, prefix, parent_id, shape],
+        "values written, head next",
     )
-    # the values went out (the thread holds more items than before), the head did not
-    assert len(_thread_items(saver, client, table, "crash")) > len(before)
+    after = _thread_items(saver, client, table, "crash")
+    if shape == "head":  # nothing to write first: nothing was
+        assert after == before
+    else:  # the values went out, what names them did not
+        assert len(after) > len(before)
+        assert {i["sk"]["S"] for i in after if i["sk"]["S"].startswith(("c#", "w#"))} == {
+            i["sk"]["S"] for i in before if i["sk"]["S"].startswith(("c#", "w#"))
+        }
 
     reader = DynamoDBSaver(client, table, key_prefix=prefix)
     found = reader.get_tuple(_config("crash"))
     assert found is not None
     assert found.config["configurable"]["checkpoint_id"] == parent_id
     assert found.checkpoint["channel_values"] == {"ch0": "first"}
+    assert found.pending_writes == []
     assert [t.config["configurable"]["checkpoint_id"] for t in reader.list(_config("crash"))] == [
         parent_id
     ]
+    if shape in ("values", "wide"):  # values no head names: orphans a repair deletes
+        from tests.test_check import check_json
 
-    values = {f"ch{i}": i for i in range(130)}
-    again = _put(reader, "crash", values, {ch: 2 for ch in values}, parent=first)
-    found = reader.get_tuple(_config("crash"))
-    assert found is not None
-    assert found.config["configurable"]["checkpoint_id"] == again["configurable"]["checkpoint_id"]
-    assert found.checkpoint["channel_values"] == values
+        url = f"{_url(table)}&key_prefix={prefix}"
+        code, report = check_json(url, "--thread", "crash", "--repair", "--yes", "--grace", "0")
+        assert code == 0, report
+        assert report["repair"]["values_deleted"] == len(_CRASH_VALUES[shape])
+        assert len(_thread_items(reader, client, table, "crash")) == len(before)
+
+    if shape == "writes":
+        big = os.urandom(640_000)
+        reader.put_writes(first, [("ch0", big), ("ch1", "small")], "task", "")
+        found = reader.get_tuple(first)
+        assert found is not None
+        assert found.pending_writes == [("task", "ch0", big), ("task", "ch1", "small")]
+    else:
+        values = _CRASH_VALUES[shape] or {"ch0": "first"}
+        versions = {ch: 2 for ch in values} if _CRASH_VALUES[shape] else {"ch0": 1}
+        new = versions if _CRASH_VALUES[shape] else {}
+        again = _put(reader, "crash", values, versions, parent=first, new=new)
+        found = reader.get_tuple(_config("crash"))
+        assert found is not None
+        assert (
+            found.config["configurable"]["checkpoint_id"]
+            == (again["configurable"]["checkpoint_id"])
+        )
+        assert found.checkpoint["channel_values"] == values
     reader.delete_thread("crash")
     assert _thread_items(reader, client, table, "crash") == []
 
@@ -734,6 +785,56 @@ def test_versions_steps_and_indexes_come_back_with_their_python_types(
     for item in _thread_items(saver, client, table, "types"):
         for value in item.values():
             assert set(value) <= {"S", "B", "N"}
+
+
+def test_a_task_s_writes_are_one_item_written_once(
+    counted: tuple[DynamoDBSaver, Calls], client: Any, table: str
+) -> None:
+    """A task's regular writes are one item (its write group, ``wg`` naming the others'
+    idx), sent as one conditional PutItem; a second call of the task keeps the first, the
+    health probe's indexes and copy_thread see every write of the group."""
+    saver, calls = counted
+    stored = _put(saver, "g", {"a": 1}, {"a": 1})
+    with calls.count() as made:
+        saver.put_writes(stored, [("a", 1), ("b", 2), ("c", 3)], "task", "")
+    assert made == ["PutItem"], made
+    writes = [i for i in _thread_items(saver, client, table, "g") if "#w#" in i["sk"]["S"]]
+    assert len(writes) == 1 and "wg" in writes[0], writes
+    with calls.count() as made:  # the same task again, other values: the first are kept
+        saver.put_writes(stored, [("a", 9), ("b", 9), ("c", 9)], "task", "")
+    assert made == ["PutItem"], made
+    saver.put_writes(stored, [("__error__", "e"), ("x", "y")], "other", "")
+    found = saver.get_tuple(stored)
+    assert found is not None
+    assert found.pending_writes == [
+        ("other", "__error__", "e"),
+        ("other", "x", "y"),
+        ("task", "a", 1),
+        ("task", "b", 2),
+        ("task", "c", 3),
+    ]
+    cid = stored["configurable"]["checkpoint_id"]
+    indexes = saver._call(saver.port.write_indexes("g", "", cid))
+    assert sorted(indexes) == sorted([0, 1, 2, -1, 1])
+    saver.copy_thread("g", "g2")
+    copied = saver.get_tuple(_config("g2", "", cid))
+    assert copied is not None and copied.pending_writes == found.pending_writes
+
+
+async def test_a_task_s_writes_are_one_item_async(table: str) -> None:
+    async with AsyncDynamoDBSaver.from_table(
+        table, REGION, ENDPOINT, key_prefix=unique_prefix("agroup"), setup=False
+    ) as saver:
+        cp = empty_checkpoint()
+        stored = await saver.aput(_config("g"), cp, {"source": "input", "step": -1}, {})
+        calls = Calls(saver.client)
+        with calls.count() as made:
+            await saver.aput_writes(stored, [("a", 1), ("b", 2)], "task", "")
+            await saver.aput_writes(stored, [("a", 8), ("b", 9)], "task", "")
+        assert made == ["PutItem", "PutItem"], made
+        found = await saver.aget_tuple(stored)
+        assert found is not None
+        assert found.pending_writes == [("task", "a", 1), ("task", "b", 2)]
 
 
 def test_regular_writes_insert_once_and_special_writes_replace(saver: DynamoDBSaver) -> None:
@@ -811,7 +912,8 @@ def test_put_refreshes_what_the_new_checkpoint_needs(client: Any, table: str) ->
     late = _at(saver, 40)  # a fresh process: it looks the unchanged values up first
     with calls.count() as made:
         third = _put(late, "t", {"a": "keep", "b": b""}, {"a": 1, "b": 1}, parent=second, new={})
-    assert made == ["BatchGetItem", "TransactWriteItems"], made
+    # the refreshes (conditional updates: a transaction), then the head
+    assert made == ["BatchGetItem", "TransactWriteItems", "PutItem"], made
     after = exps()
     blob_keys = [k for k in before if k.startswith("b#") or k.startswith("k#b#")]
     assert len(blob_keys) >= 3
@@ -1155,49 +1257,46 @@ def test_a_refused_put_over_the_transaction_limits_leaves_nothing_a_reader_sees(
     assert found.checkpoint["channel_values"] == values
 
 
-def test_fenced_put_writes_over_one_transaction_checks_the_lease_in_each(
+def test_fenced_put_writes_of_a_task_are_one_item_refused_whole(
     saver: DynamoDBSaver, client: Any
 ) -> None:
-    """130 writes of one task take two transactions, each with the lease's check. A lease
-    lost between them refuses the second: the first one's 99 writes, stored before the newer
-    grant, stay (what a process killed between the two would leave)."""
+    """130 writes of one task are one item (the task's write group): one fenced transaction
+    of the group and the lease's check. A lease lost before it refuses it whole: none of
+    the stalled run's writes is stored."""
     stored = _put(saver, "t", {"a": 1}, {"a": 1})
     writes = [(f"ch{i}", i) for i in range(130)]
     sent = Transactions(saver.client)
     with saver.lock("t", ttl=30):
         saver.put_writes(stored, writes, "done", "")
-    assert [len(items) for items in sent.sent] == [100, 32] and sent.checked() == [True, True]
+    assert [len(items) for items in sent.sent] == [2] and sent.checked() == [True]
 
-    # the lease changes hands while the first transaction is on its way
     other = DynamoDBSaver(
         boto3.client("dynamodb", region_name=REGION, endpoint_url=ENDPOINT),
         saver.table_name,
         key_prefix=saver.port.key_prefix,
     )
 
-    def take_over_after_the_first(**_: Any) -> None:
-        if len(sent.sent) == 3:  # the refused write's first transaction went out
+    def take_over_first(**_: Any) -> None:
+        if len(sent.sent) == 2:  # the refused write's transaction is about to go out
             time.sleep(0.3)  # past the stalled holder's ttl
             lock = other.lock("t", ttl=30)
             assert contextvars.copy_context().run(lock.acquire)
 
     client_events = saver.client.meta.events
-    client_events.register("after-call.dynamodb.TransactWriteItems", take_over_after_the_first)
+    client_events.register("before-call.dynamodb.TransactWriteItems", take_over_first)
     stalled = contextvars.copy_context()
     assert stalled.run(saver.lock("t", ttl=0.2).acquire)
     try:
         with pytest.raises(LeaseLost):
             stalled.run(saver.put_writes, stored, writes, "stalled", "")
     finally:
-        client_events.unregister(
-            "after-call.dynamodb.TransactWriteItems", take_over_after_the_first
-        )
+        client_events.unregister("before-call.dynamodb.TransactWriteItems", take_over_first)
         other.client.close()
-    assert len(sent.sent) == 4 and sent.checked()[2:] == [True, True]
+    assert len(sent.sent) == 2 and sent.checked() == [True, True]
     found = saver.get_tuple(stored)
     assert found is not None
     by_task = Counter(task for task, _, _ in found.pending_writes)
-    assert by_task == {"done": 130, "stalled": 99}, by_task
+    assert by_task == {"done": 130}, by_task
 
 
 def test_fenced_deletes_and_copies_are_refused_whole_after_a_takeover(
@@ -1676,7 +1775,8 @@ def test_ttl_keeps_elements_alive_with_the_checkpoints_naming_them(client: Any, 
     version = saver.get_next_version(_version(saver, config), None)
     with calls.count() as made:
         newest = _put(later, "t", {"messages": grown}, {"messages": version}, parent=config)
-    assert made == ["TransactWriteItems"], made  # elements refreshed in the same request
+    # the new values, the elements' refreshes (conditional updates), the head last
+    assert made == ["BatchWriteItem", "TransactWriteItems", "PutItem"], made
     assert len(_elements(_thread_items(saver, client, table, "t"))) == 8
     view = _at(saver, 95)  # the first elements were written 95 s ago (exp: ttl * 1.5)
     found = view.get_tuple(_config("t"))
@@ -1686,7 +1786,13 @@ def test_ttl_keeps_elements_alive_with_the_checkpoints_naming_them(client: Any, 
     with calls.count() as made:
         _put(fresh, "t", {"messages": grown}, {"messages": version}, parent=newest, new={})
     # the manifest's marker, the manifest, its 8 elements (by key: a short run)
-    assert made == ["BatchGetItem", "BatchGetItem", "BatchGetItem", "TransactWriteItems"], made
+    assert made == [
+        "BatchGetItem",
+        "BatchGetItem",
+        "BatchGetItem",
+        "TransactWriteItems",
+        "PutItem",
+    ], made
     found = _at(saver, 135).get_tuple(_config("t"))
     assert found is not None and found.checkpoint["channel_values"]["messages"] == grown
     # an element missing from the store: an error naming the checkpoint, never a shorter list

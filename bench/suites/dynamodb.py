@@ -50,7 +50,7 @@ from bench.suites import (
     requests_budget,
     telemetry_option,
 )
-from bench.workloads import Opened, Result, Workload
+from bench.workloads import EDGE_TURNS, Opened, Result, Workload
 
 KEY_PREFIX = "bench"
 TABLES = {
@@ -280,6 +280,26 @@ def capacity_targets(results: list[Result], rival: str) -> list[tuple[str, bool]
     return out
 
 
+#: issue 48: graphkeep's W50 turns cost the same at the end of the run as at its start
+FLAT_TOLERANCE = 0.20
+
+
+def flat_targets(results: list[Result]) -> list[tuple[str, bool]]:
+    """Issue 48: W50 ms/turn over the last turns within 20 % of the first turns'."""
+    ours = next((r for r in results if (r.saver, r.workload) == ("graphkeep", "W50")), None)
+    if ours is None or ours.first_ms is None or ours.last_ms is None:
+        return []
+    change = ours.last_ms / ours.first_ms - 1
+    return [
+        (
+            f"W50: graphkeep ms/turn flat, last {EDGE_TURNS} turns within"
+            f" {FLAT_TOLERANCE:.0%} of the first {EDGE_TURNS} (issue 48): {ours.first_ms:.1f}"
+            f" -> {ours.last_ms:.1f} ms ({change:+.0%})",
+            abs(change) <= FLAT_TOLERANCE,
+        )
+    ]
+
+
 def targets(results: list[Result]) -> list[tuple[str, bool]]:
     """Issue 4's budget of calls per W50 turn, faster per turn than the rival, and issue
     28's capacity units per turn."""
@@ -287,6 +307,7 @@ def targets(results: list[Result]) -> list[tuple[str, bool]]:
         requests_budget(results, MAX_CALLS_PER_TURN, "API calls per turn (issue 4)")
         + faster_per_turn(results, "DynamoDBSaver")
         + capacity_targets(results, "DynamoDBSaver")
+        + flat_targets(results)
         + growth_targets(results, STORED_MAX)
     )
 

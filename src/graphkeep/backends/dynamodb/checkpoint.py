@@ -43,11 +43,13 @@ compression are split into chunk items of 350 KB. Stored bytes on W50 (50 turns,
 as DynamoDB counts them): 0.33 MB with shared lists (0.73 MB without); 100 turns: 0.66 MB
 (2.0x: linear).
 
-Cost notes: put and put_writes use TransactWriteItems (all-or-nothing, conditional writes),
-which DynamoDB bills at twice the write units of plain writes; a put of the head alone is a
-plain PutItem. Writes under ``saver.lock`` are fenced (:mod:`.locks`): each of their
-transactions also checks the lease item, so a put of the head alone is a transaction too and
-batch deletes and imports become transactions; unfenced writes cost what they did. The
+Cost notes: unfenced put and put_writes use no transaction (:mod:`.writes`): a put writes
+its values first (BatchWriteItem) and its head last (PutItem), so a reader never finds a
+head without its values; a task's pending writes are one item written with one conditional
+PutItem (insert once). Every item is billed 1 WCU per KB, as a plain write. Writes under
+``saver.lock`` are fenced (:mod:`.locks`): each of them is a transaction checking the lease
+item, billed twice (a put of the head alone too), and batch deletes and imports become
+transactions; unfenced writes do not pay for the fence. The
 ``run_id`` GSI (keys plus the raw-name attribute) adds one small index
 write per checkpoint that has a run id; without it ``delete_for_runs`` scans the table.
 """

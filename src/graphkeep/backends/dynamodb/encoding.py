@@ -19,6 +19,7 @@ from typing import Any
 from graphkeep.backends.dynamodb import keys
 from graphkeep.backends.dynamodb.items import (
     EXP,
+    GROUP,
     HEAD,
     LIST,
     PK,
@@ -185,12 +186,39 @@ def record_of(
     )
 
 
-def write_record_of(item: dict[str, Any], chunks: dict[str, dict[str, Any]]) -> WriteRecord:
-    """The pending write record of a write item."""
+def write_records_of(item: dict[str, Any], chunks: dict[str, dict[str, Any]]) -> list[WriteRecord]:
+    """The pending write records of a write item: its own, then those of its group (``wg``:
+    several regular writes of one ``put_writes`` call in one item, see :mod:`.writes`)."""
     parsed = keys.parse_sk(s(item, SK))
     names = names_of(item, parsed)
-    channel, task_path, tag, data = codec.unpack_fields(read_payload(item, chunks), 4)
-    return WriteRecord(names.task_id, parsed.idx, channel, task_path, Typed(tag, data))
+    if GROUP not in item:
+        channel, task_path, tag, data = codec.unpack_fields(read_payload(item, chunks), 4)
+        return [WriteRecord(names.task_id, parsed.idx, channel, task_path, Typed(tag, data))]
+    channel, task_path, tag, data, rest = codec.unpack_fields(read_payload(item, chunks), 5)
+    found = [WriteRecord(names.task_id, parsed.idx, channel, task_path, Typed(tag, data))]
+    for idx, ch, path, tg, dt in rest:
+        found.append(WriteRecord(names.task_id, idx, ch, path, Typed(tg, dt)))
+    return found
+
+
+def group_indexes(item: dict[str, Any]) -> list[int]:
+    """The ``idx`` of the writes a write item holds beyond its own (its group's, ``wg``)."""
+    if GROUP not in item:
+        return []
+    return [int(i) for i in codec.unpackb(b(item, GROUP))]
+
+
+def writes_of(
+    items: Iterable[dict[str, Any]], chunks: dict[str, dict[str, Any]]
+) -> list[WriteRecord]:
+    """The pending write records of write items, one per (task, idx): a write both in a
+    group and in an item of its own (two ``put_writes`` calls of one task whose first
+    regular writes differ) reads as the one whose item sorts first."""
+    found: dict[tuple[str, int], WriteRecord] = {}
+    for item in items:
+        for record in write_records_of(item, chunks):
+            found.setdefault((record.task_id, record.idx), record)
+    return list(found.values())
 
 
 def blob_sk(ns: str, channel: str, version: str) -> tuple[str, bool]:
@@ -285,9 +313,17 @@ class CheckpointTable:
         )
 
     def write(
-        self, thread_id: str, ns: str, checkpoint_id: str, write: WriteRecord, now: float
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        write: WriteRecord,
+        now: float,
+        group: list[WriteRecord] | None = None,
     ) -> Encoded:
-        """The item of one pending write (and its chunks)."""
+        """The item of one pending write (and its chunks); with ``group``, the item of a write
+        group: ``write`` (the first) keys it, the records of ``group`` follow in its payload
+        and their ``idx`` in ``wg`` (:func:`write_records_of` reads them back)."""
         pk, short_thread = self.thread_key(thread_id)
         ns_part, short_ns = keys.part(ns)
         cid, short_id = keys.part(checkpoint_id)
@@ -299,12 +335,19 @@ class CheckpointTable:
             [thread_id, ns, checkpoint_id, write.task_id] if shortened else None,
         )
         self._stamp(item, now)
-        payload = codec.packb([write.channel, write.task_path, write.value.tag, write.value.data])
+        fields: list[Any] = [write.channel, write.task_path, write.value.tag, write.value.data]
+        tags = [write.value.tag]
+        if group:
+            item[GROUP] = B(codec.packb([w.idx for w in group]))
+            fields.append(
+                [[w.idx, w.channel, w.task_path, w.value.tag, w.value.data] for w in group]
+            )
+            tags += [w.value.tag for w in group]
         return attach_payload(
             item,
-            payload,
+            codec.packb(fields),
             level=self.level,
-            compressible=_plain(write.value.tag),
+            compressible=_plain(*tags),
             min_bytes=SMALL_COMPRESS_MIN_BYTES,
         )
 

@@ -27,7 +27,8 @@ from graphkeep.backends.dynamodb.encoding import (
     names_of,
     record_of,
     summary_of,
-    write_record_of,
+    write_records_of,
+    writes_of,
 )
 from graphkeep.backends.dynamodb.items import (
     RAW,
@@ -82,16 +83,15 @@ def export_thread(t: CheckpointTable, thread_id: str) -> Op[ThreadDump]:
         names, summary, coll = summaries[ns_cid]
         assert coll.head is not None
         dump.checkpoints.append(record_of(names, summary, coll.head, by_sk))
-        for write in coll.writes:
-            if not hidden(write, now):
-                record = write_record_of(write, by_sk)
-                dump.writes.append((names.ns, names.checkpoint_id, record))
+        live = [w for w in coll.writes if not hidden(w, now)]
+        for record in writes_of(live, by_sk):
+            dump.writes.append((names.ns, names.checkpoint_id, record))
     for ident in headless:  # writes that arrived before (or without) their checkpoint
         for write in colls[ident].writes:
             if not hidden(write, now):
                 names = names_of(write, keys.parse_sk(s(write, SK)))
-                record = write_record_of(write, by_sk)
-                dump.writes.append((names.ns, names.checkpoint_id, record))
+                for record in write_records_of(write, by_sk):
+                    dump.writes.append((names.ns, names.checkpoint_id, record))
     for sk, item in by_sk.items():
         parsed = keys.parse_sk(sk)
         if parsed.kind == "b" and not hidden(item, now) and has_payload(item):

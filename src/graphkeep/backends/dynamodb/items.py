@@ -21,6 +21,9 @@ Attributes (short names: DynamoDB bills attribute names as item bytes)::
     exp      epoch seconds: DynamoDB's TTL attribute (only with ``ttl``)
     vis      epoch seconds a checkpoint head stays visible (only with ``ttl``)
     rw       raw names (msgpack) when a key component had to be shortened
+    wg       on a write item holding several regular writes of one ``put_writes`` call (a
+             write group, :mod:`.writes`): the ``idx`` of the writes after its own (msgpack),
+             whose records follow in its payload
     tok, until  the thread's lease (sort key ``l#``): holder token, expiry in epoch ms
     fence    the thread's fencing token (the last lease's, on the ``l#`` item; see :mod:`.locks`)
 """
@@ -39,6 +42,7 @@ PK, SK = "pk", "sk"
 HEAD, VALUE, NCHUNKS, DIGEST, SIZE, CODEC = "h", "v", "nk", "dg", "sz", "z"
 RUN, EXP, VIS, RAW = "rk", "exp", "vis", "rw"
 SOURCE = "so"
+GROUP = "wg"
 LIST = "ls"
 LOCK_TOKEN, LOCK_UNTIL, FENCE = "tok", "until", "fence"
 RUN_INDEX = "run_id"

@@ -27,7 +27,7 @@ from graphkeep.backends.dynamodb.encoding import (
     head_names,
     record_of,
     summary_of,
-    write_record_of,
+    writes_of,
 )
 from graphkeep.backends.dynamodb.items import (
     SK,
@@ -152,7 +152,7 @@ def complete(t: ExpiringTable, colls: list[Collection], now: float) -> Op[list[L
                     raise exc.at(replace(place, channel=ch)) from None
         try:
             record = record_of(names, summary, coll.head, fetched)
-            pending = [write_record_of(w, fetched) for w in writes]
+            pending = writes_of(writes, fetched)
         except CorruptData as exc:
             raise exc.at(place) from None
         loaded.append(Loaded(record, values, pending))
@@ -310,9 +310,9 @@ def chain(
             if t.ttl:
                 t.remember_blob(pk, sk, item, blobs[ident])
     writes = {
-        link.summary.checkpoint_id: [
-            write_record_of(w, fetched) for w in link.coll.writes if not hidden(w, now)
-        ]
+        link.summary.checkpoint_id: writes_of(
+            [w for w in link.coll.writes if not hidden(w, now)], fetched
+        )
         for link in walked.ancestors
     }
     found = Chain(walked.target.summary.checkpoint_id, summaries, writes, blobs)

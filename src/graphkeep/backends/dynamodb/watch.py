@@ -23,12 +23,14 @@ from graphkeep.backends.dynamodb import keys
 from graphkeep.backends.dynamodb.encoding import (
     CheckpointTable,
     collections_of,
+    group_indexes,
     head_names,
     names_of,
     summary_of,
 )
 from graphkeep.backends.dynamodb.items import (
     EXP,
+    GROUP,
     HEAD,
     RAW,
     SK,
@@ -190,9 +192,13 @@ def write_indexes(t: CheckpointTable, thread_id: str, ns: str, checkpoint_id: st
     projecting the sort key only (a health scan's interrupt check)."""
     pk, _ = t.thread_key(thread_id)
     begins = keys.head_sk(keys.part(ns)[0], keys.part(checkpoint_id)[0])
-    items = yield from query_all(t.query(pk, begins=begins, projection=[]))
-    parsed = [keys.parse_sk(s(item, SK)) for item in items]
-    return [p.idx for p in parsed if p.kind == "w"]
+    items = yield from query_all(t.query(pk, begins=begins, projection=[GROUP]))
+    found: list[int] = []
+    for item in items:
+        parsed = keys.parse_sk(s(item, SK))
+        if parsed.kind == "w":
+            found += [parsed.idx, *group_indexes(item)]
+    return found
 
 
 def checkpoint_keys(
@@ -206,7 +212,7 @@ def checkpoint_keys(
     pk, _ = t.thread_key(thread_id)
     ns_part = keys.part(ns)[0]
     first = keys.head_sk(ns_part, keys.part(checkpoint_id)[0])
-    projection = [RAW, VIS, EXP]
+    projection = [RAW, VIS, EXP, GROUP]
     if newer:
         params = t.query(pk, between=(first, keys.namespace_end(ns_part)), projection=projection)
     else:
@@ -219,7 +225,12 @@ def checkpoint_keys(
         cid = head_names(coll.head).checkpoint_id
         if cid < checkpoint_id or (cid != checkpoint_id and not newer):
             continue  # a shortened id sorts by its head only
-        indexes = tuple(keys.parse_sk(s(w, SK)).idx for w in coll.writes if not hidden(w, now))
+        indexes = tuple(
+            idx
+            for w in coll.writes
+            if not hidden(w, now)
+            for idx in (keys.parse_sk(s(w, SK)).idx, *group_indexes(w))
+        )
         found.append(CheckpointKeys(cid, indexes))
     found.sort(key=lambda k: k.checkpoint_id)
     return found

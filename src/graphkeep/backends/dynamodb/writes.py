@@ -1,32 +1,58 @@
 """The checkpoint port's writes: ``put_checkpoint`` and ``put_writes``.
 
-Requests (measured in the tests): ``put_checkpoint`` is 1 TransactWriteItems (new blobs + their
-chunks + TTL refreshes + the head, all or nothing) or a single PutItem when there is only the
-head. Over the transaction limits (100 items / 4 MB, i.e. values of several MB) chunks and
-blobs go first with BatchWriteItem and the head last, so readers still never see a head
-without its values. ``put_writes`` is 1 TransactWriteItems per 100 items; regular writes carry
-``attribute_not_exists(sk)`` and a failed condition means "already stored" (the group is
-dropped and the rest re-sent), special writes (idx < 0) replace.
+Unfenced writes use no transaction: the order of plain writes protects readers. A reader
+reaches a channel value only through a head that names it, and a chunk only through the
+owner item that names it, so ``put_checkpoint`` writes the new values and every chunk first
+(BatchWriteItem, 25 items a request, ``UnprocessedItems`` re-sent), then the TTL refreshes
+the new checkpoint needs, then the head (PutItem): 2 requests when there are values (1
+BatchWriteItem per 25 items beyond), 1 PutItem for the head alone, each item billed 1 WCU
+per KB instead of a transaction's 2. A process stopped between the values and the head
+leaves values no head names (``orphan_values`` in ``graphkeep check``, which ``--repair``
+deletes; chunks no owner names are not listed, DynamoDB's TTL or ``delete_thread`` removes
+them, and the thread's next put rewrites the same keys), never a head without its values
+(tests/test_dynamodb.py, a kill -9 between the two for every put shape). TTL refreshes stay
+conditional updates (``attribute_exists``: never resurrect a deleted item as a stub), which
+BatchWriteItem cannot send: one UpdateItem, or one TransactWriteItems per 100 when several
+are due (at most once per slack period per item, so rarely).
 
-Fenced (``fence``, a lease's fencing token: :func:`.locks.fence_guard`): every transaction
-carries a ``ConditionCheck`` on the lease item and the write fails with
-:class:`~graphkeep.errors.LeaseLost` once a newer token was granted. A put of the head alone
-is then a transaction of two actions (the head and the check) instead of a PutItem: the
-fence costs the transactional price, twice the head's write units plus two for the check,
-on fenced writes only; unfenced ones are sent exactly as before. Over the limits, chunk
+``put_writes``: special writes (idx < 0) replace, each its own item (a PutItem, or a
+BatchWriteItem when several). A task's regular writes insert once (LangGraph's contract: a
+second ``put_writes`` of the same task keeps the first), and all or none of them must be
+seen (LangGraph skips a task whose writes it finds, so half of them would lose the other
+half): they are **one item**, the task's write group, keyed as its lowest ``idx``, the other
+writes' records in its payload and their ``idx`` in ``wg`` (:func:`.encoding.write_records_of`
+reads them back), written with one PutItem conditioned on ``attribute_not_exists(sk)``. A
+conditional PutItem costs what a plain one does (1 WCU per KB); a failed condition means
+"already stored" and bills 1 WCU for the check. So a task's writes are 1 request and never
+a transaction, whatever their number (chunks of a group over 400 KB go first with
+BatchWriteItem, content-addressed; when the group turns out to be stored already with
+another digest, they are deleted again). Readers keep one record per (task, idx): a write
+both in a group and in an item of its own (two calls of one task whose first regular idx
+differ, which LangGraph does not make) reads as the one whose item sorts first.
+
+Fenced (``fence``, a lease's fencing token: :func:`.locks.fence_guard`): every write stays
+a transaction carrying a ``ConditionCheck`` on the lease item and fails with
+:class:`~graphkeep.errors.LeaseLost` once a newer token was granted; that costs the
+transactional price (twice each item's write units, plus the check), on fenced writes only.
+A put of the head alone is then a transaction of two actions instead of a PutItem, a
+task's writes the group and the check. Over the transaction limits (100 items / 4 MB), chunk
 items still go first with BatchWriteItem (their keys name their bytes' digest, so a late one
 rewrites the same bytes and is only ever read through an owner that names it), and the
 owner items, TTL refreshes and the head follow in as few fenced transactions as hold them,
 the head in the last. A refused write leaves nothing a reader sees: chunks no stored owner
-names (like a process killed before its head: DynamoDB's TTL or ``delete_thread`` removes
-them; ``graphkeep check`` does not list chunks), and, only when the owners took several
-transactions, values no checkpoint names (``orphan_values`` in ``graphkeep check``). They are
-not deleted on refusal: the lease's new holder may have written the same keys since.
-``put_writes`` over one transaction (100 items, 4 MB) is several, each fenced: a refusal in
-a later one leaves the writes of the earlier ones stored, written before the newer grant (as
-a process killed between them would), and those pending writes are seen by readers; a
-task's writes (LangGraph's ``put_writes`` of one task) are rarely that many.
-See docs/architecture.md.
+names, and, only when the owners took several transactions, values no checkpoint names
+(``orphan_values``). They are not deleted on refusal: the lease's new holder may have
+written the same keys since. ``put_writes`` of several tasks (an import) over one
+transaction is several, each fenced: a refusal in a later one leaves the earlier ones'
+tasks stored, written before the newer grant.
+
+Elsewhere on DynamoDB a transaction stays where a write needs a condition on several items
+or an atomic update: the store's put/delete batches (``created`` through ``if_not_exists``,
+"no chunks of another digest", the namespace list's entries: :mod:`graphkeep.backends.dynamodb`),
+an event log append (the run's sequence allocated by a conditional update of its meta item in
+the same write: :mod:`.events`), TTL re-arms (conditional updates) and fenced writes.
+Unfenced deletes are BatchWriteItem (:mod:`.deletes`), the node cache BatchWriteItem
+(:mod:`.cache`). See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -119,10 +145,18 @@ def _write_then_head(
     actions = [*puts, *updates, {"Put": {"TableName": t.table, "Item": head}}]
     owners = [*range(len(puts)), *update_owners, len(puts) + len(refresh)]
     sizes = [*map(size_of, body), *[REFRESH_BYTES] * len(updates), size_of(head)]
-    room = TRANSACT_MAX_ITEMS - (guard is not None)
-    if len(actions) <= room and sum(sizes) <= TRANSACT_MAX_BYTES:
+    if guard is None:
+        # Unfenced: no transaction. The values and every chunk first (BatchWriteItem), the
+        # TTL refreshes next, the head last (PutItem): a reader only reaches values through
+        # a head that names them, so it never finds the head without them; a process
+        # stopped in between leaves values no head names (``graphkeep check --repair``)
+        # that a retry rewrites under the same keys.
+        yield from batch_write(t.table, [{"PutRequest": {"Item": item}} for item in body])
+        failed = yield from transact_parts(updates, update_owners, [REFRESH_BYTES] * len(updates))
+        yield single({"Put": {"TableName": t.table, "Item": head}})
+    elif len(actions) < TRANSACT_MAX_ITEMS and sum(sizes) <= TRANSACT_MAX_BYTES:
         failed = yield from transact(actions, owners, guard)
-    elif guard is not None:
+    else:
         # Fenced, too big for one transaction: the chunks first (content-addressed, see the
         # module docstring), then everything else in fenced transactions, the head last
         chunked = [i for i, item in enumerate(body) if keys.parse_sk(s(item, SK)).kind == "k"]
@@ -131,17 +165,6 @@ def _write_then_head(
         failed = yield from transact_parts(
             [actions[i] for i in rest], [owners[i] for i in rest], [sizes[i] for i in rest], guard
         )
-    else:
-        # Too big for one transaction: values first, the head last, so a reader never
-        # finds the head without them (a failure in between leaves unreferenced values
-        # that a retry rewrites under the same keys).
-        yield from batch_write(t.table, [{"PutRequest": {"Item": item}} for item in body])
-        failed = {}
-        for start in range(0, len(updates), TRANSACT_MAX_ITEMS):
-            part = updates[start : start + TRANSACT_MAX_ITEMS]
-            part_owners = update_owners[start : start + TRANSACT_MAX_ITEMS]
-            failed.update((yield from transact(part, part_owners)))
-        yield single({"Put": {"TableName": t.table, "Item": head}})
     t.refreshed(refresh, failed, len(puts), now)
 
 
@@ -154,64 +177,70 @@ def put_writes(
     fence: int | None = None,
 ) -> Op[None]:
     guard = fence_guard(t, thread_id, fence)
-    room = TRANSACT_MAX_ITEMS - (guard is not None)
     now = t.clock()
     pk, _ = t.thread_key(thread_id)
     latest: dict[tuple[str, int], WriteRecord] = {}
-    for write in writes:  # one item per (task, idx): the last special write wins
+    for write in writes:  # one record per (task, idx): the last special write wins
         latest[(write.task_id, write.idx)] = write
-    encoded = [(w, t.write(thread_id, ns, checkpoint_id, w, now)) for w in latest.values()]
-    prewritten: dict[int, Encoded] = {}
-    batches: list[tuple[list[dict[str, Any]], list[int]]] = []
+    # special writes replace: an item each; a task's regular writes insert once: one item
+    # for all of them (its group, keyed as the lowest idx), written only if absent
+    plain = [t.write(thread_id, ns, checkpoint_id, w, now) for w in latest.values() if w.special]
+    tasks: dict[str, list[WriteRecord]] = {}
+    for write in sorted(latest.values(), key=lambda w: w.idx):
+        if not write.special:
+            tasks.setdefault(write.task_id, []).append(write)
+    once = [t.write(thread_id, ns, checkpoint_id, g[0], now, g[1:]) for g in tasks.values()]
     actions: list[dict[str, Any]] = []
     owners: list[int] = []
-    size = 0
-    for group, (write, enc) in enumerate(encoded):
+    sizes: list[int] = []
+    ahead: dict[int, Encoded] = {}  # groups whose chunks go first, with BatchWriteItem
+    for group, enc in enumerate([*plain, *once]):
         put: dict[str, Any] = {"TableName": t.table, "Item": enc.item}
-        if not write.special:
+        if group >= len(plain):
             put["ConditionExpression"] = "attribute_not_exists(#sk)"
             put["ExpressionAttributeNames"] = {"#sk": SK}
             put["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
         chunk_bytes = sum(size_of(c) for c in enc.chunks)
-        mine = [{"Put": {"TableName": t.table, "Item": c}} for c in enc.chunks]
-        if chunk_bytes > TRANSACT_MAX_BYTES // 2:
-            prewritten[group] = enc  # chunks go first with BatchWriteItem
-            mine = []
-            chunk_bytes = 0
-        mine.append({"Put": put})
-        mine_size = chunk_bytes + size_of(enc.item)
-        too_many = len(actions) + len(mine) > room
-        if actions and (too_many or size + mine_size > TRANSACT_MAX_BYTES):
-            batches.append((actions, owners))
-            actions, owners, size = [], [], 0
-        actions += mine
-        owners += [group] * len(mine)
-        size += mine_size
-    if actions:
-        batches.append((actions, owners))
-    if prewritten:
+        if enc.chunks and (guard is None or chunk_bytes > TRANSACT_MAX_BYTES // 2):
+            ahead[group] = enc
+        else:
+            actions += [{"Put": {"TableName": t.table, "Item": c}} for c in enc.chunks]
+            owners += [group] * len(enc.chunks)
+            sizes += [size_of(c) for c in enc.chunks]
+        actions.append({"Put": put})
+        owners.append(group)
+        sizes.append(size_of(enc.item))
+    if ahead:  # chunks are read only through an owner item that names them
         yield from batch_write(
-            t.table,
-            [{"PutRequest": {"Item": c}} for enc in prewritten.values() for c in enc.chunks],
+            t.table, [{"PutRequest": {"Item": c}} for enc in ahead.values() for c in enc.chunks]
         )
     failed: dict[int, Any] = {}
-    for batch_actions, batch_owners in batches:
+    if guard is None:
+        # Unfenced: no transaction. Replacing writes in one batch, then each task's group
+        # as one conditional PutItem (insert once, all of the task's writes or none)
+        if len(plain) > 1:
+            yield from batch_write(t.table, [{"PutRequest": {"Item": e.item}} for e in plain])
+        elif plain:
+            yield single(_own_put(actions, owners, 0))
+        for group in range(len(plain), len(plain) + len(once)):
+            failed.update((yield from transact([_own_put(actions, owners, group)], [group])))
+    else:
         # fenced: each transaction checks the lease (a refusal in a later one leaves the
         # earlier ones' writes stored: see the module docstring)
-        failed.update((yield from transact(batch_actions, batch_owners, guard)))
+        failed = yield from transact_parts(actions, owners, sizes, guard)
+    everything = [*plain, *once]
     stale = [
         sk
         for group, old in failed.items()
-        if group in prewritten
-        and (old is None or old.get(DIGEST) != prewritten[group].item[DIGEST])
-        for sk in prewritten[group].chunk_sks
+        if group in ahead and (old is None or old.get(DIGEST) != ahead[group].item[DIGEST])
+        for sk in ahead[group].chunk_sks
     ]
     if stale:  # our chunks of a regular write that was already stored differently
         yield from batch_write(t.table, [{"DeleteRequest": {"Key": key(pk, sk)}} for sk in stale])
     if t.ttl:
         exp = t.exp(now)
         known: dict[str, KnownItem] = {}
-        for group, (_write, enc) in enumerate(encoded):
+        for group, enc in enumerate(everything):
             if group in failed:
                 old = failed[group]
                 info = KnownItem(n(old, EXP), owner_chunks(old)) if old else KnownItem(0)
@@ -219,3 +248,8 @@ def put_writes(
                 info = KnownItem(exp, enc.chunk_sks)
             known[s(enc.item, SK)] = info
         t.known.add_writes(pk, ns, checkpoint_id, known)
+
+
+def _own_put(actions: list[dict[str, Any]], owners: list[int], group: int) -> dict[str, Any]:
+    """The owner item's Put of ``group`` (the last of its actions: its chunks come first)."""
+    return actions[len(owners) - 1 - owners[::-1].index(group)]
