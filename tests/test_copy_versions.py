@@ -20,9 +20,9 @@ from langchain_core.messages import HumanMessage
 from langgraph.types import Command
 from pymongo import MongoClient
 
-from graphkeep.cli.threads import CheckpointItem
 from graphkeep.cli.verify import verify_graph
-from graphkeep.cli.versions import plan_versions, string_ranks
+from graphkeep.moving.items import CheckpointItem
+from graphkeep.moving.versions import plan_versions, string_ranks
 
 from .cli_runs import gk
 from .conftest import MONGODB_URI
