@@ -61,9 +61,13 @@ from graphkeep.moving.items import (
 from graphkeep.moving.versions import VersionPlan, plan_versions, version_kind
 from graphkeep.moving.writing import put_args, writes_args
 from graphkeep.port import codec
+from graphkeep.port.fence import fence_of
 
 #: ``(source thread, destination thread) -> differences`` read through the app's graph
 GraphCheck = Callable[[str, str], list[str]]
+
+#: the lease a copy holds on each destination thread (a graphkeep destination)
+COPY_LEASE_TTL = 600.0
 
 BATCH_BYTES = 4 * 1024 * 1024
 BATCH_ITEMS = 500
@@ -85,6 +89,9 @@ class ThreadCopy:
     list_elements: int | None = None
     verified: bool | None = None
     problems: list[str] = field(default_factory=list)
+    #: the destination had settled the thread (moved by ``fallback=``, or deleted there since):
+    #: nothing copied
+    settled: bool = False
 
 
 def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -145,11 +152,21 @@ def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 except Exception as exc:  # the app's graph may fail to read either side
                     return [f"--graph could not read the thread: {type(exc).__name__}: {exc}"]
 
-        def copy_thread(thread_id: str) -> ThreadCopy | None:
-            target = args.rename_to or thread_id
+        def copy_one(thread_id: str, target: str) -> ThreadCopy | None:
             if isinstance(src, Native) and isinstance(dst, Native):
                 return _copy_native(src, dst, thread_id, target, args, err)
             return _copy_generic(src, dst, thread_id, target, args, err, graph_check)
+
+        def copy_thread(thread_id: str) -> ThreadCopy | None:
+            target = args.rename_to or thread_id
+            if not isinstance(dst, Native):
+                return copy_one(thread_id, target)
+            # beside a live switch (fallback=): under the thread's lease, as the app's move
+            # is, and never into a thread the destination settled (moved, or deleted since)
+            with dst.saver.lock(target, ttl=COPY_LEASE_TTL):
+                if dst.call(dst.saver.port.is_settled(target)):
+                    return ThreadCopy(thread_id, target, settled=True)
+                return copy_one(thread_id, target)
 
         results, missing = each_thread("copy", args, src, copy_thread, err)
         src_label, dst_label = src.label, dst.label
@@ -173,6 +190,9 @@ def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             blobs = "" if r.blobs is None else f", {r.blobs} blob(s)"
             if r.list_elements:
                 blobs += f", {r.list_elements} list element(s)"
+            if r.settled:
+                out.write(f"{name}: moved already by a live switch (or deleted there): skipped\n")
+                continue
             state = {True: "verified", False: "VERIFY FAILED", None: "not verified"}[r.verified]
             out.write(
                 f"{name}: {r.checkpoints_copied} checkpoint(s) copied,"
@@ -254,7 +274,7 @@ def _import(
     total = sum(size for _, size in batches)
     with Progress(f"  {target}", total, stream=err, enabled=args.progress, unit="B") as progress:
         for batch, size in batches:
-            dst.call(dst.saver.port.import_thread(target, batch))
+            dst.call(dst.saver.port.import_thread(target, batch, fence_of(target)))
             progress.advance(size)
 
 
