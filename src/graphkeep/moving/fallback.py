@@ -74,7 +74,7 @@ class Mover:
         self.source = source
         self.lease_ttl = lease_ttl
         self.known: set[str] = set()
-        #: what this process moved: threads, checkpoints (for health and the tests)
+        #: what this process copied: threads (those it wrote a checkpoint of), checkpoints
         self.moved_threads = 0
         self.moved_checkpoints = 0
 
@@ -168,7 +168,7 @@ class Mover:
             problems = yield from self._verify(saver, thread_id, items, tuples, plan)
             if problems:
                 raise MoveFailed(thread_id, problems)
-            self.moved_threads += 1
+            self.moved_threads += 1 if copied else 0
             self.moved_checkpoints += copied
 
     def _verify(
