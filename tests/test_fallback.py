@@ -440,3 +440,31 @@ def test_health_counts_the_threads_still_only_in_the_fallback(url: str, tmp_path
     health = gk("health", url, "--key-prefix", prefix, "--fallback", source)
     assert health.code == 0, health
     assert "fallback: 1 of 3 thread(s)" in health.out and "unmoved: c" in health.out
+
+
+def test_agent_servers_checkpointer_reads_through_graphkeep_fallback_url(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``GRAPHKEEP_FALLBACK_URL``: graphkeep.server's checkpointer moves a thread on first use."""
+    from graphkeep.server import checkpointer
+
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(str(path), check_same_thread=False)
+    try:
+        graph = chat_builder().compile(checkpointer=SqliteSaver(conn))
+        graph.invoke(ask("hello"), config("t"))
+        before = history(graph, "t")
+    finally:
+        conn.close()
+    prefix = unique_prefix("fbs")
+    monkeypatch.setenv("GRAPHKEEP_URL", url)
+    monkeypatch.setenv("GRAPHKEEP_KEY_PREFIX", prefix)
+    monkeypatch.setenv("GRAPHKEEP_FALLBACK_URL", f"sqlite:///{path}")
+
+    async def body() -> list[Any]:
+        async with checkpointer() as saver:
+            return await ahistory(chat_builder().compile(checkpointer=saver), "t")
+
+    assert asyncio.run(body()) == before
+    with connected(url, prefix, None) as plain:
+        assert len(list(plain.list(config("t")))) == len(before)
