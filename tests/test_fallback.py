@@ -468,3 +468,28 @@ def test_agent_servers_checkpointer_reads_through_graphkeep_fallback_url(
     assert asyncio.run(body()) == before
     with connected(url, prefix, None) as plain:
         assert len(list(plain.list(config("t")))) == len(before)
+
+
+def test_an_exclusive_runs_first_read_moves_the_thread_under_the_runs_lease(
+    url: str, mode: str, mongo_url: str
+) -> None:
+    """``saver.exclusive(graph)``: the move runs under the lease the run takes with its first
+    read (no second lease, no wait on itself), and the run goes on under it."""
+    prefix = unique_prefix("fbx")
+    with mongodb_saver(mongo_url) as old:
+        before = write_source(chat_builder().compile(checkpointer=old))
+
+        def sync_body() -> Any:
+            with connected(url, prefix, old) as saver:
+                graph = saver.exclusive(chat_builder().compile(checkpointer=saver), timeout=20)
+                return graph.invoke(Command(resume="ok"), config("approve"))
+
+        async def async_body() -> Any:
+            async with graphkeep.aconnect(url, key_prefix=prefix, fallback=old) as saver:
+                graph = saver.exclusive(chat_builder().compile(checkpointer=saver), timeout=20)
+                return await graph.ainvoke(Command(resume="ok"), config("approve"))
+
+        ended = run(mode, sync_body, async_body)
+        assert ended["approved"] == "ok after 4 message(s)"
+        with connected(url, prefix, None) as plain:
+            assert len(list(plain.list(config("approve")))) == len(before["approve"]) + 1
