@@ -31,8 +31,9 @@ before the copy is declared failed.
 from __future__ import annotations
 
 import argparse
+import threading
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TextIO
 
@@ -66,8 +67,9 @@ from graphkeep.port.fence import fence_of
 #: ``(source thread, destination thread) -> differences`` read through the app's graph
 GraphCheck = Callable[[str, str], list[str]]
 
-#: the lease a copy holds on each destination thread (a graphkeep destination)
-COPY_LEASE_TTL = 600.0
+#: the lease a copy holds on each destination thread (a graphkeep destination), renewed every
+#: third of it while the thread is copied: a copy killed midway holds the thread this long
+COPY_LEASE_TTL = 30.0
 
 BATCH_BYTES = 4 * 1024 * 1024
 BATCH_ITEMS = 500
@@ -92,6 +94,27 @@ class ThreadCopy:
     #: the destination had settled the thread (moved by ``fallback=``, or deleted there since):
     #: nothing copied
     settled: bool = False
+
+
+@contextmanager
+def renewed_lease(saver: Any, thread_id: str, ttl: float) -> Iterator[None]:
+    """``saver.lock(thread_id)`` for the block, renewed by a thread of its own every ``ttl / 3``
+    (a copy's writes carry its fencing token: once the lease is lost they are refused)."""
+    with saver.lock(thread_id, ttl=ttl) as lock:
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(ttl / 3):
+                if not lock.extend():
+                    return
+
+        renewer = threading.Thread(target=renew, name=f"lease {thread_id}", daemon=True)
+        renewer.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            renewer.join()
 
 
 def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -163,7 +186,7 @@ def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 return copy_one(thread_id, target)
             # beside a live switch (fallback=): under the thread's lease, as the app's move
             # is, and never into a thread the destination settled (moved, or deleted since)
-            with dst.saver.lock(target, ttl=COPY_LEASE_TTL):
+            with renewed_lease(dst.saver, target, COPY_LEASE_TTL):
                 if dst.call(dst.saver.port.is_settled(target)):
                     return ThreadCopy(thread_id, target, settled=True)
                 return copy_one(thread_id, target)
