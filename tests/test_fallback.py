@@ -32,7 +32,7 @@ import graphkeep
 from graphkeep.errors import ConfigurationError
 
 from .cli_runs import gk
-from .conftest import MONGODB_URI, unique_prefix
+from .conftest import MONGODB_URI, postgres_saver, unique_prefix
 from .copy_savers import chat_builder, mongodb_saver
 from .test_cli import BACKEND_PARAMS
 
@@ -493,3 +493,17 @@ def test_an_exclusive_runs_first_read_moves_the_thread_under_the_runs_lease(
         assert ended["approved"] == "ok after 4 message(s)"
         with connected(url, prefix, None) as plain:
             assert len(list(plain.list(config("approve")))) == len(before["approve"]) + 1
+
+
+def test_a_postgresql_url_fallback_moves_the_thread(url: str, postgres_url: str) -> None:
+    """``fallback="postgresql://…"``: LangGraph's PostgresSaver, opened by graphkeep, read only."""
+    with postgres_saver(postgres_url) as old:
+        old.setup()
+        graph = chat_builder().compile(checkpointer=old)
+        graph.invoke(ask("hello"), config("pg"))
+        graph.invoke(ask("please approve it"), config("pg"))
+        before = history(graph, "pg")
+    prefix = unique_prefix("fbp")
+    with connected(url, prefix, postgres_url) as saver:
+        assert history(chat_builder().compile(checkpointer=saver), "pg") == before
+        assert saver.fallback.moved_checkpoints == len(before)
