@@ -104,6 +104,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture
+def mongo_url() -> Iterator[str]:
+    """A fresh database for LangGraph's MongoDBSaver (tests/copy_savers.py), dropped afterwards."""
+    name = f"gk_mdb_{uuid.uuid4().hex[:10]}"
+    yield f"{MONGODB_URI.rstrip('/')}/{name}"
+    from pymongo import MongoClient
+
+    client: MongoClient[Any] = MongoClient(MONGODB_URI)
+    try:
+        client.drop_database(name)
+    finally:
+        client.close()
+
+
+@pytest.fixture
 def postgres_url() -> Iterator[str]:
     """A URL of the ./dev PostgreSQL whose ``search_path`` is a fresh schema, dropped after
     the test: PostgresSaver's tables (unqualified names) and graphkeep's queries land there."""

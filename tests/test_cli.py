@@ -41,8 +41,7 @@ from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, element_blob_keys, is_ma
 from graphkeep.checkpoint.records import BlobRecord, ThreadDump, Typed
 from graphkeep.cli import show_thread
 from graphkeep.cli.console import Progress, parse_duration, parse_size, uuid6_time
-from graphkeep.cli.copy import task_batches
-from graphkeep.cli.threads import WriteItem
+from graphkeep.moving.items import WriteItem, task_batches
 
 from .cli_runs import Result, gk
 from .conftest import unique_prefix

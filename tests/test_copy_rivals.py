@@ -456,7 +456,7 @@ def test_write_rows_carry_task_path_and_idx_where_the_rival_stores_them(rival: R
     """Writes come out in LangGraph's ``writes_sort_key`` order with their stored ``idx`` and,
     where the saver keeps it (all but plainredis), their ``task_path``."""
     from graphkeep.cli.endpoints import open_endpoint
-    from graphkeep.cli.threads import foreign_items
+    from graphkeep.moving.items import foreign_items
 
     with rival.saver() as source:
         fan_out_graph(source).invoke({"items": ["a", "b"], "results": []}, config("w"))

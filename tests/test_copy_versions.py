@@ -11,18 +11,15 @@ whose messages are a DeltaChannel (tests/test_cli.py's).
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.types import Command
-from pymongo import MongoClient
 
-from graphkeep.cli.threads import CheckpointItem
 from graphkeep.cli.verify import verify_graph
-from graphkeep.cli.versions import plan_versions, string_ranks
+from graphkeep.moving.items import CheckpointItem
+from graphkeep.moving.versions import plan_versions, string_ranks
 
 from .cli_runs import gk
 from .conftest import MONGODB_URI
@@ -42,18 +39,6 @@ COMPILED_GRAPH = "tests.copy_savers:compiled"
 @pytest.fixture(params=BACKEND_PARAMS)
 def store(request: pytest.FixtureRequest) -> Store:
     return Store(request.param, unique_prefix("copyv"))
-
-
-@pytest.fixture
-def mongo_url() -> Iterator[str]:
-    """A fresh database for LangGraph's MongoDBSaver, dropped afterwards."""
-    name = f"gk_copyv_{uuid.uuid4().hex[:10]}"
-    yield f"{MONGODB_URI.rstrip('/')}/{name}"
-    client: MongoClient[Any] = MongoClient(MONGODB_URI)
-    try:
-        client.drop_database(name)
-    finally:
-        client.close()
 
 
 def config(thread_id: str, checkpoint_id: str | None = None) -> Any:

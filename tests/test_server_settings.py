@@ -38,6 +38,15 @@ def test_graphkeep_url_alone_opens_with_defaults() -> None:
     assert store_settings({"GRAPHKEEP_URL": URL}) == (URL, {})
 
 
+def test_fallback_url_reaches_aconnect() -> None:
+    environ = {"GRAPHKEEP_URL": URL, "GRAPHKEEP_FALLBACK_URL": "sqlite:///old.db"}
+    assert checkpointer_settings(environ) == (URL, {"fallback": "sqlite:///old.db"})
+    with pytest.raises(ConfigurationError, match="GRAPHKEEP_FALLBACK_URL must be a URL"):
+        checkpointer_settings({**environ, "GRAPHKEEP_FALLBACK_URL": "old.db"})
+    with pytest.raises(ConfigurationError, match="fallback is given both"):
+        checkpointer_settings({**environ, "GRAPHKEEP_OPTIONS": '{"fallback": "sqlite:///x.db"}'})
+
+
 def test_store_url_and_key_prefix() -> None:
     environ = {
         "GRAPHKEEP_URL": URL,

@@ -21,6 +21,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from graphkeep.effects.port import LEDGER_OPTIONS
 from graphkeep.errors import ConfigurationError, mask_url
 from graphkeep.hot import hot_layer  # noqa: F401 - registers the layer hot= makes
+from graphkeep.moving import sources
 from graphkeep.port.telemetry import check_telemetry
 from graphkeep.port.urls import VALKEY_SCHEMES
 
@@ -81,7 +82,7 @@ POOL_OPTIONS = frozenset({"max_connections", "pool_timeout"})
 COMMON_KIND_OPTIONS: dict[str, frozenset[str]] = {
     "checkpoint": POOL_OPTIONS
     | frozenset(
-        {"serde", "ttl", "refresh_ttl_on_read", "key_prefix", "setup", "max_id_bytes"}
+        {"serde", "ttl", "refresh_ttl_on_read", "key_prefix", "setup", "max_id_bytes", "fallback"}
         | {"share_lists", "telemetry", "schema_version", "migrations", "encryption"}
     ),
     "store": POOL_OPTIONS
@@ -207,18 +208,40 @@ def _opened(url: str, product: str, is_async: bool, options: dict[str, Any]) -> 
     return class_for(url, product, is_async=is_async, options=options).from_url(url, **options)
 
 
+def _same_url(url: str, options: dict[str, Any]) -> None:
+    """``fallback=`` naming ``url`` itself (and the same key prefix): refused before any
+    connection (an instance, or another spelling of the same store, is found once open)."""
+    fallback = options.get("fallback")
+    if isinstance(fallback, str) and fallback.rstrip("/") == url.rstrip("/"):
+        raise ConfigurationError(
+            f"fallback= names the store the saver is on ({mask_url(url)}): give the old saver's"
+        )
+
+
+def _fallback_saver(url: str) -> AbstractContextManager[Any]:
+    """A graphkeep URL given as ``fallback=``: its saver, opened without setup (never written)."""
+    return connect(url, setup=False)
+
+
+sources.register(_fallback_saver)
+
+
 def connect(url: str, **options: Any) -> AbstractContextManager[Any]:
     """``with connect(url) as saver``: a ready sync saver for ``url`` (schema created unless
     ``setup=False``); ``hot="redis://…"`` (and ``hot_ttl``) puts Redis in front of it as its
     hot layer (:func:`graphkeep.hot_layer`); ``encryption=`` (a
     :class:`graphkeep.encryption.KeyRing`) seals every record at its place and refuses at read
-    what is not sealed there (not with ``hot=``)."""
+    what is not sealed there (not with ``hot=``); ``fallback=SOURCE`` (a URL or a saver) moves
+    each thread from the saver the app used before on its first use (the live switch:
+    :mod:`graphkeep.moving.fallback`, docs/migrate.md)."""
+    _same_url(url, options)
     return cast(AbstractContextManager[Any], _opened(url, "checkpoint", False, options))
 
 
 def aconnect(url: str, **options: Any) -> AbstractAsyncContextManager[Any]:
     """``async with aconnect(url) as saver``: a ready async saver for ``url`` (schema created
-    unless ``setup=False``); ``hot="redis://…"`` as for :func:`connect`."""
+    unless ``setup=False``); ``hot="redis://…"`` and ``fallback=`` as for :func:`connect`."""
+    _same_url(url, options)
     return cast(AbstractAsyncContextManager[Any], _opened(url, "checkpoint", True, options))
 
 

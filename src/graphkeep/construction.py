@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 from graphkeep.cache.shells import AsyncCache, SyncCache
+from graphkeep.checkpoint.fallback import awith_fallback, fallback_option, with_fallback
 from graphkeep.checkpoint.hot import alayered, hot_options, layered
 from graphkeep.checkpoint.saver import AsyncSaver, SaverBase, SyncSaver
 from graphkeep.effects.ledger import AsyncLedger, SyncLedger
@@ -127,6 +128,7 @@ class Opened(Generic[P]):
     def __init__(self, cls: type[P], opening: Opening, setup: bool, options: dict[str, Any]):
         self.cls, self.opening, self.setup, self.options = cls, opening, setup, options
         self.hot = hot_options(options) if issubclass(cls, SaverBase) else None
+        self.fallback = fallback_option(options) if issubclass(cls, SaverBase) else None
         self.stack: Any = None
 
     def _made(self, client: Any) -> P:
@@ -153,6 +155,7 @@ class Opened(Generic[P]):
                 stack.callback(built.close)
             if self.setup:
                 cast(Any, built).setup()
+            built = stack.enter_context(with_fallback(built, self.fallback))
             if self.hot is not None:
                 built = stack.enter_context(layered(built, *self.hot))
             self.stack = stack.pop_all()
@@ -172,6 +175,7 @@ class Opened(Generic[P]):
             if self.setup:
                 prepare = built.asetup if isinstance(built, AsyncSaver) else cast(Any, built).setup
                 await prepare()
+            built = await stack.enter_async_context(awith_fallback(built, self.fallback))
             if self.hot is not None:
                 built = await stack.enter_async_context(alayered(built, *self.hot))
             self.stack = stack.pop_all()

@@ -111,6 +111,21 @@ class LeaseLost(GraphkeepError):
         return (type(self), (self.thread_id, self.token, self.newer))
 
 
+class MoveFailed(GraphkeepError):
+    """A thread read through ``fallback=`` did not arrive here as the fallback holds it (a
+    checkpoint already here that differs, one the fallback cannot read): nothing is served
+    from it until that is fixed; the thread stays unsettled and the fallback untouched.
+    ``thread_id`` names it, ``problems`` what differs (one line each, no values)."""
+
+    def __init__(self, thread_id: str, problems: list[str]) -> None:
+        self.thread_id = thread_id
+        self.problems = problems
+        shown = "; ".join(problems[:3]) + (
+            f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        )
+        super().__init__(f"thread {thread_id!r} could not be moved from the fallback: {shown}")
+
+
 class SetupTimeout(GraphkeepError, TimeoutError):
     """``setup()`` waited its bound for another process to finish creating the schema
     (MongoDB: a collection's setup lease stayed held and its indexes missing)."""

@@ -45,6 +45,8 @@ VARIABLES: dict[str, str] = {
     "GRAPHKEEP_TTL": "the checkpointer's native ttl in seconds (default: langgraph.json's"
     " checkpointer.ttl.default_ttl, else none)",
     "GRAPHKEEP_OPTIONS": "more graphkeep.aconnect options, as a JSON object",
+    "GRAPHKEEP_FALLBACK_URL": "the saver the app used before (a live switch: each thread moved"
+    " from it on first use; docs/migrate.md), e.g. sqlite:///old.db",
     "GRAPHKEEP_STORE_OPTIONS": "more graphkeep.aconnect_store options, as a JSON object",
     "LANGGRAPH_AES_KEY": "LangGraph's AES key (16, 24 or 32 bytes): checkpoints are encrypted"
     " with EncryptedSerializer.from_pycryptodome_aes",
@@ -100,6 +102,14 @@ def checkpointer_settings(environ: Mapping[str, str]) -> tuple[str, dict[str, An
         options["serde"] = serde
     if environ.get(KEYS_ENV, "").strip():
         options["encryption"] = KeyRing.from_env(environ=environ)
+    fallback = environ.get("GRAPHKEEP_FALLBACK_URL", "").strip()
+    if fallback:
+        _no_clash(options, "fallback", "GRAPHKEEP_OPTIONS", "GRAPHKEEP_FALLBACK_URL")
+        if "://" not in fallback:
+            raise ConfigurationError(
+                f"GRAPHKEEP_FALLBACK_URL must be a URL (scheme://…), got {mask_url(fallback)}"
+            )
+        options["fallback"] = fallback
     _known(url, "checkpoint", options, "GRAPHKEEP_OPTIONS")
     return url, options
 

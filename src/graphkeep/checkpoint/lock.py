@@ -196,6 +196,14 @@ class ThreadLock:
             raise LockNotAcquired(f"the lease on thread {self.thread_id!r} was never taken")
         hold(self.thread_id, self.fence)
 
+    def extend_op(self, ttl: float | None = None) -> Op[bool]:
+        """The op renewing the lease (see :meth:`extend`)."""
+        return (yield from self._extend(ttl))
+
+    def let_go(self) -> None:
+        """Stop carrying the lease's token (after :meth:`release_op` run by an op of its own)."""
+        self._let_go()
+
     def _let_go(self) -> None:
         self.held = False
         drop(self.thread_id)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from graphkeep.checkpoint.check import plan_problems
+from graphkeep.checkpoint.fallback import before_delete, first_use
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, element_blob_keys, is_manifest
 from graphkeep.checkpoint.lock import ThreadLock
 from graphkeep.checkpoint.port import CheckpointPort
@@ -35,6 +36,7 @@ def delete_thread_op(saver: SaverBase, thread_id: Any) -> Op[None]:
     """The op of ``delete_thread``: the thread's records, and those other products keep
     with it (:attr:`~graphkeep.checkpoint.saver.SaverBase.thread_scoped`)."""
     thread = saver.check_thread_id(thread_id)
+    yield from before_delete(saver, thread)  # fallback=: never read from it again
     saver.lists.forget(thread)
     yield from saver.port.delete_thread(thread, fence_of(thread))
     yield from _delete_scoped(saver, thread)
@@ -64,6 +66,8 @@ def copy_thread_op(saver: SaverBase, source_thread_id: Any, target_thread_id: An
     target = saver.check_thread_id(target_thread_id)
     if source == target:
         return
+    yield from first_use(saver, source)
+    yield from first_use(saver, target)
     dump = yield from saver.port.export_thread(source)
     if dump:
         yield from saver.port.import_thread(target, dump, fence_of(target))
@@ -82,6 +86,8 @@ def prune_op(saver: SaverBase, thread_ids: Sequence[str], strategy: str) -> Op[N
     if strategy not in PRUNE_STRATEGIES:
         raise ValueError(f"unknown prune strategy {strategy!r}; use one of {PRUNE_STRATEGIES}")
     threads = list(dict.fromkeys(saver.check_thread_id(t) for t in thread_ids))
+    for thread_id in threads:  # fallback=: deleted ones settled, the others moved first
+        yield from (before_delete if strategy == "delete" else first_use)(saver, thread_id)
 
     def delete(fences: Fences) -> Op[None]:
         for thread_id in threads:

@@ -249,6 +249,17 @@ class CheckpointPort(Protocol):
             return 0, None
         return fence, (yield from self.load(thread_id, ns, checkpoint_id))
 
+    def is_settled(self, thread_id: str) -> Op[bool]:
+        """Whether the thread is *settled*: a fallback saver (``fallback=``) is never read for
+        it again — moved from it, found absent there, or deleted here. The mark is kept apart
+        from the thread's data (``delete_thread``, ``prune`` and TTL leave it) and only ever
+        set (:mod:`graphkeep.moving.fallback`)."""
+        ...
+
+    def settle(self, thread_id: str) -> Op[None]:
+        """Mark the thread settled (idempotent; see :meth:`is_settled`)."""
+        ...
+
     def release_lock(self, thread_id: str, token: str) -> Op[bool]:
         """Free the lease only if ``token`` still holds it; True when released."""
         ...

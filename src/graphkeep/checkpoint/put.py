@@ -15,6 +15,7 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 
+from graphkeep.checkpoint.fallback import first_use
 from graphkeep.checkpoint.ids import address, check_name, normalize_checkpoint_id, version_key
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, SharedList
 from graphkeep.checkpoint.lock import write_fence
@@ -40,6 +41,7 @@ def put_op(
     checkpoint_id = normalize_checkpoint_id(checkpoint.get("id"), max_bytes=saver.max_id_bytes)
     if checkpoint_id is None:
         raise InvalidInput("checkpoint['id'] must be a non-empty string")
+    yield from first_use(saver, thread_id)  # fallback=: a thread not moved yet moves first
     values: dict[str, Any] = dict(checkpoint.get("channel_values") or {})
     versions = {
         _channel(ch): version_key(v) for ch, v in (checkpoint.get("channel_versions") or {}).items()
@@ -167,6 +169,7 @@ def put_writes_op(
         raise InvalidInput("put_writes needs config['configurable']['checkpoint_id']")
     check_name(task_id, "task_id", max_bytes=saver.max_id_bytes)
     check_name(task_path or "", "task_path", max_bytes=64 * 1024)
+    yield from first_use(saver, thread_id)
     records = [
         WriteRecord(
             task_id=task_id,

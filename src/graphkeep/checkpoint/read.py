@@ -16,6 +16,7 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 
+from graphkeep.checkpoint.fallback import first_use, hidden_here, listed_elsewhere
 from graphkeep.checkpoint.filters import check_filter, matches
 from graphkeep.checkpoint.ids import (
     address,
@@ -41,6 +42,7 @@ LIST_PAGE_SIZE = 100
 def get_tuple_op(saver: SaverBase, config: RunnableConfig) -> Op[CheckpointTuple | None]:
     """The op of ``get_tuple``: ``config``'s checkpoint (the latest without an id), or None."""
     thread_id, ns, checkpoint_id = address(config, max_bytes=saver.max_id_bytes)
+    yield from first_use(saver, thread_id)  # fallback=: moved here first
     lease = taken_with_read(saver, thread_id)  # an exclusive run's first read takes its lease
     try:
         if lease is not None:
@@ -61,6 +63,7 @@ def newest_page_op(
     """The thread's newest ``limit`` checkpoints in ``ns`` (ids below ``before``), newest
     first, from one ``list`` page (see :meth:`~graphkeep.checkpoint.saver.SaverBase.newest_op`)."""
     query = ListQuery(thread_id, ns, None, before, {}, limit)
+    yield from first_use(saver, thread_id)
     try:
         items, _ = yield from saver.port.list_page(query, None, limit)
         yield from _expand(saver.port, items)
@@ -89,6 +92,8 @@ def list_op(
     before_id = normalize_checkpoint_id(configurable(before).get("checkpoint_id"))
     if limit is not None and limit <= 0:
         return
+    if thread_id is not None:
+        yield from first_use(saver, thread_id)
     query = ListQuery(thread_id, ns, checkpoint_id, before_id, checked, limit)
     page_size = LIST_PAGE_SIZE if checked or limit is None else min(limit, LIST_PAGE_SIZE)
     remaining = limit
@@ -106,13 +111,18 @@ def list_op(
                 raise exc.at(replace(_place(item.record), part="metadata")) from None
             if checked and not matches(metadata, checked):
                 continue
+            if thread_id is None and (yield from hidden_here(saver, item.record.thread_id)):
+                continue  # fallback=: an unsettled thread is listed from the fallback
             yield Emit(to_tuple(saver, item, metadata))
             if remaining is not None:
                 remaining -= 1
                 if remaining <= 0:
                     return
         if cursor is None:
-            return
+            break
+    if thread_id is None:  # fallback=: and the threads still only there
+        for found in (yield from listed_elsewhere(saver, checked, remaining)):
+            yield Emit(found)
 
 
 def delta_history_op(
@@ -123,6 +133,7 @@ def delta_history_op(
     if not channels:
         return {}
     thread_id, ns, checkpoint_id = address(config, max_bytes=saver.max_id_bytes)
+    yield from first_use(saver, thread_id)
     wanted = list(dict.fromkeys(channels))
     # stored name -> (requested channel, the older name it is): a channel a migration
     # renamed is read under its older names too (ancestors written before the rename)

@@ -25,6 +25,7 @@ from langgraph.checkpoint.base import (
 )
 
 from graphkeep.checkpoint.exclusive import DEFAULT_TTL, Exclusive
+from graphkeep.checkpoint.fallback import Fallback
 from graphkeep.checkpoint.ids import (
     DEFAULT_MAX_ID_BYTES,
     checkpoint_config,
@@ -135,6 +136,8 @@ class SaverBase(BaseCheckpointSaver[str]):
         #: the effect ledger on this saver's connection, serializer and key prefix
         #: (:mod:`graphkeep.effects`), set by the backend; None where there is none
         self.effects: Any = None
+        #: the read-through mover of ``fallback=`` (:mod:`.fallback`); None without one
+        self.fallback: Fallback | None = None
 
     def with_effects(self, port: ThreadScoped, ledger: Any) -> None:
         """Give this saver an effect ledger (``saver.effects``) whose records (``port``'s)

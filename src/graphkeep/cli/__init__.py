@@ -37,9 +37,9 @@ def show_thread(
     4 unknown thread.
     """
     from graphkeep.cli.app import describe, exit_code
-    from graphkeep.cli.decode import inspection_serde
     from graphkeep.cli.endpoints import open_endpoint
     from graphkeep.cli.inspection import write_thread_report
+    from graphkeep.moving.decode import inspection_serde
 
     stream = out if out is not None else sys.stdout
     try:

@@ -20,8 +20,8 @@ from graphkeep.cli.arguments import (
     size,
 )
 from graphkeep.cli.console import EXIT_ERROR, EXIT_USAGE, MASK, CliError, mask
-from graphkeep.cli.decode import EncryptedValueError
 from graphkeep.errors import ConfigurationError, GraphkeepError, InvalidInput, StorageUnavailable
+from graphkeep.moving.decode import EncryptedValueError
 
 DESCRIPTION = """\
 Inspect, dump, prune, copy, materialize, migrate and size the checkpoints

@@ -41,11 +41,11 @@ from graphkeep.cli.console import (
     parse_duration,
     print_json,
 )
-from graphkeep.cli.decode import AES_KEY_ENV
 from graphkeep.cli.endpoints import Native, is_foreign, open_endpoint, refuse_rival
 from graphkeep.cli.foreign_check import open_saver_source
 from graphkeep.cli.health import Unreachable
 from graphkeep.errors import StorageUnavailable
+from graphkeep.moving.decode import AES_KEY_ENV
 
 #: how long a thread must have been left alone before ``--repair`` touches it (default)
 DEFAULT_GRACE = "10m"

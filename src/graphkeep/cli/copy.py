@@ -9,12 +9,12 @@ pair (LangGraph's SQLite / Postgres savers on either side) goes through the
 public saver API: oldest checkpoint first, its writes (``put_writes`` per task)
 and then the checkpoint (``put`` with its parent's config, ``new_versions`` =
 channels whose version changed since the parent), with values loaded by
-:class:`~graphkeep.cli.decode.LosslessSerde` so that classes this machine lacks
+:class:`~graphkeep.moving.decode.LosslessSerde` so that classes this machine lacks
 are copied byte for byte; a shared list is rebuilt from its elements on the way
 out and shared again by a graphkeep destination on the way in.
 
 The saver-API path translates channel versions into the kind the destination
-steps from (:mod:`graphkeep.cli.versions`: LangGraph's default integers <->
+steps from (:mod:`graphkeep.moving.versions`: LangGraph's default integers <->
 graphkeep's strings), and any LangGraph saver can be either side with
 ``--source-saver`` / ``--dest-saver`` (:mod:`graphkeep.cli.custom`).
 
@@ -31,12 +31,11 @@ before the copy is declared failed.
 from __future__ import annotations
 
 import argparse
+import threading
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TextIO
-
-from langgraph.checkpoint.base import WRITES_IDX_MAP
 
 from graphkeep.checkpoint.lists import is_manifest, manifest_keys
 from graphkeep.checkpoint.records import (
@@ -48,27 +47,29 @@ from graphkeep.checkpoint.records import (
 from graphkeep.cli.batch import batch_exit, each_thread, report_not_found
 from graphkeep.cli.console import Progress, UsageError, print_json
 from graphkeep.cli.custom import load_factory, open_side
-from graphkeep.cli.decode import EncryptedValueError, LosslessSerde
 from graphkeep.cli.endpoints import Endpoint, Native, copy_key_prefixes, is_foreign
-from graphkeep.cli.threads import (
+from graphkeep.cli.threads import dump_elements, export, is_element, native_items
+from graphkeep.cli.verify import capped, load_app_graph, verify_graph, verify_thread
+from graphkeep.errors import StorageUnavailable
+from graphkeep.moving.decode import EncryptedValueError, LosslessSerde
+from graphkeep.moving.items import (
     CheckpointItem,
-    WriteItem,
-    dump_elements,
-    export,
+    fingerprint,
     foreign_items,
-    is_element,
-    native_items,
+    oldest_first,
     thread_config,
 )
-from graphkeep.cli.verify import capped, load_app_graph, verify_graph, verify_thread
-from graphkeep.cli.versions import VersionPlan, plan_versions, version_kind
-from graphkeep.errors import StorageUnavailable
+from graphkeep.moving.versions import VersionPlan, plan_versions, version_kind
+from graphkeep.moving.writing import put_args, writes_args
 from graphkeep.port import codec
+from graphkeep.port.fence import fence_of
 
 #: ``(source thread, destination thread) -> differences`` read through the app's graph
 GraphCheck = Callable[[str, str], list[str]]
-#: what tells two values of one channel version apart (see graphkeep.cli.versions)
-FINGERPRINT_SERDE = LosslessSerde(strict=False)
+
+#: the lease a copy holds on each destination thread (a graphkeep destination), renewed every
+#: third of it while the thread is copied: a copy killed midway holds the thread this long
+COPY_LEASE_TTL = 30.0
 
 BATCH_BYTES = 4 * 1024 * 1024
 BATCH_ITEMS = 500
@@ -90,6 +91,30 @@ class ThreadCopy:
     list_elements: int | None = None
     verified: bool | None = None
     problems: list[str] = field(default_factory=list)
+    #: the destination had settled the thread (moved by ``fallback=``, or deleted there since):
+    #: nothing copied
+    settled: bool = False
+
+
+@contextmanager
+def renewed_lease(saver: Any, thread_id: str, ttl: float) -> Iterator[None]:
+    """``saver.lock(thread_id)`` for the block, renewed by a thread of its own every ``ttl / 3``
+    (a copy's writes carry its fencing token: once the lease is lost they are refused)."""
+    with saver.lock(thread_id, ttl=ttl) as lock:
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(ttl / 3):
+                if not lock.extend():
+                    return
+
+        renewer = threading.Thread(target=renew, name=f"lease {thread_id}", daemon=True)
+        renewer.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            renewer.join()
 
 
 def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -150,11 +175,21 @@ def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 except Exception as exc:  # the app's graph may fail to read either side
                     return [f"--graph could not read the thread: {type(exc).__name__}: {exc}"]
 
-        def copy_thread(thread_id: str) -> ThreadCopy | None:
-            target = args.rename_to or thread_id
+        def copy_one(thread_id: str, target: str) -> ThreadCopy | None:
             if isinstance(src, Native) and isinstance(dst, Native):
                 return _copy_native(src, dst, thread_id, target, args, err)
             return _copy_generic(src, dst, thread_id, target, args, err, graph_check)
+
+        def copy_thread(thread_id: str) -> ThreadCopy | None:
+            target = args.rename_to or thread_id
+            if not isinstance(dst, Native):
+                return copy_one(thread_id, target)
+            # beside a live switch (fallback=): under the thread's lease, as the app's move
+            # is, and never into a thread the destination settled (moved, or deleted since)
+            with renewed_lease(dst.saver, target, COPY_LEASE_TTL):
+                if dst.call(dst.saver.port.is_settled(target)):
+                    return ThreadCopy(thread_id, target, settled=True)
+                return copy_one(thread_id, target)
 
         results, missing = each_thread("copy", args, src, copy_thread, err)
         src_label, dst_label = src.label, dst.label
@@ -178,6 +213,9 @@ def cmd_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             blobs = "" if r.blobs is None else f", {r.blobs} blob(s)"
             if r.list_elements:
                 blobs += f", {r.list_elements} list element(s)"
+            if r.settled:
+                out.write(f"{name}: moved already by a live switch (or deleted there): skipped\n")
+                continue
             state = {True: "verified", False: "VERIFY FAILED", None: "not verified"}[r.verified]
             out.write(
                 f"{name}: {r.checkpoints_copied} checkpoint(s) copied,"
@@ -259,7 +297,7 @@ def _import(
     total = sum(size for _, size in batches)
     with Progress(f"  {target}", total, stream=err, enabled=args.progress, unit="B") as progress:
         for batch, size in batches:
-            dst.call(dst.saver.port.import_thread(target, batch))
+            dst.call(dst.saver.port.import_thread(target, batch, fence_of(target)))
             progress.advance(size)
 
 
@@ -386,24 +424,6 @@ def _source_items(src: Endpoint, thread_id: str) -> list[CheckpointItem]:
     return foreign_items(src, thread_id)
 
 
-def _oldest_first(items: list[CheckpointItem]) -> list[CheckpointItem]:
-    """By id, but a parent always before its children (ids need not be time-ordered)."""
-    by_key = {(i.ns, i.checkpoint_id): i for i in items}
-    ordered: list[CheckpointItem] = []
-    done: set[tuple[str, str]] = set()
-    for item in sorted(items, key=lambda i: (i.checkpoint_id, i.ns)):
-        stack = []
-        key: tuple[str, str] | None = (item.ns, item.checkpoint_id)
-        while key is not None and key in by_key and key not in done and key not in stack:
-            stack.append(key)
-            parent = by_key[key].parent_id
-            key = (key[0], parent) if parent else None
-        for k in reversed(stack):
-            done.add(k)
-            ordered.append(by_key[k])
-    return ordered
-
-
 def _present(dst: Endpoint, target: str) -> set[tuple[str, str]]:
     """The destination's checkpoints of ``target`` (without reading their values)."""
     if isinstance(dst, Native):
@@ -428,7 +448,7 @@ def _copy_generic(
     graph_check: GraphCheck | None = None,
 ) -> ThreadCopy | None:
     try:
-        items = _oldest_first(_source_items(src, thread_id))
+        items = oldest_first(_source_items(src, thread_id))
     except (StorageUnavailable, EncryptedValueError):  # every thread would fail the same way
         raise
     except Exception as exc:  # one thread the source cannot read: the others go on
@@ -447,7 +467,7 @@ def _copy_generic(
         ]
         return result
     result.writes = sum(len(i.writes) for i in items)
-    plan = plan_versions(items, version_kind(dst.saver), _fingerprint)
+    plan = plan_versions(items, version_kind(dst.saver), fingerprint)
     present = _present(dst, target)
     there = [i for i in items if (i.ns, i.checkpoint_id) in present]
     result.checkpoints_already_present = len(there)
@@ -491,15 +511,6 @@ def _copy_generic(
     return result
 
 
-def _fingerprint(value: Any) -> bytes:
-    """A value's bytes as the copy would store them (the same value, the same bytes)."""
-    try:
-        tag, data = FINGERPRINT_SERDE.dumps_typed(value)
-    except Exception:  # not msgpack-able: its text still tells values apart
-        return repr(value).encode()
-    return tag.encode() + b"\x00" + data
-
-
 def _put(
     dst: Endpoint,
     target: str,
@@ -507,61 +518,9 @@ def _put(
     parent: CheckpointItem | None,
     plan: VersionPlan,
 ) -> None:
-    versions = plan.versions(item)
-    parent_versions = plan.versions(parent) if parent is not None else {}
-    new_versions = {ch: v for ch, v in versions.items() if parent_versions.get(ch) != v}
-    config = {
-        "configurable": {
-            "thread_id": target,
-            "checkpoint_ns": item.ns,
-            "checkpoint_id": item.parent_id,
-        }
-    }
-    metadata = item.metadata if isinstance(item.metadata, dict) else {}
-    checkpoint = plan.checkpoint(item)
-    dst.saver.put(config, checkpoint, metadata, new_versions)  # type: ignore[arg-type]
+    dst.saver.put(*put_args(target, item, parent, plan))
 
 
 def _put_writes(dst: Endpoint, target: str, item: CheckpointItem) -> None:
-    if not item.writes:
-        return
-    config = {
-        "configurable": {
-            "thread_id": target,
-            "checkpoint_ns": item.ns,
-            "checkpoint_id": item.checkpoint_id,
-        }
-    }
-    groups: dict[tuple[str, str], list[WriteItem]] = {}
-    for write in item.writes:
-        groups.setdefault((write.task_id, write.task_path), []).append(write)
-    for (task_id, task_path), writes in groups.items():
-        for batch in task_batches(writes):
-            dst.saver.put_writes(config, batch, task_id, task_path)  # type: ignore[arg-type]
-
-
-def task_batches(writes: list[WriteItem]) -> list[list[tuple[str, Any]]]:
-    """``put_writes`` batches that give each write its original ``idx`` where known.
-
-    ``put_writes`` numbers regular writes by list position and special ones by
-    channel, so a task's writes ``{resume: -4, a: 1, b: 2}`` go in one batch as
-    ``[resume, a, b]``. When the original positions cannot be rebuilt (or are
-    unknown), special and regular writes go in two batches, in order.
-    """
-    special = [w for w in writes if w.channel in WRITES_IDX_MAP]
-    regular = [w for w in writes if w.channel not in WRITES_IDX_MAP]
-    known = [w.idx for w in regular if w.idx is not None]
-    if regular and len(known) == len(regular):
-        slots = {w.idx: w for w in regular if w.idx is not None}
-        size = max(known) + 1
-        if len(slots) == len(regular) and size - len(regular) <= len(special):
-            fillers = iter(special)
-            batch = [slots[i] if i in slots else next(fillers) for i in range(size)]
-            batch += list(fillers)
-            return [[(w.channel, w.value) for w in batch]]
-    batches = []
-    if special:
-        batches.append([(w.channel, w.value) for w in special])
-    if regular:
-        batches.append([(w.channel, w.value) for w in regular])
-    return batches
+    for config, batch, task_id, task_path in writes_args(target, item):
+        dst.saver.put_writes(config, batch, task_id, task_path)

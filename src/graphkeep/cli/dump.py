@@ -28,7 +28,11 @@ from graphkeep.checkpoint.lists import is_manifest, rebuild, where
 from graphkeep.checkpoint.read import fetch_elements, sort_writes
 from graphkeep.checkpoint.records import Loaded, Typed, WriteRecord
 from graphkeep.cli.console import EXIT_NOT_FOUND, CliError, NotFound, print_json
-from graphkeep.cli.decode import (
+from graphkeep.cli.endpoints import Endpoint, Native, open_endpoint
+from graphkeep.cli.foreign import Foreign
+from graphkeep.cli.hot import enter_hot, thread_hot
+from graphkeep.errors import Place
+from graphkeep.moving.decode import (
     EXT_DELTA_SNAPSHOT,
     Encrypted,
     RawExt,
@@ -37,11 +41,7 @@ from graphkeep.cli.decode import (
     to_json,
     typed_to_json,
 )
-from graphkeep.cli.endpoints import Endpoint, Native, open_endpoint
-from graphkeep.cli.foreign import Foreign
-from graphkeep.cli.hot import enter_hot, thread_hot
-from graphkeep.cli.threads import CheckpointItem, foreign_writes
-from graphkeep.errors import Place
+from graphkeep.moving.items import CheckpointItem, foreign_writes
 from graphkeep.port import codec
 
 #: LangGraph's task id of a step's input: ``Command(update=…)`` and the answers of a resume

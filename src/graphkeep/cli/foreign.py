@@ -23,6 +23,7 @@ from langgraph.store.base import BaseStore
 
 from graphkeep.cli.console import CliError, NotFound, Opened, UsageError, safe_url
 from graphkeep.errors import StorageUnavailable
+from graphkeep.moving.sources import postgres_conn_string, sqlite_path
 
 SQLITE_SCHEMES = ("sqlite",)
 POSTGRES_SCHEMES = ("postgresql", "postgres")
@@ -54,25 +55,6 @@ class Foreign(Opened):
 
 
 # -- URLs ------------------------------------------------------------------------------
-
-
-def sqlite_path(url: str) -> str:
-    """``sqlite:///rel.db`` -> ``rel.db``; ``sqlite:////abs/x.db`` -> ``/abs/x.db``."""
-    rest = url.split("://", 1)[1]
-    if not rest.startswith("/"):
-        raise UsageError(
-            f"SQLite URLs look like sqlite:///relative/file.db or sqlite:////abs/file.db,"
-            f" got {safe_url(url)}"
-        )
-    path = rest[1:].split("?", 1)[0]
-    if not path:
-        raise UsageError(f"no database file in {safe_url(url)}")
-    return path
-
-
-def postgres_conn_string(url: str) -> str:
-    """``postgres://...`` or ``postgresql://...`` as the ``postgresql://`` psycopg takes."""
-    return "postgresql://" + url.split("://", 1)[1]
 
 
 def has_table(conn: sqlite3.Connection, name: str) -> bool:

@@ -65,9 +65,9 @@ from graphkeep.cli.foreign import (
     has_table,
     open_postgres_saver,
     postgres_snapshot,
-    sqlite_path,
 )
 from graphkeep.errors import StorageUnavailable
+from graphkeep.moving.sources import sqlite_path
 from graphkeep.port.codec import EMPTY_TAG
 
 __all__ = [

@@ -42,6 +42,12 @@ from graphkeep.cli.console import (
     safe_url,
 )
 from graphkeep.cli.endpoints import Native, open_endpoint
+from graphkeep.cli.fallback_health import (
+    add_fallback_option,
+    unmoved_prometheus,
+    unmoved_report,
+    unmoved_text,
+)
 from graphkeep.cli.foreign import Foreign, postgres_snapshot
 from graphkeep.cli.hot import HotUnreachable, add_hot_option, read_hot_report, write_hot_report
 from graphkeep.errors import StorageUnavailable
@@ -91,6 +97,7 @@ def add_health_command(commands: Commands) -> None:
         "      > /var/lib/node_exporter/textfile/graphkeep.prom\n"
         "  graphkeep health sqlite:///checkpoints.db --max-runaway 0 || alert 'dead loop'\n"
         "  graphkeep health postgresql://user:pw@db/app --json\n"
+        "  graphkeep health redis://localhost:6379/0 --fallback langgraph-mongodb://db:27017/app\n"
         "\n"
         "Reads ids and indexes only (LangGraph's checkpoint ids carry their time), never a\n"
         "checkpoint's values. A thread is active when its newest checkpoint is within\n"
@@ -129,6 +136,7 @@ def add_health_command(commands: Commands) -> None:
         " graphkeep_storage_capacity_bytes for the 70 %% alert",
     )
     add_hot_option(p)
+    add_fallback_option(p)
 
 
 # -- reading ---------------------------------------------------------------------------
@@ -399,6 +407,7 @@ def cmd_health(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except HotUnreachable as exc:
         raise Unreachable(str(exc)) from exc
     health = read_health(args.url, args.key_prefix, health_window)
+    fallback = unmoved_report(args)
     violations = crossed(health, args)
     if args.json:
         report: dict[str, Any] = {
@@ -412,11 +421,15 @@ def cmd_health(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         }
         if hot is not None:
             report["hot"] = hot
+        if fallback is not None:
+            report["fallback"] = fallback
         print_json(report, out)
     elif args.format == "prometheus":
         out.write(prometheus_text(health, _backend(args.url), args.capacity))
         if hot is not None:
             out.write(hot_prometheus_text(hot, _backend(args.url)))
+        if fallback is not None:
+            out.write(unmoved_prometheus(fallback, _backend(args.url)))
     else:
         stored = "unknown" if health.storage_bytes is None else human_bytes(health.storage_bytes)
         out.write(
@@ -441,6 +454,8 @@ def cmd_health(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             out.write(f"interrupted: {thread_id}\n")
         if hot is not None:
             write_hot_report(hot, out)
+        if fallback is not None:
+            out.write(unmoved_text(fallback))
         for line in violations:
             out.write(f"THRESHOLD {line}\n")
     if violations and (args.json or args.format == "prometheus"):

@@ -50,9 +50,9 @@ from graphkeep.cli.console import (
     safe_url,
     table,
 )
-from graphkeep.cli.decode import LosslessSerde, cipher
 from graphkeep.cli.endpoints import Endpoint, Native, open_endpoint
 from graphkeep.errors import ConfigurationError
+from graphkeep.moving.decode import LosslessSerde, cipher
 
 #: the outcomes the layer counts a read as (``HotLayer.reads``, the shared totals)
 OUTCOMES = ("hit", "miss", "special", "error")

@@ -13,21 +13,13 @@ from typing import Any, TextIO
 
 from graphkeep.checkpoint.records import ListQuery, Loaded, Summary, Typed
 from graphkeep.cli.console import NotFound, Progress, human_bytes, iso, print_json, table
-from graphkeep.cli.decode import Encrypted, inspection_serde, load_plain, to_json
 from graphkeep.cli.dump import dump_thread
 from graphkeep.cli.endpoints import Endpoint, Native, open_endpoint
 from graphkeep.cli.foreign import Foreign
 from graphkeep.cli.hot import enter_hot, hot_bytes, thread_hot, write_thread_hot
-from graphkeep.cli.threads import (
-    CheckpointItem,
-    ThreadInfo,
-    checkpoint_ts,
-    foreign_items,
-    iter_threads,
-    quick_info,
-    thread_config,
-    thread_info,
-)
+from graphkeep.cli.threads import ThreadInfo, checkpoint_ts, iter_threads, quick_info, thread_info
+from graphkeep.moving.decode import Encrypted, inspection_serde, load_plain, to_json
+from graphkeep.moving.items import CheckpointItem, foreign_items, thread_config
 
 HISTORY_PAGE_SIZE = 100
 

@@ -27,11 +27,11 @@ from typing import Any, TextIO
 
 from graphkeep.cli.arguments import Commands, add_namespace_choice, seconds
 from graphkeep.cli.console import EXIT_OK, NotFound, UsageError, iso, safe_url
-from graphkeep.cli.decode import inspection_serde, to_json
 from graphkeep.cli.endpoints import open_endpoint, open_events, require_graphkeep
 from graphkeep.cli.foreign import Foreign
 from graphkeep.cli.threads import checkpoint_ts
 from graphkeep.errors import UnknownRun
+from graphkeep.moving.decode import inspection_serde, to_json
 
 #: exit code of a command ended by Ctrl-C (128 + SIGINT), printed nothing
 EXIT_INTERRUPTED = 130

@@ -36,7 +36,6 @@ from graphkeep.cli.console import (
     table,
     uuid6_time,
 )
-from graphkeep.cli.decode import LosslessSerde, load_plain, to_json
 from graphkeep.cli.endpoints import (
     Native,
     is_foreign,
@@ -49,6 +48,7 @@ from graphkeep.cli.hot import read_hot_report, write_hot_report
 from graphkeep.cli.privileges import cmd_print_privileges
 from graphkeep.cli.threads import ThreadInfo, checkpoint_ts, is_element, iter_threads, thread_info
 from graphkeep.connect import BACKENDS
+from graphkeep.moving.decode import LosslessSerde, load_plain, to_json
 
 # -- prune -----------------------------------------------------------------------------
 

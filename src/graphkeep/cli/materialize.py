@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from graphkeep.cli.arguments import Commands, add_thread_choice, import_graph
 from graphkeep.cli.batch import batch_exit, each_thread
 from graphkeep.cli.console import UsageError, print_json
-from graphkeep.cli.decode import app_serde
 from graphkeep.cli.endpoints import open_endpoint
+from graphkeep.moving.decode import app_serde
 
 if TYPE_CHECKING:
     from graphkeep.checkpoint.materialize import MaterializeReport

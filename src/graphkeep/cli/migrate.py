@@ -30,10 +30,10 @@ from graphkeep.checkpoint.saver import SaverBase
 from graphkeep.cli.arguments import import_object
 from graphkeep.cli.batch import batch_exit, each_thread, report_not_found
 from graphkeep.cli.console import UsageError, print_json
-from graphkeep.cli.decode import app_serde
 from graphkeep.cli.endpoints import Native, open_endpoint, require_graphkeep
-from graphkeep.cli.threads import thread_config
 from graphkeep.errors import ConfigurationError, GraphkeepError, LockNotAcquired
+from graphkeep.moving.decode import app_serde
+from graphkeep.moving.items import thread_config
 
 #: seconds of the lease a thread's migration holds (it takes a few requests per namespace)
 LEASE_SECONDS = 60.0

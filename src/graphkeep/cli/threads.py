@@ -8,7 +8,7 @@ lists rebuilt from their element records), one of LangGraph's own savers through
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,49 +17,19 @@ from langgraph.checkpoint.base import writes_sort_key
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, load_value, where
 from graphkeep.checkpoint.records import ThreadDump, Typed, WriteRecord
 from graphkeep.cli.console import iso, parse_ts, uuid6_time
-from graphkeep.cli.decode import Encrypted, LosslessSerde, load_plain
 from graphkeep.cli.endpoints import Endpoint, Native
-from graphkeep.cli.foreign import Foreign
+from graphkeep.moving.decode import Encrypted, LosslessSerde, load_plain
+from graphkeep.moving.items import (
+    CheckpointItem,
+    WriteItem,
+    foreign_items,
+)
 from graphkeep.port import codec
 
 THREAD_PAGE_SIZE = 500
 
 
 # -- checkpoints and writes ----------------------------------------------------------
-
-
-@dataclass
-class WriteItem:
-    task_id: str
-    channel: str
-    idx: int | None
-    task_path: str
-    value: Any
-
-
-@dataclass
-class CheckpointItem:
-    """One checkpoint as Python data (values loaded losslessly), with its writes."""
-
-    ns: str
-    checkpoint_id: str
-    parent_id: str | None
-    checkpoint: Any
-    metadata: Any
-    writes: list[WriteItem] = field(default_factory=list)
-
-    @property
-    def versions(self) -> dict[str, Any]:
-        if isinstance(self.checkpoint, dict):
-            return dict(self.checkpoint.get("channel_versions") or {})
-        return {}
-
-
-def thread_config(thread_id: str, ns: str | None = None) -> Any:
-    conf: dict[str, Any] = {"thread_id": thread_id}
-    if ns is not None:
-        conf["checkpoint_ns"] = ns
-    return {"configurable": conf}
 
 
 def iter_threads(endpoint: Endpoint, page_size: int = THREAD_PAGE_SIZE) -> Iterator[str]:
@@ -148,80 +118,6 @@ def native_items(
             )
         )
     return items
-
-
-def foreign_items(
-    endpoint: Foreign, thread_id: str, *, ns: str | None = None, limit: int | None = None
-) -> list[CheckpointItem]:
-    """A foreign saver's thread, newest first (``list`` order; the saver's own reader where
-    it has one, :mod:`graphkeep.cli.rivals`)."""
-    items = []
-    if endpoint.tuples is not None:
-        tuples = endpoint.tuples(thread_id)
-        if ns is not None:
-            tuples = [t for t in tuples if t.config["configurable"].get("checkpoint_ns", "") == ns]
-        tuples = tuples[:limit] if limit is not None else tuples
-    else:
-        # materialised first: SqliteSaver holds its lock while its list() generator runs
-        tuples = list(endpoint.saver.list(thread_config(thread_id, ns), limit=limit))
-    for tup in tuples:
-        conf = tup.config["configurable"]
-        parent = (tup.parent_config or {}).get("configurable", {}).get("checkpoint_id")
-        ns_of = str(conf.get("checkpoint_ns", ""))
-        checkpoint_id = str(conf["checkpoint_id"])
-        items.append(
-            CheckpointItem(
-                ns=ns_of,
-                checkpoint_id=checkpoint_id,
-                parent_id=parent or None,
-                checkpoint=tup.checkpoint,
-                metadata=tup.metadata,
-                writes=foreign_writes(endpoint, thread_id, ns_of, checkpoint_id, tup),
-            )
-        )
-    return items
-
-
-def foreign_writes(
-    endpoint: Foreign, thread_id: str, ns: str, checkpoint_id: str, tup: Any
-) -> list[WriteItem]:
-    pending: Sequence[tuple[str, str, Any]] = tup.pending_writes or []
-    rows: list[tuple[str, int, str, str]] | None = None
-    if endpoint.write_rows is not None and pending:
-        try:
-            rows = endpoint.write_rows(thread_id, ns, checkpoint_id)
-        except Exception:  # the saver's own tables changed shape: fall back to the API
-            rows = None
-    if rows is not None:
-        matched = _match_rows(rows, pending)
-        if matched is not None:
-            return matched
-    return [
-        WriteItem(str(task_id), channel, None, "", value) for task_id, channel, value in pending
-    ]
-
-
-def _match_rows(
-    rows: list[tuple[str, int, str, str]], pending: Sequence[tuple[str, str, Any]]
-) -> list[WriteItem] | None:
-    """The pending writes with their stored ``idx`` / ``task_path``, in LangGraph's
-    ``writes_sort_key`` order: each write takes the first unused row of its task and channel
-    (savers return writes in their own order). None when the rows do not account for every
-    write, one for one."""
-    if len(rows) != len(pending):
-        return None
-    free = sorted(rows, key=lambda r: writes_sort_key(r[2], r[0], r[1]))
-    taken = [False] * len(free)
-    found: list[tuple[int, WriteItem]] = []
-    for task_id, channel, value in pending:
-        for at, row in enumerate(free):
-            if not taken[at] and row[0] == str(task_id) and row[3] == channel:
-                taken[at] = True
-                found.append((at, WriteItem(str(task_id), channel, row[1], row[2], value)))
-                break
-        else:
-            return None
-    return [item for _, item in sorted(found, key=lambda f: f[0])]
 
 
 # -- thread summaries ------------------------------------------------------------------

@@ -4,7 +4,7 @@ graphkeep -> graphkeep, whose check compares stored bytes).
 For every checkpoint of the source, ``get_tuple`` with its id on both sides must give equal
 ``channel_values`` (decoded), metadata, parent, pending writes (task id, channel, value: each
 task's in order; tasks in task id order, as savers return them in different orders) and the
-source's versions as translated for the destination (:mod:`graphkeep.cli.versions`); each
+source's versions as translated for the destination (:mod:`graphkeep.moving.versions`); each
 namespace's head (``get_tuple`` without an id) and ``list()`` order must agree. With
 ``--graph``, the app's graph reads the thread through each saver: ``get_state`` and
 ``get_state_history`` (values, next, tasks with their interrupts, metadata) must agree too.
@@ -13,115 +13,27 @@ Each difference is one line naming the checkpoint and the field.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from graphkeep.cli.arguments import import_graph
 from graphkeep.cli.console import UsageError
-from graphkeep.cli.decode import LosslessSerde
 from graphkeep.cli.endpoints import Endpoint
-from graphkeep.cli.threads import CheckpointItem
-from graphkeep.cli.versions import VersionPlan
+from graphkeep.moving.compare import (
+    PENDING_WRITES,
+    compare_tuples,
+    config_of,
+    differing,
+    error_text,
+    fewer,
+    place_of,
+    same,
+)
+from graphkeep.moving.items import CheckpointItem
+from graphkeep.moving.versions import VersionPlan
 
 #: a thread's problems beyond this many are counted, not listed
 MAX_PROBLEMS = 20
-
-#: the field named when pending writes differ
-PENDING_WRITES = "pending writes"
-
-_MISSING = object()
-_BYTES = LosslessSerde(strict=False)
-
-
-def same(a: Any, b: Any) -> bool:
-    """Equal as decoded values (those whose ``==`` is not a bool: equal as stored bytes)."""
-    try:
-        equal = a == b
-        if isinstance(equal, bool):
-            return equal
-    except Exception:  # an ``==`` that raises (arrays, say): compare what would be stored
-        pass
-    try:
-        return _BYTES.dumps_typed(a) == _BYTES.dumps_typed(b)
-    except Exception:
-        return repr(a) == repr(b)
-
-
-def _config(thread_id: str, ns: str, checkpoint_id: str | None = None) -> Any:
-    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
-    if checkpoint_id:
-        conf["checkpoint_id"] = checkpoint_id
-    return {"configurable": conf}
-
-
-def _where(ns: str, checkpoint_id: str) -> str:
-    return f"checkpoint {checkpoint_id}" + (f" (ns {ns!r})" if ns else "")
-
-
-def _differing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    return sorted(
-        k for k in a.keys() | b.keys() if not same(a.get(k, _MISSING), b.get(k, _MISSING))
-    )
-
-
-def _by_task(writes: Iterable[Any] | None) -> list[tuple[str, str, Any]]:
-    """Pending writes, each task's in its order, tasks by id."""
-    listed = [(str(t), str(c), v) for t, c, v in writes or []]
-    return sorted(listed, key=lambda w: w[0])
-
-
-def _fewer(have: Iterable[Any] | None, want: Iterable[Any] | None) -> bool:
-    """Is every write of ``have`` one of ``want`` (which holds more)?"""
-    left = _by_task(want)
-    for write in _by_task(have):
-        match = next(
-            (i for i, w in enumerate(left) if w[:2] == write[:2] and same(w[2], write[2])), None
-        )
-        if match is None:
-            return False
-        del left[match]
-    return bool(left)
-
-
-def _error(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _parent(tup: Any) -> str | None:
-    parent = (tup.parent_config or {}).get("configurable", {}).get("checkpoint_id")
-    return str(parent) if parent else None
-
-
-def compare_tuples(
-    source: Any, dest: Any, versions: dict[str, Any], seen: dict[str, dict[str, Any]]
-) -> list[str]:
-    """The fields of ``dest`` (a destination CheckpointTuple) that differ from ``source``,
-    ``versions`` / ``seen``: the source's as translated for the destination."""
-    fields = []
-    s_body, d_body = source.checkpoint, dest.checkpoint
-    channels = _differing(
-        dict(s_body.get("channel_values") or {}), dict(d_body.get("channel_values") or {})
-    )
-    if channels:
-        fields.append(f"channel_values ({', '.join(channels)})")
-    keys = _differing(dict(source.metadata or {}), dict(dest.metadata or {}))
-    if keys:
-        fields.append(f"metadata ({', '.join(keys)})")
-    if _parent(source) != _parent(dest):
-        fields.append(f"parent ({_parent(source)} != {_parent(dest)})")
-    s_writes, d_writes = _by_task(source.pending_writes), _by_task(dest.pending_writes)
-    if len(s_writes) != len(d_writes) or not all(
-        a[:2] == b[:2] and same(a[2], b[2]) for a, b in zip(s_writes, d_writes, strict=False)
-    ):
-        fields.append(f"{PENDING_WRITES} ({len(s_writes)} on the source, {len(d_writes)} here)")
-    channels = _differing(versions, dict(d_body.get("channel_versions") or {}))
-    if channels:
-        fields.append(f"channel_versions ({', '.join(channels)})")
-    have_seen = {n: dict(m or {}) for n, m in (d_body.get("versions_seen") or {}).items()}
-    nodes = sorted(n for n in seen.keys() | have_seen.keys() if seen.get(n) != have_seen.get(n))
-    if nodes:
-        fields.append(f"versions_seen ({', '.join(nodes)})")
-    return fields
 
 
 def verify_thread(
@@ -142,26 +54,26 @@ def verify_thread(
     in lacking some of the source's pending writes is added there, not reported."""
     problems = []
     for item in items:
-        where = _where(item.ns, item.checkpoint_id)
+        at = place_of(item.ns, item.checkpoint_id)
         try:
-            dest = dst.saver.get_tuple(_config(target, item.ns, item.checkpoint_id))
+            dest = dst.saver.get_tuple(config_of(target, item.ns, item.checkpoint_id))
         except Exception as exc:  # a value this machine cannot load, a saver's own error
-            problems.append(f"{where}: unreadable on the destination: {_error(exc)}")
+            problems.append(f"{at}: unreadable on the destination: {error_text(exc)}")
             continue
         if dest is None:
-            problems.append(f"{where}: missing on the destination")
+            problems.append(f"{at}: missing on the destination")
             continue
         try:
-            source = src.saver.get_tuple(_config(thread_id, item.ns, item.checkpoint_id))
+            source = src.saver.get_tuple(config_of(thread_id, item.ns, item.checkpoint_id))
         except Exception as exc:
-            problems.append(f"{where}: unreadable on the source: {_error(exc)}")
+            problems.append(f"{at}: unreadable on the source: {error_text(exc)}")
             continue
         if source is None:
-            problems.append(f"{where}: no longer on the source")
+            problems.append(f"{at}: no longer on the source")
             continue
         fields = compare_tuples(source, dest, plan.versions(item), plan.seen(item))
         if short is not None and len(fields) == 1 and fields[0].startswith(PENDING_WRITES):
-            if _fewer(dest.pending_writes, source.pending_writes):
+            if fewer(dest.pending_writes, source.pending_writes):
                 short.append(item)  # the source's checkpoint gained writes since: add them
                 continue
         if fields:
@@ -170,7 +82,7 @@ def verify_thread(
                 if ((item.ns, item.checkpoint_id) in present)
                 else ""
             )
-            problems.append(f"{where}: differs{note}: {'; '.join(fields)}")
+            problems.append(f"{at}: differs{note}: {'; '.join(fields)}")
     if whole:
         for ns in sorted({i.ns for i in items}):
             problems += _heads_and_lists(src, dst, thread_id, target, ns)
@@ -182,16 +94,18 @@ def _heads_and_lists(
 ) -> list[str]:
     label = f" (ns {ns!r})" if ns else ""
     problems = []
-    s_head = src.saver.get_tuple(_config(thread_id, ns))
-    d_head = dst.saver.get_tuple(_config(target, ns))
+    s_head = src.saver.get_tuple(config_of(thread_id, ns))
+    d_head = dst.saver.get_tuple(config_of(target, ns))
     s_id = s_head.config["configurable"]["checkpoint_id"] if s_head else None
     d_id = d_head.config["configurable"]["checkpoint_id"] if d_head else None
     if s_id != d_id:
         problems.append(f"head{label}: {d_id} on the destination, {s_id} on the source")
     s_ids = [
-        t.config["configurable"]["checkpoint_id"] for t in src.saver.list(_config(thread_id, ns))
+        t.config["configurable"]["checkpoint_id"] for t in src.saver.list(config_of(thread_id, ns))
     ]
-    d_ids = [t.config["configurable"]["checkpoint_id"] for t in dst.saver.list(_config(target, ns))]
+    d_ids = [
+        t.config["configurable"]["checkpoint_id"] for t in dst.saver.list(config_of(target, ns))
+    ]
     if s_ids != d_ids:
         at = next(
             (i for i, (a, b) in enumerate(zip(s_ids, d_ids, strict=False)) if a != b),
@@ -224,7 +138,7 @@ def _snapshot_fields(source: Any, dest: Any) -> list[str]:
     fields = []
     if not same(source.values, dest.values):
         keys = (
-            _differing(source.values, dest.values)
+            differing(source.values, dest.values)
             if isinstance(source.values, dict) and isinstance(dest.values, dict)
             else []
         )
@@ -265,7 +179,7 @@ def verify_graph(
     """``graph.get_state`` and ``get_state_history`` of the thread, read through ``graph``
     with each saver: what differs."""
     on_src, on_dst = with_saver(graph, src_saver), with_saver(graph, dst_saver)
-    src_config, dst_config = _config(thread_id, ""), _config(target, "")
+    src_config, dst_config = config_of(thread_id, ""), config_of(target, "")
     problems = []
     s_state, d_state = on_src.get_state(src_config), on_dst.get_state(dst_config)
     fields = _snapshot_fields(s_state, d_state)

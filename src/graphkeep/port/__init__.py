@@ -13,6 +13,7 @@ from __future__ import annotations
 from graphkeep.port.backoff import IDLE_AFTER, Backoff
 from graphkeep.port.loop import on_loop, running_loop, stream_in_thread, stream_on_loop
 from graphkeep.port.ops import (
+    Call,
     Emit,
     Op,
     Parallel,
@@ -27,6 +28,7 @@ from graphkeep.port.telemetry import Target, Telemetry, target_of
 __all__ = [
     "IDLE_AFTER",
     "Backoff",
+    "Call",
     "Emit",
     "Op",
     "Parallel",

@@ -52,6 +52,16 @@ class Parallel:
     limit: int = 8
 
 
+@dataclass(frozen=True, slots=True)
+class Call:
+    """Yielded by ops that must call blocking code that is not a store request of their own
+    executor (a fallback saver's reads): :func:`drive` calls ``fn()``, :func:`adrive` runs it
+    in a worker thread (with the caller's context). The op's own writes stay requests, made
+    in the driver's context (a lease's fencing token with them)."""
+
+    fn: Callable[[], Any]
+
+
 def _parallel(request: Parallel, execute: Callable[[Any], Any]) -> list[Any]:
     if len(request.ops) <= 1:
         return [drive(op, execute) for op in request.ops]
@@ -83,6 +93,8 @@ def _run(request: Any, execute: Callable[[Any], Any]) -> Any:
         return None
     if isinstance(request, Parallel):
         return _parallel(request, execute)
+    if isinstance(request, Call):
+        return request.fn()
     return execute(request)
 
 
@@ -92,6 +104,8 @@ async def _arun(request: Any, execute: Callable[[Any], Awaitable[Any]]) -> Any:
         return None
     if isinstance(request, Parallel):
         return await _aparallel(request, execute)
+    if isinstance(request, Call):
+        return await asyncio.to_thread(request.fn)
     return await execute(request)
 
 

@@ -42,7 +42,7 @@ from graphkeep.errors import (
     CorruptData,
     GraphkeepError,
 )
-from graphkeep.port.ops import Emit, Op, Sleep, T, each_counted
+from graphkeep.port.ops import Call, Emit, Op, Sleep, T, each_counted
 
 try:
     from opentelemetry import context as otel_context
@@ -440,7 +440,7 @@ class Telemetry:
         local: tuple[type, ...],
     ) -> Op[T]:
         call = self._start(name, parent, thread_id)
-        skip = (Sleep, Emit, *local)
+        skip = (Sleep, Emit, Call, *local)
         requests = 0
         thrown: BaseException | None = None
         try:

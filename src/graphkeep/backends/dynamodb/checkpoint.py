@@ -232,6 +232,12 @@ class DynamoDBCheckpointPort(ExpiringTable, CheckpointPort):
     def storage_bytes(self) -> Op[int | None]:
         return table_size(self.table)
 
+    def is_settled(self, thread_id: str) -> Op[bool]:
+        return locks.is_settled(self, thread_id)
+
+    def settle(self, thread_id: str) -> Op[None]:
+        return locks.settle(self, thread_id)
+
     def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[int]:
         return locks.acquire_lock(self, thread_id, token, ttl_ms)
 

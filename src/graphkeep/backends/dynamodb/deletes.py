@@ -70,8 +70,9 @@ def delete_thread(t: ExpiringTable, thread_id: str, fence: int | None = None) ->
     pk, _ = t.thread_key(thread_id)
     items = yield from query_all(t.query(pk, projection=[]))
     # heads first: a concurrent reader never sees a head that lost its writes or values;
-    # a held lease stays (it belongs to a run, not to the data)
-    sks = sorted((s(i, SK) for i in items if s(i, SK) != keys.LOCK_SK), key=_delete_order)
+    # a held lease stays (it belongs to a run, not to the data), and the settled mark
+    kept = (keys.LOCK_SK, keys.SETTLED_SK)
+    sks = sorted((s(i, SK) for i in items if s(i, SK) not in kept), key=_delete_order)
     yield from _delete(t, thread_id, pk, sks, fence)
     t.known.forget_thread(pk)
     t.manifests.forget_thread(pk)

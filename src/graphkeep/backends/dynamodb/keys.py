@@ -45,6 +45,9 @@ HASH_MARK = "$~"
 IDX_OFFSET = 1 << 63
 IDX_WIDTH = 20
 LOCK_SK = "l#"
+#: the thread's settled mark (``fallback=``: never read from the fallback again); like the
+#: lease item, ``delete_thread`` leaves it
+SETTLED_SK = "s#"
 
 _LOW = re.compile(r"[\x00-\x24]")
 _ESCAPED = re.compile(r"\$(.)", re.DOTALL)

@@ -260,3 +260,19 @@ def granted_fence(t: OnTable, thread_id: str) -> Op[int | None]:
         },
     )
     return n(result.get("Item") or {}, FENCE)
+
+
+def is_settled(t: CheckpointTable, thread_id: str) -> Op[bool]:
+    """The thread's settled mark (``s#`` in its partition; see
+    :meth:`~graphkeep.checkpoint.port.CheckpointPort.is_settled`), read strongly consistent."""
+    pk, _ = t.thread_key(thread_id)
+    found = yield Call(
+        "get_item",
+        {"TableName": t.table, "Key": key(pk, keys.SETTLED_SK), "ConsistentRead": True},
+    )
+    return "Item" in found
+
+
+def settle(t: CheckpointTable, thread_id: str) -> Op[None]:
+    pk, _ = t.thread_key(thread_id)
+    yield Call("put_item", {"TableName": t.table, "Item": key(pk, keys.SETTLED_SK)})

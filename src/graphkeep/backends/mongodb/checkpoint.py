@@ -540,6 +540,16 @@ class MongoDBCheckpointPort(ThreadOps, KeyReads, CheckpointPort):
 
     # -- port: per-thread lease (:mod:`.locks`, :mod:`.fences`) --------------------
 
+    def is_settled(self, thread_id: str) -> Op[bool]:
+        """The mark is a document of ``P_locks`` whose ``_id`` is ``{"settled": thread}`` (a
+        lease's is the thread id itself): no ``expires_at``, so no TTL or purge removes it."""
+        found = yield Command(self.locks, "find_one", ({"_id": {"settled": thread_id}},))
+        return found is not None
+
+    def settle(self, thread_id: str) -> Op[None]:
+        mark = {"_id": {"settled": thread_id}}
+        yield Command(self.locks, "update_one", (mark, {"$set": mark}), {"upsert": True})
+
     def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[int]:
         """Three requests per grant: the lease in ``P_locks`` (one upsert), then the
         thread's fencing token raised in its fence document (one more when the token is

@@ -43,6 +43,9 @@ CLIENT_COMMANDS = (
     "zrangebylex",
     "zrevrangebylex",
     "memory|usage",
+    # a thread's settled mark (fallback=: graphkeep.moving)
+    "exists",
+    "set",
     # redis-py: a connection's handshake and health check, a cluster's slot map; CLIENT
     # whole (SETNAME, and SETINFO which Redis before 7.2 does not know): its subcommands
     # that reach other connections (KILL, LIST, PAUSE …) are @dangerous, taken away after

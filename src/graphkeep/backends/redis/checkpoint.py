@@ -645,6 +645,17 @@ class RedisCheckpointPort(CheckpointPort):
         found = raw[1] if fence and len(raw) > 1 else None
         return fence, (loaded_of(thread_id, found, {}) if found else None)
 
+    def settled_key(self, thread_id: str) -> str:
+        # the thread's hash tag, not one of its data keys: delete_thread and TTL leave it
+        return f"{self.prefix}:{FORMAT}:{{{encode_thread(thread_id)}}}:settled"
+
+    def is_settled(self, thread_id: str) -> Op[bool]:
+        found = yield Command(("EXISTS", self.settled_key(thread_id)))
+        return bool(found)
+
+    def settle(self, thread_id: str) -> Op[None]:
+        yield Command(("SET", self.settled_key(thread_id), "1"))
+
     def release_lock(self, thread_id: str, token: str) -> Op[bool]:
         released = yield Script("unlock", [self.lock_key(thread_id)], [token])
         return bool(released)

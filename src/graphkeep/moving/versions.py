@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphkeep.cli.threads import CheckpointItem
+from graphkeep.moving.items import CheckpointItem
 
 INT = "int"
 STR = "str"
