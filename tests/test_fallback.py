@@ -289,7 +289,7 @@ def test_a_write_before_any_read_moves_the_thread_first(url: str, mongo_url: str
 def test_fallback_naming_the_same_store_is_refused(url: str) -> None:
     prefix = unique_prefix("fb")
     with pytest.raises(ConfigurationError, match="fallback= names the store"):
-        with graphkeep.connect(url, key_prefix=prefix, fallback=url):
+        with graphkeep.connect(url, fallback=url):  # refused before connecting: nothing set up
             pass
     with graphkeep.connect(url, key_prefix=prefix) as same:
         with pytest.raises(ConfigurationError, match="fallback= names the store"):

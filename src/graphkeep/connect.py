@@ -209,13 +209,14 @@ def _opened(url: str, product: str, is_async: bool, options: dict[str, Any]) -> 
 
 
 def _same_url(url: str, options: dict[str, Any]) -> None:
-    """``fallback=`` naming ``url`` itself (and the same key prefix): refused before any
-    connection (an instance, or another spelling of the same store, is found once open)."""
+    """``fallback=`` naming ``url`` itself, with no ``key_prefix`` option to set the two
+    apart: refused before any connection (an instance, another spelling of the same store or
+    the same prefix given as an option is found once open: ``sources.same_store``)."""
     fallback = options.get("fallback")
+    if options.get("key_prefix") is not None:
+        return
     if isinstance(fallback, str) and fallback.rstrip("/") == url.rstrip("/"):
-        raise ConfigurationError(
-            f"fallback= names the store the saver is on ({mask_url(url)}): give the old saver's"
-        )
+        raise sources.same_store_refused(mask_url(url))
 
 
 def _fallback_saver(url: str) -> AbstractContextManager[Any]:

@@ -59,6 +59,14 @@ def postgres_conn_string(url: str) -> str:
     return "postgresql://" + url.split("://", 1)[1]
 
 
+def same_store_refused(label: str) -> ConfigurationError:
+    """The error of a ``fallback=`` that names the store the saver itself is on."""
+    return ConfigurationError(
+        f"fallback= names the store the saver is on ({label}): give the saver the application"
+        " used before (its URL or instance), not graphkeep's own"
+    )
+
+
 def same_store(a: Any, b: Any) -> bool:
     """Whether two graphkeep savers keep their threads in one place (same server, database or
     table, and key prefix)."""
@@ -66,8 +74,10 @@ def same_store(a: Any, b: Any) -> bool:
         return a is b
     if a is b:
         return True
+    # the port under encryption's (graphkeep.checkpoint.sealed wraps it): the same store either way
+    ports = [getattr(saver.port, "inner", saver.port) for saver in (a, b)]
     return (
-        type(a.port) is type(b.port)
+        type(ports[0]) is type(ports[1])
         and a.telemetry.target == b.telemetry.target
         and getattr(a.port, "prefix", None) == getattr(b.port, "prefix", None)
         and getattr(a.port, "table", None) == getattr(b.port, "table", None)
@@ -135,9 +145,7 @@ def read_through(saver: Any, source: Any) -> Iterator[None]:
                 f"fallback= takes a URL or a BaseCheckpointSaver, got {type(source).__name__}"
             )
         if same_store(opened, saver):
-            raise ConfigurationError(
-                f"fallback= names the store the saver is on ({label}): give the old saver's"
-            )
+            raise same_store_refused(label)
         saver.fallback = Mover(FallbackSource(opened, label))
         try:
             yield
