@@ -219,7 +219,11 @@ async def test_a_connection_cut_mid_run_is_resumed_while_the_run_goes_on(setup: 
 async def test_a_page_load_gets_the_snapshot_then_joins_the_live_run_without_a_gap(
     setup: Setup, wrapped: bool
 ) -> None:
-    async with served(setup, wrapped=wrapped) as runs:
+    # the reply waits at its 8th word until the page has loaded: the page loads mid-run
+    # however slow the machine (a loaded CI once finished the run before the page load)
+    gate = asyncio.Event()
+    build = partial(build_graph, token_delay=TOKEN_DELAY, gate=gate, gate_after=8)
+    async with served(setup, build, wrapped=wrapped) as runs:
         first = request("t-page", "what is the weather in Paris")
         await runs.start(first)
         await collect(runs.serve("t-page", first.run_id))
@@ -230,8 +234,21 @@ async def test_a_page_load_gets_the_snapshot_then_joins_the_live_run_without_a_g
         assert any(e["type"] == "TEXT_MESSAGE_CONTENT" for e in events_of(seen))
         # a page that loads and loses its connection at once rejoins after the last id it
         # saw, ids of events the load left out included: nothing comes twice
-        early = await collect(runs.connect("t-page", uuid.uuid4().hex), limit=6)
-        page = await collect(runs.connect("t-page", uuid.uuid4().hex))
+        page: list[Any] = []
+
+        async def load_page() -> None:
+            async for item in runs.connect("t-page", uuid.uuid4().hex):
+                page.append(item)
+                if len(page) == 3:  # the snapshot is in: let the run go on
+                    gate.set()
+
+        loading = asyncio.create_task(load_page())
+        try:
+            early = await collect(runs.connect("t-page", uuid.uuid4().hex), limit=6)
+            await loading
+        finally:
+            gate.set()
+            loading.cancel()
         assert [e["type"] for e in events_of(page)[:3]] == [
             "RUN_STARTED",
             "MESSAGES_SNAPSHOT",

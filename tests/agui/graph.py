@@ -123,9 +123,16 @@ class State(MessagesState):
 
 
 def build_graph(
-    checkpointer: Any, token_delay: float | None = None, *, tool_message_ids: bool = True
+    checkpointer: Any,
+    token_delay: float | None = None,
+    *,
+    tool_message_ids: bool = True,
+    gate: asyncio.Event | None = None,
+    gate_after: int = 0,
 ) -> Any:
-    """The graph; ``tool_message_ids=False`` keeps ``ToolNode``'s id-less tool messages."""
+    """The graph; ``tool_message_ids=False`` keeps ``ToolNode``'s id-less tool messages;
+    with a ``gate``, a plain reply (no city, no refund) waits for it before its word number
+    ``gate_after``: a test holds the run mid-stream as long as it needs, whatever the load."""
     delay = (
         float(os.environ.get("AGUI_TOKEN_DELAY", "0.01")) if token_delay is None else token_delay
     )
@@ -146,6 +153,10 @@ def build_graph(
             reply = AIMessage(content=LOOKUP_REPLY, tool_calls=[call])
         else:
             reply = AIMessage(content=reply_to(text, state.get("approved")))
+            model = StreamingFake(
+                messages=iter([reply]), token_delay=delay, gate=gate, gate_after=gate_after
+            )
+            return {"messages": [await model.ainvoke(messages)]}
         model = StreamingFake(messages=iter([reply]), token_delay=delay)
         return {"messages": [await model.ainvoke(messages)]}
 
