@@ -169,8 +169,11 @@ def test_quick_concurrency_suite_reports_graphkeep_and_rivals_on_every_backend(
             assert number(ours["turns/s"]) > 0
             assert 0 < number(ours["p50 ms"]) <= number(ours["p99 ms"])
             # W50's 4 saver calls a turn (get_tuple, 2 put_writes, 3 put): 8 requests,
-            # DynamoDB and MongoDB a request or two more for list elements
-            assert 8 <= number(ours["requests/turn"]) <= 11, (title, n, ours)
+            # MongoDB a request or two more for list elements; DynamoDB's puts with values
+            # are two requests each (values, then the head last, without a transaction:
+            # issue 48), ~14 a turn
+            most = 15 if BACKENDS[title] == "dynamodb" else 11
+            assert 8 <= number(ours["requests/turn"]) <= most, (title, n, ours)
             seconds = n / number(ours["turns/s"])
             median, _, longest = ours["loop blocking per call (CPU), median / max ms"].partition(
                 " / "

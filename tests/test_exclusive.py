@@ -317,14 +317,15 @@ def test_an_async_run_through_exclusive_leaves_no_token_on_its_callers_later_wri
 
 
 def test_a_run_longer_than_its_lease_keeps_it_renewed(runs_store: Store, thread_id: str) -> None:
-    """A run three times its lease's ``ttl`` long, sync and async: another holder is refused
-    the thread all along, and the run's writes are stored (no ``LeaseLost``). (A ttl of one
-    second: renewed every third of it, a renewal may take up to two thirds — a loaded FerretDB
-    took longer than the 0.27 s a 0.4 s ttl left it.) Proof of the renewal, whatever the
-    load: a refusal decided more than ``ttl`` after the first one ended (the lease was granted
-    before the first refusal, so unrenewed it would be gone by then) — not a count of tries,
-    which a loaded server answers slowly (CI: 5 refusals in the run's 3 s)."""
-    ttl, think = 1.0, 3.0
+    """A run two and a half times its lease's ``ttl`` long, sync and async: another holder is
+    refused the thread all along, and the run's writes are stored (no ``LeaseLost``). (A ttl of
+    two seconds: renewed every third of it, a renewal may take up to two thirds — a loaded
+    FerretDB took longer than the 0.27 s a 0.4 s ttl left it, a loaded moto longer than the
+    0.67 s of a 1 s ttl.) Proof of the renewal, whatever the load: a refusal decided more than
+    ``ttl`` after the first one ended (the lease was granted before the first refusal, so
+    unrenewed it would be gone by then) — not a count of tries, which a loaded server answers
+    slowly (CI: 5 refusals in the run's 3 s)."""
+    ttl, think = 2.0, 5.0
     url, prefix = runs_store.backend.url, runs_store.prefix
 
     def others_refused(saver: Any, thread: str, done: Any) -> float:
