@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 from pymongo import MongoClient
@@ -277,7 +278,8 @@ def test_a_write_before_any_read_moves_the_thread_first(url: str, mongo_url: str
         head = old.get_tuple(config("other"))
         assert head is not None
         with connected(url, prefix, old) as saver:
-            body = {**head.checkpoint, "id": str(uuid.uuid4())}
+            # a newer id, as LangGraph makes them (time-ordered; a uuid4 may sort first)
+            body = {**head.checkpoint, "id": str(uuid6())}
             body["channel_versions"] = {}
             saver.put(head.config, body, {"source": "update", "step": 9}, {})
         with connected(url, prefix, None) as plain:

@@ -92,8 +92,41 @@ TESTS = (
 )
 
 
-def leftovers() -> dict[str, list[str]]:
-    """What the plugin's per-test data (named gk_<hex>) left on the loopback servers."""
+#: a conftest.py beside the user's tests that writes down every name the plugin gave a test
+#: (its graphkeep_url), so the leftover check looks at this run's data only: the other lanes of
+#: ./dev test use the same servers at the same time, their own gk_ names included
+RECORDER = """
+import os
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    outcome = yield
+    if fixturedef.argname == "graphkeep_url" and outcome.excinfo is None:
+        parts = urlsplit(outcome.get_result())
+        name = parse_qs(parts.query).get("key_prefix", [""])[0] or parts.path.strip("/")
+        with open(os.environ["GK_TEST_NAMES"], "a") as out:
+            out.write((name or parts.netloc) + "\\n")
+"""
+
+
+def run_recorded_project(
+    tmp_path: Path, *args: str, **env: str
+) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """The README project with RECORDER beside it: its result and the names its tests got."""
+    names = tmp_path / "names.txt"
+    files = {"test_my_graph.py": readme_test_file(), "conftest.py": RECORDER}
+    result = run_project(tmp_path, files, *args, GK_TEST_NAMES=str(names), **env)
+    return result, set(names.read_text().split()) if names.exists() else set()
+
+
+def leftovers(names: set[str]) -> dict[str, list[str]]:
+    """What is left on the loopback servers of the per-test data named ``names`` (gk_<hex>)."""
+    assert names and all(re.fullmatch(r"gk_[0-9a-f]{12}", n) for n in names), names
+    ours = re.compile("|".join(sorted(names)))
     found: dict[str, list[str]] = {}
     for name, url in (("redis", REDIS_URL), ("valkey", VALKEY_URL)):
         with redis.Redis.from_url(url) as single:
@@ -108,22 +141,23 @@ def leftovers() -> dict[str, list[str]]:
         found["mongodb"] = [n for n in mongo.list_database_names() if n.startswith("gk_")]
     client = boto3.client("dynamodb", region_name="us-east-1", endpoint_url=DYNAMODB_ENDPOINT)
     found["dynamodb"] = [n for n in client.list_tables()["TableNames"] if n.startswith("gk_")]
+    found = {k: [n for n in v if ours.search(n)] for k, v in found.items()}
     return {k: v for k, v in found.items() if v}
 
 
 def test_the_readme_project_passes_on_every_backend_with_env_servers(tmp_path: Path) -> None:
-    before = leftovers()
-    result = run_user_project(tmp_path, "--graphkeep-servers=env", **ENV_URLS)
+    result, names = run_recorded_project(tmp_path, "--graphkeep-servers=env", **ENV_URLS)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert passed_ids(result) == {f"{t}[{b}]" for t in TESTS for b in BACKENDS}
-    assert leftovers() == before, "the plugin left per-test data behind"
+    # one name per test that used graphkeep_url (each fixture below it does), all removed
+    assert len(names) == len(TESTS) * len(BACKENDS), names
+    assert leftovers(names) == {}, "the plugin left per-test data behind"
 
 
 def test_the_valkey_backends_are_opt_in_and_run_the_readme_project_with_env_servers(
     tmp_path: Path,
 ) -> None:
-    before = leftovers()
-    result = run_user_project(
+    result, names = run_recorded_project(
         tmp_path,
         "--graphkeep-servers=env",
         "--graphkeep-backends=valkey,valkey-cluster",
@@ -135,7 +169,8 @@ def test_the_valkey_backends_are_opt_in_and_run_the_readme_project_with_env_serv
     assert header and header.group(1) == (
         f"valkey {VALKEY_URL}, valkey-cluster {VALKEY_CLUSTER_URL}"
     ), result.stdout[-2000:]
-    assert leftovers() == before, "the plugin left per-test data behind"
+    assert len(names) == len(TESTS) * len(VALKEY_BACKENDS), names
+    assert leftovers(names) == {}, "the plugin left per-test data behind"
 
 
 def test_backends_narrow_the_parametrisation(tmp_path: Path) -> None:
