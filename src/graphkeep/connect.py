@@ -86,7 +86,8 @@ COMMON_KIND_OPTIONS: dict[str, frozenset[str]] = {
         | {"share_lists", "telemetry", "schema_version", "migrations", "encryption"}
     ),
     "store": POOL_OPTIONS
-    | frozenset({"index", "ttl", "key_prefix", "setup", "max_key_bytes", "telemetry"}),
+    | frozenset({"index", "ttl", "key_prefix", "setup", "max_key_bytes", "telemetry"})
+    | frozenset({"encryption"}),
     "cache": POOL_OPTIONS | frozenset({"serde", "key_prefix", "setup", "telemetry", "encryption"}),
     "events": POOL_OPTIONS
     | frozenset(
@@ -251,8 +252,10 @@ def connect_store(url: str, **options: Any) -> AbstractContextManager[Any]:
 
     Options: ``index`` (IndexConfig: ``dims``, ``embed``, ``fields``, ``distance_type``),
     ``ttl`` (TTLConfig: ``default_ttl``, ``refresh_on_read``, ``sweep_interval_minutes``,
-    in minutes), ``key_prefix``, ``setup``, ``max_key_bytes``, ``telemetry`` and the
-    backend's own.
+    in minutes), ``key_prefix``, ``setup``, ``max_key_bytes``, ``telemetry``, ``encryption``
+    (a :class:`graphkeep.encryption.KeyRing`: each item's value and embeddings sealed at its
+    namespace and key; filtered and semantic searches rank in the client) and the backend's
+    own.
     """
     return cast(AbstractContextManager[Any], _opened(url, "store", False, options))
 

@@ -51,7 +51,8 @@ VARIABLES: dict[str, str] = {
     "LANGGRAPH_AES_KEY": "LangGraph's AES key (16, 24 or 32 bytes): checkpoints are encrypted"
     " with EncryptedSerializer.from_pycryptodome_aes",
     "GRAPHKEEP_KEYS": "the checkpointer's key ring, k2:BASE64,k1:BASE64 (the first current):"
-    " every checkpoint record sealed with AES-256-GCM at its place (graphkeep.encryption)",
+    " every checkpoint record and store item sealed with AES-256-GCM at its place"
+    " (graphkeep.encryption)",
     "LANGGRAPH_CHECKPOINTER": "set by Agent Server from langgraph.json: serde, ttl",
     "LANGGRAPH_THREAD_TTL": "set by Agent Server: the thread ttl (minutes, or a JSON object)",
     "LANGGRAPH_STORE": "set by Agent Server from langgraph.json: index, ttl",
@@ -133,6 +134,8 @@ def store_settings(environ: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
             options[option] = dict(agent[option])
     if "index" in options and isinstance(options["index"].get("embed"), str):
         options["index"]["embed"] = _embeddings(options["index"])
+    if environ.get(KEYS_ENV, "").strip():  # the store's items sealed with the same ring
+        options["encryption"] = KeyRing.from_env(environ=environ)
     _known(url, "store", options, "GRAPHKEEP_STORE_OPTIONS or LANGGRAPH_STORE")
     return url, options
 

@@ -26,7 +26,9 @@ class Vector:
 class StoredItem:
     """An item as a backend stores it. Times: ``created_us``/``updated_us`` in epoch
     microseconds, ``expires_ms`` in epoch milliseconds (None = never), ``ttl_minutes`` is
-    what a refresh re-arms."""
+    what a refresh re-arms. ``filterable=False`` (a sealed item's: its value is ciphertext)
+    tells a backend to keep no filter copy of the value (MongoDB's ``doc``, DynamoDB's
+    ``fa``)."""
 
     namespace: Namespace
     key: str
@@ -37,6 +39,7 @@ class StoredItem:
     ttl_minutes: float | None = None
     vectors: list[Vector] = field(default_factory=list)
     score: float | None = None
+    filterable: bool = True
 
     def live(self, now_ms: int) -> bool:
         return self.expires_ms is None or self.expires_ms > now_ms

@@ -28,12 +28,14 @@ from langgraph.store.base import (
 )
 from langgraph.store.base.batch import AsyncBatchedBaseStore
 
-from graphkeep.errors import CorruptData, InvalidInput, Place
+from graphkeep.errors import ConfigurationError, CorruptData, InvalidInput, Place
 from graphkeep.port import Op, Telemetry, adrive, drive, on_loop, running_loop, target_of
 from graphkeep.port.clock import IncreasingClock, datetime_of_us, now_ms
+from graphkeep.port.encryption import KeyRing, check_encryption
 from graphkeep.store.filters import compile_filter
 from graphkeep.store.port import Embed, ItemKey, SearchQuery, StoredItem, StorePort, Vector
 from graphkeep.store.ranking import list_page, literal_prefix
+from graphkeep.store.sealed import RekeyCounts, SealedStorePort, rekey, sealed
 from graphkeep.store.sweeper import TaskSweeper, ThreadSweeper
 from graphkeep.store.validation import (
     DEFAULT_MAX_KEY_BYTES,
@@ -82,6 +84,10 @@ class StoreBase(BaseStore):
       with numbers and strings with strings; nested keys are given as nested dicts or
       dotted paths;
     - expired items are never returned, even before a store reaps them.
+
+    ``encryption=`` (a :class:`~graphkeep.port.encryption.KeyRing`) seals each item's value
+    and embeddings at its namespace and key (:mod:`~graphkeep.store.sealed`); filtered and
+    semantic searches then rank in the client.
     """
 
     # No instance layout of its own: its attributes live in the __dict__ of the two shells
@@ -104,8 +110,18 @@ class StoreBase(BaseStore):
         max_key_bytes: int = DEFAULT_MAX_KEY_BYTES,
         telemetry: Any = None,
         execute: Any = None,
+        encryption: KeyRing | None = None,
     ) -> None:
-        self.port = port
+        #: the key ring every item is sealed with at ``("item", namespace, key)`` (None:
+        #: stored as JSON); see :mod:`graphkeep.store.sealed`
+        self.encryption = check_encryption(encryption)
+        if self.encryption is not None and getattr(port, "vector_index", False):
+            raise ConfigurationError(
+                "vector_index=True cannot be used with encryption=: the embeddings are sealed"
+                " with the value (they are derived from it), so the server has none to index;"
+                " semantic search ranks in the client instead"
+            )
+        self.port = cast(StorePort, sealed(port, self.encryption))
         #: spans and metrics of every call (see :mod:`graphkeep.port.telemetry`)
         self.telemetry = Telemetry(telemetry, target_of(execute))
         self.index_config = cast(Any, index_config(index))
@@ -195,7 +211,10 @@ class StoreBase(BaseStore):
         if wanted:
             # reuse the stored vector of every text that did not change
             keys = list(wanted)
-            stored = yield from self.port.get(keys, [False] * len(keys), now_ms(), True)
+            try:
+                stored = yield from self.port.get(keys, [False] * len(keys), now_ms(), True)
+            except CorruptData:  # not readable (sealed elsewhere, plaintext): embed afresh
+                stored = [None] * len(keys)
             known = {
                 (k, v.path, v.digest): v.data
                 for k, s in zip(keys, stored, strict=True)
@@ -298,6 +317,16 @@ class StoreBase(BaseStore):
     def _sweep(self) -> Op[int]:
         return (yield from self.port.sweep(now_ms()))
 
+    def rekey_op(self, dry_run: bool) -> Op[RekeyCounts]:
+        """The op of ``rekey_items`` (see :func:`graphkeep.store.sealed.rekey`)."""
+        if not isinstance(self.port, SealedStorePort):
+            raise ConfigurationError(
+                "rekey_items needs a store opened with encryption= (a KeyRing whose current"
+                " key is the new one, the old ones beside it)"
+            )
+        counts: RekeyCounts = yield from self.observed("rekey", rekey(self.port, dry_run))
+        return counts
+
     def observed(self, name: str, op: Op[Any]) -> Op[Any]:
         """``op`` as one call ``store.<name>`` of this store's telemetry."""
         return self.telemetry.observe(f"store.{name}", op, local=(Embed,))
@@ -385,6 +414,11 @@ class SyncStore(StoreBase):
     def sweep_ttl(self) -> int:
         """Remove expired items now; the number removed."""
         return int(self._call(self.observed("sweep_ttl", self._sweep())))
+
+    def rekey_items(self, *, dry_run: bool = False) -> RekeyCounts:
+        """Every item under an older key rewritten under the current one (see
+        :func:`graphkeep.store.rekey_items`)."""
+        return cast(RekeyCounts, self._call(self.rekey_op(dry_run)))
 
     def close(self) -> None:
         """Stop the TTL sweeper (``from_url`` does on exit)."""
@@ -516,6 +550,11 @@ class AsyncStore(StoreBase, AsyncBatchedBaseStore):
     async def sweep_ttl(self) -> int:
         """Remove expired items now; the number removed."""
         return int(await self._acall(self.observed("sweep_ttl", self._sweep())))
+
+    async def rekey_items(self, *, dry_run: bool = False) -> RekeyCounts:
+        """Every item under an older key rewritten under the current one (see
+        :func:`graphkeep.store.rekey_items`)."""
+        return cast(RekeyCounts, await self._acall(self.rekey_op(dry_run)))
 
     async def start_ttl_sweeper(
         self, sweep_interval_minutes: int | None = None

@@ -256,7 +256,8 @@ class DynamoDBStorePort:
         }
         if stored.vectors:
             item[VECTORS] = B(codec.packb([[v.path, v.digest, v.data] for v in stored.vectors]))
-        item.update(filter_attributes(stored.value))
+        if stored.filterable:  # a sealed value keeps no readable copy
+            item.update(filter_attributes(stored.value))
         if size_of(item) > MAX_ITEM_BYTES // 2:
             raise PayloadTooLarge(
                 f"the embeddings of {stored.key!r} take {size_of(item)} bytes; DynamoDB items"

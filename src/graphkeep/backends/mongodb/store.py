@@ -248,7 +248,7 @@ class MongoDBStorePort(PrefixedPort):
                 "ns": dotted_namespace(item.namespace),
                 "key": item.key,
                 "value": bson.Binary(data),
-                "doc": queryable(decode_value(data)),
+                "doc": queryable(decode_value(data)) if item.filterable else {},
                 "updated_us": item.updated_us,
                 "expires_ms": expires,
                 "expires_at": None if expires is None else datetime_of_us(expires * 1000),
