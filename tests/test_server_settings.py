@@ -105,6 +105,19 @@ def test_graphkeep_keys_give_the_checkpointer_its_key_ring() -> None:
         checkpointer_settings({"GRAPHKEEP_URL": URL, "GRAPHKEEP_KEYS": "k1:c2hvcnQ="})
 
 
+def test_graphkeep_keys_give_the_store_its_key_ring() -> None:
+    import base64
+
+    from graphkeep.encryption import KeyRing
+
+    keys = f"k2:{base64.b64encode(b'2' * 32).decode()},k1:{base64.b64encode(b'1' * 32).decode()}"
+    made = store_settings({"GRAPHKEEP_URL": URL, "GRAPHKEEP_KEYS": keys})[1]["encryption"]
+    assert isinstance(made, KeyRing) and made.current == "k2" and made.key_ids == ["k2", "k1"]
+    assert "encryption" not in store_settings({"GRAPHKEEP_URL": URL})[1]
+    with pytest.raises(ConfigurationError, match="k1"):
+        store_settings({"GRAPHKEEP_URL": URL, "GRAPHKEEP_KEYS": "k1:c2hvcnQ="})
+
+
 def test_store_index_and_ttl_from_langgraph_json() -> None:
     store = {
         "path": "graphkeep.server:store",

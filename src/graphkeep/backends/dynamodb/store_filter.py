@@ -10,8 +10,9 @@ an empty binary, which no JSON value is: a condition on it always passes. Lists 
 not in ``fa``: no scalar operand equals them or orders against them.
 
 The expression only ever lets through *more* items than the exact check (``matches``), which
-the client still applies to every item: an item without ``fa`` (written before it existed, or
-whose value has keys that are not strings) passes, a condition on a left-out key passes, and a
+the client still applies to every item: an item without ``fa`` (written before it existed,
+whose value has keys that are not strings, or sealed by ``encryption=``: no copy of a sealed
+value is kept) passes, a condition on a left-out key passes, and a
 condition the server cannot decide exactly (a nested path, a list or object operand, a number
 it cannot hold exactly) is left out. So a search returns the same items; DynamoDB returns fewer
 of them over the wire (it still reads, and bills, the whole prefix).

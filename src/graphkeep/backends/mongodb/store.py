@@ -7,6 +7,7 @@ its mapping onto one MongoDB collection, ``<key_prefix>_store``, one document pe
      ns: "a.b.c", key,                    # namespace labels joined by "." (never in a label)
      value: Binary,                       # the exact value as JSON: the round-trip source
      doc: {...},                          # queryable copy of the value, keys escaped
+                                          # ({} for an item sealed by encryption=)
      created_us, updated_us,              # epoch microseconds (int64)
      expires_ms, expires_at: Date,        # absent/null when the item never expires
      ttl_minutes,                         # what a refresh re-arms
