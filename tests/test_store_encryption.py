@@ -17,7 +17,6 @@ import base64
 import hashlib
 import os
 import re
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import pytest
 
 import graphkeep
+from conformance.setups import Setup
 from conformance.store import StoreFactory, runs, store_connector_for
 from conformance.store.api import StoreConnector
 from graphkeep.encryption import KeyRing
@@ -34,13 +34,14 @@ from graphkeep.errors import ConfigurationError, CorruptData
 from graphkeep.store.rekey import arekey_items, rekey_items
 from graphkeep.store.values import pack_vector
 from tests.scenarios.backends import DAMAGE, dynamodb_client, mongodb_documents, redis_client
+from tests.test_encryption import entered_on_a_loop
+from tests.test_store_mongodb import INDEX, embed
 
 MODES = ("sync", "async")
 KEY = os.urandom(32)
 OTHER_KEY = os.urandom(32)
 IDS = ("a", "b", "c", "d")
 MARKER = "plaintext-marker-7c2f"
-DIMS = 16
 
 
 @pytest.fixture(params=MODES)
@@ -51,20 +52,6 @@ def mode(request: pytest.FixtureRequest) -> str:
 def ring(current: str, *others: str, key: bytes = KEY, **options: Any) -> KeyRing:
     """A ring whose key ids ``current`` and ``others`` all hold ``key``."""
     return KeyRing({k: key for k in (current, *others)}, current=current, **options)
-
-
-def embed(texts: list[str]) -> list[list[float]]:
-    """Deterministic hashing bag-of-words in 16 dims (each word adds 1 to one slot)."""
-    out = []
-    for text in texts:
-        vector = [0.0] * DIMS
-        for word in text.lower().split():
-            vector[hashlib.blake2b(word.encode(), digest_size=2).digest()[0] % DIMS] += 1.0
-        out.append(vector)
-    return out
-
-
-INDEX = {"dims": DIMS, "embed": embed, "fields": ["text"]}
 
 
 def options_of(backend: str) -> dict[str, Any]:
@@ -104,20 +91,8 @@ def opened(
         with graphkeep.connect_store(url, **options) as store:
             yield Api(store, None)
         return
-    loop = asyncio.new_event_loop()
-    runner = threading.Thread(target=loop.run_forever, daemon=True)
-    runner.start()
-    manager = graphkeep.aconnect_store(url, **options)
-    try:
-        store = asyncio.run_coroutine_threadsafe(manager.__aenter__(), loop).result(60)
-        try:
-            yield Api(store, loop)
-        finally:
-            asyncio.run_coroutine_threadsafe(manager.__aexit__(None, None, None), loop).result(60)
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        runner.join(10)
-        loop.close()
+    with entered_on_a_loop(graphkeep.aconnect_store(url, **options)) as (store, loop):
+        yield Api(store, loop)
 
 
 def raises_kind(kind: str, call: Callable[[], Any]) -> CorruptData:
@@ -463,19 +438,6 @@ def test_encryption_options_are_checked(graphkeep_backend: str, graphkeep_url: s
 CONTRACT = ("get_put_delete", "batch", "filters", "prefix_search", "ttl", "semantic_search")
 
 
-@dataclass(frozen=True)
-class _Setup:
-    name: str
-    url: str
-    marker: str | None = None
-    hot: str | None = None
-    rules: tuple[str, ...] = ()
-
-    @property
-    def options(self) -> dict[str, str]:
-        return {}
-
-
 def _sealing(opener: Callable[..., Any], backend: str) -> Callable[..., Any]:
     def open_sealed(url: str, **options: Any) -> Any:
         if options.get("vector_index"):
@@ -493,8 +455,8 @@ def test_the_store_contract_holds_with_encryption(
     query = dict(parse_qsl(parts.query))
     prefix = query.pop("key_prefix", "gk")
     url = urlunsplit(parts._replace(query=urlencode(query)))
-    setup = _Setup(graphkeep_backend, url)
-    plain = store_connector_for(setup)  # type: ignore[arg-type]
+    setup = Setup(graphkeep_backend, url, None)
+    plain = store_connector_for(setup)
     connector = StoreConnector(
         _sealing(graphkeep.connect_store, graphkeep_backend),
         _sealing(graphkeep.aconnect_store, graphkeep_backend),
@@ -505,7 +467,7 @@ def test_the_store_contract_holds_with_encryption(
     skipped: list[str] = []
     cases = runs([capability])
     for n, (case, case_mode) in enumerate(cases):
-        factory = StoreFactory(setup, connector, case_mode, f"{prefix}-{n}")  # type: ignore[arg-type]
+        factory = StoreFactory(setup, connector, case_mode, f"{prefix}-{n}")
         try:
             case(factory)
         except pytest.skip.Exception as exc:
