@@ -30,7 +30,7 @@ from graphkeep.events.port import (
     close_event,
     encode_event,
 )
-from graphkeep.events.sealing import OVERHEAD, opened, sealer
+from graphkeep.events.sealing import OVERHEAD, opened, sealed_without_ring, sealer
 from graphkeep.port import (
     Backoff,
     Emit,
@@ -246,6 +246,9 @@ class EventLogBase:
                 except ValueError:  # damaged, or never written by graphkeep: never quoted
                     event = None
                 if not isinstance(event, dict):
+                    sealed = sealed_without_ring(data) if self.encryption is None else None
+                    if sealed is not None:
+                        raise sealed.at(Place(run_id=run, event_id=stored.event_id))
                     raise CorruptData(
                         reason="its stored payload is not a JSON object",
                         kind=UNDECODABLE,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from graphkeep.errors import TAMPERED, CorruptData
+from graphkeep.errors import TAMPERED, UNKNOWN_KEY, CorruptData
 from graphkeep.port import codec
 from graphkeep.port.encryption import ENVELOPE_TAG, MAX_KEY_ID_BYTES, KeyRing
 
@@ -58,3 +58,23 @@ def opened(ring: KeyRing, run_id: str, event_id: str, data: bytes) -> bytes:
     if inner.tag != JSON_TAG:  # sealed here, yet not an event: never read as one
         raise CorruptData(reason="its sealed payload is not an event", kind=TAMPERED)
     return inner.data
+
+
+def sealed_without_ring(data: bytes) -> CorruptData | None:
+    """The error for a sealed payload read by a log without ``encryption=`` (None: ``data``
+    is no envelope)."""
+    if data[:1] == b"{":
+        return None
+    try:
+        typed = codec.unpack_typed(data)
+    except CorruptData:
+        return None
+    if typed.tag != ENVELOPE_TAG:
+        return None
+    return CorruptData(
+        reason=f"its payload is encrypted ({codec.sealed_key_id(typed.data)}) and this reader"
+        " has no key ring",
+        kind=UNKNOWN_KEY,
+        advice="Open the event log with encryption=KeyRing(...) holding the writer's key"
+        " (GRAPHKEEP_KEYS for the graphkeep command); nothing is returned",
+    )
