@@ -15,7 +15,6 @@ the place can fail).
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -28,7 +27,7 @@ from langgraph.graph import END, START, StateGraph
 
 import graphkeep
 from graphkeep.encryption import ENVELOPE_TAG, KeyRing
-from graphkeep.errors import ConfigurationError, CorruptData
+from graphkeep.errors import ConfigurationError
 from graphkeep.events.streaming import stream_run
 from tests.scenarios.backends import DAMAGE
 from tests.test_encryption import IDS, KEY, MARKER, OTHER_KEY, entered_on_a_loop, raises_kind, ring
