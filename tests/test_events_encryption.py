@@ -15,6 +15,7 @@ the place can fail).
 from __future__ import annotations
 
 import asyncio
+import base64
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,6 +30,7 @@ import graphkeep
 from graphkeep.encryption import ENVELOPE_TAG, KeyRing
 from graphkeep.errors import ConfigurationError
 from graphkeep.events.streaming import stream_run
+from tests.cli_runs import gk
 from tests.scenarios.backends import DAMAGE
 from tests.test_encryption import IDS, KEY, MARKER, OTHER_KEY, entered_on_a_loop, raises_kind, ring
 
@@ -223,6 +225,23 @@ def test_a_flipped_byte_plaintext_and_a_dropped_key_fail_closed_and_are_counted(
     assert migrating.plaintext_reads == 1
     with opened(mode, graphkeep_url, KeyRing({"b": OTHER_KEY})) as log:  # same id, other key
         raises_kind("tampered", lambda: log.read(kept))
+
+
+def test_the_graphkeep_events_command_reads_a_sealed_run_with_graphkeep_keys(
+    graphkeep_url: str, run_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with opened("sync", graphkeep_url, ring("a")) as log:
+        first = log.call("append", run_id, {"note": MARKER.decode()})
+        log.call("close", run_id, "success")
+    monkeypatch.delenv("GRAPHKEEP_KEYS", raising=False)
+    blind = gk("events", graphkeep_url, run_id)
+    assert blind.code != 0
+    assert "encrypted (key id 'a') and this reader has no key ring" in blind.out + blind.err
+    monkeypatch.setenv("GRAPHKEEP_KEYS", "a:" + base64.b64encode(KEY).decode())
+    keyed = gk("events", graphkeep_url, run_id)
+    assert keyed.code == 0, keyed.out + keyed.err
+    assert keyed.out.splitlines()[0].startswith(first + "\t")
+    assert MARKER.decode() in keyed.out and '"status":"success"' in keyed.out.replace(" ", "")
 
 
 def test_writers_racing_on_one_sealed_run_keep_every_event_readable(
