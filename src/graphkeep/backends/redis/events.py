@@ -29,6 +29,12 @@ run, across writers, and fit an SSE ``id:`` as they are.
   ``PEXPIRE`` (``PERSIST`` when ``ttl`` is None). Every call carries a random token: when
   the executor re-sends a call after a lost connection, a call that did run returns its
   first id again instead of appending twice.
+- With ``encryption=`` a payload is sealed at its event id, so the call chooses its ids
+  before it is sent: ``<ms>-<seq>`` after the run's newest id as this port last knew it (ms =
+  max(the writer's clock, the newest id's ms)), and the script, given that newest id, refuses
+  the call (writing nothing, answering the run's newest id) when another writer moved the run
+  on: the call is sealed again after it and re-sent. A run this port has not written yet is
+  first tried as a new one (a run another writer started costs one refused call).
 - ``read``: ``XRANGE key (after + COUNT limit`` (``-`` when ``after`` is None); when that is
   empty and the reader follows, ``XREAD COUNT limit BLOCK wait_ms STREAMS key after`` (sent
   to the node owning the key, see :class:`~graphkeep.backends.redis.requests.XRead`). When
