@@ -30,6 +30,7 @@ from langgraph.graph import END, START, StateGraph
 import graphkeep
 from graphkeep.encryption import ENVELOPE_TAG, KeyRing
 from graphkeep.errors import ConfigurationError, CorruptData
+from graphkeep.events.port import MAX_EVENT_BYTES
 from graphkeep.events.streaming import stream_run
 from tests.cli_runs import gk
 from tests.scenarios.backends import DAMAGE
@@ -160,11 +161,15 @@ def test_event_payloads_are_sealed_and_read_back_from_any_id(
     with opened(mode, graphkeep_url, ring("a")) as log:
         ids = log.call("append_many", run_id, events)
         ids.append(log.call("append", run_id, {"type": "custom", "note": MARKER.decode()}))
+        # the largest event there is, sealed, still fits a record (a DynamoDB item: 400 KB)
+        large = {"type": "custom", "blob": "x" * (MAX_EVENT_BYTES - 40)}
+        ids.append(log.call("append", run_id, large))
         ids.append(log.call("close", run_id, "success"))
         read = log.read(run_id)
         assert [i for i, _ in read] == ids
         assert [e for _, e in read][:3] == events
         assert read[-1][1] == {"type": "close", "status": "success"}
+        assert read[-2][1] == large
         assert log.read(run_id, after=ids[1]) == read[2:]  # resume by id
         assert log.call("state", run_id).closed == "success"  # the status stays readable
     stored = payloads(graphkeep_backend, graphkeep_url)
