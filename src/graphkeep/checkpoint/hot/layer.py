@@ -32,7 +32,7 @@ from graphkeep.checkpoint.ids import (
 from graphkeep.checkpoint.records import CheckpointKeys
 from graphkeep.errors import PLAINTEXT, TAMPERED, UNKNOWN_KEY, CorruptData, InvalidInput
 from graphkeep.port import Op, codec
-from graphkeep.port.encryption import KeyRing, check_encryption
+from graphkeep.port.encryption import ENVELOPE_TAG, KeyRing, check_encryption
 
 log = logging.getLogger("graphkeep.hot")
 
@@ -490,6 +490,8 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
             if fmt != ENTRY_FORMAT or schema != self.schema:
                 return None
             if self.encryption is not None:
+                if kind != ENVELOPE_TAG:  # a cache: never served, allow_plaintext or not
+                    raise CorruptData(reason="it is not encrypted", kind=PLAINTEXT)
                 place = _place(thread_id, ns, checkpoint_id, writes, schema)
                 opened = self.encryption.open(codec.Typed(kind, data), place)
                 kind, data = opened.tag, opened.data
