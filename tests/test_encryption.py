@@ -454,11 +454,6 @@ def test_key_ring_checks_its_keys_and_reads_graphkeep_keys(monkeypatch: pytest.M
     with pytest.raises(ConfigurationError, match="KeyRing"):
         with graphkeep.connect("redis://127.0.0.1:1/0", encryption="secret"):
             pass
-    with pytest.raises(ConfigurationError, match="hot layer"):
-        with graphkeep.connect(
-            "mongodb://127.0.0.1:1/db", encryption=keys, hot="redis://127.0.0.1:1/0"
-        ):
-            pass
 
 
 # -- the node cache and the effect ledger -----------------------------------------------------

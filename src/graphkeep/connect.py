@@ -92,7 +92,7 @@ COMMON_KIND_OPTIONS: dict[str, frozenset[str]] = {
     "events": POOL_OPTIONS
     | frozenset(
         {"ttl", "max_events", "stale_after", "poll_interval", "max_poll_interval"}
-        | {"key_prefix", "setup", "telemetry"}
+        | {"key_prefix", "setup", "telemetry", "encryption"}
     ),
     "effects": POOL_OPTIONS
     | frozenset({"serde", "key_prefix", "setup", "telemetry", "encryption"})

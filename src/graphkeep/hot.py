@@ -22,7 +22,6 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from graphkeep.checkpoint.hot import (
     DEFAULT_HOT_TTL,
     HOT_SCHEMES,
-    NO_HOT_ENCRYPTION,
     AsyncHotLayer,
     HotLayer,
     HotLayerBase,
@@ -187,8 +186,6 @@ def hot_layer(
     from graphkeep.backends.redis.client import async_client, sync_client
     from graphkeep.backends.redis.hot import HOT_SCRIPTS, RedisHotPort
 
-    if getattr(saver, "encryption", None) is not None:
-        raise ConfigurationError(NO_HOT_ENCRYPTION)
     ttl = check_hot_ttl(hot_ttl)
     redis_url, url_prefix = _redis_url(url)
     prober, prefix, schema = _prober(saver)
@@ -211,6 +208,8 @@ def hot_layer(
         "where": where,
         "schema": schema,
         "telemetry": telemetry,
+        # a graphkeep saver's key ring: the copies are sealed as its checkpoints are
+        "encryption": getattr(saver, "encryption", None),
     }
     if _is_async(saver):
         if running_loop() is None:

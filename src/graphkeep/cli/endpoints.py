@@ -225,13 +225,13 @@ def _graphkeep_only(
     connect: Callable[..., AbstractContextManager[Any]], command: str
 ) -> Callable[[str, str | None], AbstractContextManager[Any]]:
     """An opener of ``connect``'s product at a graphkeep URL (never creates anything:
-    ``setup=False``), for ``graphkeep <command>``."""
+    ``setup=False``; with ``$GRAPHKEEP_KEYS`` its ring), for ``graphkeep <command>``."""
 
     @contextmanager
     def open_product(url: str, key_prefix: str | None) -> Iterator[Any]:
         _scheme(url, "redis://host:6379/0")
         require_graphkeep(url, command)
-        options = {"setup": False, "key_prefix": key_prefix}
+        options = {"setup": False, "key_prefix": key_prefix, "encryption": key_ring()}
         with _connected(connect, url, options) as product:
             yield product
 

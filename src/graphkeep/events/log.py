@@ -30,6 +30,7 @@ from graphkeep.events.port import (
     close_event,
     encode_event,
 )
+from graphkeep.events.sealing import OVERHEAD, opened, sealed_without_ring, sealer
 from graphkeep.port import (
     Backoff,
     Emit,
@@ -48,6 +49,7 @@ from graphkeep.port import (
 )
 from graphkeep.port.checks import check_seconds
 from graphkeep.port.clock import now_ms
+from graphkeep.port.encryption import KeyRing, check_encryption
 
 #: events read per request
 PAGE = 500
@@ -98,7 +100,9 @@ class EventLogBase:
     Options: ``ttl`` (seconds after a run's last append or heartbeat, sliding; default one
     day; None keeps runs until deleted), ``max_events`` (per run, default 10,000),
     ``stale_after`` (seconds a followed run may stay silent, default 60),
-    ``poll_interval`` / ``max_poll_interval`` (stores without blocking reads).
+    ``poll_interval`` / ``max_poll_interval`` (stores without blocking reads),
+    ``encryption`` (a :class:`~graphkeep.encryption.KeyRing`: each event's payload sealed
+    at its run and event id, :mod:`graphkeep.events.sealing`; reads fail closed).
     """
 
     def __init__(
@@ -111,9 +115,11 @@ class EventLogBase:
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
         telemetry: Any = None,
+        encryption: KeyRing | None = None,
         execute: Any = None,
     ) -> None:
         self.port = port
+        self.encryption = check_encryption(encryption)
         #: the options this log was made with (:meth:`with_options` starts from them)
         self.options: dict[str, Any] = {
             "ttl": ttl,
@@ -122,6 +128,7 @@ class EventLogBase:
             "poll_interval": poll_interval,
             "max_poll_interval": max_poll_interval,
             "telemetry": telemetry,
+            "encryption": encryption,
         }
         #: spans and metrics of every call (see :mod:`graphkeep.port.telemetry`)
         self.telemetry = Telemetry(telemetry, target_of(execute))
@@ -141,13 +148,17 @@ class EventLogBase:
             ),
         )
 
-    def observed(self, name: str, op: Op[Any]) -> Op[Any]:
-        """``op`` as one call ``events.<name>`` of this log's telemetry."""
-        return self.telemetry.observe(f"events.{name}", op)
+    def observed(self, name: str, op: Op[Any], read: bool = False) -> Op[Any]:
+        """``op`` as one call ``events.<name>`` of this log's telemetry (``read``: one that
+        returns stored events, whose failures count in ``graphkeep.resume.failures``)."""
+        return self.telemetry.observe(f"events.{name}", op, read=read)
 
     # -- ops -------------------------------------------------------------------------
 
-    def _append(self, run_id: Any, events: Iterable[Any], closing: bool = False) -> Op[list[str]]:
+    def _append(
+        self, run_id: Any, events: Iterable[Any], status: str | None = None
+    ) -> Op[list[str]]:
+        """Append ``events``; ``status``: the last is the close event of that status."""
         run = check_run_id(run_id)
         if isinstance(events, (dict, str, bytes)):
             raise InvalidInput("append_many takes a list of events (dicts)")
@@ -155,12 +166,17 @@ class EventLogBase:
         if not payloads:
             return []
         self.telemetry.append_batch(len(payloads))
-        return (
-            yield from self.port.append(run, Batch(payloads, closing, now_ms(), self.retention))
-        )
+        closing = status is not None
+        if self.encryption is None:
+            batch = Batch(payloads, closing, now_ms(), self.retention, status)
+        else:
+            seal = sealer(self.encryption, run)
+            batch = Batch(payloads, closing, now_ms(), self.retention, status, seal, OVERHEAD)
+        return (yield from self.port.append(run, batch))
 
     def _close(self, run_id: Any, status: Any, error: Any) -> Op[str]:
-        ids = yield from self._append(run_id, [close_event(status, error)], closing=True)
+        event = close_event(status, error)
+        ids = yield from self._append(run_id, [event], event["status"])
         return ids[0]
 
     def _heartbeat(self, run_id: Any) -> Op[None]:
@@ -219,11 +235,20 @@ class EventLogBase:
                 after = None if cursor is None else f"after event {cursor}"
                 raise exc.at(Place(run_id=run, part=after)) from None
             for stored in batch:
+                data = stored.data
+                if self.encryption is not None:
+                    try:
+                        data = opened(self.encryption, run, stored.event_id, data)
+                    except CorruptData as exc:
+                        raise exc.at(Place(run_id=run, event_id=stored.event_id)) from None
                 try:
-                    event = json.loads(stored.data)
+                    event = json.loads(data)
                 except ValueError:  # damaged, or never written by graphkeep: never quoted
                     event = None
                 if not isinstance(event, dict):
+                    sealed = sealed_without_ring(data) if self.encryption is None else None
+                    if sealed is not None:
+                        raise sealed.at(Place(run_id=run, event_id=stored.event_id))
                     raise CorruptData(
                         reason="its stored payload is not a JSON object",
                         kind=UNDECODABLE,
@@ -301,7 +326,9 @@ class SyncEventLog(EventLogBase):
         self, run_id: str, *, after: str | None = None, follow: bool = True
     ) -> Iterator[tuple[str, dict[str, Any]]]:
         """``(event_id, event)`` after ``after``; with ``follow`` live until the close event."""
-        return drive_iter(self.observed("read", self._read(run_id, after, follow)), self._execute)
+        return drive_iter(
+            self.observed("read", self._read(run_id, after, follow), read=True), self._execute
+        )
 
     async def aappend(self, run_id: str, event: dict[str, Any]) -> str:
         return await asyncio.to_thread(self.append, run_id, event)
@@ -364,7 +391,7 @@ class AsyncEventLog(EventLogBase):
     def read(
         self, run_id: str, *, after: str | None = None, follow: bool = True
     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        op = self.observed("read", self._read(run_id, after, follow))
+        op = self.observed("read", self._read(run_id, after, follow), read=True)
         return adrive_iter(op, self._aexecute)
 
     aappend = append

@@ -6,6 +6,7 @@ ids, events and close statuses.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -63,12 +64,38 @@ class StoredEvent:
 @dataclass(frozen=True, slots=True)
 class Batch:
     """What one ``append`` stores: the payloads in order (when ``closing``, the last is the
-    close event), at ``now_ms``, under ``retention``."""
+    close event, of status ``status``), at ``now_ms``, under ``retention``.
+
+    A port stores each payload as :meth:`stored` returns it for the id it is written under:
+    with ``encryption=`` the log gives a ``seal`` that binds the payload to its run and event
+    id (:mod:`graphkeep.events.sealing`), so a port never reads a payload itself (sizes it by
+    :meth:`size`) and the close status comes as ``status``."""
 
     payloads: list[bytes]
     closing: bool
     now_ms: int
     retention: Retention
+    status: str | None = None
+    seal: Callable[[str, bytes], bytes] | None = None
+    #: bytes sealing adds to a payload at most (its :meth:`size` counts them)
+    overhead: int = 0
+
+    def stored(self, event_id: str, payload: bytes) -> bytes:
+        """``payload`` as stored under ``event_id`` (sealed there with encryption on)."""
+        return payload if self.seal is None else self.seal(event_id, payload)
+
+    def size(self, payload: bytes) -> int:
+        """How many bytes ``payload`` takes stored."""
+        return len(payload) + self.overhead
+
+    @property
+    def close_status(self) -> str | None:
+        """The close event's status (None when the batch does not close the run)."""
+        if not self.closing:
+            return None
+        if self.status is not None:
+            return self.status
+        return str(json.loads(self.payloads[-1])["status"])  # a batch made by hand (tests)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,8 @@ One partition per run, ordered items in it (``P`` = escaped ``key_prefix``)::
 
     sk  e#<last seq, 19 digits>   consecutive events packed in one item:
         n   N   how many (the item holds seqs last-n+1 .. last)
-        v   B   msgpack list of the events' JSON bytes (``z`` = "zlib" when compressed)
+        v   B   msgpack list of the events' JSON bytes (``z`` = "zlib" when compressed;
+                with ``encryption=`` each sealed at its run and seq: graphkeep.events.sealing)
         cl  N   1 when the item's last event is the run's close event
         exp N   epoch seconds, DynamoDB's TTL attribute (only with ``ttl``)
     sk  m#                        the run's meta item:
@@ -70,11 +71,10 @@ says they are gone), so a reused run id never shows another run's events.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,6 +173,8 @@ class _Pack:
 
     payloads: list[bytes]
     closing: bool
+    #: bytes the payloads take stored, with their framing
+    size: int = 0
 
 
 class DynamoDBEventsPort(TablePort):
@@ -208,11 +210,10 @@ class DynamoDBEventsPort(TablePort):
         now_ms, retention = batch.now_ms, batch.retention
         pk = self.partition(run_id)
         known = self._known(pk)
-        status = str(json.loads(payloads[-1])["status"]) if closing else None
-        packs = _packs(payloads, closing, retention.trim_step)
+        packs = _packs(payloads, closing, retention.trim_step, batch.size)
         ids: list[str] = []
         for group in _transactions(packs):
-            first = yield from self._commit(pk, known, group, status, now_ms, retention)
+            first = yield from self._commit(pk, known, group, batch, now_ms, retention)
             count = sum(len(p.payloads) for p in group)
             ids += [str(seq) for seq in range(first, first + count)]
         yield from self._retain(pk, known, now_ms, retention)
@@ -230,17 +231,18 @@ class DynamoDBEventsPort(TablePort):
         pk: str,
         known: _Run,
         group: list[_Pack],
-        status: str | None,
+        batch: Batch,
         now_ms: int,
         retention: Retention,
     ) -> Op[int]:
         """Write one transaction's packs after the run's last seq; returns the first seq."""
+        status = batch.close_status
         reborn: int | None = None  # act of an expired run being restarted
         conflicts = 0
         refused: dict[str, Any] | None = None  # the meta item that refused the last attempt
         while True:
             prev = known.hi
-            actions, last = self._actions(pk, group, prev, status, now_ms, retention, reborn)
+            actions, last = self._actions(pk, group, prev, batch, now_ms, retention, reborn)
             try:
                 yield Call(
                     "transact_write_items",
@@ -314,18 +316,19 @@ class DynamoDBEventsPort(TablePort):
         pk: str,
         group: list[_Pack],
         prev: int,
-        status: str | None,
+        batch: Batch,
         now_ms: int,
         retention: Retention,
         reborn: int | None,
     ) -> tuple[list[dict[str, Any]], int]:
+        status = batch.close_status
         exp = self._item_exp(now_ms, retention)
         actions: list[dict[str, Any]] = []
         seq = prev
         closes = False
         for pack in group:
             seq += len(pack.payloads)
-            item = _item(pk, seq, pack)
+            item = _item(pk, seq, pack, batch.stored)
             if exp is not None:
                 item[EXP] = N(exp)
             closes = closes or pack.closing
@@ -647,20 +650,23 @@ def _used(
     )
 
 
-def _packs(payloads: list[bytes], closing: bool, per_item: int) -> list[_Pack]:
-    """Consecutive payloads grouped into items of at most :data:`ITEM_BUDGET` bytes and
-    ``per_item`` events (trimming drops whole items: this bounds what it has to keep)."""
+def _packs(
+    payloads: list[bytes], closing: bool, per_item: int, size_of: Callable[[bytes], int]
+) -> list[_Pack]:
+    """Consecutive payloads grouped into items of at most :data:`ITEM_BUDGET` bytes stored
+    (``size_of``: sealed with encryption on) and ``per_item`` events (trimming drops whole
+    items: this bounds what it has to keep)."""
     packs: list[_Pack] = []
     current: list[bytes] = []
     size = 0
     for payload in payloads:
-        cost = len(payload) + FRAMING
+        cost = size_of(payload) + FRAMING
         if current and (size + cost > ITEM_BUDGET or len(current) >= per_item):
-            packs.append(_Pack(current, False))
+            packs.append(_Pack(current, False, size))
             current, size = [], 0
         current.append(payload)
         size += cost
-    packs.append(_Pack(current, closing))
+    packs.append(_Pack(current, closing, size))
     return packs
 
 
@@ -669,7 +675,7 @@ def _transactions(packs: list[_Pack]) -> Iterator[list[_Pack]]:
     group: list[_Pack] = []
     size = 0
     for pack in packs:
-        cost = sum(len(p) + FRAMING for p in pack.payloads) + 200
+        cost = pack.size + 200
         if group and (len(group) >= ITEMS_PER_TRANSACTION or size + cost > TRANSACT_MAX_BYTES):
             yield group
             group, size = [], 0
@@ -679,9 +685,10 @@ def _transactions(packs: list[_Pack]) -> Iterator[list[_Pack]]:
         yield group
 
 
-def _item(pk: str, last: int, pack: _Pack) -> dict[str, Any]:
+def _item(pk: str, last: int, pack: _Pack, stored: Callable[[str, bytes], bytes]) -> dict[str, Any]:
     item: dict[str, Any] = {PK: S(pk), SK: S(event_sk(last)), COUNT: N(len(pack.payloads))}
-    data = codec.packb(pack.payloads)
+    first = last - len(pack.payloads) + 1
+    data = codec.packb([stored(str(first + i), p) for i, p in enumerate(pack.payloads)])
     if len(data) >= COMPRESS_MIN_BYTES:
         packed = codec.deflate(data, DEFAULT_COMPRESS_LEVEL)
         if len(packed) <= len(data) * (1 - COMPRESS_MIN_SAVING):

@@ -10,7 +10,8 @@ One collection ``<key_prefix>_events``, one document per event and one per run::
     {_id: "<digest>",         # of (run, seq): the same position always names the same document
      run: "<run id>",
      seq: 1, 2, 3, ...        # per run, from 1; the event id is str(seq)
-     d: Binary,               # the event's JSON bytes
+     d: Binary,               # the event's JSON bytes (encryption=: sealed at (run, seq),
+                              #   graphkeep.events.sealing; resealed when a race moves it)
      at: <epoch ms>,          # the writer's clock at the append
      w: "<token>",            # random token of the append call that wrote it
      close: "success",        # the close event only: the run's status
@@ -70,11 +71,10 @@ Multi-document transactions are never used.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -131,11 +131,6 @@ def _aware(value: Any) -> datetime | None:
     return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
 
 
-def _close_status(payload: bytes) -> str:
-    """The status of a close event (written by the shell: ``{"type":"close","status":...}``)."""
-    return str(json.loads(payload)["status"])
-
-
 def _conflict(exc: BulkWriteError) -> int:
     """How many documents the ordered insert wrote before a taken position; any other
     error is raised as it is."""
@@ -183,6 +178,7 @@ class MongoDBEventsPort(PrefixedPort):
         now_ms: int,
         token: str,
         expires_at: datetime | None,
+        stored: Callable[[str, bytes], bytes],
     ) -> list[dict[str, Any]]:
         docs = []
         for offset, data in enumerate(payloads):
@@ -191,7 +187,7 @@ class MongoDBEventsPort(PrefixedPort):
                 "_id": self.key(run_id, seq),
                 "run": run_id,
                 "seq": seq,
-                "d": bson.Binary(data),
+                "d": bson.Binary(stored(str(seq), data)),
                 "at": now_ms,
                 "w": token,
             }
@@ -260,7 +256,7 @@ class MongoDBEventsPort(PrefixedPort):
         known = self.runs.get((run_id,)) or _Run()
         if known.closed:
             raise RunClosed(f"run {run_id!r} is closed: nothing more can be appended")
-        status = _close_status(payloads[-1]) if closing else None
+        status = batch.close_status
         token = secrets.token_hex(8)
         expires_at = self._expiry(now_ms, retention.ttl_ms)
         written: list[int] = []
@@ -269,7 +265,9 @@ class MongoDBEventsPort(PrefixedPort):
         conflicted = False
         while pending:
             start = 1 if base is None else base
-            docs = self._event_docs(run_id, start, pending, status, now_ms, token, expires_at)
+            docs = self._event_docs(
+                run_id, start, pending, status, now_ms, token, expires_at, batch.stored
+            )
             if base is None:
                 docs.insert(0, self._meta_doc(run_id, now_ms, token, retention))
             try:

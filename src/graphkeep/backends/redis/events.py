@@ -29,6 +29,12 @@ run, across writers, and fit an SSE ``id:`` as they are.
   ``PEXPIRE`` (``PERSIST`` when ``ttl`` is None). Every call carries a random token: when
   the executor re-sends a call after a lost connection, a call that did run returns its
   first id again instead of appending twice.
+- With ``encryption=`` a payload is sealed at its event id, so the call chooses its ids
+  before it is sent: ``<ms>-<seq>`` after the run's newest id as this port last knew it (ms =
+  max(the writer's clock, the newest id's ms)), and the script, given that newest id, refuses
+  the call (writing nothing, answering the run's newest id) when another writer moved the run
+  on: the call is sealed again after it and re-sent. A run this port has not written yet is
+  first tried as a new one (a run another writer started costs one refused call).
 - ``read``: ``XRANGE key (after + COUNT limit`` (``-`` when ``after`` is None); when that is
   empty and the reader follows, ``XREAD COUNT limit BLOCK wait_ms STREAMS key after`` (sent
   to the node owning the key, see :class:`~graphkeep.backends.redis.requests.XRead`). When
@@ -50,22 +56,25 @@ predecessor in ``p`` (one short field per call at most).
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from graphkeep.backends.redis.client import OnRedis, RedisPort, ResponseError
 from graphkeep.backends.redis.requests import Command, Delete, Script, XRead
 from graphkeep.cache.port import escaped_key
-from graphkeep.errors import EventsTrimmed, InvalidInput, RunClosed
+from graphkeep.errors import EventsTrimmed, GraphkeepError, InvalidInput, RunClosed
 from graphkeep.events.log import AsyncEventLog, SyncEventLog
 from graphkeep.events.port import Batch, Retention, RunState, StoredEvent
 from graphkeep.port import Op, Sleep
+from graphkeep.port.lru import ThreadLRU
 
 __all__ = ["AsyncRedisEventLog", "RedisEventLog", "RedisEventsPort"]
 
 FORMAT = "ev1"
+#: runs whose newest event id a port remembers (sealed appends choose their ids after it)
+KNOWN_RUNS = 4096
 #: most events and payload bytes one append script call carries; larger batches take several
 CALL_EVENTS = 2000
 CALL_BYTES = 4 * 1024 * 1024
@@ -76,7 +85,9 @@ MAX_ID = f"{2**64 - 1}-{2**64 - 1}"
 _ID = re.compile(r"\A([0-9]{1,20})-([0-9]{1,20})\Z")
 
 # KEYS: stream, meta. ARGV: now_ms, ttl_ms ('' = keep), max_events, close status ('' = not
-# closing), call token, payload... Returns the first new id (the others follow it: <ms>-<seq+k>).
+# closing), call token, expected newest id ('*': any; '': none), ms and first seq of the ids
+# ('' '': the script's), payload... Returns the first new id (the others follow it:
+# <ms>-<seq+k>), or {newest id or ''} when the newest id is not the expected one.
 APPEND = """
 local stream, meta = KEYS[1], KEYS[2]
 local run = redis.call('HMGET', meta, 'c', 'b', 'i', 'l')
@@ -91,19 +102,25 @@ if not last then
   local newest = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
   if #newest > 0 then last = newest[1][1] end
 end
-local now = redis.call('TIME')
-local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+if ARGV[6] ~= '*' and (last or '') ~= ARGV[6] then
+  return {last or ''}
+end
+local ms, seq = tonumber(ARGV[7]), tonumber(ARGV[8])
+if not ms then
+  local now = redis.call('TIME')
+  ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+end
 local before = false
 if last then
   local last_ms = tonumber(string.match(last, '^(%d+)-'))
   if last_ms >= ms then ms = last_ms else before = last end
 end
-local id_form = string.format('%.0f', ms) .. '-*'
+local ms_text = string.format('%.0f', ms)
 local status = ARGV[4]
 local first, id
-for i = 6, #ARGV do
+for i = 9, #ARGV do
   local fields = {'d', ARGV[i]}
-  if i == 6 and before then
+  if i == 9 and before then
     fields[3] = 'p'
     fields[4] = before
   end
@@ -111,8 +128,10 @@ for i = 6, #ARGV do
     fields[#fields + 1] = 'c'
     fields[#fields + 1] = status
   end
+  local id_form = ms_text .. '-*'
+  if seq then id_form = ms_text .. '-' .. string.format('%.0f', seq + i - 9) end
   id = redis.call('XADD', stream, 'MAXLEN', '~', ARGV[3], id_form, unpack(fields))
-  if i == 6 then first = id end
+  if i == 9 then first = id end
 end
 redis.call('HSET', meta, 'a', ARGV[1], 'l', id, 'b', ARGV[5], 'i', first)
 if status ~= '' then
@@ -226,6 +245,11 @@ class RedisEventsPort(RedisPort):
     blocking = True
     scripts = SCRIPTS
 
+    def __init__(self, *, key_prefix: str = "graphkeep", cluster: bool = False) -> None:
+        super().__init__(key_prefix=key_prefix, cluster=cluster)
+        #: the newest event id of each run this port appended sealed events to (bounded)
+        self.newest: ThreadLRU[tuple[str], str] = ThreadLRU(KNOWN_RUNS)
+
     def _base(self, run_id: str) -> str:
         return f"{self.prefix}:{FORMAT}:{{{escaped_key(run_id)}}}:"
 
@@ -242,18 +266,22 @@ class RedisEventsPort(RedisPort):
         yield Script("__load__", [], [])
 
     def append(self, run_id: str, batch: Batch) -> Op[list[str]]:
-        payloads, closing = batch.payloads, batch.closing
-        now_ms, retention = batch.now_ms, batch.retention
+        closing, retention = batch.closing, batch.retention
         ttl = "" if retention.ttl_ms is None else retention.ttl_ms
-        calls = _calls(payloads)
+        calls = _calls(batch.payloads, batch.size)
         ids: list[str] = []
         for number, call in enumerate(calls):
             status = ""
             if closing and number == len(calls) - 1:
-                status = _close_status(call[-1])
-            args: list[Any] = [now_ms, ttl, retention.max_events, status, uuid.uuid4().hex]
+                status = batch.close_status or ""
+            args = [batch.now_ms, ttl, retention.max_events, status, uuid.uuid4().hex]
             try:
-                first = yield Script("events_append", self._keys(run_id), args + call)
+                if batch.seal is None:
+                    first = yield Script(
+                        "events_append", self._keys(run_id), args + ["*", "", ""] + call
+                    )
+                else:
+                    first = yield from self._append_sealed(run_id, batch, args, call)
             except ResponseError as exc:
                 if CLOSED_REPLY not in str(exc):
                     raise
@@ -271,6 +299,34 @@ class RedisEventsPort(RedisPort):
             ms, seq = parsed
             ids += [f"{ms}-{seq + k}" for k in range(len(call))]
         return ids
+
+    def _append_sealed(
+        self, run_id: str, batch: Batch, args: list[Any], call: list[bytes]
+    ) -> Op[Any]:
+        """One script call of a sealed batch: its ids are chosen here, after the newest id
+        this port knows of the run, so that each payload is sealed at its id; when another
+        writer moved the run on, the script answers its newest id and the call is sealed
+        again after it (the token stays: a re-sent call that did run is not run twice)."""
+        newest = self.newest.get((run_id,)) or ""  # a run this port has not written: a new one?
+        while True:
+            ms, seq = batch.now_ms, 0
+            if newest:
+                last_ms, last_seq = self.id_key(newest)
+                if last_ms >= ms:
+                    ms, seq = last_ms, last_seq + 1
+            sealed = [batch.stored(f"{ms}-{seq + k}", p) for k, p in enumerate(call)]
+            reply = yield Script(
+                "events_append", self._keys(run_id), [*args, newest, ms, seq, *sealed]
+            )
+            if not isinstance(reply, list):
+                self.newest.put((run_id,), f"{ms}-{seq + len(call) - 1}")
+                return reply
+            if _text(reply[0]) == newest:  # each lost race shows another writer's progress
+                raise GraphkeepError(
+                    f"the append script refuses run {run_id!r} after {newest or 'nothing'}"
+                    " and names that same id: were its keys written by another program?"
+                )
+            newest = _text(reply[0])
 
     def read(
         self, run_id: str, after: str | None, limit: int, wait_ms: int
@@ -328,22 +384,19 @@ class RedisEventsPort(RedisPort):
         return parsed
 
 
-def _calls(payloads: list[bytes]) -> list[list[bytes]]:
-    """Payloads cut into script calls of at most CALL_EVENTS events and about CALL_BYTES."""
+def _calls(payloads: list[bytes], size_of: Callable[[bytes], int]) -> list[list[bytes]]:
+    """Payloads cut into script calls of at most CALL_EVENTS events and about CALL_BYTES
+    stored (``size_of``: sealed with encryption on)."""
     calls: list[list[bytes]] = [[]]
     size = 0
     for payload in payloads:
-        if calls[-1] and (len(calls[-1]) >= CALL_EVENTS or size + len(payload) > CALL_BYTES):
+        cost = size_of(payload)
+        if calls[-1] and (len(calls[-1]) >= CALL_EVENTS or size + cost > CALL_BYTES):
             calls.append([])
             size = 0
         calls[-1].append(payload)
-        size += len(payload)
+        size += cost
     return calls
-
-
-def _close_status(payload: bytes) -> str:
-    """The status of a close event (written by the shell: ``{"type":"close","status":...}``)."""
-    return str(json.loads(payload)["status"])
 
 
 class RedisEventLog(OnRedis, SyncEventLog):

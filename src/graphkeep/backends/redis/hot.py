@@ -5,7 +5,8 @@ savers' keys escape it, so a thread is one Cluster slot)::
 
     P:hot1:{<thread>}   HASH   c\\0<ns>\\0<checkpoint id>  -> entry (the checkpoint tuple as the
                                                             durable saver returned it, in its
-                                                            serializer: encryption respected)
+                                                            serializer; sealed as its checkpoint
+                                                            with the saver's encryption=)
                                n\\0<ns>                   -> the id of the newest entry of ns
                                l\\0<ns>\\0<before>\\0<limit> -> a ``list`` page: its ids
                                p\\0<ns>\\0<checkpoint id>  -> the entry of a page's checkpoint

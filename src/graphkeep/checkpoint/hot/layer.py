@@ -30,8 +30,9 @@ from graphkeep.checkpoint.ids import (
     normalize_thread_id,
 )
 from graphkeep.checkpoint.records import CheckpointKeys
-from graphkeep.errors import CorruptData, InvalidInput
+from graphkeep.errors import PLAINTEXT, TAMPERED, UNKNOWN_KEY, CorruptData, InvalidInput
 from graphkeep.port import Op, codec
+from graphkeep.port.encryption import ENVELOPE_TAG, KeyRing, check_encryption
 
 log = logging.getLogger("graphkeep.hot")
 
@@ -101,9 +102,12 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         schema: str = "",
         telemetry: Any = None,
         owned: Callable[[], Any] | None = None,
+        encryption: KeyRing | None = None,
     ) -> None:
         super().__init__(serde=durable.serde)
         self.durable = durable
+        #: the durable saver's key ring: each copy sealed at its checkpoint (see ``_encode``)
+        self.encryption = check_encryption(encryption)
         self.port = port
         self.prober = prober
         self.hot_ttl = check_hot_ttl(hot_ttl)
@@ -331,7 +335,7 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
             return direct
         failed: Failures = []
         raw = yield from self._hot(self.port.fetch(thread_id, ns, wanted, self.ttl_ms), failed)
-        cached = self._decode(raw)
+        cached = self._decode(raw, thread_id, ns)
         probed: Probed = []
         if cached is not None:
             cached_id, writes, copy = cached
@@ -356,7 +360,7 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
             if keys.special:
                 outcome = "special"
             elif len(keys.indexes) == len(found.pending_writes or []):
-                entry = self._encode(found_id, found)
+                entry = self._encode(thread_id, ns, found_id, found)
                 fill = self.port.fill(thread_id, ns, found_id, entry, wanted is None, self.ttl_ms)
                 yield from self._hot(fill, failed)
         self._count("error" if failed else outcome)
@@ -403,7 +407,7 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
         failed: Failures = []
         fetch = self.port.fetch_page(thread_id, ns, below, limit, self.ttl_ms)
         raw = yield from self._hot(fetch, failed)
-        cached = [self._decode(entry) for entry in raw or []]
+        cached = [self._decode(entry, thread_id, ns) for entry in raw or []]
         probed: Probed | None = None
         probed_from = ""
         if cached and all(entry is not None for entry in cached):
@@ -426,7 +430,7 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
             probed = [k for k in probed if k.checkpoint_id >= low]
             if _page_current(probed, ids, below):
                 pairs = zip(ids, page, strict=True)
-                entries = [(cid, self._encode(cid, t)) for (cid, _), t in pairs]
+                entries = [(cid, self._encode(thread_id, ns, cid, t)) for (cid, _), t in pairs]
                 fill = self.port.fill_page(thread_id, ns, below, limit, entries, self.ttl_ms)
                 yield from self._hot(fill, failed)
             elif any(k.special for k in probed):
@@ -451,7 +455,10 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
 
     # -- entries ---------------------------------------------------------------------------
 
-    def _encode(self, checkpoint_id: str, found: CheckpointTuple) -> bytes:
+    def _encode(self, thread_id: str, ns: str, checkpoint_id: str, found: CheckpointTuple) -> bytes:
+        """A copy: its checkpoint id and pending write count readable (the key-only probe
+        checks them), the tuple serialized, and with ``encryption`` sealed at its checkpoint
+        and write count (:func:`_place`), so nothing of it is readable in Redis."""
         kind, data = self.serde.dumps_typed(
             [
                 found.config,
@@ -462,19 +469,46 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
             ]
         )
         writes = len(found.pending_writes or [])
+        if self.encryption is not None:
+            place = _place(thread_id, ns, checkpoint_id, writes, self.schema)
+            sealed = self.encryption.seal(codec.Typed(kind, data), place)
+            kind, data = sealed.tag, sealed.data
         return codec.packb([ENTRY_FORMAT, self.schema, checkpoint_id, writes, kind, data])
 
-    def _decode(self, raw: bytes | None) -> tuple[str, int, CheckpointTuple] | None:
+    def _decode(
+        self, raw: bytes | None, thread_id: str, ns: str
+    ) -> tuple[str, int, CheckpointTuple] | None:
         """(checkpoint id, pending writes, tuple) of a cached entry; None for an entry of
-        another format or schema, or one that cannot be read (a miss, logged)."""
+        another format or schema, or one that cannot be read (a miss, logged). With
+        ``encryption`` a copy that does not open at this thread, namespace, checkpoint and
+        write count (planted, copied, changed, plaintext, an unknown key) is refused: a miss,
+        logged with its reason, and the durable store's checkpoint is read (and copied)."""
         if raw is None:
             return None
         try:
             fmt, schema, checkpoint_id, writes, kind, data = codec.unpack_fields(raw, 6)
             if fmt != ENTRY_FORMAT or schema != self.schema:
                 return None
+            if self.encryption is not None:
+                if kind != ENVELOPE_TAG:  # a cache: never served, allow_plaintext or not
+                    raise CorruptData(reason="it is not encrypted", kind=PLAINTEXT)
+                place = _place(thread_id, ns, checkpoint_id, writes, schema)
+                opened = self.encryption.open(codec.Typed(kind, data), place)
+                kind, data = opened.tag, opened.data
             config, checkpoint, metadata, parent, pending = self.serde.loads_typed((kind, data))
-        except (CorruptData, ValueError, TypeError) as exc:
+        except CorruptData as exc:
+            if exc.kind in (PLAINTEXT, TAMPERED, UNKNOWN_KEY):
+                log.warning(
+                    "hot layer: a cached copy in thread %r was refused (%s: %s): read from"
+                    " the durable store",
+                    thread_id,
+                    exc.kind,
+                    exc.reason,
+                )
+            else:
+                log.warning("hot layer: a cached checkpoint could not be read (%s): a miss", exc)
+            return None
+        except (ValueError, TypeError) as exc:
             log.warning("hot layer: a cached checkpoint could not be read (%s): a miss", exc)
             return None
         except Exception as exc:  # noqa: BLE001 - a serializer's own error: read the store
@@ -488,3 +522,12 @@ class HotLayerBase(BaseCheckpointSaver[Any]):
             pending_writes=[tuple(w) for w in pending],
         )
         return str(checkpoint_id), int(writes), found
+
+
+def _place(
+    thread_id: str, ns: str, checkpoint_id: Any, writes: Any, schema: Any
+) -> tuple[Any, ...]:
+    """Where a copy lives, for its encryption: its checkpoint (thread, namespace, id), and
+    the write count and schema the layer trusts it by (a copy of fewer writes relabelled
+    would otherwise pass the probe)."""
+    return ("hot", thread_id, ns, checkpoint_id, writes, schema)

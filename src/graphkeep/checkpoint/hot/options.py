@@ -44,13 +44,6 @@ def check_hot_url(url: Any) -> str:
 HOT_OPTIONS = frozenset({"hot", "hot_ttl"})
 
 
-#: why a saver with ``encryption=`` has no hot layer (its copies would be kept in plaintext)
-NO_HOT_ENCRYPTION = (
-    "the hot layer does not encrypt its copies yet: a saver with encryption= cannot have"
-    " hot=; drop one of them"
-)
-
-
 def hot_options(options: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     """``hot`` (a Redis URL, or None) and the layer's options (``hot_ttl``, and the saver's
     ``telemetry``) taken out of a saver's ``options``, checked before any connection."""
@@ -58,8 +51,6 @@ def hot_options(options: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     if "hot_ttl" in options and hot is None:
         raise ConfigurationError("hot_ttl is an option of the hot layer: give hot='redis://…'")
     layer: dict[str, Any] = {}
-    if hot is not None and options.get("encryption") is not None:
-        raise ConfigurationError(NO_HOT_ENCRYPTION)
     if hot is not None:
         check_hot_url(hot)
         layer["hot_ttl"] = check_hot_ttl(options.pop("hot_ttl", DEFAULT_HOT_TTL))
