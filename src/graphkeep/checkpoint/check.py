@@ -34,6 +34,7 @@ checkpoint that is stored, and re-arms drifting expiries to the thread's (its ``
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -54,6 +55,7 @@ from graphkeep.checkpoint.records import (
     Summary,
     ThreadDump,
 )
+from graphkeep.checkpoint.rekey import counted_export
 from graphkeep.checkpoint.walk import delta_channels, history_channels
 from graphkeep.errors import CorruptData, GraphkeepError
 from graphkeep.port.ops import Op, counted
@@ -196,6 +198,8 @@ class ThreadCheck:
     drift: list[Drift] = field(default_factory=list)
     #: requests the check of this thread sent
     requests: int = 0
+    #: ``--deep``: its records per kind and key id as stored (:mod:`.rekey`)
+    keys: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -213,8 +217,12 @@ class CheckReport:
     #: the most requests the check of one thread sent
     thread_requests: int = 0
     seconds: float = 0.0
+    #: ``--deep``: records per key id (or ``plaintext``, ``langgraph-aes``) as stored
+    key_ids: Counter[str] = field(default_factory=Counter)
 
     def add(self, checked: ThreadCheck) -> None:
+        for by_key in checked.keys.values():
+            self.key_ids.update(by_key)
         self.threads += 1
         self.checkpoints += checked.checkpoints
         self.requests += checked.requests
@@ -245,6 +253,7 @@ class CheckReport:
             "errors": self.errors,
             "warnings": self.warnings,
             "kinds": dict(sorted(kinds.items())),
+            **({"key_ids": dict(sorted(self.key_ids.items()))} if self.key_ids else {}),
         }
 
 
@@ -637,7 +646,7 @@ def _read(
     if serde is not None:
         dump: ThreadDump | Exception
         try:
-            dump = yield from port.export_thread(thread_id)
+            checked.keys, dump = yield from counted_export(port, thread_id)
         except GraphkeepError as exc:
             if not isinstance(exc, CorruptData):
                 raise
