@@ -56,6 +56,7 @@ from graphkeep.checkpoint.records import (
     ThreadDump,
 )
 from graphkeep.checkpoint.rekey import counted_export
+from graphkeep.checkpoint.sealed import SealedPort
 from graphkeep.checkpoint.walk import delta_channels, history_channels
 from graphkeep.errors import CorruptData, GraphkeepError
 from graphkeep.port.ops import Op, counted
@@ -653,7 +654,8 @@ def _read(
             dump = exc
         except Exception as exc:  # noqa: BLE001 - records the backend cannot parse
             dump = exc
-        add_payload_findings(checked, dump, serde, ns, inventory)
+        sealed = isinstance(port, SealedPort)
+        add_payload_findings(checked, dump, serde, ns, inventory, sealed=sealed)
     return inventory, checked
 
 
@@ -663,6 +665,8 @@ def add_payload_findings(
     serde: Any,
     ns: str | None = None,
     stored: Inventory | None = None,
+    *,
+    sealed: bool = False,
 ) -> None:
     """``--deep``: add to ``checked`` the problems of the thread's payloads (``dump``, its
     export, decoded with ``serde``: :func:`~graphkeep.checkpoint.deep.payload_problems`), or
@@ -671,7 +675,7 @@ def add_payload_findings(
     if isinstance(dump, Exception):
         problems = [_unreadable(ns, dump)]
     else:
-        problems, orphans = payload_problems(dump, serde, ns, stored)
+        problems, orphans = payload_problems(dump, serde, ns, stored, sealed=sealed)
     checked.findings += [
         Finding(checked.thread_id, p.ns, p.checkpoint_id, p.channel, p.kind, p.detail)
         for p in problems

@@ -11,7 +11,8 @@
 3. each record not under the current key is opened at its place and sealed again under the
    current key; a list manifest is signed again; a payload in LangGraph's
    ``EncryptedSerializer`` form (tag ``<serde>+aes``) is decrypted by ``legacy`` (the caller
-   gives the cipher of ``LANGGRAPH_AES_KEY``) and sealed. What does not open fails closed as a
+   gives the cipher of ``LANGGRAPH_AES_KEY``) and sealed, and the thread's list manifests,
+   which nothing signed then, are signed. What does not open fails closed as a
    read does (:class:`~graphkeep.errors.CorruptData` ``plaintext`` — unless the ring was made
    with ``allow_plaintext=True`` —, ``unknown_key``, ``tampered``): nothing of the thread is
    written then, so a planted record never becomes trusted data;
@@ -142,6 +143,8 @@ class _Renewal:
         self.thread_id = thread_id
         self.legacy = legacy
         self.rewritten = 0
+        #: the thread is in LangGraph's form and ``legacy`` opens it (see :meth:`dump`)
+        self.migrating = False
         #: place -> the payload sealed there (what the read-back must open to)
         self.plain: dict[tuple[Any, ...], Typed] = {}
 
@@ -176,7 +179,8 @@ class _Renewal:
             return blob
         body = codec.packb([version, runs])
         try:
-            self.ring.verify(body, ("manifest", *place), signature)
+            if signature is not None or not self.migrating:
+                self.ring.verify(body, ("manifest", *place), signature)
         except CorruptData as exc:
             raise exc.at(where) from None
         self.rewritten += 1
@@ -214,6 +218,13 @@ class _Renewal:
         return replace(write, value=self.payload(write.value, place, where))
 
     def dump(self, stored: ThreadDump) -> ThreadDump:
+        # a thread in LangGraph's EncryptedSerializer form, migrated with its key: its list
+        # manifests were never signed (they name element keys only; the elements are
+        # LangGraph's ciphertext, opened by ``legacy``), so they are signed now
+        self.migrating = self.legacy is not None and any(
+            stored_key_id(value) == LANGGRAPH_AES
+            for _, _, value in _payloads(self.thread_id, stored)
+        )
         return ThreadDump(
             checkpoints=[self.record(r) for r in stored.checkpoints],
             writes=[(ns, cid, self.write(ns, cid, w)) for ns, cid, w in stored.writes],

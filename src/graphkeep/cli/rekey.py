@@ -19,6 +19,7 @@ import sys
 from collections import Counter
 from typing import Any, TextIO
 
+import graphkeep
 from graphkeep.checkpoint.check import THREAD_PAGE, thread_page
 from graphkeep.checkpoint.rekey import Legacy, Rekeyed, rekey_thread, sealed_port
 from graphkeep.cli.arguments import Commands, add_thread_choice
@@ -177,6 +178,7 @@ def cmd_rekey(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     effects = Counter[str]()
     rewritten = 0
     store: dict[str, Any] | None = None
+    cached: dict[str, int] | None = None
     with open_endpoint(args.url, key_prefix=args.key_prefix) as opened:
         if not isinstance(opened, Native):  # pragma: no cover - require_graphkeep refuses them
             raise UsageError("graphkeep rekey rewrites graphkeep stores only")
@@ -219,6 +221,12 @@ def cmd_rekey(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 )
                 out.write(line + "\n")
                 out.flush()
+    if args.all:  # the node cache at the same URL and key prefix
+        options = {"setup": False, "encryption": ring}
+        if args.key_prefix is not None:
+            options["key_prefix"] = args.key_prefix
+        with graphkeep.connect_cache(args.url, **options) as cache:
+            cached = cache.rekey(dry_run=args.dry_run, legacy=legacy)
     report = {
         "url": opened.label,
         "current_key": ring.current,
@@ -232,6 +240,7 @@ def cmd_rekey(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             "by_key_after": _by_key(after, ring),
         },
         "effects": dict(sorted(effects.items())),
+        "cache": cached,
     }
     if store is not None:
         report["store"] = store
@@ -242,7 +251,9 @@ def cmd_rekey(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         out.write(
             f"{verb} {rewritten} record(s) in {len(done)} thread(s) under key {ring.current!r};"
             f" {len(current)} thread(s) current, {len(failed)} failed;"
-            f" {effects.get('rewritten', 0)} effect record(s)\n"
+            f" {effects.get('rewritten', 0)} effect record(s)"
+            + (f", {cached['rewritten']} cache entries" if cached else "")
+            + "\n"
         )
         keys = report["records"]["by_key_before" if args.dry_run else "by_key_after"]
         out.write("records by key: " + ", ".join(f"{k} {n}" for k, n in keys.items()) + "\n")
