@@ -38,6 +38,7 @@ from graphkeep.cli.console import (
     EXIT_THRESHOLD,
     Progress,
     UsageError,
+    interactive,
     parse_duration,
     print_json,
 )
@@ -190,11 +191,7 @@ def _confirm(plan: list[ThreadCheck], args: argparse.Namespace, err: TextIO) -> 
     if args.yes:
         return True
     stdin = sys.stdin
-    try:
-        interactive = bool(stdin is not None and stdin.isatty())
-    except (AttributeError, ValueError, OSError):
-        interactive = False
-    if not interactive:
+    if not interactive(stdin):
         raise UsageError(
             "--repair without a terminal needs --yes (nothing was deleted; the plan is above)"
         )

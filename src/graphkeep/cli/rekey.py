@@ -23,7 +23,7 @@ import graphkeep
 from graphkeep.checkpoint.check import THREAD_PAGE, thread_page
 from graphkeep.checkpoint.rekey import Legacy, Rekeyed, rekey_thread, sealed_port
 from graphkeep.cli.arguments import Commands, add_thread_choice
-from graphkeep.cli.console import EXIT_ERROR, EXIT_OK, UsageError, print_json
+from graphkeep.cli.console import EXIT_ERROR, EXIT_OK, UsageError, interactive, print_json
 from graphkeep.cli.endpoints import Native, key_ring, open_endpoint, require_graphkeep
 from graphkeep.effects.sealing import rekey_effects
 from graphkeep.encryption import KEYS_ENV, KeyRing
@@ -118,11 +118,7 @@ def _confirm(args: argparse.Namespace, ring: KeyRing, err: TextIO) -> None:
     if args.yes or args.dry_run:
         return
     stdin = sys.stdin
-    try:
-        interactive = bool(stdin is not None and stdin.isatty())
-    except (AttributeError, ValueError, OSError):
-        interactive = False
-    if not interactive:
+    if not interactive(stdin):
         raise UsageError("rekey without a terminal needs --yes (nothing was rewritten)")
     which = "every thread's" if args.all else f"{len(args.thread)} thread(s)'"
     err.write(f"rewrite {which} records under key {ring.current!r}? [y/N] ")
