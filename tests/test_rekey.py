@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
@@ -55,6 +56,13 @@ def stored_bytes(backend: str, url: str) -> list[bytes]:
     seen: list[bytes] = []
     DAMAGE[backend](url, lambda data: seen.append(bytes(data)) and None)  # type: ignore[func-returns-value]
     return sorted(seen)
+
+
+def under(backend: str, url: str, key_id: str) -> int:
+    """Stored byte strings holding an envelope header of ``key_id`` (read with the backend's
+    own client)."""
+    header = b"\x01" + bytes([len(key_id)]) + key_id.encode()
+    return sum(header in data for data in stored_bytes(backend, url))
 
 
 # -- the graphs ---------------------------------------------------------------------------------
@@ -279,6 +287,16 @@ def test_rekey_thread_runs_through_the_port_sync_and_async_under_the_lease(
     with saver(graphkeep_url, graphkeep_backend, KeyRing({"k1": K1})) as s:
         chat = chat_graph().compile(checkpointer=s)
         state = chat.invoke({"messages": [], "turn": 0}, config(thread_id))
+        # a value over DynamoDB's item limit: chunk items, whose keys follow their bytes
+        big = os.urandom(900_000)
+        chat.update_state(config(thread_id), {"messages": [big.hex()[:1000]]})
+        s.put(
+            config(thread_id + "-big"),
+            {**empty_checkpoint(), "channel_values": {"x": big}, "channel_versions": {"x": 1}},
+            {},
+            {"x": 1},
+        )
+    assert under(graphkeep_backend, graphkeep_url, "k1") > 0
     rotated = KeyRing({"k2": K2, "k1": K1}, current="k2")
     if mode == "sync":
         with saver(graphkeep_url, graphkeep_backend, rotated) as s:
@@ -300,8 +318,24 @@ def test_rekey_thread_runs_through_the_port_sync_and_async_under_the_lease(
     assert done.written and done.rewritten > 0
     assert sum(n for by_key in done.after.values() for k, n in by_key.items() if k == "k1") == 0
     assert not again.written and again.rewritten == 0  # current: skipped
+    if mode == "sync":
+        with saver(graphkeep_url, graphkeep_backend, rotated) as s:
+            s.drive(rekey_thread(s, thread_id + "-big"))
+    else:
+
+        async def big_one() -> None:
+            async with graphkeep.aconnect(
+                graphkeep_url, **options(graphkeep_backend), encryption=rotated
+            ) as s:
+                await s.adrive(rekey_thread(s, thread_id + "-big"))
+
+        asyncio.run(big_one())
+    # no old ciphertext is left anywhere (DynamoDB's old chunk items included)
+    assert under(graphkeep_backend, graphkeep_url, "k1") == 0
     with saver(graphkeep_url, graphkeep_backend, KeyRing({"k2": K2})) as s:
-        assert chat_graph().compile(checkpointer=s).get_state(config(thread_id)).values == state
+        got = chat_graph().compile(checkpointer=s).get_state(config(thread_id)).values
+        assert got["messages"][-1] == big.hex()[:1000] and got["turn"] == state["turn"]
+        assert s.get_tuple(config(thread_id + "-big")).checkpoint["channel_values"]["x"] == big
 
 
 def test_langgraph_encrypted_serializer_data_is_rekeyed_into_graphkeeps_envelope(

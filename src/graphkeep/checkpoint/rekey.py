@@ -19,7 +19,9 @@
 4. the thread is written back with ``import_thread`` under the lease's fencing token: the same
    ids, the same history (upserts of the same addresses);
 5. it is read back: every record must be under the current key and open to the payload that
-   was sealed (else ``CorruptData``).
+   was sealed (else ``CorruptData``); then the chunk items of the payloads rewritten
+   (content-addressed on DynamoDB: the old ciphertext) are deleted
+   (:meth:`~graphkeep.checkpoint.port.CheckpointPort.drop_chunks`).
 
 A thread whose records are all current is not written (so a run killed halfway is run again:
 the threads it finished are skipped). :func:`key_counts` counts stored records per key id
@@ -310,9 +312,12 @@ def _rekey_held(port: SealedPort, thread_id: str, legacy: Legacy | None, fence: 
     renewed = renewal.dump(stored)
     if not renewal.rewritten:
         return Rekeyed(thread_id, before, before)
+    chunks = yield from port.inner.chunk_refs(thread_id)
     yield from port.inner.import_thread(thread_id, renewed, fence)
     read = yield from port.inner.export_thread(thread_id)
     _verify(port, renewal, renewed, read)
+    # the old ciphertext of a rewritten chunked payload goes (its chunks are content-addressed)
+    yield from port.inner.drop_chunks(thread_id, chunks, fence)
     return Rekeyed(thread_id, before, key_counts(thread_id, read), renewal.rewritten, True)
 
 
