@@ -296,6 +296,8 @@ def test_rekey_thread_runs_through_the_port_sync_and_async_under_the_lease(
             {},
             {"x": 1},
         )
+    with graphkeep.connect_cache(graphkeep_url, encryption=KeyRing({"k1": K1})) as cache:
+        cache.set({(("node", "n"), "e"): (MARKER, None)})
     assert under(graphkeep_backend, graphkeep_url, "k1") > 0
     rotated = KeyRing({"k2": K2, "k1": K1}, current="k2")
     if mode == "sync":
@@ -321,21 +323,28 @@ def test_rekey_thread_runs_through_the_port_sync_and_async_under_the_lease(
     if mode == "sync":
         with saver(graphkeep_url, graphkeep_backend, rotated) as s:
             s.drive(rekey_thread(s, thread_id + "-big"))
+        with graphkeep.connect_cache(graphkeep_url, encryption=rotated) as cache:
+            cached = cache.rekey()
     else:
 
-        async def big_one() -> None:
+        async def big_one() -> dict[str, int]:
             async with graphkeep.aconnect(
                 graphkeep_url, **options(graphkeep_backend), encryption=rotated
             ) as s:
                 await s.adrive(rekey_thread(s, thread_id + "-big"))
+            async with graphkeep.aconnect_cache(graphkeep_url, encryption=rotated) as cache:
+                return await cache.arekey()
 
-        asyncio.run(big_one())
+        cached = asyncio.run(big_one())
+    assert cached == {"rewritten": 1, "current": 0, "unreadable": 0}
     # no old ciphertext is left anywhere (DynamoDB's old chunk items included)
     assert under(graphkeep_backend, graphkeep_url, "k1") == 0
     with saver(graphkeep_url, graphkeep_backend, KeyRing({"k2": K2})) as s:
         got = chat_graph().compile(checkpointer=s).get_state(config(thread_id)).values
         assert got["messages"][-1] == big.hex()[:1000] and got["turn"] == state["turn"]
         assert s.get_tuple(config(thread_id + "-big")).checkpoint["channel_values"]["x"] == big
+    with graphkeep.connect_cache(graphkeep_url, encryption=KeyRing({"k2": K2})) as cache:
+        assert cache.get([(("node", "n"), "e")]) == {(("node", "n"), "e"): MARKER}
 
 
 def test_langgraph_encrypted_serializer_data_is_rekeyed_into_graphkeeps_envelope(
