@@ -176,7 +176,10 @@ class _Renewal:
         return self.legacy(value)
 
     def manifest(self, blob: BlobRecord, place: tuple[Any, ...], where: Place) -> BlobRecord:
-        version, runs, signature = manifest_fields(blob.value)
+        try:
+            version, runs, signature = manifest_fields(blob.value)
+        except CorruptData as exc:
+            raise exc.at(where) from None
         if isinstance(signature, list) and signature and signature[0] == self.ring.current:
             return blob
         body = codec.packb([version, runs])
