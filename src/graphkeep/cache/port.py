@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -49,6 +50,16 @@ class Stored:
     expires_ms: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class Held:
+    """An entry as stored, for ``graphkeep rekey``: its address (None when the store keeps
+    only a digest of it), its packed typed value, and what the port needs to replace it."""
+
+    address: FullKey | None
+    data: bytes
+    ref: Any
+
+
 class CachePort(Protocol):
     """What a backend maps onto its store; addresses arrive validated.
 
@@ -58,6 +69,10 @@ class CachePort(Protocol):
       entries (the shell filters them) but must never return another address's value.
     - ``clear(namespaces)`` deletes exactly those namespaces' entries (exact match, not
       prefixes); ``clear(None)`` every entry under this cache's key prefix.
+    - ``entries()``: every entry under this cache's key prefix (:class:`Held`; expired ones
+      may be included); ``reseal(held, data)`` replaces ``held``'s value with ``data``,
+      its expiry kept, when the stored value is still ``held.data`` (one conditional
+      request; True when replaced). ``graphkeep rekey`` seals entries again with them.
     """
 
     def setup(self) -> Op[None]: ...
@@ -67,6 +82,10 @@ class CachePort(Protocol):
     def set(self, entries: list[Entry], now_ms: int) -> Op[None]: ...
 
     def clear(self, namespaces: list[Namespace] | None) -> Op[None]: ...
+
+    def entries(self) -> Op[list[Held]]: ...
+
+    def reseal(self, held: Held, data: bytes) -> Op[bool]: ...
 
 
 def _escape(text: str) -> str:
@@ -81,6 +100,16 @@ def escaped_namespace(namespace: Namespace) -> str:
     DynamoDB key component.
     """
     return "".join(_escape(label) + "/" for label in namespace)
+
+
+def unescaped(text: str) -> str:
+    """An escaped label or key back to its text."""
+    return re.sub("%([0-9A-F]{2})", lambda m: chr(int(m.group(1), 16)), text)
+
+
+def namespace_of(escaped: str) -> Namespace:
+    """:func:`escaped_namespace`'s text back to its namespace."""
+    return tuple(unescaped(label) for label in escaped.split("/")[:-1])
 
 
 def escaped_key(key: str) -> str:

@@ -13,6 +13,7 @@ from langgraph.cache.base import BaseCache, FullKey, Namespace
 from graphkeep.cache.port import (
     CachePort,
     Entry,
+    Held,
     check_address,
     check_namespace,
     expiry_after_seconds,
@@ -22,7 +23,8 @@ from graphkeep.cache.port import (
 from graphkeep.errors import CorruptData, InvalidInput
 from graphkeep.port import Op, Telemetry, adrive, codec, drive, on_loop, running_loop, target_of
 from graphkeep.port.clock import now_ms
-from graphkeep.port.encryption import KeyRing, check_encryption
+from graphkeep.port.codec import Typed
+from graphkeep.port.encryption import ENVELOPE_TAG, KeyRing, check_encryption
 
 
 class CacheBase(BaseCache[Any]):
@@ -115,6 +117,46 @@ class CacheBase(BaseCache[Any]):
         if checked:
             yield from self.port.clear(checked)
 
+    def rekey_op(self, dry_run: bool = False, legacy: Any = None) -> Op[dict[str, int]]:
+        """The op sealing every entry again under the ring's current key (``graphkeep
+        rekey --all``), each by one conditional request (an entry set meanwhile stays as it
+        was set) and read back: ``{"rewritten", "current", "unreadable"}``. An entry that
+        does not open (plaintext, a key the ring lacks, a changed one), or whose address the
+        store keeps only as a digest, is left as it is: a miss, as every read of it is.
+        ``legacy`` opens LangGraph's ``EncryptedSerializer`` form."""
+        ring = self.encryption
+        counts = {"rewritten": 0, "current": 0, "unreadable": 0}
+        if ring is None:
+            return counts
+        for held in (yield from self.port.entries()):
+            state, typed = _renewed(ring, held, legacy)
+            counts[state] += 1
+            if dry_run or typed is None or held.address is None:
+                continue
+            data = codec.pack_typed(ring.seal(typed, _place(held.address)))
+            if not (yield from self.port.reseal(held, data)):
+                continue  # set again meanwhile: under the current key already
+            back = (yield from self.port.get([held.address])).get(held.address)
+            if back is not None and back.data == data:
+                ring.open(codec.unpack_typed(back.data), _place(held.address))
+        return counts
+
+
+def _renewed(ring: KeyRing, held: Held, legacy: Any) -> tuple[str, Typed | None]:
+    """What ``rekey_op`` does with one entry: ``"current"``, ``"unreadable"`` or
+    ``"rewritten"`` and the payload to seal."""
+    try:
+        stored = codec.unpack_typed(held.data)
+        if stored.tag == ENVELOPE_TAG and ring.key_id(stored) == ring.current:
+            return "current", None
+        if held.address is None:
+            return "unreadable", None
+        if legacy is not None and stored.tag != ENVELOPE_TAG and "+" in stored.tag:
+            return "rewritten", legacy(stored)
+        return "rewritten", ring.open(stored, _place(held.address))
+    except CorruptData:
+        return "unreadable", None
+
 
 def _place(address: FullKey) -> tuple[Any, ...]:
     namespace, key = address
@@ -151,6 +193,10 @@ class SyncCache(CacheBase):
 
     async def aclear(self, namespaces: Sequence[Namespace] | None = None) -> None:
         await asyncio.to_thread(self.clear, namespaces)
+
+    def rekey(self, dry_run: bool = False, legacy: Any = None) -> dict[str, int]:
+        """Every entry sealed again under the current key (see :meth:`rekey_op`)."""
+        return dict(self._call(self.observed("rekey", self.rekey_op(dry_run, legacy))))
 
 
 class AsyncCache(CacheBase):
@@ -198,3 +244,7 @@ class AsyncCache(CacheBase):
 
     async def aclear(self, namespaces: Sequence[Namespace] | None = None) -> None:
         await self._acall(self.observed("clear", self._clear(namespaces)))
+
+    async def arekey(self, dry_run: bool = False, legacy: Any = None) -> dict[str, int]:
+        """Every entry sealed again under the current key (see :meth:`rekey_op`)."""
+        return dict(await self._acall(self.observed("rekey", self.rekey_op(dry_run, legacy))))

@@ -34,6 +34,7 @@ checkpoint that is stored, and re-arms drifting expiries to the thread's (its ``
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -54,6 +55,8 @@ from graphkeep.checkpoint.records import (
     Summary,
     ThreadDump,
 )
+from graphkeep.checkpoint.rekey import counted_export
+from graphkeep.checkpoint.sealed import SealedPort
 from graphkeep.checkpoint.walk import delta_channels, history_channels
 from graphkeep.errors import CorruptData, GraphkeepError
 from graphkeep.port.ops import Op, counted
@@ -196,6 +199,8 @@ class ThreadCheck:
     drift: list[Drift] = field(default_factory=list)
     #: requests the check of this thread sent
     requests: int = 0
+    #: ``--deep``: its records per kind and key id as stored (:mod:`.rekey`)
+    keys: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -213,8 +218,12 @@ class CheckReport:
     #: the most requests the check of one thread sent
     thread_requests: int = 0
     seconds: float = 0.0
+    #: ``--deep``: records per key id (or ``plaintext``, ``langgraph-aes``) as stored
+    key_ids: Counter[str] = field(default_factory=Counter)
 
     def add(self, checked: ThreadCheck) -> None:
+        for by_key in checked.keys.values():
+            self.key_ids.update(by_key)
         self.threads += 1
         self.checkpoints += checked.checkpoints
         self.requests += checked.requests
@@ -245,6 +254,7 @@ class CheckReport:
             "errors": self.errors,
             "warnings": self.warnings,
             "kinds": dict(sorted(kinds.items())),
+            **({"key_ids": dict(sorted(self.key_ids.items()))} if self.key_ids else {}),
         }
 
 
@@ -637,14 +647,15 @@ def _read(
     if serde is not None:
         dump: ThreadDump | Exception
         try:
-            dump = yield from port.export_thread(thread_id)
+            checked.keys, dump = yield from counted_export(port, thread_id)
         except GraphkeepError as exc:
             if not isinstance(exc, CorruptData):
                 raise
             dump = exc
         except Exception as exc:  # noqa: BLE001 - records the backend cannot parse
             dump = exc
-        add_payload_findings(checked, dump, serde, ns, inventory)
+        sealed = isinstance(port, SealedPort)
+        add_payload_findings(checked, dump, serde, ns, inventory, sealed=sealed)
     return inventory, checked
 
 
@@ -654,6 +665,8 @@ def add_payload_findings(
     serde: Any,
     ns: str | None = None,
     stored: Inventory | None = None,
+    *,
+    sealed: bool = False,
 ) -> None:
     """``--deep``: add to ``checked`` the problems of the thread's payloads (``dump``, its
     export, decoded with ``serde``: :func:`~graphkeep.checkpoint.deep.payload_problems`), or
@@ -662,7 +675,7 @@ def add_payload_findings(
     if isinstance(dump, Exception):
         problems = [_unreadable(ns, dump)]
     else:
-        problems, orphans = payload_problems(dump, serde, ns, stored)
+        problems, orphans = payload_problems(dump, serde, ns, stored, sealed=sealed)
     checked.findings += [
         Finding(checked.thread_id, p.ns, p.checkpoint_id, p.channel, p.kind, p.detail)
         for p in problems

@@ -154,6 +154,9 @@ class _Tally:
     entries: dict[tuple[str, ...], tuple[str, _Entry]] = field(default_factory=dict)
     #: classes looked up so far: (module, name) -> importable
     known: dict[tuple[str, str], bool] = field(default_factory=dict)
+    #: the records were sealed by graphkeep.encryption (opened before they are decoded): a
+    #: payload inside an envelope is encrypted whatever the serializer's tag says
+    sealed: bool = False
 
     def add(
         self,
@@ -188,7 +191,7 @@ def _decode(
         return
     encrypted = is_encrypted(serde)
     stored_tag = value.tag.removeprefix(codec.COMPRESSED_PREFIX)
-    if encrypted and "+" not in stored_tag:
+    if encrypted and not tally.sealed and "+" not in stored_tag:
         what_tag = f"{what} is stored unencrypted ({stored_tag})"
         tally.add("plaintext", ns, cid, channel, what_tag, group="")
     try:
@@ -215,13 +218,16 @@ def payload_problems(
     serde: Any,
     ns: str | None = None,
     stored: Inventory | None = None,
+    *,
+    sealed: bool = False,
 ) -> tuple[list[Problem], list[tuple[str, str, str]]]:
     """The deep problems of one thread's export (only namespace ``ns`` when given), and the
     blob keys ``(ns, ELEMENT_CHANNEL, key)`` of its orphan list elements. ``stored``: the
     thread's inventory (its keys), read just before: a checkpoint or a value a checkpoint
     names that it lists but the export could not read whole (a chunk missing: a store
-    leaves a payload out while it looks half-written) is ``undecodable``."""
-    tally = _Tally()
+    leaves a payload out while it looks half-written) is ``undecodable``. ``sealed``: the
+    payloads were opened from graphkeep's envelopes (no ``plaintext`` finding by tag)."""
+    tally = _Tally(sealed=sealed)
     records = [r for r in dump.checkpoints if ns is None or r.ns == ns]
     blobs = {(s, b.channel, b.version): b.value for s, b in dump.blobs if ns is None or s == ns}
     if stored is not None:

@@ -134,6 +134,20 @@ class CheckpointPort(Protocol):
         self, thread_id: str, dump: ThreadDump, fence: int | None = None
     ) -> Op[None]: ...
 
+    def chunk_refs(self, thread_id: str) -> Op[frozenset[str]]:
+        """The thread's chunk items (a store that splits large payloads into items of their
+        own, content-addressed: DynamoDB); empty where a store keeps none apart."""
+        return frozenset()
+        yield  # an op
+
+    def drop_chunks(
+        self, thread_id: str, refs: frozenset[str], fence: int | None = None
+    ) -> Op[None]:
+        """Delete the chunk items ``refs`` (of :meth:`chunk_refs`, read before a payload was
+        rewritten in place: ``graphkeep rekey``) that no stored record names any more."""
+        return
+        yield  # an op
+
     def list_threads(self, cursor: Any, page_size: int) -> Op[tuple[list[str], Any]]: ...
 
     def commits(

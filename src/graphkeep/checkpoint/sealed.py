@@ -40,9 +40,32 @@ from graphkeep.port import Op, codec
 from graphkeep.port.encryption import KeyRing
 
 
-def _value_place(thread_id: str, ns: str, channel: str, version: str) -> tuple[Any, ...]:
+def value_place(thread_id: str, ns: str, channel: str, version: str) -> tuple[Any, ...]:
+    """Where a channel value (or a shared list's element) lives, for its envelope."""
     kind = "element" if channel == ELEMENT_CHANNEL else "value"
     return (kind, thread_id, ns, channel, version)
+
+
+def record_place(part: str, record: CheckpointRecord) -> tuple[Any, ...]:
+    """Where a checkpoint's ``part`` (``"checkpoint"`` or ``"metadata"``) lives."""
+    return (part, record.thread_id, record.ns, record.checkpoint_id)
+
+
+def write_place(thread_id: str, ns: str, cid: str, write: WriteRecord) -> tuple[Any, ...]:
+    """Where a pending write lives."""
+    return ("write", thread_id, ns, cid, write.task_id, write.idx, write.channel)
+
+
+def manifest_fields(value: Typed) -> list[Any]:
+    """A stored list manifest's ``[version, runs, signature or None]``."""
+    return codec.unpack_fields(value.data, 2, optional=1)
+
+
+def signed_manifest(ring: KeyRing, place: tuple[Any, ...], version: Any, runs: Any) -> Typed:
+    """A manifest ``(version, runs)`` signed under the ring's current key at ``place`` (its
+    value place)."""
+    body = codec.packb([version, runs])
+    return Typed(MANIFEST_TAG, codec.packb([version, runs, ring.sign(body, ("manifest", *place))]))
 
 
 class SealedPort:
@@ -61,25 +84,22 @@ class SealedPort:
     # -- sealing ---------------------------------------------------------------------------
 
     def _seal_blob(self, thread_id: str, ns: str, blob: BlobRecord) -> BlobRecord:
-        place = _value_place(thread_id, ns, blob.channel, blob.version)
+        place = value_place(thread_id, ns, blob.channel, blob.version)
         if blob.value.tag == MANIFEST_TAG:
             version, runs = codec.unpack_fields(blob.value.data, 2)
-            body = codec.packb([version, runs])
-            signed = codec.packb([version, runs, self.ring.sign(body, ("manifest", *place))])
-            return replace(blob, value=Typed(MANIFEST_TAG, signed))
+            return replace(blob, value=signed_manifest(self.ring, place, version, runs))
         return replace(blob, value=self.ring.seal(blob.value, place))
 
     def _seal_record(self, record: CheckpointRecord) -> CheckpointRecord:
-        at = (record.thread_id, record.ns, record.checkpoint_id)
         return replace(
             record,
-            checkpoint=self.ring.seal(record.checkpoint, ("checkpoint", *at)),
-            metadata=self.ring.seal(record.metadata, ("metadata", *at)),
+            checkpoint=self.ring.seal(record.checkpoint, record_place("checkpoint", record)),
+            metadata=self.ring.seal(record.metadata, record_place("metadata", record)),
             metadata_doc={},
         )
 
     def _seal_write(self, thread_id: str, ns: str, cid: str, write: WriteRecord) -> WriteRecord:
-        place = ("write", thread_id, ns, cid, write.task_id, write.idx, write.channel)
+        place = write_place(thread_id, ns, cid, write)
         return replace(write, value=self.ring.seal(write.value, place))
 
     # -- opening ---------------------------------------------------------------------------
@@ -93,10 +113,10 @@ class SealedPort:
         value: Typed,
         checkpoint_id: str | None = None,
     ) -> Typed:
-        place = _value_place(thread_id, ns, channel, version)
+        place = value_place(thread_id, ns, channel, version)
         try:
             if value.tag == MANIFEST_TAG:
-                fields = codec.unpack_fields(value.data, 2, optional=1)
+                fields = manifest_fields(value)
                 body = codec.packb(fields[:2])
                 self.ring.verify(body, ("manifest", *place), fields[2])
                 return Typed(MANIFEST_TAG, body)
@@ -106,20 +126,19 @@ class SealedPort:
             raise exc.at(where) from None
 
     def _open_record(self, record: CheckpointRecord) -> CheckpointRecord:
-        at = (record.thread_id, record.ns, record.checkpoint_id)
         where = Place(record.thread_id, record.ns, record.checkpoint_id)
         try:
-            checkpoint = self.ring.open(record.checkpoint, ("checkpoint", *at))
+            checkpoint = self.ring.open(record.checkpoint, record_place("checkpoint", record))
         except CorruptData as exc:
             raise exc.at(replace(where, part="checkpoint")) from None
         try:
-            metadata = self.ring.open(record.metadata, ("metadata", *at))
+            metadata = self.ring.open(record.metadata, record_place("metadata", record))
         except CorruptData as exc:
             raise exc.at(replace(where, part="metadata")) from None
         return replace(record, checkpoint=checkpoint, metadata=metadata)
 
     def _open_write(self, thread_id: str, ns: str, cid: str, write: WriteRecord) -> WriteRecord:
-        place = ("write", thread_id, ns, cid, write.task_id, write.idx, write.channel)
+        place = write_place(thread_id, ns, cid, write)
         try:
             return replace(write, value=self.ring.open(write.value, place))
         except CorruptData as exc:
@@ -212,6 +231,11 @@ class SealedPort:
 
     def export_thread(self, thread_id: str) -> Op[ThreadDump]:
         dump: ThreadDump = yield from self.inner.export_thread(thread_id)
+        return self.opened(thread_id, dump)
+
+    def opened(self, thread_id: str, dump: ThreadDump) -> ThreadDump:
+        """``dump``, the thread's records as stored (the wrapped port's export), opened:
+        :class:`CorruptData` for the first that does not open at its place."""
         return ThreadDump(
             checkpoints=[self._open_record(r) for r in dump.checkpoints],
             writes=[

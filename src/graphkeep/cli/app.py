@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     from graphkeep.cli.materialize import add_materialize_command
     from graphkeep.cli.migrate import cmd_migrate
     from graphkeep.cli.privileges import add_privilege_options
+    from graphkeep.cli.rekey import add_rekey_command
     from graphkeep.cli.store import add_store_commands
 
     parser = argparse.ArgumentParser(
@@ -257,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_health_command(commands)
     add_hot_commands(commands)
     add_check_command(commands)
+    add_rekey_command(commands)
     add_live_commands(commands)
     add_effects_command(commands)
     add_store_commands(commands)

@@ -38,6 +38,7 @@ from graphkeep.cli.console import (
     EXIT_THRESHOLD,
     Progress,
     UsageError,
+    interactive,
     parse_duration,
     print_json,
 )
@@ -167,7 +168,13 @@ def _location(finding: Any) -> str:
 
 
 def _summary(report: CheckReport) -> str:
-    return (
+    keys = ""
+    if report.key_ids:  # --deep: when an old key can leave the ring (docs/security.md)
+        keys = "records by key id: " + ", ".join(
+            f"{k} {n}" for k, n in sorted(report.key_ids.items())
+        )
+        keys += "\n"
+    return keys + (
         f"checked {report.threads} thread(s), {report.checkpoints} checkpoint(s):"
         f" {report.errors} error(s), {report.warnings} warning(s);"
         f" {report.requests} request(s), {report.seconds:.3f}s\n"
@@ -184,11 +191,7 @@ def _confirm(plan: list[ThreadCheck], args: argparse.Namespace, err: TextIO) -> 
     if args.yes:
         return True
     stdin = sys.stdin
-    try:
-        interactive = bool(stdin is not None and stdin.isatty())
-    except (AttributeError, ValueError, OSError):
-        interactive = False
-    if not interactive:
+    if not interactive(stdin):
         raise UsageError(
             "--repair without a terminal needs --yes (nothing was deleted; the plan is above)"
         )
@@ -281,6 +284,7 @@ def _add(report: CheckReport, part: CheckReport) -> None:
     report.checkpoints += part.checkpoints
     report.requests += part.requests
     report.thread_requests = max(report.thread_requests, part.thread_requests)
+    report.key_ids.update(part.key_ids)
     report.last_thread = part.last_thread or report.last_thread
 
 
@@ -326,6 +330,9 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 else list(dict.fromkeys(opened.saver.check_thread_id(t) for t in args.thread))
             )
             report = _run(page_of, check_native, threads, args, err)
+            ring = opened.saver.encryption if args.deep else None
+            if ring is not None:  # every key of the ring counted, 0 too
+                report.key_ids.update({k: 0 for k in ring.key_ids})
             plan = [t for t in report.flagged if t.orphan_writes or t.orphan_values or t.drift]
             repairs: list[Repair] | None = None
             after: CheckReport | None = None
@@ -453,6 +460,7 @@ def _merged(before: CheckReport, after: CheckReport) -> CheckReport:
         requests=before.requests + after.requests,
         seconds=before.seconds + after.seconds,
     )
+    merged.key_ids = before.key_ids
     merged.findings = [f for f in before.findings if f.thread_id not in again]
     merged.findings += after.findings
     merged.flagged = [t for t in before.flagged if t.thread_id not in again] + after.flagged

@@ -41,6 +41,14 @@ class NotFound(CliError):
     code = EXIT_NOT_FOUND
 
 
+def interactive(stream: Any) -> bool:
+    """Is ``stream`` (stdin) a terminal someone can answer a prompt on?"""
+    try:
+        return bool(stream is not None and stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
 # -- masking ---------------------------------------------------------------------------
 
 

@@ -182,9 +182,7 @@ class KeyRing:
 
     def key_id(self, value: Typed) -> str | None:
         """The key id an envelope names (None: not an envelope)."""
-        if value.tag != ENVELOPE_TAG:
-            return None
-        return _parse_header(value.data)[0]
+        return envelope_key_id(value)
 
     def sign(self, data: bytes, place: PlaceKey) -> list[Any]:
         """A GMAC of ``data`` at ``place`` under the current key: ``[key id, nonce + tag]``."""
@@ -283,6 +281,14 @@ def _tampered() -> CorruptData:
         advice="Nothing of it is returned. Check that the key ring holds the writer's key under"
         " this key id; if it does, the record was changed or moved: restore it from a backup",
     )
+
+
+def envelope_key_id(value: Typed) -> str | None:
+    """The key id an envelope names (None: not an envelope; a header that does not parse:
+    :class:`CorruptData` ``tampered``)."""
+    if value.tag != ENVELOPE_TAG:
+        return None
+    return _parse_header(value.data)[0]
 
 
 def check_encryption(value: Any) -> KeyRing | None:

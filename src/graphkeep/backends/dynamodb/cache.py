@@ -26,6 +26,7 @@ import logging
 import math
 from typing import Any
 
+from botocore.exceptions import ClientError
 from langgraph.cache.base import FullKey, Namespace
 
 from graphkeep.backends.dynamodb import keys as keyspace
@@ -48,9 +49,15 @@ from graphkeep.backends.dynamodb.items import (
     s,
     size_of,
 )
-from graphkeep.backends.dynamodb.requests import batch_get, batch_write, query_all
+from graphkeep.backends.dynamodb.requests import (
+    Call,
+    batch_get,
+    batch_write,
+    error_code,
+    query_all,
+)
 from graphkeep.backends.dynamodb.schema import setup_table
-from graphkeep.cache.port import Entry, Stored, escaped_namespace, unreadable
+from graphkeep.cache.port import Entry, Held, Stored, escaped_namespace, namespace_of, unreadable
 from graphkeep.cache.shells import AsyncCache, SyncCache
 from graphkeep.errors import CorruptData
 from graphkeep.port import Op, codec
@@ -63,6 +70,18 @@ FORMAT = "n1"
 ENTRY = "n#"
 EXPIRES_MS = "xm"
 KEY_NAMES = {"#p": PK, "#s": SK}
+
+
+def _with_value(item: dict[str, Any], data: bytes) -> bytes:
+    """``item`` given its value ``data``, zlib-compressed when that saves 10 %; the bytes
+    stored."""
+    if len(data) >= COMPRESS_MIN_BYTES:
+        packed = codec.deflate(data, DEFAULT_COMPRESS_LEVEL)
+        if len(packed) <= len(data) * 0.9:
+            data = packed
+            item[CODEC] = S("zlib")
+    item[VALUE] = B(data)
+    return data
 
 
 class DynamoDBCachePort(TablePort):
@@ -106,13 +125,7 @@ class DynamoDBCachePort(TablePort):
             if entry.expires_ms is not None:
                 item[EXPIRES_MS] = N(entry.expires_ms)
                 item[EXP] = N(math.ceil(entry.expires_ms / 1000))
-            data = entry.data
-            if len(data) >= COMPRESS_MIN_BYTES:
-                packed = codec.deflate(data, DEFAULT_COMPRESS_LEVEL)
-                if len(packed) <= len(data) * 0.9:
-                    data = packed
-                    item[CODEC] = S("zlib")
-            item[VALUE] = B(data)
+            data = _with_value(item, entry.data)
             if size_of(item) > INLINE_LIMIT:
                 log.warning(
                     "not caching %r in namespace %r: %d bytes after compression pass"
@@ -155,6 +168,53 @@ class DynamoDBCachePort(TablePort):
                 )
         deletes = [{"DeleteRequest": {"Key": key(s(i, PK), s(i, SK))}} for i in found]
         yield from batch_write(self.table, deletes)
+
+    def entries(self) -> Op[list[Held]]:
+        base = f"{self.prefix}{keyspace.SEP}{FORMAT}{keyspace.SEP}"
+        items = yield from query_all(
+            {
+                "_op": "scan",
+                "TableName": self.table,
+                "FilterExpression": "begins_with(#p, :p)",
+                "ExpressionAttributeNames": {"#p": PK},
+                "ExpressionAttributeValues": {":p": S(base)},
+                "ConsistentRead": True,
+            }
+        )
+        held: list[Held] = []
+        for item in items:
+            ns_text = keyspace.decode(s(item, PK)[len(base) :])
+            key_text = keyspace.decode(s(item, SK).removeprefix(ENTRY))
+            address = None
+            if ns_text is not None and key_text is not None:  # else: kept as a digest
+                address = (namespace_of(ns_text), key_text)
+            try:
+                data = codec.inflate(b(item, VALUE)) if CODEC in item else b(item, VALUE)
+            except CorruptData:
+                continue
+            held.append(Held(address, data, item))
+        return held
+
+    def reseal(self, held: Held, data: bytes) -> Op[bool]:
+        item = dict(held.ref)
+        item.pop(CODEC, None)
+        _with_value(item, data)
+        try:
+            yield Call(
+                "put_item",
+                {
+                    "TableName": self.table,
+                    "Item": item,
+                    "ConditionExpression": "#v = :v",
+                    "ExpressionAttributeNames": {"#v": VALUE},
+                    "ExpressionAttributeValues": {":v": held.ref[VALUE]},
+                },
+            )
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
 
 
 class DynamoDBCache(OnDynamoDB, SyncCache):

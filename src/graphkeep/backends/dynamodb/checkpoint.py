@@ -197,6 +197,14 @@ class DynamoDBCheckpointPort(ExpiringTable, CheckpointPort):
     ) -> Op[None]:
         return deletes.delete_records(self, thread_id, checkpoints, blobs, fence)
 
+    def chunk_refs(self, thread_id: str) -> Op[frozenset[str]]:
+        return deletes.chunk_refs(self, thread_id)
+
+    def drop_chunks(
+        self, thread_id: str, refs: frozenset[str], fence: int | None = None
+    ) -> Op[None]:
+        return deletes.drop_chunks(self, thread_id, refs, fence)
+
     def find_runs(self, run_ids: list[str]) -> Op[dict[str, list[tuple[str, str]]]]:
         return deletes.find_runs(self, run_ids)
 

@@ -27,6 +27,7 @@ from botocore.exceptions import ClientError
 from graphkeep.backends.dynamodb import keys
 from graphkeep.backends.dynamodb.encoding import names_of, summary_of
 from graphkeep.backends.dynamodb.items import (
+    DIGEST,
     EXP,
     HEAD,
     PK,
@@ -178,6 +179,35 @@ def delete_records(
     delete.update(sk for sk, owner in chunks if owner in delete)
     ordered = sorted(delete, key=_delete_order)
     yield from _delete(t, thread_id, pk, ordered, fence)
+
+
+def chunk_refs(t: ExpiringTable, thread_id: str) -> Op[frozenset[str]]:
+    """The sort keys of the thread's chunk items (one Query of its ``k#`` range)."""
+    pk, _ = t.thread_key(thread_id)
+    items = yield from query_all(t.query(pk, begins=f"k{keys.SEP}", projection=[RAW]))
+    return frozenset(s(item, SK) for item in items)
+
+
+def drop_chunks(
+    t: ExpiringTable, thread_id: str, refs: frozenset[str], fence: int | None = None
+) -> Op[None]:
+    """Delete the chunk items ``refs`` whose owner item now names another digest (its payload
+    was rewritten in place: chunk keys are content-addressed). A chunk not in ``refs`` — a put
+    in flight writes its chunks before their owner — and the chunks of an owner that is gone
+    (``delete_records``' business) are left alone."""
+    pk, _ = t.thread_key(thread_id)
+    items = yield from query_all(t.query(pk, projection=[DIGEST]))
+    named = {
+        s(item, SK): (s(item, DIGEST) if DIGEST in item else None)
+        for item in items
+        if keys.parse_sk(s(item, SK)).kind != "k"
+    }
+    stale = []
+    for sk in sorted(refs):
+        parsed = keys.parse_sk(sk)
+        if parsed.owner in named and named[parsed.owner] != parsed.digest:
+            stale.append(sk)
+    yield from _delete(t, thread_id, pk, stale, fence)
 
 
 def _delete(

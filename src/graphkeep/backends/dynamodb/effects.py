@@ -328,6 +328,19 @@ class DynamoDBEffectsPort(TablePort):
         )
         return old is None or self.holds(old, record.state, record.token)
 
+    def reseal(self, record: EffectRecord) -> Op[bool]:
+        old = yield from self.put(
+            self.item(record),
+            "#st = :state AND #tok = :token AND #up = :updated",
+            {"#st": STATE, "#tok": TOKEN, "#up": UPDATED},
+            {
+                ":state": S(record.state),
+                ":token": S(record.token),
+                ":updated": N(record.updated_ms),
+            },
+        )
+        return old is None
+
     def release(self, thread_id: str, key: str, token: str) -> Op[bool]:
         try:
             yield Call(

@@ -34,7 +34,15 @@ from graphkeep.backends.mongodb.client import OnMongoDB
 from graphkeep.backends.mongodb.documents import check_prefix
 from graphkeep.backends.mongodb.requests import Command
 from graphkeep.backends.mongodb.schema import CACHE_INDEXES, ensure_indexes
-from graphkeep.cache.port import Entry, Stored, escaped_key, escaped_namespace
+from graphkeep.cache.port import (
+    Entry,
+    Held,
+    Stored,
+    escaped_key,
+    escaped_namespace,
+    namespace_of,
+    unescaped,
+)
 from graphkeep.cache.shells import AsyncCache, SyncCache
 from graphkeep.construction import PrefixedPort
 from graphkeep.port import Op
@@ -107,6 +115,24 @@ class MongoDBCachePort(PrefixedPort):
         else:
             query = {"ns": {"$in": [escaped_namespace(ns) for ns in namespaces]}}
         yield Command(self.collection, "delete_many", (query,))
+
+    def entries(self) -> Op[list[Held]]:
+        docs = yield Command(self.collection, "find", ({},), {"projection": {"v": 1, "ns": 1}})
+        held: list[Held] = []
+        for doc in docs:
+            ns_text, doc_id = doc.get("ns"), doc["_id"]
+            if not isinstance(ns_text, str) or not doc_id.startswith(ns_text):
+                continue
+            address = (namespace_of(ns_text), unescaped(doc_id[len(ns_text) :]))
+            held.append(Held(address, bytes(doc["v"]), doc_id))
+        return held
+
+    def reseal(self, held: Held, data: bytes) -> Op[bool]:
+        query = {"_id": held.ref, "v": bson.Binary(held.data)}
+        result = yield Command(
+            self.collection, "update_one", (query, {"$set": {"v": bson.Binary(data)}})
+        )
+        return bool(result.matched_count)
 
 
 class MongoDBCache(OnMongoDB, SyncCache):

@@ -275,6 +275,17 @@ class MongoDBEffectsPort(PrefixedPort):
         result = yield Command(self.collection, "delete_one", (query,))
         return bool(result.deleted_count)
 
+    def reseal(self, record: EffectRecord) -> Op[bool]:
+        query = {
+            "_id": self.doc_id(record.thread_id, record.key),
+            "s": record.state,
+            "tok": record.token,
+            "u": record.updated_ms,
+        }
+        data = None if record.data is None else bson.Binary(record.data)
+        result = yield Command(self.collection, "update_one", (query, {"$set": {"d": data}}))
+        return bool(result.matched_count)
+
     def get(self, thread_id: str, key: str) -> Op[EffectRecord | None]:
         doc = yield Command(self.collection, "find_one", ({"_id": self.doc_id(thread_id, key)},))
         return None if doc is None else self.record(doc)

@@ -32,7 +32,16 @@ from graphkeep.backends.redis.client import OnRedis, RedisPort
 from graphkeep.backends.redis.declared import clear_indexed, clear_script
 from graphkeep.backends.redis.keys import pattern_prefix
 from graphkeep.backends.redis.requests import MAX_ARGS, MGet, Scan, Script
-from graphkeep.cache.port import Entry, Stored, escaped_key, escaped_namespace, unreadable
+from graphkeep.cache.port import (
+    Entry,
+    Held,
+    Stored,
+    escaped_key,
+    escaped_namespace,
+    namespace_of,
+    unescaped,
+    unreadable,
+)
 from graphkeep.cache.shells import AsyncCache, SyncCache
 from graphkeep.errors import CorruptData
 from graphkeep.port import Op, codec
@@ -70,7 +79,14 @@ end
 return 0
 """
 
-SCRIPTS = {"cache_set": SET, "cache_clear": clear_script("UNLINK")}
+# KEYS: entry; ARGV: the stored value read, the new one. Replaced only if unchanged, expiry kept
+RESEAL = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+return 1
+"""
+
+SCRIPTS = {"cache_set": SET, "cache_clear": clear_script("UNLINK"), "cache_reseal": RESEAL}
 #: entries of one ``cache_set`` call: 4 arguments each, under MAX_ARGS with the index
 SET_ENTRIES = (MAX_ARGS - 5) // 4
 
@@ -135,6 +151,30 @@ class RedisCachePort(RedisPort):
             names = [self.index_key(ns) for ns in namespaces]
         for index in names:
             yield from clear_indexed("cache_clear", index, index.removesuffix("i") + "e:")
+
+    def entries(self) -> Op[list[Held]]:
+        found: list[bytes | str] = yield Scan(f"{pattern_prefix(self.prefix)}:{FORMAT}:{{*}}:e:*")
+        names = sorted(k.decode() if isinstance(k, bytes) else k for k in found)
+        values = yield MGet(names)
+        held: list[Held] = []
+        start = f"{self.prefix}:{FORMAT}:{{/"
+        for name, value in zip(names, values, strict=True):
+            if value is None or not name.startswith(start):
+                continue
+            ns_text, _, key_text = name[len(start) :].rpartition("}:e:")
+            try:
+                _, data = codec.unpack_fields(value, 2)
+            except CorruptData:
+                continue
+            address = (namespace_of(ns_text), unescaped(key_text))
+            held.append(Held(address, bytes(data), (name, bytes(value))))
+        return held
+
+    def reseal(self, held: Held, data: bytes) -> Op[bool]:
+        name, stored = held.ref
+        expires_ms, _ = codec.unpack_fields(stored, 2)
+        done = yield Script("cache_reseal", [name], [stored, codec.packb([expires_ms, data])])
+        return bool(done)
 
 
 class RedisCache(OnRedis, SyncCache):

@@ -128,6 +128,14 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 return 1
 """
 
+# KEYS: record; ARGV: state, token, updated, data
+RESEAL = """
+local cur = redis.call('HMGET', KEYS[1], 's', 't', 'u')
+if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] or cur[3] ~= ARGV[3] then return 0 end
+redis.call('HSET', KEYS[1], 'd', ARGV[4])
+return 1
+"""
+
 # a fenced claim or take_over: the script above after the saver's fence check (KEYS: record,
 # index, the thread's fencing token; ARGV: the script's, then the holder's token)
 _FENCE = f"local LEASE_LOST = '{LEASE_LOST}'\n{FENCE}"
@@ -139,6 +147,7 @@ EFFECT_SCRIPTS = {
     "effects_take_over/fenced": _FENCE + TAKE_OVER,
     "effects_finish": FINISH,
     "effects_release": RELEASE,
+    "effects_reseal": RESEAL,
     "effects_list": LIST_INDEXED,
     "effects_clear": clear_script("DEL"),
 }
@@ -231,6 +240,12 @@ class RedisEffectsPort(PrefixedPort):
     def release(self, thread_id: str, key: str, token: str) -> Op[bool]:
         keys = [self.record_key(thread_id, key), self.index_key(thread_id)]
         done = yield Script("effects_release", keys, [key, token])
+        return bool(done)
+
+    def reseal(self, record: EffectRecord) -> Op[bool]:
+        keys = [self.record_key(record.thread_id, record.key)]
+        args = [record.state, record.token, str(record.updated_ms), record.data or b""]
+        done = yield Script("effects_reseal", keys, args)
         return bool(done)
 
     def get(self, thread_id: str, key: str) -> Op[EffectRecord | None]:
