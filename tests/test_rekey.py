@@ -256,11 +256,9 @@ def test_rekey_dry_run_changes_nothing_and_a_planted_plaintext_thread_fails_clos
     assert refused["thread_id"] == planted and refused["kind"] == "plaintext"
     assert stored_bytes(graphkeep_backend, graphkeep_url) == stored  # nothing written
 
-    # no terminal, no --yes: nothing; --store: the store has no encryption yet
+    # no terminal, no --yes: nothing
     refused_run = gk("rekey", graphkeep_url, "--all")
     assert refused_run.code == 2 and "--yes" in refused_run.err
-    store = gk("rekey", graphkeep_url, "--thread", thread_id, "--store", "--yes")
-    assert store.code == 2 and "needs the store's encryption" in store.err
     assert stored_bytes(graphkeep_backend, graphkeep_url) == stored
 
     real = gk("rekey", graphkeep_url, "--all", "--yes")
@@ -376,3 +374,35 @@ def test_langgraph_encrypted_serializer_data_is_rekeyed_into_graphkeeps_envelope
     monkeypatch.delenv("LANGGRAPH_AES_KEY")
     with saver(graphkeep_url, graphkeep_backend, KeyRing({"k2": K2})) as s:
         assert chat_graph().compile(checkpointer=s).get_state(config(thread_id)).values == state
+
+
+def test_rekey_store_rewrites_the_store_items_and_a_planted_one_fails_closed(
+    graphkeep_backend: str, graphkeep_url: str, thread_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ns = ("users", thread_id)
+    with graphkeep.connect_store(graphkeep_url, encryption=KeyRing({"k1": K1})) as store:
+        for n in range(3):
+            store.put(ns, f"item-{n}", {"note": f"{MARKER} {n}"})
+        created = {i.key: (i.created_at, i.updated_at) for i in store.search(ns)}
+    monkeypatch.setenv("GRAPHKEEP_KEYS", keys_env("k2", "k1"))
+    stored = stored_bytes(graphkeep_backend, graphkeep_url)
+    dry = gk("rekey", graphkeep_url, "--thread", thread_id, "--store", "--dry-run", "--json")
+    assert dry.code == 0, dry.out + dry.err
+    assert dry.json()["store"]["stale"] == 3 and dry.json()["store"]["rewritten"] == 0
+    assert stored_bytes(graphkeep_backend, graphkeep_url) == stored  # nothing written
+
+    real = gk("rekey", graphkeep_url, "--thread", thread_id, "--store", "--yes")
+    assert real.code == 0, real.out + real.err
+    assert "3 store item(s) of 3" in real.out
+    with graphkeep.connect_store(graphkeep_url, encryption=KeyRing({"k2": K2})) as store:
+        items = store.search(ns)  # k1 left the ring: every item opens under k2
+        assert sorted(i.value["note"] for i in items) == [f"{MARKER} {n}" for n in range(3)]
+        assert {i.key: (i.created_at, i.updated_at) for i in items} == created
+    again = gk("rekey", graphkeep_url, "--thread", thread_id, "--store", "--yes", "--json")
+    assert again.code == 0 and again.json()["store"]["stale"] == 0  # resumable: all current
+
+    with graphkeep.connect_store(graphkeep_url) as plain:  # planted as an attacker would
+        plain.put(ns, "planted", {"note": "trust me"})
+    refused = gk("rekey", graphkeep_url, "--thread", thread_id, "--store", "--yes")
+    assert refused.code == 1 and "failed store:" in refused.out, refused.out + refused.err
+    assert "not encrypted" in refused.out

@@ -8,7 +8,9 @@ effect-ledger records (:func:`~graphkeep.effects.sealing.rekey_effects`). Record
 (plaintext, a key the ring lacks, a changed record) fails that thread closed, nothing of it
 written; the others go on, and the exit code is 1. Re-running skips what is current, so a
 run that was killed is simply run again. Without a terminal it needs ``--yes`` (``--dry-run``
-does not). Event logs are not rewritten here. See docs/cli.md and docs/security.md.
+does not). ``--store``: the long-term store's items at the same URL
+(:func:`graphkeep.store.rekey.rekey_items`). Event logs are not rewritten here. See
+docs/cli.md and docs/security.md.
 """
 
 from __future__ import annotations
@@ -29,13 +31,13 @@ from graphkeep.effects.sealing import rekey_effects
 from graphkeep.encryption import KEYS_ENV, KeyRing
 from graphkeep.errors import (
     UNDECODABLE,
-    ConfigurationError,
     CorruptData,
     LockNotAcquired,
 )
 from graphkeep.moving.decode import AES_KEY_ENV, Encrypted, decrypt
 from graphkeep.port import codec
 from graphkeep.port.codec import Typed
+from graphkeep.store.rekey import rekey_items
 
 
 def add_rekey_command(commands: Commands) -> None:
@@ -73,17 +75,21 @@ def add_rekey_command(commands: Commands) -> None:
     )
 
 
-# -- the store (issue 47, store-enc) ----------------------------------------------------------
+# -- the store ------------------------------------------------------------------------------
 
 
-def rekey_store_items(url: str, key_prefix: str | None, dry_run: bool) -> dict[str, Any]:
-    """``--store``: the long-term store's items under the current key. PLUG-IN POINT: the
-    store's encryption (``encryption=`` on ``connect_store``) and its ``rekey_items(store,
-    dry_run=...)`` come with the store-enc branch; until they are merged, this says so."""
-    raise ConfigurationError(
-        "graphkeep rekey --store needs the store's encryption (encryption= on connect_store),"
-        " which this graphkeep does not have yet; nothing was rewritten"
-    )
+def rekey_store_items(
+    url: str, key_prefix: str | None, dry_run: bool, ring: KeyRing
+) -> dict[str, Any]:
+    """``--store``: the long-term store's items at the same URL (and key prefix) under the
+    current key (:func:`graphkeep.store.rekey.rekey_items`: in place, same namespace, key and
+    timestamps, read back; items already current skipped). An item that does not open stops
+    it with its :class:`~graphkeep.errors.CorruptData` (the ring here never reads plaintext)."""
+    options: dict[str, Any] = {"setup": False, "encryption": ring}
+    if key_prefix is not None:
+        options["key_prefix"] = key_prefix
+    with graphkeep.connect_store(url, **options) as store:
+        return rekey_items(store, dry_run=dry_run).as_dict()
 
 
 # -- LangGraph's EncryptedSerializer ----------------------------------------------------------
@@ -179,8 +185,6 @@ def cmd_rekey(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if not isinstance(opened, Native):  # pragma: no cover - require_graphkeep refuses them
             raise UsageError("graphkeep rekey rewrites graphkeep stores only")
         sealed_port(opened.saver)
-        if args.store:  # first: until the store has encryption, it refuses before any write
-            store = rekey_store_items(args.url, args.key_prefix, args.dry_run)
         for thread_id in _threads(opened, args):
             try:
                 result: Rekeyed = opened.call(
@@ -217,6 +221,14 @@ def cmd_rekey(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 )
                 out.write(line + "\n")
                 out.flush()
+    if args.store:
+        try:
+            store = rekey_store_items(args.url, args.key_prefix, args.dry_run, ring)
+        except CorruptData as exc:
+            store = {"failed": {"kind": exc.kind, "error": str(exc)}}
+            failed.append({"store": True, "kind": exc.kind, "error": str(exc)})
+            if not args.json:
+                out.write(f"failed store: {' '.join(str(exc).split())}\n")
     if args.all:  # the node cache at the same URL and key prefix
         options = {"setup": False, "encryption": ring}
         if args.key_prefix is not None:
@@ -249,6 +261,12 @@ def cmd_rekey(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f" {len(current)} thread(s) current, {len(failed)} failed;"
             f" {effects.get('rewritten', 0)} effect record(s)"
             + (f", {cached['rewritten']} cache entries" if cached else "")
+            + (
+                f", {store['stale' if args.dry_run else 'rewritten']} store item(s)"
+                f" of {store['scanned']}"
+                if store and "scanned" in store
+                else ""
+            )
             + "\n"
         )
         keys = report["records"]["by_key_before" if args.dry_run else "by_key_after"]
