@@ -270,6 +270,11 @@ def test_an_item_under_a_dropped_key_is_unknown_key(
         raises_kind("unknown_key", lambda: api("search", ("users",)))
     with opened(mode, graphkeep_url, graphkeep_backend, KeyRing({"a": OTHER_KEY})) as api:
         raises_kind("tampered", lambda: api("get", ("users", "u1"), "profile"))  # a wrong key
+    # a store opened without encryption= never passes an envelope off as the item's value
+    with opened(mode, graphkeep_url, graphkeep_backend, None) as api:
+        exc = raises_kind("unknown_key", lambda: api("get", ("users", "u1"), "profile"))
+        assert "key id 'a'" in str(exc) and "no key ring" in str(exc)
+        raises_kind("unknown_key", lambda: api("search", ("users",)))
 
 
 # -- nothing readable, searches in the client ---------------------------------------------------

@@ -28,14 +28,15 @@ from langgraph.store.base import (
 )
 from langgraph.store.base.batch import AsyncBatchedBaseStore
 
-from graphkeep.errors import ConfigurationError, CorruptData, InvalidInput, Place
+from graphkeep.errors import UNKNOWN_KEY, ConfigurationError, CorruptData, InvalidInput, Place
 from graphkeep.port import Op, Telemetry, adrive, drive, on_loop, running_loop, target_of
 from graphkeep.port.clock import IncreasingClock, datetime_of_us, now_ms
+from graphkeep.port.codec import sealed_key_id
 from graphkeep.port.encryption import KeyRing, check_encryption
 from graphkeep.store.filters import compile_filter
 from graphkeep.store.port import Embed, ItemKey, SearchQuery, StoredItem, StorePort, Vector
 from graphkeep.store.ranking import list_page, literal_prefix
-from graphkeep.store.sealed import RekeyCounts, SealedStorePort, rekey, sealed
+from graphkeep.store.sealed import RekeyCounts, SealedStorePort, envelope_of, rekey, sealed
 from graphkeep.store.sweeper import TaskSweeper, ThreadSweeper
 from graphkeep.store.validation import (
     DEFAULT_MAX_KEY_BYTES,
@@ -366,7 +367,20 @@ def operation_name(ops: list[Any]) -> str:
 
 
 def _fields(stored: StoredItem) -> dict[str, Any]:
-    """What an ``Item`` and a ``SearchItem`` of ``stored`` share."""
+    """What an ``Item`` and a ``SearchItem`` of ``stored`` share. A value still sealed here
+    was read by a store without ``encryption=`` (a sealed port opens every item before): its
+    envelope is never passed off as the item's value."""
+    envelope = envelope_of(stored.value)
+    if envelope is not None:
+        raise CorruptData(
+            reason=f"its value is encrypted ({sealed_key_id(envelope.data)}) and this store has"
+            " no key ring",
+            kind=UNKNOWN_KEY,
+            place=Place(namespace=stored.namespace, key=stored.key),
+            advice="Open the store with encryption=KeyRing(...) holding the writer's key"
+            " (GRAPHKEEP_KEYS for the graphkeep command and Agent Server); nothing is"
+            " returned in part",
+        )
     return {
         "namespace": stored.namespace,
         "key": stored.key,
