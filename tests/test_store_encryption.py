@@ -483,3 +483,21 @@ def test_the_store_contract_holds_with_encryption(
             factory.purge()
     assert not failures, "\n".join(failures)
     assert len(skipped) < len(cases), skipped  # vector_index cases only
+
+
+def test_the_store_command_reads_an_encrypted_store_with_graphkeep_keys(
+    graphkeep_backend: str, graphkeep_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.cli_runs import gk
+
+    with graphkeep.connect_store(
+        graphkeep_url, **options_of(graphkeep_backend), encryption=ring("a")
+    ) as store:
+        store.put(("users", "u1"), "profile", {"name": MARKER})
+    monkeypatch.delenv("GRAPHKEEP_KEYS", raising=False)
+    refused = gk("store", "get", graphkeep_url, "users/u1", "profile")
+    assert refused.code != 0 and "no key ring" in refused.err, refused.out + refused.err
+    assert MARKER not in refused.out + refused.err
+    monkeypatch.setenv("GRAPHKEEP_KEYS", f"a:{base64.b64encode(KEY).decode()}")
+    read = gk("store", "get", graphkeep_url, "users/u1", "profile")
+    assert read.code == 0 and MARKER in read.out, read.out + read.err

@@ -216,7 +216,7 @@ def open_store(
         with opener(url, setup=setup, index=index) as store:
             yield store
         return
-    options = {"setup": setup, "key_prefix": key_prefix, "index": index}
+    options = {"setup": setup, "key_prefix": key_prefix, "index": index, "encryption": key_ring()}
     with _connected(graphkeep.connect_store, url, options, _own("stores")) as store:
         yield store
 
