@@ -13,8 +13,11 @@ The first use of a thread that is not settled:
    (a mover that stalled past its lease has its next write refused), and the lease is renewed
    as the move goes;
 2. looks at the mark again (another worker may have moved the thread while this one waited);
-3. reads the thread from the fallback — in a worker thread for an async saver
-   (:class:`~graphkeep.port.ops.Call`); only reads, never a write to the fallback — and writes
+3. reads the thread from the fallback — in a worker thread of its own while the op waits for
+   it in short :class:`~graphkeep.port.ops.Call` s and renews the lease between them, so a big
+   thread on a slow fallback never outlives the lease; only reads, never a write to the
+   fallback; the move's writes stay requests of the op, made in the driver's context with the
+   lease's fencing token, sync and async — and writes
    what graphkeep lacks, oldest first, writes before their checkpoint, versions translated as
    ``graphkeep copy`` does (:mod:`.versions`, :mod:`.writing`); checkpoints already here (an
    interrupted move, ``graphkeep copy``) are kept as they are;
@@ -29,9 +32,13 @@ deleted thread never comes back. Writes go to graphkeep only.
 
 from __future__ import annotations
 
+import contextvars
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from graphkeep.checkpoint.fallback import moving
@@ -65,6 +72,61 @@ class FallbackSource:
     label: str
     tuples: Callable[[str], list[Any]] | None = None
     write_rows: Callable[[str, str, str], list[tuple[str, int, str, str]] | None] | None = None
+    #: its own listing of its threads (with ``tuples``: ``list(None)`` reads each unsettled
+    #: thread its own way, never the saver's ``list(None)``, which may write: plainredis)
+    threads: Callable[[], Iterator[str]] | None = None
+
+
+def _started(work: Callable[[], Any]) -> Future[Any]:
+    """``work()`` run in a daemon thread of its own (with this context), as a future."""
+    future: Future[Any] = Future()
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(context.run(work))
+        except BaseException as exc:  # handed to the op that waits for it
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="graphkeep-fallback-read", daemon=True).start()
+    return future
+
+
+class _Renewal:
+    """A move's lease renewed every third of its ttl (``lease`` None: the lease is the
+    caller's own, taken before the move, which the caller renews as any holder does)."""
+
+    def __init__(self, thread_id: str, lease: ThreadLock | None) -> None:
+        self.thread_id = thread_id
+        self.lease = lease
+        self.period = (lease.ttl_ms / 1000 if lease is not None else LEASE_TTL) / 3
+        self.last = time.monotonic()
+
+    def left(self) -> float:
+        return max(0.01, self.period - (time.monotonic() - self.last))
+
+    def op(self) -> Op[None]:
+        """Renew if due; a lease lost meanwhile raises :class:`~graphkeep.errors.LeaseLost`."""
+        if self.lease is None or time.monotonic() - self.last < self.period:
+            return
+        if not (yield from self.lease.extend_op()):
+            raise LeaseLost(self.thread_id, self.lease.fence or 0)
+        self.last = time.monotonic()
+
+    def read(self, work: Callable[[], Any]) -> Op[Any]:
+        """``work()`` (a read of the fallback), the lease renewed while it runs."""
+        if self.lease is None:
+            return (yield Call(work))
+        future = _started(work)
+        while not (yield Call(lambda: bool(wait([future], timeout=self.left()).done))):
+            yield from self.op()
+        return future.result()
+
+
+def _matches(tup: Any, filter: dict[str, Any] | None) -> bool:
+    return not filter or all((tup.metadata or {}).get(k) == v for k, v in filter.items())
 
 
 class Mover:
@@ -102,10 +164,19 @@ class Mover:
     def unsettled_tuples(
         self, saver: SaverBase, filter: dict[str, Any] | None, limit: int | None
     ) -> Op[list[Any]]:
-        source = self.source.saver
-        found = yield Call(lambda: list(source.list(None, filter=filter)))
+        source = self.source
         kept: list[Any] = []
-        for tup in found:
+        if source.threads is not None and source.tuples is not None:
+            threads, tuples = source.threads, source.tuples
+            for thread_id in (yield Call(lambda: list(threads()))):
+                if limit is not None and len(kept) >= limit:
+                    break
+                if not (yield from self.settled(saver, thread_id)):
+                    found = yield Call(partial(tuples, thread_id))
+                    kept += [tup for tup in found if _matches(tup, filter)]
+            return kept[:limit] if limit is not None else kept
+        listed = yield Call(lambda: list(source.saver.list(None, filter=filter)))
+        for tup in listed:
             if limit is not None and len(kept) >= limit:
                 break
             thread_id = str(tup.config["configurable"]["thread_id"])
@@ -136,8 +207,9 @@ class Mover:
         self._remember(thread_id)
 
     def _move(self, saver: SaverBase, thread_id: str, lease: ThreadLock | None) -> Op[None]:
+        renewal = _Renewal(thread_id, lease)
         with moving(thread_id):  # the move's own reads and writes skip the hook
-            read = yield Call(lambda: read_thread(self.source, thread_id))
+            read = yield from renewal.read(lambda: read_thread(self.source, thread_id))
             if not read:
                 return
             items = oldest_first([item for item, _ in read])
@@ -151,7 +223,6 @@ class Mover:
             inventory = yield from saver.port.inventory(thread_id)
             present = {(s.ns, s.checkpoint_id) for s in inventory.checkpoints}
             by_key = {(i.ns, i.checkpoint_id): i for i in items}
-            renewed = time.monotonic()
             copied = 0
             for item in items:
                 # writes are insert-if-absent: a present checkpoint's missing ones are added
@@ -161,11 +232,8 @@ class Mover:
                     parent = by_key.get((item.ns, item.parent_id)) if item.parent_id else None
                     yield from put_op(saver, *put_args(thread_id, item, parent, plan))
                     copied += 1
-                if lease is not None and time.monotonic() - renewed > self.lease_ttl / 3:
-                    if not (yield from lease.extend_op()):
-                        raise LeaseLost(thread_id, lease.fence or 0)
-                    renewed = time.monotonic()
-            problems = yield from self._verify(saver, thread_id, items, tuples, plan)
+                yield from renewal.op()
+            problems = yield from self._verify(saver, thread_id, items, tuples, plan, renewal)
             if problems:
                 raise MoveFailed(thread_id, problems)
             self.moved_threads += 1 if copied else 0
@@ -178,9 +246,11 @@ class Mover:
         items: list[CheckpointItem],
         tuples: dict[tuple[str, str], Any],
         plan: Any,
+        renewal: _Renewal,
     ) -> Op[list[str]]:
         problems: list[str] = []
         for item in items:
+            yield from renewal.op()
             at = place_of(item.ns, item.checkpoint_id)
             try:
                 dest = yield from get_tuple_op(
