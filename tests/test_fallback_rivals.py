@@ -205,6 +205,14 @@ def test_a_fallback_that_cannot_be_opened_is_one_line_with_the_url_masked(
         text = str(raised.value)
         assert "s3cret" not in text and "\n" not in text, text
     assert not (tmp_path / "missing.db").exists()  # a reader never creates the file
+    # a server that goes away after the open (MongoClient connects lazily): the move's read
+    away = "langgraph-mongodb://app:s3cret@127.0.0.1:1/db?serverSelectionTimeoutMS=300"
+    with graphkeep.connect(REDIS_URL, key_prefix=prefix, fallback=away) as saver:
+        with pytest.raises(StorageUnavailable, match="the fallback .* is unavailable") as lost:
+            saver.get_tuple(config("t"))
+        assert "s3cret" not in str(lost.value) and "\n" not in str(lost.value)
+        with saver.lock("t", ttl=5, blocking=False):  # the move let its lease go
+            pass
 
 
 # -- the mover's lease -------------------------------------------------------------------

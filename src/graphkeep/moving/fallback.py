@@ -45,9 +45,10 @@ from graphkeep.checkpoint.fallback import moving
 from graphkeep.checkpoint.lock import ThreadLock, taken_with_read
 from graphkeep.checkpoint.put import put_op, put_writes_op
 from graphkeep.checkpoint.read import get_tuple_op
-from graphkeep.errors import LeaseLost, MoveFailed
+from graphkeep.errors import GraphkeepError, LeaseLost, MoveFailed, StorageUnavailable
 from graphkeep.moving.compare import compare_tuples, config_of, error_text, place_of
 from graphkeep.moving.items import CheckpointItem, fingerprint, oldest_first, read_thread
+from graphkeep.moving.openers import unreachable
 from graphkeep.moving.versions import plan_versions, version_kind
 from graphkeep.moving.writing import put_args, writes_args
 from graphkeep.port import Call, Op
@@ -209,7 +210,15 @@ class Mover:
     def _move(self, saver: SaverBase, thread_id: str, lease: ThreadLock | None) -> Op[None]:
         renewal = _Renewal(thread_id, lease)
         with moving(thread_id):  # the move's own reads and writes skip the hook
-            read = yield from renewal.read(lambda: read_thread(self.source, thread_id))
+            try:
+                read = yield from renewal.read(lambda: read_thread(self.source, thread_id))
+            except Exception as exc:
+                if isinstance(exc, GraphkeepError) or not unreachable(exc):
+                    raise
+                text = " ".join(f"{type(exc).__name__}: {exc}".split())
+                raise StorageUnavailable(
+                    f"the fallback {self.source.label} is unavailable ({text})"
+                ) from exc
             if not read:
                 return
             items = oldest_first([item for item, _ in read])

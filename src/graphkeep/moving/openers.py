@@ -98,10 +98,15 @@ def missing_package(scheme: str, what: str, install: str) -> ConfigurationError:
     return ConfigurationError(f"{scheme}:// URLs need LangGraph's {what}: pip install {install}")
 
 
+def unreachable(exc: BaseException) -> bool:
+    """Does ``exc`` (a driver's) say the server or file cannot be reached?"""
+    return isinstance(exc, OSError) or bool(_UNREACHABLE & {c.__name__ for c in type(exc).__mro__})
+
+
 def open_failed(url: str, exc: BaseException) -> GraphkeepError:
     """A failure to open ``url`` as one line: the server's as StorageUnavailable."""
     text = " ".join(f"{type(exc).__name__}: {exc}".replace(url, shown(url)).split())
-    if isinstance(exc, OSError) or _UNREACHABLE & {c.__name__ for c in type(exc).__mro__}:
+    if unreachable(exc):
         return StorageUnavailable(f"{shown(url)} is unavailable ({text})")
     return ConfigurationError(f"cannot open {shown(url)}: {text}")
 
