@@ -13,11 +13,11 @@ The first use of a thread that is not settled:
    (a mover that stalled past its lease has its next write refused), and the lease is renewed
    as the move goes;
 2. looks at the mark again (another worker may have moved the thread while this one waited);
-3. reads the thread from the fallback — in a worker thread of its own while the op waits for
-   it in short :class:`~graphkeep.port.ops.Call` s and renews the lease between them, so a big
-   thread on a slow fallback never outlives the lease; only reads, never a write to the
-   fallback; the move's writes stay requests of the op, made in the driver's context with the
-   lease's fencing token, sync and async — and writes
+3. reads the thread from the fallback — in a worker thread for an async saver
+   (:class:`~graphkeep.port.ops.Call`), the lease renewed meanwhile by the thread that renews
+   ``saver.exclusive`` runs' leases, so a big thread on a slow fallback never outlives it; only
+   reads, never a write to the fallback; the move's writes stay requests of the op, made in the
+   driver's context with the lease's fencing token, sync and async — and writes
    what graphkeep lacks, oldest first, writes before their checkpoint, versions translated as
    ``graphkeep copy`` does (:mod:`.versions`, :mod:`.writing`); checkpoints already here (an
    interrupted move, ``graphkeep copy``) are kept as they are;
@@ -32,15 +32,13 @@ deleted thread never comes back. Writes go to graphkeep only.
 
 from __future__ import annotations
 
-import contextvars
-import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from graphkeep.checkpoint.exclusive import renewed
 from graphkeep.checkpoint.fallback import moving
 from graphkeep.checkpoint.lock import ThreadLock, taken_with_read
 from graphkeep.checkpoint.put import put_op, put_writes_op
@@ -78,23 +76,6 @@ class FallbackSource:
     threads: Callable[[], Iterator[str]] | None = None
 
 
-def _started(work: Callable[[], Any]) -> Future[Any]:
-    """``work()`` run in a daemon thread of its own (with this context), as a future."""
-    future: Future[Any] = Future()
-    context = contextvars.copy_context()
-
-    def run() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(context.run(work))
-        except BaseException as exc:  # handed to the op that waits for it
-            future.set_exception(exc)
-
-    threading.Thread(target=run, name="graphkeep-fallback-read", daemon=True).start()
-    return future
-
-
 class _Renewal:
     """A move's lease renewed every third of its ttl (``lease`` None: the lease is the
     caller's own, taken before the move, which the caller renews as any holder does)."""
@@ -105,9 +86,6 @@ class _Renewal:
         self.period = (lease.ttl_ms / 1000 if lease is not None else LEASE_TTL) / 3
         self.last = time.monotonic()
 
-    def left(self) -> float:
-        return max(0.01, self.period - (time.monotonic() - self.last))
-
     def op(self) -> Op[None]:
         """Renew if due; a lease lost meanwhile raises :class:`~graphkeep.errors.LeaseLost`."""
         if self.lease is None or time.monotonic() - self.last < self.period:
@@ -117,13 +95,17 @@ class _Renewal:
         self.last = time.monotonic()
 
     def read(self, work: Callable[[], Any]) -> Op[Any]:
-        """``work()`` (a read of the fallback), the lease renewed while it runs."""
+        """``work()`` (a read of the fallback, run where a :class:`~graphkeep.port.ops.Call`
+        runs: inline for a sync saver, a worker thread for an async one), the lease renewed
+        while it runs by the process's lease renewer, as a ``saver.exclusive`` run's
+        (:func:`~graphkeep.checkpoint.exclusive.renewed`)."""
         if self.lease is None:
             return (yield Call(work))
-        future = _started(work)
-        while not (yield Call(lambda: bool(wait([future], timeout=self.left()).done))):
-            yield from self.op()
-        return future.result()
+        with renewed(self.lease, self.period):
+            found = yield Call(work)
+        # renewed at most a period ago: the next renewal is due within the lease at the latest
+        self.last = time.monotonic()
+        return found
 
 
 def _matches(tup: Any, filter: dict[str, Any] | None) -> bool:
