@@ -218,7 +218,7 @@ def test_a_fallback_that_cannot_be_opened_is_one_line_with_the_url_masked(
 # -- the mover's lease -------------------------------------------------------------------
 
 #: the lease of the moves below, and how long their fallback takes to read a thread
-LEASE = 2.0
+LEASE = 3.0
 SLOW_READ = 3.5 * LEASE
 
 
@@ -230,11 +230,13 @@ class SlowSaver(BaseCheckpointSaver[str]):
         self.inner = inner
         self.delay = delay
         self.started = threading.Event()
+        self.finished = threading.Event()
 
     def list(self, config: Any, **kwargs: Any) -> Iterator[Any]:
         found = list(self.inner.list(config, **kwargs))
         self.started.set()
         time.sleep(self.delay)
+        self.finished.set()
         yield from found
 
     def get_tuple(self, config: Any) -> Any:
@@ -288,16 +290,19 @@ def test_a_slow_move_renews_its_lease_and_no_other_worker_takes_the_thread(
         )
         assert slow.started.wait(30)
         refused = 0
-        while worker.is_alive():
+        while not slow.finished.is_set():  # the fallback's read: several lease lengths
             try:
                 other.lock("long", ttl=LEASE, blocking=False).acquire()
             except LockNotAcquired:
                 refused += 1
             else:
-                pytest.fail(f"another worker took the thread {time.monotonic() - started:.1f}s in")
+                at = time.monotonic() - started
+                worker.join()
+                pytest.fail(f"another worker took the thread {at:.1f}s in (the move: {outcome})")
             time.sleep(0.2)
-        worker.join()
         took = time.monotonic() - started
+        worker.join()
+        # the move's writes came after the read, fenced: a lease lost meanwhile refuses them
         assert not isinstance(outcome[0], BaseException), outcome
         assert outcome[0] is not None
         assert took > 3 * LEASE and refused >= 10, (took, refused)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -78,7 +79,9 @@ class FallbackSource:
 
 class _Renewal:
     """A move's lease renewed every third of its ttl (``lease`` None: the lease is the
-    caller's own, taken before the move, which the caller renews as any holder does)."""
+    caller's own, taken before the move, which the caller renews as any holder does):
+    :meth:`kept` from the grant until the release, and :meth:`op` between the move's steps,
+    which also finds a lease lost meanwhile."""
 
     def __init__(self, thread_id: str, lease: ThreadLock | None) -> None:
         self.thread_id = thread_id
@@ -94,18 +97,12 @@ class _Renewal:
             raise LeaseLost(self.thread_id, self.lease.fence or 0)
         self.last = time.monotonic()
 
-    def read(self, work: Callable[[], Any]) -> Op[Any]:
-        """``work()`` (a read of the fallback, run where a :class:`~graphkeep.port.ops.Call`
-        runs: inline for a sync saver, a worker thread for an async one), the lease renewed
-        while it runs by the process's lease renewer, as a ``saver.exclusive`` run's
-        (:func:`~graphkeep.checkpoint.exclusive.renewed`)."""
-        if self.lease is None:
-            return (yield Call(work))
-        with renewed(self.lease, self.period):
-            found = yield Call(work)
-        # renewed at most a period ago: the next renewal is due within the lease at the latest
-        self.last = time.monotonic()
-        return found
+    def kept(self) -> AbstractContextManager[None]:
+        """The lease renewed for the block by the process's lease renewer (as a
+        ``saver.exclusive`` run's: :func:`~graphkeep.checkpoint.exclusive.renewed`), on time
+        whatever the move waits on — a slow fallback's read (inline for a sync saver, a worker
+        thread for an async one: :class:`~graphkeep.port.ops.Call`), a slow store's writes."""
+        return nullcontext() if self.lease is None else renewed(self.lease, self.period)
 
 
 def _matches(tup: Any, filter: dict[str, Any] | None) -> bool:
@@ -178,22 +175,23 @@ class Mover:
             else:
                 own = renewable = saver.lock(thread_id, ttl=self.lease_ttl)
                 yield from own.take_op()
+        renewal = _Renewal(thread_id, renewable)
         try:
-            if not (yield from saver.port.is_settled(thread_id)):
-                if move:
-                    yield from self._move(saver, thread_id, renewable)
-                yield from saver.port.settle(thread_id)
+            with renewal.kept():  # from the grant on, until just before the release
+                if not (yield from saver.port.is_settled(thread_id)):
+                    if move:
+                        yield from self._move(saver, thread_id, renewal)
+                    yield from saver.port.settle(thread_id)
         finally:
             if own is not None:
                 yield from own.release_op()
                 own.let_go()
         self._remember(thread_id)
 
-    def _move(self, saver: SaverBase, thread_id: str, lease: ThreadLock | None) -> Op[None]:
-        renewal = _Renewal(thread_id, lease)
+    def _move(self, saver: SaverBase, thread_id: str, renewal: _Renewal) -> Op[None]:
         with moving(thread_id):  # the move's own reads and writes skip the hook
             try:
-                read = yield from renewal.read(lambda: read_thread(self.source, thread_id))
+                read = yield Call(lambda: read_thread(self.source, thread_id))
             except Exception as exc:
                 if isinstance(exc, GraphkeepError) or not unreachable(exc):
                     raise
