@@ -18,6 +18,7 @@ import sqlite3
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from .test_copy_rivals import (
     config,
     fan_out_graph,
     rival,  # noqa: F401 - the fixture
+    rival_url,
     snapshot,
 )
 from .test_fallback import ask, history
@@ -170,6 +172,34 @@ def test_a_rival_thread_is_read_through_its_url_goes_on_and_its_interrupt_resume
                 approval_graph(source).invoke(resume, config(threads["approval"]))
                 == (seen["ended"])
             )
+
+
+@pytest.mark.redis
+def test_agent_servers_graphkeep_fallback_url_takes_a_rival_url(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``GRAPHKEEP_FALLBACK_URL=langgraph-plainredis://…``: graphkeep.server's checkpointer
+    moves a plainredis thread on first use and resumes its interrupt."""
+    from graphkeep.server import checkpointer
+
+    tag = uuid.uuid4().hex[:10]
+    made = Rival("plainredis", rival_url("plainredis", tag), tag)
+    try:
+        with made.saver() as source:
+            approval_graph(source).invoke({"n": 0, "log": []}, config("srv"))
+        prefix = unique_prefix("fbrs")
+        monkeypatch.setenv("GRAPHKEEP_URL", REDIS_URL)
+        monkeypatch.setenv("GRAPHKEEP_KEY_PREFIX", prefix)
+        monkeypatch.setenv("GRAPHKEEP_FALLBACK_URL", made.url)
+
+        async def body() -> Any:
+            async with checkpointer() as saver:
+                graph = approval_graph(saver)
+                return await graph.ainvoke(Command(resume="ok"), config("srv"))
+
+        assert asyncio.run(body()) == {"n": 1, "log": ["proposed", "answer=ok"]}
+    finally:
+        made.drop()
 
 
 @pytest.mark.redis
