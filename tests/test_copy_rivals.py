@@ -85,7 +85,7 @@ class Rival:
         else:
             from langgraph_checkpoint_aws import DynamoDBSaver
 
-            from graphkeep.cli.rivals import create_table
+            from graphkeep.moving.rivals import create_table
 
             dynamo = DynamoDBSaver(
                 f"t-{self.tag}", region_name="us-east-1", endpoint_url=DYNAMODB_ENDPOINT_URL

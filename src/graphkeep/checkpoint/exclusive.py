@@ -185,6 +185,19 @@ class _Renewer:
 _RENEWER = _Renewer()
 
 
+@contextlib.contextmanager
+def renewed(lock: ThreadLock, period: float) -> Iterator[None]:
+    """``lock`` renewed every ``period`` seconds for the block by the thread that renews the
+    sync runs' leases (a fallback's move while it reads a slow fallback:
+    :mod:`graphkeep.moving.fallback`); a lease lost meanwhile is not renewed again, and the
+    holder's next fenced write is refused."""
+    renewal = _RENEWER.add(lock, period)
+    try:
+        yield
+    finally:
+        _RENEWER.remove(renewal)
+
+
 class Exclusive:
     """``graph`` whose runs of a thread are single-writer (see the module docstring)."""
 

@@ -23,12 +23,14 @@ from langgraph.store.base import BaseStore
 
 import graphkeep
 from graphkeep.checkpoint.saver import SaverBase
-from graphkeep.cli import foreign, rival_stores, rivals
+from graphkeep.cli import foreign, rival_stores
 from graphkeep.cli.console import MASK, Opened, UsageError, safe_url
-from graphkeep.cli.foreign import FOREIGN_SCHEMES, SQLITE_SCHEMES, Foreign
+from graphkeep.cli.foreign import FOREIGN_SCHEMES, Foreign
 from graphkeep.connect import BACKENDS
 from graphkeep.encryption import KEYS_ENV, KeyRing
 from graphkeep.errors import ConfigurationError
+from graphkeep.moving import rivals
+from graphkeep.moving.openers import SQLITE_SCHEMES
 from graphkeep.port import Op
 
 GRAPHKEEP_OR_SQLITE = "redis://host:6379/0 or sqlite:///file.db"
@@ -60,7 +62,7 @@ def scheme_of(url: str) -> str:
 
 def is_foreign(url: str) -> bool:
     """Is ``url`` a LangGraph saver / store that is not graphkeep's (SQLite, Postgres, or
-    another project's: :mod:`graphkeep.cli.rivals`)?"""
+    another project's: :mod:`graphkeep.moving.rivals`)?"""
     return scheme_of(url) in (*FOREIGN_SCHEMES, *rivals.RIVAL_SCHEMES)
 
 
@@ -92,7 +94,7 @@ def require_graphkeep(url: str, command: str) -> None:
 
 
 def refuse_rival(url: str, command: str) -> None:
-    """Refuse another project's saver URL (:mod:`graphkeep.cli.rivals`) for a command that
+    """Refuse another project's saver URL (:mod:`graphkeep.moving.rivals`) for a command that
     reads only graphkeep's and LangGraph's own SQLite / Postgres savers."""
     scheme = scheme_of(url)
     if scheme in rivals.RIVAL_SCHEMES:
@@ -169,15 +171,15 @@ def open_endpoint(
     must_exist: bool = True,
 ) -> Iterator[Endpoint]:
     """The saver at ``url``; ``setup`` creates the schema (destinations), reads never do."""
-    rival = rivals.OPENERS.get(scheme_of(url))
-    if rival is not None:
+    if scheme_of(url) in rivals.RIVAL_SCHEMES:
         MASK.remember(url)
         if key_prefix is not None:
             raise UsageError(
                 f"--key-prefix applies to graphkeep URLs, not to {scheme_of(url)}://"
                 " (its own prefix options are query parameters)"
             )
-        with rival(url, setup=setup, serde=serde, must_exist=must_exist) as found:
+        opened = foreign.open_rival_saver(url, setup=setup, serde=serde, must_exist=must_exist)
+        with opened as found:
             yield found
         return
     opener = _foreign_opener(

@@ -1,8 +1,11 @@
-"""LangGraph's own SQLite and Postgres savers and stores, opened for the CLI.
+"""LangGraph's own SQLite and Postgres savers and stores, and the rivals' savers, for the CLI.
 
 ``sqlite:///path`` and ``postgresql://...`` URLs open ``SqliteSaver`` / ``PostgresSaver``
 (the checkpoint commands) or ``SqliteStore`` / ``PostgresStore`` (``graphkeep store``),
-used through LangGraph's public API only; their packages are imported only then.
+used through LangGraph's public API only; their packages are imported only then. The savers
+(and the rivals', ``langgraph-redis://`` …) are opened by :mod:`graphkeep.moving.openers` and
+:mod:`graphkeep.moving.rivals` — the same openers ``fallback=`` uses — and handed to the
+commands as :class:`Foreign` endpoints.
 :func:`graphkeep.cli.endpoints.open_endpoint` and :func:`~graphkeep.cli.endpoints.open_store`
 dispatch here.
 """
@@ -11,35 +14,39 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
 from urllib.parse import quote
 
-from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
-from graphkeep.cli.console import CliError, NotFound, Opened, UsageError, safe_url
+from graphkeep.cli.console import CliError, NotFound, Opened, safe_url
 from graphkeep.errors import StorageUnavailable
-from graphkeep.moving.sources import postgres_conn_string, sqlite_path
+from graphkeep.moving import openers, rivals
+from graphkeep.moving.openers import (
+    POSTGRES_INSTALL,
+    POSTGRES_SCHEMES,
+    SQLITE_SCHEMES,
+    Reader,
+    Threads,
+    Tuples,
+    WriteRows,
+    entered,
+    missing_package,
+    postgres_conn_string,
+    sqlite_path,
+)
 
-SQLITE_SCHEMES = ("sqlite",)
-POSTGRES_SCHEMES = ("postgresql", "postgres")
 FOREIGN_SCHEMES = (*SQLITE_SCHEMES, *POSTGRES_SCHEMES)
-
-#: (task_id, idx, task_path, channel) rows of one checkpoint's writes, when the store says
-WriteRows = Callable[[str, str, str], list[tuple[str, int, str, str]] | None]
-#: every thread id of the saver, by its own listing
-Threads = Callable[[], Iterator[str]]
-#: every checkpoint of one thread (every namespace), newest first, read the right way
-Tuples = Callable[[str], list[CheckpointTuple]]
 
 
 @dataclass
 class Foreign(Opened):
-    """A LangGraph saver (SQLite, Postgres, or another project's: :mod:`graphkeep.cli.rivals`),
+    """A LangGraph saver (SQLite, Postgres, or another project's: :mod:`graphkeep.moving.rivals`),
     used through its public API; ``threads`` / ``tuples``, where given, replace ``list`` for
     the saver's own listing and reading of a thread."""
 
@@ -52,6 +59,19 @@ class Foreign(Opened):
     @property
     def scheme(self) -> str:
         return self.url.split("://", 1)[0].lower()
+
+
+@contextmanager
+def _endpoint(url: str, opened: AbstractContextManager[Reader]) -> Iterator[Foreign]:
+    with opened as reader:
+        yield Foreign(
+            url,
+            reader.saver,
+            reader.kind,
+            reader.write_rows,
+            threads=reader.threads,
+            tuples=reader.tuples,
+        )
 
 
 # -- URLs ------------------------------------------------------------------------------
@@ -71,29 +91,6 @@ def sqlite_has_store(path: str) -> bool:
         return has_table(conn, "store")
     finally:
         conn.close()
-
-
-def _missing(scheme: str, what: str, install: str) -> UsageError:
-    return UsageError(f"{scheme}:// URLs need LangGraph's {what}: pip install {install}")
-
-
-POSTGRES_INSTALL = "langgraph-checkpoint-postgres 'psycopg[binary]'"
-
-
-@contextmanager
-def _postgres(url: str, connect: Callable[[], Any]) -> Iterator[Any]:
-    """Enter ``connect()`` (a ``from_conn_string`` context), a failure as StorageUnavailable."""
-    try:
-        manager = connect()
-        opened = manager.__enter__()
-    except Exception as exc:
-        raise StorageUnavailable(
-            f"PostgreSQL at {safe_url(url)} is unavailable ({type(exc).__name__}: {exc})"
-        ) from exc
-    try:
-        yield opened
-    finally:
-        manager.__exit__(None, None, None)
 
 
 @contextmanager
@@ -119,68 +116,27 @@ def postgres_snapshot(saver: Any, label: str) -> Iterator[Any]:
 # -- savers ----------------------------------------------------------------------------
 
 
-@contextmanager
-def open_sqlite_saver(url: str, *, setup: bool, serde: Any, must_exist: bool) -> Iterator[Foreign]:
-    path = sqlite_path(url)
-    try:
-        from langgraph.checkpoint.sqlite import SqliteSaver
-    except ImportError as exc:
-        raise _missing("sqlite", "SQLite saver", "langgraph-checkpoint-sqlite") from exc
-    if must_exist and not setup and not os.path.exists(path):
-        raise NotFound(f"no SQLite database at {path}")
-    conn = sqlite3.connect(path, check_same_thread=False)
-    try:
-        saver = SqliteSaver(conn, serde=serde)
-        if setup:
-            saver.setup()
-
-        def rows(thread_id: str, ns: str, checkpoint_id: str) -> list[tuple[str, int, str, str]]:
-            query = (
-                "SELECT task_id, idx, {path}, channel FROM writes"
-                " WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
-            )
-            params = (thread_id, ns, checkpoint_id)
-            with saver.lock:
-                try:
-                    found = conn.execute(query.format(path="task_path"), params).fetchall()
-                except sqlite3.OperationalError:  # databases from before task_path
-                    found = conn.execute(query.format(path="''"), params).fetchall()
-            return [(str(t), int(i), str(p or ""), str(c)) for t, i, p, c in found]
-
-        yield Foreign(url, saver, "sqlite", rows)
-    finally:
-        conn.close()
+def open_sqlite_saver(
+    url: str, *, setup: bool, serde: Any, must_exist: bool
+) -> AbstractContextManager[Foreign]:
+    if must_exist and not setup and not os.path.exists(sqlite_path(url)):
+        raise NotFound(f"no SQLite database at {sqlite_path(url)}")
+    opened = openers.open_sqlite_saver(url, setup=setup, serde=serde, must_exist=must_exist)
+    return _endpoint(url, opened)
 
 
-@contextmanager
 def open_postgres_saver(
     url: str, *, setup: bool, serde: Any, must_exist: bool
-) -> Iterator[Foreign]:
-    try:
-        from langgraph.checkpoint.postgres import PostgresSaver
-    except ImportError as exc:
-        raise _missing("postgresql", "Postgres saver", POSTGRES_INSTALL) from exc
-    conn_string = postgres_conn_string(url)
-    with _postgres(url, lambda: PostgresSaver.from_conn_string(conn_string)) as saver:
-        if serde is not None:
-            saver.serde = serde
-        if setup:
-            saver.setup()
+) -> AbstractContextManager[Foreign]:
+    opened = openers.open_postgres_saver(url, setup=setup, serde=serde, must_exist=must_exist)
+    return _endpoint(url, opened)
 
-        def rows(thread_id: str, ns: str, checkpoint_id: str) -> list[tuple[str, int, str, str]]:
-            with saver._cursor() as cur:
-                cur.execute(
-                    "SELECT task_id, idx, task_path, channel FROM checkpoint_writes"
-                    " WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s",
-                    (thread_id, ns, checkpoint_id),
-                )
-                found = cur.fetchall()
-            return [
-                (str(r["task_id"]), int(r["idx"]), str(r["task_path"] or ""), str(r["channel"]))
-                for r in found
-            ]
 
-        yield Foreign(url, saver, "postgres", rows)
+def open_rival_saver(
+    url: str, *, setup: bool, serde: Any, must_exist: bool
+) -> AbstractContextManager[Foreign]:
+    """Another project's saver (``langgraph-redis://`` …: :mod:`graphkeep.moving.rivals`)."""
+    return _endpoint(url, rivals.open_rival(url, setup=setup, serde=serde, must_exist=must_exist))
 
 
 def describe_schema(url: str) -> dict[str, Any]:
@@ -189,7 +145,9 @@ def describe_schema(url: str) -> dict[str, Any]:
         try:
             from langgraph.checkpoint.postgres.base import BasePostgresSaver
         except ImportError as exc:
-            raise _missing("postgresql", "Postgres saver", "langgraph-checkpoint-postgres") from exc
+            raise missing_package(
+                "postgresql", "Postgres saver", "langgraph-checkpoint-postgres"
+            ) from exc
         return {
             "backend": "langgraph-checkpoint-postgres",
             "url": safe_url(url),
@@ -214,7 +172,7 @@ def open_sqlite_store(
     try:
         from langgraph.store.sqlite import SqliteStore
     except ImportError as exc:
-        raise _missing("sqlite", "SQLite store", "langgraph-checkpoint-sqlite") from exc
+        raise missing_package("sqlite", "SQLite store", "langgraph-checkpoint-sqlite") from exc
     if not setup and not os.path.exists(path):
         raise NotFound(f"no SQLite database at {path}")
     with SqliteStore.from_conn_string(path, index=cast(Any, index)) as store:
@@ -232,10 +190,10 @@ def open_postgres_store(
     try:
         from langgraph.store.postgres import PostgresStore
     except ImportError as exc:
-        raise _missing("postgresql", "Postgres store", POSTGRES_INSTALL) from exc
+        raise missing_package("postgresql", "Postgres store", POSTGRES_INSTALL) from exc
     conn_string = postgres_conn_string(url)
     connect = partial(PostgresStore.from_conn_string, conn_string, index=cast(Any, index))
-    with _postgres(url, connect) as store:
+    with entered(url, connect()) as store:
         if setup:
             store.setup()
         yield store

@@ -60,14 +60,9 @@ from graphkeep.checkpoint.records import (
     WriteRecord,
 )
 from graphkeep.cli.console import CliError, NotFound, UsageError, safe_url
-from graphkeep.cli.foreign import (
-    SQLITE_SCHEMES,
-    has_table,
-    open_postgres_saver,
-    postgres_snapshot,
-)
+from graphkeep.cli.foreign import has_table, open_postgres_saver, postgres_snapshot
 from graphkeep.errors import StorageUnavailable
-from graphkeep.moving.sources import sqlite_path
+from graphkeep.moving.openers import SQLITE_SCHEMES, sqlite_path
 from graphkeep.port.codec import EMPTY_TAG
 
 __all__ = [

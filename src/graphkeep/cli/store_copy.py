@@ -26,7 +26,7 @@ from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 
 from graphkeep.cli.console import EXIT_ERROR, EXIT_OK, Progress, UsageError, print_json
 from graphkeep.cli.endpoints import copy_key_prefixes, open_store, scheme_of
-from graphkeep.cli.foreign import SQLITE_SCHEMES, sqlite_has_store
+from graphkeep.cli.foreign import sqlite_has_store
 from graphkeep.cli.rival_stores import (
     Entry,
     Pages,
@@ -47,7 +47,7 @@ from graphkeep.cli.store_values import (
     parse_namespace,
     store_label,
 )
-from graphkeep.moving.sources import sqlite_path
+from graphkeep.moving.openers import SQLITE_SCHEMES, sqlite_path
 from graphkeep.store.filters import json_equal as same_value
 from graphkeep.store.shells import SyncStore
 

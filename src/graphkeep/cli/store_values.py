@@ -18,8 +18,8 @@ from langgraph.store.base import BaseStore, InvalidNamespaceError, Item
 from graphkeep.cli.arguments import positive
 from graphkeep.cli.console import UsageError, safe_url
 from graphkeep.cli.endpoints import scheme_of
-from graphkeep.cli.foreign import SQLITE_SCHEMES
 from graphkeep.errors import InvalidInput
+from graphkeep.moving.openers import SQLITE_SCHEMES
 from graphkeep.store.filters import compile_filter
 from graphkeep.store.validation import DEFAULT_MAX_KEY_BYTES, check_namespace
 

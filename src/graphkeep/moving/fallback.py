@@ -14,7 +14,10 @@ The first use of a thread that is not settled:
    as the move goes;
 2. looks at the mark again (another worker may have moved the thread while this one waited);
 3. reads the thread from the fallback — in a worker thread for an async saver
-   (:class:`~graphkeep.port.ops.Call`); only reads, never a write to the fallback — and writes
+   (:class:`~graphkeep.port.ops.Call`), the lease renewed meanwhile by the thread that renews
+   ``saver.exclusive`` runs' leases, so a big thread on a slow fallback never outlives it; only
+   reads, never a write to the fallback; the move's writes stay requests of the op, made in the
+   driver's context with the lease's fencing token, sync and async — and writes
    what graphkeep lacks, oldest first, writes before their checkpoint, versions translated as
    ``graphkeep copy`` does (:mod:`.versions`, :mod:`.writing`); checkpoints already here (an
    interrupted move, ``graphkeep copy``) are kept as they are;
@@ -30,17 +33,21 @@ deleted thread never comes back. Writes go to graphkeep only.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from graphkeep.checkpoint.exclusive import renewed
 from graphkeep.checkpoint.fallback import moving
 from graphkeep.checkpoint.lock import ThreadLock, taken_with_read
 from graphkeep.checkpoint.put import put_op, put_writes_op
 from graphkeep.checkpoint.read import get_tuple_op
-from graphkeep.errors import LeaseLost, MoveFailed
+from graphkeep.errors import GraphkeepError, LeaseLost, MoveFailed, StorageUnavailable
 from graphkeep.moving.compare import compare_tuples, config_of, error_text, place_of
 from graphkeep.moving.items import CheckpointItem, fingerprint, oldest_first, read_thread
+from graphkeep.moving.openers import unreachable
 from graphkeep.moving.versions import plan_versions, version_kind
 from graphkeep.moving.writing import put_args, writes_args
 from graphkeep.port import Call, Op
@@ -65,6 +72,41 @@ class FallbackSource:
     label: str
     tuples: Callable[[str], list[Any]] | None = None
     write_rows: Callable[[str, str, str], list[tuple[str, int, str, str]] | None] | None = None
+    #: its own listing of its threads (with ``tuples``: ``list(None)`` reads each unsettled
+    #: thread its own way, never the saver's ``list(None)``, which may write: plainredis)
+    threads: Callable[[], Iterator[str]] | None = None
+
+
+class _Renewal:
+    """A move's lease renewed every third of its ttl (``lease`` None: the lease is the
+    caller's own, taken before the move, which the caller renews as any holder does):
+    :meth:`kept` from the grant until the release, and :meth:`op` between the move's steps,
+    which also finds a lease lost meanwhile."""
+
+    def __init__(self, thread_id: str, lease: ThreadLock | None) -> None:
+        self.thread_id = thread_id
+        self.lease = lease
+        self.period = (lease.ttl_ms / 1000 if lease is not None else LEASE_TTL) / 3
+        self.last = time.monotonic()
+
+    def op(self) -> Op[None]:
+        """Renew if due; a lease lost meanwhile raises :class:`~graphkeep.errors.LeaseLost`."""
+        if self.lease is None or time.monotonic() - self.last < self.period:
+            return
+        if not (yield from self.lease.extend_op()):
+            raise LeaseLost(self.thread_id, self.lease.fence or 0)
+        self.last = time.monotonic()
+
+    def kept(self) -> AbstractContextManager[None]:
+        """The lease renewed for the block by the process's lease renewer (as a
+        ``saver.exclusive`` run's: :func:`~graphkeep.checkpoint.exclusive.renewed`), on time
+        whatever the move waits on — a slow fallback's read (inline for a sync saver, a worker
+        thread for an async one: :class:`~graphkeep.port.ops.Call`), a slow store's writes."""
+        return nullcontext() if self.lease is None else renewed(self.lease, self.period)
+
+
+def _matches(tup: Any, filter: dict[str, Any] | None) -> bool:
+    return not filter or all((tup.metadata or {}).get(k) == v for k, v in filter.items())
 
 
 class Mover:
@@ -102,10 +144,19 @@ class Mover:
     def unsettled_tuples(
         self, saver: SaverBase, filter: dict[str, Any] | None, limit: int | None
     ) -> Op[list[Any]]:
-        source = self.source.saver
-        found = yield Call(lambda: list(source.list(None, filter=filter)))
+        source = self.source
         kept: list[Any] = []
-        for tup in found:
+        if source.threads is not None and source.tuples is not None:
+            threads, tuples = source.threads, source.tuples
+            for thread_id in (yield Call(lambda: list(threads()))):
+                if limit is not None and len(kept) >= limit:
+                    break
+                if not (yield from self.settled(saver, thread_id)):
+                    found = yield Call(partial(tuples, thread_id))
+                    kept += [tup for tup in found if _matches(tup, filter)]
+            return kept[:limit] if limit is not None else kept
+        listed = yield Call(lambda: list(source.saver.list(None, filter=filter)))
+        for tup in listed:
             if limit is not None and len(kept) >= limit:
                 break
             thread_id = str(tup.config["configurable"]["thread_id"])
@@ -124,20 +175,30 @@ class Mover:
             else:
                 own = renewable = saver.lock(thread_id, ttl=self.lease_ttl)
                 yield from own.take_op()
+        renewal = _Renewal(thread_id, renewable)
         try:
-            if not (yield from saver.port.is_settled(thread_id)):
-                if move:
-                    yield from self._move(saver, thread_id, renewable)
-                yield from saver.port.settle(thread_id)
+            with renewal.kept():  # from the grant on, until just before the release
+                if not (yield from saver.port.is_settled(thread_id)):
+                    if move:
+                        yield from self._move(saver, thread_id, renewal)
+                    yield from saver.port.settle(thread_id)
         finally:
             if own is not None:
                 yield from own.release_op()
                 own.let_go()
         self._remember(thread_id)
 
-    def _move(self, saver: SaverBase, thread_id: str, lease: ThreadLock | None) -> Op[None]:
+    def _move(self, saver: SaverBase, thread_id: str, renewal: _Renewal) -> Op[None]:
         with moving(thread_id):  # the move's own reads and writes skip the hook
-            read = yield Call(lambda: read_thread(self.source, thread_id))
+            try:
+                read = yield Call(lambda: read_thread(self.source, thread_id))
+            except Exception as exc:
+                if isinstance(exc, GraphkeepError) or not unreachable(exc):
+                    raise
+                text = " ".join(f"{type(exc).__name__}: {exc}".split())
+                raise StorageUnavailable(
+                    f"the fallback {self.source.label} is unavailable ({text})"
+                ) from exc
             if not read:
                 return
             items = oldest_first([item for item, _ in read])
@@ -151,7 +212,6 @@ class Mover:
             inventory = yield from saver.port.inventory(thread_id)
             present = {(s.ns, s.checkpoint_id) for s in inventory.checkpoints}
             by_key = {(i.ns, i.checkpoint_id): i for i in items}
-            renewed = time.monotonic()
             copied = 0
             for item in items:
                 # writes are insert-if-absent: a present checkpoint's missing ones are added
@@ -161,11 +221,8 @@ class Mover:
                     parent = by_key.get((item.ns, item.parent_id)) if item.parent_id else None
                     yield from put_op(saver, *put_args(thread_id, item, parent, plan))
                     copied += 1
-                if lease is not None and time.monotonic() - renewed > self.lease_ttl / 3:
-                    if not (yield from lease.extend_op()):
-                        raise LeaseLost(thread_id, lease.fence or 0)
-                    renewed = time.monotonic()
-            problems = yield from self._verify(saver, thread_id, items, tuples, plan)
+                yield from renewal.op()
+            problems = yield from self._verify(saver, thread_id, items, tuples, plan, renewal)
             if problems:
                 raise MoveFailed(thread_id, problems)
             self.moved_threads += 1 if copied else 0
@@ -178,9 +235,11 @@ class Mover:
         items: list[CheckpointItem],
         tuples: dict[tuple[str, str], Any],
         plan: Any,
+        renewal: _Renewal,
     ) -> Op[list[str]]:
         problems: list[str] = []
         for item in items:
+            yield from renewal.op()
             at = place_of(item.ns, item.checkpoint_id)
             try:
                 dest = yield from get_tuple_op(

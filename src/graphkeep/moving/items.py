@@ -73,7 +73,7 @@ def foreign_items(
     endpoint: Source, thread_id: str, *, ns: str | None = None, limit: int | None = None
 ) -> list[CheckpointItem]:
     """A foreign saver's thread, newest first (``list`` order; the saver's own reader where
-    it has one, :mod:`graphkeep.cli.rivals`)."""
+    it has one, :mod:`graphkeep.moving.rivals`)."""
     return [item for item, _ in read_thread(endpoint, thread_id, ns=ns, limit=limit)]
 
 

@@ -3,16 +3,21 @@
 SOURCE is a ``BaseCheckpointSaver`` (any LangGraph saver the app has open: read through its
 public API), or a URL: graphkeep's own (``redis://``, ``mongodb://``, ``dynamodb://``… opened
 without ``setup``: a fallback is never written), LangGraph's SQLite (``sqlite:///file.db``) or
-Postgres (``postgresql://…``) saver. The rivals' URLs (``langgraph-redis://`` …) are read as
-``graphkeep copy`` reads them (their own storage where their API is wrong; see
-docs/migrate.md) and are not taken here yet: pass the saver instance, or move those threads
-with ``graphkeep copy`` first. A SOURCE naming the store the saver itself is on is refused
-(:class:`~graphkeep.errors.ConfigurationError`): every thread would be "moved" onto itself.
+Postgres (``postgresql://…``) saver, or a rival's (``langgraph-redis://HOST:PORT/DB``,
+``langgraph-plainredis://…``, ``langgraph-mongodb://…``,
+``langgraph-dynamodb://TABLE?region=…&endpoint_url=…``). LangGraph's and the rivals' savers are
+opened by the openers ``graphkeep copy`` uses (:mod:`.openers`, :mod:`.rivals`), so a thread is
+read exactly as ``copy`` reads it: the rival's own storage where its API is wrong, each write's
+``idx`` / ``task_path`` from storage, nothing written or refreshed on the source; versions are
+translated on the way in (:mod:`.versions`). A rival whose package is not installed, or a
+source that cannot be opened, is one line (:class:`~graphkeep.errors.ConfigurationError`,
+:class:`~graphkeep.errors.StorageUnavailable`, the URL masked). A SOURCE naming the store the
+saver itself is on is refused (``ConfigurationError``): every thread would be "moved" onto
+itself.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import Any
@@ -21,42 +26,22 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from graphkeep.checkpoint.fallback import register_opener
 from graphkeep.checkpoint.saver import SaverBase
-from graphkeep.errors import ConfigurationError, mask_url
+from graphkeep.errors import ConfigurationError
 from graphkeep.moving.fallback import FallbackSource, Mover
-
-#: LangGraph's own savers, by URL scheme
-SQLITE_SCHEMES = ("sqlite",)
-POSTGRES_SCHEMES = ("postgres", "postgresql")
-#: the rivals' schemes ``graphkeep copy`` reads (:mod:`graphkeep.cli.rivals`)
-RIVAL_SCHEMES = (
-    "langgraph-redis",
-    "langgraph-plainredis",
-    "langgraph-mongodb",
-    "langgraph-dynamodb",
+from graphkeep.moving.openers import (
+    POSTGRES_SCHEMES,
+    SQLITE_SCHEMES,
+    Reader,
+    open_postgres_saver,
+    open_sqlite_saver,
+    scheme_of,
+    shown,
 )
+from graphkeep.moving.rivals import RIVAL_SCHEMES, open_rival
 
 #: ``open_url(url)``: a context manager yielding a sync graphkeep saver (``graphkeep.connect``,
 #: which registers it: this layer sits below it)
 _OPEN_URL: list[Callable[[str], AbstractContextManager[Any]]] = []
-
-
-def sqlite_path(url: str) -> str:
-    """``sqlite:///rel.db`` -> ``rel.db``; ``sqlite:////abs/x.db`` -> ``/abs/x.db``."""
-    rest = url.split("://", 1)[1]
-    if not rest.startswith("/"):
-        raise ConfigurationError(
-            f"SQLite URLs look like sqlite:///relative/file.db or sqlite:////abs/file.db,"
-            f" got {mask_url(url)}"
-        )
-    path = rest[1:].split("?", 1)[0]
-    if not path:
-        raise ConfigurationError(f"no database file in {mask_url(url)}")
-    return path
-
-
-def postgres_conn_string(url: str) -> str:
-    """``postgres://...`` or ``postgresql://...`` as the ``postgresql://`` psycopg takes."""
-    return "postgresql://" + url.split("://", 1)[1]
 
 
 def same_store_refused(label: str) -> ConfigurationError:
@@ -84,47 +69,17 @@ def same_store(a: Any, b: Any) -> bool:
     )
 
 
-@contextmanager
-def _sqlite(url: str) -> Iterator[Any]:
-    try:
-        from langgraph.checkpoint.sqlite import SqliteSaver
-    except ImportError:
-        raise ConfigurationError(
-            "a sqlite:// fallback needs langgraph-checkpoint-sqlite (pip install it)"
-        ) from None
-    conn = sqlite3.connect(sqlite_path(url), check_same_thread=False)
-    try:
-        yield SqliteSaver(conn)
-    finally:
-        conn.close()
-
-
-@contextmanager
-def _postgres(url: str) -> Iterator[Any]:
-    try:
-        from langgraph.checkpoint.postgres import PostgresSaver
-    except ImportError:
-        raise ConfigurationError(
-            "a postgresql:// fallback needs langgraph-checkpoint-postgres (pip install it)"
-        ) from None
-    with PostgresSaver.from_conn_string(postgres_conn_string(url)) as saver:
-        yield saver
-
-
-def _opened(url: str, stack: ExitStack) -> Any:
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+def _opened(url: str, stack: ExitStack) -> Reader:
+    scheme = scheme_of(url)
     if scheme in SQLITE_SCHEMES:
-        return stack.enter_context(_sqlite(url))
+        return stack.enter_context(open_sqlite_saver(url))
     if scheme in POSTGRES_SCHEMES:
-        return stack.enter_context(_postgres(url))
+        return stack.enter_context(open_postgres_saver(url))
     if scheme in RIVAL_SCHEMES:
-        raise ConfigurationError(
-            f"fallback={scheme}:// is not taken yet: pass the saver instance"
-            f" (fallback=saver), or move the threads with `graphkeep copy {mask_url(url)} URL`"
-        )
+        return stack.enter_context(open_rival(url))
     if not _OPEN_URL:
         raise ConfigurationError("fallback= URLs need graphkeep.connect (import graphkeep)")
-    return stack.enter_context(_OPEN_URL[0](url))
+    return Reader(stack.enter_context(_OPEN_URL[0](url)), "graphkeep")
 
 
 @contextmanager
@@ -136,17 +91,24 @@ def read_through(saver: Any, source: Any) -> Iterator[None]:
         raise ConfigurationError("this saver reads through to a fallback already")
     with ExitStack() as stack:
         if isinstance(source, str):
-            opened = _opened(source, stack)
-            label = mask_url(source)
+            reader, label = _opened(source, stack), shown(source)
         elif isinstance(source, BaseCheckpointSaver):
-            opened, label = source, type(source).__name__
+            reader, label = Reader(source, "instance"), type(source).__name__
         else:
             raise ConfigurationError(
                 f"fallback= takes a URL or a BaseCheckpointSaver, got {type(source).__name__}"
             )
-        if same_store(opened, saver):
+        if same_store(reader.saver, saver):
             raise same_store_refused(label)
-        saver.fallback = Mover(FallbackSource(opened, label))
+        saver.fallback = Mover(
+            FallbackSource(
+                reader.saver,
+                label,
+                tuples=reader.tuples,
+                write_rows=reader.write_rows,
+                threads=reader.threads,
+            )
+        )
         try:
             yield
         finally:

@@ -1,11 +1,11 @@
-"""The official LangGraph savers of other projects, opened for ``graphkeep copy``.
+"""The official LangGraph savers of other projects, opened for ``graphkeep copy`` and ``fallback=``.
 
 ``langgraph-redis://HOST:PORT/DB`` (``langgraph-checkpoint-redis``'s ``RedisSaver``, Redis
 Stack), ``langgraph-plainredis://HOST:PORT/DB`` (``langgraph-checkpoint-plainredis``),
 ``langgraph-mongodb://HOST:PORT/DB`` (``langgraph-checkpoint-mongodb``'s ``MongoDBSaver``) and
 ``langgraph-dynamodb://TABLE?region=...&endpoint_url=...`` (``langgraph-checkpoint-aws``'s
 ``DynamoDBSaver``); each saver's own constructor options are query parameters. Each opens as a
-:class:`~graphkeep.cli.foreign.Foreign` that says how to read it right:
+:class:`~graphkeep.moving.openers.Reader` that says how to read it right:
 
 * ``threads``: the saver's own listing of its threads (its registry hash, its key pattern, a
   ``distinct``, a paged projected ``Scan``), never ``list(None)`` over every checkpoint;
@@ -17,14 +17,16 @@ Stack), ``langgraph-plainredis://HOST:PORT/DB`` (``langgraph-checkpoint-plainred
 
 A source is opened read-only in spirit: nothing is created, indexed or refreshed on it;
 ``setup`` (destinations only) creates what the saver needs. docs/migrate.md tells the story
-per saver. A package that is not installed is a one-line usage error naming it.
+per saver. A package that is not installed is a one-line
+:class:`~graphkeep.errors.ConfigurationError` naming it; a server that cannot be reached while
+the saver opens, :class:`~graphkeep.errors.StorageUnavailable` (:func:`open_rival`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from urllib.parse import SplitResult, parse_qsl, urlsplit, urlunsplit
 
@@ -35,8 +37,8 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 
-from graphkeep.cli.console import UsageError, safe_url
-from graphkeep.cli.foreign import Foreign
+from graphkeep.errors import ConfigurationError
+from graphkeep.moving.openers import Reader, entered, scheme_of, shown
 
 REDIS = "langgraph-redis"
 PLAINREDIS = "langgraph-plainredis"
@@ -54,15 +56,18 @@ PACKAGES = {
 
 Row = tuple[str, int, str, str]  # task_id, idx, task_path, channel
 SCAN_COUNT = 1000
+#: threads whose checkpoints ``RedisRoute`` keeps after reading them (a long-lived fallback
+#: must not hold every thread it moved)
+CACHED_THREADS = 64
 
 
 def is_rival(url: str) -> bool:
-    return url.split("://", 1)[0].lower() in RIVAL_SCHEMES if "://" in url else False
+    return scheme_of(url) in RIVAL_SCHEMES
 
 
-def missing(scheme: str) -> UsageError:
+def missing(scheme: str) -> ConfigurationError:
     package = PACKAGES[scheme]
-    return UsageError(
+    return ConfigurationError(
         f"{scheme}:// URLs need {package}: pip install 'graphkeep[migrate]' (or {package})"
     )
 
@@ -80,13 +85,13 @@ def _options(
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         if name not in known:
             names = ", ".join(sorted(known)) or "none"
-            raise UsageError(
-                f"unknown option {name!r} in {safe_url(url)} (this saver takes: {names})"
+            raise ConfigurationError(
+                f"unknown option {name!r} in {shown(url)} (this saver takes: {names})"
             )
         try:
             options[name] = known[name](value)
         except ValueError as exc:
-            raise UsageError(f"option {name}={value!r} in {safe_url(url)}: {exc}") from exc
+            raise ConfigurationError(f"option {name}={value!r} in {shown(url)}: {exc}") from exc
     return parts, options
 
 
@@ -129,7 +134,7 @@ REDIS_OPTIONS: dict[str, Callable[[str], Any]] = {
 
 
 @contextmanager
-def open_redis_saver(url: str, *, setup: bool, serde: Any, must_exist: bool) -> Iterator[Foreign]:
+def open_redis_saver(url: str, *, setup: bool, serde: Any, must_exist: bool) -> Iterator[Reader]:
     try:
         from langgraph.checkpoint.redis import RedisSaver
         from langgraph.checkpoint.redis.key_registry import SyncCheckpointKeyRegistry
@@ -149,7 +154,7 @@ def open_redis_saver(url: str, *, setup: bool, serde: Any, must_exist: bool) -> 
         saver._key_registry = SyncCheckpointKeyRegistry(saver._redis)
     route = RedisRoute(saver, serde)
     try:
-        yield Foreign(url, route, REDIS, route.rows, threads=route.threads, tuples=route.tuples)
+        yield Reader(route, REDIS, route.rows, threads=route.threads, tuples=route.tuples)
     finally:
         if getattr(saver, "_owns_its_client", False):
             saver._redis.close()
@@ -166,7 +171,7 @@ class RedisRoute(BaseCheckpointSaver[str]):
     its write keys (with ``task_path`` and ``idx``). Values read are handed on as ``serde``
     (copy's lossless serde) loads them; values written are revived into LangGraph objects
     first, as RedisSaver's JSON serializer needs. What was read is cached per thread until
-    this saver writes to it."""
+    this saver writes to it or reads it again (the last :data:`CACHED_THREADS` threads)."""
 
     def __init__(self, saver: Any, serde: Any) -> None:
         super().__init__(serde=saver.serde)
@@ -238,9 +243,8 @@ class RedisRoute(BaseCheckpointSaver[str]):
         return found
 
     def tuples(self, thread_id: str) -> list[CheckpointTuple]:
-        """Every checkpoint of the thread, newest first."""
-        if thread_id in self.cache:
-            return self.cache[thread_id]
+        """Every checkpoint of the thread, newest first, read now (``get_tuple`` / ``list``
+        answer from what was read last: a copy's verification right after it)."""
         fields = ("$.thread_id", "$.checkpoint_ns", "$.checkpoint_id")
         pattern = f"{self.cp_prefix}:{_glob(self.safe_id(thread_id))}:*"
         heads = {
@@ -262,8 +266,18 @@ class RedisRoute(BaseCheckpointSaver[str]):
             body["channel_values"] = {k: self._lower(v) for k, v in values.items()}
             pending = [(r[0], r[3], value) for r, value in own]
             out.append(tup._replace(checkpoint=body, pending_writes=pending))
+        self.cache.pop(thread_id, None)
+        while len(self.cache) >= CACHED_THREADS:  # the oldest read first
+            dropped = next(iter(self.cache))
+            del self.cache[dropped]
+            for key in [k for k in self.rows_of if k[0] == dropped]:
+                del self.rows_of[key]
         self.cache[thread_id] = out
         return out
+
+    def _read(self, thread_id: str) -> list[CheckpointTuple]:
+        found = self.cache.get(thread_id)
+        return found if found is not None else self.tuples(thread_id)
 
     def rows(self, thread_id: str, ns: str, checkpoint_id: str) -> list[Row] | None:
         if (thread_id, ns, checkpoint_id) not in self.rows_of:
@@ -275,7 +289,7 @@ class RedisRoute(BaseCheckpointSaver[str]):
     def get_tuple(self, config: Any) -> CheckpointTuple | None:
         conf = config["configurable"]
         ns, wanted = conf.get("checkpoint_ns", ""), get_checkpoint_id(config)
-        for tup in self.tuples(str(conf["thread_id"])):
+        for tup in self._read(str(conf["thread_id"])):
             at = tup.config["configurable"]
             if at["checkpoint_ns"] == ns and (not wanted or at["checkpoint_id"] == wanted):
                 return tup
@@ -294,7 +308,7 @@ class RedisRoute(BaseCheckpointSaver[str]):
         before_id = get_checkpoint_id(before) if before else None
         count = 0
         for thread_id in threads:
-            for tup in self.tuples(thread_id):
+            for tup in self._read(thread_id):
                 at = tup.config["configurable"]
                 if ns is not None and at["checkpoint_ns"] != ns:
                     continue
@@ -365,7 +379,7 @@ PLAINREDIS_OPTIONS: dict[str, Callable[[str], Any]] = {
 @contextmanager
 def open_plainredis_saver(
     url: str, *, setup: bool, serde: Any, must_exist: bool
-) -> Iterator[Foreign]:
+) -> Iterator[Reader]:
     try:
         from langgraph_checkpoint_plainredis import RedisSaver
     except ImportError as exc:
@@ -414,7 +428,7 @@ def open_plainredis_saver(
         return found
 
     try:
-        yield Foreign(url, saver, PLAINREDIS, rows, threads=threads, tuples=tuples)
+        yield Reader(saver, PLAINREDIS, rows, threads=threads, tuples=tuples)
     finally:
         saver.close()
 
@@ -430,7 +444,7 @@ MONGODB_SAVER_OPTIONS: dict[str, Callable[[str], Any]] = {
 
 
 @contextmanager
-def open_mongodb_saver(url: str, *, setup: bool, serde: Any, must_exist: bool) -> Iterator[Foreign]:
+def open_mongodb_saver(url: str, *, setup: bool, serde: Any, must_exist: bool) -> Iterator[Reader]:
     try:
         from langgraph.checkpoint.mongodb import MongoDBSaver
         from pymongo import MongoClient
@@ -464,7 +478,7 @@ def open_mongodb_saver(url: str, *, setup: bool, serde: Any, must_exist: bool) -
                 for d in saver.writes_collection.find(query, projection)
             ]
 
-        yield Foreign(url, saver, MONGODB, rows, threads=threads, tuples=tuples)
+        yield Reader(saver, MONGODB, rows, threads=threads, tuples=tuples)
     finally:
         client.close()
 
@@ -505,9 +519,7 @@ DYNAMODB_OPTIONS: dict[str, Callable[[str], Any]] = {
 
 
 @contextmanager
-def open_dynamodb_saver(
-    url: str, *, setup: bool, serde: Any, must_exist: bool
-) -> Iterator[Foreign]:
+def open_dynamodb_saver(url: str, *, setup: bool, serde: Any, must_exist: bool) -> Iterator[Reader]:
     try:
         from langgraph_checkpoint_aws import DynamoDBSaver
     except ImportError as exc:
@@ -515,7 +527,9 @@ def open_dynamodb_saver(
     parts, options = _options(url, DYNAMODB_OPTIONS)
     table = parts.netloc
     if not table:
-        raise UsageError(f"no table in {safe_url(url)} (langgraph-dynamodb://TABLE?region=...)")
+        raise ConfigurationError(
+            f"no table in {shown(url)} (langgraph-dynamodb://TABLE?region=...)"
+        )
     s3 = {k[len(S3) :]: options.pop(k) for k in list(options) if k.startswith(S3)}
     if not setup:
         options.pop("ttl_seconds", None)  # a source is never written (nor its S3 lifecycle)
@@ -571,7 +585,7 @@ def open_dynamodb_saver(
                 return found
             params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
-    yield Foreign(url, saver, DYNAMODB, rows, threads=threads, tuples=tuples)
+    yield Reader(saver, DYNAMODB, rows, threads=threads, tuples=tuples)
 
 
 def create_table(client: Any, table: str, ttl_seconds: int | None) -> None:
@@ -601,9 +615,18 @@ def create_table(client: Any, table: str, ttl_seconds: int | None) -> None:
         )
 
 
-OPENERS = {
+OPENERS: dict[str, Callable[..., AbstractContextManager[Reader]]] = {
     REDIS: open_redis_saver,
     PLAINREDIS: open_plainredis_saver,
     MONGODB: open_mongodb_saver,
     DYNAMODB: open_dynamodb_saver,
 }
+
+
+def open_rival(
+    url: str, *, setup: bool = False, serde: Any = None, must_exist: bool = True
+) -> AbstractContextManager[Reader]:
+    """The rival saver ``url`` names (its scheme one of :data:`RIVAL_SCHEMES`), read only
+    unless ``setup``; a failure to open it is one line (:func:`~.openers.entered`)."""
+    opener = OPENERS[scheme_of(url)]
+    return entered(url, opener(url, setup=setup, serde=serde, must_exist=must_exist))
