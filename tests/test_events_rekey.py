@@ -128,10 +128,8 @@ def test_graphkeep_rekey_all_rewrites_the_event_logs(
 ) -> None:
     runs = write_runs("sync", graphkeep_url, run_id)
     events = sum(len(r) for r in runs.values())
-    keys = {"k1": K1, "k2": K2}
-    monkeypatch.setenv(
-        "GRAPHKEEP_KEYS", ",".join(f"{k}:{base64.b64encode(keys[k]).decode()}" for k in ("k2", "k1"))
-    )
+    encoded = {k: base64.b64encode(key).decode() for k, key in (("k2", K2), ("k1", K1))}
+    monkeypatch.setenv("GRAPHKEEP_KEYS", ",".join(f"{k}:{v}" for k, v in encoded.items()))
     dry = gk("rekey", graphkeep_url, "--all", "--dry-run", "--json")
     assert dry.code == 0, dry.out + dry.err
     assert dry.json()["events"]["rewritten"] == events
