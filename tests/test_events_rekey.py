@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+import graphkeep
 from graphkeep.encryption import KeyRing
 from graphkeep.errors import ConfigurationError
 from graphkeep.events.port import MAX_EVENT_BYTES
@@ -120,7 +121,7 @@ def test_a_planted_plaintext_event_fails_its_run_closed(
         only = rekey(log, run_ids=[run_id])
         assert only.current == [run_id] and only.failed == []
     with opened(mode, graphkeep_url, NEW) as log:
-        assert [e for _, e in log.read(run_id)] == [{"n": 1}, {"n": 2}]
+        assert [e for _, e in log.read(run_id, follow=False)] == [{"n": 1}, {"n": 2}]
 
 
 def test_graphkeep_rekey_all_rewrites_the_event_logs(
@@ -144,3 +145,23 @@ def test_graphkeep_rekey_all_rewrites_the_event_logs(
     with opened("sync", graphkeep_url, NEW) as log:
         for run, before in runs.items():
             assert log.read(run) == before
+
+
+def test_a_rewrite_never_undoes_a_change_or_a_delete_made_since_the_read(
+    graphkeep_url: str, run_id: str
+) -> None:
+    gone = f"{run_id}-gone"
+    with graphkeep.connect_events(graphkeep_url, encryption=OLD) as log:
+        log.append_many(run_id, [{"n": 1}, {"n": 2}])
+        log.append_many(gone, [{"n": 1}])
+        read = {run: log._call(log.port.records(run)) for run in (run_id, gone)}
+    with graphkeep.connect_events(graphkeep_url, encryption=ROTATING) as log:
+        assert log.rekey().rewritten == 3
+        port = log.port
+        log.delete(gone)  # as retention would
+        forged = [(r, [b"forged" for _ in r.events]) for r in read[run_id]]
+        assert log._call(port.rewrite(run_id, forged)) == 0  # the bytes read are gone
+        assert log._call(port.rewrite(gone, [(r, [b"forged"]) for r in read[gone]])) == 0
+        assert log.state(gone) is None  # not brought back
+    with graphkeep.connect_events(graphkeep_url, encryption=NEW) as log:
+        assert [e for _, e in log.read(run_id, follow=False)] == [{"n": 1}, {"n": 2}]
