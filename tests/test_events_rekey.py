@@ -16,6 +16,7 @@ import base64
 import os
 import uuid
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -24,6 +25,7 @@ from graphkeep.encryption import KeyRing
 from graphkeep.errors import ConfigurationError
 from graphkeep.events.port import MAX_EVENT_BYTES
 from tests.cli_runs import gk
+from tests.scenarios.backends import dynamodb_client, mongodb_documents, redis_client
 from tests.test_events_encryption import Log, key_id_of, opened, payloads
 
 MODES = ("sync", "async")
@@ -48,6 +50,25 @@ def key_ids(backend: str, url: str) -> list[str]:
     return sorted(k for k in map(key_id_of, payloads(backend, url)) if k is not None)
 
 
+def expiries(backend: str, url: str) -> list[Any]:
+    """When each stored event record expires, read with the backend's own client (Redis: the
+    hours left of each run's stream)."""
+    if backend.startswith("redis"):
+        prefix = parse_qs(urlsplit(url).query)["key_prefix"][0]
+        client = redis_client(url)
+        streams = list(client.scan_iter(match=f"{prefix}:ev1:*:s"))
+        return sorted(round(client.pttl(k) / 3_600_000) for k in streams)
+    if backend == "mongodb":
+        docs = [d for _, d in mongodb_documents(url) if "run" in d and d.get("seq", 0) > 0]
+        return sorted(d["expires_at"] for d in docs)
+    client, table = dynamodb_client(url)
+    found = []
+    for name in (t for t in client.list_tables()["TableNames"] if t.startswith(table)):
+        for page in client.get_paginator("scan").paginate(TableName=name):
+            found += [i["exp"]["N"] for i in page["Items"] if i["sk"]["S"].startswith("e#")]
+    return sorted(found)
+
+
 def rekey(log: Log, **options: Any) -> Any:
     return log.call("rekey", **options)
 
@@ -70,6 +91,8 @@ def test_rekey_rewrites_every_run_in_place_and_k1_can_go(
     runs = write_runs(mode, graphkeep_url, run_id)
     events = sum(len(r) for r in runs.values())
     assert key_ids(graphkeep_backend, graphkeep_url) == ["k1"] * events
+    expiring = expiries(graphkeep_backend, graphkeep_url)
+    assert expiring and all(expiring), expiring  # the default ttl: a day
     with opened(mode, graphkeep_url, None) as plain:  # a log without a ring cannot rekey
         with pytest.raises(ConfigurationError, match="encryption=KeyRing"):
             rekey(plain)
@@ -84,6 +107,7 @@ def test_rekey_rewrites_every_run_in_place_and_k1_can_go(
         assert done.rewritten == events and not done.failed, done
         assert sorted(done.rekeyed) == sorted(runs) and done.current == []
         assert key_ids(graphkeep_backend, graphkeep_url) == ["k2"] * events
+        assert expiries(graphkeep_backend, graphkeep_url) == expiring  # retention unchanged
 
         again = rekey(log)  # resumable: what is current is skipped
         assert again.rewritten == 0 and sorted(again.current) == sorted(runs)
