@@ -145,7 +145,7 @@ def test_a_planted_plaintext_event_fails_its_run_closed(
         only = rekey(log, run_ids=[run_id])
         assert only.current == [run_id] and only.failed == []
     with opened(mode, graphkeep_url, NEW) as log:
-        assert [e for _, e in log.read(run_id, follow=False)] == [{"n": 1}, {"n": 2}]
+        assert [e for _, e in log.read(run_id)] == [{"n": 1}, {"n": 2}]
 
 
 def test_graphkeep_rekey_all_rewrites_the_event_logs(
