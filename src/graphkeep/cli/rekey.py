@@ -9,7 +9,10 @@ effect-ledger records (:func:`~graphkeep.effects.sealing.rekey_effects`). Record
 written; the others go on, and the exit code is 1. Re-running skips what is current, so a
 run that was killed is simply run again. Without a terminal it needs ``--yes`` (``--dry-run``
 does not). ``--store``: the long-term store's items at the same URL
-(:func:`graphkeep.store.rekey.rekey_items`). Event logs are not rewritten here. See
+(:func:`graphkeep.store.rekey.rekey_items`). ``--all`` also rewrites the node cache and the
+run event logs at the URL and key prefix (:mod:`graphkeep.events.rekey`: every run, in place;
+a run with an event that does not open is reported failed, nothing of it written, exit 1);
+with ``--thread`` the event logs are left alone (a log does not know a run's thread). See
 docs/cli.md and docs/security.md.
 """
 
@@ -56,7 +59,8 @@ def add_rekey_command(commands: Commands) -> None:
         "the old key id, then drop it from the ring. Killed halfway, run it again: threads\n"
         "already current are skipped. A record that does not open (plaintext, an unknown key,\n"
         "a changed byte) fails its thread closed: nothing of it is written, exit code 1.\n"
-        "Event logs are not rewritten by this command.\n",
+        "--all also rewrites the node cache and every run of the event logs; with --thread\n"
+        "the event logs are left alone (a log does not know a run's thread).\n",
     )
     add_thread_choice(p, "every thread", repeatable=True)
     p.add_argument(
@@ -90,6 +94,20 @@ def rekey_store_items(
         options["key_prefix"] = key_prefix
     with graphkeep.connect_store(url, **options) as store:
         return rekey_items(store, dry_run=dry_run).as_dict()
+
+
+def rekey_event_logs(
+    url: str, key_prefix: str | None, dry_run: bool, ring: KeyRing
+) -> dict[str, Any]:
+    """``--all``: every run of the event log at the same URL (and key prefix) under the
+    current key (:meth:`graphkeep.events.log.SyncEventLog.rekey`: in place, same run and
+    event ids, read back; events already current skipped; a run that does not open is
+    reported failed, nothing of it written)."""
+    options: dict[str, Any] = {"setup": False, "encryption": ring}
+    if key_prefix is not None:
+        options["key_prefix"] = key_prefix
+    with graphkeep.connect_events(url, **options) as log:
+        return log.rekey(dry_run=dry_run).as_dict()  # type: ignore[no-any-return]
 
 
 # -- LangGraph's EncryptedSerializer ----------------------------------------------------------
@@ -181,6 +199,7 @@ def cmd_rekey(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     rewritten = 0
     store: dict[str, Any] | None = None
     cached: dict[str, int] | None = None
+    events: dict[str, Any] | None = None
     with open_endpoint(args.url, key_prefix=args.key_prefix) as opened:
         if not isinstance(opened, Native):  # pragma: no cover - require_graphkeep refuses them
             raise UsageError("graphkeep rekey rewrites graphkeep stores only")
@@ -235,6 +254,11 @@ def cmd_rekey(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             options["key_prefix"] = args.key_prefix
         with graphkeep.connect_cache(args.url, **options) as cache:
             cached = cache.rekey(dry_run=args.dry_run, legacy=legacy)
+        events = rekey_event_logs(args.url, args.key_prefix, args.dry_run, ring)
+        for run in events["failed"]:
+            failed.append({"run_id": run["run_id"], "kind": run["kind"], "error": run["error"]})
+            if not args.json:
+                out.write(f"failed run {run['run_id']}: {' '.join(run['error'].split())}\n")
     report = {
         "url": opened.label,
         "current_key": ring.current,
@@ -249,6 +273,9 @@ def cmd_rekey(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         },
         "effects": dict(sorted(effects.items())),
         "cache": cached,
+        "events": events
+        if events is not None
+        else {"skipped": "--thread: a run's thread is not known to the event log"},
     }
     if store is not None:
         report["store"] = store
@@ -261,6 +288,12 @@ def cmd_rekey(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f" {len(current)} thread(s) current, {len(failed)} failed;"
             f" {effects.get('rewritten', 0)} effect record(s)"
             + (f", {cached['rewritten']} cache entries" if cached else "")
+            + (
+                f", {events['rewritten']} event(s) in {len(events['rekeyed'])} run(s)"
+                f" of {events['runs']}"
+                if events is not None
+                else "; event logs left alone (--thread: use --all)"
+            )
             + (
                 f", {store['stale' if args.dry_run else 'rewritten']} store item(s)"
                 f" of {store['scanned']}"

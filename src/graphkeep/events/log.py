@@ -30,6 +30,7 @@ from graphkeep.events.port import (
     close_event,
     encode_event,
 )
+from graphkeep.events.rekey import EventsRekeyed, rekey_runs
 from graphkeep.events.sealing import OVERHEAD, opened, sealed_without_ring, sealer
 from graphkeep.port import (
     Backoff,
@@ -191,6 +192,21 @@ class EventLogBase:
         if checked:
             yield from self.port.delete(checked)
 
+    def _rekey(self, dry_run: Any, run_ids: Any) -> Op[EventsRekeyed]:
+        """Key rotation (:mod:`graphkeep.events.rekey`), checked now."""
+        if self.encryption is None:
+            raise ConfigurationError(
+                "rekey needs a log opened with encryption=KeyRing(...) (the new key current,"
+                " the old ones after it)"
+            )
+        if not isinstance(dry_run, bool):
+            raise InvalidInput(f"dry_run must be True or False, got {dry_run!r}")
+        runs = None
+        if run_ids is not None:
+            listed = [run_ids] if isinstance(run_ids, str) else list(run_ids)
+            runs = list(dict.fromkeys(check_run_id(r) for r in listed))
+        return rekey_runs(self.port, self.encryption, dry_run=dry_run, run_ids=runs)
+
     def _check_after(self, after: Any) -> str | None:
         if after is None:
             return None
@@ -322,6 +338,18 @@ class SyncEventLog(EventLogBase):
     def delete(self, run_ids: str | Iterable[str]) -> None:
         self._call(self.observed("delete", self._delete(run_ids)))
 
+    def rekey(
+        self, *, dry_run: bool = False, run_ids: Iterable[str] | None = None
+    ) -> EventsRekeyed:
+        """Rewrite every event of the log (or of ``run_ids``) under an older key id under the
+        current key of ``encryption=``, in place (:mod:`graphkeep.events.rekey`)."""
+        return self._call(self.observed("rekey", self._rekey(dry_run, run_ids)))  # type: ignore[no-any-return]
+
+    async def arekey(
+        self, *, dry_run: bool = False, run_ids: Iterable[str] | None = None
+    ) -> EventsRekeyed:
+        return await asyncio.to_thread(lambda: self.rekey(dry_run=dry_run, run_ids=run_ids))
+
     def read(
         self, run_id: str, *, after: str | None = None, follow: bool = True
     ) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -388,6 +416,12 @@ class AsyncEventLog(EventLogBase):
     async def delete(self, run_ids: str | Iterable[str]) -> None:
         await self._acall(self.observed("delete", self._delete(run_ids)))
 
+    async def rekey(
+        self, *, dry_run: bool = False, run_ids: Iterable[str] | None = None
+    ) -> EventsRekeyed:
+        """As :meth:`SyncEventLog.rekey`."""
+        return await self._acall(self.observed("rekey", self._rekey(dry_run, run_ids)))  # type: ignore[no-any-return]
+
     def read(
         self, run_id: str, *, after: str | None = None, follow: bool = True
     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
@@ -399,6 +433,7 @@ class AsyncEventLog(EventLogBase):
     aclose_run = close
     aheartbeat = heartbeat
     aread = read
+    arekey = rekey
 
     def sync_read(
         self, run_id: str, *, after: str | None = None, follow: bool = True

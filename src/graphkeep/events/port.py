@@ -110,6 +110,16 @@ class RunState:
     trimmed_through: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """What a store rewrites as one (a stream entry, a document, a DynamoDB item packing
+    consecutive events): its events' ids and stored payloads, and the store's ``handle``
+    (what the port needs to rewrite it conditionally: the stored bytes as read, a key)."""
+
+    events: list[tuple[str, bytes]]
+    handle: Any = None
+
+
 class EventsPort(Protocol):
     """What a backend maps onto its store; run ids and payloads arrive validated.
 
@@ -129,6 +139,12 @@ class EventsPort(Protocol):
     - ``id_key`` turns an event id into a sortable key, raising
       :class:`~graphkeep.errors.InvalidInput` for a string that is not one of its ids.
     - ``delete`` removes runs entirely.
+    - ``run_ids`` lists every run of the log (at its key prefix), ``records`` a run's
+      records as stored (oldest first, expired ones included), and ``rewrite`` replaces
+      records' payloads in place (same ids, order, close status, expiry): each only while
+      its stored bytes are still those ``records`` read (a record trimmed or changed
+      meanwhile is left alone); it returns how many records it rewrote. Key rotation
+      (:mod:`graphkeep.events.rekey`) uses them.
     """
 
     blocking: bool
@@ -148,6 +164,12 @@ class EventsPort(Protocol):
     def delete(self, run_ids: list[str]) -> Op[None]: ...
 
     def id_key(self, event_id: str) -> tuple[int, ...]: ...
+
+    def run_ids(self) -> Op[list[str]]: ...
+
+    def records(self, run_id: str) -> Op[list[StoredRecord]]: ...
+
+    def rewrite(self, run_id: str, changes: list[tuple[StoredRecord, list[bytes]]]) -> Op[int]: ...
 
 
 def check_run_id(run_id: Any) -> str:

@@ -53,6 +53,12 @@ first returned; its events up to ``after`` are skipped here). Not blocking: foll
 (``poll_interval``, backing off to ``max_poll_interval`` when idle); an idle poll reads no
 item (one read unit). ``state`` is one GetItem of the meta item.
 
+**Key rotation.** ``run_ids`` Scans for this prefix's meta items (costly on a big shared
+table), ``records`` Queries a run's event items, and ``rewrite`` puts each item back as read with
+its new ``v`` (and ``z``), one PutItem conditioned on ``v`` and ``exp`` being those read, so
+a trim or a TTL slide meanwhile is never undone (the item is read again); keys, ``n``,
+``cl`` and ``exp`` stay.
+
 **Retention.** ``max_events``: the writer applies
 :meth:`~graphkeep.events.port.Retention.trim_through` after each append (one Query for the
 keys of items wholly below the cut, ``tr`` raised in the meta item first, then
@@ -74,7 +80,6 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,11 +87,20 @@ from botocore.exceptions import ClientError
 
 from graphkeep.backends.dynamodb import keys as keyspace
 from graphkeep.backends.dynamodb.client import OnDynamoDB, TablePort
+from graphkeep.backends.dynamodb.event_items import (
+    ITEM_LIMIT,
+    MAX_SEQ,
+    Pack,
+    event_item,
+    event_sk,
+    events_of,
+    pack_events,
+    packed,
+    seq_of,
+    transactions,
+)
 from graphkeep.backends.dynamodb.items import (
     CODEC,
-    COMPRESS_MIN_BYTES,
-    COMPRESS_MIN_SAVING,
-    DEFAULT_COMPRESS_LEVEL,
     EXP,
     PK,
     SK,
@@ -94,7 +108,6 @@ from graphkeep.backends.dynamodb.items import (
     B,
     N,
     S,
-    b,
     key,
     n,
     s,
@@ -103,7 +116,6 @@ from graphkeep.backends.dynamodb.requests import (
     MAX_STALLS,
     RETRYABLE_REASONS,
     RETRYABLE_TRANSACTION_ERRORS,
-    TRANSACT_MAX_BYTES,
     TRANSACT_MAX_ITEMS,
     Call,
     backoff,
@@ -114,10 +126,17 @@ from graphkeep.backends.dynamodb.requests import (
     transact,
 )
 from graphkeep.backends.dynamodb.schema import setup_table
-from graphkeep.errors import GraphkeepError, InvalidInput, RunClosed
+from graphkeep.errors import UNDECODABLE, CorruptData, GraphkeepError, InvalidInput, RunClosed
 from graphkeep.events.log import AsyncEventLog, SyncEventLog
-from graphkeep.events.port import Batch, Retention, RunState, StoredEvent, check_sequence
-from graphkeep.port import Op, Sleep, codec
+from graphkeep.events.port import (
+    Batch,
+    Retention,
+    RunState,
+    StoredEvent,
+    StoredRecord,
+    check_sequence,
+)
+from graphkeep.port import Op, Sleep
 from graphkeep.port.clock import now_ms as clock_ms
 from graphkeep.port.lru import ThreadLRU
 
@@ -129,18 +148,8 @@ __all__ = [
 
 
 FORMAT = "e1"
-EVENT = "e#"
 META_SK = "m#"
-SEQ_WIDTH = 19
-MAX_SEQ = 10**SEQ_WIDTH - 1
-COUNT, CLOSING = "n", "cl"
 ACTIVE, STATUS, HIGH, TRIMMED, REFRESHED, EXPIRES_MS = "act", "st", "hi", "tr", "rf", "xm"
-#: raw event bytes (plus msgpack framing) packed into one item; far below the 400 KB limit
-ITEM_BUDGET = 350_000
-#: msgpack framing of one ``bin`` in the packed list, counted generously
-FRAMING = 5
-#: event items per transaction: the meta Update is the 100th action
-ITEMS_PER_TRANSACTION = TRANSACT_MAX_ITEMS - 1
 #: runs whose last seq / retention bookkeeping a port remembers
 KNOWN_RUNS = 10_000
 #: how many times a transaction is re-sent after conflicts or throttling (not lost races)
@@ -150,14 +159,6 @@ _ID = re.compile(r"[0-9]{1,19}", re.ASCII)
 _PLACEHOLDER = re.compile(r"[#:]\w+")
 
 
-def event_sk(seq: int) -> str:
-    return f"{EVENT}{seq:0{SEQ_WIDTH}d}"
-
-
-def _seq_of(sk: str) -> int:
-    return int(sk[len(EVENT) :])
-
-
 @dataclass(slots=True)
 class _Run:
     """What a port knows of a run: its last seq, the last seq dropped, the items' min exp."""
@@ -165,16 +166,6 @@ class _Run:
     hi: int = 0
     trimmed: int = 0
     refreshed: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class _Pack:
-    """Consecutive events stored in one item."""
-
-    payloads: list[bytes]
-    closing: bool
-    #: bytes the payloads take stored, with their framing
-    size: int = 0
 
 
 class DynamoDBEventsPort(TablePort):
@@ -210,9 +201,9 @@ class DynamoDBEventsPort(TablePort):
         now_ms, retention = batch.now_ms, batch.retention
         pk = self.partition(run_id)
         known = self._known(pk)
-        packs = _packs(payloads, closing, retention.trim_step, batch.size)
+        packs = pack_events(payloads, closing, retention.trim_step, batch.size)
         ids: list[str] = []
-        for group in _transactions(packs):
+        for group in transactions(packs):
             first = yield from self._commit(pk, known, group, batch, now_ms, retention)
             count = sum(len(p.payloads) for p in group)
             ids += [str(seq) for seq in range(first, first + count)]
@@ -230,7 +221,7 @@ class DynamoDBEventsPort(TablePort):
         self,
         pk: str,
         known: _Run,
-        group: list[_Pack],
+        group: list[Pack],
         batch: Batch,
         now_ms: int,
         retention: Retention,
@@ -314,7 +305,7 @@ class DynamoDBEventsPort(TablePort):
     def _actions(
         self,
         pk: str,
-        group: list[_Pack],
+        group: list[Pack],
         prev: int,
         batch: Batch,
         now_ms: int,
@@ -328,7 +319,7 @@ class DynamoDBEventsPort(TablePort):
         closes = False
         for pack in group:
             seq += len(pack.payloads)
-            item = _item(pk, seq, pack, batch.stored)
+            item = event_item(pk, seq, pack, batch.stored)
             if exp is not None:
                 item[EXP] = N(exp)
             closes = closes or pack.closing
@@ -424,7 +415,7 @@ class DynamoDBEventsPort(TablePort):
         if not items:
             known.trimmed = max(known.trimmed, cut)
             return
-        through = max(_seq_of(s(i, SK)) for i in items)
+        through = max(seq_of(s(i, SK)) for i in items)
         yield from self._raise_meta(pk, TRIMMED, through)
         deletes = [{"DeleteRequest": {"Key": key(pk, s(i, SK))}} for i in items]
         yield from batch_write(self.table, deletes)
@@ -582,7 +573,7 @@ class DynamoDBEventsPort(TablePort):
                 exp = n(item, EXP)
                 if exp is not None and exp < now_s:
                     continue  # expired, not reaped yet
-                found += _events_of(item, floor)
+                found += events_of(item, floor)
             start = page.get("LastEvaluatedKey")
             if not start:
                 break
@@ -608,6 +599,75 @@ class DynamoDBEventsPort(TablePort):
                 self.table, [{"DeleteRequest": {"Key": key(pk, sk)}} for sk in sks]
             )
             self.runs.drop_thread((pk,))
+
+    # -- key rotation --------------------------------------------------------------------
+
+    def run_ids(self) -> Op[list[str]]:
+        """Every run of this key prefix: a Scan for its meta items (costly on a big table)."""
+        base = f"{self.prefix}{keyspace.SEP}{FORMAT}{keyspace.SEP}"
+        items = yield from query_all(
+            {
+                "_op": "scan",
+                "TableName": self.table,
+                "FilterExpression": "begins_with(#p, :p) AND #s = :m",
+                "ProjectionExpression": "#p",
+                "ExpressionAttributeNames": {"#p": PK, "#s": SK},
+                "ExpressionAttributeValues": {":p": S(base), ":m": S(META_SK)},
+                "ConsistentRead": True,
+            }
+        )
+        return sorted({keyspace.unescape(s(i, PK)[len(base) :]) for i in items})
+
+    def records(self, run_id: str) -> Op[list[StoredRecord]]:
+        """Every event item of the run (expired ones too), oldest first; the handle is the
+        item as read."""
+        pk = self.partition(run_id)
+        items = yield from query_all(self._events_query(pk, 1, MAX_SEQ, keys_only=False))
+        return [
+            StoredRecord([(e.event_id, e.data) for e in events_of(item, 0)], item) for item in items
+        ]
+
+    def rewrite(self, run_id: str, changes: list[tuple[StoredRecord, list[bytes]]]) -> Op[int]:
+        """One PutItem per item: the item as read with its new ``v`` (and ``z``), on the
+        condition that ``v`` and ``exp`` are still those read (a trim, or a slide of the TTL
+        meanwhile, is never undone: the item is left alone and read again)."""
+        done = 0
+        for record, new in changes:
+            item = {k: v for k, v in record.handle.items() if k != CODEC}
+            value, deflated = packed(new)
+            if len(value) > ITEM_LIMIT:
+                raise CorruptData(
+                    reason=f"its events sealed take {len(value)} bytes, more than one item"
+                    " holds (written without encryption in one dense item)",
+                    kind=UNDECODABLE,
+                    advice="Nothing of the run was rewritten; delete the run or keep the old key",
+                )
+            item[VALUE] = B(value)
+            if deflated:
+                item[CODEC] = S("zlib")
+            names = {"#v": VALUE, "#e": EXP}
+            values: dict[str, Any] = {":old": record.handle[VALUE]}
+            condition = "#v = :old AND attribute_not_exists(#e)"
+            if EXP in record.handle:
+                condition = "#v = :old AND #e = :e"
+                values[":e"] = record.handle[EXP]
+            try:
+                yield Call(
+                    "put_item",
+                    {
+                        "TableName": self.table,
+                        "Item": item,
+                        "ConditionExpression": condition,
+                        "ExpressionAttributeNames": names,
+                        "ExpressionAttributeValues": values,
+                    },
+                )
+            except ClientError as exc:
+                if error_code(exc) != "ConditionalCheckFailedException":
+                    raise
+                continue  # trimmed or changed meanwhile: left alone
+            done += 1
+        return done
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -648,74 +708,6 @@ def _used(
         {k: v for k, v in names.items() if k in tokens},
         {k: v for k, v in values.items() if k in tokens},
     )
-
-
-def _packs(
-    payloads: list[bytes], closing: bool, per_item: int, size_of: Callable[[bytes], int]
-) -> list[_Pack]:
-    """Consecutive payloads grouped into items of at most :data:`ITEM_BUDGET` bytes stored
-    (``size_of``: sealed with encryption on) and ``per_item`` events (trimming drops whole
-    items: this bounds what it has to keep)."""
-    packs: list[_Pack] = []
-    current: list[bytes] = []
-    size = 0
-    for payload in payloads:
-        cost = size_of(payload) + FRAMING
-        if current and (size + cost > ITEM_BUDGET or len(current) >= per_item):
-            packs.append(_Pack(current, False, size))
-            current, size = [], 0
-        current.append(payload)
-        size += cost
-    packs.append(_Pack(current, closing, size))
-    return packs
-
-
-def _transactions(packs: list[_Pack]) -> Iterator[list[_Pack]]:
-    """Packs grouped into transactions (99 items and 4 MB at most, with the meta Update)."""
-    group: list[_Pack] = []
-    size = 0
-    for pack in packs:
-        cost = pack.size + 200
-        if group and (len(group) >= ITEMS_PER_TRANSACTION or size + cost > TRANSACT_MAX_BYTES):
-            yield group
-            group, size = [], 0
-        group.append(pack)
-        size += cost
-    if group:
-        yield group
-
-
-def _item(pk: str, last: int, pack: _Pack, stored: Callable[[str, bytes], bytes]) -> dict[str, Any]:
-    item: dict[str, Any] = {PK: S(pk), SK: S(event_sk(last)), COUNT: N(len(pack.payloads))}
-    first = last - len(pack.payloads) + 1
-    data = codec.packb([stored(str(first + i), p) for i, p in enumerate(pack.payloads)])
-    if len(data) >= COMPRESS_MIN_BYTES:
-        packed = codec.deflate(data, DEFAULT_COMPRESS_LEVEL)
-        if len(packed) <= len(data) * (1 - COMPRESS_MIN_SAVING):
-            data = packed
-            item[CODEC] = S("zlib")
-    item[VALUE] = B(data)
-    if pack.closing:
-        item[CLOSING] = N(1)
-    return item
-
-
-def _events_of(item: dict[str, Any], floor: int) -> list[StoredEvent]:
-    """The events of one item with a seq above ``floor``."""
-    last = _seq_of(s(item, SK))
-    data = b(item, VALUE)
-    if CODEC in item:
-        if s(item, CODEC) != "zlib":
-            raise GraphkeepError(f"unknown event codec {s(item, CODEC)!r}: upgrade graphkeep")
-        data = codec.inflate(data)
-    payloads = codec.unpackb(data)
-    first = last - len(payloads) + 1
-    closing = CLOSING in item
-    return [
-        StoredEvent(str(seq), bytes(payload), closing and seq == last)
-        for seq, payload in zip(range(first, last + 1), payloads, strict=True)
-        if seq > floor
-    ]
 
 
 class DynamoDBEventLog(OnDynamoDB, SyncEventLog):

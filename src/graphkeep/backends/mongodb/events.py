@@ -63,6 +63,9 @@ removed by ``purge_expired()``).
   (``update_many`` on its events and the meta document) at most once per ``ttl`` / 2, so
   no document of an active run expires and the meta document expires last.
 - ``delete``: one ``delete_many`` on ``{run: {$in: runs}}``.
+- key rotation: ``run_ids`` walks ``gk_run_seq`` (one ``find`` per run), ``records`` reads
+  a run's event documents, ``rewrite`` ``$set``\\ s ``d`` conditioned on the ``d`` read (an
+  unordered ``bulk_write``): ids, ``at``, ``close`` and ``expires_at`` stay as they are.
 
 Sharding: shard ``<prefix>_events`` on ``{run: 1}``: every command names ``run`` (the
 meta upserts filter on ``{_id, run}``) and the unique index leads with it.
@@ -90,7 +93,14 @@ from graphkeep.backends.mongodb.schema import EVENTS_INDEXES, ensure_indexes
 from graphkeep.construction import PrefixedPort
 from graphkeep.errors import InvalidInput, RunClosed
 from graphkeep.events.log import AsyncEventLog, SyncEventLog
-from graphkeep.events.port import Batch, Retention, RunState, StoredEvent, check_sequence
+from graphkeep.events.port import (
+    Batch,
+    Retention,
+    RunState,
+    StoredEvent,
+    StoredRecord,
+    check_sequence,
+)
 from graphkeep.port import Op
 from graphkeep.port.lru import ThreadLRU
 
@@ -104,6 +114,8 @@ META_TTL_FACTOR = 1.5
 #: runs whose next position a log object remembers
 KNOWN_RUNS = 4096
 DUPLICATE_KEY = 11000
+#: event documents read (and rewritten) per request by key rotation
+REKEY_PAGE = 200
 #: an event id: a positive int64 in canonical decimal form
 _EVENT_ID = re.compile(r"[1-9][0-9]{0,18}")
 INT64_MAX = 2**63 - 1
@@ -471,6 +483,50 @@ class MongoDBEventsPort(PrefixedPort):
         yield Command(self.collection, "delete_many", ({"run": {"$in": list(run_ids)}},))
         for run_id in run_ids:
             self.runs.drop_thread(run_id)
+
+    # -- key rotation ----------------------------------------------------------------
+
+    def run_ids(self) -> Op[list[str]]:
+        """Every run of the collection: one ``find`` per run along ``gk_run_seq``."""
+        runs: list[str] = []
+        while True:
+            query = {"run": {"$gt": runs[-1]}} if runs else {}
+            docs = yield Command(
+                self.collection,
+                "find",
+                (query,),
+                {"projection": {"_id": 0, "run": 1}, "sort": [("run", 1), ("seq", 1)], "limit": 1},
+            )
+            if not docs:
+                return runs
+            runs.append(str(docs[0]["run"]))
+
+    def records(self, run_id: str) -> Op[list[StoredRecord]]:
+        """Every event document of the run (expired ones too), oldest first."""
+        records: list[StoredRecord] = []
+        floor = 0
+        while True:
+            query = {"run": run_id, "seq": {"$gt": floor}}
+            docs = yield self._find(query, {"_id": 0, "seq": 1, "d": 1}, 1, REKEY_PAGE)
+            records += [StoredRecord([(str(doc["seq"]), bytes(doc["d"]))]) for doc in docs]
+            if len(docs) < REKEY_PAGE:
+                return records
+            floor = int(docs[-1]["seq"])
+
+    def rewrite(self, run_id: str, changes: list[tuple[StoredRecord, list[bytes]]]) -> Op[int]:
+        """One unordered ``bulk_write`` of conditional ``$set``\\ s of ``d`` per
+        :data:`REKEY_PAGE` documents: each only while ``d`` is still what was read."""
+        done = 0
+        for at in range(0, len(changes), REKEY_PAGE):
+            operations = []
+            for record, new in changes[at : at + REKEY_PAGE]:
+                ((event_id, old),) = record.events
+                where = {"_id": self.key(run_id, int(event_id)), "run": run_id}
+                where["d"] = bson.Binary(old)
+                operations.append(UpdateOne(where, {"$set": {"d": bson.Binary(new[0])}}))
+            result = yield Command(self.collection, "bulk_write", (operations,), {"ordered": False})
+            done += int(result.matched_count)
+        return done
 
     def purge_expired(self) -> Op[int]:
         """Delete expired documents now (for servers without a TTL monitor)."""

@@ -43,6 +43,11 @@ run, across writers, and fit an SSE ``id:`` as they are.
   :class:`~graphkeep.errors.EventsTrimmed` rather than skip them.
 - ``state``: one script reading ``a`` and ``c`` and the stream's first entry.
 - ``heartbeat``: one script, ``HSET a`` and the same TTL slide; ``delete``: ``DEL`` both keys.
+- Key rotation (``rewrite``): a stream entry cannot be changed in place, so one script per
+  4 MB of payloads checks that each entry to rewrite still holds the payload read (else it
+  writes nothing), then rebuilds the stream with the same ids and fields (``XADD`` of each
+  entry), restores its last id, entry count and newest deleted id (``XSETID``) and its TTL.
+  Entries trimmed meanwhile are skipped; an append waits for the script, then follows.
 
 Trimming: retention must never make a resuming reader skip events silently, so ``state``
 reports the id of the newest event that was dropped. Redis does not record it
@@ -62,11 +67,12 @@ from collections.abc import Callable
 from typing import Any
 
 from graphkeep.backends.redis.client import OnRedis, RedisPort, ResponseError
-from graphkeep.backends.redis.requests import Command, Delete, Script, XRead
-from graphkeep.cache.port import escaped_key
+from graphkeep.backends.redis.keys import pattern_prefix
+from graphkeep.backends.redis.requests import Command, Delete, Scan, Script, XRead
+from graphkeep.cache.port import escaped_key, unescaped
 from graphkeep.errors import EventsTrimmed, GraphkeepError, InvalidInput, RunClosed
 from graphkeep.events.log import AsyncEventLog, SyncEventLog
-from graphkeep.events.port import Batch, Retention, RunState, StoredEvent
+from graphkeep.events.port import Batch, Retention, RunState, StoredEvent, StoredRecord
 from graphkeep.port import Op, Sleep
 from graphkeep.port.lru import ThreadLRU
 
@@ -80,6 +86,8 @@ CALL_EVENTS = 2000
 CALL_BYTES = 4 * 1024 * 1024
 #: what the append script's error reply starts with when the run is closed
 CLOSED_REPLY = "GRAPHKEEP_RUN_CLOSED"
+#: stream entries read per request by ``records``
+REKEY_PAGE = 500
 #: the largest stream id: nothing can follow it
 MAX_ID = f"{2**64 - 1}-{2**64 - 1}"
 _ID = re.compile(r"\A([0-9]{1,20})-([0-9]{1,20})\Z")
@@ -179,7 +187,56 @@ end
 return 0
 """
 
-SCRIPTS = {"events_append": APPEND, "events_state": STATE, "events_heartbeat": HEARTBEAT}
+# KEYS: stream. ARGV: id, payload as read, new payload, ... Rewrites the ``d`` field of those
+# entries in place: the stream rebuilt with the same ids and fields, its last id, entry count,
+# newest deleted id and TTL restored (a stream entry cannot be changed otherwise). Entries
+# trimmed meanwhile are skipped; an entry whose payload is not the one read refuses the call
+# (returns -1, nothing written). Returns how many entries it rewrote.
+REKEY = """
+local key = KEYS[1]
+if redis.call('EXISTS', key) == 0 then return 0 end
+local want = {}
+for i = 1, #ARGV, 3 do want[ARGV[i]] = i end
+local entries = redis.call('XRANGE', key, '-', '+')
+local count = 0
+for _, entry in ipairs(entries) do
+  local at = want[entry[1]]
+  if at then
+    local fields = entry[2]
+    for j = 1, #fields, 2 do
+      if fields[j] == 'd' then
+        if fields[j + 1] ~= ARGV[at + 1] then return -1 end
+        fields[j + 1] = ARGV[at + 2]
+        count = count + 1
+      end
+    end
+  end
+end
+if count == 0 then return 0 end
+local info = redis.call('XINFO', 'STREAM', key)
+local meta = {}
+for i = 1, #info, 2 do meta[info[i]] = info[i + 1] end
+local ttl = redis.call('PTTL', key)
+redis.call('DEL', key)
+for _, entry in ipairs(entries) do
+  redis.call('XADD', key, entry[1], unpack(entry[2]))
+end
+if meta['entries-added'] then
+  redis.call('XSETID', key, meta['last-generated-id'], 'ENTRIESADDED', meta['entries-added'],
+    'MAXDELETEDID', meta['max-deleted-entry-id'])
+else
+  redis.call('XSETID', key, meta['last-generated-id'])
+end
+if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+return count
+"""
+
+SCRIPTS = {
+    "events_append": APPEND,
+    "events_state": STATE,
+    "events_heartbeat": HEARTBEAT,
+    "events_rekey": REKEY,
+}
 
 
 def _text(value: Any) -> str:
@@ -374,6 +431,38 @@ class RedisEventsPort(RedisPort):
             return
         for at in range(0, len(run_ids), 500):
             yield Delete([key for run in run_ids[at : at + 500] for key in self._keys(run)])
+
+    def run_ids(self) -> Op[list[str]]:
+        found = yield Scan(f"{pattern_prefix(self.prefix)}:{FORMAT}:{{*}}:s")
+        head = len(f"{self.prefix}:{FORMAT}:{{")
+        return sorted({unescaped(_text(k)[head:-3]) for k in found})
+
+    def records(self, run_id: str) -> Op[list[StoredRecord]]:
+        """Every entry of the run's stream (one event each), oldest first."""
+        key = self.stream_key(run_id)
+        records: list[StoredRecord] = []
+        start = "-"
+        while True:
+            page, _ = _entries((yield Command(("XRANGE", key, start, "+", "COUNT", REKEY_PAGE))))
+            records += [StoredRecord([(e.event_id, e.data)]) for e in page]
+            if len(page) < REKEY_PAGE:
+                return records
+            start = f"({page[-1].event_id}"
+
+    def rewrite(self, run_id: str, changes: list[tuple[StoredRecord, list[bytes]]]) -> Op[int]:
+        """One script call per :data:`CALL_BYTES` of payloads (each rebuilds the stream)."""
+        done = 0
+        args: list[Any] = []
+        size = 0
+        for at, (record, new) in enumerate(changes):
+            ((event_id, old),) = record.events
+            args += [event_id, old, new[0]]
+            size += len(old) + len(new[0])
+            if size >= CALL_BYTES or at == len(changes) - 1:
+                count = yield Script("events_rekey", [self.stream_key(run_id)], args)
+                done += max(0, int(count))
+                args, size = [], 0
+        return done
 
     def id_key(self, event_id: str) -> tuple[int, ...]:
         parsed = _parse_id(event_id) if isinstance(event_id, str) else None
