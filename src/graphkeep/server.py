@@ -48,6 +48,9 @@ VARIABLES: dict[str, str] = {
     "GRAPHKEEP_FALLBACK_URL": "the saver the app used before (a live switch: each thread moved"
     " from it on first use; docs/migrate.md), e.g. sqlite:///old.db",
     "GRAPHKEEP_STORE_OPTIONS": "more graphkeep.aconnect_store options, as a JSON object",
+    "GRAPHKEEP_STORE_FALLBACK_URL": "the store the app used before (a live switch: each item"
+    " graphkeep lacks read through from it and copied; docs/migrate.md), e.g."
+    " postgresql://host/db",
     "LANGGRAPH_AES_KEY": "LangGraph's AES key (16, 24 or 32 bytes): checkpoints are encrypted"
     " with EncryptedSerializer.from_pycryptodome_aes",
     "GRAPHKEEP_KEYS": "the checkpointer's key ring, k2:BASE64,k1:BASE64 (the first current):"
@@ -133,6 +136,14 @@ def store_settings(environ: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
             options[option] = dict(agent[option])
     if "index" in options and isinstance(options["index"].get("embed"), str):
         options["index"]["embed"] = _embeddings(options["index"])
+    fallback = environ.get("GRAPHKEEP_STORE_FALLBACK_URL", "").strip()
+    if fallback:
+        _no_clash(options, "fallback", "GRAPHKEEP_STORE_OPTIONS", "GRAPHKEEP_STORE_FALLBACK_URL")
+        if "://" not in fallback:
+            raise ConfigurationError(
+                f"GRAPHKEEP_STORE_FALLBACK_URL must be a URL (scheme://…), got {mask_url(fallback)}"
+            )
+        options["fallback"] = fallback
     _known(url, "store", options, "GRAPHKEEP_STORE_OPTIONS or LANGGRAPH_STORE")
     return url, options
 

@@ -46,7 +46,7 @@ from typing import Any
 
 import bson
 import orjson
-from pymongo import DeleteOne, UpdateOne
+from pymongo import DeleteOne, ReplaceOne, UpdateOne
 
 from graphkeep.backends.mongodb.client import OnMongoDB
 from graphkeep.backends.mongodb.documents import check_prefix
@@ -162,6 +162,25 @@ def item_id(namespace: Namespace, key: str) -> str:
     return f"{dotted_namespace(namespace)}\x00{key}"
 
 
+def tombstone(namespace: Namespace, key: str) -> dict[str, Any]:
+    """The document a delete leaves while the store reads through to a fallback: expired
+    since the epoch (every read, search and listing leaves it out), without ``expires_at``
+    (neither the TTL index nor ``sweep_ttl`` removes it), so ``adopt`` never writes there."""
+    return {
+        "ns": dotted_namespace(namespace),
+        "key": key,
+        "gone": True,
+        "value": bson.Binary(b"{}"),
+        "doc": {},
+        "created_us": 0,
+        "updated_us": 0,
+        "expires_ms": 0,
+        "expires_at": None,
+        "embedded": False,
+        "vectors": [],
+    }
+
+
 def item_of(doc: Mapping[str, Any]) -> StoredItem:
     namespace, key = namespace_from_dotted(doc["ns"]), doc["key"]
     return StoredItem(
@@ -232,9 +251,62 @@ class MongoDBStorePort(PrefixedPort):
         yield from self._refresh(list(stale.values()), now_ms)
         return items
 
-    def put(self, items: list[StoredItem], deletes: list[ItemKey], now_ms: int) -> Op[None]:
-        removals: list[Any] = [DeleteOne({"_id": item_id(ns, key)}) for ns, key in deletes]
+    def put(
+        self,
+        items: list[StoredItem],
+        deletes: list[ItemKey],
+        now_ms: int,
+        tombstones: bool = False,
+    ) -> Op[None]:
+        removals: list[Any] = [
+            ReplaceOne({"_id": item_id(ns, key)}, tombstone(ns, key), upsert=True)
+            if tombstones
+            else DeleteOne({"_id": item_id(ns, key)})
+            for ns, key in deletes
+        ]
         upserts: list[Any] = []
+        for _id, fields, created in self._documents(items):
+            # a tombstone at the key goes first, so the item's created_us starts anew
+            upserts.append(DeleteOne({"_id": _id, "gone": True}))
+            upserts.append(
+                UpdateOne(
+                    {"_id": _id},
+                    {"$set": fields, "$setOnInsert": {"created_us": created}},
+                    upsert=True,
+                )
+            )
+        # upserts by _id alone: created_us survives until the item is deleted or swept, as
+        # in PostgresStore (a put is one command; no delete of an expired item first)
+        if removals or upserts:
+            yield Command(self.collection, "bulk_write", (removals + upserts,), {"ordered": True})
+
+    def adopt(self, items: list[StoredItem], now_ms: int) -> Op[None]:
+        # $setOnInsert alone: a document at the _id (an item, live or expired, or a
+        # tombstone) is left as it is; the upsert is one atomic write per document
+        adoptions: list[Any] = [
+            UpdateOne(
+                {"_id": _id}, {"$setOnInsert": {**fields, "created_us": created}}, upsert=True
+            )
+            for _id, fields, created in self._documents(items)
+        ]
+        if adoptions:
+            yield Command(self.collection, "bulk_write", (adoptions,), {"ordered": False})
+
+    def switch_done(self, mark: bool = False) -> Op[bool]:
+        meta = f"{self.collection}_meta"
+        if mark:
+            yield Command(
+                meta,
+                "update_one",
+                ({"_id": "fallback-done"}, {"$set": {"done": True}}),
+                {"upsert": True},
+            )
+        found = yield Command(meta, "find", ({"_id": "fallback-done"},), {})
+        return bool(found)
+
+    def _documents(self, items: list[StoredItem]) -> list[tuple[str, dict[str, Any], int]]:
+        """(_id, fields, created_us) of each item's document, its size checked first."""
+        documents = []
         for item in items:
             data = encode_value(item.value)
             if len(data) > MAX_VALUE_BYTES:
@@ -259,17 +331,8 @@ class MongoDBStorePort(PrefixedPort):
                     for v in item.vectors
                 ],
             }
-            upserts.append(
-                UpdateOne(
-                    {"_id": _id},
-                    {"$set": fields, "$setOnInsert": {"created_us": item.created_us}},
-                    upsert=True,
-                )
-            )
-        # upserts by _id alone: created_us survives until the item is deleted or swept, as
-        # in PostgresStore (a put is one command; no delete of an expired item first)
-        if removals or upserts:
-            yield Command(self.collection, "bulk_write", (removals + upserts,), {"ordered": True})
+            documents.append((_id, fields, item.created_us))
+        return documents
 
     def search(self, query: SearchQuery) -> Op[list[StoredItem]]:
         if query.limit == 0:

@@ -245,11 +245,17 @@ return done(out)
 PUT = (
     PRELUDE
     + r"""
--- ARGV: now, n_puts, then per put: member, created(8 bytes), rest (updated(8) + value),
---       updated_us, expires_ms or '', ttl_ms or '', vectors or ''; then members to delete
+-- ARGV: now, n_puts, mode, then per put: member, created(8 bytes), rest (updated(8) +
+--       value), updated_us, expires_ms or '', ttl_ms or '', vectors or ''; then members to
+--       delete. mode: '' a put; 't' a put whose deletes leave a tombstone in the partition's
+--       `g` hash (a store reading through to a fallback); 'a' an adoption: each item is
+--       written only where the partition holds no record and no tombstone of its member
 local now = tonumber(ARGV[1])
 local n = tonumber(ARGV[2])
-local i = 3
+local mode = ARGV[3]
+local G = STEM .. 'g'
+if mode ~= '' then declared(G, UNDECLARED) end
+local i = 4
 for _ = 1, n do
   covered(ARGV[i], UNDECLARED)
   entries_declared(ARGV[i], ARGV[i + 6], UNDECLARED)
@@ -258,10 +264,14 @@ end
 for j = i, #ARGV do covered(ARGV[j], UNDECLARED) end
 if #UNDECLARED > 0 then return again() end
 purge(now, PURGE, false)
-i = 3
+i = 4
 for _ = 1, n do
   local member = ARGV[i]
   local ns = ns_of(member)
+  if mode == 'a' and (redis.call('HEXISTS', I, member) == 1
+                      or redis.call('HEXISTS', G, member) == 1) then
+    i = i + 7
+  else
   -- an expired item the purge did not reach yet is replaced, not updated
   if not live(member, now) then remove(member) end
   local old = redis.call('HGET', I, member)
@@ -289,8 +299,12 @@ for _ = 1, n do
     redis.call('HDEL', vectors_key(ns), member)
   end
   i = i + 7
+  end
 end
-for j = i, #ARGV do remove(ARGV[j]) end
+for j = i, #ARGV do
+  remove(ARGV[j])
+  if mode == 't' then redis.call('HSET', G, ARGV[j], '1') end
+end
 return done(redis.call('HLEN', I))
 """
 )
