@@ -211,11 +211,12 @@ class StoreBase(BaseStore):
         wanted = [(op.namespace, op.key) for _, op in plan.gets]
         return (yield from self.port.get(wanted, [False] * len(wanted), now_ms()))
 
-    def _finished(self, mark: bool = False) -> Op[bool]:
-        """Whether the fallback copy has finished (``store copy --all``'s marker), looked at
-        again at most every :data:`DONE_RECHECK_S` until it has; ``mark`` writes it."""
+    def _finished(self, mark: bool = False, fresh: bool = False) -> Op[bool]:
+        """Whether the fallback copy has finished (``store copy --all``'s marker): a read
+        looks again at most every :data:`DONE_RECHECK_S` until it has, ``fresh`` (the
+        public ``fallback_done``) every time; ``mark`` writes it."""
         seen = self._done_seen
-        if not mark and seen is not None:
+        if not (mark or fresh) and seen is not None:
             if seen[1] or time.monotonic() - seen[0] < DONE_RECHECK_S:
                 return seen[1]
         done = bool((yield from self.port.switch_done(mark)))
@@ -487,7 +488,7 @@ class SyncStore(StoreBase):
     def fallback_done(self) -> bool:
         """Whether ``graphkeep store copy SOURCE URL --all`` has finished copying the
         fallback into this store: from then on searches and listings see every item."""
-        return bool(self._call(self.observed("fallback_done", self._finished())))
+        return bool(self._call(self.observed("fallback_done", self._finished(fresh=True))))
 
     def mark_fallback_done(self) -> None:
         """Record that the fallback copy has finished (``store copy --all`` does, at its
@@ -650,7 +651,7 @@ class AsyncStore(StoreBase, AsyncBatchedBaseStore):
     async def afallback_done(self) -> bool:
         """Whether ``graphkeep store copy SOURCE URL --all`` has finished copying the
         fallback into this store: from then on searches and listings see every item."""
-        return bool(await self._acall(self.observed("fallback_done", self._finished())))
+        return bool(await self._acall(self.observed("fallback_done", self._finished(fresh=True))))
 
     def fallback_done(self) -> bool:
         """:meth:`afallback_done` from another thread (on the store's event loop)."""

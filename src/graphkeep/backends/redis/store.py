@@ -406,8 +406,9 @@ class RedisStorePort:
         for indexes, (reply,) in zip(chunks, replies, strict=True):
             for i, entry in zip(indexes, reply, strict=True):
                 if entry:
-                    record, expires, blob = entry
-                    found[i] = _stored(_item_member(*keys[i]), record, expires, blob)
+                    record, expires, blob, ttl_ms = entry
+                    found[i] = stored = _stored(_item_member(*keys[i]), record, expires, blob)
+                    stored.ttl_minutes = int(ttl_ms) / 60_000 if ttl_ms else None
         return found
 
     def put(

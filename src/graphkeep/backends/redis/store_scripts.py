@@ -233,7 +233,7 @@ for i = 3, #ARGV, 2 do
     local at = ARGV[i + 1] == '1' and refresh(member, now) or expiry(member)
     local vectors = false
     if ARGV[2] == '1' then vectors = vectors_of(member) or false end
-    out[#out + 1] = {record, at, vectors}
+    out[#out + 1] = {record, at, vectors, redis.call('HGET', T, member) or false}
   else
     out[#out + 1] = false
   end
