@@ -105,14 +105,7 @@ def checkpointer_settings(environ: Mapping[str, str]) -> tuple[str, dict[str, An
         options["serde"] = serde
     if environ.get(KEYS_ENV, "").strip():
         options["encryption"] = KeyRing.from_env(environ=environ)
-    fallback = environ.get("GRAPHKEEP_FALLBACK_URL", "").strip()
-    if fallback:
-        _no_clash(options, "fallback", "GRAPHKEEP_OPTIONS", "GRAPHKEEP_FALLBACK_URL")
-        if "://" not in fallback:
-            raise ConfigurationError(
-                f"GRAPHKEEP_FALLBACK_URL must be a URL (scheme://…), got {mask_url(fallback)}"
-            )
-        options["fallback"] = fallback
+    _fallback(environ, "GRAPHKEEP_FALLBACK_URL", options, "GRAPHKEEP_OPTIONS")
     _known(url, "checkpoint", options, "GRAPHKEEP_OPTIONS")
     return url, options
 
@@ -136,16 +129,21 @@ def store_settings(environ: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
             options[option] = dict(agent[option])
     if "index" in options and isinstance(options["index"].get("embed"), str):
         options["index"]["embed"] = _embeddings(options["index"])
-    fallback = environ.get("GRAPHKEEP_STORE_FALLBACK_URL", "").strip()
-    if fallback:
-        _no_clash(options, "fallback", "GRAPHKEEP_STORE_OPTIONS", "GRAPHKEEP_STORE_FALLBACK_URL")
-        if "://" not in fallback:
-            raise ConfigurationError(
-                f"GRAPHKEEP_STORE_FALLBACK_URL must be a URL (scheme://…), got {mask_url(fallback)}"
-            )
-        options["fallback"] = fallback
+    _fallback(environ, "GRAPHKEEP_STORE_FALLBACK_URL", options, "GRAPHKEEP_STORE_OPTIONS")
     _known(url, "store", options, "GRAPHKEEP_STORE_OPTIONS or LANGGRAPH_STORE")
     return url, options
+
+
+def _fallback(
+    environ: Mapping[str, str], name: str, options: dict[str, Any], options_name: str
+) -> None:
+    """``fallback`` from the URL in ``name`` (a live switch), if it is set."""
+    fallback = environ.get(name, "").strip()
+    if fallback:
+        _no_clash(options, "fallback", options_name, name)
+        if "://" not in fallback:
+            raise ConfigurationError(f"{name} must be a URL (scheme://…), got {mask_url(fallback)}")
+        options["fallback"] = fallback
 
 
 def _url(environ: Mapping[str, str], name: str) -> str:

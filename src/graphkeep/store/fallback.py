@@ -19,11 +19,9 @@ What opens SOURCE (a graphkeep URL, a ``BaseStore``) lives above the products
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
-from typing import Any, Protocol
+from typing import Protocol
 
-from graphkeep.errors import ConfigurationError
+from graphkeep.port.attach import Attachable
 from graphkeep.store.port import ItemKey, StoredItem
 
 #: seconds a store trusts its last look at the finished marker before it looks again
@@ -44,33 +42,11 @@ class StoreFallback(Protocol):
 
 #: what attaches a fallback SOURCE to a store (``graphkeep.moving`` registers it):
 #: ``opener(store, source)`` is a context manager attaching it for the block
-_OPENER: list[Callable[..., Any]] = []
-
-
-def register_opener(opener: Callable[..., Any]) -> None:
-    _OPENER[:] = [opener]
-
-
-def fallback_option(options: dict[str, Any]) -> Any:
-    """``fallback`` taken out of a store's ``options`` (None when not given)."""
-    source = options.pop("fallback", None)
-    if source is not None and not _OPENER:
-        raise ConfigurationError("fallback= needs graphkeep.moving (import graphkeep first)")
-    return source
-
-
-@contextmanager
-def with_fallback(store: Any, source: Any) -> Iterator[Any]:
-    """``store`` reading through to ``source`` for the block (``source`` None: as it is)."""
-    if source is None:
-        yield store
-        return
-    with _OPENER[0](store, source):
-        yield store
-
-
-@asynccontextmanager
-async def awith_fallback(store: Any, source: Any) -> AsyncIterator[Any]:
-    """:func:`with_fallback` for an async store (the source is read in worker threads)."""
-    with with_fallback(store, source) as done:
-        yield done
+FALLBACK = Attachable("fallback", "graphkeep.moving")
+register_opener = FALLBACK.register
+#: ``fallback`` taken out of a store's ``options`` (None when not given)
+fallback_option = FALLBACK.option
+#: ``store`` reading through to ``source`` for the block (``source`` None: as it is)
+with_fallback = FALLBACK.attached
+#: :func:`with_fallback` for an async store (the source is read in worker threads)
+awith_fallback = FALLBACK.aattached
