@@ -16,7 +16,9 @@ and per namespace, in the same slot (their names extend the fixed keys' common s
     <stem>w:<ns>  HASH  "ns\\0key" -> embeddings: 4-byte header length, msgpack header
                         [[path, digest], ...], then every vector's float32 data
 
-so a search of one namespace (or a few) reads only its items, whatever else the partition
+and, while the store reads through to a fallback, ``<stem>g`` HASH: tombstones, the members
+deleted meanwhile (the put script's ``t`` mode writes them, its ``a`` mode, an adoption, never
+writes over one or over any record), so a search of one namespace (or a few) reads only its items, whatever else the partition
 holds. ``ns`` is the namespace's labels joined by ``.``; labels hold neither ``.`` nor NUL,
 so ``ns .. "\\0"`` and ``ns .. "."`` bound a namespace and its descendants. With the Query
 Engine (``vector_index=True``) every embedding is also a hash ``XP<sha1(member)>:<n>``.
