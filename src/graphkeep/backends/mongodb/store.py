@@ -37,6 +37,13 @@ items themselves (FerretDB has no TTL monitor; MongoDB's runs once a minute); a 
 is one ``bulk_write``; ``sweep_ttl()`` is one ``delete_many``. Every operation is at most
 two commands: a put batch deletes expired items it replaces (so their ``created_at``
 starts anew) then upserts with ``$setOnInsert`` for ``created_us``.
+
+While the store reads through to a fallback (``fallback=``, :mod:`graphkeep.store.fallback`), a
+delete replaces the item's document by a tombstone of the same ``_id`` (:func:`tombstone`:
+``gone``, expired since the epoch, no ``expires_at``), a put first removes the tombstones at its
+keys, and ``adopt`` is an upsert with ``$setOnInsert`` alone: a document at the ``_id`` (item
+or tombstone) is left as it is, in one atomic write. The copy's finished marker is one document
+of ``<key_prefix>_store_meta``.
 """
 
 from __future__ import annotations
@@ -162,18 +169,21 @@ def item_id(namespace: Namespace, key: str) -> str:
     return f"{dotted_namespace(namespace)}\x00{key}"
 
 
-def tombstone(namespace: Namespace, key: str) -> dict[str, Any]:
+def tombstone(namespace: Namespace, key: str, now_ms: int) -> dict[str, Any]:
     """The document a delete leaves while the store reads through to a fallback: expired
     since the epoch (every read, search and listing leaves it out), without ``expires_at``
-    (neither the TTL index nor ``sweep_ttl`` removes it), so ``adopt`` never writes there."""
+    (neither the TTL index nor ``sweep_ttl`` removes it), so ``adopt`` never writes there.
+    A put with a fallback removes it first (its deletes and upserts are then two commands);
+    one without (the switch over) upserts onto it, and the item's ``created_us`` is the
+    delete's time."""
     return {
         "ns": dotted_namespace(namespace),
         "key": key,
         "gone": True,
         "value": bson.Binary(b"{}"),
         "doc": {},
-        "created_us": 0,
-        "updated_us": 0,
+        "created_us": now_ms * 1000,
+        "updated_us": now_ms * 1000,
         "expires_ms": 0,
         "expires_at": None,
         "embedded": False,
@@ -259,15 +269,16 @@ class MongoDBStorePort(PrefixedPort):
         tombstones: bool = False,
     ) -> Op[None]:
         removals: list[Any] = [
-            ReplaceOne({"_id": item_id(ns, key)}, tombstone(ns, key), upsert=True)
+            ReplaceOne({"_id": item_id(ns, key)}, tombstone(ns, key, now_ms), upsert=True)
             if tombstones
             else DeleteOne({"_id": item_id(ns, key)})
             for ns, key in deletes
         ]
         upserts: list[Any] = []
-        for _id, fields, created in self._documents(items):
-            # a tombstone at the key goes first, so the item's created_us starts anew
-            upserts.append(DeleteOne({"_id": _id, "gone": True}))
+        documents = self._documents(items)
+        if tombstones:  # tombstones at the keys go first, so created_us starts anew
+            removals = [DeleteOne({"_id": i, "gone": True}) for i, _, _ in documents] + removals
+        for _id, fields, created in documents:
             upserts.append(
                 UpdateOne(
                     {"_id": _id},
@@ -325,6 +336,7 @@ class MongoDBStorePort(PrefixedPort):
                 "expires_ms": expires,
                 "expires_at": None if expires is None else datetime_of_us(expires * 1000),
                 "ttl_minutes": item.ttl_minutes,
+                "gone": False,
                 "embedded": bool(item.vectors),
                 "vectors": [
                     {"path": v.path, "digest": v.digest, "data": bson.Binary(v.data)}

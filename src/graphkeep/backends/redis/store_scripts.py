@@ -16,12 +16,13 @@ and per namespace, in the same slot (their names extend the fixed keys' common s
     <stem>w:<ns>  HASH  "ns\\0key" -> embeddings: 4-byte header length, msgpack header
                         [[path, digest], ...], then every vector's float32 data
 
-and, while the store reads through to a fallback, ``<stem>g`` HASH: tombstones, the members
-deleted meanwhile (the put script's ``t`` mode writes them, its ``a`` mode, an adoption, never
-writes over one or over any record), so a search of one namespace (or a few) reads only its items, whatever else the partition
-holds. ``ns`` is the namespace's labels joined by ``.``; labels hold neither ``.`` nor NUL,
-so ``ns .. "\\0"`` and ``ns .. "."`` bound a namespace and its descendants. With the Query
-Engine (``vector_index=True``) every embedding is also a hash ``XP<sha1(member)>:<n>``.
+so a search of one namespace (or a few) reads only its items, whatever else the partition
+holds. While the store reads through to a fallback, ``<stem>g`` HASH holds tombstones, the
+members deleted meanwhile (the put script's ``t`` mode writes them; its ``a`` mode, an
+adoption, never writes over one or over any record). ``ns`` is the namespace's labels
+joined by ``.``; labels hold neither ``.`` nor NUL, so ``ns .. "\\0"`` and ``ns .. "."``
+bound a namespace and its descendants. With the Query Engine (``vector_index=True``) every
+embedding is also a hash ``XP<sha1(member)>:<n>``.
 
 **Every key a script touches is declared.** KEYS[7...] are the per-namespace keys, vector
 index entries (and the index itself, a key to ``FT.SEARCH``) the caller computed; ARGV[1]
