@@ -427,3 +427,10 @@ def test_search_op_type_is_untouched_by_the_fallback(url: str) -> None:
     with graphkeep.connect_store(url, key_prefix=prefix, fallback=source) as store:
         assert store.batch([SearchOp(NS)]) == [[]]
         assert store.list_namespaces() == []
+
+
+def test_store_copy_all_is_refused_with_prefix_or_overwrite(url: str) -> None:
+    prefix = unique_prefix("sfu")
+    for extra in (["--prefix", "users"], ["--overwrite"]):
+        result = gk("store", "copy", url, url, "--all", "--dst-key-prefix", prefix, *extra)
+        assert result.code == 2 and "--all copies every item" in result.err, result.err

@@ -527,15 +527,17 @@ class DynamoDBStorePort:
         chunks = [c for w in writes for c in w.chunks]
         if chunks:
             yield from batch_write(self.table, [{"PutRequest": {"Item": c}} for c in chunks])
-        for write in writes:
-            assert write.stored is not None
-            put = {
+        puts = [
+            {
                 "TableName": self.table,
-                "Item": {**write.item, CREATED: N(write.stored.created_us)},
+                "Item": {**w.item, CREATED: N(w.stored.created_us if w.stored else 0)},
                 "ConditionExpression": "attribute_not_exists(#pk)",
                 "ExpressionAttributeNames": {"#pk": PK},
             }
-            yield from transact([{"Put": put}], [0])  # something there: left as it is
+            for w in writes
+        ]
+        # one conditional PutItem each, several at once; something there: left as it is
+        yield Parallel(tuple(transact([{"Put": put}], [0]) for put in puts))
         self.registered.update(new)
         for sk, (_, verify) in names.items():
             self.named[sk] = self.named.get(sk, False) or verify
