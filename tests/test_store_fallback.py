@@ -281,14 +281,23 @@ def test_many_readers_and_writers_at_once_end_as_the_writes_said(url: str, mode:
         with graphkeep.connect_store(url, key_prefix=prefix, fallback=source) as store:
             stop = threading.Event()
 
+            failures: list[BaseException] = []
+
             def reader() -> None:
-                while not stop.is_set():
-                    store.batch([GetOp(NS, k) for k in rng.sample(keys, 4)])
+                try:
+                    while not stop.is_set():
+                        store.batch([GetOp(NS, k) for k in rng.sample(keys, 4)])
+                except BaseException as exc:  # a failed read fails the test
+                    failures.append(exc)
+                    raise
 
             def writer(key: str) -> None:
                 time.sleep(delays[key])
-                value = writes[key]
-                store.batch([PutOp(NS, key, value)])
+                try:
+                    store.batch([PutOp(NS, key, writes[key])])
+                except BaseException as exc:  # a failed write fails the test
+                    failures.append(exc)
+                    raise
 
             readers = [threading.Thread(target=reader) for _ in range(READERS)]
             writers = [threading.Thread(target=writer, args=(k,)) for k in keys]
@@ -300,6 +309,7 @@ def test_many_readers_and_writers_at_once_end_as_the_writes_said(url: str, mode:
             stop.set()
             for t in readers:
                 t.join(60)
+            assert not failures, failures
             return {k: store.get(NS, k) for k in keys}
 
     async def async_body() -> dict[str, Any]:

@@ -61,7 +61,7 @@ from graphkeep.backends.mongodb.requests import Command
 from graphkeep.backends.mongodb.schema import ensure_indexes, store_indexes
 from graphkeep.construction import PrefixedPort
 from graphkeep.errors import PayloadTooLarge
-from graphkeep.port import Op
+from graphkeep.port import Op, Parallel
 from graphkeep.port.clock import datetime_of_us
 from graphkeep.store.port import Condition, ItemKey, Namespace, SearchQuery, StoredItem, Vector
 from graphkeep.store.ranking import rank
@@ -293,15 +293,24 @@ class MongoDBStorePort(PrefixedPort):
 
     def adopt(self, items: list[StoredItem], now_ms: int) -> Op[None]:
         # $setOnInsert alone: a document at the _id (an item, live or expired, or a
-        # tombstone) is left as it is; the upsert is one atomic write per document
-        adoptions: list[Any] = [
-            UpdateOne(
-                {"_id": _id}, {"$setOnInsert": {**fields, "created_us": created}}, upsert=True
-            )
+        # tombstone) is left as it is. One update_one per item, several at once: two
+        # adopters racing to insert one _id get a duplicate key error, which the executor
+        # sends again and which then finds the document (a bulk's write error is not
+        # always told apart on FerretDB 1.x: IncompleteBulkReply)
+        adoptions = tuple(
+            self._adopt_one(_id, {**fields, "created_us": created})
             for _id, fields, created in self._documents(items)
-        ]
+        )
         if adoptions:
-            yield Command(self.collection, "bulk_write", (adoptions,), {"ordered": False})
+            yield Parallel(adoptions)
+
+    def _adopt_one(self, _id: str, document: dict[str, Any]) -> Op[None]:
+        yield Command(
+            self.collection,
+            "update_one",
+            ({"_id": _id}, {"$setOnInsert": document}),
+            {"upsert": True},
+        )
 
     def switch_done(self, mark: bool = False) -> Op[bool]:
         meta = f"{self.collection}_meta"
