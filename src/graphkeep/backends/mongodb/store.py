@@ -55,7 +55,7 @@ import bson
 import orjson
 from pymongo import DeleteOne, ReplaceOne, UpdateOne
 
-from graphkeep.backends.mongodb.client import OnMongoDB
+from graphkeep.backends.mongodb.client import IncompleteBulkReply, OnMongoDB
 from graphkeep.backends.mongodb.documents import check_prefix
 from graphkeep.backends.mongodb.requests import Command
 from graphkeep.backends.mongodb.schema import ensure_indexes, store_indexes
@@ -87,6 +87,9 @@ INT64 = (-(2**63), 2**63 - 1)
 ITEM_FIELDS: dict[str, Any] = {"doc": 0, "vectors": 0}
 WITH_VECTORS: dict[str, Any] = {"doc": 0}
 
+
+#: sends of a put while a fallback is attached whose bulk failed without saying why
+CONFLICT_ATTEMPTS = 3
 
 #: documents per reply when a query search reads its candidates (the executor retries with
 #: smaller batches if a server answers with a reply over the wire limit)
@@ -288,8 +291,18 @@ class MongoDBStorePort(PrefixedPort):
             )
         # upserts by _id alone: created_us survives until the item is deleted or swept, as
         # in PostgresStore (a put is one command; no delete of an expired item first)
-        if removals or upserts:
-            yield Command(self.collection, "bulk_write", (removals + upserts,), {"ordered": True})
+        if not (removals or upserts):
+            return
+        request = Command(self.collection, "bulk_write", (removals + upserts,), {"ordered": True})
+        for attempt in range(CONFLICT_ATTEMPTS):
+            try:
+                yield request
+                return
+            except IncompleteBulkReply:
+                # an upsert that raced an adoption of its _id, told apart by FerretDB 1.x from
+                # no other failure: every write of the bulk is idempotent, so it is sent again
+                if not tombstones or attempt == CONFLICT_ATTEMPTS - 1:
+                    raise
 
     def adopt(self, items: list[StoredItem], now_ms: int) -> Op[None]:
         # $setOnInsert alone: a document at the _id (an item, live or expired, or a
