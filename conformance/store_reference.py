@@ -50,6 +50,9 @@ class ReferencePort:
     def __init__(self, items: Items) -> None:
         self.items = items
         self.lock = threading.Lock()
+        #: keys deleted while the store read through to a fallback (never adopted again)
+        self.gone: set[ItemKey] = set()
+        self.done = False
 
     def _run(self, work: Callable[[], T]) -> Op[T]:
         return cast(T, (yield work))
@@ -72,10 +75,18 @@ class ReferencePort:
 
         return (yield from self._run(work))
 
-    def put(self, items: list[StoredItem], deletes: list[ItemKey], now_ms: int) -> Op[None]:
+    def put(
+        self,
+        items: list[StoredItem],
+        deletes: list[ItemKey],
+        now_ms: int,
+        tombstones: bool = False,
+    ) -> Op[None]:
         def work() -> None:
             for key in deletes:
                 self.items.pop(key, None)
+                if tombstones:
+                    self.gone.add(key)
             for item in items:
                 key = (item.namespace, item.key)
                 old = self.items.get(key)
@@ -85,6 +96,22 @@ class ReferencePort:
                 self.items[key] = stored
 
         yield from self._run(work)
+
+    def adopt(self, items: list[StoredItem], now_ms: int) -> Op[None]:
+        def work() -> None:
+            for item in items:
+                key = (item.namespace, item.key)
+                if key not in self.items and key not in self.gone:
+                    self.items[key] = _copy(item)
+
+        yield from self._run(work)
+
+    def switch_done(self, mark: bool = False) -> Op[bool]:
+        def work() -> bool:
+            self.done = self.done or mark
+            return self.done
+
+        return (yield from self._run(work))
 
     def search(self, query: SearchQuery) -> Op[list[StoredItem]]:
         def work() -> list[StoredItem]:

@@ -21,7 +21,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from graphkeep.effects.port import LEDGER_OPTIONS
 from graphkeep.errors import ConfigurationError, mask_url
 from graphkeep.hot import hot_layer  # noqa: F401 - registers the layer hot= makes
-from graphkeep.moving import sources
+from graphkeep.moving import sources, store_sources
 from graphkeep.port.telemetry import check_telemetry
 from graphkeep.port.urls import VALKEY_SCHEMES
 
@@ -86,7 +86,7 @@ COMMON_KIND_OPTIONS: dict[str, frozenset[str]] = {
         | {"share_lists", "telemetry", "schema_version", "migrations", "encryption"}
     ),
     "store": POOL_OPTIONS
-    | frozenset({"index", "ttl", "key_prefix", "setup", "max_key_bytes", "telemetry"})
+    | frozenset({"index", "ttl", "key_prefix", "setup", "max_key_bytes", "telemetry", "fallback"})
     | frozenset({"encryption"}),
     "cache": POOL_OPTIONS | frozenset({"serde", "key_prefix", "setup", "telemetry", "encryption"}),
     "events": POOL_OPTIONS
@@ -209,7 +209,7 @@ def _opened(url: str, product: str, is_async: bool, options: dict[str, Any]) -> 
     return class_for(url, product, is_async=is_async, options=options).from_url(url, **options)
 
 
-def _same_url(url: str, options: dict[str, Any]) -> None:
+def _same_url(url: str, options: dict[str, Any], refused: Any = sources.same_store_refused) -> None:
     """``fallback=`` naming ``url`` itself, with no ``key_prefix`` option to set the two
     apart: refused before any connection (an instance, another spelling of the same store or
     the same prefix given as an option is found once open: ``sources.same_store``)."""
@@ -217,7 +217,7 @@ def _same_url(url: str, options: dict[str, Any]) -> None:
     if options.get("key_prefix") is not None:
         return
     if isinstance(fallback, str) and fallback.rstrip("/") == url.rstrip("/"):
-        raise sources.same_store_refused(mask_url(url))
+        raise refused(mask_url(url))
 
 
 def _fallback_saver(url: str) -> AbstractContextManager[Any]:
@@ -226,6 +226,14 @@ def _fallback_saver(url: str) -> AbstractContextManager[Any]:
 
 
 sources.register(_fallback_saver)
+
+
+def _fallback_store(url: str) -> AbstractContextManager[Any]:
+    """A graphkeep URL given as a store's ``fallback=``: its store, opened without setup."""
+    return connect_store(url, setup=False)
+
+
+store_sources.register(_fallback_store)
 
 
 def connect(url: str, **options: Any) -> AbstractContextManager[Any]:
@@ -255,14 +263,18 @@ def connect_store(url: str, **options: Any) -> AbstractContextManager[Any]:
     in minutes), ``key_prefix``, ``setup``, ``max_key_bytes``, ``telemetry``, ``encryption``
     (a :class:`graphkeep.encryption.KeyRing`: each item's value and embeddings sealed at its
     namespace and key; filtered and semantic searches rank in the client) and the backend's
-    own.
+    own; ``fallback=SOURCE`` (a URL or a ``BaseStore``) reads each item graphkeep does not
+    hold through from the store the app used before and copies it (the live switch:
+    :mod:`graphkeep.store.fallback`, docs/migrate.md).
     """
+    _same_url(url, options, store_sources.same_store_refused)
     return cast(AbstractContextManager[Any], _opened(url, "store", False, options))
 
 
 def aconnect_store(url: str, **options: Any) -> AbstractAsyncContextManager[Any]:
     """``async with aconnect_store(url) as store``: a ready async LangGraph store for ``url``
-    (native async driver)."""
+    (native async driver); ``fallback=`` as for :func:`connect_store`."""
+    _same_url(url, options, store_sources.same_store_refused)
     return cast(AbstractAsyncContextManager[Any], _opened(url, "store", True, options))
 
 

@@ -25,7 +25,8 @@ from graphkeep.checkpoint.saver import AsyncSaver, SaverBase, SyncSaver
 from graphkeep.effects.ledger import AsyncLedger, SyncLedger
 from graphkeep.errors import ConfigurationError
 from graphkeep.events.log import AsyncEventLog, SyncEventLog
-from graphkeep.store.shells import AsyncStore, SyncStore
+from graphkeep.store import fallback as store_fallback
+from graphkeep.store.shells import AsyncStore, StoreBase, SyncStore
 
 __all__ = ["Opened", "Opening", "PrefixedPort", "Product", "Site"]
 
@@ -128,7 +129,11 @@ class Opened(Generic[P]):
     def __init__(self, cls: type[P], opening: Opening, setup: bool, options: dict[str, Any]):
         self.cls, self.opening, self.setup, self.options = cls, opening, setup, options
         self.hot = hot_options(options) if issubclass(cls, SaverBase) else None
-        self.fallback = fallback_option(options) if issubclass(cls, SaverBase) else None
+        self.fallback: Any = None
+        if issubclass(cls, SaverBase):
+            self.fallback = fallback_option(options)
+        elif issubclass(cls, StoreBase):  # the store's live switch (graphkeep.store.fallback)
+            self.fallback = store_fallback.fallback_option(options)
         self.stack: Any = None
 
     def _made(self, client: Any) -> P:
@@ -155,7 +160,10 @@ class Opened(Generic[P]):
                 stack.callback(built.close)
             if self.setup:
                 cast(Any, built).setup()
-            built = stack.enter_context(with_fallback(built, self.fallback))
+            if isinstance(built, StoreBase):
+                built = stack.enter_context(store_fallback.with_fallback(built, self.fallback))
+            else:
+                built = stack.enter_context(with_fallback(built, self.fallback))
             if self.hot is not None:
                 built = stack.enter_context(layered(built, *self.hot))
             self.stack = stack.pop_all()
@@ -175,7 +183,12 @@ class Opened(Generic[P]):
             if self.setup:
                 prepare = built.asetup if isinstance(built, AsyncSaver) else cast(Any, built).setup
                 await prepare()
-            built = await stack.enter_async_context(awith_fallback(built, self.fallback))
+            if isinstance(built, StoreBase):
+                built = await stack.enter_async_context(
+                    store_fallback.awith_fallback(built, self.fallback)
+                )
+            else:
+                built = await stack.enter_async_context(awith_fallback(built, self.fallback))
             if self.hot is not None:
                 built = await stack.enter_async_context(alayered(built, *self.hot))
             self.stack = stack.pop_all()

@@ -48,6 +48,9 @@ VARIABLES: dict[str, str] = {
     "GRAPHKEEP_FALLBACK_URL": "the saver the app used before (a live switch: each thread moved"
     " from it on first use; docs/migrate.md), e.g. sqlite:///old.db",
     "GRAPHKEEP_STORE_OPTIONS": "more graphkeep.aconnect_store options, as a JSON object",
+    "GRAPHKEEP_STORE_FALLBACK_URL": "the store the app used before (a live switch: each item"
+    " graphkeep lacks read through from it and copied; docs/migrate.md), e.g."
+    " postgresql://host/db",
     "LANGGRAPH_AES_KEY": "LangGraph's AES key (16, 24 or 32 bytes): checkpoints are encrypted"
     " with EncryptedSerializer.from_pycryptodome_aes",
     "GRAPHKEEP_KEYS": "the checkpointer's key ring, k2:BASE64,k1:BASE64 (the first current):"
@@ -103,14 +106,7 @@ def checkpointer_settings(environ: Mapping[str, str]) -> tuple[str, dict[str, An
         options["serde"] = serde
     if environ.get(KEYS_ENV, "").strip():
         options["encryption"] = KeyRing.from_env(environ=environ)
-    fallback = environ.get("GRAPHKEEP_FALLBACK_URL", "").strip()
-    if fallback:
-        _no_clash(options, "fallback", "GRAPHKEEP_OPTIONS", "GRAPHKEEP_FALLBACK_URL")
-        if "://" not in fallback:
-            raise ConfigurationError(
-                f"GRAPHKEEP_FALLBACK_URL must be a URL (scheme://…), got {mask_url(fallback)}"
-            )
-        options["fallback"] = fallback
+    _fallback(environ, "GRAPHKEEP_FALLBACK_URL", options, "GRAPHKEEP_OPTIONS")
     _known(url, "checkpoint", options, "GRAPHKEEP_OPTIONS")
     return url, options
 
@@ -136,8 +132,21 @@ def store_settings(environ: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
         options["index"]["embed"] = _embeddings(options["index"])
     if environ.get(KEYS_ENV, "").strip():  # the store's items sealed with the same ring
         options["encryption"] = KeyRing.from_env(environ=environ)
+    _fallback(environ, "GRAPHKEEP_STORE_FALLBACK_URL", options, "GRAPHKEEP_STORE_OPTIONS")
     _known(url, "store", options, "GRAPHKEEP_STORE_OPTIONS or LANGGRAPH_STORE")
     return url, options
+
+
+def _fallback(
+    environ: Mapping[str, str], name: str, options: dict[str, Any], options_name: str
+) -> None:
+    """``fallback`` from the URL in ``name`` (a live switch), if it is set."""
+    fallback = environ.get(name, "").strip()
+    if fallback:
+        _no_clash(options, "fallback", options_name, name)
+        if "://" not in fallback:
+            raise ConfigurationError(f"{name} must be a URL (scheme://…), got {mask_url(fallback)}")
+        options["fallback"] = fallback
 
 
 def _url(environ: Mapping[str, str], name: str) -> str:

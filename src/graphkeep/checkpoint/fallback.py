@@ -15,13 +15,13 @@ deleted thread never comes back. ``list(None)`` adds the threads still only in t
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol
 
-from graphkeep.errors import ConfigurationError
 from graphkeep.port import Op
+from graphkeep.port.attach import Attachable
 
 if TYPE_CHECKING:
     from graphkeep.checkpoint.saver import SaverBase
@@ -104,33 +104,11 @@ def listed_elsewhere(
 
 #: what makes a mover of a saver and a fallback SOURCE (``graphkeep.moving`` registers it):
 #: ``opener(saver, source)`` is a context manager attaching it for the block
-_OPENER: list[Callable[..., Any]] = []
-
-
-def register_opener(opener: Callable[..., Any]) -> None:
-    _OPENER[:] = [opener]
-
-
-def fallback_option(options: dict[str, Any]) -> Any:
-    """``fallback`` taken out of a saver's ``options`` (None when not given)."""
-    source = options.pop("fallback", None)
-    if source is not None and not _OPENER:
-        raise ConfigurationError("fallback= needs graphkeep.moving (import graphkeep first)")
-    return source
-
-
-@contextmanager
-def with_fallback(saver: Any, source: Any) -> Iterator[Any]:
-    """``saver`` reading through to ``source`` for the block (``source`` None: as it is)."""
-    if source is None:
-        yield saver
-        return
-    with _OPENER[0](saver, source):
-        yield saver
-
-
-@asynccontextmanager
-async def awith_fallback(saver: Any, source: Any) -> AsyncIterator[Any]:
-    """:func:`with_fallback` for an async saver (the source is read in worker threads)."""
-    with with_fallback(saver, source) as done:
-        yield done
+FALLBACK = Attachable("fallback", "graphkeep.moving")
+register_opener = FALLBACK.register
+#: ``fallback`` taken out of a saver's ``options`` (None when not given)
+fallback_option = FALLBACK.option
+#: ``saver`` reading through to ``source`` for the block (``source`` None: as it is)
+with_fallback = FALLBACK.attached
+#: :func:`with_fallback` for an async saver (the source is read in worker threads)
+awith_fallback = FALLBACK.aattached

@@ -29,7 +29,7 @@ from graphkeep.cli.foreign import FOREIGN_SCHEMES, Foreign
 from graphkeep.connect import BACKENDS
 from graphkeep.encryption import KEYS_ENV, KeyRing
 from graphkeep.errors import ConfigurationError
-from graphkeep.moving import rivals
+from graphkeep.moving import openers, rivals
 from graphkeep.moving.openers import SQLITE_SCHEMES
 from graphkeep.port import Op
 
@@ -212,7 +212,7 @@ def open_store(
             yield rival
         return
     opener = _foreign_opener(
-        url, key_prefix, foreign.open_sqlite_store, foreign.open_postgres_store
+        url, key_prefix, foreign.open_sqlite_store, openers.open_postgres_store
     )
     if opener is not None:
         with opener(url, setup=setup, index=index) as store:

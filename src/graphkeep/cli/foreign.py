@@ -17,7 +17,6 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, cast
 from urllib.parse import quote
 
@@ -28,16 +27,13 @@ from graphkeep.cli.console import CliError, NotFound, Opened, safe_url
 from graphkeep.errors import StorageUnavailable
 from graphkeep.moving import openers, rivals
 from graphkeep.moving.openers import (
-    POSTGRES_INSTALL,
     POSTGRES_SCHEMES,
     SQLITE_SCHEMES,
     Reader,
     Threads,
     Tuples,
     WriteRows,
-    entered,
     missing_package,
-    postgres_conn_string,
     sqlite_path,
 )
 
@@ -180,20 +176,4 @@ def open_sqlite_store(
             store.setup()
         elif not has_table(store.conn, "store"):
             raise NotFound(f"no LangGraph store in {path} (its 'store' table is missing)")
-        yield store
-
-
-@contextmanager
-def open_postgres_store(
-    url: str, *, setup: bool, index: dict[str, Any] | None
-) -> Iterator[BaseStore]:
-    try:
-        from langgraph.store.postgres import PostgresStore
-    except ImportError as exc:
-        raise missing_package("postgresql", "Postgres store", POSTGRES_INSTALL) from exc
-    conn_string = postgres_conn_string(url)
-    connect = partial(PostgresStore.from_conn_string, conn_string, index=cast(Any, index))
-    with entered(url, connect()) as store:
-        if setup:
-            store.setup()
         yield store

@@ -334,4 +334,12 @@ def add_store_commands(commands: Commands) -> None:
         action="store_true",
         help="write every item, also those already identical (to embed them or re-arm a TTL)",
     )
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="a live switch's copy into graphkeep (connect_store(url, fallback=SRC)): every"
+        " item, each written only where graphkeep holds no item and no tombstone (never over"
+        " a newer put, never a deleted item back), then the copy marked finished"
+        " (store.fallback_done() is True)",
+    )
     index_flags(p, "the destination's model")

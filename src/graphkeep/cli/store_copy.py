@@ -78,6 +78,10 @@ class CopyReport:
     embedded: int = 0
     #: items the source held an embedding of (the rivals say; other sources: 0)
     source_indexed: int = 0
+    #: ``--all``: items graphkeep holds (or deleted) already, left as graphkeep has them
+    kept: int = 0
+    #: ``--all``: the copy marked finished (``store.fallback_done()``)
+    finished: bool = False
     problems: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
@@ -96,6 +100,8 @@ class CopyReport:
             "with_ttl": self.with_ttl,
             "embedded": self.embedded,
             "source_indexed": self.source_indexed,
+            "kept": self.kept,
+            "finished": self.finished,
             "problems": self.problems,
             "ok": not self.problems,
         }
@@ -107,6 +113,10 @@ def cmd_store_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.src_url.rstrip("/") == args.dst_url.rstrip("/") and src_prefix == dst_prefix:
         raise UsageError(
             "source and destination are the same store: use a different --dst-key-prefix"
+        )
+    if args.all and (args.prefix or args.overwrite or args.dest_store):
+        raise UsageError(
+            "--all copies every item into graphkeep: no --prefix, --overwrite, --dest-store"
         )
     if args.ttl is not None and args.ttl <= 0:
         raise UsageError(f"--ttl must be a positive number of minutes, got {args.ttl}")
@@ -122,9 +132,14 @@ def cmd_store_copy(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         _destination(args, dst_prefix, index) as dst,
         Progress("copy", stream=err, enabled=args.progress) as progress,
     ):
+        if args.all and dst is not None and not isinstance(dst, SyncStore):
+            raise UsageError("--all copies into a graphkeep store URL (the live switch's store)")
         for page in pages(prefix):
             _copy_page(dst, page, args, report, index is not None)
             progress.advance(len(page))
+        if args.all and isinstance(dst, SyncStore) and not args.dry_run and not report.problems:
+            dst.mark_fallback_done()
+            report.finished = True
     if args.json:
         print_json(report.as_json(), out)
     else:
@@ -232,6 +247,9 @@ def _copy_page(
     report.source_indexed += sum(r.indexed for r in page)
     writes: list[Record] = []
     for record, found in zip(page, present, strict=True):
+        if args.all and isinstance(found, Item) and not _same(found, record.item.value):
+            report.kept += 1  # graphkeep's own item: never overwritten by the switch's copy
+            continue
         if _same(found, record.item.value) and not args.overwrite:
             report.unchanged += 1
             report.verified += 1
@@ -247,7 +265,10 @@ def _copy_page(
     back = _get(dst, [_key(r) for r in written])
     for record, found in zip(written, back, strict=True):
         where = _where(record)
-        if not isinstance(found, Item):
+        if args.all and not _same(found, record.item.value):
+            report.kept += 1  # put or deleted by the app meanwhile: graphkeep's state stands
+            report.copied -= 1
+        elif not isinstance(found, Item):
             report.problems.append(f"{where}: missing on the destination after the copy")
         elif not _same(found, record.item.value):
             report.problems.append(f"{where}: the destination holds a different value")
@@ -295,7 +316,11 @@ def _put(
         ops = [PutOp(*_key(r), plain(r.item.value), ttl=_ttl(r, args)) for r in records]
         if isinstance(dst, SyncStore):  # graphkeep's store takes the source's times
             times = [(_us(r.item.created_at), _us(r.item.updated_at)) for r in records]
-            dst.put_stamped([(o, *t) for o, t in zip(ops, times, strict=True)])
+            stamped = [(o, *t) for o, t in zip(ops, times, strict=True)]
+            if args.all:  # only where graphkeep holds no item and no tombstone
+                dst.put_adopted(stamped)
+            else:
+                dst.put_stamped(stamped)
         else:
             dst.batch(ops)
 
@@ -336,6 +361,7 @@ def _print_copy(report: CopyReport, out: TextIO) -> None:
         f" {report.verified} verified"
     )
     extras = [(report.unreadable, "unreadable in the source"), (report.refused, "refused"),
+              (report.kept, "kept as graphkeep holds them"),
               (report.with_ttl, "with a TTL"), (report.embedded, "embedded")]  # fmt: skip
     out.write("".join(f"; {n} {what}" for n, what in extras if n) + "\n")
     if report.source_indexed and not report.embedded and report.copied + report.updated:
@@ -343,6 +369,8 @@ def _print_copy(report: CopyReport, out: TextIO) -> None:
             f"  note: {report.source_indexed} item(s) had embeddings in the source; pass"
             " --embed/--dims/--field (and --overwrite) to index them in the destination\n"
         )
+    if report.finished:
+        out.write("  the fallback copy is finished: store.fallback_done() is True\n")
     for problem in report.problems[:20]:
         out.write(f"  ! {problem}\n")
     if len(report.problems) > 20:

@@ -19,7 +19,7 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from graphkeep.errors import ConfigurationError, GraphkeepError, StorageUnavailable, mask_url
 
@@ -204,3 +204,20 @@ def open_postgres_saver(
 ) -> AbstractContextManager[Reader]:
     """LangGraph's ``PostgresSaver`` at ``url`` (``setup``: its migrations run)."""
     return entered(url, _postgres_saver(url, setup, serde))
+
+
+@contextmanager
+def open_postgres_store(
+    url: str, *, setup: bool = False, index: dict[str, Any] | None = None
+) -> Iterator[Any]:
+    """LangGraph's ``PostgresStore`` at ``url`` (``setup`` creates its tables); a failure to
+    open it is :func:`open_failed`'s one line."""
+    try:
+        from langgraph.store.postgres import PostgresStore
+    except ImportError as exc:
+        raise missing_package("postgresql", "Postgres store", POSTGRES_INSTALL) from exc
+    connect = PostgresStore.from_conn_string(postgres_conn_string(url), index=cast(Any, index))
+    with entered(url, connect) as store:
+        if setup:
+            store.setup()
+        yield store

@@ -83,7 +83,18 @@ class StorePort(Protocol):
       whose ``refresh`` flag is set and that have a ``ttl_minutes`` get their expiry moved to
       ``now + ttl`` (returned with the new expiry). ``vectors=True`` returns their vectors.
     - ``put``: upserts ``items`` (keeping the stored ``created_us`` of a live item with the
-      same key; everything else, vectors included, is replaced) and removes ``deletes``.
+      same key; everything else, vectors included, is replaced; a tombstone at the key is
+      replaced too, ``created_us`` starting anew) and removes ``deletes``; with
+      ``tombstones`` (a store reading through to a fallback) each delete leaves a tombstone
+      at its key: no read, search or listing sees it, ``sweep`` keeps it, and ``adopt``
+      never writes over it.
+    - ``adopt``: each of ``items`` written only where the key holds nothing — no item (live
+      or expired but not yet removed) and no tombstone — decided and written atomically per
+      item in the store (one script, one conditional upsert, one conditional put), so a
+      ``put`` or a delete racing it always wins: the read-through copy of an item from a
+      fallback (:mod:`graphkeep.store.fallback`).
+    - ``switch_done``: whether the store's fallback copy has finished (a marker ``graphkeep
+      store copy --all`` writes); ``mark=True`` writes the marker first.
     - ``search``: the page of live items under ``query.prefix`` (label-wise prefix; ``()``
       is everything) matching every condition, ordered and sliced as
       :func:`~graphkeep.store.ranking.rank` does; refreshes the TTL of returned items when
@@ -98,7 +109,17 @@ class StorePort(Protocol):
         self, keys: list[ItemKey], refresh: list[bool], now_ms: int, vectors: bool = False
     ) -> Op[list[StoredItem | None]]: ...
 
-    def put(self, items: list[StoredItem], deletes: list[ItemKey], now_ms: int) -> Op[None]: ...
+    def put(
+        self,
+        items: list[StoredItem],
+        deletes: list[ItemKey],
+        now_ms: int,
+        tombstones: bool = False,
+    ) -> Op[None]: ...
+
+    def adopt(self, items: list[StoredItem], now_ms: int) -> Op[None]: ...
+
+    def switch_done(self, mark: bool = False) -> Op[bool]: ...
 
     def search(self, query: SearchQuery) -> Op[list[StoredItem]]: ...
 

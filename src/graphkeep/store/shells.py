@@ -8,6 +8,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import math
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -29,10 +30,11 @@ from langgraph.store.base import (
 from langgraph.store.base.batch import AsyncBatchedBaseStore
 
 from graphkeep.errors import UNKNOWN_KEY, ConfigurationError, CorruptData, InvalidInput, Place
-from graphkeep.port import Op, Telemetry, adrive, drive, on_loop, running_loop, target_of
+from graphkeep.port import Call, Op, Telemetry, adrive, drive, on_loop, running_loop, target_of
 from graphkeep.port.clock import IncreasingClock, datetime_of_us, now_ms
 from graphkeep.port.codec import sealed_key_id
 from graphkeep.port.encryption import KeyRing, check_encryption
+from graphkeep.store.fallback import DONE_RECHECK_S, StoreFallback
 from graphkeep.store.filters import compile_filter
 from graphkeep.store.port import Embed, ItemKey, SearchQuery, StoredItem, StorePort, Vector
 from graphkeep.store.ranking import list_page, literal_prefix
@@ -132,6 +134,10 @@ class StoreBase(BaseStore):
         )
         self.max_key_bytes = max_key_bytes
         self._sweeper: Any = None
+        #: the store an app used before, read through on a miss (``fallback=``; None: none)
+        self.fallback: StoreFallback | None = None
+        #: (monotonic time of the last look, whether the fallback copy had finished)
+        self._done_seen: tuple[float, bool] | None = None
 
     # -- options -------------------------------------------------------------------
 
@@ -169,6 +175,8 @@ class StoreBase(BaseStore):
             except CorruptData as exc:  # the backend names the item; else the one asked for
                 namespace, key = keys[0] if len(keys) == 1 else (None, None)
                 raise exc.at(Place(namespace=namespace, key=key)) from None
+            if self.fallback is not None and None in found:
+                yield from self._read_through(keys, refresh, found, now)
             for (i, _), stored in zip(plan.gets, found, strict=True):
                 plan.results[i] = None if stored is None else _item(stored)
         for i, op in plan.searches:
@@ -185,6 +193,79 @@ class StoreBase(BaseStore):
         if plan.puts:
             yield from self._apply_puts(list(plan.puts.values()))
         return plan.results
+
+    def _read_through(
+        self, keys: list[ItemKey], refresh: list[bool], found: list[StoredItem | None], now: int
+    ) -> Op[None]:
+        """The misses of a ``get`` read from the fallback, adopted (written only where the key
+        holds no item and no tombstone, atomically: a put or delete racing it wins), then
+        read from graphkeep again: ``found`` ends as graphkeep holds it."""
+        fallback = self.fallback
+        assert fallback is not None
+        if (yield from self._finished()):
+            return  # every item of the fallback is here or was deleted here
+        misses = [i for i, stored in enumerate(found) if stored is None]
+        wanted = list(dict.fromkeys(keys[i] for i in misses))
+        copies = yield Call(lambda: fallback.read(wanted, now))
+        items = [c for c in copies if c is not None and c.live(now)]
+        if not items:
+            return
+        texts = {
+            (c.namespace, c.key): self._texts(PutOp(c.namespace, c.key, c.value)) for c in items
+        }
+        vectors = yield from self._vectors(texts)
+        for item in items:
+            item.vectors = vectors[(item.namespace, item.key)]
+        yield from self.port.adopt(items, now)
+        again = yield from self.port.get(
+            [keys[i] for i in misses], [refresh[i] for i in misses], now
+        )
+        for i, stored in zip(misses, again, strict=True):
+            found[i] = stored
+
+    def _stored(self, keys: list[ItemKey]) -> Op[list[StoredItem | None]]:
+        plan = self._plan([GetOp(namespace, key) for namespace, key in keys])
+        wanted = [(op.namespace, op.key) for _, op in plan.gets]
+        return (yield from self.port.get(wanted, [False] * len(wanted), now_ms()))
+
+    def _finished(self, mark: bool = False, fresh: bool = False) -> Op[bool]:
+        """Whether the fallback copy has finished (``store copy --all``'s marker): a read
+        looks again at most every :data:`DONE_RECHECK_S` until it has, ``fresh`` (the
+        public ``fallback_done``) every time; ``mark`` writes it."""
+        seen = self._done_seen
+        if not (mark or fresh) and seen is not None:
+            if seen[1] or time.monotonic() - seen[0] < DONE_RECHECK_S:
+                return seen[1]
+        done = bool((yield from self.port.switch_done(mark)))
+        self._done_seen = (time.monotonic(), done)
+        return done
+
+    def adopted_puts(self, puts: list[tuple[PutOp, int, int]]) -> Op[None]:
+        """Items copied from the fallback (``graphkeep store copy --all``): as
+        :meth:`stamped_puts` keeps their times, but each written only where the key holds no
+        item and no tombstone (the port's ``adopt``): never over a newer put, never bringing
+        back a deleted item."""
+        plan = self._plan([op for op, _, _ in puts])
+        ops = [op for op in plan.puts.values() if op.value is not None]
+        stamps = {(op.namespace, op.key): (created, updated) for op, created, updated in puts}
+        texts = {(op.namespace, op.key): self._texts(op) for op in ops}
+        vectors = yield from self._vectors(texts)
+        now = now_ms()
+        items = [
+            StoredItem(
+                namespace=op.namespace,
+                key=op.key,
+                value=dict(cast(dict[str, Any], op.value)),
+                created_us=stamps[(op.namespace, op.key)][0],
+                updated_us=stamps[(op.namespace, op.key)][1],
+                expires_ms=expiry_after_minutes(op.ttl, now),
+                ttl_minutes=op.ttl,
+                vectors=vectors[(op.namespace, op.key)],
+            )
+            for op in ops
+        ]
+        if items:
+            yield from self.port.adopt(items, now)
 
     def _query(self, op: SearchOp, now: int) -> Op[SearchQuery]:
         vector: tuple[float, ...] | None = None
@@ -207,6 +288,37 @@ class StoreBase(BaseStore):
         self, puts: list[PutOp], stamps: Mapping[ItemKey, tuple[int, int]] | None = None
     ) -> Op[None]:
         texts = {(op.namespace, op.key): self._texts(op) for op in puts if op.value is not None}
+        vectors = yield from self._vectors(texts)
+        now = now_ms()
+        items: list[StoredItem] = []
+        deletes: list[ItemKey] = []
+        for op in puts:
+            key = (op.namespace, op.key)
+            if op.value is None:
+                deletes.append(key)
+                continue
+            stamp = STAMPS.now_us()
+            created, updated = (stamps or {}).get(key, (stamp, stamp))
+            items.append(
+                StoredItem(
+                    namespace=op.namespace,
+                    key=op.key,
+                    value=dict(op.value),
+                    created_us=created,
+                    updated_us=updated,
+                    expires_ms=expiry_after_minutes(op.ttl, now),
+                    ttl_minutes=op.ttl,
+                    vectors=vectors[key],
+                )
+            )
+        # with a fallback, a delete leaves a tombstone: the fallback's copy never comes back
+        yield from self.port.put(items, deletes, now, self.fallback is not None)
+
+    def _vectors(
+        self, texts: dict[ItemKey, list[tuple[str, str]]]
+    ) -> Op[dict[ItemKey, list[Vector]]]:
+        """The embeddings of ``texts`` (per item, its (path, text) pairs): a stored vector
+        reused for every text that did not change, the others embedded in one request."""
         vectors: dict[ItemKey, list[Vector]] = {k: [] for k in texts}
         wanted = {k: t for k, t in texts.items() if t}
         if wanted:
@@ -242,29 +354,7 @@ class StoreBase(BaseStore):
                     digest = text_digest(text)
                     data = known.get((k, path, digest)) or fresh[text]
                     vectors[k].append(Vector(path, digest, data))
-        now = now_ms()
-        items: list[StoredItem] = []
-        deletes: list[ItemKey] = []
-        for op in puts:
-            key = (op.namespace, op.key)
-            if op.value is None:
-                deletes.append(key)
-                continue
-            stamp = STAMPS.now_us()
-            created, updated = (stamps or {}).get(key, (stamp, stamp))
-            items.append(
-                StoredItem(
-                    namespace=op.namespace,
-                    key=op.key,
-                    value=dict(op.value),
-                    created_us=created,
-                    updated_us=updated,
-                    expires_ms=expiry_after_minutes(op.ttl, now),
-                    ttl_minutes=op.ttl,
-                    vectors=vectors[key],
-                )
-            )
-        yield from self.port.put(items, deletes, now)
+        return vectors
 
     def stamped_puts(self, puts: list[tuple[PutOp, int, int]]) -> Op[None]:
         """Puts of ``(op, created_us, updated_us)`` that keep the times they are given (epoch
@@ -425,6 +515,33 @@ class SyncStore(StoreBase):
         """Puts keeping the given ``created_at``/``updated_at`` (see :meth:`stamped_puts`)."""
         self._call(self.observed("put", self.stamped_puts(puts)))
 
+    def stored_items(self, keys: list[ItemKey]) -> list[StoredItem | None]:
+        """The items at ``keys`` as stored, expiry and TTL included, never refreshing one
+        (what a store reading through to this one reads)."""
+        return cast(
+            list[StoredItem | None],
+            self._call(self.observed("get", self._stored(keys))),
+        )
+
+    def put_adopted(self, puts: list[tuple[PutOp, int, int]]) -> None:
+        """Items copied from a fallback, never over what this store holds or deleted (see
+        :meth:`adopted_puts`)."""
+        self._call(self.observed("put", self.adopted_puts(puts)))
+
+    def fallback_done(self) -> bool:
+        """Whether ``graphkeep store copy SOURCE URL --all`` has finished copying the
+        fallback into this store: from then on searches and listings see every item."""
+        return bool(self._call(self.observed("fallback_done", self._finished(fresh=True))))
+
+    def mark_fallback_done(self) -> None:
+        """Record that the fallback copy has finished (``store copy --all`` does, at its
+        end)."""
+        self._call(self.observed("fallback_done", self._finished(mark=True)))
+
+    async def afallback_done(self) -> bool:
+        """:meth:`fallback_done` in a worker thread."""
+        return await asyncio.to_thread(self.fallback_done)
+
     def sweep_ttl(self) -> int:
         """Remove expired items now; the number removed."""
         return int(self._call(self.observed("sweep_ttl", self._sweep())))
@@ -560,6 +677,39 @@ class AsyncStore(StoreBase, AsyncBatchedBaseStore):
     async def aput_stamped(self, puts: list[tuple[PutOp, int, int]]) -> None:
         """Puts keeping the given ``created_at``/``updated_at`` (see :meth:`stamped_puts`)."""
         await self._acall(self.observed("put", self.stamped_puts(puts)))
+
+    def stored_items(self, keys: list[ItemKey]) -> list[StoredItem | None]:
+        """The items at ``keys`` as stored (see :meth:`SyncStore.stored_items`), from another
+        thread, on the store's event loop."""
+        return cast(
+            list[StoredItem | None],
+            on_loop(
+                self.loop,
+                self._acall(self.observed("get", self._stored(keys))),
+                "store",
+                "a sync store from graphkeep.connect_store()",
+            ),
+        )
+
+    async def aput_adopted(self, puts: list[tuple[PutOp, int, int]]) -> None:
+        """Items copied from a fallback, never over what this store holds or deleted (see
+        :meth:`adopted_puts`)."""
+        await self._acall(self.observed("put", self.adopted_puts(puts)))
+
+    async def afallback_done(self) -> bool:
+        """Whether ``graphkeep store copy SOURCE URL --all`` has finished copying the
+        fallback into this store: from then on searches and listings see every item."""
+        return bool(await self._acall(self.observed("fallback_done", self._finished(fresh=True))))
+
+    def fallback_done(self) -> bool:
+        """:meth:`afallback_done` from another thread (on the store's event loop)."""
+        return bool(
+            on_loop(self.loop, self.afallback_done(), "store", "await store.afallback_done()")
+        )
+
+    async def amark_fallback_done(self) -> None:
+        """Record that the fallback copy has finished."""
+        await self._acall(self.observed("fallback_done", self._finished(mark=True)))
 
     async def sweep_ttl(self) -> int:
         """Remove expired items now; the number removed."""

@@ -35,8 +35,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graphkeep.backends.dynamodb import keys
-from graphkeep.errors import MISSING_VALUE, ConfigurationError, CorruptData, GraphkeepError
+from graphkeep.errors import (
+    MISSING_VALUE,
+    ConfigurationError,
+    CorruptData,
+    GraphkeepError,
+    Place,
+)
 from graphkeep.port import codec
+from graphkeep.store.values import decode_value
 
 PK, SK = "pk", "sk"
 HEAD, VALUE, NCHUNKS, DIGEST, SIZE, CODEC = "h", "v", "nk", "dg", "sz", "z"
@@ -261,3 +268,15 @@ def head_hidden(item: dict[str, Any], now: float) -> bool:
     if vis is not None:
         return vis < now
     return hidden(item, now)
+
+
+def item_value(
+    item: dict[str, Any], chunks: dict[str, dict[str, Any]], namespace: tuple[str, ...], key: str
+) -> dict[str, Any]:
+    """The value of a store item (re-assembled, decompressed, decoded); a damaged one is
+    :class:`CorruptData` naming ``namespace`` and ``key``."""
+    try:
+        data = read_payload(item, chunks)
+    except CorruptData as exc:
+        raise exc.at(Place(namespace=namespace, key=key)) from None
+    return decode_value(data, namespace, key)

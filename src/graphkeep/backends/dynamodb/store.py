@@ -31,10 +31,10 @@ from graphkeep.backends.dynamodb.items import (
     attach_payload,
     b,
     compress_level,
+    item_value,
     key,
     n,
     owner_chunks,
-    read_payload,
     s,
     size_of,
 )
@@ -51,13 +51,12 @@ from graphkeep.backends.dynamodb.requests import (
 )
 from graphkeep.backends.dynamodb.schema import check_table_name, setup_table
 from graphkeep.backends.dynamodb.store_filter import FILTER, filter_attributes, filter_expression
-from graphkeep.errors import ConfigurationError, CorruptData, InvalidInput, PayloadTooLarge, Place
+from graphkeep.errors import ConfigurationError, InvalidInput, PayloadTooLarge
 from graphkeep.port import Op, Parallel, codec
 from graphkeep.store.port import Condition, ItemKey, Namespace, SearchQuery, StoredItem, Vector
 from graphkeep.store.ranking import in_prefix, rank
 from graphkeep.store.shells import AsyncStore, SyncStore
 from graphkeep.store.values import (
-    decode_value,
     dotted_namespace,
     encode_value,
     namespace_from_dotted,
@@ -80,9 +79,11 @@ NAMES_MARKER = "v#1"
 NAMES_LIMIT = 900
 #: what follows the head of a shortened entry: ``$~`` and 40 hex digits
 NAMES_DIGEST = len(dkeys.HASH_MARK) + 40
-NS, KEY, CREATED, UPDATED, EXPIRES, TTL_MINUTES, VECTORS, WRITTEN, VERIFY = (
-    "ns", "k", "cu", "uu", "xm", "tm", "vec", "at", "vf",
+NS, KEY, CREATED, UPDATED, EXPIRES, TTL_MINUTES, VECTORS, WRITTEN, VERIFY, GONE = (
+    "ns", "k", "cu", "uu", "xm", "tm", "vec", "at", "vf", "gn",
 )  # fmt: skip
+#: the fallback copy's finished marker (``store copy --all``), beside the namespace list
+DONE_MARKER = "fallback-done"
 #: attributes an item update replaces or removes (everything but the keys and ``cu``)
 REPLACED = (
     NS,
@@ -98,8 +99,9 @@ REPLACED = (
     SIZE,
     CODEC,
     FILTER,
+    GONE,
 )
-READ = (NS, KEY, VALUE, CREATED, UPDATED, EXPIRES, TTL_MINUTES, NCHUNKS, DIGEST, SIZE, CODEC)
+READ = (NS, KEY, VALUE, CREATED, UPDATED, EXPIRES, TTL_MINUTES, NCHUNKS, DIGEST, SIZE, CODEC, GONE)
 #: a label or key longer than this (escaped, bytes) keeps a head plus a digest in the key
 LABEL_LIMIT = 200
 MAX_PK_BYTES = 2048
@@ -134,6 +136,8 @@ class _Write:
     namespace: Namespace
     item: dict[str, Any] = field(default_factory=dict)
     chunks: list[dict[str, Any]] = field(default_factory=list)
+    #: a delete that leaves a tombstone (the store reads through to a fallback)
+    tombstone: bool = False
 
     @property
     def digest(self) -> str | None:
@@ -341,12 +345,19 @@ class DynamoDBStorePort:
         update["ExpressionAttributeValues"] = values
         return {"Update": update}
 
-    def _delete(self, address: Address, *, conditional: bool) -> dict[str, Any]:
-        delete: dict[str, Any] = {"TableName": self.table, "Key": key(address.pk, address.sk)}
+    def _delete(self, write: _Write, *, conditional: bool) -> dict[str, Any]:
+        """A delete, or the tombstone it leaves with a fallback: an item expired since the
+        epoch (no read, search or listing returns it) with ``gn`` set (``sweep`` keeps it,
+        and without ``exp`` DynamoDB's TTL does too), so ``adopt`` never writes there."""
+        address = write.address
+        body: dict[str, Any] = {"TableName": self.table, "Key": key(address.pk, address.sk)}
+        if write.tombstone:
+            tomb = {**body.pop("Key"), GONE: {"BOOL": True}, EXPIRES: N(0)}
+            body["Item"] = tomb
         if conditional:  # an item with chunks is deleted with them, by the caller
-            delete["ConditionExpression"] = "attribute_not_exists(#nk)"
-            delete["ExpressionAttributeNames"] = {"#nk": NCHUNKS}
-        return {"Delete": delete}
+            body["ConditionExpression"] = "attribute_not_exists(#nk)"
+            body["ExpressionAttributeNames"] = {"#nk": NCHUNKS}
+        return {"Put" if write.tombstone else "Delete": body}
 
     def _register(self, registry_sk: str) -> dict[str, Any]:
         return {
@@ -403,6 +414,7 @@ class DynamoDBStorePort:
                 projection=", ".join(names),
                 names=names,
             )
+        found = [i for i in found if GONE not in i]  # a tombstone: no item
         chunks = yield from self._chunks(found)
         by_key = {(s(i, PK), s(i, SK)): self._decode(i, chunks) for i in found}
         results: list[StoredItem | None] = []
@@ -445,9 +457,15 @@ class DynamoDBStorePort:
             group = actions[start : start + TRANSACT_MAX_ITEMS]
             yield from transact(group, list(range(len(group))))  # changed meanwhile: skipped
 
-    def put(self, items: list[StoredItem], deletes: list[ItemKey], now_ms: int) -> Op[None]:
+    def put(
+        self,
+        items: list[StoredItem],
+        deletes: list[ItemKey],
+        now_ms: int,
+        tombstones: bool = False,
+    ) -> Op[None]:
         writes = [_Write(self.address(i.namespace, i.key), i, i.namespace) for i in items]
-        writes += [_Write(self.address(ns, k), None, ns) for ns, k in deletes]
+        writes += [_Write(self.address(ns, k), None, ns, tombstone=tombstones) for ns, k in deletes]
         # everything is built (and refused) before the first request
         for write in writes:
             if not write.address.fits and write.stored is not None:
@@ -463,7 +481,7 @@ class DynamoDBStorePort:
         new_partitions = {}
         for index, write in enumerate(writes):
             if write.stored is None:
-                actions.append(self._delete(write.address, conditional=True))
+                actions.append(self._delete(write, conditional=True))
             else:
                 writes[index] = write = self._encode(write.stored, write.address)
                 actions.append(self._update(write, now_ms))
@@ -492,6 +510,48 @@ class DynamoDBStorePort:
         for sk, (_, verify) in names.items():
             self.named[sk] = self.named.get(sk, False) or verify
 
+    def adopt(self, items: list[StoredItem], now_ms: int) -> Op[None]:
+        """Each item a conditional ``PutItem`` (``attribute_not_exists`` of the key: no item,
+        live or expired, and no tombstone there), after its partition's registry entry, its
+        namespace list entry (marked: an adoption refused leaves it checked on list) and its
+        chunks (a refused one's are orphans ``sweep`` removes)."""
+        writes = [
+            self._encode(i, address)
+            for i in items
+            if (address := self.address(i.namespace, i.key)).fits
+        ]
+        new = {w.address.registry_sk for w in writes} - self.registered
+        names = self._names(writes, split=True)
+        meta = [self._register(sk) for sk in new] + [self._name(*e) for e in names.values()]
+        for group, owners in _transactions(meta, [0] * len(meta)):
+            yield from transact(group, owners)
+        chunks = [c for w in writes for c in w.chunks]
+        if chunks:
+            yield from batch_write(self.table, [{"PutRequest": {"Item": c}} for c in chunks])
+        puts = [
+            {
+                "TableName": self.table,
+                "Item": {**w.item, CREATED: N(w.stored.created_us if w.stored else 0)},
+                "ConditionExpression": "attribute_not_exists(#pk)",
+                "ExpressionAttributeNames": {"#pk": PK},
+            }
+            for w in writes
+        ]
+        # one conditional PutItem each, several at once; something there: left as it is
+        yield Parallel(tuple(transact([{"Put": put}], [0]) for put in puts))
+        self.registered.update(new)
+        for sk, (_, verify) in names.items():
+            self.named[sk] = self.named.get(sk, False) or verify
+
+    def switch_done(self, mark: bool = False) -> Op[bool]:
+        marker = key(self.names_pk, DONE_MARKER)
+        if mark:
+            yield Call("put_item", {"TableName": self.table, "Item": marker})
+        reply = yield Call(
+            "get_item", {"TableName": self.table, "Key": marker, "ConsistentRead": True}
+        )
+        return bool(reply.get("Item"))
+
     def _names(self, writes: list[_Write], *, split: bool) -> dict[str, tuple[Namespace, bool]]:
         """The namespace list entries ``writes`` need, by sort key: (namespace, marked) for
         each namespace this process has not listed yet, or has listed as sure while a write
@@ -516,7 +576,10 @@ class DynamoDBStorePort:
         )
         old = result.get("Item")
         if write.stored is None:
-            yield Call("delete_item", self._delete(address, conditional=False)["Delete"])
+            action = self._delete(write, conditional=False)
+            yield Call(
+                "put_item" if write.tombstone else "delete_item", next(iter(action.values()))
+            )
         else:
             expired = old is not None and EXPIRES in old and (n(old, EXPIRES) or 0) <= now_ms
             update = self._update(write, now_ms, conditional=False, reset_created=expired)
@@ -536,7 +599,7 @@ class DynamoDBStorePort:
         queries = []
         server_filter = filter_expression(conditions)
         for pk, begins in partitions:
-            params = query_params(self.table, pk, begins=begins, projection=attrs)
+            params = query_params(self.table, pk, begins=begins, projection=[*attrs, GONE])
             if server_filter is not None:
                 expression, names, values = server_filter
                 params["FilterExpression"] = expression
@@ -544,7 +607,7 @@ class DynamoDBStorePort:
                 params["ExpressionAttributeValues"].update(values)
             queries.append(query_all(params))
         pages = yield Parallel(tuple(queries))
-        return [item for page in pages for item in page]
+        return [item for page in pages for item in page if GONE not in item]
 
     def search(self, query: SearchQuery) -> Op[list[StoredItem]]:
         attrs = [*READ, VECTORS] if query.vector is not None else list(READ)
@@ -649,8 +712,11 @@ class DynamoDBStorePort:
             params = query_params(
                 self.table, pk, projection=[EXPIRES, NCHUNKS, DIGEST, WRITTEN, SIZE]
             )
-            params["FilterExpression"] = "#xm <= :now OR begins_with(#sk, :k)"
-            params["ExpressionAttributeNames"].update({"#xm": EXPIRES, "#sk": SK})
+            # tombstones (``gn``) are expired since the epoch and kept
+            params["FilterExpression"] = (
+                "(#xm <= :now AND attribute_not_exists(#gn)) OR begins_with(#sk, :k)"
+            )
+            params["ExpressionAttributeNames"].update({"#xm": EXPIRES, "#sk": SK, "#gn": GONE})
             params["ExpressionAttributeValues"].update({":now": N(now_ms), ":k": S("k#")})
             items = yield from query_all(params)
             expired = [i for i in items if s(i, SK).startswith(ITEM_KIND)]
@@ -689,18 +755,6 @@ class DynamoDBStorePort:
 
 #: passed instead of chunks when the value is not needed (ordering only)
 _NO_VALUE: dict[str, dict[str, Any]] = {}
-
-
-def item_value(
-    item: dict[str, Any], chunks: dict[str, dict[str, Any]], namespace: Namespace, key: str
-) -> dict[str, Any]:
-    """The value of a store item (re-assembled, decompressed, decoded); a damaged one is
-    :class:`CorruptData` naming ``namespace`` and ``key``."""
-    try:
-        data = read_payload(item, chunks)
-    except CorruptData as exc:
-        raise exc.at(Place(namespace=namespace, key=key)) from None
-    return decode_value(data, namespace, key)
 
 
 def _transactions(

@@ -38,6 +38,13 @@ items themselves (FerretDB has no TTL monitor; MongoDB's runs once a minute); a 
 is one ``bulk_write``; ``sweep_ttl()`` is one ``delete_many``. Every operation is at most
 two commands: a put batch deletes expired items it replaces (so their ``created_at``
 starts anew) then upserts with ``$setOnInsert`` for ``created_us``.
+
+While the store reads through to a fallback (``fallback=``, :mod:`graphkeep.store.fallback`), a
+delete replaces the item's document by a tombstone of the same ``_id`` (:func:`tombstone`:
+``gone``, expired since the epoch, no ``expires_at``), a put first removes the tombstones at its
+keys, and ``adopt`` is an upsert with ``$setOnInsert`` alone: a document at the ``_id`` (item
+or tombstone) is left as it is, in one atomic write. The copy's finished marker is one document
+of ``<key_prefix>_store_meta``.
 """
 
 from __future__ import annotations
@@ -47,15 +54,15 @@ from typing import Any
 
 import bson
 import orjson
-from pymongo import DeleteOne, UpdateOne
+from pymongo import DeleteOne, ReplaceOne, UpdateOne
 
-from graphkeep.backends.mongodb.client import OnMongoDB
+from graphkeep.backends.mongodb.client import IncompleteBulkReply, OnMongoDB
 from graphkeep.backends.mongodb.documents import check_prefix
 from graphkeep.backends.mongodb.requests import Command
 from graphkeep.backends.mongodb.schema import ensure_indexes, store_indexes
 from graphkeep.construction import PrefixedPort
 from graphkeep.errors import PayloadTooLarge
-from graphkeep.port import Op
+from graphkeep.port import Op, Parallel
 from graphkeep.port.clock import datetime_of_us
 from graphkeep.store.port import Condition, ItemKey, Namespace, SearchQuery, StoredItem, Vector
 from graphkeep.store.ranking import rank
@@ -81,6 +88,9 @@ INT64 = (-(2**63), 2**63 - 1)
 ITEM_FIELDS: dict[str, Any] = {"doc": 0, "vectors": 0}
 WITH_VECTORS: dict[str, Any] = {"doc": 0}
 
+
+#: sends of a put while a fallback is attached whose bulk failed without saying why
+CONFLICT_ATTEMPTS = 3
 
 #: documents per reply when a query search reads its candidates (the executor retries with
 #: smaller batches if a server answers with a reply over the wire limit)
@@ -163,6 +173,28 @@ def item_id(namespace: Namespace, key: str) -> str:
     return f"{dotted_namespace(namespace)}\x00{key}"
 
 
+def tombstone(namespace: Namespace, key: str, now_ms: int) -> dict[str, Any]:
+    """The document a delete leaves while the store reads through to a fallback: expired
+    since the epoch (every read, search and listing leaves it out), without ``expires_at``
+    (neither the TTL index nor ``sweep_ttl`` removes it), so ``adopt`` never writes there.
+    A put with a fallback removes it first (its deletes and upserts are then two commands);
+    one without (the switch over) upserts onto it, and the item's ``created_us`` is the
+    delete's time."""
+    return {
+        "ns": dotted_namespace(namespace),
+        "key": key,
+        "gone": True,
+        "value": bson.Binary(b"{}"),
+        "doc": {},
+        "created_us": now_ms * 1000,
+        "updated_us": now_ms * 1000,
+        "expires_ms": 0,
+        "expires_at": None,
+        "embedded": False,
+        "vectors": [],
+    }
+
+
 def item_of(doc: Mapping[str, Any]) -> StoredItem:
     namespace, key = namespace_from_dotted(doc["ns"]), doc["key"]
     return StoredItem(
@@ -233,9 +265,82 @@ class MongoDBStorePort(PrefixedPort):
         yield from self._refresh(list(stale.values()), now_ms)
         return items
 
-    def put(self, items: list[StoredItem], deletes: list[ItemKey], now_ms: int) -> Op[None]:
-        removals: list[Any] = [DeleteOne({"_id": item_id(ns, key)}) for ns, key in deletes]
+    def put(
+        self,
+        items: list[StoredItem],
+        deletes: list[ItemKey],
+        now_ms: int,
+        tombstones: bool = False,
+    ) -> Op[None]:
+        removals: list[Any] = [
+            ReplaceOne({"_id": item_id(ns, key)}, tombstone(ns, key, now_ms), upsert=True)
+            if tombstones
+            else DeleteOne({"_id": item_id(ns, key)})
+            for ns, key in deletes
+        ]
         upserts: list[Any] = []
+        documents = self._documents(items)
+        if tombstones:  # tombstones at the keys go first, so created_us starts anew
+            removals = [DeleteOne({"_id": i, "gone": True}) for i, _, _ in documents] + removals
+        for _id, fields, created in documents:
+            upserts.append(
+                UpdateOne(
+                    {"_id": _id},
+                    {"$set": fields, "$setOnInsert": {"created_us": created}},
+                    upsert=True,
+                )
+            )
+        # upserts by _id alone: created_us survives until the item is deleted or swept, as
+        # in PostgresStore (a put is one command; no delete of an expired item first)
+        if not (removals or upserts):
+            return
+        request = Command(self.collection, "bulk_write", (removals + upserts,), {"ordered": True})
+        for attempt in range(CONFLICT_ATTEMPTS):
+            try:
+                yield request
+                return
+            except IncompleteBulkReply:
+                # an upsert that raced an adoption of its _id, told apart by FerretDB 1.x from
+                # no other failure: every write of the bulk is idempotent, so it is sent again
+                if not tombstones or attempt == CONFLICT_ATTEMPTS - 1:
+                    raise
+
+    def adopt(self, items: list[StoredItem], now_ms: int) -> Op[None]:
+        # $setOnInsert alone: a document at the _id (an item, live or expired, or a
+        # tombstone) is left as it is. One update_one per item, several at once: two
+        # adopters racing to insert one _id get a duplicate key error, which the executor
+        # sends again and which then finds the document (a bulk's write error is not
+        # always told apart on FerretDB 1.x: IncompleteBulkReply)
+        adoptions = tuple(
+            self._adopt_one(_id, {**fields, "created_us": created})
+            for _id, fields, created in self._documents(items)
+        )
+        if adoptions:
+            yield Parallel(adoptions)
+
+    def _adopt_one(self, _id: str, document: dict[str, Any]) -> Op[None]:
+        yield Command(
+            self.collection,
+            "update_one",
+            ({"_id": _id}, {"$setOnInsert": document}),
+            {"upsert": True},
+        )
+
+    def switch_done(self, mark: bool = False) -> Op[bool]:
+        meta = f"{self.collection}_meta"
+        if mark:
+            yield Command(
+                meta,
+                "update_one",
+                ({"_id": "fallback-done"}, {"$set": {"done": True}}),
+                {"upsert": True},
+            )
+        found = yield Command(meta, "find", ({"_id": "fallback-done"},), {})
+        return bool(found)
+
+    def _documents(self, items: list[StoredItem]) -> list[tuple[str, dict[str, Any], int]]:
+        """(_id, fields, created_us) of each item's document, its size checked first."""
+        documents = []
         for item in items:
             data = encode_value(item.value)
             if len(data) > MAX_VALUE_BYTES:
@@ -254,23 +359,15 @@ class MongoDBStorePort(PrefixedPort):
                 "expires_ms": expires,
                 "expires_at": None if expires is None else datetime_of_us(expires * 1000),
                 "ttl_minutes": item.ttl_minutes,
+                "gone": False,
                 "embedded": bool(item.vectors),
                 "vectors": [
                     {"path": v.path, "digest": v.digest, "data": bson.Binary(v.data)}
                     for v in item.vectors
                 ],
             }
-            upserts.append(
-                UpdateOne(
-                    {"_id": _id},
-                    {"$set": fields, "$setOnInsert": {"created_us": item.created_us}},
-                    upsert=True,
-                )
-            )
-        # upserts by _id alone: created_us survives until the item is deleted or swept, as
-        # in PostgresStore (a put is one command; no delete of an expired item first)
-        if removals or upserts:
-            yield Command(self.collection, "bulk_write", (removals + upserts,), {"ordered": True})
+            documents.append((_id, fields, item.created_us))
+        return documents
 
     def search(self, query: SearchQuery) -> Op[list[StoredItem]]:
         if query.limit == 0:

@@ -43,7 +43,7 @@ CLIENT_COMMANDS = (
     "zrangebylex",
     "zrevrangebylex",
     "memory|usage",
-    # a thread's settled mark (fallback=: graphkeep.moving)
+    # a thread's settled mark, the store's fallback copy finished (fallback=: graphkeep.moving)
     "exists",
     "set",
     # redis-py: a connection's handshake and health check, a cluster's slot map; CLIENT

@@ -11,6 +11,9 @@ script in one slot::
     <prefix>:m1:{<partition>}:n / :l   item count per namespace, namespaces in lexical order
     <prefix>:m1:{<partition>}:o:<ns>   ZSET  a namespace's items by updated_us
     <prefix>:m1:{<partition>}:w:<ns>   HASH  a namespace's embeddings (float32)
+    <prefix>:m1:{<partition>}:g        HASH  tombstones: members deleted while the store read
+                                             through to a fallback (never adopted again)
+    <prefix>:m1:fallback-done          STRING the fallback copy has finished (store copy --all)
     <prefix>:m1:parts                  SET   partitions (read only by searches and listings
                                              whose prefix is shorter than a partition)
 
@@ -403,11 +406,34 @@ class RedisStorePort:
         for indexes, (reply,) in zip(chunks, replies, strict=True):
             for i, entry in zip(indexes, reply, strict=True):
                 if entry:
-                    record, expires, blob = entry
-                    found[i] = _stored(_item_member(*keys[i]), record, expires, blob)
+                    record, expires, blob, ttl_ms = entry
+                    found[i] = stored = _stored(_item_member(*keys[i]), record, expires, blob)
+                    stored.ttl_minutes = int(ttl_ms) / 60_000 if ttl_ms else None
         return found
 
-    def put(self, items: list[StoredItem], deletes: list[ItemKey], now_ms: int) -> Op[None]:
+    def put(
+        self,
+        items: list[StoredItem],
+        deletes: list[ItemKey],
+        now_ms: int,
+        tombstones: bool = False,
+    ) -> Op[None]:
+        yield from self._write(items, deletes, now_ms, "t" if tombstones else "")
+
+    def adopt(self, items: list[StoredItem], now_ms: int) -> Op[None]:
+        """The put script in its adopting mode: each item written only where its partition
+        holds no record and no tombstone (``g``) of it, in the one atomic call."""
+        yield from self._write(items, [], now_ms, "a")
+
+    def switch_done(self, mark: bool = False) -> Op[bool]:
+        marker = f"{self.prefix}:{FORMAT}:fallback-done"
+        if mark:
+            yield Command(("SET", marker, "1"))
+        return bool((yield Command(("EXISTS", marker))))
+
+    def _write(
+        self, items: list[StoredItem], deletes: list[ItemKey], now_ms: int, mode: str
+    ) -> Op[None]:
         groups: dict[Namespace, tuple[list[StoredItem], list[ItemKey]]] = {}
         for item in items:
             groups.setdefault(self.partition(item.namespace), ([], []))[0].append(item)
@@ -424,7 +450,7 @@ class RedisStorePort:
             yield Command(("SADD", self.registry, *fresh))
         calls = []
         for partition, (puts, dels) in groups.items():
-            calls += self._put_calls(partition, puts, dels, now_ms)
+            calls += self._put_calls(partition, puts, dels, now_ms, mode)
         yield from self._run(calls)
         self._registered.update(fresh)
         for partition, (puts, _) in groups.items():
@@ -434,7 +460,12 @@ class RedisStorePort:
                 self._written.put((partition,), list(dict.fromkeys([*known, *new]))[-WRITTEN:])
 
     def _put_calls(
-        self, partition: Namespace, puts: list[StoredItem], dels: list[ItemKey], now_ms: int
+        self,
+        partition: Namespace,
+        puts: list[StoredItem],
+        dels: list[ItemKey],
+        now_ms: int,
+        mode: str,
     ) -> list[Call]:
         """A partition's writes cut into calls of at most MAX_ARGS arguments (less
         HEADROOM, and room for as many old index entries as the new item has)."""
@@ -442,7 +473,7 @@ class RedisStorePort:
         chunk_puts: list[StoredItem] = []
         chunk_dels: list[ItemKey] = []
         namespaces: set[Namespace] = set()
-        used = OVERHEAD + 6 + 2
+        used = OVERHEAD + 6 + 4
         ops: list[StoredItem | ItemKey] = [*puts, *dels]
         for item in ops:
             namespace = item.namespace if isinstance(item, StoredItem) else item[0]
@@ -452,10 +483,10 @@ class RedisStorePort:
             else:
                 cost += 1
             if (chunk_puts or chunk_dels) and used + cost > MAX_ARGS - HEADROOM:
-                calls.append(self._put_call(partition, chunk_puts, chunk_dels, now_ms))
+                calls.append(self._put_call(partition, chunk_puts, chunk_dels, now_ms, mode))
                 cost += 0 if namespace not in namespaces else 2  # declared anew in the next
                 chunk_puts, chunk_dels, namespaces = [], [], set()
-                used = OVERHEAD + 6 + 2
+                used = OVERHEAD + 6 + 4
             if isinstance(item, StoredItem):
                 chunk_puts.append(item)
             else:
@@ -463,14 +494,20 @@ class RedisStorePort:
             namespaces.add(namespace)
             used += cost
         if chunk_puts or chunk_dels:
-            calls.append(self._put_call(partition, chunk_puts, chunk_dels, now_ms))
+            calls.append(self._put_call(partition, chunk_puts, chunk_dels, now_ms, mode))
         return calls
 
     def _put_call(
-        self, partition: Namespace, puts: list[StoredItem], dels: list[ItemKey], now_ms: int
+        self,
+        partition: Namespace,
+        puts: list[StoredItem],
+        dels: list[ItemKey],
+        now_ms: int,
+        mode: str,
     ) -> Call:
-        args: list[Any] = [now_ms, len(puts)]
-        keys: dict[str, None] = {}
+        args: list[Any] = [now_ms, len(puts), mode]
+        # the partition's tombstones (a delete with a fallback leaves one; adopt reads them)
+        keys: dict[str, None] = {f"{self.stem(partition)}g": None} if mode else {}
         for item in puts:
             member = _item_member(item.namespace, item.key)
             args += [
@@ -495,8 +532,8 @@ class RedisStorePort:
                 half = len(ops) // 2
                 first, second = ops[:half], ops[half:]
                 return (
-                    self._put_call(partition, *_split_ops(first), now_ms),
-                    self._put_call(partition, *_split_ops(second), now_ms),
+                    self._put_call(partition, *_split_ops(first), now_ms, mode),
+                    self._put_call(partition, *_split_ops(second), now_ms, mode),
                 )
 
             call.parts = halves

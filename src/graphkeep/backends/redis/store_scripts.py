@@ -17,9 +17,12 @@ and per namespace, in the same slot (their names extend the fixed keys' common s
                         [[path, digest], ...], then every vector's float32 data
 
 so a search of one namespace (or a few) reads only its items, whatever else the partition
-holds. ``ns`` is the namespace's labels joined by ``.``; labels hold neither ``.`` nor NUL,
-so ``ns .. "\\0"`` and ``ns .. "."`` bound a namespace and its descendants. With the Query
-Engine (``vector_index=True``) every embedding is also a hash ``XP<sha1(member)>:<n>``.
+holds. While the store reads through to a fallback, ``<stem>g`` HASH holds tombstones, the
+members deleted meanwhile (the put script's ``t`` mode writes them; its ``a`` mode, an
+adoption, never writes over one or over any record). ``ns`` is the namespace's labels
+joined by ``.``; labels hold neither ``.`` nor NUL, so ``ns .. "\\0"`` and ``ns .. "."``
+bound a namespace and its descendants. With the Query Engine (``vector_index=True``) every
+embedding is also a hash ``XP<sha1(member)>:<n>``.
 
 **Every key a script touches is declared.** KEYS[7...] are the per-namespace keys, vector
 index entries (and the index itself, a key to ``FT.SEARCH``) the caller computed; ARGV[1]
@@ -233,7 +236,7 @@ for i = 3, #ARGV, 2 do
     local at = ARGV[i + 1] == '1' and refresh(member, now) or expiry(member)
     local vectors = false
     if ARGV[2] == '1' then vectors = vectors_of(member) or false end
-    out[#out + 1] = {record, at, vectors}
+    out[#out + 1] = {record, at, vectors, redis.call('HGET', T, member) or false}
   else
     out[#out + 1] = false
   end
@@ -245,11 +248,17 @@ return done(out)
 PUT = (
     PRELUDE
     + r"""
--- ARGV: now, n_puts, then per put: member, created(8 bytes), rest (updated(8) + value),
---       updated_us, expires_ms or '', ttl_ms or '', vectors or ''; then members to delete
+-- ARGV: now, n_puts, mode, then per put: member, created(8 bytes), rest (updated(8) +
+--       value), updated_us, expires_ms or '', ttl_ms or '', vectors or ''; then members to
+--       delete. mode: '' a put; 't' a put whose deletes leave a tombstone in the partition's
+--       `g` hash (a store reading through to a fallback); 'a' an adoption: each item is
+--       written only where the partition holds no record and no tombstone of its member
 local now = tonumber(ARGV[1])
 local n = tonumber(ARGV[2])
-local i = 3
+local mode = ARGV[3]
+local G = STEM .. 'g'
+if mode ~= '' then declared(G, UNDECLARED) end
+local i = 4
 for _ = 1, n do
   covered(ARGV[i], UNDECLARED)
   entries_declared(ARGV[i], ARGV[i + 6], UNDECLARED)
@@ -258,10 +267,14 @@ end
 for j = i, #ARGV do covered(ARGV[j], UNDECLARED) end
 if #UNDECLARED > 0 then return again() end
 purge(now, PURGE, false)
-i = 3
+i = 4
 for _ = 1, n do
   local member = ARGV[i]
   local ns = ns_of(member)
+  if mode == 'a' and (redis.call('HEXISTS', I, member) == 1
+                      or redis.call('HEXISTS', G, member) == 1) then
+    i = i + 7
+  else
   -- an expired item the purge did not reach yet is replaced, not updated
   if not live(member, now) then remove(member) end
   local old = redis.call('HGET', I, member)
@@ -289,8 +302,12 @@ for _ = 1, n do
     redis.call('HDEL', vectors_key(ns), member)
   end
   i = i + 7
+  end
 end
-for j = i, #ARGV do remove(ARGV[j]) end
+for j = i, #ARGV do
+  remove(ARGV[j])
+  if mode == 't' then redis.call('HSET', G, ARGV[j], '1') end
+end
 return done(redis.call('HLEN', I))
 """
 )
