@@ -501,3 +501,23 @@ def test_the_store_command_reads_an_encrypted_store_with_graphkeep_keys(
     monkeypatch.setenv("GRAPHKEEP_KEYS", f"a:{base64.b64encode(KEY).decode()}")
     read = gk("store", "get", graphkeep_url, "users/u1", "profile")
     assert read.code == 0 and MARKER in read.out, read.out + read.err
+
+
+def test_an_item_read_through_from_a_fallback_is_stored_sealed(
+    graphkeep_backend: str, graphkeep_url: str
+) -> None:
+    from langgraph.store.memory import InMemoryStore
+
+    before = InMemoryStore()
+    before.put(("users", "u1"), "profile", {"name": MARKER})
+    before.put(("users", "u2"), "profile", {"name": MARKER + " two"})
+    options = {**options_of(graphkeep_backend), "encryption": ring("a"), "fallback": before}
+    with graphkeep.connect_store(graphkeep_url, **options) as store:
+        got = store.get(("users", "u1"), "profile")  # read through, copied in, sealed
+        assert got is not None and got.value == {"name": MARKER}
+        store.put(("users", "u2"), "profile", {"name": "changed"})
+        store.delete(("users", "u2"), "profile")  # a tombstone: never read through again
+        assert store.get(("users", "u2"), "profile") is None
+    assert MARKER.encode() not in everything_stored(graphkeep_backend, graphkeep_url)
+    with graphkeep.connect_store(graphkeep_url, **options_of(graphkeep_backend)) as plain:
+        raises_kind("unknown_key", lambda: plain.get(("users", "u1"), "profile"))

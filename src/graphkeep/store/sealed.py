@@ -73,7 +73,7 @@ class SealedStorePort:
         self.inner = port
         self.ring = ring
 
-    def __getattr__(self, name: str) -> Any:  # setup, namespaces, sweep: the backend's
+    def __getattr__(self, name: str) -> Any:  # setup, namespaces, sweep, switch_done: no values
         return getattr(self.inner, name)
 
     # -- sealing and opening -------------------------------------------------------------
@@ -128,8 +128,19 @@ class SealedStorePort:
         found = yield from self.inner.get(keys, refresh, now_ms, False)
         return [None if item is None else self.open(item) for item in found]
 
-    def put(self, items: list[StoredItem], deletes: list[ItemKey], now_ms: int) -> Op[None]:
-        yield from self.inner.put([self.seal(item) for item in items], deletes, now_ms)
+    def put(
+        self,
+        items: list[StoredItem],
+        deletes: list[ItemKey],
+        now_ms: int,
+        tombstones: bool = False,
+    ) -> Op[None]:
+        sealed = [self.seal(item) for item in items]
+        yield from self.inner.put(sealed, deletes, now_ms, tombstones)
+
+    def adopt(self, items: list[StoredItem], now_ms: int) -> Op[None]:
+        """A fallback's items copied in (``fallback=``): sealed like any other write."""
+        yield from self.inner.adopt([self.seal(item) for item in items], now_ms)
 
     def search(self, query: SearchQuery) -> Op[list[StoredItem]]:
         if not query.conditions and query.vector is None:
