@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,11 +69,11 @@ def open_custom(factory: SaverFactory, url: str, *, serde: Any = None) -> Iterat
     option, spec = factory.option, factory.spec
     try:
         manager = factory.open(url) if takes_url(factory.open) else factory.open()
-        enter = manager.__enter__
+        if not isinstance(manager, AbstractContextManager):
+            raise TypeError(f"it returned a {type(manager).__name__}, not a context manager")
     except Exception as exc:  # the app's factory may fail in any way
         raise UsageError(f"{option} {spec}: {type(exc).__name__}: {exc}") from exc
-    saver = enter()
-    try:
+    with manager as saver:
         if not isinstance(saver, BaseCheckpointSaver):
             raise UsageError(
                 f"{option} {spec} yielded a {type(saver).__name__}, not a LangGraph"
@@ -82,11 +82,6 @@ def open_custom(factory: SaverFactory, url: str, *, serde: Any = None) -> Iterat
         if serde is not None:
             saver.serde = serde
         yield Foreign(url, saver, CUSTOM)
-    except BaseException as exc:
-        if not manager.__exit__(type(exc), exc, exc.__traceback__):
-            raise
-    else:
-        manager.__exit__(None, None, None)
 
 
 @contextmanager

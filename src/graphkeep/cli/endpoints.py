@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from langgraph.store.base import BaseStore
 
@@ -30,7 +30,7 @@ from graphkeep.connect import BACKENDS
 from graphkeep.encryption import KEYS_ENV, KeyRing
 from graphkeep.errors import ConfigurationError
 from graphkeep.moving import openers, rivals
-from graphkeep.moving.openers import SQLITE_SCHEMES
+from graphkeep.moving.openers import SQLITE_SCHEMES, entered
 from graphkeep.port import Op
 
 GRAPHKEEP_OR_SQLITE = "redis://host:6379/0 or sqlite:///file.db"
@@ -126,29 +126,27 @@ def _foreign_opener(
     return sqlite if scheme in SQLITE_SCHEMES else postgres
 
 
-@contextmanager
 def _connected(
     connect: Callable[..., AbstractContextManager[Any]],
     url: str,
     options: Mapping[str, Any],
     hint: str = "",
-) -> Iterator[Any]:
+) -> AbstractContextManager[Any]:
     """``connect(url, **options)`` entered; a bad URL or option is a usage error."""
-    try:
-        manager = connect(url, **{k: v for k, v in options.items() if v is not None})
-        opened = manager.__enter__()
-    except ConfigurationError as exc:
+
+    def usage(exc: Exception) -> UsageError | None:
+        if not isinstance(exc, ConfigurationError):
+            return None
         message = str(exc)
         if hint and "unsupported URL scheme" in message:
             message += hint
-        raise UsageError(message) from exc
+        return UsageError(message)
+
     try:
-        yield opened
-    except BaseException as exc:
-        if not manager.__exit__(type(exc), exc, exc.__traceback__):
-            raise
-    else:
-        manager.__exit__(None, None, None)
+        manager = connect(url, **{k: v for k, v in options.items() if v is not None})
+    except ConfigurationError as exc:
+        raise cast(UsageError, usage(exc)) from exc
+    return entered(url, manager, usage, keep=())
 
 
 def key_ring() -> KeyRing | None:

@@ -33,6 +33,7 @@ from langgraph.store.base import BaseStore, Item
 from graphkeep.cli.arguments import import_object
 from graphkeep.cli.console import MASK, NotFound, UsageError, safe_url
 from graphkeep.errors import StorageUnavailable
+from graphkeep.moving.openers import entered
 
 RIVAL_SCHEMES = ("langgraph-redis", "langgraph-mongodb", "langgraph-dynamodb")
 INSTALL = "pip install 'graphkeep[migrate]'"
@@ -150,24 +151,16 @@ def _ttl(url: _Url) -> dict[str, Any] | None:
     return ttl or None
 
 
-@contextmanager
-def _reached(url: str, manager: AbstractContextManager[Any]) -> Iterator[Any]:
+def _reached(url: str, manager: AbstractContextManager[Any]) -> AbstractContextManager[Any]:
     """``manager`` entered; a failure to reach the server as one StorageUnavailable line."""
-    try:
-        opened = manager.__enter__()
-    except (UsageError, NotFound):
-        raise
-    except Exception as exc:
-        raise StorageUnavailable(
+    return entered(
+        url,
+        manager,
+        lambda exc: StorageUnavailable(
             f"{safe_url(url)} is unavailable ({type(exc).__name__}: {exc})"
-        ) from exc
-    try:
-        yield opened
-    except BaseException as exc:
-        if not manager.__exit__(type(exc), exc, exc.__traceback__):
-            raise
-    else:
-        manager.__exit__(None, None, None)
+        ),
+        keep=(UsageError, NotFound),
+    )
 
 
 # -- opening ---------------------------------------------------------------------------

@@ -112,17 +112,34 @@ def open_failed(url: str, exc: BaseException) -> GraphkeepError:
 
 
 @contextmanager
-def entered(url: str, manager: AbstractContextManager[T]) -> Iterator[T]:
-    """``manager`` (what opens ``url``) entered; a failure to open it is :func:`open_failed`'s
-    (graphkeep's own errors as they are); what the block raises is not touched."""
+def entered(
+    url: str,
+    manager: AbstractContextManager[T],
+    failure: Callable[[Exception], BaseException | None] | None = None,
+    keep: tuple[type[BaseException], ...] = (GraphkeepError,),
+) -> Iterator[T]:
+    """``manager`` (what opens ``url``) entered. A failure to enter it is ``failure(exc)``
+    (:func:`open_failed`'s one line by default; ``None``: raised as it is), those of
+    ``keep`` (graphkeep's own errors) raised as they are; what the block raises is not
+    touched, and ``manager`` is exited as ``with`` would."""
     try:
         opened = manager.__enter__()
-    except GraphkeepError:
+    except keep:
         raise
     except Exception as exc:
-        raise open_failed(url, exc) from exc
-    try:
+        mapped = open_failed(url, exc) if failure is None else failure(exc)
+        if mapped is None:
+            raise
+        raise mapped from exc
+    with _exiting(manager):
         yield opened
+
+
+@contextmanager
+def _exiting(manager: AbstractContextManager[Any]) -> Iterator[None]:
+    """Exit an entered ``manager`` after the block, handing it what the block raised."""
+    try:
+        yield
     except BaseException as exc:
         if not manager.__exit__(type(exc), exc, exc.__traceback__):
             raise
