@@ -519,16 +519,22 @@ def test_capacity_units_follow_aws_rules_for_each_api_call(
     assert units(probe, lambda: client.query(**between)) == (0, 0.5)  # 3,000 B
 
 
-@pytest.mark.mongodb
-def test_quick_mongodb_suite_reports_the_encryption_cost_rows(tmp_path: Path) -> None:
-    """Issue 47's rows on MongoDB (the Redis and DynamoDB suites' are checked with theirs)."""
+def three_turns(suite: str, out: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m bench --suite SUITE`` on 3 turns, one round, no growth turns: succeeded."""
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "--suite", "mongodb", "--turns", "3",
+        [sys.executable, "-m", "bench", "--suite", suite, "--turns", "3",
          "--rounds", "1", "--history-runs", "1", "--growth-turns", "0", "--no-chart",
-         "--out", str(tmp_path)],
+         "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+@pytest.mark.mongodb
+def test_quick_mongodb_suite_reports_the_encryption_cost_rows(tmp_path: Path) -> None:
+    """Issue 47's rows on MongoDB (the Redis and DynamoDB suites' are checked with theirs)."""
+    done = three_turns(suite="mongodb", out=tmp_path)
     rows = encryption_section(done.stdout)
     assert rows == encryption_section((tmp_path / "mongodb.md").read_text())
     assert "graphkeep-enc = graphkeep with encryption=KeyRing(...)" in done.stdout
@@ -538,13 +544,7 @@ def test_quick_mongodb_suite_reports_the_encryption_cost_rows(tmp_path: Path) ->
 def test_quick_dynamodb_suite_reports_capacity_units_per_turn_beside_the_rivals(
     tmp_path: Path,
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "--suite", "dynamodb", "--turns", "3",
-         "--rounds", "1", "--history-runs", "1", "--growth-turns", "0", "--no-chart",
-         "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = three_turns(suite="dynamodb", out=tmp_path)
     section = done.stdout.split("### Capacity units per turn")[1].split("###")[0]
     rows: dict[tuple[str, str], list[str]] = {}
     for line in section.splitlines():
