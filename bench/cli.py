@@ -15,9 +15,10 @@ graphkeep backend has not landed yet prints ``skipped: backend not available yet
 (exit status 0); a suite asked for by name that cannot reach its server fails.
 The redis, mongodb and dynamodb suites also run graphkeep's W50 turns in lockstep with and
 without ``saver.exclusive`` (issue 45's cost rows: requests/turn with the lease's counted
-apart, ms/turn and their paired ratio); the concurrency suite runs graphkeep through
-``saver.exclusive`` at each N, one run per thread and N runs sharing few threads (the
-lease's wait under contention).
+apart, ms/turn and their paired ratio), and with and without ``encryption=`` (issue 47's
+rows: ms/turn, their paired ratio and a thread's stored bytes both ways); the concurrency
+suite runs graphkeep through ``saver.exclusive`` at each N, one run per thread and N runs
+sharing few threads (the lease's wait under contention).
 The ``store``, ``live``, ``concurrency``, ``effects`` and ``hot`` suites have their own
 workloads and reports (:mod:`.suites.store`, :mod:`.suites.live`: watch latency and run event
 logs on every backend, and PUBLISH per event on the same Redis; :mod:`.suites.concurrency`: N
@@ -42,6 +43,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from bench import lockstep, report
 from bench.probes import Probe
 from bench.suites import (
+    ENCRYPTED,
     EXCLUSIVE,
     SUITES,
     BenchError,
@@ -160,11 +162,16 @@ def _in_lockstep(
 
 
 def run_lockstep(
-    suite: Suite, contenders: Sequence[Contender], options: Options
+    suite: Suite,
+    contenders: Sequence[Contender],
+    options: Options,
+    results: Sequence[Result] = (),
 ) -> tuple[list[str], list[tuple[str, bool]]]:
     """The suite's lockstep contenders on W50 (:mod:`bench.lockstep`), then its baseline
-    with and without ``saver.exclusive`` (when the suite gives ``lease_requests``): the
-    report's sections and the cost targets; nothing when the suite names none."""
+    with and without ``saver.exclusive`` (when the suite gives ``lease_requests``) and
+    with and without ``encryption=`` (when the suite has the :data:`ENCRYPTED` contender;
+    the stored bytes from ``results``): the report's sections and the cost targets; nothing
+    when the suite names none."""
     by = {c.name: c for c in contenders if isinstance(c, InProcess)}
     lines: list[str] = []
     targets: list[tuple[str, bool]] = []
@@ -177,6 +184,18 @@ def run_lockstep(
         pair = [(base.name, base.open), (EXCLUSIVE, exclusive_opener(base.open))]
         more_lines, more_targets = lockstep.exclusive_rows(
             _in_lockstep(suite, pair, options), base.name, EXCLUSIVE, suite.lease_requests
+        )
+        lines, targets = lines + more_lines, targets + more_targets
+    sealed = by.get(ENCRYPTED)
+    if base is not None and sealed is not None:
+        stored = {
+            r.saver: r.stored_bytes
+            for r in results
+            if r.workload == GROWTH_WORKLOAD and r.saver in (base.name, sealed.name)
+        }
+        pair = [(base.name, base.open), (sealed.name, sealed.open)]
+        more_lines, more_targets = lockstep.encryption_rows(
+            _in_lockstep(suite, pair, options), base.name, sealed.name, stored
         )
         lines, targets = lines + more_lines, targets + more_targets
     return lines, targets
@@ -248,7 +267,7 @@ def run_suite(suite: Suite, options: Options, out: Path, chart: bool) -> list[Re
         notes=suite.notes,
         workloads=WORKLOADS,
     )
-    lockstep_lines, lockstep_targets = run_lockstep(suite, contenders, options)
+    lockstep_lines, lockstep_targets = run_lockstep(suite, contenders, options, results)
     targets = (
         suite.targets(results) + lockstep_targets + report.large_targets(large, suite.baseline)
     )

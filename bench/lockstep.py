@@ -1,4 +1,5 @@
-"""Savers measured turn by turn in lockstep: the telemetry cost rows of issue 22.
+"""Savers measured turn by turn in lockstep: the telemetry cost rows of issue 22, the
+``saver.exclusive`` rows of issue 45 and the encryption rows of issue 47.
 
 The rounds run each contender on its own, one after the other, so a slow minute of the
 machine (another process, a compaction on the server) lands on one contender only: on a
@@ -14,12 +15,13 @@ from __future__ import annotations
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
 from bench.probes import LEASE_METHODS, LEASE_WITH_READ
+from bench.render import kib
 from bench.workloads import Opened, Workload, human_message, turn_runner
 
 #: the at-most ratio of issue 22's cost target (ms/turn with telemetry over without)
@@ -27,6 +29,8 @@ MAX_OVERHEAD = 1.05
 #: the at-most ratio of issue 45's cost target (ms/turn through ``saver.exclusive`` over
 #: the bare graph's)
 MAX_EXCLUSIVE_OVERHEAD = 1.03
+#: the at-most ratio of issue 47's cost target (ms/turn with ``encryption=`` over without)
+MAX_ENCRYPTION_OVERHEAD = 1.05
 
 
 @dataclass
@@ -235,4 +239,48 @@ def exclusive_rows(
             ratio <= MAX_EXCLUSIVE_OVERHEAD,
         )
     )
+    return lines, targets
+
+
+def encryption_rows(
+    paired: Sequence[Paired], off: str, on: str, stored: Mapping[str, int | None]
+) -> tuple[list[str], list[tuple[str, bool]]]:
+    """Issue 47's cost rows: contender ``on`` (the saver with ``encryption=``, every record
+    sealed with AES-256-GCM at its place) against ``off`` (the same saver without), turns in
+    lockstep; ``stored``: each one's stored bytes for one W50 thread (the rounds' median,
+    None: the suite does not measure them)."""
+    by = {p.saver: p for p in paired}
+    base, ours = by[off], by[on]
+    lines = [
+        "",
+        "### Encryption cost (W50, turns in lockstep)",
+        "",
+        f"{off} without encryption, {on} with `encryption=KeyRing(...)` (AES-256-GCM under one"
+        " 256-bit key, every checkpoint, channel value, list element and pending write sealed"
+        f" at its place); {len(ours.samples_ms)} turns each, alternating turn by turn on"
+        f" threads of their own; ratio = median over turns of the turn's time over {off}'s"
+        " same turn; stored = one W50 thread's stored KiB after its turns (the rounds' median,"
+        " as in the table above).",
+        "",
+        "| saver | ms/turn (median) | ratio | stored KiB / thread | stored ratio |",
+        "|---|---|---|---|---|",
+    ]
+    plain = stored.get(off)
+    for p in (base, ours):
+        ratio = 1.0 if p is base else paired_ratio(p, base)
+        size = stored.get(p.saver)
+        size_cell = kib(size)
+        size_ratio = f"{size / plain:.3f} x" if size is not None and plain else "n/a"
+        lines.append(
+            f"| {p.saver} | {p.ms_per_turn:.2f} | {ratio:.3f} x | {size_cell} | {size_ratio} |"
+        )
+    ratio = paired_ratio(ours, base)
+    targets = [
+        (
+            f"W50 encryption cost: at most {MAX_ENCRYPTION_OVERHEAD} x the unencrypted ms/turn"
+            f" (issue 47, turns in lockstep): {ratio:.3f} x"
+            f" ({ours.ms_per_turn:.2f} vs {base.ms_per_turn:.2f} ms)",
+            ratio <= MAX_ENCRYPTION_OVERHEAD,
+        )
+    ]
     return lines, targets

@@ -2,10 +2,14 @@
 Agent Server of ``langgraph-cli[inmem]``) started with ``"checkpointer": {"path":
 "graphkeep.server:checkpointer"}`` and ``"store": {"path": "graphkeep.server:store"}``, driven
 with the official ``langgraph-sdk``, every answer checked against what graphkeep itself reads
-back from the backend. One server per backend; every operation in one test."""
+back from the backend. One server per backend; every operation in one test. A second, short
+server per backend runs with ``GRAPHKEEP_KEYS`` (issue 47): a thread stopped at an interrupt and
+resumed, a store item the graph wrote, read back with graphkeep under the ring and with the
+backend's own client (nothing of either readable), and without the ring (``unknown_key``)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -22,8 +26,10 @@ from langgraph_sdk import get_sync_client
 from langgraph_sdk.errors import NotFoundError
 
 import graphkeep
+from graphkeep.encryption import KeyRing
 from graphkeep.errors import CorruptData
 from graphkeep.server import checkpointer_settings
+from tests.scenarios.backends import DAMAGE, dynamodb_client, mongodb_documents, redis_client
 from tests.scenarios.servers import free_port
 
 #: checkpoints are encrypted with LangGraph's own key variable
@@ -37,6 +43,11 @@ pytestmark = AGENT_SERVER_PYTHON
 SRC = Path(__file__).resolve().parents[1] / "src"
 LANGGRAPH = Path(sys.executable).parent / "langgraph"
 START_TIMEOUT = 90.0
+#: the encrypted server's ring (GRAPHKEEP_KEYS: the first id current), and another writer's
+RING_ENV = "gk2:" + base64.b64encode(os.urandom(32)).decode()
+OTHER_RING = KeyRing({"other": os.urandom(32)})
+#: what the encrypted server's thread and item hold; none of it may be stored readable
+SECRET = "enc-proof-7c41e2"
 
 GRAPH = """
 import asyncio
@@ -169,10 +180,9 @@ def _project(directory: Path, config: dict[str, Any]) -> None:
     (directory / "langgraph.json").write_text(json.dumps(config))
 
 
-@pytest.fixture
-def agent_server(graphkeep_url: str, tmp_path: Path) -> Iterator[Server]:
-    _project(tmp_path, CONFIG)
-    server = Server(tmp_path, _environment(graphkeep_url, LANGGRAPH_AES_KEY=AES_KEY))
+def _serve(directory: Path, env: dict[str, str]) -> Iterator[Server]:
+    _project(directory, CONFIG)
+    server = Server(directory, env)
     try:
         started = time.monotonic()
         server.wait_ready()
@@ -182,6 +192,17 @@ def agent_server(graphkeep_url: str, tmp_path: Path) -> Iterator[Server]:
         server.stop()
 
 
+@pytest.fixture
+def agent_server(graphkeep_url: str, tmp_path: Path) -> Iterator[Server]:
+    yield from _serve(tmp_path, _environment(graphkeep_url, LANGGRAPH_AES_KEY=AES_KEY))
+
+
+@pytest.fixture
+def encrypted_server(graphkeep_url: str, tmp_path: Path) -> Iterator[Server]:
+    """A server whose checkpointer and store seal every record with ``GRAPHKEEP_KEYS``."""
+    yield from _serve(tmp_path, _environment(graphkeep_url, GRAPHKEEP_KEYS=RING_ENV))
+
+
 def _saver(url: str) -> Any:
     """graphkeep's own saver, configured as the server's (the same URL, TTL, encryption)."""
     environ = {"GRAPHKEEP_URL": url, "LANGGRAPH_AES_KEY": AES_KEY}
@@ -189,6 +210,45 @@ def _saver(url: str) -> Any:
     url, options = checkpointer_settings(environ)
     assert options["ttl"] == 3600.0
     return graphkeep.connect(url, **options)
+
+
+def _everything_stored(backend: str, url: str) -> list[str]:
+    """Every record the test's URL holds, read with the backend's own client, as text
+    (``repr``: the strings, numbers and byte strings of every field, sub-document and
+    attribute, not only its byte strings)."""
+    if backend in ("mongodb",):
+        return [repr(doc) for _, doc in mongodb_documents(url)]
+    if backend == "dynamodb":
+        client, table_name = dynamodb_client(url)
+        tables = [t for t in client.list_tables()["TableNames"] if t.startswith(table_name)]
+        pages = [
+            page
+            for table in tables
+            for page in client.get_paginator("scan").paginate(TableName=table)
+        ]
+        return [repr(item) for page in pages for item in page["Items"]]
+    prefix = url.partition("key_prefix=")[2].partition("&")[0]
+    assert prefix, url
+    client = redis_client(url)
+    read = {
+        b"string": client.get,
+        b"hash": client.hgetall,
+        b"list": lambda key: client.lrange(key, 0, -1),
+        b"set": client.smembers,
+        b"zset": lambda key: client.zrange(key, 0, -1, withscores=True),
+        b"stream": client.xrange,
+    }
+    try:
+        keys = set(client.scan_iter(match=f"{prefix}*"))
+        keys |= set(client.scan_iter(match=f"*{{{prefix}*"))
+        records = []
+        for key in keys:
+            kind = client.type(key)
+            assert kind in read, f"{key!r} is a {kind!r}: read it here too"
+            records.append(f"{key!r}: {read[kind](key)!r}")
+        return records
+    finally:
+        client.close()
 
 
 def _values(client: Any, thread_id: str) -> dict[str, Any]:
@@ -343,6 +403,76 @@ def test_agent_server_runs_on_graphkeep(agent_server: Server, graphkeep_url: str
     log = agent_server.log
     assert "Using custom checkpointer" in log and "Using custom store" in log, log
     assert "Custom checkpointer missing" not in log, log
+    print(f"operations took {time.monotonic() - started:.1f} s")
+
+
+def test_agent_server_with_graphkeep_keys_stores_nothing_readable(
+    encrypted_server: Server, graphkeep_url: str, graphkeep_backend: str
+) -> None:
+    started = time.monotonic()
+    client = get_sync_client(url=encrypted_server.url)
+    thread_id = client.threads.create()["thread_id"]
+    config = {"configurable": {"thread_id": thread_id}}
+
+    # a run stopped at an interrupt (the graph writes a store item first), then resumed
+    client.runs.wait(thread_id, "agent", input={"items": [SECRET], "mode": "approve"})
+    state = client.threads.get_state(thread_id)
+    assert state["next"] == ["approve"]
+    [task] = state["tasks"]
+    assert task["interrupts"][0]["value"] == {"question": f"approve seen:{SECRET}?"}
+    resumed = client.runs.wait(thread_id, "agent", command={"resume": f"yes {SECRET}"})
+    assert resumed == {
+        "items": [SECRET, f"seen:{SECRET}"],
+        "mode": "approve",
+        "decision": f"yes {SECRET}",
+    }
+    assert client.threads.get_state(thread_id)["next"] == []
+    item = {"text": f"the graph saw {SECRET}"}  # stored under the key SECRET (keys stay readable)
+    assert client.store.get_item(["memories", "graph"], SECRET)["value"] == item
+    history = client.threads.get_history(thread_id, limit=100)
+
+    # graphkeep under the same ring reads what the server wrote
+    ring = KeyRing.from_env(environ={"GRAPHKEEP_KEYS": RING_ENV})
+    with graphkeep.connect(graphkeep_url, encryption=ring) as saver:
+        stored = saver.get_tuple(config)
+        assert stored is not None
+        assert stored.checkpoint["channel_values"]["decision"] == f"yes {SECRET}"
+        assert stored.checkpoint["channel_values"]["items"] == [SECRET, f"seen:{SECRET}"]
+        listed = [t.config["configurable"]["checkpoint_id"] for t in saver.list(config)]
+        assert listed == [h["checkpoint"]["checkpoint_id"] for h in history]
+    with graphkeep.connect_store(graphkeep_url, encryption=ring) as store:
+        found = store.get(("memories", "graph"), SECRET)
+        assert found is not None and found.value == item
+
+    # the backend's own client: every stored byte string, none with the state or the item in it
+    seen: list[bytes] = []
+    DAMAGE[graphkeep_backend](graphkeep_url, lambda data: seen.append(bytes(data)) and None)  # type: ignore[func-returns-value]
+    assert seen, "the backend's own client found nothing stored"
+    header = b"\x01" + bytes([len("gk2")]) + b"gk2"  # the envelope's format and key id
+    assert any(header in data for data in seen), "no record sealed under gk2"
+    records = _everything_stored(graphkeep_backend, graphkeep_url)
+    assert len(records) >= 3, records
+    for marker in (f"seen:{SECRET}", f"yes {SECRET}", f"the graph saw {SECRET}"):
+        readable = [data[:80] for data in seen if marker.encode() in data]
+        readable += [record[:200] for record in records if marker in record]
+        assert not readable, f"{marker!r} stored readable: {readable}"
+
+    # a reader without the ring, or with another writer's, gets unknown_key, never state
+    with graphkeep.connect(graphkeep_url) as plain:
+        with pytest.raises(CorruptData) as caught:
+            plain.get_tuple(config)
+        assert caught.value.kind == "unknown_key"
+    with graphkeep.connect(graphkeep_url, encryption=OTHER_RING) as other:
+        with pytest.raises(CorruptData) as caught:
+            other.get_tuple(config)
+        assert caught.value.kind == "unknown_key"
+    with graphkeep.connect_store(graphkeep_url, encryption=OTHER_RING) as other_store:
+        with pytest.raises(CorruptData) as caught:
+            other_store.get(("memories", "graph"), SECRET)
+        assert caught.value.kind == "unknown_key"
+    with graphkeep.connect_store(graphkeep_url) as plain_store:
+        unsealed = plain_store.get(("memories", "graph"), SECRET)
+        assert unsealed is not None and SECRET not in json.dumps(unsealed.value)
     print(f"operations took {time.monotonic() - started:.1f} s")
 
 

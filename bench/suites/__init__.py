@@ -167,6 +167,23 @@ class Suite:
 
 #: the name of the baseline's twin whose every turn runs through ``saver.exclusive``
 EXCLUSIVE = "graphkeep-exclusive"
+#: the name of the baseline's twin opened with ``encryption=`` (issue 47's cost rows)
+ENCRYPTED = "graphkeep-enc"
+ENCRYPTION_NOTE = (
+    f"{ENCRYPTED} = graphkeep with encryption=KeyRing(...) (AES-256-GCM, one random 256-bit key"
+    " per run: every checkpoint, channel value, list element and pending write sealed at its"
+    " place); its cost is judged on the lockstep section below (turns alternating with"
+    " graphkeep's), not on these rows"
+)
+
+
+def bench_ring() -> Any:
+    """A key ring of one random 256-bit key, for the :data:`ENCRYPTED` contender."""
+    import os
+
+    from graphkeep.encryption import KeyRing
+
+    return KeyRing({"bench": os.urandom(32)})
 
 
 def exclusive_opener(

@@ -34,6 +34,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from bench.capacity import CapacityMeter, Consumed, item_size
 from bench.probes import Probe
 from bench.suites import (
+    ENCRYPTED,
+    ENCRYPTION_NOTE,
     NOSHARE_NOTE,
     TELEMETRY_CONTENDERS,
     TELEMETRY_COSTS,
@@ -44,6 +46,7 @@ from bench.suites import (
     Options,
     Skip,
     Suite,
+    bench_ring,
     faster_per_turn,
     growth_targets,
     not_yet,
@@ -59,6 +62,7 @@ TABLES = {
     "graphkeep-noshare": "graphkeep_bench_graphkeep_noshare",
     "graphkeep-otel": "graphkeep_bench_graphkeep_otel",
     "graphkeep-notel": "graphkeep_bench_graphkeep_notel",
+    "graphkeep-enc": "graphkeep_bench_graphkeep_enc",
     "DynamoDBSaver": "graphkeep_bench_dynamodbsaver",
 }
 #: the large-message check: over DynamoDB's 400 KB item limit
@@ -248,6 +252,7 @@ def contenders(options: Options) -> list[Contender]:
             InProcess(name, graphkeep_opener(name, compress=True, telemetry=telemetry_option(name)))
             for name in TELEMETRY_CONTENDERS
         ),
+        InProcess(ENCRYPTED, graphkeep_opener(ENCRYPTED, compress=True, encryption=bench_ring())),
         rival,
         InProcess("InMemorySaver", open_memory),
     ]
@@ -346,6 +351,7 @@ SUITE = Suite(
         " graphkeep-nozlib = the same with compress=False",
         NOSHARE_NOTE,
         TELEMETRY_NOTE,
+        ENCRYPTION_NOTE,
         "DynamoDBSaver = langgraph-checkpoint-aws (sync), run in .bench-venvs/aws with the"
         " same langgraph; InMemorySaver = langgraph's reference saver, no store (n/a)",
         "ms on moto are not DynamoDB's: moto deep-copies the whole table once per item of"

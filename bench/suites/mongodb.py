@@ -24,6 +24,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from bench.probes import Probe
 from bench.suites import (
+    ENCRYPTED,
+    ENCRYPTION_NOTE,
     NOSHARE_NOTE,
     TELEMETRY_CONTENDERS,
     TELEMETRY_COSTS,
@@ -35,6 +37,7 @@ from bench.suites import (
     Options,
     Skip,
     Suite,
+    bench_ring,
     faster_per_turn,
     growth_targets,
     not_yet,
@@ -51,6 +54,7 @@ DATABASES = {
     "graphkeep-noshare": "graphkeep_bench_graphkeep_noshare",
     "graphkeep-otel": "graphkeep_bench_graphkeep_otel",
     "graphkeep-notel": "graphkeep_bench_graphkeep_notel",
+    "graphkeep-enc": "graphkeep_bench_graphkeep_enc",
     "MongoDBSaver": "graphkeep_bench_mongodbsaver",
 }
 #: issue 13: W50 (50 turns) stores at most this much data on MongoDB
@@ -203,6 +207,7 @@ def contenders(options: Options) -> list[Contender]:
             InProcess(name, graphkeep_opener(name, options, telemetry=telemetry_option(name)))
             for name in TELEMETRY_CONTENDERS
         ),
+        InProcess(ENCRYPTED, graphkeep_opener(ENCRYPTED, options, encryption=bench_ring())),
         InProcess("MongoDBSaver", open_rival),
         InProcess("InMemorySaver", open_memory),
     ]
@@ -244,6 +249,7 @@ SUITE = Suite(
     notes=[
         NOSHARE_NOTE,
         TELEMETRY_NOTE,
+        ENCRYPTION_NOTE,
         "MongoDBSaver = langgraph-checkpoint-mongodb (sync);"
         " InMemorySaver = langgraph's reference saver, no store (n/a)",
     ],

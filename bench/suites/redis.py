@@ -23,6 +23,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 import graphkeep
 from bench.probes import Probe, count_round_trips
 from bench.suites import (
+    ENCRYPTED,
+    ENCRYPTION_NOTE,
     NOSHARE_NOTE,
     TELEMETRY_CONTENDERS,
     TELEMETRY_COSTS,
@@ -34,6 +36,7 @@ from bench.suites import (
     Options,
     Skip,
     Suite,
+    bench_ring,
     faster_per_turn,
     growth_targets,
     not_yet,
@@ -175,6 +178,7 @@ def contenders(options: Options) -> list[Contender]:
             )
             for name in TELEMETRY_CONTENDERS
         ),
+        InProcess(ENCRYPTED, graphkeep_opener(url, graphkeep_db, options, encryption=bench_ring())),
         InProcess("plainredis", open_plainredis),
         InProcess("InMemorySaver", open_memory),
     ]
@@ -250,6 +254,7 @@ SUITE = Suite(
     notes=[
         NOSHARE_NOTE,
         TELEMETRY_NOTE,
+        ENCRYPTION_NOTE,
         "plainredis = langgraph-checkpoint-plainredis 0.1.0 (RedisSaver, sync);"
         " InMemorySaver = langgraph's reference saver, no store (n/a)",
     ],
