@@ -35,15 +35,30 @@ class Typed:
     data: bytes
 
 
-#: the tags of graphkeep.encryption's envelopes (graphkeep.port.encryption.ENVELOPE_TAG)
+#: the tag of every sealed payload of graphkeep.encryption (:mod:`graphkeep.port.encryption`:
+#: the format's version is its trailing number), and what every version's tag starts with
+ENVELOPE_TAG = "graphkeep.enc/1"
 SEALED_TAG_PREFIX = "graphkeep.enc/"
+#: the envelope's header version byte
+ENVELOPE_VERSION = 1
+
+
+def envelope_header(data: bytes) -> tuple[str, bytes] | None:
+    """An envelope's key id and header bytes (version, id length, id), or None when they do
+    not parse: read here, below the codec's and the key ring's readers alike."""
+    if len(data) < 2 or data[0] != ENVELOPE_VERSION or len(data) < 2 + data[1]:
+        return None
+    header = data[: 2 + data[1]]
+    try:
+        return header[2:].decode(), header
+    except UnicodeDecodeError:
+        return None
 
 
 def sealed_key_id(data: bytes) -> str:
-    """The key id an envelope names (its header: version, length, id), for messages."""
-    size = data[1] if len(data) > 1 else 0
-    named = data[2 : 2 + size].decode("utf-8", "replace") if size else ""
-    return f"key id {named!r}" if named else "no readable key id"
+    """The key id an envelope names, for messages."""
+    parsed = envelope_header(data)
+    return f"key id {parsed[0]!r}" if parsed and parsed[0] else "no readable key id"
 
 
 #: tag of a channel that is versioned but has no value (written by other savers)

@@ -44,11 +44,11 @@ from graphkeep.port.codec import Typed
 log = logging.getLogger("graphkeep.encryption")
 
 #: the tag of every sealed payload (the format's version is its trailing number)
-ENVELOPE_TAG = "graphkeep.enc/1"
+ENVELOPE_TAG = codec.ENVELOPE_TAG
 #: the environment variable :meth:`KeyRing.from_env` reads: ``k2:BASE64,k1:BASE64``
 KEYS_ENV = "GRAPHKEEP_KEYS"
 #: the envelope's header version byte
-_VERSION = 1
+_VERSION = codec.ENVELOPE_VERSION
 _NONCE = 12
 _TAG = 16
 KEY_BYTES = 32
@@ -260,13 +260,10 @@ def _header(key_id: str) -> bytes:
 
 
 def _parse_header(data: bytes) -> tuple[str, bytes]:
-    if len(data) < 2 or data[0] != _VERSION or len(data) < 2 + data[1]:
+    parsed = codec.envelope_header(data)
+    if parsed is None:
         raise _tampered()
-    size = data[1]
-    try:
-        return data[2 : 2 + size].decode(), data[: 2 + size]
-    except UnicodeDecodeError:
-        raise _tampered() from None
+    return parsed
 
 
 def _associated(header: bytes, place: PlaceKey) -> bytes:
