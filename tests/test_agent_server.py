@@ -470,9 +470,10 @@ def test_agent_server_with_graphkeep_keys_stores_nothing_readable(
         with pytest.raises(CorruptData) as caught:
             other_store.get(("memories", "graph"), SECRET)
         assert caught.value.kind == "unknown_key"
-    with graphkeep.connect_store(graphkeep_url) as plain_store:
-        unsealed = plain_store.get(("memories", "graph"), SECRET)
-        assert unsealed is not None and SECRET not in json.dumps(unsealed.value)
+    with graphkeep.connect_store(graphkeep_url) as plain_store:  # no ring: refused, not an envelope
+        with pytest.raises(CorruptData) as caught:
+            plain_store.get(("memories", "graph"), SECRET)
+        assert caught.value.kind == "unknown_key"
     print(f"operations took {time.monotonic() - started:.1f} s")
 
 

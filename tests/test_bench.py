@@ -162,14 +162,12 @@ def test_quick_redis_suite_compares_three_savers_and_graphkeep_needs_8_requests_
     sealed = encryption_section(done.stdout)
     assert sealed["graphkeep"][2] == rows[("W50", "graphkeep")][2]
     assert sealed["graphkeep-enc"][2] == rows[("W50", "graphkeep-enc")][2]
-    # sealing adds no request where no list is shared (W50-delta); on W50 a checkpoint read
-    # of a shared list's sealed elements takes a second round trip on Redis today (8.80 vs
-    # 8.00 requests/turn at 10 turns: the rows show it)
-    delta = ("W50-delta", "graphkeep")
-    assert requests_per_turn[("W50-delta", "graphkeep-enc")] == requests_per_turn[delta]
-    assert float(requests_per_turn[("W50", "graphkeep-enc")]) >= float(
-        requests_per_turn[("W50", "graphkeep")]
-    )
+    # sealing adds no request: not where no list is shared (W50-delta), nor where one is (W50:
+    # a signed list manifest is still expanded by the read script — its signature was msgpack
+    # bin, which Redis's cmsgpack cannot unpack, and cost a second round trip per read)
+    for shape in ("W50-delta", "W50"):
+        plain = requests_per_turn[(shape, "graphkeep")]
+        assert requests_per_turn[(shape, "graphkeep-enc")] == plain, shape
     # plainredis pays several round trips per saver call
     assert float(requests_per_turn[("W50", "plainredis")]) > 8
 

@@ -29,6 +29,7 @@ from langgraph.checkpoint.base.id import uuid6
 import graphkeep
 from conformance.setups import all_setups
 from graphkeep.cli import run
+from tests.cli_runs import ctrl_c_reaches_it
 
 from .conftest import unique_prefix
 
@@ -56,6 +57,7 @@ class Cli:
             stderr=subprocess.PIPE,
             text=True,
             env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            preexec_fn=ctrl_c_reaches_it,
         )
         self.lines: queue.Queue[str | None] = queue.Queue()
         self._pump = threading.Thread(target=self._read, daemon=True)

@@ -535,8 +535,25 @@ def test_an_effect_record_copied_to_another_key_is_tampered_and_never_replayed(
 
 
 def signature_of(key_id: str) -> bytes:
-    """How a list manifest's signature under ``key_id`` starts, as msgpack stores it."""
-    return b"\x92" + bytes([0xA0 | len(key_id)]) + key_id.encode() + b"\xc4\x1c"
+    """How a list manifest's signature under ``key_id`` starts, as msgpack stores it: the key
+    id, then the 28-byte nonce and tag as 56 hex characters (a str8: Redis's cmsgpack, which
+    expands manifests in the read script, cannot unpack bin)."""
+    return b"\x92" + bytes([0xA0 | len(key_id)]) + key_id.encode() + b"\xd9\x38"
+
+
+def test_a_manifest_signature_is_text_and_one_stored_as_bytes_still_verifies() -> None:
+    keys = ring("a")
+    place = ("manifest", "value", "t", "", "m", "1")
+    key_id, mac = keys.sign(b"body", place)
+    assert key_id == "a" and isinstance(mac, str) and len(bytes.fromhex(mac)) == 28
+    keys.verify(b"body", place, [key_id, mac])
+    keys.verify(b"body", place, [key_id, bytes.fromhex(mac)])  # as signatures were stored before
+    for bad in ([key_id, mac[:-2]], [key_id, "zz" * 28], [key_id], "x", [7, mac]):
+        with pytest.raises(CorruptData) as raised:
+            keys.verify(b"body", place, bad)
+        assert raised.value.kind == "tampered"
+    with pytest.raises(CorruptData):
+        keys.verify(b"other body", place, [key_id, mac])
 
 
 def test_a_list_manifest_copied_from_another_thread_is_tampered(

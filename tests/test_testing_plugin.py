@@ -24,6 +24,7 @@ import pymongo
 import pytest
 import redis
 
+from tests.cli_runs import ctrl_c_reaches_it
 from tests.conftest import REDIS_CLUSTER_URL, REDIS_URL
 
 REPO = Path(__file__).resolve().parents[1]
@@ -401,6 +402,7 @@ def _interrupt(tmp_path: Path, sig: int, *args: str, **env: str) -> subprocess.P
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=ctrl_c_reaches_it,
     )
     deadline = time.monotonic() + 120
     while not list(tmp_path.glob("started-*")):

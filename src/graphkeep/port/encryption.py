@@ -185,27 +185,25 @@ class KeyRing:
         return envelope_key_id(value)
 
     def sign(self, data: bytes, place: PlaceKey) -> list[Any]:
-        """A GMAC of ``data`` at ``place`` under the current key: ``[key id, nonce + tag]``."""
+        """A GMAC of ``data`` at ``place`` under the current key: ``[key id, nonce + tag as
+        hex]`` — text, not bytes, so that a store's own script can still unpack the record
+        that carries it (Redis's ``cmsgpack`` has no bin type)."""
         nonce = os.urandom(_NONCE)
         tag = self._ciphers[self.current].encrypt(
             nonce, b"", _associated(_header(self.current), (*place, data))
         )
-        return [self.current, nonce + tag]
+        return [self.current, (nonce + tag).hex()]
 
     def verify(self, data: bytes, place: PlaceKey, signature: Any) -> None:
         """Check :meth:`sign`'s ``signature`` of ``data`` at ``place`` (None: unsigned)."""
         if signature is None:
             self._plaintext()
             return
-        if (
-            not isinstance(signature, list)
-            or len(signature) != 2
-            or not isinstance(signature[0], str)
-            or not isinstance(signature[1], bytes)
-            or len(signature[1]) != _NONCE + _TAG
-        ):
+        if not isinstance(signature, list) or len(signature) != 2:
             raise _tampered()
-        key_id, mac = signature
+        key_id, mac = signature[0], _mac_bytes(signature[1])
+        if not isinstance(key_id, str) or len(mac) != _NONCE + _TAG:
+            raise _tampered()
         cipher = self._cipher(key_id)
         try:
             cipher.decrypt(mac[:_NONCE], mac[_NONCE:], _associated(_header(key_id), (*place, data)))
@@ -264,6 +262,19 @@ def _parse_header(data: bytes) -> tuple[str, bytes]:
     if parsed is None:
         raise _tampered()
     return parsed
+
+
+def _mac_bytes(mac: Any) -> bytes:
+    """A signature's MAC as bytes: hex text (as :meth:`KeyRing.sign` writes it) or the raw
+    bytes earlier signatures held (b"": neither)."""
+    if isinstance(mac, bytes):
+        return mac
+    if isinstance(mac, str):
+        try:
+            return bytes.fromhex(mac)
+        except ValueError:
+            return b""
+    return b""
 
 
 def _associated(header: bytes, place: PlaceKey) -> bytes:
