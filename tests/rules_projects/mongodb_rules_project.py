@@ -114,15 +114,18 @@ def test_ttl_collmod(db):
 
 
 def test_two_index_builds_at_once(db):
-    """Two builds on one collection from two threads (a setup() that starts both at once)."""
-    db.c.insert_many([{"a": i, "b": i} for i in range(20000)])  # builds that take a while
-    barrier = threading.Barrier(2)
+    """Builds on one collection from several threads (a setup() that starts them at once):
+    four, so that on a loaded machine at least two are still in flight together (CI saw two
+    builds of 20,000 documents run one after the other)."""
+    keys = ("a", "b", "c", "d")
+    db.c.insert_many([dict.fromkeys(keys, i) for i in range(20000)])  # builds that take a while
+    barrier = threading.Barrier(len(keys))
 
     def build(key):
         barrier.wait()
         attempt(db.c.create_index, key)
 
-    threads = [threading.Thread(target=build, args=(k,)) for k in ("a", "b")]
+    threads = [threading.Thread(target=build, args=(k,)) for k in keys]
     for t in threads:
         t.start()
     for t in threads:
