@@ -184,22 +184,13 @@ def open_rival(work: Workload) -> Iterator[Opened]:
 
 
 def create_rival_table(table: str) -> None:
-    """``table`` afresh, keyed as langgraph-checkpoint-aws's DynamoDBSaver wants it."""
+    """``table`` afresh, keyed as langgraph-checkpoint-aws's DynamoDBSaver wants it (the
+    definition graphkeep's copy uses for that saver)."""
+    from graphkeep.moving.rivals import create_table
+
     admin = dynamodb_client()
     drop_table(admin, table)
-    admin.create_table(
-        TableName=table,
-        KeySchema=[
-            {"AttributeName": "PK", "KeyType": "HASH"},
-            {"AttributeName": "SK", "KeyType": "RANGE"},
-        ],
-        AttributeDefinitions=[
-            {"AttributeName": "PK", "AttributeType": "S"},
-            {"AttributeName": "SK", "AttributeType": "S"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    admin.get_waiter("table_exists").wait(TableName=table)
+    create_table(admin, table, ttl_seconds=None)
 
 
 def venv_dir() -> Path:
