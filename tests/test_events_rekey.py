@@ -163,7 +163,7 @@ def test_graphkeep_rekey_all_rewrites_the_event_logs(
     assert thread.code == 0 and "event logs left alone" in thread.out, thread.out + thread.err
     real = gk("rekey", graphkeep_url, "--all", "--yes")
     assert real.code == 0, real.out + real.err
-    assert f"{events} event(s) in 2 run(s) of 2" in real.out
+    assert f"{events} event(s) in 2 of 2 run(s)" in real.out
     report = gk("rekey", graphkeep_url, "--all", "--yes", "--json").json()["events"]
     assert report["rewritten"] == 0 and report["by_key_id"] == {"k1": 0, "k2": events}
     with opened("sync", graphkeep_url, NEW) as log:

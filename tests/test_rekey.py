@@ -393,7 +393,7 @@ def test_rekey_store_rewrites_the_store_items_and_a_planted_one_fails_closed(
 
     real = gk("rekey", graphkeep_url, "--thread", thread_id, "--store", "--yes")
     assert real.code == 0, real.out + real.err
-    assert "3 store item(s) of 3" in real.out
+    assert "3 of 3 store item(s)" in real.out
     with graphkeep.connect_store(graphkeep_url, encryption=KeyRing({"k2": K2})) as store:
         items = store.search(ns)  # k1 left the ring: every item opens under k2
         assert sorted(i.value["note"] for i in items) == [f"{MARKER} {n}" for n in range(3)]

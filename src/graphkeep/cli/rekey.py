@@ -289,14 +289,14 @@ def cmd_rekey(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f" {effects.get('rewritten', 0)} effect record(s)"
             + (f", {cached['rewritten']} cache entries" if cached else "")
             + (
-                f", {events['rewritten']} event(s) in {len(events['rekeyed'])} run(s)"
-                f" of {events['runs']}"
+                f", {events['rewritten']} event(s) in {len(events['rekeyed'])}"
+                f" of {events['runs']} run(s)"
                 if events is not None
                 else "; event logs left alone (--thread: use --all)"
             )
             + (
-                f", {store['stale' if args.dry_run else 'rewritten']} store item(s)"
-                f" of {store['scanned']}"
+                f", {store['stale' if args.dry_run else 'rewritten']}"
+                f" of {store['scanned']} store item(s)"
                 if store and "scanned" in store
                 else ""
             )
