@@ -34,7 +34,7 @@ from conformance.testing import marks_for
 from graphkeep.agui import AGUIRuns, Conflict, agent_input
 from graphkeep.agui.runs import fit
 from graphkeep.errors import EventsTrimmed, InvalidInput, UnknownRun
-from graphkeep.events.port import MAX_EVENT_BYTES
+from graphkeep.events.port import MAX_EVENT_BYTES, Encoded, encode
 from tests.agui.graph import StreamingFake, build_graph, create_app, reply_to, weather_reply
 from tests.conftest import unique_prefix
 from tests.scenarios.servers import free_port
@@ -460,18 +460,76 @@ async def test_events_over_the_log_limit_are_cut_or_replaced_and_the_run_ends(
     assert omitted and all(e["name"] == "graphkeep:event_omitted" for e in omitted)
 
 
+def decoded(parts: list[Encoded]) -> list[dict[str, Any]]:
+    return [json.loads(part.data) for part in parts]
+
+
 def test_fit_keeps_small_events_and_strips_messages_from_a_large_state_snapshot() -> None:
     small = {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "hi"}
-    assert fit(small) == [small]
+    assert decoded(fit(small)) == [small]
     snapshot = {
         "type": "STATE_SNAPSHOT",
         "snapshot": {"messages": ["x" * MAX_EVENT_BYTES], "step": 3},
     }
-    assert fit(snapshot) == [{"type": "STATE_SNAPSHOT", "snapshot": {"step": 3}}]
+    assert decoded(fit(snapshot)) == [{"type": "STATE_SNAPSHOT", "snapshot": {"step": 3}}]
     args = {"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": "\n" * MAX_EVENT_BYTES}
     pieces = fit(args)
-    assert "".join(p["delta"] for p in pieces) == args["delta"]
-    assert all(len(json.dumps(p)) <= MAX_EVENT_BYTES for p in pieces)
+    assert "".join(p["delta"] for p in decoded(pieces)) == args["delta"]
+    assert all(len(p.data) <= MAX_EVENT_BYTES for p in pieces)
+
+
+class Counted(dict[str, Any]):
+    """An event that counts how often it is walked: encoding one (its keys checked, then
+    ``json.dumps``) asks for its items twice."""
+
+    walks = 0
+
+    def items(self) -> Any:
+        Counted.walks += 1
+        return super().items()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("setup", SETUPS)
+async def test_an_event_fitted_to_the_log_is_encoded_once_on_its_way_in(
+    setup: Setup, mode: str
+) -> None:
+    # fails when fit sizes one encoding and the append makes another (3 walks, not 2)
+    Counted.walks = 0
+    encode(Counted(type="TEXT_MESSAGE_CONTENT", messageId="m", delta="hi"))
+    once = Counted.walks
+    assert once == 2
+    event = Counted(type="TEXT_MESSAGE_CONTENT", messageId="m", delta="héllo")
+    run = f"enc-{uuid.uuid4().hex}"
+    prefix = unique_prefix("agui-enc")
+    Counted.walks = 0
+    if mode == "sync":
+        with graphkeep.connect_events(setup.url, key_prefix=prefix) as log:
+            log.append_many(run, fit(event))
+            stored = [e for _, e in log.read(run, follow=False)]
+            log.delete(run)
+    else:
+        async with graphkeep.aconnect_events(setup.url, key_prefix=prefix) as alog:
+            await alog.append_many(run, fit(event))
+            stored = [e async for _, e in alog.read(run, follow=False)]
+            await alog.delete(run)
+    assert Counted.walks == once
+    assert stored == [dict(event)]
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+async def test_a_pre_encoded_event_over_the_limit_is_refused_before_anything_is_written(
+    setup: Setup,
+) -> None:
+    prefix = unique_prefix("agui-enc")
+    run = f"enc-{uuid.uuid4().hex}"
+    async with graphkeep.aconnect_events(setup.url, key_prefix=prefix) as log:
+        big = encode({"type": "CUSTOM", "value": "x" * MAX_EVENT_BYTES})
+        with pytest.raises(InvalidInput, match="limit"):
+            await log.append_many(run, [encode({"type": "ok"}), big])
+        with pytest.raises(InvalidInput, match="must be a dict"):
+            await log.append_many(run, [Encoded("not bytes")])  # type: ignore[arg-type]
+        assert await log.state(run) is None
 
 
 # -- over HTTP ------------------------------------------------------------------------

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -35,7 +34,7 @@ from graphkeep.errors import (
     InvalidInput,
     UnknownRun,
 )
-from graphkeep.events.port import MAX_EVENT_BYTES
+from graphkeep.events.port import MAX_EVENT_BYTES, Encoded, encode
 from graphkeep.events.streaming import EventWriter, call_log
 from graphkeep.port.clock import now_ms
 
@@ -145,38 +144,37 @@ def _dump(event: Any) -> dict[str, Any]:
     return dumped
 
 
-def _size(event: dict[str, Any]) -> int:
-    return len(json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
-
-
-def fit(event: dict[str, Any]) -> list[dict[str, Any]]:
-    """``event`` as events that each fit the log's limit (``MAX_EVENT_BYTES``): a text or
-    tool-argument delta is cut in pieces that concatenate to it; a state snapshot loses its
-    ``messages`` copy (``MESSAGES_SNAPSHOT`` carries them); anything else too large becomes a
-    ``CUSTOM`` event ``graphkeep:event_omitted`` naming its type and size."""
-    size = _size(event)
+def fit(event: dict[str, Any]) -> list[Encoded]:
+    """``event`` as events that each fit the log's limit (``MAX_EVENT_BYTES``), encoded once
+    (the log appends the bytes measured here as they are): a text or tool-argument delta is
+    cut in pieces that concatenate to it; a state snapshot loses its ``messages`` copy
+    (``MESSAGES_SNAPSHOT`` carries them); anything else too large becomes a ``CUSTOM`` event
+    ``graphkeep:event_omitted`` naming its type and size."""
+    encoded = encode(event)
+    size = len(encoded.data)
     if size <= MAX_EVENT_BYTES:
-        return [event]
+        return [encoded]
     kind = event.get("type")
     field = _SPLITTABLE.get(str(kind))
     if field is not None and isinstance(event.get(field), str):
         text: str = event[field]
         # a character is at most 4 UTF-8 bytes (6 as a JSON escape): pieces stay far under
         step = max(1, (MAX_EVENT_BYTES - (size - len(text.encode("utf-8")))) // 8)
-        return [{**event, field: text[i : i + step]} for i in range(0, len(text), step)]
+        return [encode({**event, field: text[i : i + step]}) for i in range(0, len(text), step)]
     snapshot = event.get("snapshot")
     if kind == "STATE_SNAPSHOT" and isinstance(snapshot, dict) and "messages" in snapshot:
-        lighter = {**event, "snapshot": {k: v for k, v in snapshot.items() if k != "messages"}}
-        if _size(lighter) <= MAX_EVENT_BYTES:
+        lighter = encode(
+            {**event, "snapshot": {k: v for k, v in snapshot.items() if k != "messages"}}
+        )
+        if len(lighter.data) <= MAX_EVENT_BYTES:
             return [lighter]
     log.warning("AG-UI event %s of %d bytes is over the log's limit: sent as omitted", kind, size)
-    return [
-        {
-            "type": "CUSTOM",
-            "name": "graphkeep:event_omitted",
-            "value": {"type": kind, "bytes": size, "limit": MAX_EVENT_BYTES},
-        }
-    ]
+    omitted = {
+        "type": "CUSTOM",
+        "name": "graphkeep:event_omitted",
+        "value": {"type": kind, "bytes": size, "limit": MAX_EVENT_BYTES},
+    }
+    return [encode(omitted)]
 
 
 class _Open:
