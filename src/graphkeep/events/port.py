@@ -229,6 +229,9 @@ def encode_event(event: Any, position: int | None = None) -> bytes:
     return data
 
 
+_CONTAINERS = (dict, list, tuple)
+
+
 def _check_keys(event: dict[str, Any], where: str) -> None:
     """Every object key is a str (JSON would turn ``1`` into ``"1"``, and ``{1: .., "1": ..}``
     into an object with a duplicate key)."""
@@ -241,9 +244,10 @@ def _check_keys(event: dict[str, Any], where: str) -> None:
                     raise InvalidInput(
                         f"{where} has a key that is not a str: {key!r} ({type(key).__name__})"
                     )
-                stack.append(item)
-        elif isinstance(value, (list, tuple)):
-            stack.extend(value)
+                if isinstance(item, _CONTAINERS):  # only containers can hold a key
+                    stack.append(item)
+        else:
+            stack.extend(item for item in value if isinstance(item, _CONTAINERS))
 
 
 def close_event(status: Any, error: Any = None) -> dict[str, Any]:
