@@ -27,6 +27,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from graphkeep.agui.dump import dump, pydantic_dump
 from graphkeep.checkpoint.exclusive import Exclusive
 from graphkeep.errors import (
     EventsTrimmed,
@@ -137,13 +138,6 @@ def index_id(thread_id: str) -> str:
     return "agui.thread." + hashlib.sha256(thread_id.encode("utf-8")).hexdigest()
 
 
-def _dump(event: Any) -> dict[str, Any]:
-    if isinstance(event, dict):
-        return event
-    dumped: dict[str, Any] = event.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return dumped
-
-
 def fit(event: dict[str, Any]) -> list[Encoded]:
     """``event`` as events that each fit the log's limit (``MAX_EVENT_BYTES``), encoded once
     (the log appends the bytes measured here as they are): a text or tool-argument delta is
@@ -235,7 +229,7 @@ class AGUIRuns:
         heartbeat: float | None = None,
         **agent_options: Any,
     ) -> None:
-        from ag_ui_langgraph import LangGraphAgent
+        from graphkeep.agui.agent import Agent
 
         options = {
             "emit_interrupt_outcome": True,
@@ -249,7 +243,7 @@ class AGUIRuns:
         self.exclusive = graph if isinstance(graph, Exclusive) else None
         runnable = graph.graph if self.exclusive is not None else graph
         self.events = events
-        self.agent = LangGraphAgent(name=name, graph=runnable, description=description, **options)
+        self.agent = Agent(name=name, graph=runnable, description=description, **options)
         self.index = events.with_options(max_events=INDEX_EVENTS)
         self.flush_ms = flush_ms
         stale = float(getattr(events, "stale_after", 60.0))
@@ -387,7 +381,7 @@ class AGUIRuns:
         try:
             try:
                 async for event in self.agent.clone().run(request):
-                    data = _dump(event)
+                    data = dump(event)
                     if data.get("type") == "RUN_STARTED":
                         continue  # written before the worker started
                     for part in fit(data):
@@ -639,7 +633,9 @@ def snapshots(state: Any) -> list[dict[str, Any]]:
     from ag_ui_langgraph.utils import langchain_messages_to_agui
 
     values = state.values if isinstance(state.values, dict) else {}
-    messages = [_dump(m) for m in langchain_messages_to_agui(list(values.get("messages", [])))]
+    messages = [
+        pydantic_dump(m) for m in langchain_messages_to_agui(list(values.get("messages", [])))
+    ]
     return [
         {"type": "MESSAGES_SNAPSHOT", "messages": messages},
         {"type": "STATE_SNAPSHOT", "snapshot": make_json_safe(dict(values))},
@@ -652,7 +648,7 @@ def finished(thread_id: str, run_id: str, state: Any) -> dict[str, Any]:
 
     event: dict[str, Any] = {"type": "RUN_FINISHED", "threadId": thread_id, "runId": run_id}
     if state.interrupts:
-        interrupts = [_dump(i) for i in lg_interrupts_to_agui(list(state.interrupts))]
+        interrupts = [pydantic_dump(i) for i in lg_interrupts_to_agui(list(state.interrupts))]
         event["outcome"] = {"type": "interrupt", "interrupts": interrupts}
     return event
 

@@ -188,6 +188,10 @@ def check_run_id(run_id: Any) -> str:
     return run_id
 
 
+#: compact strict JSON, made once: ``json.dumps`` with options builds an encoder per call
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 @dataclass(frozen=True, slots=True)
 class Encoded:
     """An event checked and encoded once by :func:`encode` (``data``: its compact UTF-8 JSON).
@@ -207,8 +211,7 @@ def encode(event: Any, position: int | None = None) -> Encoded:
         raise InvalidInput(f"an {where} must be a dict (a JSON object), got {type(event).__name__}")
     _check_keys(event, where)
     try:
-        text = json.dumps(event, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        return Encoded(text.encode("utf-8"))
+        return Encoded(_JSON.encode(event).encode("utf-8"))
     except (TypeError, ValueError, UnicodeEncodeError) as exc:
         raise InvalidInput(f"{where} is not JSON-serialisable: {exc}") from exc
 
