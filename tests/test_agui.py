@@ -381,8 +381,7 @@ async def test_the_log_holds_exactly_the_events_ag_ui_langgraph_emits(setup: Set
         # RUN_STARTED is the endpoint's own, written before the worker starts
         started = [e for e in emitted if e["type"] == "RUN_STARTED"]
         assert [e for e in stored if e["type"] == "RUN_STARTED"] == [
-            {"type": "RUN_STARTED", "threadId": e["threadId"], "runId": e["runId"]}
-            for e in started
+            {"type": "RUN_STARTED", "threadId": e["threadId"], "runId": e["runId"]} for e in started
         ]
         stored = [e for e in stored if e["type"] != "RUN_STARTED"]
         emitted = [e for e in emitted if e["type"] != "RUN_STARTED"]
