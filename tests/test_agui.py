@@ -19,6 +19,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from functools import partial
 from typing import Any
@@ -32,9 +33,10 @@ import graphkeep
 from conformance.setups import ENABLED, Setup
 from conformance.testing import marks_for
 from graphkeep.agui import AGUIRuns, Conflict, agent_input
+from graphkeep.agui.dump import plain_dump, pydantic_dump
 from graphkeep.agui.runs import fit
 from graphkeep.errors import EventsTrimmed, InvalidInput, UnknownRun
-from graphkeep.events.port import MAX_EVENT_BYTES
+from graphkeep.events.port import MAX_EVENT_BYTES, Encoded, encode
 from tests.agui.graph import StreamingFake, build_graph, create_app, reply_to, weather_reply
 from tests.conftest import unique_prefix
 from tests.scenarios.servers import free_port
@@ -325,6 +327,86 @@ async def test_an_interrupt_ends_the_run_with_its_outcome_and_a_resume_continues
         assert after.outcome is not None and "outcome" not in after.outcome
 
 
+class Recorded:
+    """The endpoint's agent, recording every event ``ag-ui-langgraph`` yields, as pydantic
+    dumps it (``model_dump(mode="json", by_alias=True, exclude_none=True)``: what the
+    endpoint wrote before it read the plain events field by field)."""
+
+    def __init__(self, agent: Any) -> None:
+        self.agent = agent
+        self.emitted: list[dict[str, Any]] = []
+        self.fields: Counter[str] = Counter()
+
+    def clone(self) -> Recorded:
+        return self
+
+    async def run(self, request: Any) -> AsyncIterator[Any]:
+        async for event in self.agent.clone().run(request):
+            self.emitted.append(pydantic_dump(event))
+            if plain_dump(event) is not None:
+                self.fields[self.emitted[-1]["type"]] += 1
+            yield event
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+async def test_the_log_holds_exactly_the_events_ag_ui_langgraph_emits(setup: Setup) -> None:
+    # a tool call, streamed messages, state and message snapshots, steps, an interrupt and
+    # its resume: every event in the log is what ag-ui-langgraph yielded, dumped by pydantic
+    # (fails when dump() reads a field otherwise: an enum not written as its value, an
+    # empty field kept, an extra field or a nested model lost)
+    async with served(setup) as runs:
+        recorded = Recorded(runs.agent)
+        runs.agent = recorded
+        asks = [
+            request("t-same", "what is the weather in Paris"),
+            request("t-same", "tell me something"),
+            request("t-same", "I want a refund"),
+        ]
+        stored: list[dict[str, Any]] = []
+        for ask in [*asks, None]:
+            if ask is None:  # the refund's interrupt, answered
+                pending = stored[-1]["outcome"]["interrupts"][0]["id"]
+                answer = [{"interruptId": pending, "status": "resolved", "payload": True}]
+                ask = request("t-same", resume=answer)
+            await runs.start(ask)
+            await asyncio.gather(*runs.tasks)
+            run = [e async for _, e in runs.events.read(ask.run_id, follow=False)]
+            assert run[-1]["type"] == "close"
+            stored.extend(run[:-1])
+        emitted = recorded.emitted
+        kinds = {e["type"] for e in emitted}
+        assert {"TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT"} <= kinds
+        assert {"TEXT_MESSAGE_CONTENT", "STATE_SNAPSHOT", "MESSAGES_SNAPSHOT"} <= kinds
+        assert any("outcome" in e for e in emitted if e["type"] == "RUN_FINISHED")
+        # RUN_STARTED is the endpoint's own, written before the worker starts
+        started = [e for e in emitted if e["type"] == "RUN_STARTED"]
+        assert [e for e in stored if e["type"] == "RUN_STARTED"] == [
+            {"type": "RUN_STARTED", "threadId": e["threadId"], "runId": e["runId"]} for e in started
+        ]
+        stored = [e for e in stored if e["type"] != "RUN_STARTED"]
+        emitted = [e for e in emitted if e["type"] != "RUN_STARTED"]
+        assert stored == emitted
+        assert [json.dumps(e) for e in stored] == [json.dumps(e) for e in emitted]  # key order
+        # the hot kinds were read field by field, the snapshots through pydantic
+        assert recorded.fields["TEXT_MESSAGE_CONTENT"] > 10
+        assert recorded.fields["TOOL_CALL_ARGS"] >= 1
+        assert "STATE_SNAPSHOT" not in recorded.fields
+
+
+def test_the_schema_keys_of_a_compiled_graph_are_ag_ui_langgraphs() -> None:
+    from ag_ui_langgraph import LangGraphAgent
+
+    from graphkeep.agui.agent import Agent
+
+    graph = build_graph(None)
+    config = {"configurable": {"thread_id": "t"}}
+    expected = LangGraphAgent(name="a", graph=graph).get_schema_keys(config)
+    agent = Agent(name="a", graph=graph)
+    first = agent.get_schema_keys(config)
+    first["input"].append("changed by a caller")
+    assert agent.clone().get_schema_keys(config) == expected == first | {"input": expected["input"]}
+
+
 @pytest.mark.parametrize("setup", SETUPS)
 async def test_bad_input_and_unknown_runs_are_refused_before_anything_is_written(
     setup: Setup,
@@ -460,18 +542,76 @@ async def test_events_over_the_log_limit_are_cut_or_replaced_and_the_run_ends(
     assert omitted and all(e["name"] == "graphkeep:event_omitted" for e in omitted)
 
 
+def decoded(parts: list[Encoded]) -> list[dict[str, Any]]:
+    return [json.loads(part.data) for part in parts]
+
+
 def test_fit_keeps_small_events_and_strips_messages_from_a_large_state_snapshot() -> None:
     small = {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "hi"}
-    assert fit(small) == [small]
+    assert decoded(fit(small)) == [small]
     snapshot = {
         "type": "STATE_SNAPSHOT",
         "snapshot": {"messages": ["x" * MAX_EVENT_BYTES], "step": 3},
     }
-    assert fit(snapshot) == [{"type": "STATE_SNAPSHOT", "snapshot": {"step": 3}}]
+    assert decoded(fit(snapshot)) == [{"type": "STATE_SNAPSHOT", "snapshot": {"step": 3}}]
     args = {"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": "\n" * MAX_EVENT_BYTES}
     pieces = fit(args)
-    assert "".join(p["delta"] for p in pieces) == args["delta"]
-    assert all(len(json.dumps(p)) <= MAX_EVENT_BYTES for p in pieces)
+    assert "".join(p["delta"] for p in decoded(pieces)) == args["delta"]
+    assert all(len(p.data) <= MAX_EVENT_BYTES for p in pieces)
+
+
+class Counted(dict[str, Any]):
+    """An event that counts how often it is walked: encoding one (its keys checked, then
+    ``json.dumps``) asks for its items twice."""
+
+    walks = 0
+
+    def items(self) -> Any:
+        Counted.walks += 1
+        return super().items()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("setup", SETUPS)
+async def test_an_event_fitted_to_the_log_is_encoded_once_on_its_way_in(
+    setup: Setup, mode: str
+) -> None:
+    # fails when fit sizes one encoding and the append makes another (3 walks, not 2)
+    Counted.walks = 0
+    encode(Counted(type="TEXT_MESSAGE_CONTENT", messageId="m", delta="hi"))
+    once = Counted.walks
+    assert once == 2
+    event = Counted(type="TEXT_MESSAGE_CONTENT", messageId="m", delta="héllo")
+    run = f"enc-{uuid.uuid4().hex}"
+    prefix = unique_prefix("agui-enc")
+    Counted.walks = 0
+    if mode == "sync":
+        with graphkeep.connect_events(setup.url, key_prefix=prefix) as log:
+            log.append_many(run, fit(event))
+            stored = [e for _, e in log.read(run, follow=False)]
+            log.delete(run)
+    else:
+        async with graphkeep.aconnect_events(setup.url, key_prefix=prefix) as alog:
+            await alog.append_many(run, fit(event))
+            stored = [e async for _, e in alog.read(run, follow=False)]
+            await alog.delete(run)
+    assert Counted.walks == once
+    assert stored == [dict(event)]
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+async def test_a_pre_encoded_event_over_the_limit_is_refused_before_anything_is_written(
+    setup: Setup,
+) -> None:
+    prefix = unique_prefix("agui-enc")
+    run = f"enc-{uuid.uuid4().hex}"
+    async with graphkeep.aconnect_events(setup.url, key_prefix=prefix) as log:
+        big = encode({"type": "CUSTOM", "value": "x" * MAX_EVENT_BYTES})
+        with pytest.raises(InvalidInput, match="limit"):
+            await log.append_many(run, [encode({"type": "ok"}), big])
+        with pytest.raises(InvalidInput, match="must be a dict"):
+            await log.append_many(run, [Encoded("not bytes")])  # type: ignore[arg-type]
+        assert await log.state(run) is None
 
 
 # -- over HTTP ------------------------------------------------------------------------

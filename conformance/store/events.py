@@ -148,6 +148,8 @@ BAD_EVENTS: list[Any] = [
     {"value": math.nan},
     {"value": math.inf},
     {("tuple", "key"): 1},
+    {"nested": [{"deeper": {1: "an int key"}}]},
+    {"nested": ({"in a tuple": {2.5: 1}},)},
     {"value": {1, 2}},
     {"text": "y" * HUGE},
 ]

@@ -22,12 +22,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from graphkeep.agui.dump import dump, pydantic_dump
 from graphkeep.checkpoint.exclusive import Exclusive
 from graphkeep.errors import (
     EventsTrimmed,
@@ -35,7 +35,7 @@ from graphkeep.errors import (
     InvalidInput,
     UnknownRun,
 )
-from graphkeep.events.port import MAX_EVENT_BYTES
+from graphkeep.events.port import MAX_EVENT_BYTES, Encoded, encode
 from graphkeep.events.streaming import EventWriter, call_log
 from graphkeep.port.clock import now_ms
 
@@ -138,45 +138,37 @@ def index_id(thread_id: str) -> str:
     return "agui.thread." + hashlib.sha256(thread_id.encode("utf-8")).hexdigest()
 
 
-def _dump(event: Any) -> dict[str, Any]:
-    if isinstance(event, dict):
-        return event
-    dumped: dict[str, Any] = event.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return dumped
-
-
-def _size(event: dict[str, Any]) -> int:
-    return len(json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
-
-
-def fit(event: dict[str, Any]) -> list[dict[str, Any]]:
-    """``event`` as events that each fit the log's limit (``MAX_EVENT_BYTES``): a text or
-    tool-argument delta is cut in pieces that concatenate to it; a state snapshot loses its
-    ``messages`` copy (``MESSAGES_SNAPSHOT`` carries them); anything else too large becomes a
-    ``CUSTOM`` event ``graphkeep:event_omitted`` naming its type and size."""
-    size = _size(event)
+def fit(event: dict[str, Any]) -> list[Encoded]:
+    """``event`` as events that each fit the log's limit (``MAX_EVENT_BYTES``), encoded once
+    (the log appends the bytes measured here as they are): a text or tool-argument delta is
+    cut in pieces that concatenate to it; a state snapshot loses its ``messages`` copy
+    (``MESSAGES_SNAPSHOT`` carries them); anything else too large becomes a ``CUSTOM`` event
+    ``graphkeep:event_omitted`` naming its type and size."""
+    encoded = encode(event)
+    size = len(encoded.data)
     if size <= MAX_EVENT_BYTES:
-        return [event]
+        return [encoded]
     kind = event.get("type")
     field = _SPLITTABLE.get(str(kind))
     if field is not None and isinstance(event.get(field), str):
         text: str = event[field]
         # a character is at most 4 UTF-8 bytes (6 as a JSON escape): pieces stay far under
         step = max(1, (MAX_EVENT_BYTES - (size - len(text.encode("utf-8")))) // 8)
-        return [{**event, field: text[i : i + step]} for i in range(0, len(text), step)]
+        return [encode({**event, field: text[i : i + step]}) for i in range(0, len(text), step)]
     snapshot = event.get("snapshot")
     if kind == "STATE_SNAPSHOT" and isinstance(snapshot, dict) and "messages" in snapshot:
-        lighter = {**event, "snapshot": {k: v for k, v in snapshot.items() if k != "messages"}}
-        if _size(lighter) <= MAX_EVENT_BYTES:
+        lighter = encode(
+            {**event, "snapshot": {k: v for k, v in snapshot.items() if k != "messages"}}
+        )
+        if len(lighter.data) <= MAX_EVENT_BYTES:
             return [lighter]
     log.warning("AG-UI event %s of %d bytes is over the log's limit: sent as omitted", kind, size)
-    return [
-        {
-            "type": "CUSTOM",
-            "name": "graphkeep:event_omitted",
-            "value": {"type": kind, "bytes": size, "limit": MAX_EVENT_BYTES},
-        }
-    ]
+    omitted = {
+        "type": "CUSTOM",
+        "name": "graphkeep:event_omitted",
+        "value": {"type": kind, "bytes": size, "limit": MAX_EVENT_BYTES},
+    }
+    return [encode(omitted)]
 
 
 class _Open:
@@ -237,7 +229,7 @@ class AGUIRuns:
         heartbeat: float | None = None,
         **agent_options: Any,
     ) -> None:
-        from ag_ui_langgraph import LangGraphAgent
+        from graphkeep.agui.agent import Agent
 
         options = {
             "emit_interrupt_outcome": True,
@@ -251,7 +243,7 @@ class AGUIRuns:
         self.exclusive = graph if isinstance(graph, Exclusive) else None
         runnable = graph.graph if self.exclusive is not None else graph
         self.events = events
-        self.agent = LangGraphAgent(name=name, graph=runnable, description=description, **options)
+        self.agent = Agent(name=name, graph=runnable, description=description, **options)
         self.index = events.with_options(max_events=INDEX_EVENTS)
         self.flush_ms = flush_ms
         stale = float(getattr(events, "stale_after", 60.0))
@@ -389,7 +381,7 @@ class AGUIRuns:
         try:
             try:
                 async for event in self.agent.clone().run(request):
-                    data = _dump(event)
+                    data = dump(event)
                     if data.get("type") == "RUN_STARTED":
                         continue  # written before the worker started
                     for part in fit(data):
@@ -641,7 +633,9 @@ def snapshots(state: Any) -> list[dict[str, Any]]:
     from ag_ui_langgraph.utils import langchain_messages_to_agui
 
     values = state.values if isinstance(state.values, dict) else {}
-    messages = [_dump(m) for m in langchain_messages_to_agui(list(values.get("messages", [])))]
+    messages = [
+        pydantic_dump(m) for m in langchain_messages_to_agui(list(values.get("messages", [])))
+    ]
     return [
         {"type": "MESSAGES_SNAPSHOT", "messages": messages},
         {"type": "STATE_SNAPSHOT", "snapshot": make_json_safe(dict(values))},
@@ -654,7 +648,7 @@ def finished(thread_id: str, run_id: str, state: Any) -> dict[str, Any]:
 
     event: dict[str, Any] = {"type": "RUN_FINISHED", "threadId": thread_id, "runId": run_id}
     if state.interrupts:
-        interrupts = [_dump(i) for i in lg_interrupts_to_agui(list(state.interrupts))]
+        interrupts = [pydantic_dump(i) for i in lg_interrupts_to_agui(list(state.interrupts))]
         event["outcome"] = {"type": "interrupt", "interrupts": interrupts}
     return event
 

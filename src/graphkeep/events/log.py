@@ -23,6 +23,7 @@ from graphkeep.errors import (
 )
 from graphkeep.events.port import (
     Batch,
+    Encoded,
     EventsPort,
     Retention,
     RunState,
@@ -82,8 +83,9 @@ class EventLogBase:
     - input checks, before anything is written (:mod:`graphkeep.events.port`): a run id is
       a non-empty string of at most ``MAX_RUN_ID_BYTES`` UTF-8 bytes without NUL; an event
       is a JSON object (``dict`` with string keys; strict JSON: no NaN/Infinity) of at most
-      ``MAX_EVENT_BYTES`` encoded; ``after`` is an id of the store's form; a close status is
-      one of ``STATUSES``;
+      ``MAX_EVENT_BYTES`` encoded (an event a writer encoded already with
+      :func:`~graphkeep.events.port.encode` is taken as those bytes, not encoded again);
+      ``after`` is an id of the store's form; a close status is one of ``STATUSES``;
     - the close event ``{"type": "close", "status": ..., ["error": ...]}`` is the run's last:
       an append after it raises :class:`~graphkeep.errors.RunClosed`, and ``read`` yields it
       and ends;
@@ -320,8 +322,10 @@ class SyncEventLog(EventLogBase):
         ids = self._call(self.observed("append", self._append(run_id, [event])))
         return str(ids[0])
 
-    def append_many(self, run_id: str, events: Iterable[dict[str, Any]]) -> list[str]:
-        """Store events in order in one request where the store allows; returns their ids."""
+    def append_many(self, run_id: str, events: Iterable[dict[str, Any] | Encoded]) -> list[str]:
+        """Store events in order in one request where the store allows; returns their ids.
+        An event may come encoded already (:class:`~graphkeep.events.port.Encoded`, from
+        :func:`~graphkeep.events.port.encode`): its bytes are stored as they are."""
         return list(self._call(self.observed("append", self._append(run_id, events))))
 
     def close(self, run_id: str, status: str, *, error: str | None = None) -> str:
@@ -361,7 +365,9 @@ class SyncEventLog(EventLogBase):
     async def aappend(self, run_id: str, event: dict[str, Any]) -> str:
         return await asyncio.to_thread(self.append, run_id, event)
 
-    async def aappend_many(self, run_id: str, events: Iterable[dict[str, Any]]) -> list[str]:
+    async def aappend_many(
+        self, run_id: str, events: Iterable[dict[str, Any] | Encoded]
+    ) -> list[str]:
         return await asyncio.to_thread(self.append_many, run_id, list(events))
 
     async def aclose_run(self, run_id: str, status: str, *, error: str | None = None) -> str:
@@ -401,7 +407,9 @@ class AsyncEventLog(EventLogBase):
         ids = await self._acall(self.observed("append", self._append(run_id, [event])))
         return str(ids[0])
 
-    async def append_many(self, run_id: str, events: Iterable[dict[str, Any]]) -> list[str]:
+    async def append_many(
+        self, run_id: str, events: Iterable[dict[str, Any] | Encoded]
+    ) -> list[str]:
         return list(await self._acall(self.observed("append", self._append(run_id, events))))
 
     async def close(self, run_id: str, status: str, *, error: str | None = None) -> str:

@@ -188,23 +188,51 @@ def check_run_id(run_id: Any) -> str:
     return run_id
 
 
-def encode_event(event: Any, position: int | None = None) -> bytes:
-    """An event as compact UTF-8 JSON, or :class:`InvalidInput` saying what is wrong."""
+#: compact strict JSON, made once: ``json.dumps`` with options builds an encoder per call
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """An event checked and encoded once by :func:`encode` (``data``: its compact UTF-8 JSON).
+    Appends take it as it is and check only its size: a writer that needs an event's encoded
+    size (the AG-UI endpoint fitting events to :data:`MAX_EVENT_BYTES`) hands the log the
+    bytes it measured instead of the event, and the event is encoded once."""
+
+    data: bytes
+
+
+def encode(event: Any, position: int | None = None) -> Encoded:
+    """``event`` checked (a JSON object with str keys, strict JSON) and encoded as compact
+    UTF-8 JSON, of any size (appends refuse one over :data:`MAX_EVENT_BYTES`), or
+    :class:`InvalidInput` saying what is wrong."""
     where = "event" if position is None else f"event [{position}]"
     if not isinstance(event, dict):
         raise InvalidInput(f"an {where} must be a dict (a JSON object), got {type(event).__name__}")
     _check_keys(event, where)
     try:
-        text = json.dumps(event, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        data = text.encode("utf-8")
+        return Encoded(_JSON.encode(event).encode("utf-8"))
     except (TypeError, ValueError, UnicodeEncodeError) as exc:
         raise InvalidInput(f"{where} is not JSON-serialisable: {exc}") from exc
+
+
+def encode_event(event: Any, position: int | None = None) -> bytes:
+    """An event (or an :class:`Encoded` one, not encoded again) as compact UTF-8 JSON of at
+    most :data:`MAX_EVENT_BYTES`, or :class:`InvalidInput` saying what is wrong."""
+    if isinstance(event, Encoded) and isinstance(event.data, bytes):
+        data = event.data
+    else:
+        data = encode(event, position).data
     if len(data) > MAX_EVENT_BYTES:
+        where = "event" if position is None else f"event [{position}]"
         raise InvalidInput(
             f"{where} is {len(data)} bytes as JSON; the limit is {MAX_EVENT_BYTES} bytes"
             " (store large payloads in the store and put a reference in the event)"
         )
     return data
+
+
+_CONTAINERS = (dict, list, tuple)
 
 
 def _check_keys(event: dict[str, Any], where: str) -> None:
@@ -219,9 +247,10 @@ def _check_keys(event: dict[str, Any], where: str) -> None:
                     raise InvalidInput(
                         f"{where} has a key that is not a str: {key!r} ({type(key).__name__})"
                     )
-                stack.append(item)
-        elif isinstance(value, (list, tuple)):
-            stack.extend(value)
+                if isinstance(item, _CONTAINERS):  # only containers can hold a key
+                    stack.append(item)
+        else:
+            stack.extend(item for item in value if isinstance(item, _CONTAINERS))
 
 
 def close_event(status: Any, error: Any = None) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from typing import Any
 
 from graphkeep.errors import InvalidInput
 from graphkeep.events.log import DEFAULT_STALE_AFTER, PAGE
+from graphkeep.events.port import Encoded
 
 __all__ = ["EventWriter", "RunStream", "call_log", "jsonable", "stream_run"]
 
@@ -113,7 +114,7 @@ class EventWriter:
         self.run_id = run_id
         self.delay = flush_ms / 1000
         self.heartbeat = heartbeat
-        self.buffer: list[dict[str, Any]] = []
+        self.buffer: list[dict[str, Any] | Encoded] = []
         self.ready = asyncio.Event()
         self.lock = asyncio.Lock()
         self.failed: BaseException | None = None
@@ -128,7 +129,7 @@ class EventWriter:
             asyncio.create_task(self._beat(), name=f"graphkeep-heartbeat-{self.run_id}"),
         ]
 
-    def add(self, event: dict[str, Any]) -> None:
+    def add(self, event: dict[str, Any] | Encoded) -> None:
         if self.failed is not None:
             raise self.failed
         self.buffer.append(event)
