@@ -28,22 +28,13 @@ from graphkeep.errors import LeaseLost, LockNotAcquired
 
 from .conftest import unique_prefix
 from .copy_savers import chat_builder
-from .test_cli import BACKEND_PARAMS
-from .test_copy_rivals import config
-from .test_fallback import ask, history
-
-MODES = ["sync", "async"]
-
-
-@pytest.fixture(params=BACKEND_PARAMS)
-def url(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture(params=MODES)
-def mode(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
+from .test_fallback import (
+    ask,
+    config,
+    history,
+    mode,  # noqa: F401 - the fixture: sync and async
+    url,  # noqa: F401 - the fixture: every graphkeep backend (tests/test_cli.py)
+)
 
 # -- the mover's lease -------------------------------------------------------------------
 
@@ -103,7 +94,9 @@ def in_thread(target: Any) -> tuple[threading.Thread, list[Any]]:
 
 
 def test_a_slow_move_renews_its_lease_and_no_other_worker_takes_the_thread(
-    url: str, mode: str, tmp_path: Path
+    url: str,  # noqa: F811 - the fixture
+    mode: str,  # noqa: F811 - the fixture
+    tmp_path: Path,
 ) -> None:
     inner, before = slow_source(tmp_path / "old.db")
     slow = SlowSaver(inner, SLOW_READ)
@@ -150,7 +143,9 @@ def test_a_slow_move_renews_its_lease_and_no_other_worker_takes_the_thread(
 
 
 def test_a_move_under_a_lease_that_lapsed_is_refused_by_the_fence(
-    url: str, mode: str, tmp_path: Path
+    url: str,  # noqa: F811 - the fixture
+    mode: str,  # noqa: F811 - the fixture
+    tmp_path: Path,
 ) -> None:
     """The caller holds the thread's lease (``saver.lock``) and lets it lapse while the move
     reads: the move's writes carry the caller's fencing token (async: the context variable
