@@ -6,34 +6,26 @@ endpoint: tests/test_copy_rivals.py) are read through graphkeep with ``fallback=
 on every graphkeep backend, sync and async: each checkpoint reads as the source's, the chat
 goes on, the interrupt resumes with ``Command(resume=…)`` as on the source, the source is left
 as it was. A rival whose package is missing, a source that cannot be opened: one line, the URL
-masked. A move that lasts several lease lengths (a fallback whose reads sleep) keeps its lease
-renewed: another worker's ``lock()`` is refused throughout, and the moved thread verifies; a
-move under a lease that lapsed has its first write refused by the fence, nothing stored.
+masked. The mover's lease: tests/test_fallback_lease.py (no rival there: it runs in a shared
+chunk of ``./dev test``, tools/lane_queue.py, away from Redis Stack's RedisSaver tests here).
 """
 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import sys
-import threading
-import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain_core.messages import HumanMessage
-from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
 import graphkeep
-from graphkeep.errors import ConfigurationError, LeaseLost, LockNotAcquired, StorageUnavailable
+from graphkeep.errors import ConfigurationError, StorageUnavailable
 
 from .conftest import REDIS_URL, unique_prefix
-from .copy_savers import chat_builder
 from .test_cli import BACKEND_PARAMS
 from .test_copy_rivals import (
     Rival,
@@ -45,7 +37,6 @@ from .test_copy_rivals import (
     rival_url,
     snapshot,
 )
-from .test_fallback import ask, history
 
 MODES = ["sync", "async"]
 
@@ -243,140 +234,3 @@ def test_a_fallback_that_cannot_be_opened_is_one_line_with_the_url_masked(
         assert "s3cret" not in str(lost.value) and "\n" not in str(lost.value)
         with saver.lock("t", ttl=5, blocking=False):  # the move let its lease go
             pass
-
-
-# -- the mover's lease -------------------------------------------------------------------
-
-#: the lease of the moves below, and how long their fallback takes to read a thread
-LEASE = 3.0
-SLOW_READ = 3.5 * LEASE
-
-
-class SlowSaver(BaseCheckpointSaver[str]):
-    """A fallback whose ``list`` sleeps: a big thread on a slow store, read in ``delay``."""
-
-    def __init__(self, inner: Any, delay: float) -> None:
-        super().__init__()
-        self.inner = inner
-        self.delay = delay
-        self.started = threading.Event()
-        self.finished = threading.Event()
-
-    def list(self, config: Any, **kwargs: Any) -> Iterator[Any]:
-        found = list(self.inner.list(config, **kwargs))
-        self.started.set()
-        time.sleep(self.delay)
-        self.finished.set()
-        yield from found
-
-    def get_tuple(self, config: Any) -> Any:
-        return self.inner.get_tuple(config)
-
-
-def slow_source(path: Path) -> tuple[Any, list[Any]]:
-    conn = sqlite3.connect(str(path), check_same_thread=False)
-    inner = SqliteSaver(conn)
-    graph = chat_builder().compile(checkpointer=inner)
-    graph.invoke(ask("hello"), config("long"))
-    graph.invoke(ask("and again"), config("long"))
-    return inner, history(graph, "long")
-
-
-def in_thread(target: Any) -> tuple[threading.Thread, list[Any]]:
-    outcome: list[Any] = []
-
-    def run() -> None:
-        try:
-            outcome.append(target())
-        except BaseException as exc:  # handed to the test
-            outcome.append(exc)
-
-    worker = threading.Thread(target=run)
-    worker.start()
-    return worker, outcome
-
-
-def test_a_slow_move_renews_its_lease_and_no_other_worker_takes_the_thread(
-    url: str, mode: str, tmp_path: Path
-) -> None:
-    inner, before = slow_source(tmp_path / "old.db")
-    slow = SlowSaver(inner, SLOW_READ)
-    prefix = unique_prefix("fbl")
-
-    def sync_move() -> Any:
-        with graphkeep.connect(url, key_prefix=prefix, fallback=slow) as saver:
-            saver.fallback.lease_ttl = LEASE
-            return saver.get_tuple(config("long"))
-
-    async def async_move() -> Any:
-        async with graphkeep.aconnect(url, key_prefix=prefix, fallback=slow) as saver:
-            saver.fallback.lease_ttl = LEASE
-            return await saver.aget_tuple(config("long"))
-
-    with graphkeep.connect(url, key_prefix=prefix) as other:  # another worker, no fallback
-        started = time.monotonic()
-        worker, outcome = in_thread(
-            sync_move if mode == "sync" else lambda: asyncio.run(async_move())
-        )
-        assert slow.started.wait(30)
-        refused = 0
-        while not slow.finished.is_set():  # the fallback's read: several lease lengths
-            try:
-                other.lock("long", ttl=LEASE, blocking=False).acquire()
-            except LockNotAcquired:
-                refused += 1
-            else:
-                at = time.monotonic() - started
-                worker.join()
-                pytest.fail(f"another worker took the thread {at:.1f}s in (the move: {outcome})")
-            time.sleep(0.2)
-        took = time.monotonic() - started
-        worker.join()
-        # the move's writes came after the read, fenced: a lease lost meanwhile refuses them
-        assert not isinstance(outcome[0], BaseException), outcome
-        assert outcome[0] is not None
-        assert took > 3 * LEASE and refused >= 10, (took, refused)
-        with other.lock("long", ttl=LEASE, blocking=False):  # let go once moved
-            pass
-        graph = chat_builder().compile(checkpointer=other)
-        assert history(graph, "long") == before
-    inner.conn.close()
-
-
-def test_a_move_under_a_lease_that_lapsed_is_refused_by_the_fence(
-    url: str, mode: str, tmp_path: Path
-) -> None:
-    """The caller holds the thread's lease (``saver.lock``) and lets it lapse while the move
-    reads: the move's writes carry the caller's fencing token (async: the context variable
-    carried into the op), so the first is refused once another worker holds the thread."""
-    inner, before = slow_source(tmp_path / "old.db")
-    slow = SlowSaver(inner, SLOW_READ)
-    prefix = unique_prefix("fbf")
-    tid = "long"
-
-    def sync_move() -> Any:
-        with graphkeep.connect(url, key_prefix=prefix, fallback=slow) as saver:
-            with saver.lock(tid, ttl=LEASE):
-                return saver.get_tuple(config(tid))
-
-    async def async_move() -> Any:
-        async with graphkeep.aconnect(url, key_prefix=prefix, fallback=slow) as saver:
-            async with saver.lock(tid, ttl=LEASE):
-                return await saver.aget_tuple(config(tid))
-
-    with graphkeep.connect(url, key_prefix=prefix) as other:
-        worker, outcome = in_thread(
-            sync_move if mode == "sync" else lambda: asyncio.run(async_move())
-        )
-        assert slow.started.wait(30)
-        taken = other.lock(tid, ttl=4 * LEASE, timeout=3 * LEASE)
-        taken.acquire()  # once the caller's lease lapsed
-        worker.join()
-        assert isinstance(outcome[0], LeaseLost), outcome
-        assert other.get_tuple(config(tid)) is None  # nothing of the move stored
-        taken.release()
-        slow.delay = 0
-        with graphkeep.connect(url, key_prefix=prefix, fallback=slow) as saver:
-            graph = chat_builder().compile(checkpointer=saver)
-            assert history(graph, tid) == before
-    inner.conn.close()
