@@ -254,6 +254,9 @@ def test_a_contender_can_run_in_another_interpreter() -> None:
     )
     assert result.turn_tally.calls["put"] == 8
     assert result.requests_per_turn is None
+    # client CPU is measured where the turns run (the child) and comes back with the result
+    assert len(result.cpu_samples_ms) == 2 and min(result.cpu_samples_ms) > 0
+    assert result.cpu_ms_per_turn is not None and result.cpu_ms_per_turn > 0
 
 
 @pytest.mark.parametrize("scheme", ["mongodb", "dynamodb"])
