@@ -187,11 +187,33 @@ def _redis_stack_contenders(options: Options) -> list[Contender]:
 
 
 def _redis_stack_where(options: Options) -> str:
-    return f"Redis Stack at {mask_url(redis_stack_url())}, each saver under a fresh key prefix"
+    return f"Redis Stack at {mask_url(redis_stack_url())}: each saver under a fresh key prefix"
 
 
-def _suite_where(name: str) -> Callable[[Options], str]:
-    return lambda options: load(name).where(options)
+def _redis_where(options: Options) -> str:
+    from bench.suites.redis import redis_url
+
+    db = options.redis_db
+    return f"Redis at {mask_url(redis_url())}: graphkeep in db {db}, plainredis in db {db + 1}"
+
+
+def _mongodb_where(options: Options) -> str:
+    from bench.suites.mongodb import DATABASES, mongodb_url
+
+    return (
+        f"MongoDB at {mask_url(mongodb_url())}: graphkeep in {DATABASES['graphkeep']},"
+        f" MongoDBSaver in {DATABASES['MongoDBSaver']}"
+    )
+
+
+def _dynamodb_where(options: Options) -> str:
+    from bench.suites.dynamodb import TABLES, endpoint_url, region
+
+    return (
+        f"DynamoDB at {endpoint_url()} (region {region()}): graphkeep in table"
+        f" {TABLES['graphkeep']}, DynamoDBSaver in table {TABLES['DynamoDBSaver']} (its own"
+        " virtualenv)"
+    )
 
 
 def _suite_unavailable(name: str) -> Callable[[], Skip | None]:
@@ -205,7 +227,7 @@ BACKENDS: tuple[Backend, ...] = (
         ("plainredis",),
         "redis",
         _from_suite("redis", ("graphkeep", "plainredis", REFERENCE)),
-        _suite_where("redis"),
+        _redis_where,
         _suite_unavailable("redis"),
     ),
     Backend(
@@ -223,7 +245,7 @@ BACKENDS: tuple[Backend, ...] = (
         ("MongoDBSaver",),
         "mongodb",
         _from_suite("mongodb", ("graphkeep", "MongoDBSaver", REFERENCE)),
-        _suite_where("mongodb"),
+        _mongodb_where,
         _suite_unavailable("mongodb"),
     ),
     Backend(
@@ -232,7 +254,7 @@ BACKENDS: tuple[Backend, ...] = (
         ("DynamoDBSaver",),
         "dynamodb",
         _from_suite("dynamodb", ("graphkeep", "DynamoDBSaver", REFERENCE)),
-        _suite_where("dynamodb"),
+        _dynamodb_where,
         _suite_unavailable("dynamodb"),
     ),
 )
