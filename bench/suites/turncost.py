@@ -9,7 +9,9 @@ a rotating order (the saver suites' contenders and scratch spaces, W50 only, one
   ``RedisSaver`` (it needs RediSearch and RedisJSON); other work shares this server, so nothing
   is flushed: each saver runs under a fresh key prefix whose keys and indexes are dropped after
   the run (``RedisSaver``'s ``write_keys_zset:<thread>`` keys too);
-- **mongodb** (``MONGODB_URI``): graphkeep, ``MongoDBSaver`` (:mod:`.mongodb`);
+- **mongodb** (``MONGODB_URI``): graphkeep, ``MongoDBSaver`` (:mod:`.mongodb`), at most 10
+  turns a run (the local FerretDB scans its collections, and is shared: the quick size
+  compares the savers there);
 - **dynamodb** (``DYNAMODB_ENDPOINT_URL``): graphkeep, ``DynamoDBSaver`` in its own
   virtualenv (:mod:`.dynamodb`).
 
@@ -52,6 +54,8 @@ from bench.workloads import GROWTH_WORKLOAD, Opened, Result, Workload, combine, 
 from graphkeep.errors import mask_url
 
 NAME = "turncost"
+#: the turns of a MongoDB run (``--quick``'s; :attr:`Backend.max_turns`)
+QUICK_TURNS = 10
 #: the report's file names in ``--out``
 FILE = "turn-cost"
 REFERENCE = "InMemorySaver"
@@ -77,6 +81,9 @@ class Backend:
     contenders: Callable[[Options], list[Contender]]
     where: Callable[[Options], str]
     unavailable: Callable[[], Skip | None]
+    #: turns per run at most (FerretDB, the local MongoDB stand-in, scans its collections:
+    #: the quick size is enough to compare there); None: ``--turns``
+    max_turns: int | None = None
 
     @property
     def savers(self) -> tuple[str, ...]:
@@ -247,6 +254,7 @@ BACKENDS: tuple[Backend, ...] = (
         _from_suite("mongodb", ("graphkeep", "MongoDBSaver", REFERENCE)),
         _mongodb_where,
         _suite_unavailable("mongodb"),
+        max_turns=QUICK_TURNS,
     ),
     Backend(
         "dynamodb",
@@ -290,6 +298,8 @@ def measure_rows(backend: Backend, options: Options) -> Rows:
     if skip is not None:
         rows.error = f"not run: {skip.reason}"
         return rows
+    if backend.max_turns is not None and options.turns > backend.max_turns:
+        options = replace(options, turns=backend.max_turns)
     work = workload(WORKLOAD)
     contenders = backend.contenders(options)
     samples: dict[str, list[Result]] = {}
