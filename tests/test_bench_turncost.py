@@ -162,3 +162,17 @@ def test_under_suite_all_the_section_reads_the_other_suites_rows(
         if name != "InMemorySaver":
             assert requests == expected_requests, saver
     assert not (tmp_path / "turn-cost.png").exists()
+
+
+def test_the_readme_comparison_table_says_it_is_the_turn_cost_section_and_which_run() -> None:
+    readme = (ROOT / "README.md").read_text()
+    compared = readme.split("## Compared with the official savers")[1].split("\n## ")[0]
+    assert "`./dev bench --suite turncost`" in compared and "turn-cost.md" in compared
+    assert re.search(r"Run on \d{4}-\d\d-\d\d at \d\d:\d\d UTC on a \d-core", compared), compared
+    header = "| server | saver | ms / turn | client CPU ms / turn | requests / turn |"
+    table = compared.split(header)[1].split("\n\n")[0]
+    rows = [line.split("|")[2].strip() for line in table.strip().splitlines()[1:]]
+    rivals = [r for r in rows if "graphkeep" not in r]
+    for rival in ("plainredis", "RedisSaver", "MongoDBSaver", "DynamoDBSaver"):
+        assert sum(rival in r for r in rivals) == 1, (rival, rows)
+    assert rows.count("**graphkeep**") == 4, rows
