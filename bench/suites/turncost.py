@@ -557,7 +557,12 @@ def run(
         if not warmed:
             warm_up()
             warmed = True
-        rows.append(measure_rows(backend, history))
+        try:
+            rows.append(measure_rows(backend, history))
+        except Exception as exc:  # noqa: BLE001 - one backend failing is reported in its table
+            text = " ".join(str(exc).split())[:300]
+            rows.append(Rows(backend, error=f"failed: {type(exc).__name__}: {text}"))
+            print(f"\n  turn cost {backend.name}: {type(exc).__name__}: {text}", flush=True)
     earlier_live = measured.get("live")
     if isinstance(earlier_live, tuple) and earlier_live:
         agui = [agui_row(column) for column in earlier_live[0]]
