@@ -1,7 +1,7 @@
 """Command line of ``python -m bench`` (``./dev bench``).
 
     python -m bench [--suite redis|mongodb|dynamodb|store|live|concurrency|effects
-                                       |hot|all]
+                                       |hot|turncost|all]
                               [--turns N | --quick] [--rounds N] [--growth-turns N]
                               [--threads 1,10,100,500] [--backends redis,mongodb,...]
 
@@ -26,6 +26,11 @@ threads at once on one async saver, ``--threads`` and ``--backends`` pick the N 
 backends; :mod:`.suites.effects`: the effect ledger's cost per call on every backend;
 :mod:`.suites.hot`: MongoDB, DynamoDB and Postgres with and without Redis as the hot layer,
 durable requests and bytes read per turn, ``--backends`` picks the stores).
+Every saver suite's table has each saver's client CPU ms/turn (``time.process_time()`` in
+the process that runs the turns). The ``turncost`` suite (:mod:`.suites.turncost`, issue 48)
+is what one W50 turn costs per backend, ms, client CPU and requests, beside InMemorySaver and
+each rival, with the AG-UI endpoint's rows (``<out>/turn-cost.md`` and ``.png``); under
+``all`` it runs last and is built from what the other suites measured.
 """
 
 from __future__ import annotations
@@ -310,6 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = list(SUITES) if args.suite == "all" else [args.suite]
     failed = False
     ran = 0
+    #: what each suite returned, for a suite that reads the others' (turncost)
+    measured: dict[str, object] = {}
     for name in names:
         suite = load(name)
         skip = suite.unavailable()
@@ -319,11 +326,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         rounds = args.rounds or (1 if args.quick else suite.default_rounds)
         print(f"suite {name}: {turns} turns per workload, {rounds} round(s)")
+        chosen = replace(options, rounds=rounds)
         try:
-            if suite.run is not None:  # the store suite: its own workload and report
-                suite.run(replace(options, rounds=rounds), args.out, not args.no_chart)
+            if suite.run_after is not None and args.suite == "all":
+                measured[name] = suite.run_after(chosen, args.out, not args.no_chart, measured)
+            elif suite.run is not None:  # the store suite: its own workload and report
+                measured[name] = suite.run(chosen, args.out, not args.no_chart)
             else:
-                run_suite(suite, replace(options, rounds=rounds), args.out, chart=not args.no_chart)
+                measured[name] = run_suite(suite, chosen, args.out, chart=not args.no_chart)
             ran += 1
         except BenchError as exc:
             print(f"error: {name}: {exc}", file=sys.stderr)

@@ -55,6 +55,13 @@ class Context:
     capacity_label: str = ""
 
 
+#: what the client CPU column measures (issue 48)
+CPU_LABEL = (
+    "time.process_time() around each turn in the process that runs it (every thread: the"
+    " saver's client and driver, LangGraph, the graph; a rival in its own virtualenv is"
+    " measured in that interpreter), median per turn; the servers are other processes and"
+    " are not counted"
+)
 #: bytes sent per turn: the median is over this many last turns
 SENT_WINDOW = 10
 #: a chart panel's value for one saver and x group (None: not measured)
@@ -86,6 +93,7 @@ def markdown(
         f"- requests = {ctx.request_label}",
         f"- stored = {ctx.stored_label}",
         *[f"- {note}" for note in ctx.notes],
+        f"- client CPU = {CPU_LABEL}",
         "- timings are medians on a shared, noisy machine: compare within one run only",
         "",
     ]
@@ -94,6 +102,7 @@ def markdown(
             "workload",
             "saver",
             "ms/turn (median)",
+            "client CPU ms/turn (median)",
             f"ms/turn, first {EDGE_TURNS}",
             f"ms/turn, last {EDGE_TURNS}",
             "requests/turn",
@@ -107,6 +116,7 @@ def markdown(
                 r.workload,
                 r.saver,
                 number(r.ms_per_turn, 2),
+                number(r.cpu_ms_per_turn, 2),
                 number(r.first_ms, 2),
                 number(r.last_ms, 2),
                 number(r.requests_per_turn, 2),
@@ -117,7 +127,7 @@ def markdown(
             ]
             for r in results
         ],
-        "llrrrrrrrr",
+        "llrrrrrrrrr",
     )
     if ctx.rival:
         lines += ["", f"Ratios {ctx.rival} / {ctx.baseline} (above 1 = graphkeep better):", ""]
@@ -408,6 +418,7 @@ def chart(
     growth_groups = [GROWTH_WORKLOAD, f"{GROWTH_WORKLOAD}-{turns + extra}"] if extra else []
     panels = [
         panel("ms per turn (median)", main, workloads, field("ms_per_turn"), False),
+        panel("client CPU ms per turn (median)", main, workloads, field("cpu_ms_per_turn"), False),
         panel("requests per turn", main, workloads, field("requests_per_turn"), False),
         panel("stored (KiB)", main, workloads, field("stored_bytes"), True),
         panel("history read (ms, median)", main, workloads, field("history_ms"), False),

@@ -17,6 +17,12 @@ ratio come from one thread. Every turn also records the bytes the saver sent to
 the store (counted at the client, see :mod:`.probes`); :func:`new_message_bytes`
 is the reference those are compared with.
 
+Client CPU (issue 48): each turn is also timed with ``time.process_time()``, the CPU
+seconds of every thread of the process that runs the turns (LangGraph's background puts
+included), i.e. the saver's client, its driver, LangGraph and the graph; the servers are
+other processes and are not counted. A saver run in another interpreter
+(:class:`bench.worker.InSubprocess`) is measured in that interpreter, where its turns run.
+
 Large message (:func:`measure_large`, for suites whose store has an item limit):
 the W50 graph on a fresh thread whose first human message is one big text (a
 pasted document), then two ordinary turns; the state must read back exactly.
@@ -203,6 +209,10 @@ class Result:
     #: with the thread or the table shows as last above first)
     first_ms: float | None = None
     last_ms: float | None = None
+    #: median client CPU ms per turn (``time.process_time()`` of the process that ran the
+    #: turns, every thread; servers not counted), and its samples (pooled over rounds)
+    cpu_ms_per_turn: float | None = None
+    cpu_samples_ms: list[float] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -263,12 +273,15 @@ def measure(
     config: RunnableConfig = {"configurable": {"thread_id": f"bench-{uuid.uuid4().hex[:12]}"}}
     probe.take()
     sent: list[int] = []
+    cpu: list[float] = []
 
     def run_turn(turn: int) -> float:
         before = probe.bytes_sent
+        cpu_started = time.process_time()
         started = time.perf_counter()
         runner.invoke({"messages": [human_message(turn)]}, config)
         elapsed = time.perf_counter() - started
+        cpu.append(time.process_time() - cpu_started)
         sent.append(probe.bytes_sent - before)
         return elapsed
 
@@ -286,6 +299,7 @@ def measure(
     for turn in range(1, turns + 1):
         durations.append(run_turn(turn))
     turn_requests = probe.total - requests_before
+    turn_cpu = cpu[:turns]
     turn_units = probe.write_units - units_before[0], probe.read_units - units_before[1]
     turn_tally = probe.take()
 
@@ -343,6 +357,8 @@ def measure(
         read_units_per_turn=turn_units[1] / turns if probe.counts_capacity else None,
         first_ms=statistics.median(durations[:EDGE_TURNS]) * 1000,
         last_ms=statistics.median(durations[-EDGE_TURNS:]) * 1000,
+        cpu_ms_per_turn=statistics.median(turn_cpu) * 1000,
+        cpu_samples_ms=[c * 1000 for c in turn_cpu],
     )
 
 
@@ -368,6 +384,7 @@ def combine(rounds: list[Result]) -> Result:
     grown = next((r for r in rounds if r.extra_turns), first)
     wcu = [r.write_units_per_turn for r in rounds if r.write_units_per_turn is not None]
     rcu = [r.read_units_per_turn for r in rounds if r.read_units_per_turn is not None]
+    cpu_samples = [x for r in rounds for x in r.cpu_samples_ms]
     return Result(
         suite=first.suite,
         saver=first.saver,
@@ -392,6 +409,8 @@ def combine(rounds: list[Result]) -> Result:
         read_units_per_turn=statistics.fmean(rcu) if rcu else None,
         first_ms=_median_of([r.first_ms for r in rounds]),
         last_ms=_median_of([r.last_ms for r in rounds]),
+        cpu_ms_per_turn=statistics.median(cpu_samples) if cpu_samples else None,
+        cpu_samples_ms=cpu_samples,
     )
 
 

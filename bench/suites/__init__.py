@@ -11,7 +11,7 @@ one module and one line in :data:`SUITES`.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -51,6 +51,8 @@ SUITES: dict[str, str] = {
     "concurrency": "bench.suites.concurrency",
     "effects": "bench.suites.effects",
     "hot": "bench.suites.hot",
+    # last: under --suite all it reads what the suites above measured
+    "turncost": "bench.suites.turncost",
 }
 
 
@@ -145,6 +147,10 @@ class Suite:
     #: a suite with its own workload and report (the store suite): runs instead of the
     #: saver workloads, given the options, the output directory and whether to chart
     run: Callable[[Options, Path, bool], object] | None = None
+    #: under ``--suite all``, run instead of ``run`` and given what each suite before it
+    #: returned (suite name -> ``run_suite``'s results, or its own ``run``'s value): the turn
+    #: cost section reuses the saver suites' W50 rows and the live suite's AG-UI rows
+    run_after: Callable[[Options, Path, bool, Mapping[str, object]], object] | None = None
     #: savers measured for the growth rows only (one W50 run after the rounds), e.g.
     #: graphkeep with ``share_lists=False``: the storage of 0.1.x, "before" in the same run
     growth_contenders: Callable[[Options], list[Contender]] = lambda options: []

@@ -238,7 +238,19 @@ def _attempt(column: Column, what: str, step: Callable[[], None]) -> None:
         column.errors.append(f"{what}: {_failed(exc)}")
 
 
-def measure_backend(name: str, options: Options, sizes: Sizes, rng: random.Random) -> Column:
+#: the steps of :func:`measure_backend`, in order
+STEPS = ("watch", "watch burst", "events", "stream_run", "AG-UI endpoint", "idle")
+
+
+def measure_backend(
+    name: str,
+    options: Options,
+    sizes: Sizes,
+    rng: random.Random,
+    steps: Sequence[str] = STEPS,
+) -> Column:
+    """``name``'s column; ``steps``: these of :data:`STEPS` only (the turn cost section runs
+    ``stream_run`` and the AG-UI endpoint)."""
     column = Column(name)
     started = time.perf_counter()
     try:
@@ -263,7 +275,10 @@ def measure_backend(name: str, options: Options, sizes: Sizes, rng: random.Rando
                 column.read_back_ms = measure_read_back(log, run, sizes.batched, sizes.reads)
             finally:
                 log.delete(run)
-            column.streamed = measure_stream_run(log, counter, sizes.stream_tokens)
+
+    def streamed() -> None:
+        with events_at(backend) as log:
+            column.streamed = measure_stream_run(log, Requests().wrap(log), sizes.stream_tokens)
 
     def agui() -> None:
         with events_at(backend) as log, saver_at(backend) as saver:
@@ -276,14 +291,12 @@ def measure_backend(name: str, options: Options, sizes: Sizes, rng: random.Rando
             backend, sizes.idle_watchers, sizes.idle_settle, sizes.idle_window
         )
 
-    steps = (
-        ("watch", watch),
-        ("watch burst", burst),
-        ("events", appends),
-        ("AG-UI endpoint", agui),
-        ("idle", idle),
-    )
-    for what, step in steps:
+    chosen = [
+        (what, step)
+        for what, step in zip(STEPS, (watch, burst, appends, streamed, agui, idle), strict=True)
+        if what in steps
+    ]
+    for what, step in chosen:
         print(f"  live {name}: {what} ...", end="", flush=True)
         at = time.perf_counter()
         _attempt(column, what, step)
