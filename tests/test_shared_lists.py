@@ -120,3 +120,58 @@ def test_memory_is_bounded_by_slots_and_by_element_hashes() -> None:
     assert sharer.remembered == (5, 100)  # 20 hashes per thread: the 5 most recent fit
     sharer.forget("t19")
     assert sharer.remembered[1] == 80
+
+
+def _stored(serde: Any, values: list[Any]) -> list[codec.Typed]:
+    return [codec.squeeze(codec.Typed(*serde.dumps_typed(v)), 128) for v in values]
+
+
+def test_a_list_decoded_in_one_call_equals_its_elements_decoded_one_by_one() -> None:
+    serde = JsonPlusSerializer()
+    values = [*chat(12), None, {"k": [1, 2.5, "x", b"raw"]}, 7, "text", [None, {}]]
+    stored = _stored(serde, values)
+    assert any(t.tag.startswith(codec.COMPRESSED_PREFIX) for t in stored)
+    got = codec.load_many(serde, stored)
+    assert got == values == [codec.load(serde, t) for t in stored]
+    assert [type(x) for x in got] == [type(x) for x in values]
+    assert got[0] is not codec.load_many(serde, stored)[0]  # fresh objects at every read
+
+
+def _one_by_one(serde: Any, stored: list[codec.Typed]) -> Any:
+    try:
+        return [codec.load(serde, t) for t in stored]
+    except CorruptData:
+        return CorruptData
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda d: d[:-3],  # truncated: it would take the next element's first bytes
+        lambda d: d + b"\x01",  # padded: one by one ignores it, a batch would shift
+        lambda d: b"\xc1" + d[1:],  # a byte msgpack never uses
+        lambda d: b"\x92" + d,  # two values where one was
+    ],
+    ids=["truncated", "padded", "never-used-byte", "one-more-value"],
+)
+def test_a_damaged_element_decodes_in_a_batch_as_it_does_alone(damage: Any) -> None:
+    """Never a list shifted by one element's damage: a batch answers what decoding each
+    element alone answers (CorruptData, or the same values)."""
+    serde = JsonPlusSerializer()
+    values = chat(10)
+    stored = [codec.Typed("msgpack", serde.dumps_typed(v)[1]) for v in values]
+    stored[4] = codec.Typed("msgpack", damage(stored[4].data))
+    expected = _one_by_one(serde, stored)
+    if expected is CorruptData:
+        with pytest.raises(CorruptData):
+            codec.load_many(serde, stored)
+    else:
+        assert codec.load_many(serde, stored) == expected
+
+
+def test_a_batch_element_decoded_to_none_that_is_not_none_is_corrupt_data() -> None:
+    serde = JsonPlusSerializer()
+    stored = _stored(serde, chat(3))
+    stored[2] = codec.Typed("msgpack", b"\xd4\x7f\x00")  # an extension no reader knows
+    with pytest.raises(CorruptData):
+        codec.load_many(serde, stored)
