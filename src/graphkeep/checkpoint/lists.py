@@ -141,7 +141,7 @@ def rebuild(
         )
     pairs = [(k, elements[k]) for k in keys]
     try:
-        return codec.load_many(serde, [typed for _, typed in pairs]), pairs
+        return [codec.load(serde, typed) for _, typed in pairs], pairs
     except CorruptData as exc:
         bad = next(k for k, typed in pairs if not _loads(serde, typed))
         raise exc.at(replace(place, part=f"list element {bad}")) from None

@@ -9,14 +9,12 @@ bytes, no base64, no JSON re-encoding), so any LangGraph serializer works,
 from __future__ import annotations
 
 import math
-import os
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import ormsgpack
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from graphkeep.errors import (
     CORRUPT_FRAMING,
@@ -235,50 +233,6 @@ def load(serde: Any, value: Typed, where: Place | None = None) -> Any:
             place=where,
         )
     return result
-
-
-#: the value after a batch's elements (:func:`load_many`): random, so elements whose bytes
-#: do not hold exactly one value each (a truncated or padded one) cannot decode with it last
-_SENTINEL = os.urandom(16)
-_SENTINEL_PACKED = ormsgpack.packb(_SENTINEL)
-
-
-def _array_header(count: int) -> bytes:
-    """msgpack's header of an array of ``count`` values."""
-    if count < 16:
-        return bytes((0x90 | count,))
-    if count < 1 << 16:
-        return b"\xdc" + count.to_bytes(2, "big")
-    return b"\xdd" + count.to_bytes(4, "big")
-
-
-def load_many(serde: Any, values: Sequence[Typed]) -> list[Any]:
-    """:func:`load` of each of ``values``, in order. Where every value is msgpack of
-    LangGraph's own ``JsonPlusSerializer`` (a chat list's elements), they are decoded in one
-    call of the serializer, as an array of their bytes followed by a random sentinel: what
-    ``InMemorySaver`` pays for the list stored whole. Any doubt — a value of another tag, a
-    batch that does not decode, does not end with the sentinel, or holds a None its bytes do
-    not stand for — decodes them one by one instead, whose errors name the value."""
-    if len(values) > 1 and type(serde) is JsonPlusSerializer:
-        try:
-            datas = [(unsqueeze(value) if value.tag != "msgpack" else value) for value in values]
-            if all(value.tag == "msgpack" for value in datas):
-                batch = b"".join(value.data for value in datas)
-                got = serde.loads_typed(
-                    ("msgpack", _array_header(len(datas) + 1) + batch + _SENTINEL_PACKED)
-                )
-                if (
-                    type(got) is list
-                    and len(got) == len(datas) + 1
-                    and got.pop() == _SENTINEL
-                    and all(
-                        x is not None or encodes_none(v) for x, v in zip(got, datas, strict=True)
-                    )
-                ):
-                    return got
-        except Exception:  # noqa: BLE001 - one by one, where the failing value is named
-            pass
-    return [load(serde, value) for value in values]
 
 
 def pack_typed(value: Typed) -> bytes:
