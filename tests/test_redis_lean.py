@@ -69,65 +69,82 @@ def named(url: str, name: str) -> str:
     return f"{url}{'&' if '?' in url else '?'}client_name={name}"
 
 
-class Killer:
+class Background:
+    """``step()`` on a thread of its own every ``pause()`` seconds while ``running()`` is
+    entered; ``done()`` once it has stopped."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def pause(self) -> float:
+        raise NotImplementedError
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+    def done(self) -> None:
+        pass
+
+    def run(self) -> None:
+        while not self.stop.wait(self.pause()):
+            self.step()
+
+    @contextmanager
+    def running(self) -> Iterator[Any]:
+        self.thread.start()
+        try:
+            yield self
+        finally:
+            self.stop.set()
+            self.thread.join()
+            self.done()
+
+
+class Killer(Background):
     """Kills one of the connections named ``name`` on a random node every 30-80 ms, until
     stopped: calls in flight on it fail mid-request, idle ones fail at their next use."""
 
     def __init__(self, servers: list[tuple[str, int]], name: str) -> None:
+        super().__init__()
         self.admins = [redis.Redis(host=h, port=p, socket_timeout=5) for h, p in servers]
         self.name = name
         self.killed = 0
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
 
-    def run(self) -> None:
-        while not self.stop.wait(random.uniform(0.03, 0.08)):
-            admin = random.choice(self.admins)
-            ours = [c["id"] for c in admin.client_list() if c.get("name") == self.name]
-            if ours:
-                admin.client_kill_filter(_id=random.choice(ours))
-                self.killed += 1
+    def pause(self) -> float:
+        return random.uniform(0.03, 0.08)
 
-    @contextmanager
-    def running(self) -> Iterator[Killer]:
-        self.thread.start()
-        try:
-            yield self
-        finally:
-            self.stop.set()
-            self.thread.join()
-            for admin in self.admins:
-                admin.close()
+    def step(self) -> None:
+        admin = random.choice(self.admins)
+        ours = [c["id"] for c in admin.client_list() if c.get("name") == self.name]
+        if ours:
+            admin.client_kill_filter(_id=random.choice(ours))
+            self.killed += 1
+
+    def done(self) -> None:
+        for admin in self.admins:
+            admin.close()
 
 
-class Peak:
+class Peak(Background):
     """The most sockets of this process to each server port, sampled every 10 ms (only
     sockets opened after it was made: the client under test's)."""
 
     def __init__(self, servers: list[tuple[str, int]]) -> None:
+        super().__init__()
         self.ports = frozenset(p for _, p in servers)
         self.before = frozenset(socket_inodes())
         self.most = 0
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
 
-    def run(self) -> None:
-        while not self.stop.wait(0.01):
-            self.sample()
+    def pause(self) -> float:
+        return 0.01
 
-    def sample(self) -> None:
+    def step(self) -> None:
         for port in self.ports:
             self.most = max(self.most, established(frozenset({port}), self.before))
 
-    @contextmanager
-    def watching(self) -> Iterator[Peak]:
-        self.thread.start()
-        try:
-            yield self
-        finally:
-            self.stop.set()
-            self.thread.join()
-            self.sample()
+    def done(self) -> None:
+        self.step()
 
 
 def allowed(setup: Setup) -> int:
@@ -162,7 +179,7 @@ def test_dropped_connections_are_sent_again_within_the_bound(setup: Setup) -> No
             values = saver.get_tuple(config).checkpoint["channel_values"]
             return values["n"], len(values["log"])
 
-        with peak.watching(), Killer(servers, name).running() as killer:
+        with peak.running(), Killer(servers, name).running() as killer:
             with ThreadPoolExecutor(GRAPHS) as pool:
                 results = list(pool.map(run, range(GRAPHS)))
     assert killer.killed > 0
@@ -192,7 +209,7 @@ async def test_async_dropped_connections_are_sent_again_within_the_bound(setup: 
             values = found.checkpoint["channel_values"]
             return values["n"], len(values["log"])
 
-        with peak.watching(), Killer(servers, name).running() as killer:
+        with peak.running(), Killer(servers, name).running() as killer:
             results = await asyncio.gather(*(run(i) for i in range(GRAPHS)))
     assert killer.killed > 0
     assert results == [expected(TURNS)] * GRAPHS
