@@ -485,6 +485,7 @@ class SyncSend:
         self, client: Any, scripts: dict[str, str], where: str = "", prefix: str | None = None
     ) -> None:
         self.client = client
+        self.cluster = isinstance(client, redis.RedisCluster)
         self.scripts = {name: client.register_script(src) for name, src in scripts.items()}
         self.block_limit_ms = block_limit_ms(client)
         self.refusals = Refusals(client, where or describe(client), prefix)
@@ -508,7 +509,7 @@ class SyncSend:
             pool = wire.route(self.client, request.keys)
             if pool is not None:
                 try:
-                    return wire.call(pool, _evalsha(script.sha, request))
+                    return wire.call(pool, _evalsha(script.sha, request), self.cluster)
                 except wire.Detour:
                     pass  # not sent, or not answered: the full way once (see .wire)
             return script(keys=request.keys, args=request.args)

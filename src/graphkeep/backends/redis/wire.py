@@ -17,7 +17,9 @@ connection, a timeout, a loading server, a slot that moved, a server that lost i
 leaves the connection disconnected (or, for a reply, in the pool) and :class:`Detour` sends
 the caller the full way once: through redis-py, with its reconnection, its cluster
 redirections and slot-map refresh, its script reload. A failure there reaches graphkeep's
-retry exactly as before the lean path existed.
+retry exactly as before the lean path existed. A checkout that cannot connect to a single
+server raises as redis-py's own call does (its checkout is outside its retry too), and a
+refused login is never sent twice (``AuthenticationError``: refused at once).
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ import redis
 import redis.asyncio as aredis
 from redis.exceptions import (
     AskError,
+    AuthenticationError,
     ClusterDownError,
+    MaxConnectionsError,
     NoScriptError,
     RedisClusterException,
     TryAgainError,
@@ -80,13 +84,19 @@ def route(client: Any, keys: list[Any]) -> Any:
     return client.connection_pool
 
 
-def call(pool: Any, args: tuple[Any, ...]) -> Any:
+def call(pool: Any, args: tuple[Any, ...], cluster: bool = False) -> Any:
     """``args`` (a command) packed once, written on one of ``pool``'s connections, its reply
     read; raises :class:`Detour` where the full way must be taken, and a server's error reply
-    (a script's error, an ACL refusal) as redis-py does."""
+    (a script's error, an ACL refusal) or a refused login as redis-py does. ``cluster``:
+    ``pool`` is a Cluster node's."""
     try:
         connection = pool.get_connection(*_CHECKOUT)
     except TRANSPORT as exc:
+        # a checkout that cannot connect raises as redis-py's own call does on one server
+        # (its checkout is outside its retry: graphkeep's retry decides); a Cluster node's
+        # goes the full way, whose slot-map refresh finds a failed-over primary
+        if not cluster or isinstance(exc, AuthenticationError):
+            raise
         raise Detour() from exc
     try:
         connection.send_packed_command(connection.pack_command(*args))
@@ -97,6 +107,8 @@ def call(pool: Any, args: tuple[Any, ...]) -> Any:
     except TRANSPORT as exc:
         connection.disconnect()
         pool.release(connection)
+        if isinstance(exc, AuthenticationError):  # a refused login is refused at once
+            raise
         raise Detour() from exc
     except BaseException:
         connection.disconnect()  # interrupted mid-reply: never hand on a half-read socket
@@ -123,15 +135,15 @@ def aroute(client: Any, keys: list[Any]) -> Any:
 async def acall(where: Any, args: tuple[Any, ...]) -> Any:
     """The asyncio :func:`call` on a pool or a Cluster node (:func:`aroute`)."""
     node = isinstance(where, aredis.cluster.ClusterNode)
-    try:
-        if node:
+    if node:
+        try:
             connection = where.acquire_connection()
-            if getattr(connection, "should_reconnect", bool)():  # marked by redis-py
-                await connection.disconnect()
-        else:
-            connection = await where.get_connection(*_CHECKOUT)
-    except TRANSPORT as exc:
-        raise Detour() from exc
+        except MaxConnectionsError as exc:  # the node's own bound: redis-py's cluster path
+            raise Detour() from exc
+        if getattr(connection, "should_reconnect", bool)():  # marked by redis-py
+            await connection.disconnect()
+    else:
+        connection = await where.get_connection(*_CHECKOUT)  # as the sync call's checkout
     try:
         await connection.send_packed_command(connection.pack_command(*args))
         reply = await connection.read_response()
@@ -141,6 +153,8 @@ async def acall(where: Any, args: tuple[Any, ...]) -> Any:
     except TRANSPORT as exc:
         await connection.disconnect()
         await _release(where, connection, node)
+        if isinstance(exc, AuthenticationError):
+            raise
         raise Detour() from exc
     except BaseException:
         await connection.disconnect()  # cancelled mid-reply: never hand on a half-read socket
