@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -19,6 +20,17 @@ from conformance.setups import all_setups
 from graphkeep.cli.endpoints import open_store
 
 from .conftest import unique_prefix
+
+Key = tuple[tuple[str, ...], str]
+
+#: namespaces of several depths, unicode and nested values (no floats: DynamoDBStore's
+#: serializer refuses them; no "." or ":" in labels: RedisStore and DynamoDBStore join with them)
+ITEMS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
+    (("users", "alice"), "prefs", {"food": "pizza", "n": 3, "tags": ["a", "b"]}),
+    (("users", "alice", "memories"), "m1", {"text": "likes hiking", "n": 1, "ok": True}),
+    (("users", "bob"), "prefs", {"food": "sushi", "n": 5, "nested": {"x": [1, {"z": "ß"}]}}),
+    (("team", "notes"), "n 1", {"text": "ünïcødé ✓ 日本語", "n": None}),
+]
 
 
 @dataclass
@@ -84,3 +96,24 @@ def graphkeep_backends() -> list[Any]:
         marks = [getattr(pytest.mark, setup.marker)] if setup.marker else []
         params.append(pytest.param(setup.url, id=setup.name, marks=marks))
     return params
+
+
+def seed(store: BaseStore, items: list[Any]) -> None:
+    for ns, key, value in items:
+        store.put(ns, key, value)
+
+
+def times(store: BaseStore, items: list[Any]) -> dict[Key, tuple[datetime, datetime]]:
+    """Each item's (created_at, updated_at), as ``search`` returns them."""
+    kind = type(store).__name__
+    found: dict[Key, tuple[datetime, datetime]] = {}
+    for ns, key, _ in items:
+        hits = store.search(() if kind == "MongoDBStore" else ns, limit=1000, refresh_ttl=False)
+        for h in hits:
+            if (tuple(h.namespace), h.key) == (ns, key):
+                found[(ns, key)] = (_utc(h.created_at), _utc(h.updated_at))
+    return found
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)

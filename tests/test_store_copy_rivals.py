@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -30,19 +30,19 @@ from graphkeep.moving.rival_stores import holds_store
 from graphkeep.port.clock import datetime_of_us
 
 from .conftest import unique_prefix
-from .rival_stores import RIVALS, Rival, graphkeep_backends, open_rival, redis_stack_url
+from .rival_stores import (
+    ITEMS,
+    RIVALS,
+    Key,
+    Rival,
+    graphkeep_backends,
+    open_rival,
+    redis_stack_url,
+    seed,
+    times,
+)
 from .test_cli_store import fake_embed, gk
 
-Key = tuple[tuple[str, ...], str]
-
-#: namespaces of several depths, unicode and nested values (no floats: DynamoDBStore's
-#: serializer refuses them; no "." or ":" in labels: RedisStore and DynamoDBStore join with them)
-ITEMS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
-    (("users", "alice"), "prefs", {"food": "pizza", "n": 3, "tags": ["a", "b"]}),
-    (("users", "alice", "memories"), "m1", {"text": "likes hiking", "n": 1, "ok": True}),
-    (("users", "bob"), "prefs", {"food": "sushi", "n": 5, "nested": {"x": [1, {"z": "ß"}]}}),
-    (("team", "notes"), "n 1", {"text": "ünïcødé ✓ 日本語", "n": None}),
-]
 #: over DynamoDB's 400 KB item limit (graphkeep's DynamoDB backend stores it; DynamoDBStore
 #: cannot, so its source has none)
 BIG = (("blobs",), "big", {"text": "é" * 250_000})
@@ -65,11 +65,6 @@ def twin(rival: Rival) -> Iterator[Rival]:
 def backend(request: pytest.FixtureRequest) -> tuple[str, str]:
     """(URL, key prefix) of an empty graphkeep store on one backend."""
     return request.param, unique_prefix("rivalcopy")
-
-
-def seed(store: BaseStore, items: list[Any]) -> None:
-    for ns, key, value in items:
-        store.put(ns, key, value)
 
 
 def views(store: BaseStore, items: list[Any]) -> dict[str, Any]:
@@ -96,22 +91,6 @@ def views(store: BaseStore, items: list[Any]) -> dict[str, Any]:
     else:
         namespaces = sorted(tuple(ns) for ns in store.list_namespaces(limit=1000))
     return {"get": got, "search": searched, "namespaces": namespaces}
-
-
-def times(store: BaseStore, items: list[Any]) -> dict[Key, tuple[datetime, datetime]]:
-    """Each item's (created_at, updated_at), as ``search`` returns them."""
-    kind = type(store).__name__
-    found: dict[Key, tuple[datetime, datetime]] = {}
-    for ns, key, _ in items:
-        hits = store.search(() if kind == "MongoDBStore" else ns, limit=1000, refresh_ttl=False)
-        for h in hits:
-            if (tuple(h.namespace), h.key) == (ns, key):
-                found[(ns, key)] = (_utc(h.created_at), _utc(h.updated_at))
-    return found
-
-
-def _utc(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
 def expected(items: list[Any]) -> dict[str, Any]:
