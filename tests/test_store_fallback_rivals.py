@@ -28,7 +28,6 @@ from graphkeep.errors import ConfigurationError, StorageUnavailable
 from graphkeep.moving.rival_stores import StoreMissing
 from graphkeep.server import store_settings
 
-from .cli_runs import gk
 from .conftest import REDIS_URL, unique_prefix
 from .rival_stores import (
     ITEMS,
@@ -40,10 +39,10 @@ from .rival_stores import (
     seed,
     times,
 )
+from .store_switch import NS, OLD, switch_finished_by_copy_all
 from .test_cli_store import fake_embed
 
 MODES = ["sync", "async"]
-NS = ("users", "u1")
 #: the rivals and LangGraph's own PostgresStore
 SOURCES = [*RIVALS, pytest.param("postgres")]
 
@@ -165,39 +164,11 @@ def test_store_copy_all_from_a_rival_finishes_the_switch(
 ) -> None:
     prefix = unique_prefix("sfr")
     with source.open() as store:
-        seed(store, [(NS, key, {"v": f"old-{key}"}) for key in "abcd"])
+        seed(store, [(NS, key, value) for key, value in OLD.items()])
     before = stored(source)
     copy_all = ["store", "copy", source.url, url, "--all", "--dst-key-prefix", prefix]
-
-    def sync_body() -> tuple[Any, ...]:
-        with graphkeep.connect_store(url, key_prefix=prefix, fallback=source.url) as store:
-            store.get(NS, "a")  # read through
-            store.put(NS, "b", {"v": "mine"})  # newer than the fallback's
-            store.delete(NS, "c")  # deleted here
-            searched = (sorted(i.key for i in store.search(NS)), store.fallback_done())
-            result = gk(*copy_all)
-            return searched, result, store.search(NS), store.fallback_done()
-
-    async def async_body() -> tuple[Any, ...]:
-        async with graphkeep.aconnect_store(url, key_prefix=prefix, fallback=source.url) as store:
-            await store.aget(NS, "a")
-            await store.aput(NS, "b", {"v": "mine"})
-            await store.adelete(NS, "c")
-            found = await store.asearch(NS)
-            searched = (sorted(i.key for i in found), await store.afallback_done())
-            result = await asyncio.to_thread(gk, *copy_all)
-            return searched, result, await store.asearch(NS), await store.afallback_done()
-
-    searched, result, after, done = run(mode, sync_body, async_body)
-    assert searched == (["a", "b"], False)  # graphkeep's items only, the copy not finished
-    assert result.code == 0, result.out + result.err
-    assert "fallback_done() is True" in result.out
-    assert done is True
-    assert {i.key: i.value for i in after} == {
-        "a": {"v": "old-a"},
-        "b": {"v": "mine"},
-        "d": {"v": "old-d"},
-    }
+    options = {"key_prefix": prefix, "fallback": source.url}
+    switch_finished_by_copy_all(url, options, copy_all, mode)
     assert stored(source) == before
 
 

@@ -179,32 +179,28 @@ def _table(url: str, parsed: _Url) -> str:
     return table
 
 
-# -- opening the store (destinations) -------------------------------------------------------
+# -- opening the store (destinations): each opener makes its store's context manager ----------
 
 
-@contextmanager
-def _redis(url: str, index: dict[str, Any] | None) -> Iterator[Any]:
+def _redis(url: str, index: dict[str, Any] | None) -> AbstractContextManager[Any]:
     module = _module(REDIS)
     parsed = _parse(url)
     options = {
         k: parsed.options[k] for k in ("store_prefix", "vector_prefix") if k in parsed.options
     }
-    manager = module.RedisStore.from_conn_string(
+    return module.RedisStore.from_conn_string(  # type: ignore[no-any-return]
         _redis_conn(parsed), index=index, ttl=_ttl(parsed), **options
     )
-    with _reached(url, manager) as store:
-        yield store
 
 
-@contextmanager
-def _mongodb(url: str, index: dict[str, Any] | None) -> Iterator[Any]:
+def _mongodb(url: str, index: dict[str, Any] | None) -> AbstractContextManager[Any]:
     module = _module(MONGODB)
     parsed = _parse(url)
     conn, db, collection = _mongo_client(parsed)
     options: dict[str, Any] = {}
     if "auto_index_timeout" in parsed.options:
         options["auto_index_timeout"] = int(_number(parsed, "auto_index_timeout") or 0)
-    manager = module.MongoDBStore.from_conn_string(
+    return module.MongoDBStore.from_conn_string(  # type: ignore[no-any-return]
         conn,
         db_name=db,
         collection_name=collection,
@@ -212,19 +208,14 @@ def _mongodb(url: str, index: dict[str, Any] | None) -> Iterator[Any]:
         index_config=index,
         **options,
     )
-    with _reached(url, manager) as store:
-        yield store
 
 
-@contextmanager
-def _dynamodb(url: str, index: dict[str, Any] | None) -> Iterator[Any]:
+def _dynamodb(url: str, index: dict[str, Any] | None) -> AbstractContextManager[Any]:
     module = _module(DYNAMODB)
     parsed = _parse(url)
-    manager = module.DynamoDBStore.from_table_name(
+    return module.DynamoDBStore.from_table_name(  # type: ignore[no-any-return]
         _table(url, parsed), ttl=_ttl(parsed), index=index, **_dynamodb_options(parsed)
     )
-    with _reached(url, manager) as store:
-        yield store
 
 
 _OPENERS: dict[str, Callable[[str, dict[str, Any] | None], AbstractContextManager[Any]]] = {
@@ -241,7 +232,7 @@ def open_rival_store(
     """The store at a ``langgraph-redis://``, ``langgraph-mongodb://`` or
     ``langgraph-dynamodb://`` URL, through its public API; ``setup`` creates its indexes /
     table (destinations)."""
-    with _OPENERS[scheme_of(url)](url, index) as store:
+    with _reached(url, _OPENERS[scheme_of(url)](url, index)) as store:
         if setup and hasattr(store, "setup"):
             try:
                 store.setup()
@@ -334,16 +325,19 @@ def _dynamodb_source(url: str) -> Iterator[RivalSource]:
         "dynamodb", region_name=options["region_name"], endpoint_url=options.get("endpoint_url")
     )
     try:
-        client.describe_table(TableName=table)
-    except client.exceptions.ResourceNotFoundException:
-        raise StoreMissing(f"no DynamoDBStore table {table!r}") from None
-    except Exception as exc:
-        raise _unavailable(url, exc) from exc
-    yield RivalSource(
-        lambda prefix: rival_items.dynamodb_pages(client, table, prefix),
-        rival_items.dynamodb_keys(client, table),
-        shown(url),
-    )
+        try:
+            client.describe_table(TableName=table)
+        except client.exceptions.ResourceNotFoundException:
+            raise StoreMissing(f"no DynamoDBStore table {table!r}") from None
+        except Exception as exc:
+            raise _unavailable(url, exc) from exc
+        yield RivalSource(
+            lambda prefix: rival_items.dynamodb_pages(client, table, prefix),
+            rival_items.dynamodb_keys(client, table),
+            shown(url),
+        )
+    finally:
+        client.close()
 
 
 # -- a rival's store object ------------------------------------------------------------------
