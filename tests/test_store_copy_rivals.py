@@ -14,9 +14,8 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -26,115 +25,46 @@ from langgraph.store.memory import InMemoryStore
 import graphkeep
 from conformance.setups import all_setups
 from graphkeep.cli.endpoints import open_store
-from graphkeep.cli.rival_stores import holds_store
-from graphkeep.cli.store_copy import plain
+from graphkeep.moving.rival_items import plain
+from graphkeep.moving.rival_stores import holds_store
 from graphkeep.port.clock import datetime_of_us
 
 from .conftest import unique_prefix
+from .rival_stores import (
+    ITEMS,
+    RIVALS,
+    Key,
+    Rival,
+    graphkeep_backends,
+    open_rival,
+    redis_stack_url,
+    seed,
+    times,
+)
 from .test_cli_store import fake_embed, gk
 
-Key = tuple[tuple[str, ...], str]
-
-#: namespaces of several depths, unicode and nested values (no floats: DynamoDBStore's
-#: serializer refuses them; no "." or ":" in labels: RedisStore and DynamoDBStore join with them)
-ITEMS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
-    (("users", "alice"), "prefs", {"food": "pizza", "n": 3, "tags": ["a", "b"]}),
-    (("users", "alice", "memories"), "m1", {"text": "likes hiking", "n": 1, "ok": True}),
-    (("users", "bob"), "prefs", {"food": "sushi", "n": 5, "nested": {"x": [1, {"z": "ß"}]}}),
-    (("team", "notes"), "n 1", {"text": "ünïcødé ✓ 日本語", "n": None}),
-]
 #: over DynamoDB's 400 KB item limit (graphkeep's DynamoDB backend stores it; DynamoDBStore
 #: cannot, so its source has none)
 BIG = (("blobs",), "big", {"text": "é" * 250_000})
 
 
-@dataclass
-class Rival:
-    name: str
-    url: str
-
-    def open(self, index: dict[str, Any] | None = None) -> AbstractContextManager[BaseStore]:
-        return open_store(self.url, setup=True, index=index)
-
-
-def _redis_url() -> str:
-    return os.environ.get("REDIS_STACK_URL", "redis://127.0.0.1:6379/0")
-
-
-@contextmanager
-def _rival(name: str) -> Iterator[Rival]:
-    tag = unique_prefix("rival").replace("-", "_")
-    if name == "redis":
-        host = _redis_url().split("://", 1)[1]
-        yield Rival(name, f"langgraph-redis://{host}?store_prefix={tag}&vector_prefix={tag}_v")
-        from redis import Redis
-
-        with Redis.from_url(_redis_url()) as client:
-            for index in (tag, f"{tag}_v"):
-                try:
-                    client.execute_command("FT.DROPINDEX", index, "DD")
-                except Exception:  # noqa: S110 - never created (no index configured)
-                    pass
-    elif name == "mongodb":
-        host = os.environ.get("MONGODB_URI", "mongodb://127.0.0.1:27017").split("://", 1)[1]
-        yield Rival(name, f"langgraph-mongodb://{host.rstrip('/')}/gk_rivals?collection_name={tag}")
-        from pymongo import MongoClient
-
-        with MongoClient(os.environ.get("MONGODB_URI")) as client:
-            client["gk_rivals"].drop_collection(tag)
-    else:
-        endpoint = os.environ.get("DYNAMODB_ENDPOINT_URL", "http://127.0.0.1:8000")
-        region = os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
-        yield Rival(name, f"langgraph-dynamodb://{tag}?region={region}&endpoint_url={endpoint}")
-        import boto3
-
-        try:
-            boto3.client("dynamodb", region_name=region, endpoint_url=endpoint).delete_table(
-                TableName=tag
-            )
-        except Exception:  # noqa: S110 - a test that never created it
-            pass
-
-
-RIVALS = [
-    pytest.param("redis", marks=[pytest.mark.redis, pytest.mark.redis_stack]),
-    pytest.param("mongodb", marks=pytest.mark.mongodb),
-    pytest.param("dynamodb", marks=pytest.mark.dynamodb),
-]
-
-
-def _backends() -> list[Any]:
-    params = []
-    for setup in all_setups():
-        if setup.name == "reference":
-            continue
-        marks = [getattr(pytest.mark, setup.marker)] if setup.marker else []
-        params.append(pytest.param(setup.url, id=setup.name, marks=marks))
-    return params
-
-
 @pytest.fixture(params=RIVALS)
 def rival(request: pytest.FixtureRequest) -> Iterator[Rival]:
-    with _rival(request.param) as made:
+    with open_rival(request.param) as made:
         yield made
 
 
 @pytest.fixture
 def twin(rival: Rival) -> Iterator[Rival]:
     """A second, empty store of the same rival: where a copy comes back to."""
-    with _rival(rival.name) as made:
+    with open_rival(rival.name) as made:
         yield made
 
 
-@pytest.fixture(params=_backends())
+@pytest.fixture(params=graphkeep_backends())
 def backend(request: pytest.FixtureRequest) -> tuple[str, str]:
     """(URL, key prefix) of an empty graphkeep store on one backend."""
     return request.param, unique_prefix("rivalcopy")
-
-
-def seed(store: BaseStore, items: list[Any]) -> None:
-    for ns, key, value in items:
-        store.put(ns, key, value)
 
 
 def views(store: BaseStore, items: list[Any]) -> dict[str, Any]:
@@ -161,22 +91,6 @@ def views(store: BaseStore, items: list[Any]) -> dict[str, Any]:
     else:
         namespaces = sorted(tuple(ns) for ns in store.list_namespaces(limit=1000))
     return {"get": got, "search": searched, "namespaces": namespaces}
-
-
-def times(store: BaseStore, items: list[Any]) -> dict[Key, tuple[datetime, datetime]]:
-    """Each item's (created_at, updated_at), as ``search`` returns them."""
-    kind = type(store).__name__
-    found: dict[Key, tuple[datetime, datetime]] = {}
-    for ns, key, _ in items:
-        hits = store.search(() if kind == "MongoDBStore" else ns, limit=1000, refresh_ttl=False)
-        for h in hits:
-            if (tuple(h.namespace), h.key) == (ns, key):
-                found[(ns, key)] = (_utc(h.created_at), _utc(h.updated_at))
-    return found
-
-
-def _utc(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
 def expected(items: list[Any]) -> dict[str, Any]:
@@ -229,7 +143,7 @@ def test_rival_items_copy_into_graphkeep_and_back_reading_the_same_everywhere(
 def test_copying_from_mongodbstore_leaves_its_documents_and_updated_at_unchanged() -> None:
     from pymongo import MongoClient
 
-    with _rival("mongodb") as rival:
+    with open_rival("mongodb") as rival:
         with rival.open() as store:
             seed(store, ITEMS)
         collection_name = rival.url.rsplit("collection_name=", 1)[1]
@@ -251,7 +165,7 @@ def test_copying_from_mongodbstore_leaves_its_documents_and_updated_at_unchanged
 @pytest.mark.mongodb
 def test_a_mongodb_source_lists_every_namespace_beyond_list_namespaces_limit() -> None:
     many = [(("ns", f"n{i:03d}"), "k", {"i": i}) for i in range(120)]
-    with _rival("mongodb") as rival:
+    with open_rival("mongodb") as rival:
         with rival.open() as store:
             seed(store, many)  # its list_namespaces would stop at 100 (limit before $group)
         prefix = unique_prefix("rivalcopy")
@@ -295,7 +209,7 @@ def test_an_item_dynamodbstore_refuses_is_reported_and_the_others_are_copied() -
     prefix = unique_prefix("rivalcopy")
     with open_store(redis_url, key_prefix=prefix, setup=True) as source:
         seed(source, [*ITEMS, BIG])
-    with _rival("dynamodb") as rival:
+    with open_rival("dynamodb") as rival:
         result = gk("store", "copy", redis_url, rival.url, "--src-key-prefix", prefix)
         assert result.code == 1, result.err + result.out
         assert "blobs big: the destination refused it" in result.out
@@ -319,11 +233,11 @@ def test_a_source_document_that_is_no_item_is_reported_and_the_others_are_copied
 
     redis_url = next(s.url for s in all_setups() if s.name == "redis")
     prefix = unique_prefix("rivalcopy")
-    with _rival("redis") as rival:
+    with open_rival("redis") as rival:
         with rival.open() as store:
             seed(store, ITEMS)
         store_prefix = rival.url.split("store_prefix=", 1)[1].split("&", 1)[0]
-        with Redis.from_url(_redis_url()) as client:  # a document with no value
+        with Redis.from_url(redis_stack_url()) as client:  # a document with no value
             client.json().set(f"{store_prefix}:broken", "$", {"prefix": "users", "key": "x"})
         result = gk("store", "copy", rival.url, redis_url, "--dst-key-prefix", prefix)
         assert result.code == 1, result.err + result.out
@@ -342,7 +256,7 @@ def test_an_items_remaining_ttl_is_carried_into_graphkeep(name: str) -> None:
         pytest.fail("no DynamoDB server (DYNAMODB_ENDPOINT_URL)")
     redis_url = next(s.url for s in all_setups() if s.name == "redis")
     prefix = unique_prefix("rivalcopy")
-    with _rival(name) as rival:
+    with open_rival(name) as rival:
         with rival.open() as store:
             store.put(("t",), "short", {"v": 1}, ttl=0.05)  # 3 s
             store.put(("t",), "kept", {"v": 2})
@@ -370,10 +284,10 @@ def _ranked(store: BaseStore, query: str) -> list[str]:
 
 @pytest.mark.redis
 @pytest.mark.redis_stack
-@pytest.mark.parametrize("url", _backends())
+@pytest.mark.parametrize("url", graphkeep_backends())
 def test_items_redisstore_indexed_are_found_by_the_same_search_after_a_copy(url: str) -> None:
     prefix = unique_prefix("rivalcopy")
-    with _rival("redis") as rival, _rival("redis") as twin:
+    with open_rival("redis") as rival, open_rival("redis") as twin:
         with rival.open(index=INDEX) as store:
             seed(store, DOCS)
             ranked = {q: _ranked(store, q) for q in ("zyx wut", "abc", "lmno")}
@@ -462,7 +376,7 @@ def _times_of(item: Any) -> tuple[datetime, datetime]:
     return item.created_at, item.updated_at
 
 
-@pytest.mark.parametrize("url", _backends())
+@pytest.mark.parametrize("url", graphkeep_backends())
 def test_stamped_puts_keep_the_given_times_sync_and_async(url: str) -> None:
     ns = ("a", "b")
     given = (datetime_of_us(CREATED), datetime_of_us(UPDATED))

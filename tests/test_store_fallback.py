@@ -32,6 +32,7 @@ from graphkeep.server import store_settings
 
 from .cli_runs import gk
 from .conftest import unique_prefix
+from .store_switch import OLD, switch_finished_by_copy_all
 from .test_cli import BACKEND_PARAMS
 
 MODES = ["sync", "async"]
@@ -347,50 +348,12 @@ def test_searches_answer_from_graphkeep_until_store_copy_all_has_finished(
 ) -> None:
     old, new = unique_prefix("sfo"), unique_prefix("sfn")
     with graphkeep.connect_store(url, key_prefix=old) as source:
-        for key in ("a", "b", "c", "d"):
-            source.put(NS, key, {"v": f"old-{key}"})
-    fallback = with_prefix(url, old)
-    copy_all = [
-        "store",
-        "copy",
-        url,
-        url,
-        "--all",
-        "--src-key-prefix",
-        old,
-        "--dst-key-prefix",
-        new,
-    ]
-
-    def sync_body() -> tuple[Any, ...]:
-        with graphkeep.connect_store(url, key_prefix=new, fallback=fallback) as store:
-            store.get(NS, "a")  # read through
-            store.put(NS, "b", {"v": "mine"})  # newer than the fallback's
-            store.delete(NS, "c")  # deleted here
-            before = (sorted(i.key for i in store.search(NS)), store.fallback_done())
-            result = gk(*copy_all)
-            return before, result, store.search(NS), store.fallback_done()
-
-    async def async_body() -> tuple[Any, ...]:
-        async with graphkeep.aconnect_store(url, key_prefix=new, fallback=fallback) as store:
-            await store.aget(NS, "a")
-            await store.aput(NS, "b", {"v": "mine"})
-            await store.adelete(NS, "c")
-            searched = await store.asearch(NS)
-            before = (sorted(i.key for i in searched), await store.afallback_done())
-            result = await asyncio.to_thread(gk, *copy_all)
-            return before, result, await store.asearch(NS), await store.afallback_done()
-
-    before, result, after, done = run(mode, sync_body, async_body)
-    assert before == (["a", "b"], False)  # graphkeep's items only, the copy not finished
-    assert result.code == 0, result.out + result.err
-    assert "fallback_done() is True" in result.out
-    assert done is True
-    assert {i.key: i.value for i in after} == {
-        "a": {"v": "old-a"},
-        "b": {"v": "mine"},
-        "d": {"v": "old-d"},
-    }
+        for key, value in OLD.items():
+            source.put(NS, key, value)
+    copy_all = ["store", "copy", url, url, "--all"]
+    copy_all += ["--src-key-prefix", old, "--dst-key-prefix", new]
+    options = {"key_prefix": new, "fallback": with_prefix(url, old)}
+    switch_finished_by_copy_all(url, options, copy_all, mode)
 
 
 def test_fallback_naming_the_same_store_is_refused_before_anything_is_written(url: str) -> None:

@@ -50,7 +50,7 @@ VARIABLES: dict[str, str] = {
     "GRAPHKEEP_STORE_OPTIONS": "more graphkeep.aconnect_store options, as a JSON object",
     "GRAPHKEEP_STORE_FALLBACK_URL": "the store the app used before (a live switch: each item"
     " graphkeep lacks read through from it and copied; docs/migrate.md), e.g."
-    " postgresql://host/db",
+    " postgresql://host/db or a rival's langgraph-redis://host:6379/0",
     "LANGGRAPH_AES_KEY": "LangGraph's AES key (16, 24 or 32 bytes): checkpoints are encrypted"
     " with EncryptedSerializer.from_pycryptodome_aes",
     "GRAPHKEEP_KEYS": "the checkpointer's key ring, k2:BASE64,k1:BASE64 (the first current):"

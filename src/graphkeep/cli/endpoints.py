@@ -23,13 +23,13 @@ from langgraph.store.base import BaseStore
 
 import graphkeep
 from graphkeep.checkpoint.saver import SaverBase
-from graphkeep.cli import foreign, rival_stores
+from graphkeep.cli import foreign
 from graphkeep.cli.console import MASK, Opened, UsageError, safe_url
 from graphkeep.cli.foreign import FOREIGN_SCHEMES, Foreign
 from graphkeep.connect import BACKENDS
 from graphkeep.encryption import KEYS_ENV, KeyRing
 from graphkeep.errors import ConfigurationError
-from graphkeep.moving import openers, rivals
+from graphkeep.moving import openers, rival_stores, rivals
 from graphkeep.moving.openers import SQLITE_SCHEMES, entered
 from graphkeep.port import Op
 
@@ -202,8 +202,9 @@ def open_store(
 ) -> Iterator[BaseStore]:
     """A sync ``BaseStore`` for ``url``; ``setup`` creates the schema (destinations only).
     ``langgraph-redis://``, ``langgraph-mongodb://`` and ``langgraph-dynamodb://`` open the
-    official stores of other packages (:mod:`graphkeep.cli.rival_stores`)."""
-    if rival_stores.is_rival(url):
+    official stores of other packages (:mod:`graphkeep.moving.rival_stores`)."""
+    if rival_stores.is_rival_store(url):
+        MASK.remember(url)
         if key_prefix is not None:
             raise UsageError(f"--key-prefix applies to graphkeep URLs, not to {scheme_of(url)}://")
         with rival_stores.open_rival_store(url, setup=setup, index=index) as rival:

@@ -3,8 +3,9 @@
 Destinations are written through the public ``BaseStore`` API, so any pair can be copied:
 graphkeep URLs, ``sqlite:///``, ``postgresql://``, the official stores of other packages
 (``langgraph-redis://``, ``langgraph-mongodb://``, ``langgraph-dynamodb://``: see
-:mod:`graphkeep.cli.rival_stores`, which reads those from what they stored, with each
-item's remaining TTL) and any store a ``--source-store`` / ``--dest-store`` callable yields.
+:mod:`graphkeep.moving.rival_stores`, which reads those from what they stored, with each
+item's remaining TTL, for this command and ``connect_store(url, fallback=…)`` alike) and
+any store a ``--source-store`` / ``--dest-store`` callable yields.
 A graphkeep destination keeps each item's ``created_at`` / ``updated_at`` (its store's
 ``put_stamped``); other destinations stamp their own. Re-runnable: items the destination
 already holds with the same value are skipped (unless ``--overwrite``). An item the
@@ -16,29 +17,25 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from decimal import Decimal
 from typing import Any, TextIO
 
 from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 
-from graphkeep.cli.console import EXIT_ERROR, EXIT_OK, Progress, UsageError, print_json
+from graphkeep.cli.arguments import import_object
+from graphkeep.cli.console import (
+    EXIT_ERROR,
+    EXIT_OK,
+    MASK,
+    NotFound,
+    Progress,
+    UsageError,
+    print_json,
+)
 from graphkeep.cli.endpoints import copy_key_prefixes, open_store, scheme_of
 from graphkeep.cli.foreign import sqlite_has_store
-from graphkeep.cli.rival_stores import (
-    Entry,
-    Pages,
-    Record,
-    Unreadable,
-    holds_store,
-    is_rival,
-    native_get,
-    native_pages,
-    open_callable_store,
-    open_rival_source,
-)
 from graphkeep.cli.store_values import (
     Namespace,
     format_namespace,
@@ -48,6 +45,15 @@ from graphkeep.cli.store_values import (
     store_label,
 )
 from graphkeep.moving.openers import SQLITE_SCHEMES, sqlite_path
+from graphkeep.moving.rival_items import Entry, Pages, Record, Unreadable, plain
+from graphkeep.moving.rival_stores import (
+    StoreMissing,
+    holds_store,
+    native_get,
+    native_pages,
+    open_rival_source,
+)
+from graphkeep.moving.rival_stores import is_rival_store as is_rival
 from graphkeep.store.filters import json_equal as same_value
 from graphkeep.store.shells import SyncStore
 
@@ -171,8 +177,13 @@ def _source(args: argparse.Namespace, key_prefix: str | None) -> Iterator[Pages]
             yield native_pages(store) or _searched(store)
         return
     if is_rival(args.src_url):
-        with open_rival_source(args.src_url) as pages:
-            yield pages
+        MASK.remember(args.src_url)
+        with ExitStack() as stack:
+            try:
+                source = stack.enter_context(open_rival_source(args.src_url))
+            except StoreMissing as exc:  # the command's "not found" (exit 4)
+                raise NotFound(str(exc)) from None
+            yield source.pages
         return
     with open_store(args.src_url, key_prefix=key_prefix) as store:
         yield _searched(store)
@@ -184,6 +195,18 @@ def _searched(store: BaseStore) -> Pages:
             yield [Record(item) for item in page]
 
     return pages
+
+
+@contextmanager
+def open_callable_store(spec: str, option: str) -> Iterator[BaseStore]:
+    """The store ``MODULE:CALLABLE`` yields (a callable returning a context manager)."""
+    factory = import_object(spec, option, "myapp.stores:open_store")
+    if not callable(factory):
+        raise UsageError(f"{option} {spec}: not a callable")
+    with factory() as store:
+        if not isinstance(store, BaseStore):
+            raise UsageError(f"{option} {spec}: yielded {type(store).__name__}, not a BaseStore")
+        yield store
 
 
 @contextmanager
@@ -208,17 +231,6 @@ def _destination(
         args.dst_url, key_prefix=key_prefix, setup=not args.dry_run, index=index
     ) as dst:
         yield dst
-
-
-def plain(value: Any) -> Any:
-    """``value`` with DynamoDB's ``Decimal`` numbers as the ints / floats they were put as."""
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    return value
 
 
 def _same(found: Any, value: Any) -> bool:
@@ -280,7 +292,7 @@ def _copy_page(
 
 def _get(store: BaseStore, keys: list[tuple[Namespace, str]]) -> list[Any]:
     """The items at ``keys`` (None where missing), read by the route that is right for
-    ``store`` (:func:`~graphkeep.cli.rival_stores.native_get`), never refreshing a TTL."""
+    ``store`` (:func:`~graphkeep.moving.rival_stores.native_get`), never refreshing a TTL."""
     read = native_get(store)
     if read is not None:
         return read(keys)

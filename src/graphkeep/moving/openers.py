@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 from graphkeep.errors import ConfigurationError, GraphkeepError, StorageUnavailable, mask_url
 
@@ -62,6 +62,35 @@ class Reader:
     write_rows: WriteRows | None = None
     threads: Threads | None = None
     tuples: Tuples | None = None
+
+
+class UrlOpeners(Generic[T]):
+    """How one product's ``fallback=`` opens a SOURCE URL: ``by_scheme`` (LangGraph's and
+    the rivals' openers, each ``opener(url)`` a context manager), else graphkeep's own URL,
+    whose opener ``graphkeep.connect`` registers (this layer sits below it); ``own`` makes
+    what that opener yields the product's ``T``."""
+
+    def __init__(
+        self,
+        by_scheme: Mapping[str, Callable[[str], AbstractContextManager[T]]],
+        own: Callable[[Any], T],
+    ) -> None:
+        self.by_scheme = dict(by_scheme)
+        self.own = own
+        self.graphkeep: list[Callable[[str], AbstractContextManager[Any]]] = []
+
+    def register(self, open_url: Callable[[str], AbstractContextManager[Any]]) -> None:
+        """Open graphkeep URLs with ``open_url`` (``graphkeep.connect`` registers it)."""
+        self.graphkeep[:] = [open_url]
+
+    def opened(self, url: str, stack: ExitStack) -> T:
+        """What ``url`` names, entered on ``stack``."""
+        opener = self.by_scheme.get(scheme_of(url))
+        if opener is not None:
+            return stack.enter_context(opener(url))
+        if not self.graphkeep:
+            raise ConfigurationError("fallback= URLs need graphkeep.connect (import graphkeep)")
+        return self.own(stack.enter_context(self.graphkeep[0](url)))
 
 
 def scheme_of(url: str) -> str:

@@ -18,8 +18,8 @@ itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -32,16 +32,23 @@ from graphkeep.moving.openers import (
     POSTGRES_SCHEMES,
     SQLITE_SCHEMES,
     Reader,
+    UrlOpeners,
     open_postgres_saver,
     open_sqlite_saver,
-    scheme_of,
     shown,
 )
 from graphkeep.moving.rivals import RIVAL_SCHEMES, open_rival
 
-#: ``open_url(url)``: a context manager yielding a sync graphkeep saver (``graphkeep.connect``,
-#: which registers it: this layer sits below it)
-_OPEN_URL: list[Callable[[str], AbstractContextManager[Any]]] = []
+#: SOURCE URLs: LangGraph's savers, the rivals', and graphkeep's (``graphkeep.connect``
+#: registers its opener: this layer sits below it)
+OPENERS = UrlOpeners[Reader](
+    {
+        **dict.fromkeys(SQLITE_SCHEMES, open_sqlite_saver),
+        **dict.fromkeys(POSTGRES_SCHEMES, open_postgres_saver),
+        **dict.fromkeys(RIVAL_SCHEMES, open_rival),
+    },
+    lambda saver: Reader(saver, "graphkeep"),
+)
 
 
 def same_store_refused(label: str) -> ConfigurationError:
@@ -69,19 +76,6 @@ def same_store(a: Any, b: Any) -> bool:
     )
 
 
-def _opened(url: str, stack: ExitStack) -> Reader:
-    scheme = scheme_of(url)
-    if scheme in SQLITE_SCHEMES:
-        return stack.enter_context(open_sqlite_saver(url))
-    if scheme in POSTGRES_SCHEMES:
-        return stack.enter_context(open_postgres_saver(url))
-    if scheme in RIVAL_SCHEMES:
-        return stack.enter_context(open_rival(url))
-    if not _OPEN_URL:
-        raise ConfigurationError("fallback= URLs need graphkeep.connect (import graphkeep)")
-    return Reader(stack.enter_context(_OPEN_URL[0](url)), "graphkeep")
-
-
 @contextmanager
 def read_through(saver: Any, source: Any) -> Iterator[None]:
     """``saver`` moving each thread from ``source`` on first use, for the block."""
@@ -91,7 +85,7 @@ def read_through(saver: Any, source: Any) -> Iterator[None]:
         raise ConfigurationError("this saver reads through to a fallback already")
     with ExitStack() as stack:
         if isinstance(source, str):
-            reader, label = _opened(source, stack), shown(source)
+            reader, label = OPENERS.opened(source, stack), shown(source)
         elif isinstance(source, BaseCheckpointSaver):
             reader, label = Reader(source, "instance"), type(source).__name__
         else:
@@ -115,9 +109,8 @@ def read_through(saver: Any, source: Any) -> Iterator[None]:
             saver.fallback = None
 
 
-def register(open_url: Callable[[str], AbstractContextManager[Any]]) -> None:
-    """Make ``fallback=`` open graphkeep URLs with ``open_url`` (``graphkeep.connect``)."""
-    _OPEN_URL[:] = [open_url]
+#: make ``fallback=`` open graphkeep URLs with ``open_url`` (``graphkeep.connect``)
+register = OPENERS.register
 
 
 register_opener(read_through)
