@@ -137,7 +137,13 @@ def write_threads(url: str, backend: str, base: str) -> dict[str, Any]:
         states[f"{base}-paid"] = paid.get_state(config(f"{base}-paid"))
         with graphkeep.connect_cache(url, encryption=KeyRing({"k1": K1})) as cache:
             cache.set({(("node", "reply"), "entry"): (MARKER, None)})
+            cache.set({LONG_ENTRY: (MARKER + " long", None)})
     return states
+
+
+#: a cache address too long for DynamoDB's keys: stored under a digest of it (namespace and
+#: key both), yet rekey must open and seal it again
+LONG_ENTRY = (("node", "n" * 1600), "k" * 1200)
 
 
 def deep_counts(url: str, codes: tuple[int, ...] = (0, 3)) -> dict[str, int]:
@@ -194,11 +200,15 @@ def test_rekey_all_killed_halfway_then_again_rotates_every_record_and_k1_can_go(
     assert again.code == 0, again.out + again.err
     report = again.json()
     assert first[0] in report["threads"]["current"]  # done before the kill: skipped
-    assert len(report["threads"]["rekeyed"]) == len(states) - 1
+    # SIGKILL follows the first "rekeyed" line; on a loaded machine the next thread may
+    # finish before it lands (then it is current too), never more than that one
+    threads = report["threads"]
+    assert sorted(threads["rekeyed"] + threads["current"]) == sorted(states)
+    assert len(threads["rekeyed"]) in (len(states) - 1, len(states) - 2), threads
     assert report["records"]["by_key_after"]["k1"] == 0
     assert report["records"]["by_key_before"]["k1"] == halfway["k1"]
     assert report["effects"]["rewritten"] == 1
-    assert report["cache"] == {"rewritten": 1, "current": 0, "unreadable": 0}
+    assert report["cache"] == {"rewritten": 2, "current": 0, "unreadable": 0}
     assert {"checkpoint", "metadata", "value", "element", "manifest", "write"} <= set(
         report["records"]["after"]
     )
@@ -228,6 +238,7 @@ def test_rekey_all_killed_halfway_then_again_rotates_every_record_and_k1_can_go(
         assert ran == [] and out["messages"] == [f"{MARKER} paid 0"]  # replayed, not run
     with graphkeep.connect_cache(graphkeep_url, encryption=only_k2) as cache:
         assert cache.get([(("node", "reply"), "entry")]) == {(("node", "reply"), "entry"): MARKER}
+        assert cache.get([LONG_ENTRY]) == {LONG_ENTRY: MARKER + " long"}
     assert not any(
         MARKER.encode() in data for data in stored_bytes(graphkeep_backend, graphkeep_url)
     )
@@ -295,7 +306,7 @@ def test_rekey_thread_runs_through_the_port_sync_and_async_under_the_lease(
             {"x": 1},
         )
     with graphkeep.connect_cache(graphkeep_url, encryption=KeyRing({"k1": K1})) as cache:
-        cache.set({(("node", "n"), "e"): (MARKER, None)})
+        cache.set({(("node", "n"), "e"): (MARKER, None), LONG_ENTRY: (MARKER, None)})
     assert under(graphkeep_backend, graphkeep_url, "k1") > 0
     rotated = KeyRing({"k2": K2, "k1": K1}, current="k2")
     if mode == "sync":
@@ -334,7 +345,7 @@ def test_rekey_thread_runs_through_the_port_sync_and_async_under_the_lease(
                 return await cache.arekey()
 
         cached = asyncio.run(big_one())
-    assert cached == {"rewritten": 1, "current": 0, "unreadable": 0}
+    assert cached == {"rewritten": 2, "current": 0, "unreadable": 0}
     # no old ciphertext is left anywhere (DynamoDB's old chunk items included)
     assert under(graphkeep_backend, graphkeep_url, "k1") == 0
     with saver(graphkeep_url, graphkeep_backend, KeyRing({"k2": K2})) as s:
@@ -343,6 +354,7 @@ def test_rekey_thread_runs_through_the_port_sync_and_async_under_the_lease(
         assert s.get_tuple(config(thread_id + "-big")).checkpoint["channel_values"]["x"] == big
     with graphkeep.connect_cache(graphkeep_url, encryption=KeyRing({"k2": K2})) as cache:
         assert cache.get([(("node", "n"), "e")]) == {(("node", "n"), "e"): MARKER}
+        assert cache.get([LONG_ENTRY]) == {LONG_ENTRY: MARKER}
 
 
 def test_langgraph_encrypted_serializer_data_is_rekeyed_into_graphkeeps_envelope(
