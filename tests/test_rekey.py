@@ -357,6 +357,59 @@ def test_rekey_thread_runs_through_the_port_sync_and_async_under_the_lease(
         assert cache.get([LONG_ENTRY]) == {LONG_ENTRY: MARKER}
 
 
+#: over MongoDB's chunk size (8 MiB): the payload goes to chunk documents (DynamoDB: chunk
+#: items; Redis keeps it whole), random so that compression does not bring it under
+HUGE = 9 * 1024 * 1024
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_rekey_rotates_payloads_over_mongodbs_chunk_size_and_leaves_no_old_chunk(
+    graphkeep_backend: str, graphkeep_url: str, thread_id: str, mode: str
+) -> None:
+    """A checkpoint whose body and metadata, a channel value and a pending write are each
+    over 8 MiB: MongoDB's chunked checkpoint, blob and write documents (DynamoDB's chunk
+    items) rotated in place; with k1 dropped each reads back whole, and no stored byte string
+    holds a k1 envelope (an old chunk left behind would)."""
+    value, note, written = os.urandom(HUGE), os.urandom(HUGE), os.urandom(HUGE)
+    cfg = config(thread_id)
+    with saver(graphkeep_url, graphkeep_backend, KeyRing({"k1": K1})) as s:
+        head = s.put(
+            cfg,
+            {**empty_checkpoint(), "channel_values": {"x": value}, "channel_versions": {"x": 1}},
+            {"note": note},
+            {"x": 1},
+        )
+        s.put_writes(head, [("x", written)], "task-1")
+    assert under(graphkeep_backend, graphkeep_url, "k1") > 0
+    # the old ciphertext as stored: only a chunk's first part carries the envelope header,
+    # so the later parts are followed by their bytes
+    old = {data for data in stored_bytes(graphkeep_backend, graphkeep_url) if len(data) > 65536}
+    assert sum(map(len, old)) > 3 * HUGE
+    rotated = KeyRing({"k2": K2, "k1": K1}, current="k2")
+    if mode == "sync":
+        with saver(graphkeep_url, graphkeep_backend, rotated) as s:
+            done = s.drive(rekey_thread(s, thread_id))
+    else:
+
+        async def run() -> Any:
+            async with graphkeep.aconnect(
+                graphkeep_url, **options(graphkeep_backend), encryption=rotated
+            ) as s:
+                return await s.adrive(rekey_thread(s, thread_id))
+
+        done = asyncio.run(run())
+    assert done.written and done.rewritten == 4  # checkpoint, metadata, value, write
+    assert under(graphkeep_backend, graphkeep_url, "k1") == 0
+    assert not old & set(stored_bytes(graphkeep_backend, graphkeep_url))  # no old chunk left
+    with saver(graphkeep_url, graphkeep_backend, KeyRing({"k2": K2})) as s:
+        got = s.get_tuple(cfg)
+    assert got.checkpoint["channel_values"]["x"] == value
+    assert got.metadata["note"] == note
+    assert [(task, channel, v) for task, channel, v in got.pending_writes] == [
+        ("task-1", "x", written)
+    ]
+
+
 def test_langgraph_encrypted_serializer_data_is_rekeyed_into_graphkeeps_envelope(
     graphkeep_backend: str, graphkeep_url: str, thread_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -19,8 +19,9 @@
 4. the thread is written back with ``import_thread`` under the lease's fencing token: the same
    ids, the same history (upserts of the same addresses);
 5. it is read back: every record must be under the current key and open to the payload that
-   was sealed (else ``CorruptData``); then the chunk items of the payloads rewritten
-   (content-addressed on DynamoDB: the old ciphertext) are deleted
+   was sealed (else ``CorruptData``); then the chunks of the payloads rewritten (DynamoDB's
+   content-addressed chunk items, MongoDB's tail documents of the old generation: the old
+   ciphertext) are deleted
    (:meth:`~graphkeep.checkpoint.port.CheckpointPort.drop_chunks`).
 
 A thread whose records are all current is not written (so a run killed halfway is run again:
