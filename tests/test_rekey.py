@@ -29,8 +29,11 @@ from langgraph.types import Command, interrupt
 
 import graphkeep
 from graphkeep.checkpoint.rekey import rekey_thread
+from graphkeep.effects.sealing import rekey_effects
 from graphkeep.encryption import KeyRing
-from graphkeep.errors import CorruptData, LockNotAcquired
+from graphkeep.errors import CorruptData, LeaseLost, LockNotAcquired
+from graphkeep.port import codec
+from graphkeep.port.encryption import envelope_key_id
 from tests.cli_runs import gk
 from tests.scenarios.backends import DAMAGE
 
@@ -408,6 +411,76 @@ def test_rekey_rotates_payloads_over_mongodbs_chunk_size_and_leaves_no_old_chunk
     assert [(task, channel, v) for task, channel, v in got.pending_writes] == [
         ("task-1", "x", written)
     ]
+
+
+def effect_key_ids(s: Any, thread_id: str, run: Any) -> list[str | None]:
+    """The key id of each recorded outcome of ``thread_id``'s effects, as stored."""
+    records = run(s.effects.port.list(thread_id))
+    return [envelope_key_id(codec.unpack_typed(r.data)) for r in records if r.data is not None]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_effect_records_are_resealed_under_the_threads_lease_and_a_superseded_one_writes_nothing(
+    graphkeep_backend: str, graphkeep_url: str, thread_id: str, mode: str
+) -> None:
+    """The thread's effect records are resealed by ``rekey_thread``'s ``held`` op, with the
+    fencing token of the lease the checkpoints were rewritten under; a reseal under a token a
+    newer grant superseded is refused (``LeaseLost``) and leaves the record as it was."""
+    with saver(graphkeep_url, graphkeep_backend, KeyRing({"k1": K1})) as s:
+        chat_graph(s.effects).compile(checkpointer=s).invoke(
+            {"messages": [], "turn": 0}, config(thread_id)
+        )
+    rotated = KeyRing({"k2": K2, "k1": K1}, current="k2")
+    fences: list[int | None] = []
+
+    def held(ledger: Any) -> Any:
+        def op(fence: int | None) -> Any:
+            fences.append(fence)
+            return (yield from rekey_effects(ledger, thread_id, fence=fence))
+
+        return op
+
+    def scenario(s: Any, run: Any) -> tuple[Any, list[str | None], list[str | None]]:
+        stale = s.lock(thread_id, ttl=30)
+        stale_fence = run(stale.acquire_op())
+        run(stale.release_op())
+        newer = s.lock(thread_id, ttl=30)
+        newer_fence = run(newer.acquire_op())  # a later grant: the stale token is superseded
+        run(newer.release_op())
+        assert newer_fence > stale_fence
+        with pytest.raises(LeaseLost):
+            run(rekey_effects(s.effects, thread_id, fence=stale_fence))
+        refused = effect_key_ids(s, thread_id, run)
+        done = run(rekey_thread(s, thread_id, held=held(s.effects)))
+        return done, refused, effect_key_ids(s, thread_id, run)
+
+    if mode == "sync":
+        with saver(graphkeep_url, graphkeep_backend, rotated) as s:
+            done, refused, after = scenario(s, s.drive)
+    else:
+
+        async def run() -> Any:
+            async with graphkeep.aconnect(
+                graphkeep_url, **options(graphkeep_backend), encryption=rotated
+            ) as s:
+                loop = asyncio.get_running_loop()
+                # the op run on the saver's loop from a worker thread (scenario is sync code)
+                call = lambda op: asyncio.run_coroutine_threadsafe(s.adrive(op), loop).result()  # noqa: E731
+                return await asyncio.to_thread(scenario, s, call)
+
+        done, refused, after = asyncio.run(run())
+    assert refused == ["k1"]  # the superseded token wrote nothing
+    assert done.written and done.held == {"rewritten": 1, "current": 0}
+    assert len(fences) == 1 and fences[0] is not None  # under the lease rekey took
+    assert after == ["k2"]
+    with saver(graphkeep_url, graphkeep_backend, KeyRing({"k2": K2})) as s:
+        ran: list[int] = []
+        out = (
+            replay_graph(s.effects, ran)
+            .compile(checkpointer=s)
+            .invoke({"messages": [], "turn": 0}, config(thread_id))
+        )
+        assert ran == [] and out["messages"] == [f"{MARKER} paid 0"]
 
 
 def test_langgraph_encrypted_serializer_data_is_rekeyed_into_graphkeeps_envelope(
