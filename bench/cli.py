@@ -16,7 +16,8 @@ graphkeep backend has not landed yet prints ``skipped: backend not available yet
 The redis, mongodb and dynamodb suites also run graphkeep's W50 turns in lockstep with and
 without ``saver.exclusive`` (issue 45's cost rows: requests/turn with the lease's counted
 apart, ms/turn and their paired ratio), and with and without ``encryption=`` (issue 47's
-rows: ms/turn, their paired ratio and a thread's stored bytes both ways); the concurrency
+rows: ms/turn, their paired ratio and a thread's stored bytes both ways, then the rekey
+row: a few W50 threads rotated to a new key, records/s, :mod:`bench.rekey_cost`); the concurrency
 suite runs graphkeep through ``saver.exclusive`` at each N, one run per thread and N runs
 sharing few threads (the lease's wait under contention).
 The ``store``, ``live``, ``concurrency``, ``effects`` and ``hot`` suites have their own
@@ -47,6 +48,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from bench import lockstep, report
 from bench.probes import Probe
+from bench.rekey_cost import rekey_rows
 from bench.suites import (
     ENCRYPTED,
     EXCLUSIVE,
@@ -202,6 +204,13 @@ def run_lockstep(
         more_lines, more_targets = lockstep.encryption_rows(
             _in_lockstep(suite, pair, options), base.name, sealed.name, stored
         )
+        lines, targets = lines + more_lines, targets + more_targets
+        started = time.perf_counter()
+        print(f"  {suite.name}: {sealed.name} rekey ...", end="", flush=True)
+        more_lines, more_targets = rekey_rows(
+            sealed.name, sealed.open, workload(GROWTH_WORKLOAD), options.turns
+        )
+        print(f" {time.perf_counter() - started:.1f} s", flush=True)
         lines, targets = lines + more_lines, targets + more_targets
     return lines, targets
 

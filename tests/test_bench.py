@@ -51,21 +51,45 @@ SAVERS = {
 }
 
 
+def checked_section(stdout: str, heading: str, target: str) -> str:
+    """The report's ``### heading`` section, after checking ``target`` (a regex) is among
+    the targets the run printed."""
+    assert re.search(target, stdout), stdout
+    return stdout.split(f"### {heading}")[1].split("###")[0]
+
+
+def rekey_section(stdout: str) -> list[str]:
+    """Issue 47's rekey row (records/s per backend) and its target: every record of the
+    threads rewritten under the new key, none left under the old one."""
+    section = checked_section(
+        stdout,
+        "Rekey cost (graphkeep rekey, W50 threads)",
+        r"\[met\] rekey: every record of the 4 threads rewritten under the new key"
+        r" \([0-9]+ records, 0 left under the old one\)",
+    )
+    (row,) = [line for line in section.splitlines() if line.startswith("| graphkeep-enc |")]
+    _, threads, records, seconds, rate, per_thread = [c.strip() for c in row.strip("|").split("|")]
+    assert int(threads) == 4 and int(records) > 4, section  # several records per thread
+    assert float(seconds) > 0 and float(rate) > 0 and float(per_thread) > 0, section
+    return [threads, records, seconds, rate, per_thread]
+
+
 def encryption_section(stdout: str) -> dict[str, list[str]]:
     """Issue 47's cost rows (saver -> its cells), after checking the section's target line
     is there (its figure is never judged here: timings on a shared machine)."""
-    section = stdout.split("### Encryption cost (W50, turns in lockstep)")[1].split("###")[0]
-    assert re.search(
+    section = checked_section(
+        stdout,
+        "Encryption cost (W50, turns in lockstep)",
         r"\[(met|MISSED)\] W50 encryption cost: at most 1\.05 x the unencrypted ms/turn"
         r" \(issue 47, turns in lockstep\): [0-9.]+ x \([0-9.]+ vs [0-9.]+ ms\)",
-        stdout,
-    ), stdout
+    )
     rows: dict[str, list[str]] = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 5 and cells[0] in ("graphkeep", "graphkeep-enc"):
             rows[cells[0]] = cells[1:]
     assert set(rows) == {"graphkeep", "graphkeep-enc"}, section
+    rekey_section(stdout)
     assert rows["graphkeep"][1] == "1.000 x" and rows["graphkeep"][3] == "1.000 x", section
     for ms, ratio, stored, stored_ratio in rows.values():
         assert float(ms) > 0 and float(ratio.removesuffix(" x")) > 0, section

@@ -278,6 +278,65 @@ def test_an_item_under_a_dropped_key_is_unknown_key(
         raises_kind("unknown_key", lambda: api("search", ("users",)))
 
 
+def test_store_reads_that_fail_closed_are_counted_by_reason_in_store_read_failures(
+    graphkeep_backend: str, graphkeep_url: str, mode: str
+) -> None:
+    """Each refused read (``get``, ``search``, ``batch``) adds 1 to
+    ``graphkeep.store.read.failures`` under its kind; a read that succeeds adds nothing, and
+    no value or key reaches a data point."""
+    from langgraph.store.base import GetOp
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    two_items(mode, graphkeep_url, graphkeep_backend)
+    with opened(mode, graphkeep_url, graphkeep_backend, None) as api:
+        api("put", ("users", "u3"), "planted", {"role": MARKER})
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    telemetry = {"meter_provider": meters}
+
+    def points() -> list[Any]:
+        data = reader.get_metrics_data()
+        return [
+            point
+            for resource in (data.resource_metrics if data else [])
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+            if metric.name == "graphkeep.store.read.failures"
+            for point in metric.data.data_points
+        ]
+
+    try:
+        keys = ring("a", *IDS)
+        with opened(mode, graphkeep_url, graphkeep_backend, keys, telemetry=telemetry) as api:
+            assert api("get", ("users", "u1"), "profile").value == {"name": "first", "n": 1}
+            assert points() == []  # a read that opens counts nothing
+            raises_kind("plaintext", lambda: api("get", ("users", "u3"), "planted"))
+            raises_kind("plaintext", lambda: api("search", ("users", "u3")))
+        dropped = KeyRing({"z": KEY})
+        with opened(mode, graphkeep_url, graphkeep_backend, dropped, telemetry=telemetry) as api:
+            raises_kind("unknown_key", lambda: api("batch", [GetOp(("users", "u1"), "profile")]))
+        wrong = KeyRing({"a": OTHER_KEY})
+        with opened(mode, graphkeep_url, graphkeep_backend, wrong, telemetry=telemetry) as api:
+            raises_kind("tampered", lambda: api("get", ("users", "u1"), "profile"))
+        counted = {
+            (p.attributes["graphkeep.reason"], p.attributes["db.operation.name"]): p.value
+            for p in points()
+        }
+        assert counted == {
+            ("plaintext", "store.get"): 1,
+            ("plaintext", "store.search"): 1,
+            ("unknown_key", "store.get"): 1,
+            ("tampered", "store.get"): 1,
+        }, counted
+        for point in points():
+            assert point.attributes["error.type"] == "graphkeep.errors.CorruptData"
+            assert point.attributes["db.system.name"]
+            assert MARKER not in str(point.attributes) and "u3" not in str(point.attributes)
+    finally:
+        meters.shutdown()
+
+
 # -- nothing readable, searches in the client ---------------------------------------------------
 
 

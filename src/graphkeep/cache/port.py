@@ -52,8 +52,10 @@ class Stored:
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """An entry as stored, for ``graphkeep rekey``: its address (None when the store keeps
-    only a digest of it), its packed typed value, and what the port needs to replace it."""
+    """An entry as stored, for ``graphkeep rekey``: its address, its packed typed value, and
+    what the port needs to replace it. A store whose keys hold only a digest of a long
+    address keeps the address beside it (DynamoDB's ``rw``); None only for an entry written
+    before it did, which rekey then cannot open (its value is sealed at the address)."""
 
     address: FullKey | None
     data: bytes

@@ -122,7 +122,8 @@ class CacheBase(BaseCache[Any]):
         rekey --all``), each by one conditional request (an entry set meanwhile stays as it
         was set) and read back: ``{"rewritten", "current", "unreadable"}``. An entry that
         does not open (plaintext, a key the ring lacks, a changed one), or whose address the
-        store keeps only as a digest, is left as it is: a miss, as every read of it is.
+        port cannot give (:class:`~graphkeep.cache.port.Held`), is left as it is: a miss,
+        as every read of it is.
         ``legacy`` opens LangGraph's ``EncryptedSerializer`` form."""
         ring = self.encryption
         counts = {"rewritten": 0, "current": 0, "unreadable": 0}

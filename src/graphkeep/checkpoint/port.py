@@ -136,7 +136,8 @@ class CheckpointPort(Protocol):
 
     def chunk_refs(self, thread_id: str) -> Op[frozenset[str]]:
         """The thread's chunk items (a store that splits large payloads into items of their
-        own, content-addressed: DynamoDB); empty where a store keeps none apart."""
+        own whose keys follow the bytes: DynamoDB's chunk items, MongoDB's tail documents);
+        empty where a store keeps none apart."""
         return frozenset()
         yield  # an op
 

@@ -19,8 +19,9 @@
 4. the thread is written back with ``import_thread`` under the lease's fencing token: the same
    ids, the same history (upserts of the same addresses);
 5. it is read back: every record must be under the current key and open to the payload that
-   was sealed (else ``CorruptData``); then the chunk items of the payloads rewritten
-   (content-addressed on DynamoDB: the old ciphertext) are deleted
+   was sealed (else ``CorruptData``); then the chunks of the payloads rewritten (DynamoDB's
+   content-addressed chunk items, MongoDB's tail documents of the old generation: the old
+   ciphertext) are deleted
    (:meth:`~graphkeep.checkpoint.port.CheckpointPort.drop_chunks`).
 
 A thread whose records are all current is not written (so a run killed halfway is run again:
@@ -135,6 +136,8 @@ class Rekeyed:
     rewritten: int = 0
     #: the thread was written (not a dry run, something to change)
     written: bool = False
+    #: the answer of ``rekey_thread``'s ``held`` op (None without one)
+    held: Any = None
 
 
 class _Renewal:
@@ -282,11 +285,16 @@ def rekey_thread(
     dry_run: bool = False,
     lease: float = 60.0,
     timeout: float | None = 60.0,
+    held: Callable[[int | None], Op[Any]] | None = None,
 ) -> Op[Rekeyed]:
     """The op rewriting ``thread_id``'s records under ``saver.encryption``'s current key
     (see the module's docstring); ``dry_run``: counted, nothing written, no lease taken.
     ``lease``: the lease's ttl (seconds); ``timeout``: how long to wait for a busy thread
-    (:class:`~graphkeep.errors.LockNotAcquired` then)."""
+    (:class:`~graphkeep.errors.LockNotAcquired` then). ``held``: what else of the thread
+    to rewrite under the same lease, an op given its fencing token (None in a dry run: no
+    lease) whose answer is :attr:`Rekeyed.held`, run after the checkpoints whether or not
+    they were current (``graphkeep rekey``: the thread's effect-ledger records, another
+    product this layer does not import)."""
     port = sealed_port(saver)
     thread_id = saver.check_thread_id(thread_id)
     if dry_run:
@@ -294,11 +302,14 @@ def rekey_thread(
         counts = key_counts(thread_id, stored)
         renewal = _Renewal(port.ring, thread_id, legacy)
         renewal.dump(stored)  # what would fail, fails
-        return Rekeyed(thread_id, counts, counts, renewal.rewritten)
+        also = None if held is None else (yield from held(None))
+        return Rekeyed(thread_id, counts, counts, renewal.rewritten, held=also)
     lock = saver.lock(thread_id, ttl=lease, timeout=timeout)
     fence = yield from lock.acquire_op()
     try:
         done = yield from _rekey_held(port, thread_id, legacy, fence)
+        if held is not None:
+            done.held = yield from held(fence)
     except GeneratorExit:
         raise
     except BaseException:

@@ -2,8 +2,9 @@
 
 Per thread (``--thread T ...`` or ``--all``, in id order), :func:`~graphkeep.checkpoint.rekey.
 rekey_thread` under the thread's lease: checkpoints and metadata, channel values, list
-elements and manifests, pending writes, in place, verified by read-back; then the thread's
-effect-ledger records (:func:`~graphkeep.effects.sealing.rekey_effects`). Records in LangGraph's
+elements and manifests, pending writes, in place, verified by read-back; then, under the same
+lease (each reseal fenced by its token), the thread's effect-ledger records
+(:func:`~graphkeep.effects.sealing.rekey_effects`). Records in LangGraph's
 ``EncryptedSerializer`` form are decrypted with ``LANGGRAPH_AES_KEY``. What does not open
 (plaintext, a key the ring lacks, a changed record) fails that thread closed, nothing of it
 written; the others go on, and the exit code is 1. Re-running skips what is current, so a
@@ -163,6 +164,15 @@ def _threads(opened: Native, args: argparse.Namespace) -> Any:
             return
 
 
+def _effects_of(opened: Native, thread_id: str, dry_run: bool, legacy: Legacy | None) -> Any:
+    """The thread's effect-ledger records resealed under its lease (``rekey_thread``'s
+    ``held``: each reseal fenced by the lease's token), or None without a ledger."""
+    ledger = opened.saver.effects
+    if ledger is None:
+        return None
+    return lambda fence: rekey_effects(ledger, thread_id, dry_run, legacy, fence)
+
+
 def _add(total: dict[str, Counter[str]], counts: dict[str, dict[str, int]]) -> None:
     for kind, by_key in counts.items():
         total.setdefault(kind, Counter()).update(by_key)
@@ -213,13 +223,11 @@ def cmd_rekey(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                         legacy=legacy,
                         dry_run=args.dry_run,
                         lease=args.lease,
+                        held=_effects_of(opened, thread_id, args.dry_run, legacy),
                     )
                 )
-                ledger = opened.saver.effects
-                if ledger is not None:
-                    effects.update(
-                        opened.call(rekey_effects(ledger, thread_id, args.dry_run, legacy))
-                    )
+                if result.held is not None:
+                    effects.update(result.held)
             except (CorruptData, LockNotAcquired) as exc:
                 kind = getattr(exc, "kind", "busy")
                 failed.append({"thread_id": thread_id, "kind": kind, "error": str(exc)})

@@ -89,10 +89,12 @@ class EffectsPort(Protocol):
       checks), or None.
     - ``list(thread_id)``: the thread's records (``None``: every thread's, under this
       ledger's key prefix), expired ones included or not; any order.
-    - ``reseal(record)``: replace the stored record's data with ``record.data`` when the
-      stored record of its address is still in ``record.state`` under ``record.token`` and
-      ``record.updated_ms`` (nothing happened to it since it was read); True when replaced.
-      ``graphkeep rekey`` seals an outcome again under a new key with it.
+    - ``reseal(record, fence=None)``: replace the stored record's data with ``record.data``
+      when the stored record of its address is still in ``record.state`` under
+      ``record.token`` and ``record.updated_ms`` (nothing happened to it since it was read);
+      True when replaced. ``graphkeep rekey`` seals an outcome again under a new key with
+      it, under the thread's lease: ``fence`` is checked as ``claim``'s is (``LeaseLost``,
+      nothing written, once a newer token was granted).
     - ``clear(thread_id)``: delete the thread's records (``None``: every record under this
       ledger's key prefix); returns how many were deleted (a store may count expired ones).
     """
@@ -115,6 +117,6 @@ class EffectsPort(Protocol):
 
     def list(self, thread_id: str | None) -> Op[list[EffectRecord]]: ...
 
-    def reseal(self, record: EffectRecord) -> Op[bool]: ...
+    def reseal(self, record: EffectRecord, fence: int | None = None) -> Op[bool]: ...
 
     def clear(self, thread_id: str | None) -> Op[int]: ...

@@ -53,14 +53,18 @@ def rekey_effects(
     thread_id: str,
     dry_run: bool = False,
     legacy: Callable[[codec.Typed], codec.Typed] | None = None,
+    fence: int | None = None,
 ) -> Op[dict[str, int]]:
     """The op sealing ``thread_id``'s recorded outcomes in ``ledger`` (a ledger with
     ``encryption=``) again under its ring's current key, each by one conditional request
     (:meth:`~graphkeep.effects.port.EffectsPort.reseal`: a record that changed meanwhile is
     left as it is) and read back; ``legacy`` opens an outcome in LangGraph's
     ``EncryptedSerializer`` form. What does not open raises
-    :class:`~graphkeep.errors.CorruptData` as a replay would. ``{"rewritten": n, "current":
-    n}``."""
+    :class:`~graphkeep.errors.CorruptData` as a replay would. ``fence``: the fencing token of
+    the thread's lease the caller holds (``graphkeep rekey`` runs this under the lease it
+    rewrites the thread's checkpoints under): each reseal checks it as a fenced ``claim``
+    does, and once a newer token was granted writes nothing and raises
+    :class:`~graphkeep.errors.LeaseLost`. ``{"rewritten": n, "current": n}``."""
     ring: KeyRing | None = ledger.encryption
     counts = {"rewritten": 0, "current": 0}
     if ring is None:
@@ -82,7 +86,7 @@ def rekey_effects(
         if dry_run:
             continue
         renewed = replace(record, data=packed(ring, record, plain))
-        if not (yield from port.reseal(renewed)):
+        if not (yield from port.reseal(renewed, fence)):
             continue  # settled again meanwhile: written under the current key already
         back = yield from port.get(record.thread_id, record.key)
         if back is None or opened(ring, back) != plain:

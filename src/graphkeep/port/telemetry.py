@@ -76,6 +76,7 @@ LOCK_CONTENTION = "graphkeep.lock.contention"
 WATCH_LAG = "graphkeep.watch.lag"
 APPEND_BATCH_SIZE = "graphkeep.events.append.batch_size"
 RESUME_FAILURES = "graphkeep.resume.failures"
+STORE_READ_FAILURES = "graphkeep.store.read.failures"
 HOT_READS = "graphkeep.hot.reads"
 METRICS = (
     DURATION,
@@ -86,6 +87,7 @@ METRICS = (
     WATCH_LAG,
     APPEND_BATCH_SIZE,
     RESUME_FAILURES,
+    STORE_READ_FAILURES,
     HOT_READS,
 )
 #: graphkeep's own attributes (beyond the conventions' ``db.*``, ``server.*``, ``error.type``)
@@ -265,6 +267,11 @@ class Instruments:
             unit="{failure}",
             description="Reads that could not return a thread's state, by reason.",
         )
+        self.store_read_failures = meter.create_counter(
+            STORE_READ_FAILURES,
+            unit="{failure}",
+            description="Store calls that refused a stored item (CorruptData), by reason.",
+        )
 
 
 _global_instruments: Instruments | None = None
@@ -414,12 +421,16 @@ class Telemetry:
         thread_id: Any = None,
         read: bool = False,
         local: tuple[type, ...] = (),
+        store_read: bool = False,
     ) -> Op[T]:
         """``op`` inside one CLIENT span named for ``name`` (``checkpoint.put``…), measured.
 
         The span's parent is the context current *now* (the caller's, even when the op
         runs on another thread or event loop). ``read``: a failure of the op's own
         (decoding, corrupt data — not a request's) counts as a resume failure.
+        ``store_read``: a :class:`~graphkeep.errors.CorruptData` of the op's own (a stored
+        item refused: damaged, or with encryption ``plaintext``, ``unknown_key``,
+        ``tampered``) counts in ``graphkeep.store.read.failures`` under its kind.
         ``local``: request types the shell answers itself (not counted as requests).
         """
         if not self.active():
@@ -428,7 +439,7 @@ class Telemetry:
             parent = otel_context.get_current()
         except Exception:  # noqa: BLE001
             parent = None
-        return self._observed(name, op, parent, thread_id, read, local)
+        return self._observed(name, op, parent, thread_id, read, local, store_read)
 
     def _observed(
         self,
@@ -438,6 +449,7 @@ class Telemetry:
         thread_id: Any,
         read: bool,
         local: tuple[type, ...],
+        store_read: bool = False,
     ) -> Op[T]:
         call = self._start(name, parent, thread_id)
         skip = (Sleep, Emit, Call, *local)
@@ -472,6 +484,8 @@ class Telemetry:
                 exc is thrown or exc.__cause__ is thrown or exc.__context__ is thrown
             )
             self._end(call, requests, exc, read=read and not from_request)
+            if store_read and not from_request and isinstance(exc, CorruptData):
+                self._store_read_failed(call, exc)
             raise
 
     def _start(self, name: str, parent: Any, thread_id: Any) -> _Call:
@@ -519,6 +533,17 @@ class Telemetry:
                 instruments.resume_failures.add(1, {**attributes, REASON: reason})
             except Exception:  # noqa: BLE001
                 pass
+
+    def _store_read_failed(self, call: _Call, exc: CorruptData) -> None:
+        instruments = self.instruments
+        if instruments is None:
+            return
+        reason = exc.kind if exc.kind in REASONS else CORRUPT_DATA
+        attributes = {**call.attributes, "error.type": error_type(exc), REASON: reason}
+        try:
+            instruments.store_read_failures.add(1, attributes)
+        except Exception:  # noqa: BLE001 - telemetry never fails a call
+            pass
 
     # -- measurements of the products' own ---------------------------------------------
 

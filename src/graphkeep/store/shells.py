@@ -420,7 +420,8 @@ class StoreBase(BaseStore):
 
     def observed(self, name: str, op: Op[Any]) -> Op[Any]:
         """``op`` as one call ``store.<name>`` of this store's telemetry."""
-        return self.telemetry.observe(f"store.{name}", op, local=(Embed,))
+        # a stored item a read refuses (CorruptData) counts in graphkeep.store.read.failures
+        return self.telemetry.observe(f"store.{name}", op, local=(Embed,), store_read=True)
 
     def _observed_batch(self, ops: list[Any]) -> Op[list[Result]]:
         return self.observed(operation_name(ops), self._batch(ops))

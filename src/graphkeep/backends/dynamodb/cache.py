@@ -9,6 +9,9 @@ One partition per cache namespace, one item per entry (``P`` = escaped ``key_pre
 
     pk  P#n1#<ns>     escaped_namespace, key-escaped (never P#1#.. of saver, P#m1#.. of store)
     sk  n#<key>       the key, key-escaped (long ones shortened with a digest, see .keys)
+    rw  B             msgpack [namespace, key], only when pk or sk holds a digest: the
+                      address a sealed value is bound to, so ``graphkeep rekey`` can open
+                      and seal it again (names stay readable, as in the keys; never values)
     v   B             packed typed value (``z`` = "zlib" when compressed)
     xm  N             exact expiry, epoch ms: checked on every read
     exp N             epoch seconds, DynamoDB's TTL attribute (reaps within days)
@@ -38,6 +41,7 @@ from graphkeep.backends.dynamodb.items import (
     EXP,
     INLINE_LIMIT,
     PK,
+    RAW,
     SK,
     VALUE,
     B,
@@ -84,16 +88,24 @@ def _with_value(item: dict[str, Any], data: bytes) -> bytes:
     return data
 
 
+def _entry_part(entry_key: str) -> tuple[str, bool]:
+    """The sort key's text for ``entry_key`` and whether it is shortened to a digest."""
+    return keyspace.part(entry_key, 1000)
+
+
 class DynamoDBCachePort(TablePort):
     """The cache port on one DynamoDB table (shared with the savers if you like)."""
 
     def partition(self, namespace: Namespace) -> str:
-        text = keyspace.part(escaped_namespace(namespace), keyspace.THREAD_LIMIT)[0]
-        return f"{self.prefix}{keyspace.SEP}{FORMAT}{keyspace.SEP}{text}"
+        return self._partition(namespace)[0]
+
+    def _partition(self, namespace: Namespace) -> tuple[str, bool]:
+        text, shortened = keyspace.part(escaped_namespace(namespace), keyspace.THREAD_LIMIT)
+        return f"{self.prefix}{keyspace.SEP}{FORMAT}{keyspace.SEP}{text}", shortened
 
     @staticmethod
     def sort_key(entry_key: str) -> str:
-        return ENTRY + keyspace.part(entry_key, 1000)[0]
+        return ENTRY + _entry_part(entry_key)[0]
 
     def setup(self) -> Op[None]:
         # the saver's table and TTL set-up, exactly (with its run_id index), so a saver that
@@ -121,7 +133,11 @@ class DynamoDBCachePort(TablePort):
     def set(self, entries: list[Entry], now_ms: int) -> Op[None]:
         requests = []
         for entry in entries:
-            item = key(self.partition(entry.namespace), self.sort_key(entry.key))
+            pk, long_namespace = self._partition(entry.namespace)
+            sk_text, long_key = _entry_part(entry.key)
+            item = key(pk, ENTRY + sk_text)
+            if long_namespace or long_key:  # the address the keys no longer spell out
+                item[RAW] = B(codec.packb([list(entry.namespace), entry.key]))
             if entry.expires_ms is not None:
                 item[EXPIRES_MS] = N(entry.expires_ms)
                 item[EXP] = N(math.ceil(entry.expires_ms / 1000))
@@ -185,15 +201,33 @@ class DynamoDBCachePort(TablePort):
         for item in items:
             ns_text = keyspace.decode(s(item, PK)[len(base) :])
             key_text = keyspace.decode(s(item, SK).removeprefix(ENTRY))
-            address = None
-            if ns_text is not None and key_text is not None:  # else: kept as a digest
+            address: FullKey | None = None
+            if ns_text is not None and key_text is not None:
                 address = (namespace_of(ns_text), key_text)
+            elif RAW in item:  # a digest in the keys: the address written beside it
+                address = self._raw_address(item)
             try:
                 data = codec.inflate(b(item, VALUE)) if CODEC in item else b(item, VALUE)
             except CorruptData:
                 continue
             held.append(Held(address, data, item))
         return held
+
+    def _raw_address(self, item: dict[str, Any]) -> FullKey | None:
+        """The address ``rw`` names, when it is the one this item's keys were made from
+        (else None: a copied or changed ``rw`` never lends an item another address)."""
+        try:
+            namespace, entry_key = codec.unpackb(b(item, RAW))
+            address = (tuple(namespace), entry_key)
+            if not all(isinstance(label, str) for label in namespace):
+                return None
+            if not isinstance(entry_key, str):
+                return None
+        except (CorruptData, TypeError, ValueError):
+            return None
+        if (self.partition(address[0]), self.sort_key(entry_key)) != (s(item, PK), s(item, SK)):
+            return None
+        return address
 
     def reseal(self, held: Held, data: bytes) -> Op[bool]:
         item = dict(held.ref)

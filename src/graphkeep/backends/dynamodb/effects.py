@@ -328,7 +328,7 @@ class DynamoDBEffectsPort(TablePort):
         )
         return old is None or self.holds(old, record.state, record.token)
 
-    def reseal(self, record: EffectRecord) -> Op[bool]:
+    def reseal(self, record: EffectRecord, fence: int | None = None) -> Op[bool]:
         old = yield from self.put(
             self.item(record),
             "#st = :state AND #tok = :token AND #up = :updated",
@@ -338,6 +338,7 @@ class DynamoDBEffectsPort(TablePort):
                 ":token": S(record.token),
                 ":updated": N(record.updated_ms),
             },
+            fence,
         )
         return old is None
 

@@ -332,6 +332,12 @@ def tail_part(gen: str, n: int) -> str:
     return f"{gen}/{n}"
 
 
+def tail_generation(part: str) -> str:
+    """The generation a tail's ``part`` belongs to (format 2 ``<g>/<i>``, format 1
+    ``<gen>:<i>``)."""
+    return part.rsplit("/", 1)[0] if "/" in part else part.rsplit(":", 1)[0]
+
+
 def payload_docs(
     ident: Mapping[str, Any],
     fields: Mapping[str, Any],

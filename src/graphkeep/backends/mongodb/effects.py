@@ -275,7 +275,7 @@ class MongoDBEffectsPort(PrefixedPort):
         result = yield Command(self.collection, "delete_one", (query,))
         return bool(result.deleted_count)
 
-    def reseal(self, record: EffectRecord) -> Op[bool]:
+    def reseal(self, record: EffectRecord, fence: int | None = None) -> Op[bool]:
         query = {
             "_id": self.doc_id(record.thread_id, record.key),
             "s": record.state,
@@ -283,7 +283,13 @@ class MongoDBEffectsPort(PrefixedPort):
             "u": record.updated_ms,
         }
         data = None if record.data is None else bson.Binary(record.data)
-        result = yield Command(self.collection, "update_one", (query, {"$set": {"d": data}}))
+        if fence is None:
+            result = yield Command(self.collection, "update_one", (query, {"$set": {"d": data}}))
+            return bool(result.matched_count)
+        # behind the guard against the thread's mirror, as a fenced claim (the guard matches
+        # nothing unless it refuses, so the count is the reseal's)
+        update = UpdateOne(query, {"$set": {"d": data}})
+        result = yield from self.fences.bulk(record.thread_id, [update], fence, ordered=True)
         return bool(result.matched_count)
 
     def get(self, thread_id: str, key: str) -> Op[EffectRecord | None]:

@@ -19,9 +19,11 @@ from graphkeep.backends.mongodb.documents import (
     blob_ref,
     checkpoint_record,
     complete_payloads,
+    group_key,
     in_batches,
     parse_blob_ref,
     payload_type,
+    tail_generation,
     thread_data,
     write_record,
 )
@@ -50,6 +52,8 @@ from graphkeep.checkpoint.records import (
 )
 from graphkeep.port import Op
 
+#: the fields of a payload document's identity (:func:`~.documents.group_key`)
+IDENTITY = {"_id": 1, "thread_id": 1, "ns": 1, "kind": 1, "ref": 1, "sub": 1}
 #: the kinds whose ``ref`` is a checkpoint id besides the checkpoint's own document
 WRITE_KINDS = [KIND_WRITE, KIND_CHECKPOINT]
 
@@ -164,6 +168,49 @@ class ThreadOps:
         if checkpoint_ops or payload_ops:
             # ONE ordered command, checkpoints first (see delete_thread)
             ops = checkpoint_ops + payload_ops
+            yield from self.fences.bulk(thread_id, ops, fence, ordered=True)
+
+    def chunk_refs(self, thread_id: str) -> Op[frozenset[str]]:
+        """The ``_id`` of the thread's tail chunk documents (one ``find``, ids only)."""
+        found = yield find(
+            self.payloads, {**thread_data(thread_id), "part": {"$gt": ""}}, projection={"_id": 1}
+        )
+        return frozenset(str(doc["_id"]) for doc in found)
+
+    def drop_chunks(
+        self, thread_id: str, refs: frozenset[str], fence: int | None = None
+    ) -> Op[None]:
+        """Delete the tail chunks ``refs`` (of :meth:`chunk_refs`, read before ``graphkeep
+        rekey`` rewrote their payloads) of a generation their head no longer names: a
+        rewritten payload's head names the new bytes' generation, so the old tails are
+        unreachable, and they hold the old ciphertext. Tails of the head's generation, and
+        tails whose head is gone (``delete_records``' business), are left alone; under the
+        lease, behind its fence guard."""
+        if not refs:
+            return
+        found = yield find(
+            self.payloads,
+            thread_data(thread_id),
+            projection={**IDENTITY, "part": 1, "g": 1, "gen": 1},
+        )
+        generations = {
+            group_key(doc): str(doc.get("g", doc.get("gen")))
+            for doc in found
+            if not doc.get("part")
+        }
+        stale = [
+            doc["_id"]
+            for doc in found
+            if doc.get("part")
+            and str(doc["_id"]) in refs
+            and group_key(doc) in generations
+            and tail_generation(doc["part"]) != generations[group_key(doc)]
+        ]
+        ops: list[Any] = [
+            DeleteMany({"thread_id": thread_id, "_id": {"$in": batch}})
+            for batch in in_batches(stale)
+        ]
+        if ops:
             yield from self.fences.bulk(thread_id, ops, fence, ordered=True)
 
     def find_runs(self, run_ids: list[str]) -> Op[dict[str, list[tuple[str, str]]]]:

@@ -148,6 +148,7 @@ EFFECT_SCRIPTS = {
     "effects_finish": FINISH,
     "effects_release": RELEASE,
     "effects_reseal": RESEAL,
+    "effects_reseal/fenced": _FENCE + RESEAL,
     "effects_list": LIST_INDEXED,
     "effects_clear": clear_script("DEL"),
 }
@@ -242,11 +243,16 @@ class RedisEffectsPort(PrefixedPort):
         done = yield Script("effects_release", keys, [key, token])
         return bool(done)
 
-    def reseal(self, record: EffectRecord) -> Op[bool]:
+    def reseal(self, record: EffectRecord, fence: int | None = None) -> Op[bool]:
         keys = [self.record_key(record.thread_id, record.key)]
         args = [record.state, record.token, str(record.updated_ms), record.data or b""]
-        done = yield Script("effects_reseal", keys, args)
-        return bool(done)
+        if fence is None:
+            return bool((yield Script("effects_reseal", keys, args)))
+        keys.append(fence_key(self.prefix, record.thread_id))
+        try:
+            return bool((yield Script("effects_reseal/fenced", keys, [*args, fence])))
+        except ResponseError as exc:
+            raise lease_refusal(exc, record.thread_id, fence) from None
 
     def get(self, thread_id: str, key: str) -> Op[EffectRecord | None]:
         flat = yield Command(("HGETALL", self.record_key(thread_id, key)))
