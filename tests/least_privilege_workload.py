@@ -4,12 +4,14 @@ what tests/test_least_privilege.py runs under a restricted Redis ACL user or IAM
 from __future__ import annotations
 
 import operator
+import os
 import uuid
 from typing import Annotated, Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 
 import graphkeep
+from graphkeep.encryption import KeyRing
 
 PRODUCTS = ("saver", "store", "cache", "events", "effects")
 
@@ -24,6 +26,12 @@ def _graph(saver: Any) -> Any:
     builder.add_edge(START, "reply")
     builder.add_edge("reply", END)
     return builder.compile(checkpointer=saver)
+
+
+def _rings() -> tuple[KeyRing, KeyRing]:
+    """A cache entry's ring, and the ring ``graphkeep rekey`` reseals it under."""
+    old, new = os.urandom(32), os.urandom(32)
+    return KeyRing({"k1": old}, current="k1"), KeyRing({"k2": new, "k1": old}, current="k2")
 
 
 def run_sync(product: str, url: str, prefix: str, *, setup: bool = True) -> None:
@@ -55,6 +63,14 @@ def run_sync(product: str, url: str, prefix: str, *, setup: bool = True) -> None
             cache.set({(("n", tag), "k"): ({"v": 1}, 60)})
             assert cache.get([(("n", tag), "k")])
             cache.clear([("n", tag)])
+        # rekey's reseal of an entry in place (graphkeep rekey --all)
+        first, second = _rings()
+        with graphkeep.connect_cache(url, key_prefix=prefix, setup=setup, encryption=first) as c:
+            c.set({(("r", tag), "k"): ({"v": 2}, 60)})
+        with graphkeep.connect_cache(url, key_prefix=prefix, setup=setup, encryption=second) as c:
+            assert c.rekey()["rewritten"] == 1
+            assert c.get([(("r", tag), "k")])
+            c.clear([("r", tag)])
     elif product == "events":
         with graphkeep.connect_events(url, key_prefix=prefix, setup=setup) as log:
             run = f"r-{tag}"
@@ -100,6 +116,17 @@ async def run_async(product: str, url: str, prefix: str, *, setup: bool = True) 
             await cache.aset({(("n", tag), "k"): ({"v": 1}, 60)})
             assert await cache.aget([(("n", tag), "k")])
             await cache.aclear([("n", tag)])
+        first, second = _rings()
+        async with graphkeep.aconnect_cache(
+            url, key_prefix=prefix, setup=setup, encryption=first
+        ) as c:
+            await c.aset({(("r", tag), "k"): ({"v": 2}, 60)})
+        async with graphkeep.aconnect_cache(
+            url, key_prefix=prefix, setup=setup, encryption=second
+        ) as c:
+            assert (await c.arekey())["rewritten"] == 1
+            assert await c.aget([(("r", tag), "k")])
+            await c.aclear([("r", tag)])
     elif product == "events":
         async with graphkeep.aconnect_events(url, key_prefix=prefix, setup=setup) as log:
             run = f"r-{tag}"

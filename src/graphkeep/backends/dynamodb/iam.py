@@ -32,7 +32,8 @@ _WRITES = ("PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWr
 PRODUCT_ACTIONS: dict[str, tuple[str, ...]] = {
     "saver": (*_READS, *_WRITES),
     "store": ("GetItem", "BatchGetItem", "Query", *_WRITES),
-    "cache": ("BatchGetItem", "Query", "Scan", "BatchWriteItem"),
+    # PutItem: rekey's conditional reseal of an entry (graphkeep rekey --all)
+    "cache": ("BatchGetItem", "Query", "Scan", "PutItem", "BatchWriteItem"),
     "events": ("GetItem", "Query", *_WRITES),
     "effects": (
         "GetItem",
