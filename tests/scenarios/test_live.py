@@ -389,13 +389,15 @@ def _redis_memory(store: Store) -> int:
 
 def test_a_run_disappears_ttl_after_its_last_append(store: Store) -> None:
     run = new_run()
-    with event_log(store, "sync", ttl=1) as log:
+    # a 2 s ttl: with 1 s, a loaded moto's slow append left the read past the slid expiry
+    # (CI run E of 4b0d1b2); the read still comes after the first append's ttl
+    with event_log(store, "sync", ttl=2) as log:
         first = log.append(run, {"i": 0})
-        time.sleep(0.6)
+        time.sleep(1.2)
         second = log.append(run, {"i": 1})  # slides the expiry
-        time.sleep(0.6)
+        time.sleep(1.2)
         assert [i for i, _ in log.read(run)] == [first, second], "expired before its ttl slid"
-        time.sleep(1.6)
+        time.sleep(3.2)
         assert log.state(run) is None, "the run outlived its ttl"
         with pytest.raises(UnknownRun):
             log.read(run)
