@@ -796,12 +796,14 @@ def test_concurrent_writers_from_threads(saver: MongoDBSaver, thread_id: str) ->
 
 
 def test_lease_is_exclusive_token_checked_and_expires(saver: MongoDBSaver, thread_id: str) -> None:
-    first = saver.lock(thread_id, ttl=0.5)
+    # a 2 s lease: with 0.5 s, a loaded FerretDB's acquire and refusal outlasted it before
+    # the extend (run F of dd6f9f8: extend() found the lease gone)
+    first = saver.lock(thread_id, ttl=2.0)
     assert first.acquire()
     with pytest.raises(LockNotAcquired):
         saver.lock(thread_id, blocking=False).acquire()
-    assert first.extend(0.5)
-    time.sleep(0.6)
+    assert first.extend(2.0)
+    time.sleep(2.2)
     second = saver.lock(thread_id, ttl=5)
     assert second.acquire()  # the first lease expired
     assert not first.release()  # ...and is no longer the first holder's to release
