@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
+from collections.abc import Callable
 
 from conformance.store._registry import case
 from conformance.store.api import StoreFactory
@@ -63,28 +64,55 @@ def a_put_re_arms_the_ttl(factory: StoreFactory) -> None:
         assert api.get(("ns",), "k") is None
 
 
+def _sleep_until(deadline: float) -> None:
+    time.sleep(max(0.0, deadline - time.monotonic()))
+
+
+def _refresh_then_lapse(put: Callable[[], None], read: Callable[[bool], bool]) -> None:
+    """A refreshing read keeps the item past its first expiry; a read with refresh off does not.
+
+    The reads are timed from what was measured, not by fixed sleeps, so a slow server shifts
+    them without making a right answer look wrong: the item must be live while the refreshed
+    expiry surely holds, and gone once the latest expiry the refresh can have set has passed
+    (a read with ``refresh_ttl=False`` that refreshed would keep it live).
+    """
+    window = WINDOW * 60
+    put_started = time.monotonic()
+    put()
+    _sleep_until(put_started + STEP)
+    refresh_started = time.monotonic()
+    first = read(True)  # refreshes: the item now expires at refresh_started + window or later
+    refresh_ended = time.monotonic()
+    if refresh_ended - put_started < window * 0.9:  # a slow server may be past it
+        assert first, "the item was not found before its first expiry"
+    _sleep_until(put_started + window + 0.3)  # past the first expiry
+    second = read(False)
+    if first and time.monotonic() < refresh_started + window * 0.9:
+        assert second, "a refreshing read did not keep the item past its first expiry"
+    _sleep_until(refresh_ended + window + 0.3)  # past the latest expiry the refresh set
+    assert not read(False), "the item outlived its refreshed expiry (did a read refresh it?)"
+
+
 @case("ttl")
 def get_refreshes_unless_refresh_ttl_is_false(factory: StoreFactory) -> None:
     with factory.open(ttl={"refresh_on_read": True}) as api:
-        api.put(("ns",), "k", {"v": 1}, ttl=WINDOW)
-        time.sleep(STEP)
-        assert api.get(("ns",), "k") is not None  # refreshes: expires STEP + WINDOW
-        time.sleep(STEP)  # past the first expiry
-        assert api.get(("ns",), "k", refresh_ttl=False) is not None
-        time.sleep(STEP)  # past the refreshed expiry
-        assert api.get(("ns",), "k", refresh_ttl=False) is None
+        _refresh_then_lapse(
+            lambda: api.put(("ns",), "k", {"v": 1}, ttl=WINDOW),
+            # the first read refreshes by the store's default (refresh_on_read=True)
+            lambda refresh: (
+                (api.get(("ns",), "k") if refresh else api.get(("ns",), "k", refresh_ttl=False))
+                is not None
+            ),
+        )
 
 
 @case("ttl")
 def search_refreshes_unless_refresh_ttl_is_false(factory: StoreFactory) -> None:
     with factory.open() as api:
-        api.put(("ns",), "k", {"v": 1}, ttl=WINDOW)
-        time.sleep(STEP)
-        assert keys(api.search(("ns",), refresh_ttl=True)) == ["k"]
-        time.sleep(STEP)
-        assert keys(api.search(("ns",), refresh_ttl=False)) == ["k"]
-        time.sleep(STEP)
-        assert api.search(("ns",), refresh_ttl=False) == []
+        _refresh_then_lapse(
+            lambda: api.put(("ns",), "k", {"v": 1}, ttl=WINDOW),
+            lambda refresh: keys(api.search(("ns",), refresh_ttl=refresh)) == ["k"],
+        )
 
 
 @case("ttl")
