@@ -19,6 +19,7 @@ pages, ``connect_store(url, fallback=…)`` the keys).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -27,10 +28,18 @@ from typing import Any
 
 from langgraph.store.base import Item
 
-from graphkeep.errors import UNDECODABLE, CorruptData, Place
+from graphkeep.errors import UNDECODABLE, CorruptData, Place, StorageUnavailable
 
 #: items per page read from a source
 PAGE = 200
+#: keys per ``FT.SEARCH`` of a RedisStore batch, and the matches one key may bring (the
+#: search is on text: a key's query can match the same key in a namespace of shared labels)
+REDIS_KEYS_PER_QUERY = 50
+REDIS_MATCHES_PER_KEY = 10
+#: keys per ``BatchGetItem`` (DynamoDB's limit), and the pause after each attempt that left
+#: keys unprocessed (throttled) before asking again: eight attempts, the last not waited on
+DYNAMODB_KEYS_PER_BATCH = 100
+UNPROCESSED_PAUSES_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 0.0)
 
 Namespace = tuple[str, ...]
 ItemKey = tuple[Namespace, str]
@@ -188,40 +197,60 @@ def redis_query(namespace: Namespace, key: str) -> str:
     return f"@prefix:{escape('.'.join(namespace))} @key:{{{escape(key)}}}"
 
 
-def _named(row: dict[str, Any], text: str) -> bool:
+def _row_prefix(row: dict[str, Any]) -> str | None:
     prefix = row.get("prefix")
-    return isinstance(prefix, str) and _plain_prefix(prefix) == text
+    return _plain_prefix(prefix) if isinstance(prefix, str) else None
 
 
 def redis_keys(client: Any, store_prefix: str, vector_prefix: str) -> Keys:
     """Items by key: ``FT.SEARCH`` of the store's index as ``RedisStore`` finds them (the
-    newest document of the key, should there be two), ``PTTL`` for the life left."""
+    newest document of the key, should there be two), ``PTTL`` for the life left. A batch
+    costs two round trips per :data:`REDIS_KEYS_PER_QUERY` keys: one search of the keys'
+    queries joined by ``|``, then one pipeline of every found document's ``PTTL`` and its
+    vector's ``EXISTS`` (a search whose matches outnumber its page is asked key by key)."""
     from redis.commands.search.query import Query
 
     serde, index = _redis_serde(), client.ft(store_prefix)
 
+    def search(wanted: list[ItemKey]) -> list[tuple[str, dict[str, Any]]]:
+        text = "|".join(f"({redis_query(namespace, key)})" for namespace, key in wanted)
+        size = REDIS_MATCHES_PER_KEY * len(wanted)
+        result = index.search(Query(text).dialect(2).paging(0, size))
+        if len(wanted) > 1 and result.total > len(result.docs):  # crowded: key by key
+            return [row for one in wanted for row in search([one])]
+        return [(doc.id, json.loads(doc.json)) for doc in result.docs]
+
     def get(keys: list[ItemKey]) -> list[Record | None]:
-        found: list[Record | None] = []
-        for namespace, key in keys:
-            docs = index.search(Query(redis_query(namespace, key)).dialect(2)).docs
-            rows = [(doc.id, json.loads(doc.json)) for doc in docs]
-            text = ".".join(namespace)
-            rows = [(i, r) for i, r in rows if r.get("key") == key and _named(r, text)]
-            if not rows:
-                found.append(None)
-                continue
-            doc_id, row = max(rows, key=lambda r: r[1]["updated_at"])
-            vector = f"{vector_prefix}:{doc_id.split(':', 1)[1]}"
-            pttl, indexed = client.pttl(doc_id), client.exists(vector)
+        wanted = list(dict.fromkeys(keys))
+        named: dict[tuple[str | None, Any], ItemKey] = {
+            (".".join(namespace), key): (namespace, key) for namespace, key in wanted
+        }
+        newest: dict[ItemKey, tuple[str, dict[str, Any]]] = {}
+        for start in range(0, len(wanted), REDIS_KEYS_PER_QUERY):
+            for doc_id, row in search(wanted[start : start + REDIS_KEYS_PER_QUERY]):
+                place = named.get((_row_prefix(row), row.get("key")))
+                if place is None:
+                    continue  # a near match of the text search: another namespace
+                held = newest.get(place)
+                if held is None or row["updated_at"] > held[1]["updated_at"]:
+                    newest[place] = (doc_id, row)
+        pipe = client.pipeline(transaction=False)
+        for doc_id, _ in newest.values():
+            pipe.pttl(doc_id)
+            pipe.exists(f"{vector_prefix}:{doc_id.split(':', 1)[1]}")
+        replies = iter(pipe.execute() if newest else [])
+        found: dict[ItemKey, Record] = {}
+        for place, (doc_id, row) in newest.items():
+            pttl, indexed = next(replies), next(replies)
             if pttl == -2:
-                found.append(None)  # expired since the search
-                continue
+                continue  # expired since the search
             try:
-                item = redis_item(row, namespace, serde)
+                item = redis_item(row, place[0], serde)
             except Exception as exc:
-                raise not_an_item(_unreadable(f"Redis key {doc_id}", exc), namespace, key) from None
-            found.append(Record(item, _left(pttl), bool(indexed)))
-        return found
+                where = _unreadable(f"Redis key {doc_id}", exc)
+                raise not_an_item(where, place[0], place[1]) from None
+            found[place] = Record(item, _left(pttl), bool(indexed))
+        return [found.get(key) for key in keys]
 
     return get
 
@@ -349,22 +378,41 @@ def dynamodb_pages(client: Any, table: str, prefix: Namespace) -> Iterator[list[
 
 
 def dynamodb_keys(client: Any, table: str) -> Keys:
-    """Items by key: a consistent ``GetItem`` of each (``PK`` the labels joined by ``:``,
-    ``SK`` the key, as ``DynamoDBStore`` keeps them)."""
+    """Items by key: consistent ``BatchGetItem`` requests of up to 100 keys (``PK`` the labels
+    joined by ``:``, ``SK`` the key, as ``DynamoDBStore`` keeps them), the keys the service
+    leaves unprocessed asked again after a growing pause."""
     from boto3.dynamodb.types import TypeDeserializer
 
     decode = TypeDeserializer().deserialize
 
     def get(keys: list[ItemKey]) -> list[Record | None]:
+        wanted = list(dict.fromkeys(keys))
+        rows: dict[tuple[str, str], dict[str, Any]] = {}
+        for start in range(0, len(wanted), DYNAMODB_KEYS_PER_BATCH):
+            ask = [
+                {"PK": {"S": ":".join(namespace)}, "SK": {"S": key}}
+                for namespace, key in wanted[start : start + DYNAMODB_KEYS_PER_BATCH]
+            ]
+            request: dict[str, Any] = {table: {"Keys": ask, "ConsistentRead": True}}
+            for pause in UNPROCESSED_PAUSES_S:
+                reply = client.batch_get_item(RequestItems=request)
+                for raw in reply.get("Responses", {}).get(table, []):
+                    row = {k: decode(v) for k, v in raw.items()}
+                    rows[(str(row.get("PK")), str(row.get("SK")))] = row
+                request = reply.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+                time.sleep(pause)
+            else:
+                raise StorageUnavailable(
+                    f"DynamoDB table {table!r} left keys unprocessed "
+                    f"{len(UNPROCESSED_PAUSES_S)} times in a row: throttled; try again later"
+                )
+        now = _now_s()
         found: list[Record | None] = []
         for namespace, key in keys:
-            raw = client.get_item(
-                TableName=table,
-                Key={"PK": {"S": ":".join(namespace)}, "SK": {"S": key}},
-                ConsistentRead=True,
-            ).get("Item")
-            row = {} if raw is None else {k: decode(v) for k, v in raw.items()}
-            entry = _dynamodb_entry(row, _now_s()) if row else None
+            held = rows.get((":".join(namespace), key))
+            entry = _dynamodb_entry(held, now) if held else None
             if isinstance(entry, Unreadable):
                 raise not_an_item(entry, namespace, key)
             found.append(entry)
