@@ -35,6 +35,8 @@ import graphkeep
 from conformance.setups import all_setups
 from graphkeep.checkpoint.append import MATERIALIZED_KEY
 from graphkeep.checkpoint.materialize import amaterialize, materialize
+from graphkeep.cli.console import UsageError
+from graphkeep.cli.materialize import load_graph
 
 from .cli_runs import gk
 from .conftest import postgres_saver, unique_prefix
@@ -422,6 +424,26 @@ def items_graph(saver: Any) -> Any:
 
 #: the app's graph, as ``--graph tests.test_materialize:ITEMS_GRAPH`` loads it
 ITEMS_GRAPH = items_graph(None)
+#: the same app's graph as its builder (``--graph`` compiles it)
+ITEMS_BUILDER = ITEMS_GRAPH.builder
+
+
+def test_graph_takes_a_compiled_graph_a_builder_or_a_factory() -> None:
+    """``--graph`` gives materialize a compiled graph: a ``StateGraph`` builder (which has
+    ``channels`` of its own, but no subgraphs) is compiled, a factory called."""
+    compiled = load_graph("tests.test_materialize:ITEMS_GRAPH")
+    assert compiled is ITEMS_GRAPH
+    built = load_graph("tests.test_materialize:ITEMS_BUILDER")
+    assert hasattr(built, "get_state") and built is not ITEMS_BUILDER
+    assert {name for name, _ in built.get_subgraphs()} == {"inner"}
+    made = load_graph("tests.test_materialize:items_graph_factory")
+    assert hasattr(made, "get_state")
+    with pytest.raises(UsageError, match="not a compiled LangGraph graph"):
+        load_graph("tests.test_materialize:ItemsState")
+
+
+def items_graph_factory() -> Any:
+    return items_graph(None)
 
 
 @pytest.fixture(params=["redis", "sqlite"])

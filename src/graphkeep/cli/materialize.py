@@ -96,9 +96,10 @@ def cmd_materialize(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def load_graph(spec: str) -> Any:
     """The compiled graph ``module:attr`` names
-    (:func:`~graphkeep.cli.arguments.import_graph`): a ``StateGraph`` builder is compiled."""
+    (:func:`~graphkeep.cli.arguments.import_graph`): a ``StateGraph`` builder is compiled (it
+    has ``channels`` too, but not its subgraphs' reducers: only a compiled graph has those)."""
     found = import_graph(spec)
-    if not hasattr(found, "channels") and hasattr(found, "compile"):
+    if hasattr(found, "compile") and not hasattr(found, "get_state"):
         found = found.compile()
     if not isinstance(getattr(found, "channels", None), Mapping):
         raise UsageError(
