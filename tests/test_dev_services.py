@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pymongo
 import pytest
 import redis
 
@@ -25,6 +26,13 @@ from graphkeep.testing.processes import Server, alive, port_taken
 from tools import devenv
 
 REDIS_SERVER = shutil.which("redis-server") or "redis-server"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def ferretdb_program() -> str:
+    """The FerretDB of ``./dev services`` (a git worktree has no .services/bin of its own)."""
+    program = os.environ.get("GRAPHKEEP_MONGODB_SERVER", "")
+    return program if "ferretdb" in program else str(REPO / ".services" / "bin" / "ferretdb")
 
 
 def redis_service(home: Path, port: int) -> tuple[str, Server]:
@@ -252,3 +260,37 @@ def test_dev_services_run_valkey_and_a_valkey_cluster_and_export_them(
             for server in devenv.servers(name):
                 server.down()
     assert devenv.status("valkey") == devenv.status("valkey-cluster") == "down"
+
+
+def environment_of(pid: int) -> dict[str, str]:
+    entries = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+    return dict(entry.split("=", 1) for entry in entries if "=" in entry)
+
+
+def test_ferretdb_collects_garbage_near_a_memory_limit_unless_the_environment_says_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, started: list[Server]
+) -> None:
+    """FerretDB (the MongoDB tests' server: ./dev services and the plugin's local mode) runs
+    with GOGC=off and GOMEMLIMIT=1GiB (graphkeep.testing.local.FERRETDB_ENVIRONMENT: a third
+    less of its CPU); a value this process's environment sets wins."""
+    monkeypatch.delenv("GOGC", raising=False)
+    monkeypatch.setenv("GOMEMLIMIT", "768MiB")
+    port = free_ports(1)[0]
+    url, [server] = backend_servers("mongodb", [ferretdb_program()], [port], tmp_path, session=True)
+    started.append(server)
+    assert server.up() is True
+    pid = server.pid()
+    assert pid is not None
+    environment = environment_of(pid)
+    assert environment["GOGC"] == "off"
+    assert environment["GOMEMLIMIT"] == "768MiB"  # the environment's, not the default 1GiB
+    assert environment["PATH"] == os.environ["PATH"]  # the rest of the environment is kept
+    with pymongo.MongoClient(url, serverSelectionTimeoutMS=10_000) as client:
+        client.gk_env.probe.insert_one({"_id": "x"})
+        assert client.gk_env.probe.find_one({"_id": "x"}) == {"_id": "x"}
+    monkeypatch.delenv("GOMEMLIMIT")
+    server.down()
+    assert server.up() is True
+    pid = server.pid()
+    assert pid is not None
+    assert environment_of(pid)["GOMEMLIMIT"] == "1GiB"

@@ -31,20 +31,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 #: the shared files, in chunks of about one to four minutes each in CI, the slowest first (a
-#: chunk claimed last decides when the lanes end: the short ones come last). Minutes in the
-#: comments: the last full run's (``--durations``), or measured alone on a loaded machine (*)
+#: chunk claimed last decides when the lanes end: the short ones come last). Seconds in the
+#: comments: the last two full runs' (F and G of issue 48, a chunk's pytest session in a lane)
 CHUNKS = (
-    ("tests/test_store_encryption.py",),  # 3.7*: the encrypted store, its contract
-    ("tests/test_fallback_lease.py",),  # 3.0*: mostly sleeps through leases
-    ("tests/test_agui_exclusive.py", "tests/test_exclusive.py"),  # 2.9
-    ("tests/scenarios/test_faults.py", "tests/scenarios/test_concurrency.py"),  # 2.1
-    ("tests/scenarios/test_graphs.py", "tests/scenarios/test_lists.py"),  # 2.1
-    ("tests/scenarios/test_live.py", "tests/scenarios/test_bad_input.py"),  # 2.1
-    ("tests/test_effects.py", "tests/scenarios/test_delta.py"),  # 2.0
-    ("tests/test_concurrency_pools.py",),  # 1.6
-    ("tests/test_rekey.py",),  # 1.3*
-    ("tests/test_check.py", "tests/test_check_forks.py"),  # 0.7
-    ("tests/test_events_redis.py",),  # 0.6
+    ("tests/scenarios/test_live.py", "tests/scenarios/test_bad_input.py"),  # 247, 202
+    ("tests/test_effects.py", "tests/scenarios/test_delta.py"),  # 188, 147
+    ("tests/test_concurrency_pools.py",),  # 182, 146
+    ("tests/test_agui_exclusive.py", "tests/test_exclusive.py"),  # 156, 147
+    ("tests/test_fallback_lease.py",),  # 151, 147: mostly sleeps through leases
+    ("tests/scenarios/test_faults.py", "tests/scenarios/test_concurrency.py"),  # 94, 78
+    ("tests/test_store_encryption.py",),  # 79, 76: the encrypted store, its contract
+    ("tests/test_rekey.py",),  # 68, 62
+    ("tests/scenarios/test_graphs.py", "tests/scenarios/test_lists.py"),  # 78, 47
+    ("tests/test_check.py", "tests/test_check_forks.py"),  # 52, 45
+    ("tests/test_events_redis.py",),  # 34, 35
 )
 
 

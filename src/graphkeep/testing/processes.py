@@ -38,6 +38,8 @@ class Server:
     data: Path | None = None
     #: how it is stopped: each signal, then as many seconds to wait; SIGKILL after the last
     stop_signals: tuple[tuple[int, float], ...] = ((signal.SIGTERM, 15.0),)
+    #: environment variables the program gets unless this process's environment sets them
+    defaults: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
     @property
@@ -101,6 +103,7 @@ class Server:
                 self.process = subprocess.Popen(
                     self.command,
                     cwd=self.home,
+                    env={**self.defaults, **os.environ} if self.defaults else None,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
