@@ -412,7 +412,9 @@ def assemble(docs: list[Mapping[str, Any]]) -> tuple[Mapping[str, Any], bytes] |
     parts = {d.get("part"): d.get("d" if "d" in d else "data") for d in docs}
     pieces = [data]
     for n in range(1, count):
-        piece = parts.get(tail_part(gen, n) if new else f"{gen}:{n}")
+        # a format-2 head may meet format-1 tails of its bytes while setup() rewrites them
+        piece = parts.get(tail_part(gen, n)) if new else None
+        piece = parts.get(f"{gen}:{n}") if piece is None else piece
         if piece is None:
             return None
         pieces.append(bytes(piece))
