@@ -250,3 +250,29 @@ def test_a_reader_racing_overwrites_of_a_chunked_checkpoint_reads_it_whole(
             writer.join()
         assert not failures, failures
     assert chunks(graphkeep_backend, graphkeep_url)[1] == []
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_copy_thread_onto_a_thread_with_the_same_records_leaves_no_old_chunk(
+    graphkeep_backend: str, graphkeep_url: str, thread_id: str, mode: str
+) -> None:
+    """``copy_thread`` onto a thread that holds the same checkpoint, value version and write
+    with other large bytes (an import over stored records): the target reads the source's
+    bytes and no chunk of its own old ones is left."""
+    size = large(graphkeep_backend)
+    target = f"{thread_id}-target"
+    cid = empty_checkpoint()["id"]
+    mine, theirs = os.urandom(size), os.urandom(size)
+    with api(graphkeep_url, graphkeep_backend, mode) as saver:
+        for thread, value in ((thread_id, mine), (target, theirs)):
+            cfg: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+            stored = saver.put(cfg, checkpoint(cid, value), {"note": value}, {"x": 1})
+            saver.put_writes(stored, [(ERROR, value)], "task-1")
+        saver.copy_thread(thread_id, target)
+        got = saver.get_tuple({"configurable": {"thread_id": target, "checkpoint_ns": ""}})
+        assert got is not None and got.checkpoint["channel_values"]["x"] == mine
+        assert got.metadata["note"] == mine and got.pending_writes == [("task-1", ERROR, mine)]
+    count, orphans = chunks(graphkeep_backend, graphkeep_url)
+    assert orphans == []
+    if not graphkeep_backend.startswith(REDIS_FAMILY):
+        assert count > 0

@@ -214,7 +214,14 @@ class DynamoDBCheckpointPort(ExpiringTable, CheckpointPort):
         return export.export_thread(self, thread_id)
 
     def import_thread(self, thread_id: str, dump: ThreadDump, fence: int | None = None) -> Op[None]:
-        return export.import_thread(self, thread_id, dump, fence)
+        """The dump's records written over the thread's; then the chunk items of other bytes
+        that the records it wrote over leave (content-addressed: an import over stored
+        records, ``copy_thread`` onto a thread that has them) are deleted, as ``rekey``'s
+        are: one Query of the thread's chunk keys first (none on a new thread: no more)."""
+        refs = yield from deletes.chunk_refs(self, thread_id)
+        yield from export.import_thread(self, thread_id, dump, fence)
+        if refs:
+            yield from deletes.drop_chunks(self, thread_id, refs, fence)
 
     def list_threads(self, cursor: Any, page_size: int) -> Op[tuple[list[str], Any]]:
         return export.list_threads(self, cursor, page_size)
