@@ -241,7 +241,7 @@ class CorruptData(GraphkeepError):
         """This error at ``place`` (one that already names a place is returned as it is)."""
         if self.place != Place():
             return self
-        return CorruptData(reason=self.reason, kind=self.kind, place=place, advice=self.advice)
+        return type(self)(reason=self.reason, kind=self.kind, place=place, advice=self.advice)
 
 
 class UnsafePrune(GraphkeepError):

@@ -57,6 +57,17 @@ class CheckpointPort(Protocol):
     - ``list_page`` returns newest-first pages; it may pre-filter on metadata.
     - TTL: every write refreshes the expiry of all the thread needs, including
       the list elements its manifests name (``lists.ELEMENT_CHANNEL`` blobs).
+    - Chunks (a store that splits a large payload into records of its own: MongoDB's tail
+      documents, DynamoDB's chunk items): a payload written again in place with other
+      bytes (a checkpoint put again with its id, a value written again, a special write
+      replaced, a regular write sent again, an import over the thread) leaves none of its
+      old chunks stored, and none of the new ones when the first write is kept; they are
+      deleted after the record naming the new bytes is stored, never before. A read that
+      meets a record whose chunks are not stored raises
+      :class:`~graphkeep.port.torn.Torn` and ``load``, ``list_page``, ``get_blobs`` and
+      ``chain`` read again (:func:`~graphkeep.port.torn.reread`): an overwrite removed
+      them since the record was read, or, still missing, the data is damaged
+      (``CorruptData``, ``missing_value``); a value is never read as absent or in part.
     - Fencing: a write given ``fence`` (the fencing token of the lease its caller holds,
       :mod:`graphkeep.port.fence`) checks it in the same request and, when a newer
       token was granted on the thread (:meth:`acquire_lock`), stores nothing and raises

@@ -10,6 +10,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from langgraph.store.base import (
@@ -34,6 +35,7 @@ from graphkeep.port import Call, Op, Telemetry, adrive, drive, on_loop, running_
 from graphkeep.port.clock import IncreasingClock, datetime_of_us, now_ms
 from graphkeep.port.codec import sealed_key_id
 from graphkeep.port.encryption import KeyRing, check_encryption
+from graphkeep.port.torn import reread
 from graphkeep.store.fallback import DONE_RECHECK_S, StoreFallback
 from graphkeep.store.filters import compile_filter
 from graphkeep.store.port import Embed, ItemKey, SearchQuery, StoredItem, StorePort, Vector
@@ -171,7 +173,8 @@ class StoreBase(BaseStore):
                 for _, op in plan.gets
             ]
             try:
-                found = yield from self.port.get(keys, refresh, now)
+                # read again when a value's chunks went with a concurrent overwrite
+                found = yield from reread(lambda: self.port.get(keys, refresh, now))
             except CorruptData as exc:  # the backend names the item; else the one asked for
                 namespace, key = keys[0] if len(keys) == 1 else (None, None)
                 raise exc.at(Place(namespace=namespace, key=key)) from None
@@ -182,7 +185,7 @@ class StoreBase(BaseStore):
         for i, op in plan.searches:
             query = yield from self._query(op, now)
             try:
-                page = yield from self.port.search(query)
+                page = yield from reread(partial(self.port.search, query))
             except CorruptData as exc:
                 raise exc.at(Place(namespace=query.prefix)) from None
             plan.results[i] = [_search_item(s, query.vector is not None) for s in page]

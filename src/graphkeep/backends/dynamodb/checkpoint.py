@@ -89,6 +89,7 @@ from graphkeep.checkpoint.records import (
 )
 from graphkeep.checkpoint.saver import AsyncSaver, SyncSaver, thread_options
 from graphkeep.port import Op
+from graphkeep.port.torn import reread
 
 __all__ = [
     "SAVER_OPTIONS",
@@ -162,22 +163,23 @@ class DynamoDBCheckpointPort(ExpiringTable, CheckpointPort):
         return writing.put_writes(self, thread_id, ns, checkpoint_id, writes, fence)
 
     def load(self, thread_id: str, ns: str, checkpoint_id: str | None) -> Op[Loaded | None]:
-        return reads.load(self, thread_id, ns, checkpoint_id)
+        # read again when torn by an overwrite (:func:`graphkeep.port.torn.reread`)
+        return reread(lambda: reads.load(self, thread_id, ns, checkpoint_id))
 
     def list_page(
         self, query: ListQuery, cursor: Any, page_size: int
     ) -> Op[tuple[list[Loaded], Any]]:
-        return reads.list_page(self, query, cursor, page_size)
+        return reread(lambda: reads.list_page(self, query, cursor, page_size))
 
     def get_blobs(
         self, thread_id: str, keys: list[tuple[str, str, str]]
     ) -> Op[dict[tuple[str, str, str], Typed]]:
-        return reads.get_blobs(self, thread_id, keys)
+        return reread(lambda: reads.get_blobs(self, thread_id, keys))
 
     def chain(
         self, thread_id: str, ns: str, checkpoint_id: str | None, channels: list[str]
     ) -> Op[Chain]:
-        return reads.chain(self, thread_id, ns, checkpoint_id, channels)
+        return reread(lambda: reads.chain(self, thread_id, ns, checkpoint_id, channels))
 
     def delete_thread(self, thread_id: str, fence: int | None = None) -> Op[None]:
         return deletes.delete_thread(self, thread_id, fence)
@@ -212,7 +214,14 @@ class DynamoDBCheckpointPort(ExpiringTable, CheckpointPort):
         return export.export_thread(self, thread_id)
 
     def import_thread(self, thread_id: str, dump: ThreadDump, fence: int | None = None) -> Op[None]:
-        return export.import_thread(self, thread_id, dump, fence)
+        """The dump's records written over the thread's; then the chunk items of other bytes
+        that the records it wrote over leave (content-addressed: an import over stored
+        records, ``copy_thread`` onto a thread that has them) are deleted, as ``rekey``'s
+        are: one Query of the thread's chunk keys first (none on a new thread: no more)."""
+        refs = yield from deletes.chunk_refs(self, thread_id)
+        yield from export.import_thread(self, thread_id, dump, fence)
+        if refs:
+            yield from deletes.drop_chunks(self, thread_id, refs, fence)
 
     def list_threads(self, cursor: Any, page_size: int) -> Op[tuple[list[str], Any]]:
         return export.list_threads(self, cursor, page_size)

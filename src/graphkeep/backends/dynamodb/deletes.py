@@ -46,12 +46,11 @@ from graphkeep.backends.dynamodb.items import (
 from graphkeep.backends.dynamodb.locks import fence_guard
 from graphkeep.backends.dynamodb.requests import (
     TRANSACT_MAX_ITEMS,
-    batch_write,
+    delete_items,
     error_code,
     groups,
     query_all,
     transact,
-    transact_parts,
 )
 from graphkeep.backends.dynamodb.ttl import ExpiringTable
 from graphkeep.checkpoint.records import (
@@ -214,12 +213,7 @@ def _delete(
     t: ExpiringTable, thread_id: str, pk: str, sks: list[str], fence: int | None
 ) -> Op[None]:
     """Delete ``sks`` in their order: BatchWriteItem, or fenced transactions under ``fence``."""
-    guard = fence_guard(t, thread_id, fence)
-    if guard is None:
-        yield from batch_write(t.table, [{"DeleteRequest": {"Key": key(pk, sk)}} for sk in sks])
-        return
-    actions = [{"Delete": {"TableName": t.table, "Key": key(pk, sk)}} for sk in sks]
-    yield from transact_parts(actions, range(len(actions)), [0] * len(actions), guard)
+    yield from delete_items(t.table, pk, sks, fence_guard(t, thread_id, fence))
 
 
 def find_runs(t: ExpiringTable, run_ids: list[str]) -> Op[dict[str, list[tuple[str, str]]]]:

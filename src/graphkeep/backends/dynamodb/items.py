@@ -43,6 +43,7 @@ from graphkeep.errors import (
     Place,
 )
 from graphkeep.port import codec
+from graphkeep.port.torn import Torn
 from graphkeep.store.values import decode_value
 
 PK, SK = "pk", "sk"
@@ -235,7 +236,9 @@ def read_payload(item: dict[str, Any], chunks: dict[str, dict[str, Any]]) -> byt
         for sk in chunk_sks(item):
             chunk = chunks.get(sk)
             if chunk is None:
-                raise CorruptData(
+                # Torn: the reads read again (an overwrite deletes the old chunks once the
+                # new item is stored), and raise it when the chunk stays missing
+                raise Torn(
                     f"chunk {sk!r} of item {s(item, SK)!r} (partition {s(item, PK)!r}) is"
                     " missing: the value cannot be re-assembled. The item was damaged outside"
                     " graphkeep (or by an expired TTL); delete the thread or restore a backup",

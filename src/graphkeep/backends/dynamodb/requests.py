@@ -236,6 +236,16 @@ def transact_parts(
     return failed
 
 
+def delete_items(table: str, pk: str, sks: Sequence[str], guard: Guard | None) -> Op[None]:
+    """Delete the items ``sks`` of partition ``pk`` in their order: BatchWriteItem, or fenced
+    transactions behind ``guard``."""
+    if guard is None:
+        yield from batch_write(table, [{"DeleteRequest": {"Key": key(pk, sk)}} for sk in sks])
+        return
+    actions = [{"Delete": {"TableName": table, "Key": key(pk, sk)}} for sk in sks]
+    yield from transact_parts(actions, range(len(actions)), [0] * len(actions), guard)
+
+
 def single(action: dict[str, Any]) -> Call:
     """One transaction action as the equivalent single-item call."""
     if "Put" in action:

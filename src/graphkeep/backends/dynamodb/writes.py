@@ -15,20 +15,30 @@ conditional updates (``attribute_exists``: never resurrect a deleted item as a s
 BatchWriteItem cannot send: one UpdateItem, or one TransactWriteItems per 100 when several
 are due (at most once per slack period per item, so rarely).
 
-``put_writes``: special writes (idx < 0) replace, each its own item (a PutItem, or a
-BatchWriteItem when several). A task's regular writes insert once (LangGraph's contract: a
-second ``put_writes`` of the same task keeps the first), and all or none of them must be
-seen (LangGraph skips a task whose writes it finds, so half of them would lose the other
-half): they are **one item**, the task's write group, keyed as its lowest ``idx``, the other
-writes' records in its payload and their ``idx`` in ``wg`` (:func:`.encoding.write_records_of`
-reads them back), written with one PutItem conditioned on ``attribute_not_exists(sk)``. A
-conditional PutItem costs what a plain one does (1 WCU per KB); a failed condition means
-"already stored" and bills 1 WCU for the check. So a task's writes are 1 request and never
-a transaction, whatever their number (chunks of a group over 400 KB go first with
-BatchWriteItem, content-addressed; when the group turns out to be stored already with
-another digest, they are deleted again). Readers keep one record per (task, idx): a write
-both in a group and in an item of its own (two calls of one task whose first regular idx
-differ, which LangGraph does not make) reads as the one whose item sorts first.
+Overwrites: chunk keys carry their bytes' digest, so a payload written again with other
+bytes leaves the old chunk items unless the write deletes them, after the item naming the new
+ones is stored. The head's PutItem is conditioned on ``attribute_not_exists`` (free): a
+checkpoint put again with its id fails it, is written again unconditioned, and then the old
+head's chunks and those of the values of this put that other bytes left (one Query of chunk
+keys per value) are deleted (:func:`_drop_replaced`). A reader that read the old head just
+before reads again (:func:`graphkeep.port.torn.reread`).
+
+``put_writes``: special writes (idx < 0) replace, each its own item: a PutItem (several at
+once), conditioned (free) on the stored item having no chunks of other bytes; over one that
+has, written again unconditioned, then those chunks deleted. A task's regular writes insert
+once (LangGraph's contract: a second ``put_writes`` of the same task keeps the first), and
+all or none of them must be seen (LangGraph skips a task whose writes it finds, so half of
+them would lose the other half): they are **one item**, the task's write group, keyed as its
+lowest ``idx``, the other writes' records in its payload and their ``idx`` in ``wg``
+(:func:`.encoding.write_records_of` reads them back), written with one PutItem conditioned
+on ``attribute_not_exists(sk)``. A conditional PutItem costs what a plain one does (1 WCU
+per KB); a failed condition means "already stored" and bills 1 WCU for the check. So a
+task's writes are 1 request and never a transaction, whatever their number (chunks of a
+group over 400 KB go first with BatchWriteItem, content-addressed; when the group turns out
+to be stored already with another digest, they are deleted again). Readers keep one record
+per (task, idx): a write both in a group and in an item of its own (two calls of one task
+whose first regular idx differ, which LangGraph does not make) reads as the one whose item
+sorts first.
 
 Fenced (``fence``, a lease's fencing token: :func:`.locks.fence_guard`): every write stays
 a transaction carrying a ``ConditionCheck`` on the lease item and fails with
@@ -63,6 +73,7 @@ from graphkeep.backends.dynamodb import keys
 from graphkeep.backends.dynamodb.items import (
     DIGEST,
     EXP,
+    NCHUNKS,
     SK,
     Encoded,
     key,
@@ -77,7 +88,8 @@ from graphkeep.backends.dynamodb.requests import (
     TRANSACT_MAX_ITEMS,
     Guard,
     batch_write,
-    single,
+    delete_items,
+    query_all,
     transact,
     transact_parts,
 )
@@ -89,7 +101,7 @@ from graphkeep.backends.dynamodb.ttl import (
 )
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL
 from graphkeep.checkpoint.records import BlobRecord, CheckpointRecord, Summary, WriteRecord
-from graphkeep.port import Op
+from graphkeep.port import Op, Parallel
 
 #: what a TTL refresh (UpdateItem of ``exp``) counts for a transaction's size
 REFRESH_BYTES = 200
@@ -109,7 +121,11 @@ def put_checkpoint(
         written = {s(e.item, SK) for e in bodies} | {s(head.item, SK)}
         refresh = [r for r in refresh if r.sk not in written]
     body_items = [c for e in bodies for c in e.chunks] + [e.item for e in bodies]
-    yield from _write_then_head(t, pk, body_items + head.chunks, head.item, refresh, now, guard)
+    old = yield from _write_then_head(
+        t, pk, body_items + head.chunks, head.item, refresh, now, guard
+    )
+    if old is not None:  # put again: what the head and the values it rewrote left behind
+        yield from _drop_replaced(t, pk, old, head, bodies, guard)
     if t.ttl:
         exp = t.exp(now)
         for enc, blob in zip(bodies, blobs, strict=True):
@@ -139,11 +155,22 @@ def _write_then_head(
     refresh: list[Refresh],
     now: float,
     guard: Guard | None = None,
-) -> Op[None]:
+) -> Op[dict[str, Any] | None]:
+    """Write ``body``, the refreshes and the head last; the head a new one only (a checkpoint
+    put again with its id fails that condition, free, and is written again over the old
+    one, which is returned: :func:`_drop_replaced`)."""
     puts = [{"Put": {"TableName": t.table, "Item": item}} for item in body]
     updates, update_owners = t.refresh_actions(pk, refresh, now, first_owner=len(puts))
-    actions = [*puts, *updates, {"Put": {"TableName": t.table, "Item": head}}]
-    owners = [*range(len(puts)), *update_owners, len(puts) + len(refresh)]
+    first = {
+        "TableName": t.table,
+        "Item": head,
+        "ConditionExpression": "attribute_not_exists(#sk)",
+        "ExpressionAttributeNames": {"#sk": SK},
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }
+    head_owner = len(puts) + len(refresh)
+    actions = [*puts, *updates, {"Put": first}]
+    owners = [*range(len(puts)), *update_owners, head_owner]
     sizes = [*map(size_of, body), *[REFRESH_BYTES] * len(updates), size_of(head)]
     if guard is None:
         # Unfenced: no transaction. The values and every chunk first (BatchWriteItem), the
@@ -153,7 +180,7 @@ def _write_then_head(
         # that a retry rewrites under the same keys.
         yield from batch_write(t.table, [{"PutRequest": {"Item": item}} for item in body])
         failed = yield from transact_parts(updates, update_owners, [REFRESH_BYTES] * len(updates))
-        yield single({"Put": {"TableName": t.table, "Item": head}})
+        failed.update((yield from transact([{"Put": first}], [head_owner])))
     elif len(actions) < TRANSACT_MAX_ITEMS and sum(sizes) <= TRANSACT_MAX_BYTES:
         failed = yield from transact(actions, owners, guard)
     else:
@@ -166,6 +193,11 @@ def _write_then_head(
             [actions[i] for i in rest], [owners[i] for i in rest], [sizes[i] for i in rest], guard
         )
     t.refreshed(refresh, failed, len(puts), now)
+    if head_owner not in failed:
+        return None
+    old: dict[str, Any] = failed[head_owner] or {}
+    yield from transact([{"Put": {"TableName": t.table, "Item": head}}], [0], guard)
+    return old
 
 
 def put_writes(
@@ -200,6 +232,8 @@ def put_writes(
             put["ConditionExpression"] = "attribute_not_exists(#sk)"
             put["ExpressionAttributeNames"] = {"#sk": SK}
             put["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+        else:  # replaces; fails (free) only over an item with chunks of other bytes
+            put.update(_same_chunks(enc))
         chunk_bytes = sum(size_of(c) for c in enc.chunks)
         if enc.chunks and (guard is None or chunk_bytes > TRANSACT_MAX_BYTES // 2):
             ahead[group] = enc
@@ -216,18 +250,30 @@ def put_writes(
         )
     failed: dict[int, Any] = {}
     if guard is None:
-        # Unfenced: no transaction. Replacing writes in one batch, then each task's group
-        # as one conditional PutItem (insert once, all of the task's writes or none)
-        if len(plain) > 1:
-            yield from batch_write(t.table, [{"PutRequest": {"Item": e.item}} for e in plain])
-        elif plain:
-            yield single(_own_put(actions, owners, 0))
+        # Unfenced: no transaction. Each replacing write a PutItem (at once when several),
+        # then each task's group as one conditional PutItem (insert once, all of the task's
+        # writes or none)
+        if plain:
+            answers = yield Parallel(
+                tuple(transact([_own_put(actions, owners, g)], [g]) for g in range(len(plain)))
+            )
+            for answer in answers:
+                failed.update(answer)
         for group in range(len(plain), len(plain) + len(once)):
             failed.update((yield from transact([_own_put(actions, owners, group)], [group])))
     else:
         # fenced: each transaction checks the lease (a refusal in a later one leaves the
         # earlier ones' writes stored: see the module docstring)
         failed = yield from transact_parts(actions, owners, sizes, guard)
+    for group in [g for g in failed if g < len(plain)]:  # over chunks of other bytes
+        # written again without the condition (with its chunks when they went with it),
+        # then the old chunks deleted: never before the item naming the new ones is stored
+        old, enc = failed.pop(group) or {}, plain[group]
+        items = [*([] if group in ahead else enc.chunks), enc.item]
+        again = [{"Put": {"TableName": t.table, "Item": item}} for item in items]
+        yield from transact_parts(again, [0] * len(again), [size_of(i) for i in items], guard)
+        stale = sorted(set(owner_chunks(old)) - set(enc.chunk_sks))
+        yield from delete_items(t.table, pk, stale, guard)
     everything = [*plain, *once]
     stale = [
         sk
@@ -248,6 +294,51 @@ def put_writes(
                 info = KnownItem(exp, enc.chunk_sks)
             known[s(enc.item, SK)] = info
         t.known.add_writes(pk, ns, checkpoint_id, known)
+
+
+def _same_chunks(enc: Encoded) -> dict[str, Any]:
+    """The condition of a replacing put that the stored item has no chunk items of other
+    bytes than ``enc``'s (its old item returned when it has)."""
+    names = {"#nk": NCHUNKS}
+    condition = "attribute_not_exists(#nk)"
+    values: dict[str, Any] = {}
+    if enc.chunks:
+        names["#dg"] = DIGEST
+        values[":dg"] = enc.item[DIGEST]
+        condition += " OR #dg = :dg"
+    clause: dict[str, Any] = {
+        "ConditionExpression": condition,
+        "ExpressionAttributeNames": names,
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }
+    if values:
+        clause["ExpressionAttributeValues"] = values
+    return clause
+
+
+def _drop_replaced(
+    t: ExpiringTable,
+    pk: str,
+    old: dict[str, Any],
+    head: Encoded,
+    bodies: list[Encoded],
+    guard: Guard | None,
+) -> Op[None]:
+    """After a checkpoint put again with its id (the new head stored): delete the chunk items
+    of the old head, and of the values written again, that are not the new bytes' (chunk
+    keys name their bytes' digest, so different bytes left the old ones behind). The old
+    head names its chunks; a value's are found with one Query of its chunk keys, for the
+    values of this put only (so a usual put, a new head, costs nothing here). A reader that
+    read the old head or value just before retries (:func:`graphkeep.port.torn.reread`)."""
+    stale = set(owner_chunks(old)) - set(head.chunk_sks)
+    queries = [
+        query_all(t.query(pk, begins=f"k{keys.SEP}{s(enc.item, SK)}{keys.SEP}", projection=[SK]))
+        for enc in bodies
+    ]
+    found = (yield Parallel(tuple(queries))) if queries else []
+    for enc, items in zip(bodies, found, strict=True):
+        stale |= {s(item, SK) for item in items} - set(enc.chunk_sks)
+    yield from delete_items(t.table, pk, sorted(stale), guard)
 
 
 def _own_put(actions: list[dict[str, Any]], owners: list[int], group: int) -> dict[str, Any]:

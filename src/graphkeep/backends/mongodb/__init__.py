@@ -120,8 +120,16 @@ the whole payload) and tail documents (``part: "<g>/<i>"``) in the same payloads
 collection, under the same ``ref``. So the queries that fetch a checkpoint's writes and
 blobs fetch their chunks too (no extra round trip), deleting by ``ref`` deletes every
 chunk, and the TTL refresh of a ``ref`` covers every chunk. A reader assembles only the
-head's generation, so a retried or overwritten payload never mixes chunks; an incomplete
-payload reads as not yet written. GridFS would need two more collections, a second
+head's generation, so a retried or overwritten payload never mixes chunks; tails without
+their head (a write in flight) are not read. A payload written again in place (a
+checkpoint put again with its id, a special write replaced, a value or an import written
+again) leaves the old generation's tails, or a whole chunked checkpoint payload that is
+inline now: the bulk's reply says which heads matched a stored document, and one more
+command deletes what those left (and what a kept regular write's second sending wrote),
+after the new heads are stored; a usual write, whose heads are all inserted, sends none
+(:mod:`.upserts`). A reader that read a head whose tails were deleted since reads again;
+a head still missing its tails is ``CorruptData`` (``missing_value``), never a value read
+as absent (:mod:`graphkeep.port.torn`). GridFS would need two more collections, a second
 query per file and its own deletion and expiry, and knows nothing of threads.
 Documents stay far below 16 MiB: identity fields are bounded (1 KiB ids, 64 KiB task
 paths), the queryable metadata copy is capped at 1 MiB.

@@ -67,7 +67,7 @@ from graphkeep.backends.mongodb.requests import Command, find
 from graphkeep.backends.mongodb.schema import collection_names, ensure_indexes, index_specs
 from graphkeep.backends.mongodb.threads import WRITE_KINDS, ThreadOps
 from graphkeep.backends.mongodb.ttl import Expiry, Refresh, loaded_refreshes, utc_now
-from graphkeep.backends.mongodb.upserts import Upserts
+from graphkeep.backends.mongodb.upserts import Stored, Upserts
 from graphkeep.checkpoint.hot import HOT_OPTIONS
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, is_manifest
 from graphkeep.checkpoint.port import CheckpointPort
@@ -84,6 +84,7 @@ from graphkeep.checkpoint.records import (
 from graphkeep.checkpoint.saver import AsyncSaver, SyncSaver, thread_options
 from graphkeep.errors import ConfigurationError
 from graphkeep.port import Op
+from graphkeep.port.torn import reread
 
 __all__ = ["SAVER_OPTIONS", "AsyncMongoDBSaver", "MongoDBCheckpointPort", "MongoDBSaver"]
 
@@ -192,12 +193,13 @@ class MongoDBCheckpointPort(ThreadOps, KeyReads, CheckpointPort):
         element_expires_at = self.expiry.elements(now)
         t, ns, cid = record.thread_id, record.ns, record.checkpoint_id
         ops: list[Any] = []
+        stored: list[Stored] = []
         written: dict[str, Typed] = {}
         for blob in blobs:
             if blob.channel == ELEMENT_CHANNEL:
-                ops += self.upserts.blob(t, ns, blob, element_expires_at)
+                ops += self.upserts.blob(t, ns, blob, element_expires_at, stored)
             else:
-                ops += self.upserts.blob(t, ns, blob, expires_at)
+                ops += self.upserts.blob(t, ns, blob, expires_at, stored)
                 written[blob.channel] = blob.value
         lists, complete = self._lists_for(record, written)
         delta: DeltaMap = {}
@@ -216,10 +218,10 @@ class MongoDBCheckpointPort(ThreadOps, KeyReads, CheckpointPort):
             refresh.all_elements = not complete  # unknown lists: refresh every element
             ops += self.expiry.refresh_ops([refresh], now)
         doc, chunked = self.upserts.checkpoint_doc(record, expires_at, delta, lists)
-        if chunked is not None:
-            ops += self.upserts.chunked_checkpoint(t, ns, cid, chunked, expires_at)
+        ops += self.upserts.chunked_checkpoint(t, ns, cid, chunked, expires_at, stored)
         ops.append(ReplaceOne(self.upserts.checkpoint_key(t, ns, cid), doc, upsert=True))
-        yield from self.fences.bulk(t, ops, fence, ordered=True)
+        result = yield from self.fences.bulk(t, ops, fence, ordered=True)
+        yield from self.drop_replaced(t, stored, result, fence)
         summary = Summary(
             ns,
             cid,
@@ -312,16 +314,23 @@ class MongoDBCheckpointPort(ThreadOps, KeyReads, CheckpointPort):
     ) -> Op[None]:
         expires_at = self.expiry.documents(utc_now())
         ops: list[Any] = []
+        stored: list[Stored] = []
         for w in writes:
             ops += self.upserts.write(
-                thread_id, ns, checkpoint_id, w, expires_at, overwrite=w.special
+                thread_id, ns, checkpoint_id, w, expires_at, overwrite=w.special, stored=stored
             )
         # unordered (the writes are independent), but behind the fence guard under a lease
-        yield from self.fences.bulk(thread_id, ops, fence, ordered=False)
+        result = yield from self.fences.bulk(thread_id, ops, fence, ordered=False)
+        yield from self.drop_replaced(thread_id, stored, result, fence)
 
     # -- port: reads ---------------------------------------------------------------
 
     def load(self, thread_id: str, ns: str, checkpoint_id: str | None) -> Op[Loaded | None]:
+        """Two finds (the checkpoint, then what it names), read again when torn by an
+        overwrite (:func:`graphkeep.port.torn.reread`)."""
+        return (yield from reread(lambda: self._load(thread_id, ns, checkpoint_id)))
+
+    def _load(self, thread_id: str, ns: str, checkpoint_id: str | None) -> Op[Loaded | None]:
         now = utc_now()
         match: dict[str, Any] = {"thread_id": thread_id, "ns": ns, "kind": KIND_CP}
         if checkpoint_id is not None:
@@ -371,7 +380,7 @@ class MongoDBCheckpointPort(ThreadOps, KeyReads, CheckpointPort):
         blobs: dict[tuple[str, str, str], Typed] = {}
         elements: dict[tuple[str, str], dict[str, Typed]] = {}
         chunks: dict[tuple[str, str, str], bytes] = {}
-        for t, ns, kind, ref, head, data in complete_payloads(found):
+        for t, ns, kind, ref, head, data in complete_payloads(found, strict=True):
             if kind == KIND_WRITE:
                 writes.setdefault((t, ns, ref), []).append(write_record(head, data))
             elif kind == KIND_BLOB:
@@ -386,7 +395,7 @@ class MongoDBCheckpointPort(ThreadOps, KeyReads, CheckpointPort):
         heads: dict[tuple[str, str, str], Head] = {}
         for doc in docs:
             key = (doc["thread_id"], doc["ns"], doc["ref"])
-            record = checkpoint_record(doc, chunks.get(key))
+            record = checkpoint_record(doc, chunks.get(key), strict=True)
             if record is None:
                 continue
             values = {}
@@ -422,7 +431,13 @@ class MongoDBCheckpointPort(ThreadOps, KeyReads, CheckpointPort):
     def get_blobs(
         self, thread_id: str, keys: list[tuple[str, str, str]]
     ) -> Op[dict[tuple[str, str, str], Typed]]:
-        """ONE find: list elements as index ranges of ``ref`` per run, other blobs by ``$in``."""
+        """ONE find: list elements as index ranges of ``ref`` per run, other blobs by ``$in``
+        (again when torn by an overwrite)."""
+        return (yield from reread(lambda: self._get_blobs(thread_id, keys)))
+
+    def _get_blobs(
+        self, thread_id: str, keys: list[tuple[str, str, str]]
+    ) -> Op[dict[tuple[str, str, str], Typed]]:
         if not keys:
             return {}
         by_ns: dict[str, tuple[list[str], list[str]]] = {}
@@ -444,7 +459,7 @@ class MongoDBCheckpointPort(ThreadOps, KeyReads, CheckpointPort):
         )
         wanted = set(keys)
         got: dict[tuple[str, str, str], Typed] = {}
-        for _t, ns, kind, ref, head, data in complete_payloads(found):
+        for _t, ns, kind, ref, head, data in complete_payloads(found, strict=True):
             if kind != KIND_BLOB:
                 continue
             key = (ns, *parse_blob_ref(ref))
@@ -453,6 +468,11 @@ class MongoDBCheckpointPort(ThreadOps, KeyReads, CheckpointPort):
         return got
 
     def list_page(
+        self, query: ListQuery, cursor: Any, page_size: int
+    ) -> Op[tuple[list[Loaded], Any]]:
+        return (yield from reread(lambda: self._list_page(query, cursor, page_size)))
+
+    def _list_page(
         self, query: ListQuery, cursor: Any, page_size: int
     ) -> Op[tuple[list[Loaded], Any]]:
         now = utc_now()
@@ -486,6 +506,11 @@ class MongoDBCheckpointPort(ThreadOps, KeyReads, CheckpointPort):
         return items, next_cursor
 
     def chain(
+        self, thread_id: str, ns: str, checkpoint_id: str | None, channels: list[str]
+    ) -> Op[Chain]:
+        return (yield from reread(lambda: self._chain(thread_id, ns, checkpoint_id, channels)))
+
+    def _chain(
         self, thread_id: str, ns: str, checkpoint_id: str | None, channels: list[str]
     ) -> Op[Chain]:
         now = utc_now()
@@ -527,7 +552,7 @@ class MongoDBCheckpointPort(ThreadOps, KeyReads, CheckpointPort):
         found = yield find(self.payloads, conjunction([disjunction(clauses) or {}, live(now)]))
         writes: dict[str, list[WriteRecord]] = {}
         blobs: dict[tuple[str, str], Typed] = {}
-        for _t, _ns, kind, ref, head, data in complete_payloads(found):
+        for _t, _ns, kind, ref, head, data in complete_payloads(found, strict=True):
             if kind == KIND_WRITE:
                 writes.setdefault(ref, []).append(write_record(head, data))
             elif kind == KIND_BLOB:

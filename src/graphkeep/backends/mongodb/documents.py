@@ -20,8 +20,9 @@ import bson
 
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, element_key, split_key
 from graphkeep.checkpoint.records import CheckpointRecord, Typed, WriteRecord
-from graphkeep.errors import ConfigurationError
+from graphkeep.errors import MISSING_VALUE, ConfigurationError, Place
 from graphkeep.port import codec
+from graphkeep.port.torn import Torn
 
 #: bump when the document layout changes; readers keep accepting older formats.
 #: 1: checkpoints in ``<prefix>_checkpoints`` (0.1.x); 2: checkpoints are ``kind: "cp"``
@@ -411,7 +412,9 @@ def assemble(docs: list[Mapping[str, Any]]) -> tuple[Mapping[str, Any], bytes] |
     parts = {d.get("part"): d.get("d" if "d" in d else "data") for d in docs}
     pieces = [data]
     for n in range(1, count):
-        piece = parts.get(tail_part(gen, n) if new else f"{gen}:{n}")
+        # a format-2 head may meet format-1 tails of its bytes while setup() rewrites them
+        piece = parts.get(tail_part(gen, n)) if new else None
+        piece = parts.get(f"{gen}:{n}") if piece is None else piece
         if piece is None:
             return None
         pieces.append(bytes(piece))
@@ -419,14 +422,40 @@ def assemble(docs: list[Mapping[str, Any]]) -> tuple[Mapping[str, Any], bytes] |
 
 
 def complete_payloads(
-    found: Iterable[Mapping[str, Any]],
+    found: Iterable[Mapping[str, Any]], *, strict: bool = False
 ) -> Iterator[tuple[str, str, str, str, Mapping[str, Any], bytes]]:
     """(thread, ns, kind, ref, head document, payload bytes) of each complete payload;
-    chunks are reassembled, a payload still being written is left out."""
-    for (t, ns, kind, ref, _sub), group in group_payloads(found).items():
+    chunks are reassembled, tails without their head (a payload still being written) are
+    left out. A head whose tails are not all found is left out too (an inventory or export
+    reports it), or, ``strict`` (the saver's reads), raises :class:`~graphkeep.port.torn.Torn`:
+    the tails are written before their head, so only an overwrite since the head was read
+    (or damage) removes them, and the value is never read as absent."""
+    for (t, ns, kind, ref, sub), group in group_payloads(found).items():
         assembled = assemble(group)
         if assembled is not None:
             yield t, ns, kind, ref, assembled[0], assembled[1]
+        elif strict and any(not d.get("part") for d in group):
+            raise torn(t, ns, kind, ref, sub)
+
+
+def torn(thread_id: str, ns: str, kind: str, ref: str, sub: str = "") -> Torn:
+    """The error of a payload head read without the chunks it names."""
+    if kind == KIND_BLOB:
+        channel, version = parse_blob_ref(ref)
+        place = Place(thread_id, ns, channel=channel, part=f"version {version}")
+    elif kind == KIND_WRITE:
+        task_id, idx = parse_write_sub(sub)
+        place = Place(thread_id, ns, ref, task_id=task_id, idx=idx)
+    else:
+        place = Place(thread_id, ns, ref, part="checkpoint")
+    return Torn(
+        reason="the chunk documents its head names are not stored",
+        kind=MISSING_VALUE,
+        place=place,
+        advice="It was read again and still lacks them: the data is damaged (or its"
+        " documents expired apart); `graphkeep check --deep` reports it, restore it from a"
+        " backup or delete it",
+    )
 
 
 def write_record(head: Mapping[str, Any], data: bytes) -> WriteRecord:
@@ -445,13 +474,19 @@ def write_record(head: Mapping[str, Any], data: bytes) -> WriteRecord:
     )
 
 
-def checkpoint_record(doc: Mapping[str, Any], chunked: bytes | None) -> CheckpointRecord | None:
+def checkpoint_record(
+    doc: Mapping[str, Any], chunked: bytes | None, *, strict: bool = False
+) -> CheckpointRecord | None:
     """The record of a checkpoint document (``chunked``: its payload when stored apart),
-    None while its payload is not fully written."""
+    None when its payload is not found whole; ``strict`` (the saver's reads): raises
+    :class:`~graphkeep.port.torn.Torn` then (the payload is written before the document, so
+    it went since: an overwrite, or damage)."""
     heading = heading_of(doc)
     packed = chunked if heading.chunked else checkpoint_payload(doc)
     if packed is None:
-        return None  # payload not (fully) written: treat as absent
+        if strict:
+            raise torn(doc["thread_id"], doc["ns"], KIND_CHECKPOINT, doc["ref"])
+        return None  # treat as absent (an inventory or export reports it)
     ctag, cdata, mtag, mdata = codec.unpack_fields(packed, 4)
     metadata_doc: dict[str, Any] = dict(doc.get("metadata_doc") or {})
     for key in doc.get("metadata_opaque") or []:

@@ -37,7 +37,7 @@ from graphkeep.backends.mongodb.heads import (
 )
 from graphkeep.backends.mongodb.requests import Command, find
 from graphkeep.backends.mongodb.ttl import Expiry, utc_now
-from graphkeep.backends.mongodb.upserts import Upserts
+from graphkeep.backends.mongodb.upserts import Stored, Upserts, replaced
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, is_manifest
 from graphkeep.checkpoint.records import (
     HOLDS_CHECKPOINT,
@@ -249,13 +249,16 @@ class ThreadOps:
         now = utc_now()
         expires_at = self.expiry.documents(now)
         ops: list[Any] = []
+        stored: list[Stored] = []
         for ns, blob in dump.blobs:
             elements = blob.channel == ELEMENT_CHANNEL
             ops += self.upserts.blob(
-                thread_id, ns, blob, self.expiry.elements(now) if elements else expires_at
+                thread_id, ns, blob, self.expiry.elements(now) if elements else expires_at, stored
             )
         for ns, cid, w in dump.writes:
-            ops += self.upserts.write(thread_id, ns, cid, w, expires_at, overwrite=True)
+            ops += self.upserts.write(
+                thread_id, ns, cid, w, expires_at, overwrite=True, stored=stored
+            )
         manifests = {
             (ns, blob.channel, blob.version): blob.value
             for ns, blob in dump.blobs
@@ -271,15 +274,41 @@ class ThreadOps:
                 if manifest is not None:
                     lists[ch] = (version, manifest_runs(manifest))
             doc, chunked = self.upserts.checkpoint_doc(record, expires_at, {}, lists)
-            if chunked is not None:
-                ops += self.upserts.chunked_checkpoint(
-                    thread_id, record.ns, record.checkpoint_id, chunked, expires_at
-                )
+            ops += self.upserts.chunked_checkpoint(
+                thread_id, record.ns, record.checkpoint_id, chunked, expires_at, stored
+            )
             key = self.upserts.checkpoint_key(thread_id, record.ns, record.checkpoint_id)
             checkpoint_ops.append(ReplaceOne(key, doc, upsert=True))
         if ops or checkpoint_ops:
             # values first, the checkpoints last, in one ordered command
-            yield from self.fences.bulk(thread_id, ops + checkpoint_ops, fence, ordered=True)
+            result = yield from self.fences.bulk(
+                thread_id, ops + checkpoint_ops, fence, ordered=True
+            )
+            yield from self.drop_replaced(thread_id, stored, result, fence)
+
+    def drop_replaced(
+        self, thread_id: str, stored: list[Stored], result: Any, fence: int | None
+    ) -> Op[None]:
+        """After a write of the thread (its ``result``): delete the tails, or the whole
+        chunked checkpoint payload, that the payloads it replaced left behind
+        (:func:`.upserts.replaced`). Nothing when every head was inserted (the usual put:
+        no request); else one ``delete`` command, behind the fence guard under a lease, and
+        one ``find`` first when a chunked insert-if-absent write met a stored one (its tails
+        are deleted unless the stored head is of the same bytes)."""
+        ops, unknown = replaced(stored, result, {})
+        if unknown:
+            found = yield find(
+                self.payloads,
+                {"thread_id": thread_id, "_id": {"$in": [s.head_id for s in unknown]}},
+                projection={"_id": 1, "g": 1, "gen": 1},
+            )
+            heads: dict[str, str | None] = {s.head_id: None for s in unknown}
+            for doc in found:
+                gen = doc.get("g", doc.get("gen"))
+                heads[str(doc["_id"])] = None if gen is None else str(gen)
+            ops += replaced(unknown, result, heads)[0]
+        if ops:
+            yield from self.fences.bulk(thread_id, ops, fence, ordered=True)
 
     def list_threads(self, cursor: Any, page_size: int) -> Op[tuple[list[str], Any]]:
         match: dict[str, Any] = {"kind": KIND_CP}

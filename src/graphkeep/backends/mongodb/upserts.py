@@ -1,17 +1,26 @@
 """The bulk-write operations storing a thread's documents: payload upserts by ``_id`` (plus
 the shard key when sharded), chunked when large, and checkpoint documents kept within BSON's limit.
 
+A payload written again in place (a checkpoint put again with its id, a special write
+replaced, a channel value or a copied thread rewritten) names its tails by the new bytes'
+generation, so the old generation's tails are left unreachable. Each head upserted is noted
+as a :class:`Stored`; after the write, :func:`replaced` turns the heads the bulk matched (an
+existing document, not an insert) into the deletions of what they left behind — after the
+new head is stored, never before, so no reader meets a head whose chunks are gone unless it
+read the old head before the write (it re-reads: :func:`graphkeep.port.torn.reread`).
+
 The layout is in :mod:`graphkeep.backends.mongodb.checkpoint`; see docs/architecture.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import bson
-from pymongo import ReplaceOne, UpdateOne
+from pymongo import DeleteMany, ReplaceOne, UpdateOne
 
 from graphkeep.backends.mongodb.documents import (
     BSON_LIMIT,
@@ -26,6 +35,7 @@ from graphkeep.backends.mongodb.documents import (
     metadata_fields,
     pack_heading,
     payload_docs,
+    tail_generation,
     write_sub,
 )
 from graphkeep.backends.mongodb.heads import DeltaMap, ListMap
@@ -37,6 +47,52 @@ from graphkeep.port import codec
 CHECKPOINT_PAYLOAD_TAG = "graphkeep.checkpoint+metadata"
 #: headroom kept under the BSON limit for a checkpoint document
 DOC_HEADROOM = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A payload head (or a checkpoint document) in a bulk write, and what the write leaves
+    behind when it matched a stored document instead of inserting one."""
+
+    #: the ``_id`` the upsert names (reported back by the bulk when it inserted)
+    head_id: str
+    #: the payload's identity fields (thread, ns, kind, ref, sub)
+    ident: dict[str, Any]
+    #: the parts of the tails written with it (empty when the payload is inline)
+    parts: tuple[str, ...]
+    #: True: the head replaced the stored one (its tails not of these parts are stale);
+    #: False: insert-if-absent (these tails are stale when the stored head is another's)
+    overwrite: bool
+    #: a checkpoint document now inline: the whole ``kind: "checkpoint"`` payload is stale
+    whole: bool = False
+
+    def filter(self) -> dict[str, Any]:
+        """Every document of the payload (head and tails); an absent ``sub`` matches null."""
+        return {**self.ident, "sub": self.ident.get("sub") or None}
+
+
+def replaced(
+    stored: list[Stored], result: Any, heads: Mapping[str, str | None]
+) -> tuple[list[Any], list[Stored]]:
+    """The deletions of what the heads of ``stored`` that ``result`` (a ``BulkWriteResult``)
+    did not insert left behind, and the insert-if-absent ones whose stored head must be read
+    first (``heads``: their ``_id`` -> the stored generation, once read)."""
+    inserted = set(getattr(result, "upserted_ids", {}).values())
+    ops: list[Any] = []
+    unknown: list[Stored] = []
+    for s in stored:
+        if s.head_id in inserted:
+            continue
+        if s.whole:
+            ops.append(DeleteMany(s.filter()))
+        elif s.overwrite:
+            ops.append(DeleteMany({**s.filter(), "part": {"$gt": "", "$nin": list(s.parts)}}))
+        elif s.parts:
+            if s.head_id not in heads:
+                unknown.append(s)
+            elif heads[s.head_id] != tail_generation(s.parts[0]):
+                ops.append(DeleteMany({**s.filter(), "part": {"$in": list(s.parts)}}))
+    return ops, unknown
 
 
 class Upserts:
@@ -62,10 +118,16 @@ class Upserts:
         expires_at: datetime | None,
         *,
         overwrite: bool,
+        stored: list[Stored] | None = None,
     ) -> list[Any]:
-        """Upserts for one payload: overwrite replaces, otherwise insert-if-absent."""
+        """Upserts for one payload: overwrite replaces, otherwise insert-if-absent; its head
+        noted in ``stored``."""
         ops: list[Any] = []
-        for part in payload_docs(ident, fields, value.tag, value.data, self.chunk_size):
+        docs = payload_docs(ident, fields, value.tag, value.data, self.chunk_size)
+        if stored is not None:
+            parts = tuple(d.doc["part"] for d in docs if not d.head)
+            stored.append(Stored(docs[-1].filter["_id"], dict(ident), parts, overwrite))
+        for part in docs:
             doc = dict(part.doc)
             key = self.key(part.filter, ident["thread_id"])
             if expires_at is not None:
@@ -82,7 +144,12 @@ class Upserts:
         return ops
 
     def blob(
-        self, thread_id: str, ns: str, blob: BlobRecord, expires_at: datetime | None
+        self,
+        thread_id: str,
+        ns: str,
+        blob: BlobRecord,
+        expires_at: datetime | None,
+        stored: list[Stored] | None = None,
     ) -> list[Any]:
         """Upserts storing one channel value (blobs are immutable per version: overwrite)."""
         return self.payload(
@@ -91,6 +158,7 @@ class Upserts:
             blob.value,
             expires_at,
             overwrite=True,
+            stored=stored,
         )
 
     def write(
@@ -102,6 +170,7 @@ class Upserts:
         expires_at: datetime | None,
         *,
         overwrite: bool,
+        stored: list[Stored] | None = None,
     ) -> list[Any]:
         """Upserts storing one pending write of ``checkpoint_id``."""
         return self.payload(
@@ -113,6 +182,7 @@ class Upserts:
             write.value,
             expires_at,
             overwrite=overwrite,
+            stored=stored,
         )
 
     def chunked_checkpoint(
@@ -120,16 +190,26 @@ class Upserts:
         thread_id: str,
         ns: str,
         checkpoint_id: str,
-        packed: bytes,
+        packed: bytes | None,
         expires_at: datetime | None,
+        stored: list[Stored] | None = None,
     ) -> list[Any]:
-        """Upserts storing the payload of a checkpoint too large to inline."""
+        """Upserts storing the payload of a checkpoint too large to inline; for one inline
+        (``packed`` None), none, but the checkpoint document noted in ``stored``: put again
+        over a chunked one, it leaves that whole payload behind."""
+        ident = identity(thread_id, ns, KIND_CHECKPOINT, checkpoint_id)
+        if packed is None:
+            if stored is not None:
+                head_id = checkpoint_id_key(thread_id, ns, checkpoint_id)
+                stored.append(Stored(head_id, ident, (), True, whole=True))
+            return []
         return self.payload(
-            identity(thread_id, ns, KIND_CHECKPOINT, checkpoint_id),
+            ident,
             {},
             Typed(CHECKPOINT_PAYLOAD_TAG, packed),
             expires_at,
             overwrite=True,
+            stored=stored,
         )
 
     def checkpoint_doc(
