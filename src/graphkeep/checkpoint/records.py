@@ -65,6 +65,27 @@ class CheckpointRecord:
     def renamed(self, thread_id: str) -> CheckpointRecord:
         return replace(self, thread_id=thread_id)
 
+    def with_payloads(
+        self, checkpoint: Typed, metadata: Typed, metadata_doc: dict[str, Any] | None = None
+    ) -> CheckpointRecord:
+        """The record with these payloads (and plain metadata copy, when given): what
+        ``replace`` makes, several times faster (called per record on every sealed put and
+        read; ``tests/test_encryption_cost.py`` checks that it keeps every other field)."""
+        return CheckpointRecord(
+            self.thread_id,
+            self.ns,
+            self.checkpoint_id,
+            self.parent_id,
+            self.versions,
+            self.present,
+            self.needs_history,
+            self.run_id,
+            checkpoint,
+            metadata,
+            self.metadata_doc if metadata_doc is None else metadata_doc,
+            self.source,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Summary:
@@ -111,6 +132,10 @@ class WriteRecord:
     task_path: str
     value: Typed
 
+    def with_value(self, value: Typed) -> WriteRecord:
+        """The write with this payload (``replace``, several times faster)."""
+        return WriteRecord(self.task_id, self.idx, self.channel, self.task_path, value)
+
     @property
     def special(self) -> bool:
         """Special writes (error, interrupt, resume, scheduled) replace; others insert once."""
@@ -142,6 +167,10 @@ class BlobRecord:
     channel: str
     version: str
     value: Typed
+
+    def with_value(self, value: Typed) -> BlobRecord:
+        """The blob with this payload (``replace``, several times faster)."""
+        return BlobRecord(self.channel, self.version, value)
 
 
 @dataclass(slots=True)

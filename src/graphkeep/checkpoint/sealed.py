@@ -17,10 +17,20 @@ Nothing of a value stays readable: the metadata's plain copy for server-side fil
 stored, so ``list(filter=...)`` filters in the client. Ids, namespaces, channel names,
 versions, a checkpoint's ``source`` and ``run_id`` stay readable: stores index them.
 Every other method is the wrapped port's.
+
+A list's elements are read with every checkpoint that names them (75 at turn 25 of a chat),
+so the port remembers, per (thread, namespace), the elements it sealed or opened:
+their envelope bytes and what they opened to (:class:`OpenedElements`). An element read back
+with exactly those bytes at that place is not decrypted again (an element's key is written
+once, and the same bytes at the same place open to the same payload); any other bytes are
+opened, so a changed, copied or replaced element fails as before.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -37,7 +47,7 @@ from graphkeep.checkpoint.records import (
 )
 from graphkeep.errors import CorruptData, Place
 from graphkeep.port import Op, codec
-from graphkeep.port.encryption import KeyRing
+from graphkeep.port.encryption import ENVELOPE_TAG, KeyRing
 
 
 def value_place(thread_id: str, ns: str, channel: str, version: str) -> tuple[Any, ...]:
@@ -68,6 +78,54 @@ def signed_manifest(ring: KeyRing, place: tuple[Any, ...], version: Any, runs: A
     return Typed(MANIFEST_TAG, codec.packb([version, runs, ring.sign(body, ("manifest", *place))]))
 
 
+#: how many opened list elements a sealed port remembers, over all its (thread, namespace)
+#: slots (least recently used slots go first; about 1 KiB each for a chat message)
+OPENED_ELEMENTS = 16384
+
+
+class OpenedElements:
+    """The list elements a sealed port sealed or opened, per (thread, namespace): element key
+    -> (its envelope bytes, the payload they open to). Bounded: the least recently used slots
+    go when there are more than ``limit`` elements in all, and a slot alone over it is not
+    kept."""
+
+    def __init__(self, limit: int = OPENED_ELEMENTS) -> None:
+        self.limit = limit
+        self._slots: OrderedDict[tuple[str, str], dict[str, tuple[bytes, Typed]]] = OrderedDict()
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def known(self, thread_id: str, ns: str) -> dict[str, tuple[bytes, Typed]]:
+        """The slot's elements (now its most recently used); never changed once handed out."""
+        slot = (thread_id, ns)
+        with self._lock:
+            held = self._slots.get(slot)
+            if held is None:
+                return {}
+            self._slots.move_to_end(slot)
+            return held
+
+    def remember(self, thread_id: str, ns: str, opened: dict[str, tuple[bytes, Typed]]) -> None:
+        """``opened`` joins its slot's elements (a new dict: one handed out by :meth:`known`
+        never changes)."""
+        slot = (thread_id, ns)
+        with self._lock:
+            held = self._slots.pop(slot, None) or {}
+            self._count -= len(held)
+            merged = {**held, **opened}
+            if len(merged) <= self.limit:
+                self._slots[slot] = merged
+                self._count += len(merged)
+            while len(self._slots) > 1 and self._count > self.limit:
+                _, evicted = self._slots.popitem(last=False)
+                self._count -= len(evicted)
+
+    @property
+    def remembered(self) -> tuple[int, int]:
+        """(slots, elements) held now."""
+        return len(self._slots), self._count
+
+
 class SealedPort:
     """``port`` with every payload sealed on the way in and opened on the way out."""
 
@@ -77,6 +135,7 @@ class SealedPort:
     def __init__(self, port: Any, ring: KeyRing) -> None:
         self.inner = port
         self.ring = ring
+        self.elements = OpenedElements()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -87,20 +146,19 @@ class SealedPort:
         place = value_place(thread_id, ns, blob.channel, blob.version)
         if blob.value.tag == MANIFEST_TAG:
             version, runs = codec.unpack_fields(blob.value.data, 2)
-            return replace(blob, value=signed_manifest(self.ring, place, version, runs))
-        return replace(blob, value=self.ring.seal(blob.value, place))
+            return blob.with_value(signed_manifest(self.ring, place, version, runs))
+        return blob.with_value(self.ring.seal(blob.value, place))
 
     def _seal_record(self, record: CheckpointRecord) -> CheckpointRecord:
-        return replace(
-            record,
-            checkpoint=self.ring.seal(record.checkpoint, record_place("checkpoint", record)),
-            metadata=self.ring.seal(record.metadata, record_place("metadata", record)),
-            metadata_doc={},
+        return record.with_payloads(
+            self.ring.seal(record.checkpoint, record_place("checkpoint", record)),
+            self.ring.seal(record.metadata, record_place("metadata", record)),
+            {},
         )
 
     def _seal_write(self, thread_id: str, ns: str, cid: str, write: WriteRecord) -> WriteRecord:
         place = write_place(thread_id, ns, cid, write)
-        return replace(write, value=self.ring.seal(write.value, place))
+        return write.with_value(self.ring.seal(write.value, place))
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -135,12 +193,12 @@ class SealedPort:
             metadata = self.ring.open(record.metadata, record_place("metadata", record))
         except CorruptData as exc:
             raise exc.at(replace(where, part="metadata")) from None
-        return replace(record, checkpoint=checkpoint, metadata=metadata)
+        return record.with_payloads(checkpoint, metadata)
 
     def _open_write(self, thread_id: str, ns: str, cid: str, write: WriteRecord) -> WriteRecord:
         place = write_place(thread_id, ns, cid, write)
         try:
-            return replace(write, value=self.ring.open(write.value, place))
+            return write.with_value(self.ring.open(write.value, place))
         except CorruptData as exc:
             raise exc.at(
                 Place(
@@ -158,11 +216,40 @@ class SealedPort:
                 for ch, blob in loaded.blobs.items()
             },
             writes=[self._open_write(t, ns, cid, w) for w in loaded.writes],
-            elements={
-                key: self._open_value(t, ns, ELEMENT_CHANNEL, key, value, cid)
-                for key, value in loaded.elements.items()
-            },
+            elements=self._open_elements(t, ns, loaded.elements, cid),
         )
+
+    def _open_elements(
+        self,
+        thread_id: str,
+        ns: str,
+        elements: Mapping[str, Typed],
+        checkpoint_id: str | None,
+    ) -> dict[str, Typed]:
+        """A read's list elements (key -> stored value) opened; those whose bytes are the ones
+        this port sealed or opened at the same key are not decrypted again."""
+        known = self.elements.known(thread_id, ns)
+        out = {
+            key: held[1]
+            for key, value in elements.items()
+            if (held := known.get(key)) is not None
+            and held[0] == value.data
+            and value.tag == ENVELOPE_TAG
+        }
+        if len(out) == len(elements):
+            return out
+        opened: dict[str, tuple[bytes, Typed]] = {}
+        for key, value in elements.items():
+            if key in out:
+                continue
+            out[key] = plain = self._open_value(
+                thread_id, ns, ELEMENT_CHANNEL, key, value, checkpoint_id
+            )
+            if value.tag == ENVELOPE_TAG:  # never a plaintext one (allow_plaintext)
+                opened[key] = (value.data, plain)
+        if opened:
+            self.elements.remember(thread_id, ns, opened)
+        return {key: out[key] for key in elements}  # in the read's order
 
     # -- the port's methods that carry payloads ---------------------------------------------
 
@@ -171,6 +258,13 @@ class SealedPort:
     ) -> Op[None]:
         sealed = [self._seal_blob(record.thread_id, record.ns, b) for b in blobs]
         yield from self.inner.put_checkpoint(self._seal_record(record), sealed, fence)
+        new = {
+            b.version: (s.value.data, b.value)
+            for b, s in zip(blobs, sealed, strict=True)
+            if b.channel == ELEMENT_CHANNEL
+        }
+        if new:  # stored: a later read of these bytes needs no decryption
+            self.elements.remember(record.thread_id, record.ns, new)
 
     def put_writes(
         self,
@@ -224,10 +318,17 @@ class SealedPort:
         self, thread_id: str, keys: list[tuple[str, str, str]]
     ) -> Op[dict[tuple[str, str, str], Typed]]:
         got = yield from self.inner.get_blobs(thread_id, keys)
-        return {
-            (ns, ch, v): self._open_value(thread_id, ns, ch, v, value)
-            for (ns, ch, v), value in got.items()
-        }
+        out: dict[tuple[str, str, str], Typed] = {}
+        elements: dict[str, dict[str, Typed]] = {}
+        for (ns, ch, v), value in got.items():
+            if ch == ELEMENT_CHANNEL:
+                elements.setdefault(ns, {})[v] = value
+            else:
+                out[(ns, ch, v)] = self._open_value(thread_id, ns, ch, v, value)
+        for ns, found in elements.items():
+            for v, value in self._open_elements(thread_id, ns, found, None).items():
+                out[(ns, ELEMENT_CHANNEL, v)] = value
+        return out
 
     def export_thread(self, thread_id: str) -> Op[ThreadDump]:
         dump: ThreadDump = yield from self.inner.export_thread(thread_id)

@@ -109,15 +109,16 @@ class KeyRing:
         self._ciphers: dict[str, Any] = {}
         for key_id, key in keys.items():
             self._ciphers[check_key_id(key_id)] = _aead(_key_bytes(key_id, key))
+        #: per key id's header bytes: its cipher and the associated data's packed start
+        self._by_header: dict[bytes, tuple[Any, bytes]] = {
+            _header(key_id): (cipher, _associated_start(_header(key_id)))
+            for key_id, cipher in self._ciphers.items()
+        }
         if current is None:
             if len(self._ciphers) != 1:
                 raise ConfigurationError("KeyRing of several keys needs current= (a key id)")
             current = next(iter(self._ciphers))
-        if current not in self._ciphers:
-            raise ConfigurationError(
-                f"KeyRing current={current!r} is not one of its key ids {sorted(self._ciphers)}"
-            )
-        self.current = current
+        self.current = current  # checked: one of the ring's key ids
         self.allow_plaintext = allow_plaintext
         #: how many plaintext payloads were read under ``allow_plaintext``
         self.plaintext_reads = 0
@@ -148,6 +149,23 @@ class KeyRing:
             raise ConfigurationError(f"{name}: {exc}") from None
 
     @property
+    def current(self) -> str:
+        """The key id every write is sealed under (set it to another id of the ring to
+        rotate: ``bench/rekey_cost.py`` does)."""
+        return self._current
+
+    @current.setter
+    def current(self, key_id: str) -> None:
+        if key_id not in self._ciphers:
+            raise ConfigurationError(
+                f"KeyRing current={key_id!r} is not one of its key ids {sorted(self._ciphers)}"
+            )
+        header = _header(key_id)
+        #: what a seal needs, set at once: key id, header, cipher, associated data's start
+        self._sealing: tuple[str, bytes, Any, bytes] = (key_id, header, *self._by_header[header])
+        self._current = key_id
+
+    @property
     def key_ids(self) -> list[str]:
         return list(self._ciphers)
 
@@ -156,12 +174,10 @@ class KeyRing:
 
     def seal(self, value: Typed, place: PlaceKey) -> Typed:
         """``value`` encrypted under the current key, bound to ``place``."""
-        header = _header(self.current)
+        _, header, cipher, start = self._sealing
         nonce = os.urandom(_NONCE)
-        sealed = self._ciphers[self.current].encrypt(
-            nonce, codec.pack_typed(value), _associated(header, place)
-        )
-        return Typed(ENVELOPE_TAG, header + nonce + sealed)
+        sealed = cipher.encrypt(nonce, codec.pack_typed(value), start + codec.packb(place))
+        return Typed(ENVELOPE_TAG, b"".join((header, nonce, sealed)))
 
     def open(self, value: Typed, place: PlaceKey) -> Typed:
         """The payload ``value`` sealed at ``place``, or :class:`CorruptData` (no place
@@ -169,13 +185,19 @@ class KeyRing:
         if value.tag != ENVELOPE_TAG:
             self._plaintext()
             return value
-        key_id, header = _parse_header(value.data)
-        cipher = self._cipher(key_id)
-        body = value.data[len(header) :]
-        if len(body) < _NONCE + _TAG:
+        data = value.data
+        # the header read once, its cipher and associated data's start looked up by its bytes
+        end = 2 + data[1] if len(data) >= 2 and data[0] == _VERSION else 0
+        found = self._by_header.get(data[:end]) if end else None
+        if found is None:
+            self._cipher(_parse_header(data)[0])  # unknown_key, or tampered: no header
+            raise _tampered()  # pragma: no cover - a held key id's header is in the table
+        cipher, start = found
+        if len(data) < end + _NONCE + _TAG:
             raise _tampered()
+        body = memoryview(data)[end:]  # no copies: the cipher reads the buffer
         try:
-            plain = cipher.decrypt(body[:_NONCE], body[_NONCE:], _associated(header, place))
+            plain = cipher.decrypt(body[:_NONCE], body[_NONCE:], start + codec.packb(place))
         except Exception:  # cryptography's InvalidTag
             raise _tampered() from None
         return codec.unpack_typed(plain)
@@ -188,11 +210,10 @@ class KeyRing:
         """A GMAC of ``data`` at ``place`` under the current key: ``[key id, nonce + tag as
         hex]`` — text, not bytes, so that a store's own script can still unpack the record
         that carries it (Redis's ``cmsgpack`` has no bin type)."""
+        key_id, _, cipher, start = self._sealing
         nonce = os.urandom(_NONCE)
-        tag = self._ciphers[self.current].encrypt(
-            nonce, b"", _associated(_header(self.current), (*place, data))
-        )
-        return [self.current, (nonce + tag).hex()]
+        tag = cipher.encrypt(nonce, b"", start + codec.packb((*place, data)))
+        return [key_id, (nonce + tag).hex()]
 
     def verify(self, data: bytes, place: PlaceKey, signature: Any) -> None:
         """Check :meth:`sign`'s ``signature`` of ``data`` at ``place`` (None: unsigned)."""
@@ -278,7 +299,14 @@ def _mac_bytes(mac: Any) -> bytes:
 
 
 def _associated(header: bytes, place: PlaceKey) -> bytes:
-    return codec.packb([ENVELOPE_TAG, header, list(place)])
+    """The associated data: ``[ENVELOPE_TAG, header, place]`` packed (msgpack)."""
+    return _associated_start(header) + codec.packb(place)
+
+
+def _associated_start(header: bytes) -> bytes:
+    """The associated data's bytes before the place's: a 3-array's marker, the tag and the
+    header packed (msgpack packs a tuple as it packs a list, so the place is packed alone)."""
+    return b"\x93" + codec.packb(ENVELOPE_TAG) + codec.packb(header)
 
 
 def _tampered() -> CorruptData:
