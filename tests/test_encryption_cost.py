@@ -145,6 +145,22 @@ def test_the_remembered_elements_are_bounded_and_never_change_once_handed_out() 
     assert memory.known("t4", "") == {} and memory.remembered == (2, 4)
 
 
+def test_the_remembered_elements_are_bounded_in_bytes() -> None:
+    """Large elements (tool outputs, documents) are bounded by their bytes, not their number."""
+    memory = OpenedElements(limit=1000, limit_bytes=10_000)
+    big = Typed("msgpack", b"v" * 3000)
+    memory.remember("t1", "", {"a": (b"e" * 1000, big)})  # 4,000 bytes
+    memory.remember("t2", "", {"b": (b"e" * 1000, big)})
+    assert memory.remembered == (2, 2) and memory.remembered_bytes == 8000
+    memory.remember("t3", "", {"c": (b"e" * 1000, big)})  # 12,000: the oldest slot goes
+    assert memory.known("t1", "") == {} and memory.remembered == (2, 2)
+    assert memory.remembered_bytes == 8000
+    memory.remember("t3", "", {"d": (b"e" * 1000, big)})  # t3 alone is 8,000: t2 goes
+    assert memory.known("t2", "") == {} and memory.remembered_bytes == 8000
+    memory.remember("t4", "", {"e": (b"e" * 7001, big)})  # alone over the bound: not kept
+    assert memory.known("t4", "") == {} and memory.remembered_bytes == 8000
+
+
 def element_envelope_length(keys: KeyRing, element: bytes) -> int:
     return len(keys.seal(codec.dump(JsonPlusSerializer(), element, "probe"), ("probe",)).data)
 

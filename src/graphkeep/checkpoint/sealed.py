@@ -79,20 +79,30 @@ def signed_manifest(ring: KeyRing, place: tuple[Any, ...], version: Any, runs: A
 
 
 #: how many opened list elements a sealed port remembers, over all its (thread, namespace)
-#: slots (least recently used slots go first; about 1 KiB each for a chat message)
+#: slots, and how many bytes of them (envelopes and payloads): least recently used slots go
+#: first; a chat message is about 1 KiB each, so the bytes bound a process's memory where
+#: elements are large (tool outputs, documents)
 OPENED_ELEMENTS = 16384
+OPENED_BYTES = 32 * 1024 * 1024
+
+
+def _size(held: dict[str, tuple[bytes, Typed]]) -> int:
+    return sum(len(envelope) + len(payload.data) for envelope, payload in held.values())
 
 
 class OpenedElements:
     """The list elements a sealed port sealed or opened, per (thread, namespace): element key
-    -> (its envelope bytes, the payload they open to). Bounded: the least recently used slots
-    go when there are more than ``limit`` elements in all, and a slot alone over it is not
-    kept."""
+    -> (its envelope bytes, the payload they open to). Bounded in elements and in bytes: the
+    least recently used slots go when there are more than ``limit`` elements or
+    ``limit_bytes`` bytes in all, and a slot alone over either is not kept."""
 
-    def __init__(self, limit: int = OPENED_ELEMENTS) -> None:
+    def __init__(self, limit: int = OPENED_ELEMENTS, limit_bytes: int = OPENED_BYTES) -> None:
         self.limit = limit
+        self.limit_bytes = limit_bytes
         self._slots: OrderedDict[tuple[str, str], dict[str, tuple[bytes, Typed]]] = OrderedDict()
+        self._sizes: dict[tuple[str, str], int] = {}
         self._count = 0
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def known(self, thread_id: str, ns: str) -> dict[str, tuple[bytes, Typed]]:
@@ -112,18 +122,30 @@ class OpenedElements:
         with self._lock:
             held = self._slots.pop(slot, None) or {}
             self._count -= len(held)
+            self._bytes -= self._sizes.pop(slot, 0)
             merged = {**held, **opened}
-            if len(merged) <= self.limit:
+            size = _size(merged)
+            if len(merged) <= self.limit and size <= self.limit_bytes:
                 self._slots[slot] = merged
+                self._sizes[slot] = size
                 self._count += len(merged)
-            while len(self._slots) > 1 and self._count > self.limit:
-                _, evicted = self._slots.popitem(last=False)
+                self._bytes += size
+            while len(self._slots) > 1 and (
+                self._count > self.limit or self._bytes > self.limit_bytes
+            ):
+                gone, evicted = self._slots.popitem(last=False)
                 self._count -= len(evicted)
+                self._bytes -= self._sizes.pop(gone)
 
     @property
     def remembered(self) -> tuple[int, int]:
         """(slots, elements) held now."""
         return len(self._slots), self._count
+
+    @property
+    def remembered_bytes(self) -> int:
+        """The bytes held now (envelopes and payloads)."""
+        return self._bytes
 
 
 class SealedPort:
