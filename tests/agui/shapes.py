@@ -31,7 +31,6 @@ from langchain_core.tools import tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 
-
 #: seconds a city's forecast takes (``ToolNode`` runs a message's calls at once: Lyon's
 #: answer comes well after Paris's, so the results' order is the same in every run)
 LATE = {"Lyon": 0.2}

@@ -74,9 +74,7 @@ def supported(agent: Any, request: Any) -> bool:
         return False
     if request.forwarded_props:
         return False
-    return not any(
-        getattr(m, "subagent_run_id", None) is not None for m in request.messages or ()
-    )
+    return not any(getattr(m, "subagent_run_id", None) is not None for m in request.messages or ())
 
 
 class _Marks(BaseCallbackHandler):
@@ -118,7 +116,7 @@ class _Marks(BaseCallbackHandler):
         self.models[run_id] = kwargs.get("metadata")
 
     def on_llm_new_token(
-        self, token: str, *, chunk: Any = None, run_id: UUID, **kwargs: Any
+        self, token: Any, *, chunk: Any = None, run_id: UUID, **kwargs: Any
     ) -> None:
         message = getattr(chunk, "message", None)
         if isinstance(message, AIMessageChunk):
@@ -156,7 +154,9 @@ class _Marks(BaseCallbackHandler):
 
             update = output.update
             found = update.get("messages", []) or [] if isinstance(update, dict) else []
-            results = [m for m in _command_update_tool_messages(found) if isinstance(m, ToolMessage)]
+            results = [
+                m for m in _command_update_tool_messages(found) if isinstance(m, ToolMessage)
+            ]
         else:
             log.warning("a tool's output is not a ToolMessage (%s): no result", type(output))
             return
@@ -167,9 +167,7 @@ class _Marks(BaseCallbackHandler):
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         self.inputs.pop(run_id, None)
 
-    def on_custom_event(
-        self, name: str, data: Any, *, run_id: UUID, **kwargs: Any
-    ) -> None:
+    def on_custom_event(self, name: str, data: Any, *, run_id: UUID, **kwargs: Any) -> None:
         self._write("custom", name, data)
 
 
@@ -183,8 +181,9 @@ class _Run:
 
     def __init__(self, agent: Any, state: dict[str, Any]) -> None:
         self.agent = agent
-        #: the message or tool call streaming now: (message id, tool call id or None)
-        self.open: tuple[str, str | None] | None = None
+        #: the text message or the tool call streaming now (one at most)
+        self.text_id: str | None = None
+        self.call_id: str | None = None
         self.node: str | None = None
         #: the text message id pinned for the node (text, tool, text: one message)
         self.pinned: str | None = None
@@ -229,27 +228,22 @@ class _Run:
             out += self.step(node)
         texts = meta.get("emit-messages", True)
         calls = meta.get("emit-tool-calls", True)
-        chunks = chunk.tool_call_chunks
-        call = chunks[0] if chunks else None
-        named = call is not None and bool(call.get("name"))
+        pieces = chunk.tool_call_chunks
+        call: dict[str, Any] | None = pieces[0] if pieces else None
+        name = call.get("name") if call is not None else None
         content = chunk.content
         text = content if type(content) is str else _text_of(content)
         chunk_id = chunk.id
-        current = self.open
-        if current is not None and current[1] is not None and named and call.get("id"):
-            if call["id"] != current[1]:  # the next of several calls streamed one by one
-                out.append({"type": "TOOL_CALL_END", "toolCallId": current[1]})
-                current = self.open = None
-        in_call = current is not None and current[1] is not None
-        in_text = current is not None and current[1] is None
-        text_event = call is None and text is not None
-        start = not current and named
-        end_text = in_text and not text_event
-        if named and text is not None:
-            message = None
-            if in_text:
-                message = current[0]  # type: ignore[index]
-            elif text != "":
+        text_id, call_id = self.text_id, self.call_id
+        if call_id is not None and call is not None and name and call.get("id"):
+            if call["id"] != call_id:  # the next of several calls streamed one by one
+                out.append({"type": "TOOL_CALL_END", "toolCallId": call_id})
+                call_id = self.call_id = None
+        start = text_id is None and call_id is None and bool(name)
+        end_text = text_id is not None and not (call is None and text is not None)
+        if name and text is not None:
+            message = text_id
+            if message is None and text != "":
                 message = chunk_id
                 if texts:
                     out.append(_start(message))
@@ -258,62 +252,57 @@ class _Run:
                     out.append(_content(message, text))
                 out.append({"type": "TEXT_MESSAGE_END", "messageId": message})
             if message:
-                current = self.open = None
-                in_call = in_text = False
+                text_id = call_id = self.text_id = self.call_id = None
             start, end_text = True, False
-        elif end_text and named:
-            out.append({"type": "TEXT_MESSAGE_END", "messageId": current[0]})  # type: ignore[index]
-            current = self.open = None
-            in_call = in_text = end_text = False
-            start = True
-        if in_call and call is None and not start:
-            out.append({"type": "TOOL_CALL_END", "toolCallId": current[1]})  # type: ignore[index]
-            self.open = None
-            return out
-        if end_text:
-            out.append({"type": "TEXT_MESSAGE_END", "messageId": current[0]})  # type: ignore[index]
-            self.open = None
-            return out
-        if start:
+        elif end_text and name:
+            out.append({"type": "TEXT_MESSAGE_END", "messageId": text_id})
+            text_id = self.text_id = None
+            start, end_text = True, False
+        if call_id is not None and call is None:
+            out.append({"type": "TOOL_CALL_END", "toolCallId": call_id})
+            self.call_id = None
+        elif end_text:
+            out.append({"type": "TEXT_MESSAGE_END", "messageId": text_id})
+            self.text_id = None
+        elif start:
             assert call is not None
             self.streamed.add(call["id"])
             if calls:
                 started = {
                     "type": "TOOL_CALL_START",
                     "toolCallId": call["id"],
-                    "toolCallName": call["name"],
+                    "toolCallName": name,
                 }
                 if chunk_id is not None:
                     started["parentMessageId"] = chunk_id
                 out.append(started)
-                self.open = (chunk_id, call["id"])
-            return out
-        if in_call and call is not None and call.get("args"):
-            if calls:
-                out.append({"type": "TOOL_CALL_ARGS", "toolCallId": current[1], "delta": call["args"]})  # type: ignore[index]
-                return out
-        if text_event and texts and text:
-            if current is None:
+                self.text_id, self.call_id = None, call["id"]
+        elif call_id is not None and call is not None and call.get("args") and calls:
+            out.append({"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": call["args"]})
+        elif call is None and text and texts:
+            if text_id is None:
                 if self.pinned is None:
                     self.pinned = chunk_id
-                current = self.open = (self.pinned, None)
-                out.append(_start(current[0]))
-            out.append(_content(current[0], text))
+                text_id = self.text_id = self.pinned
+                out.append(_start(text_id))
+            out.append(_content(text_id, text))
         return out
 
     def model_end(self, run_id: UUID, message: Any, meta: Any) -> list[dict[str, Any]]:
         if message is not None:
             event = {"run_id": getattr(message, "id", None), "metadata": meta or {}}
-            self.agent._record_usage(event, getattr(message, "usage_metadata", None), streamed=False)
+            usage = getattr(message, "usage_metadata", None)
+            self.agent._record_usage(event, usage, streamed=False)
             for call in getattr(message, "tool_calls", None) or ():
                 if call.get("id") and message.id:
                     self.owners[call["id"]] = str(message.id)  # a later call wins
-        current, self.open = self.open, None
-        if current is None:
-            return []
-        if current[1] is not None:
-            return [{"type": "TOOL_CALL_END", "toolCallId": current[1]}]
-        return [{"type": "TEXT_MESSAGE_END", "messageId": current[0]}]
+        text_id, call_id = self.text_id, self.call_id
+        self.text_id = self.call_id = None
+        if call_id is not None:
+            return [{"type": "TOOL_CALL_END", "toolCallId": call_id}]
+        if text_id is not None:
+            return [{"type": "TEXT_MESSAGE_END", "messageId": text_id}]
+        return []
 
     # -- tools, custom events, node ends ---------------------------------------------
 
@@ -333,9 +322,8 @@ class _Run:
                 if owner is not None:
                     started["parentMessageId"] = owner
                 out.append(started)
-                out.append(
-                    {"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": dump_json_safe(given)}
-                )
+                delta = dump_json_safe(given)
+                out.append({"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": delta})
                 out.append({"type": "TOOL_CALL_END", "toolCallId": call_id})
             self.streamed.discard(call_id)
             out.append(
@@ -350,7 +338,7 @@ class _Run:
         return out
 
     def custom(self, name: str, data: Any) -> list[dict[str, Any]]:
-        from ag_ui.core import CustomEvent, EventType, StateSnapshotEvent
+        from ag_ui.core import CustomEvent, EventType
 
         out: list[dict[str, Any]] = []
         if name == "manually_emit_message":
@@ -387,7 +375,7 @@ class _Run:
         """Before the next event: the manually emitted state as the run's, once nothing is
         open (the agent's state-diff snapshot)."""
         manual, self.manual = self.manual, None
-        if self.open is not None:
+        if self.text_id is not None or self.call_id is not None:
             self.manual = manual
             return []
         self.state.update(manual)
