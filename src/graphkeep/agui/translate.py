@@ -32,7 +32,6 @@ subagent messages, other agent options or an agent class of one's own — runs t
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator
@@ -92,8 +91,8 @@ class _Marks(BaseCallbackHandler):
     def __init__(self) -> None:
         #: tool run id -> the input it was called with
         self.inputs: dict[UUID, Any] = {}
-        #: model run id -> its metadata (the provider and model its usage is counted for)
-        self.models: dict[UUID, Any] = {}
+        #: chat model run id -> (its metadata, its node's stream writer)
+        self.models: dict[UUID, tuple[dict[str, Any], Any]] = {}
 
     # a streaming handler (LangChain's protocol, checked by these two methods): models
     # attached to it stream their tokens, as with LangGraph's own messages stream
@@ -104,29 +103,42 @@ class _Marks(BaseCallbackHandler):
         return output
 
     @staticmethod
-    def _write(kind: str, *values: Any) -> None:
+    def _writer() -> Any:
+        """The stream writer of the node this runs in (None outside a node)."""
         from langgraph.config import get_stream_writer
 
-        with contextlib.suppress(RuntimeError):  # outside a node: nothing to say
-            get_stream_writer()({_MARK: (kind, *values)})
+        try:
+            return get_stream_writer()
+        except RuntimeError:
+            return None
+
+    @classmethod
+    def _write(cls, kind: str, *values: Any) -> None:
+        writer = cls._writer()
+        if writer is not None:
+            writer({_MARK: (kind, *values)})
 
     def on_chat_model_start(
         self, serialized: Any, messages: Any, *, run_id: UUID, **kwargs: Any
     ) -> None:
-        self.models[run_id] = kwargs.get("metadata")
+        self.models[run_id] = (kwargs.get("metadata") or {}, self._writer())
 
     def on_llm_new_token(
         self, token: Any, *, chunk: Any = None, run_id: UUID, **kwargs: Any
     ) -> None:
+        model = self.models.get(run_id)
         message = getattr(chunk, "message", None)
-        if isinstance(message, AIMessageChunk):
-            self._write("token", message, self.models.get(run_id) or {})
+        if model is not None and model[1] is not None and isinstance(message, AIMessageChunk):
+            model[1]({_MARK: ("token", message, model[0])})
 
     def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        model = self.models.pop(run_id, None)
+        if model is None or model[1] is None:
+            return  # not a chat model's (the agent reads chat models' ends only)
         message = None
         if response.generations and response.generations[0]:
             message = getattr(response.generations[0][0], "message", None)
-        self._write("model_end", run_id, message, self.models.pop(run_id, None))
+        model[1]({_MARK: ("model_end", run_id, message, model[0])})
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         self.models.pop(run_id, None)
