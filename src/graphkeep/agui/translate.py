@@ -1,33 +1,35 @@
-"""The AG-UI events of a LangGraph run, translated by graphkeep from ``graph.astream`` — the
-events ``ag-ui-langgraph``'s :class:`~ag_ui_langgraph.LangGraphAgent` makes from
-``astream_events``, at a fraction of the per-event work.
+"""The AG-UI events of a LangGraph run, translated by graphkeep from the graph's own streams —
+the events ``ag-ui-langgraph``'s :class:`~ag_ui_langgraph.LangGraphAgent` makes from
+``astream_events``, in the same order with the same fields, for half the work per event.
 
 ``astream_events`` builds a LangChain event for every start, stream and end of every runnable
-(a task and a gather per token in LangChain's async callback manager), and the agent then
-translates each into pydantic models. This module reads the graph's own streams instead —
-``stream_mode=["messages", "tasks", "custom"]``: model tokens as they come, a task's start and
-its result — plus a small inline callback (:class:`_Marks`) that writes a model's end, a
-tool's end and a custom event into the same stream, in the order they happen; and it writes
-each AG-UI event as the dict it is sent as.
+(a task and a gather per callback in LangChain's async callback manager), and the agent then
+translates each into a pydantic model. Here the graph runs with ``graph.astream(...,
+stream_mode=["tasks", "custom"])`` — a node's start and its result — and a small inline
+callback handler (:class:`_Marks`, a streaming handler, so models stream to it as to
+LangGraph's messages stream) writes each model token, model end, tool end and custom event
+into the node's custom stream where it happens: one ordered stream, read once, each AG-UI
+event made as the dict it is sent as.
 
-What it translates, event for event as ``ag-ui-langgraph`` does with ``AGUIRuns``' options
-(no raw events, the interrupt outcome, no legacy ``on_interrupt`` event, no subagent events):
-text messages streamed (one message id per node, as the agent pins it), tool calls streamed
-in chunks (one after another too) or only run (``TOOL_CALL_*`` from the tool's end), tool
-results, steps (one per node), the state snapshot at each node's end, the run's closing state
-and messages snapshots, ``RUN_FINISHED`` (with the interrupt outcome and the models' token
-usage), a resume, a regenerated turn, ``manually_emit_message`` / ``_tool_call`` /
-``_state`` and other custom events, and the ``emit-messages`` / ``emit-tool-calls``
-metadata. The run's start — the input merged with the checkpoint, the resume command, the
-regenerate detection — and its end — the snapshots, the interrupt outcome — are the agent's
-own methods, called once per run.
+What it translates, as ``ag-ui-langgraph`` does with ``AGUIRuns``' options (no raw events,
+the interrupt outcome, no legacy ``on_interrupt`` event, no subagent events): text messages
+streamed (one message id per node, as the agent pins it), tool calls streamed in pieces (one
+after another too) or only run by a tool (``TOOL_CALL_*`` from the tool's end), tool results,
+steps (one per node), the state snapshot at each node's end, ``manually_emit_message`` /
+``_tool_call`` / ``_state`` and other custom events, the ``emit-messages`` /
+``emit-tool-calls`` metadata, token usage, ``RUN_ERROR``. The run's start (the input merged
+with the checkpoint, the resume command, the regenerate of an edited message) and its end
+(the closing snapshots, the interrupt outcome, ``RUN_FINISHED``) are the agent's own methods,
+called once per run (``ag-ui-langgraph`` is pinned in constraints.txt; the equality test,
+tests/test_agui_translate.py, is what holds the two together).
 
-:func:`supported` says before a run starts whether it is translated here; anything else —
-a graph with subgraphs, ``forwardedProps`` (``node_name``, ``command``, ``stream_subgraphs``),
-subagent messages, other agent options or an agent class of one's own — runs through
-``ag-ui-langgraph`` as it is, for the whole run. What a run can only show once it runs
-(reasoning content, ``predict_state`` metadata, a graph run inside a node) is not
-``ag-ui-langgraph``'s shape here: serve such a graph with ``translate="ag-ui"``.
+:func:`supported` says before a run starts whether it is translated here; any other run — a
+graph with subgraphs, ``forwardedProps`` (``node_name``, ``command``, ``stream_subgraphs``…),
+subagent messages, agent options or an agent class other than ``AGUIRuns``' — runs through
+``ag-ui-langgraph`` whole. What a run only shows once it runs is not translated as
+``ag-ui-langgraph`` would: reasoning content, ``predict_state`` metadata, a graph invoked
+inside a node, nodes of one step running at once; serve such a graph with
+``AGUIRuns(..., translation="ag-ui-langgraph")``.
 """
 
 from __future__ import annotations
@@ -54,6 +56,19 @@ _OPTIONS = {
     "enable_legacy_on_interrupt_event": False,
     "emit_subagent_events": False,
 }
+#: the agent's methods a translated run calls (an ag-ui-langgraph without one of them: its own
+#: translation runs)
+_METHODS = (
+    "prepare_stream",
+    "get_stream_kwargs",
+    "get_state_snapshot",
+    "get_state_and_messages_snapshots",
+    "_seed_public_ids_from_input",
+    "_collect_interrupts",
+    "_emit_interrupt_finish",
+    "_emit_success_finish",
+    "_record_usage",
+)
 #: the key a mark of :class:`_Marks` is written under in the custom stream
 _MARK = "graphkeep.agui.mark"
 
@@ -68,6 +83,8 @@ def supported(agent: Any, request: Any) -> bool:
     if type(agent) is not Agent or not isinstance(agent.graph, CompiledStateGraph):
         return False
     if any(getattr(agent, name, None) != value for name, value in _OPTIONS.items()):
+        return False
+    if not all(callable(getattr(agent, name, None)) for name in _METHODS):
         return False
     if getattr(agent, "subagent_visibility", "inline") != "inline" or agent.subgraphs:
         return False
