@@ -102,10 +102,10 @@ CONVERSATIONS = {
     "agent": (
         lambda saver: build_graph(saver, token_delay=TOKEN_DELAY),
         [
-            body("t", "r-weather", "what is the weather in Paris", state={"approved": False}),
-            body("t", "r-talk", "tell me something", tools=[TOOL]),
+            body("t", "r-weather", "what is the weather in Paris"),
             body("t", "r-refund", "I want a refund"),
             resume,
+            body("t", "r-talk", "tell me something", state={"approved": False}, tools=[TOOL]),
             {
                 "threadId": "t",
                 "runId": "r-edit",
