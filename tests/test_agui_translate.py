@@ -116,7 +116,8 @@ CONVERSATIONS = {
     # tests/agui/shapes.py: text then two tool calls streamed in pieces one after the other
     # (with token usage), tool results, two model calls in one node, a model call with
     # emit-messages off, a tool call made without a model, manual message / state and a
-    # custom event; twice (the second turn's state differs)
+    # custom event, reasoning content (signed, redacted); twice (the second turn's state
+    # differs)
     "shapes": (
         lambda saver: build_shapes(saver, delay=TOKEN_DELAY),
         [body("t", "r-one", "hello"), body("t", "r-two", "again")],
@@ -141,6 +142,7 @@ async def test_graphkeeps_translation_logs_exactly_the_events_ag_ui_langgraph_em
     assert placed(ours) == placed(theirs)
     if shape == "shapes":
         assert {"TOOL_CALL_ARGS", "TOOL_CALL_RESULT", "CUSTOM", "TEXT_MESSAGE_CONTENT"} <= kinds
+        assert {"REASONING_MESSAGE_CONTENT", "REASONING_ENCRYPTED_VALUE"} <= kinds
         assert sum(e["type"] == "TOOL_CALL_ARGS" for e in ours) >= 12  # pieces, 2 turns
         assert any("usage" in e for e in ours if e["type"] == "RUN_FINISHED")
     if shape == "agent":

@@ -3,7 +3,7 @@
 exactly the chunks it is given.
 
 :func:`build_shapes` is ``START -> plan -> act -> report -> direct -> act_again -> custom ->
-END`` on ``MessagesState``:
+think -> END`` on ``MessagesState``:
 
 - ``plan``: text, then two tool calls whose names and arguments come in pieces, one call
   after the other (as providers stream them), the last chunk with token usage;
@@ -12,7 +12,8 @@ END`` on ``MessagesState``:
   metadata says ``emit-messages: False``;
 - ``direct``: an ``AIMessage`` with a tool call made without a model (the tool's run is all
   the stream shows of it);
-- ``custom``: ``manually_emit_message``, ``manually_emit_state`` and an event of its own.
+- ``custom``: ``manually_emit_message``, ``manually_emit_state`` and an event of its own;
+- ``think``: reasoning content (signed), then text.
 
 :func:`build_failing` streams a few words and raises.
 """
@@ -88,6 +89,16 @@ PLAN = [
 ]
 
 
+#: reasoning content as a provider streams it (thinking blocks, the last signed, and a
+#: redacted one), then the answer
+THINK = [
+    {"content": [{"type": "thinking", "thinking": "Weighing ", "index": 0}]},
+    {"content": [{"type": "thinking", "thinking": "both cities.", "signature": "s", "index": 0}]},
+    {"content": [{"type": "redacted_thinking", "data": "sealed", "index": 1}]},
+    *_words("Both are sunny."),
+]
+
+
 def build_shapes(checkpointer: Any, delay: float = 0.0) -> Any:
     def model(script: list[dict[str, Any]]) -> Scripted:
         return Scripted(messages=iter([AIMessage(content="")]), script=script, delay=delay)
@@ -115,6 +126,9 @@ def build_shapes(checkpointer: Any, delay: float = 0.0) -> Any:
         await adispatch_custom_event("progress", {"percent": 100})
         return {"messages": [AIMessage(content="Done.", id="manual-1")]}
 
+    async def think(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model(THINK).ainvoke(state["messages"])]}
+
     builder = StateGraph(MessagesState)
     builder.add_node("plan", plan)
     builder.add_node("act", ToolNode([forecast]))
@@ -128,7 +142,9 @@ def build_shapes(checkpointer: Any, delay: float = 0.0) -> Any:
     builder.add_edge("report", "direct")
     builder.add_edge("direct", "act_again")
     builder.add_edge("act_again", "custom")
-    builder.add_edge("custom", END)
+    builder.add_node("think", think)
+    builder.add_edge("custom", "think")
+    builder.add_edge("think", END)
     return builder.compile(checkpointer=checkpointer)
 
 

@@ -17,7 +17,8 @@ streamed (one message id per node, as the agent pins it), tool calls streamed in
 after another too) or only run by a tool (``TOOL_CALL_*`` from the tool's end), tool results,
 steps (one per node), the state snapshot at each node's end, ``manually_emit_message`` /
 ``_tool_call`` / ``_state`` and other custom events, the ``emit-messages`` /
-``emit-tool-calls`` metadata, token usage, ``RUN_ERROR``. The run's start (the input merged
+``emit-tool-calls`` metadata, reasoning content (through the agent's own
+``handle_reasoning_event``), token usage, ``RUN_ERROR``. The run's start (the input merged
 with the checkpoint, the resume command, the regenerate of an edited message) and its end
 (the closing snapshots, the interrupt outcome, ``RUN_FINISHED``) are the agent's own methods,
 called once per run (``ag-ui-langgraph`` is pinned in constraints.txt; the equality test,
@@ -27,8 +28,8 @@ tests/test_agui_translate.py, is what holds the two together).
 graph with subgraphs, ``forwardedProps`` (``node_name``, ``command``, ``stream_subgraphs``…),
 subagent messages, agent options or an agent class other than ``AGUIRuns``' — runs through
 ``ag-ui-langgraph`` whole. What a run only shows once it runs is not translated as
-``ag-ui-langgraph`` would: reasoning content, ``predict_state`` metadata, a graph invoked
-inside a node, nodes of one step running at once; serve such a graph with
+``ag-ui-langgraph`` would: ``predict_state`` metadata, a graph invoked inside a node, nodes
+of one step running at once; serve such a graph with
 ``AGUIRuns(..., translation="ag-ui-langgraph")``.
 """
 
@@ -68,6 +69,9 @@ _METHODS = (
     "_emit_interrupt_finish",
     "_emit_success_finish",
     "_record_usage",
+    "handle_reasoning_event",
+    "_get_reasoning_process",
+    "_set_reasoning_process",
 )
 #: the key a mark of :class:`_Marks` is written under in the custom stream
 _MARK = "graphkeep.agui.mark"
@@ -214,6 +218,8 @@ class _Run:
         self.text_id: str | None = None
         self.call_id: str | None = None
         self.node: str | None = None
+        #: whether reasoning content is streaming (the next chunk without any ends it)
+        self.thinking = False
         #: the text message id pinned for the node (text, tool, text: one message)
         self.pinned: str | None = None
         self.streamed: set[str] = set()
@@ -268,6 +274,11 @@ class _Run:
             if call["id"] != call_id:  # the next of several calls streamed one by one
                 out.append({"type": "TOOL_CALL_END", "toolCallId": call_id})
                 call_id = self.call_id = None
+        if self.thinking or type(content) is not str or chunk.additional_kwargs:
+            thought, said = self.reasoning(chunk)
+            out += thought
+            if said:
+                return out
         start = text_id is None and call_id is None and bool(name)
         end_text = text_id is not None and not (call is None and text is not None)
         if name and text is not None:
@@ -316,6 +327,35 @@ class _Run:
                 out.append(_start(text_id))
             out.append(_content(text_id, text))
         return out
+
+    def reasoning(self, chunk: Any) -> tuple[list[dict[str, Any]], bool]:
+        """A chunk's reasoning content as the agent streams it (``REASONING_*``, through its own
+        ``handle_reasoning_event``), or the end of the reasoning streamed before a chunk
+        without any; and whether that is all the chunk says."""
+        from ag_ui_langgraph.utils import (
+            resolve_encrypted_reasoning_content,
+            resolve_reasoning_content,
+        )
+
+        agent = self.agent
+        thought = resolve_reasoning_content(chunk)
+        if thought:
+            self.thinking = True
+            return [pydantic_dump(e) for e in agent.handle_reasoning_event(thought) if e], True
+        process = agent._get_reasoning_process()
+        if process is None:
+            self.thinking = False
+            return [], False
+        message = process["message_id"]
+        encrypted = resolve_encrypted_reasoning_content(chunk)
+        if encrypted:
+            return [_encrypted(message, encrypted)], True
+        out = [_encrypted(message, process["signature"])] if process.get("signature") else []
+        out.append({"type": "REASONING_MESSAGE_END", "messageId": message})
+        out.append({"type": "REASONING_END", "messageId": message})
+        agent._set_reasoning_process(None)
+        self.thinking = False
+        return out, False
 
     def model_end(self, run_id: UUID, message: Any, meta: Any) -> list[dict[str, Any]]:
         if message is not None:
@@ -423,6 +463,18 @@ class _Run:
             self.state.update(manual)
             return [self.snapshot(manual)]
         return [self.snapshot(self.state)]
+
+
+def _encrypted(message: str, value: str) -> dict[str, Any]:
+    from ag_ui.core import EventType, ReasoningEncryptedValueEvent
+
+    event = ReasoningEncryptedValueEvent(
+        type=EventType.REASONING_ENCRYPTED_VALUE,
+        subtype="message",
+        entity_id=message,
+        encrypted_value=value,
+    )
+    return pydantic_dump(event)
 
 
 def _start(message: str) -> dict[str, Any]:
