@@ -115,9 +115,9 @@ CONVERSATIONS = {
     ),
     # tests/agui/shapes.py: text then two tool calls streamed in pieces one after the other
     # (with token usage), tool results, two model calls in one node, a model call with
-    # emit-messages off, a tool call made without a model, manual message / state and a
-    # custom event, reasoning content (signed, redacted); twice (the second turn's state
-    # differs)
+    # emit-messages off, a tool call made without a model by a node returning a Command,
+    # manual message / state and a custom event from a node returning None, reasoning
+    # content (signed, redacted); twice (the second turn's state differs)
     "shapes": (
         lambda saver: build_shapes(saver, delay=TOKEN_DELAY),
         [body("t", "r-one", "hello"), body("t", "r-two", "again")],

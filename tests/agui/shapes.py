@@ -10,9 +10,10 @@ think -> END`` on ``MessagesState``:
 - ``act`` / ``act_again``: LangGraph's ``ToolNode`` (its tool messages without ids);
 - ``report``: two model calls in one node (text, then more text), and a model call whose
   metadata says ``emit-messages: False``;
-- ``direct``: an ``AIMessage`` with a tool call made without a model (the tool's run is all
-  the stream shows of it);
-- ``custom``: ``manually_emit_message``, ``manually_emit_state`` and an event of its own;
+- ``direct``: a ``Command`` (no node-end snapshot) whose update is an ``AIMessage`` with a
+  tool call made without a model (the tool's run is all the stream shows of it);
+- ``custom``: ``manually_emit_message``, ``manually_emit_state`` and an event of its own,
+  returning None;
 - ``think``: reasoning content (signed), then text.
 
 :func:`build_failing` streams a few words and raises.
@@ -31,6 +32,7 @@ from langchain_core.outputs import ChatGenerationChunk
 from langchain_core.tools import tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
+from langgraph.types import Command
 
 #: seconds a city's forecast takes (``ToolNode`` runs a message's calls at once: Lyon's
 #: answer comes well after Paris's, so the results' order is the same in every run)
@@ -114,17 +116,18 @@ def build_shapes(checkpointer: Any, delay: float = 0.0) -> Any:
         )
         return {"messages": [first, second, quiet]}
 
-    def direct(state: MessagesState) -> dict[str, Any]:
+    def direct(state: MessagesState) -> Command[Any]:
         call = {"name": "forecast", "args": {"city": "Nice"}, "id": "call-nice"}
-        return {"messages": [AIMessage(content="", tool_calls=[call], id="direct-1")]}
+        update = {"messages": [AIMessage(content="", tool_calls=[call], id="direct-1")]}
+        return Command(update=update, goto="act_again")
 
-    async def custom(state: MessagesState) -> dict[str, Any]:
+    async def custom(state: MessagesState) -> None:
         await adispatch_custom_event(
             "manually_emit_message", {"message_id": "manual-1", "message": "Done."}
         )
         await adispatch_custom_event("manually_emit_state", {"checked": ["Paris", "Lyon"]})
         await adispatch_custom_event("progress", {"percent": 100})
-        return {"messages": [AIMessage(content="Done.", id="manual-1")]}
+        return None  # the manual message is the client's only
 
     async def think(state: MessagesState) -> dict[str, Any]:
         return {"messages": [await model(THINK).ainvoke(state["messages"])]}
@@ -133,14 +136,13 @@ def build_shapes(checkpointer: Any, delay: float = 0.0) -> Any:
     builder.add_node("plan", plan)
     builder.add_node("act", ToolNode([forecast]))
     builder.add_node("report", report)
-    builder.add_node("direct", direct)
+    builder.add_node("direct", direct, destinations=("act_again",))
     builder.add_node("act_again", ToolNode([forecast]))
     builder.add_node("custom", custom)
     builder.add_edge(START, "plan")
     builder.add_edge("plan", "act")
     builder.add_edge("act", "report")
     builder.add_edge("report", "direct")
-    builder.add_edge("direct", "act_again")
     builder.add_edge("act_again", "custom")
     builder.add_node("think", think)
     builder.add_edge("custom", "think")

@@ -15,7 +15,8 @@ What it translates, as ``ag-ui-langgraph`` does with ``AGUIRuns``' options (no r
 the interrupt outcome, no legacy ``on_interrupt`` event, no subagent events): text messages
 streamed (one message id per node, as the agent pins it), tool calls streamed in pieces (one
 after another too) or only run by a tool (``TOOL_CALL_*`` from the tool's end), tool results,
-steps (one per node), the state snapshot at each node's end, ``manually_emit_message`` /
+steps (one per node), the state snapshot at the end of each node that returns a dict (not a
+``Command`` or None), ``manually_emit_message`` /
 ``_tool_call`` / ``_state`` and other custom events, the ``emit-messages`` /
 ``emit-tool-calls`` metadata, reasoning content (through the agent's own
 ``handle_reasoning_event``), token usage, ``RUN_ERROR``. The run's start (the input merged
@@ -103,7 +104,7 @@ class _Marks(BaseCallbackHandler):
 
     run_inline = True
     raise_error = True
-    ignore_chain = True
+    ignore_chain = False  # a node's own run: whether it returned a dict
     ignore_retriever = True
     ignore_agent = False  # tools' starts and ends
     ignore_retry = True
@@ -112,6 +113,10 @@ class _Marks(BaseCallbackHandler):
     def __init__(self) -> None:
         #: tool run id -> the input it was called with
         self.inputs: dict[UUID, Any] = {}
+        #: a node's run id -> its task id; task id -> whether the node returned a dict (the
+        #: agent snapshots the state at a node's end only then: not for a Command, None)
+        self.nodes: dict[UUID, str] = {}
+        self.returned_dict: dict[str, bool] = {}
         #: chat model run id -> (its metadata, its node's stream writer)
         self.models: dict[UUID, tuple[dict[str, Any], Any]] = {}
 
@@ -138,6 +143,21 @@ class _Marks(BaseCallbackHandler):
         writer = cls._writer()
         if writer is not None:
             writer({_MARK: (kind, *values)})
+
+    def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        metadata = kwargs.get("metadata") or {}
+        node = metadata.get("langgraph_node")
+        if node is not None and kwargs.get("name") == node:
+            namespace = str(metadata.get("langgraph_checkpoint_ns", ""))
+            self.nodes[run_id] = namespace.rpartition("|")[2].partition(":")[2]
+
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        task = self.nodes.pop(run_id, None)
+        if task is not None:
+            self.returned_dict[task] = isinstance(outputs, dict)
+
+    def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self.nodes.pop(run_id, None)
 
     def on_chat_model_start(
         self, serialized: Any, messages: Any, *, run_id: UUID, **kwargs: Any
@@ -601,7 +621,11 @@ async def _events(agent: Any, request: Any) -> AsyncIterator[dict[str, Any]]:
         if mode == "tasks":
             if "result" in item:
                 failed = item.get("error") is not None or item.get("interrupts")
-                events = [] if failed else run.node_end(item["name"], item["result"])
+                returned_dict = marks.returned_dict.pop(item["id"], True)
+                if failed or not returned_dict:
+                    events = []
+                else:
+                    events = run.node_end(item["name"], item["result"])
             else:
                 events = run.step(item["name"])
         elif isinstance(item, dict) and _MARK in item:
