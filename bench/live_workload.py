@@ -420,18 +420,25 @@ def chat_token_graph(tokens: int, checkpointer: Any) -> Any:
 
 
 def measure_agui(
-    saver: Any, saver_counter: Requests, log: Any, counter: Requests, n: int
+    saver: Any,
+    saver_counter: Requests,
+    log: Any,
+    counter: Requests,
+    n: int,
+    translation: str = "graphkeep",
 ) -> AGUIResult:
     """The AG-UI endpoint's run (:class:`graphkeep.agui.AGUIRuns`, what ``POST /agent``
     starts) of :func:`chat_token_graph` checkpointed by ``saver``: timed from ``start`` to the
     worker having written the run's close event, as :func:`measure_stream_run` with no reader
     following. Then (not counted) the run is read back through ``AGUIRuns.serve`` and checked
     against the log: every token once and in order, ``RUN_STARTED`` first, ``RUN_FINISHED``
-    last. The run stays in the log and the thread in the saver: :func:`forget_agui`."""
+    last. The run stays in the log and the thread in the saver: :func:`forget_agui`.
+    ``translation``: ``AGUIRuns``' (``"ag-ui-langgraph"``: the events through
+    ag-ui-langgraph over ``astream_events``, as before graphkeep translated them)."""
     from graphkeep.agui import AGUIRuns, agent_input
 
     thread, run = f"agui-{uuid.uuid4().hex[:10]}", f"agui-run-{uuid.uuid4().hex[:10]}"
-    runs = AGUIRuns(chat_token_graph(n, saver), log)
+    runs = AGUIRuns(chat_token_graph(n, saver), log, translation=translation)
     request = agent_input(
         {
             "threadId": thread,

@@ -205,7 +205,10 @@ class AGUIRuns:
     ``connect_events``). ``agent_options`` go to ``ag_ui_langgraph.LangGraphAgent`` (its
     defaults here: the protocol's interrupt outcome on, the legacy ``on_interrupt`` custom
     event and raw events off). ``flush_ms`` and ``heartbeat`` are :func:`~graphkeep.streaming.
-    stream_run`'s.
+    stream_run`'s. ``translation``: ``"graphkeep"`` (the default) translates the runs it
+    supports from the graph's own streams (:mod:`graphkeep.agui.translate`: the same events,
+    less work per event) and the others through ``ag-ui-langgraph``, decided per run before
+    it starts; ``"ag-ui-langgraph"`` runs every one through ``ag-ui-langgraph``.
 
     One run of a thread at a time. With a plain graph, a start is refused while the log
     shows a run of the thread live (starts of a thread take turns in this process only).
@@ -227,9 +230,16 @@ class AGUIRuns:
         description: str | None = None,
         flush_ms: float = 20,
         heartbeat: float | None = None,
+        translation: str = "graphkeep",
         **agent_options: Any,
     ) -> None:
         from graphkeep.agui.agent import Agent
+
+        if translation not in ("graphkeep", "ag-ui-langgraph"):
+            raise InvalidInput(
+                f"translation must be 'graphkeep' or 'ag-ui-langgraph', got {translation!r}"
+            )
+        self.translation = translation
 
         options = {
             "emit_interrupt_outcome": True,
@@ -380,7 +390,7 @@ class AGUIRuns:
         status, error, last = "error", None, None
         try:
             try:
-                async for event in self.agent.clone().run(request):
+                async for event in self._agent_events(request):
                     data = dump(event)
                     if data.get("type") == "RUN_STARTED":
                         continue  # written before the worker started
@@ -410,6 +420,17 @@ class AGUIRuns:
                 await writer.finish(status, error)
             except Exception:  # the store is gone: readers see the run go stale
                 log.exception("AG-UI run %s could not be closed in the event log", run_id)
+
+    def _agent_events(self, request: Any) -> AsyncIterator[Any]:
+        """The run's AG-UI events: translated by graphkeep when it supports the run (decided
+        here, before the run starts), else ``ag-ui-langgraph``'s."""
+        from graphkeep.agui.translate import supported, translate
+
+        agent = self.agent.clone()
+        if self.translation == "graphkeep" and supported(agent, request):
+            return translate(agent, request)
+        events: AsyncIterator[Any] = agent.run(request)
+        return events
 
     async def aclose(self) -> None:
         """Stop the runs this process is running (each ends with ``RUN_ERROR``)."""
