@@ -1,4 +1,5 @@
-"""graphkeep's own AG-UI translation (:mod:`graphkeep.agui.translate`, ``AGUIRuns``' default)
+"""graphkeep's own AG-UI translation (:mod:`graphkeep.agui.translate`, ``AGUIRuns(...,
+translation="graphkeep")``)
 holds exactly the events ``ag-ui-langgraph`` makes, on every backend: the same conversations
 run through both (``translation="graphkeep"`` and ``translation="ag-ui-langgraph"``, each with
 a saver and a log of its own, the same thread and run ids) leave the same events in the log,
@@ -177,6 +178,9 @@ async def test_runs_the_translation_does_not_cover_go_through_ag_ui_langgraph(
         assert not supported(plain.agent.clone(), lanes)
         raw = AGUIRuns(plain.graph, plain.events, emit_raw_events=True)
         assert not supported(raw.agent.clone(), ask)
+        # the default is ag-ui-langgraph's: graphs invoked inside a node would lose their
+        # streamed tokens through the translation (it cannot see them before the run)
+        assert AGUIRuns(plain.graph, plain.events).translation == "ag-ui-langgraph"
         with pytest.raises(InvalidInput, match="translation must be"):
             AGUIRuns(plain.graph, plain.events, translation="fast")
     async with served(setup, _with_subgraph, "graphkeep") as nested:

@@ -500,7 +500,8 @@ def markdown(columns: Sequence[Column], rival: Rival, sizes: Sizes, where: str) 
         f" `append_many` ({BATCH} per call), {sizes.stream_tokens:,} tokens through"
         " `stream_run` (one graph node streaming custom chunks; 20 ms flush window);"
         " times include the close; no reader follows the run while it is timed",
-        f"- AG-UI endpoint: `AGUIRuns.start` (what `POST /agent` starts) of a one-node graph"
+        f"- AG-UI endpoint: `AGUIRuns.start` (what `POST /agent` starts;"
+        ' `translation="graphkeep"`) of a one-node graph'
         f" whose fake chat model streams {sizes.stream_tokens:,} tokens through LangGraph's"
         " message stream (ag-ui-langgraph: one `TEXT_MESSAGE_CONTENT` each), until its"
         " worker has closed the run (same 20 ms window; no reader while timed); events:"

@@ -205,10 +205,13 @@ class AGUIRuns:
     ``connect_events``). ``agent_options`` go to ``ag_ui_langgraph.LangGraphAgent`` (its
     defaults here: the protocol's interrupt outcome on, the legacy ``on_interrupt`` custom
     event and raw events off). ``flush_ms`` and ``heartbeat`` are :func:`~graphkeep.streaming.
-    stream_run`'s. ``translation``: ``"graphkeep"`` (the default) translates the runs it
-    supports from the graph's own streams (:mod:`graphkeep.agui.translate`: the same events,
-    less work per event) and the others through ``ag-ui-langgraph``, decided per run before
-    it starts; ``"ag-ui-langgraph"`` runs every one through ``ag-ui-langgraph``.
+    stream_run`'s. ``translation``: ``"ag-ui-langgraph"`` (the default) runs every run
+    through ``ag-ui-langgraph``; ``"graphkeep"`` translates the runs it supports from the
+    graph's own streams (:mod:`graphkeep.agui.translate`: the same events for the shapes it
+    covers, half the CPU per event) and the others through ``ag-ui-langgraph``, decided per
+    run before it starts. Not the default: a graph invoked inside a node, nodes of one step
+    running at once and ``predict_state`` only show once a run is under way, and there its
+    events differ from ``ag-ui-langgraph``'s (an inner graph's tokens are not streamed).
 
     One run of a thread at a time. With a plain graph, a start is refused while the log
     shows a run of the thread live (starts of a thread take turns in this process only).
@@ -230,7 +233,7 @@ class AGUIRuns:
         description: str | None = None,
         flush_ms: float = 20,
         heartbeat: float | None = None,
-        translation: str = "graphkeep",
+        translation: str = "ag-ui-langgraph",
         **agent_options: Any,
     ) -> None:
         from graphkeep.agui.agent import Agent

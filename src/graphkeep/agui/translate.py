@@ -30,8 +30,8 @@ graph with subgraphs, ``forwardedProps`` (``node_name``, ``command``, ``stream_s
 subagent messages, agent options or an agent class other than ``AGUIRuns``' — runs through
 ``ag-ui-langgraph`` whole. What a run only shows once it runs is not translated as
 ``ag-ui-langgraph`` would: ``predict_state`` metadata, a graph invoked inside a node, nodes
-of one step running at once; serve such a graph with
-``AGUIRuns(..., translation="ag-ui-langgraph")``.
+of one step running at once — so it is chosen with ``AGUIRuns(..., translation="graphkeep")``,
+not by default.
 """
 
 from __future__ import annotations
