@@ -124,10 +124,11 @@ def body_size(body: Any) -> int:
 
 def count_requests(client: Any, probe: Probe) -> None:
     """Report every HTTP request the boto3 client sends (retries included) to ``probe``,
-    with the bytes of its body."""
+    with the bytes of its body and its operation (``before-send.dynamodb.<Operation>``)."""
 
-    def sent(request: Any = None, **_: Any) -> None:
-        probe.request(sent=body_size(getattr(request, "body", None)))
+    def sent(request: Any = None, event_name: str = "", **_: Any) -> None:
+        operation = event_name.rsplit(".", 1)[-1] if event_name.count(".") >= 2 else None
+        probe.request(sent=body_size(getattr(request, "body", None)), operation=operation)
 
     client.meta.events.register("before-send.dynamodb", sent)
 
