@@ -119,7 +119,10 @@ def complete(t: ExpiringTable, colls: list[Collection], now: float) -> Op[list[L
         summary = summary_of(names.ns, names.checkpoint_id, coll.head)
         # the values the head carries a copy of need no request (with a TTL they are read
         # as items: their expiries feed the refresh bookkeeping)
-        inline = {} if t.ttl else inline_values(coll.head)
+        try:
+            inline = {} if t.ttl else inline_values(coll.head)
+        except CorruptData as exc:
+            raise exc.at(Place(names.thread, names.ns, names.checkpoint_id)) from None
         blob_sks: dict[str, str] = {}
         copies: dict[str, bytes] = {}
         for ch in summary.present:
