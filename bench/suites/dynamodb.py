@@ -346,12 +346,11 @@ SUITE = Suite(
         ENCRYPTION_NOTE,
         "DynamoDBSaver = langgraph-checkpoint-aws (sync), run in .bench-venvs/aws with the"
         " same langgraph; InMemorySaver = langgraph's reference saver, no store (n/a)",
-        "ms on moto are not DynamoDB's: moto deep-copies the whole table once per item of"
-        " every TransactWriteItems (to roll back), so graphkeep's one-request transactional"
-        " put and put_writes slow down as the table grows (a 3-item transaction on a"
-        " 1,000-item table: ~68 ms vs ~6 ms for PutItem or BatchWriteItem); DynamoDB's"
-        " transaction latency does not depend on table size. Requests and stored bytes"
-        " carry over to DynamoDB; ms/turn do not",
+        "ms on moto are not DynamoDB's: moto copies the table (to roll back) for every"
+        " TransactWriteItems, so transactions slow down as the table grows, which DynamoDB's"
+        " do not; graphkeep's unfenced put and put_writes send none (values, then the head;"
+        " a task's writes one conditional PutItem), its fenced writes (the exclusive rows) do."
+        " Requests and stored bytes carry over to DynamoDB; ms/turn do not",
     ],
 )
 
