@@ -54,6 +54,9 @@ class Tally:
     #: capacity units the requests consumed (DynamoDB's WCU and RCU; empty: not counted)
     write_units: dict[str, float] = field(default_factory=dict)
     read_units: dict[str, float] = field(default_factory=dict)
+    #: requests per saver method by the store's operation (a client that names them:
+    #: the DynamoDB suite's ``Query``, ``PutItem`` ...; empty: not named)
+    operations: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def total_requests(self) -> int:
@@ -70,6 +73,7 @@ class Tally:
             "seconds": dict(self.seconds),
             "write_units": dict(self.write_units),
             "read_units": dict(self.read_units),
+            "operations": {m: dict(ops) for m, ops in self.operations.items()},
         }
 
     @classmethod
@@ -80,6 +84,7 @@ class Tally:
             dict(data.get("seconds", {})),
             dict(data.get("write_units", {})),
             dict(data.get("read_units", {})),
+            {m: dict(ops) for m, ops in data.get("operations", {}).items()},
         )
 
 
@@ -92,6 +97,7 @@ class Probe:
         self._local = threading.local()
         self._calls: Counter[str] = Counter()
         self._requests: Counter[str] = Counter()
+        self._operations: dict[str, Counter[str]] = {}
         self._seconds: dict[str, float] = {}
         self._total = 0
         self._sent = 0
@@ -103,13 +109,16 @@ class Probe:
 
     # -- the client side -------------------------------------------------------------
 
-    def request(self, n: int = 1, sent: int = 0) -> None:
-        """Record ``n`` round trips made by the current thread, sending ``sent`` bytes."""
+    def request(self, n: int = 1, sent: int = 0, operation: str | None = None) -> None:
+        """Record ``n`` round trips made by the current thread, sending ``sent`` bytes;
+        ``operation``: the store's name for them (DynamoDB's ``PutItem``), when known."""
         method = getattr(self._local, "method", None) or OUTSIDE
         with self._lock:
             self._total += n
             self._sent += sent
             self._requests[method] += n
+            if operation is not None:
+                self._operations.setdefault(method, Counter())[operation] += n
 
     def consumed(self, read: float = 0.0, write: float = 0.0) -> None:
         """Record capacity units consumed by a request of the current thread."""
@@ -218,7 +227,11 @@ class Probe:
                 dict(self._seconds),
                 {m: u for m, u in self._write_units.items() if u},
                 {m: u for m, u in self._read_units.items() if u},
+                {m: dict(ops) for m, ops in self._operations.items()}
+                if self.counts_requests
+                else {},
             )
+            self._operations.clear()
             self._write_units.clear()
             self._read_units.clear()
             self._calls.clear()

@@ -148,6 +148,7 @@ def markdown(
     lines += large_table(large)
     lines += target_lines(targets)
     lines += ["", *where_requests_go(results)]
+    lines += requests_by_operation(results)
     return "\n".join(lines) + "\n"
 
 
@@ -358,6 +359,36 @@ def where_requests_go(results: Sequence[Result]) -> list[str]:
                 cells.append(NA if not counted else f"{extra / per:.2f}" if per > 1 else str(extra))
             body.append([r.workload, r.saver, phase, *cells])
     lines += table(["workload", "saver", "phase", *header], body, "lll" + "r" * len(header))
+    return lines
+
+
+def requests_by_operation(results: Sequence[Result]) -> list[str]:
+    """Per turn, each saver method's requests by the store's operation (where the client
+    names them: DynamoDB's ``Query``, ``BatchGetItem``, ``PutItem`` ...); first round."""
+    rows = [r for r in results if r.turn_tally.operations and r.turns]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "### Requests per turn by operation",
+        "",
+        "The turns' requests (first round, retries included) per saver method and the"
+        " store operation that carried them, per turn.",
+        "",
+    ]
+    body = []
+    for r in rows:
+        for method in [*TRACED_METHODS, OUTSIDE]:
+            ops = r.turn_tally.operations.get(method)
+            if not ops:
+                continue
+            split = ", ".join(
+                f"{op} {n / r.turns:.2f}" for op, n in sorted(ops.items(), key=lambda e: -e[1])
+            )
+            body.append([r.workload, r.saver, method, f"{sum(ops.values()) / r.turns:.2f}", split])
+        total = sum(n for ops in r.turn_tally.operations.values() for n in ops.values())
+        body.append([r.workload, r.saver, "**all**", f"{total / r.turns:.2f}", ""])
+    lines += table(["workload", "saver", "method", "requests/turn", "by operation"], body, "lllrl")
     return lines
 
 

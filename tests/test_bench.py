@@ -600,6 +600,18 @@ def test_quick_dynamodb_suite_reports_capacity_units_per_turn_beside_the_rivals(
         done.stdout,
     )
     assert section in (tmp_path / "dynamodb.md").read_text()
+    # issue 48: each method's requests per turn by operation, adding up to the turn's
+    by_op = done.stdout.split("### Requests per turn by operation")[1].split("###")[0]
+    ops: dict[tuple[str, str, str], tuple[float, str]] = {}
+    for line in by_op.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0].startswith("W50"):
+            ops[(cells[0], cells[1], cells[2])] = (float(cells[3]), cells[4])
+    for saver in ("graphkeep", "DynamoDBSaver"):
+        assert ops[("W50", saver, "**all**")][0] == float(rows[("W50", saver)][0]), ops
+    assert "BatchWriteItem" in ops[("W50", "graphkeep", "put")][1], ops
+    assert ops[("W50", "graphkeep", "put_writes")][1] == "PutItem 3.00", ops
+    assert ops[("W50", "graphkeep", "get_tuple")][1].startswith("Query 1.00"), ops
     # issue 47's cost rows: sealing adds no request (the same items, their values sealed)
     encryption_section(done.stdout)
     assert rows[("W50", "graphkeep-enc")][0] == rows[("W50", "graphkeep")][0]

@@ -124,10 +124,11 @@ def body_size(body: Any) -> int:
 
 def count_requests(client: Any, probe: Probe) -> None:
     """Report every HTTP request the boto3 client sends (retries included) to ``probe``,
-    with the bytes of its body."""
+    with the bytes of its body and its operation (``before-send.dynamodb.<Operation>``)."""
 
-    def sent(request: Any = None, **_: Any) -> None:
-        probe.request(sent=body_size(getattr(request, "body", None)))
+    def sent(request: Any = None, event_name: str = "", **_: Any) -> None:
+        operation = event_name.rsplit(".", 1)[-1] if event_name.count(".") >= 2 else None
+        probe.request(sent=body_size(getattr(request, "body", None)), operation=operation)
 
     client.meta.events.register("before-send.dynamodb", sent)
 
@@ -345,12 +346,11 @@ SUITE = Suite(
         ENCRYPTION_NOTE,
         "DynamoDBSaver = langgraph-checkpoint-aws (sync), run in .bench-venvs/aws with the"
         " same langgraph; InMemorySaver = langgraph's reference saver, no store (n/a)",
-        "ms on moto are not DynamoDB's: moto deep-copies the whole table once per item of"
-        " every TransactWriteItems (to roll back), so graphkeep's one-request transactional"
-        " put and put_writes slow down as the table grows (a 3-item transaction on a"
-        " 1,000-item table: ~68 ms vs ~6 ms for PutItem or BatchWriteItem); DynamoDB's"
-        " transaction latency does not depend on table size. Requests and stored bytes"
-        " carry over to DynamoDB; ms/turn do not",
+        "ms on moto are not DynamoDB's: moto copies the table (to roll back) for every"
+        " TransactWriteItems, so transactions slow down as the table grows, which DynamoDB's"
+        " do not; graphkeep's unfenced put and put_writes send none (values, then the head;"
+        " a task's writes one conditional PutItem), its fenced writes (the exclusive rows) do."
+        " Requests and stored bytes carry over to DynamoDB; ms/turn do not",
     ],
 )
 

@@ -7,6 +7,7 @@ checked before any I/O, so a bad id never reaches a driver.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -92,6 +93,19 @@ def next_version(current: str | int | float | None) -> str:
     else:
         number = int(current.split(".", 1)[0])
     return f"{number + 1:032}.{random.random():016}"
+
+
+#: a version as :func:`next_version` (and LangGraph's own savers' ``get_next_version``) makes it:
+#: 32 digits, a dot, a random float of at least 16 characters (``0.123…``, ``00.5``, ``4.8e-05``)
+_MADE_VERSION = re.compile(r"\d{32}\.(?=[0-9.e-]{16,}$)\d*\.?\d+(e-\d+)?")
+
+
+def unique_version(version: str) -> bool:
+    """``version`` carries :func:`next_version`'s random fraction, so only the put that made
+    it writes a value under it. A caller's own versions (LangGraph's conformance suite stores
+    several values under ``1``) may name several values over time: the last one stored is
+    the value, for every checkpoint naming it."""
+    return _MADE_VERSION.fullmatch(version) is not None
 
 
 def version_key(version: Any) -> str:

@@ -21,6 +21,9 @@ from graphkeep.backends.dynamodb.items import (
     EXP,
     GROUP,
     HEAD,
+    INLINE,
+    INLINE_TOTAL_BYTES,
+    INLINE_VALUE_BYTES,
     LIST,
     PK,
     RAW,
@@ -41,7 +44,8 @@ from graphkeep.backends.dynamodb.items import (
 )
 from graphkeep.backends.dynamodb.requests import query_params
 from graphkeep.backends.dynamodb.schema import check_table_name
-from graphkeep.checkpoint.lists import is_manifest
+from graphkeep.checkpoint.ids import unique_version
+from graphkeep.checkpoint.lists import ELEMENT_CHANNEL, is_manifest
 from graphkeep.checkpoint.records import (
     BlobRecord,
     CheckpointRecord,
@@ -51,6 +55,44 @@ from graphkeep.checkpoint.records import (
 )
 from graphkeep.errors import GraphkeepError
 from graphkeep.port import codec
+
+# --------------------------------------------------------------------------- inline values
+
+
+def attach_inline(head: dict[str, Any], blobs: Iterable[BlobRecord]) -> None:
+    """Copy the small values of ``blobs`` (a put's new channel values, list elements
+    excluded) into ``head`` (``iv``): a read of this checkpoint finds them there.
+
+    The value items are written all the same (other heads name them too, and every other
+    path reads them there); the copy is only ever read with its head, so it can neither
+    arrive before the head nor outlive it. Only values whose version is unique to this put
+    (:func:`~graphkeep.checkpoint.ids.unique_version`) are copied: a version a caller chose
+    may be stored again with another value, which every checkpoint naming it then reads
+    (LangGraph's semantics), and a copy would go on answering the first."""
+    entries: list[list[Any]] = []
+    used = 0
+    for blob in blobs:
+        if blob.channel == ELEMENT_CHANNEL or not unique_version(blob.version):
+            continue
+        packed = codec.pack_typed(blob.value)
+        if len(packed) > INLINE_VALUE_BYTES or used + len(packed) > INLINE_TOTAL_BYTES:
+            continue
+        entries.append([blob.channel, blob.version, packed])
+        used += len(packed)
+    if entries:
+        head[INLINE] = B(codec.packb(entries))
+
+
+def inline_values(head: dict[str, Any]) -> dict[tuple[str, str], bytes]:
+    """The values a head carries a copy of (``iv``), by (channel, version)."""
+    if INLINE not in head:
+        return {}
+    entries = codec.unpackb(b(head, INLINE))
+    try:
+        return {(str(ch), str(version)): bytes(packed) for ch, version, packed in entries}
+    except (ValueError, TypeError) as exc:
+        raise codec.framing_error(exc) from None
+
 
 # --------------------------------------------------------------------------- decoding
 

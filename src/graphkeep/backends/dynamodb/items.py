@@ -14,6 +14,10 @@ Attributes (short names: DynamoDB bills attribute names as item bytes)::
     z        "zlib" when the payload is compressed
     ls       1 on a list manifest blob (see :mod:`graphkeep.checkpoint.lists`): a TTL refresh
              learns which blobs name list elements without reading every payload
+    iv       on a head written by ``put``: a copy of the small channel values that put wrote
+             (msgpack ``[[channel, version, packed value], ...]``, at most
+             :data:`INLINE_TOTAL_BYTES`; the value items are written as well): a read of
+             that checkpoint takes them from the head instead of a BatchGetItem
     rk       "<prefix>#1#<run_id>": key of the ``run_id`` GSI (delete_for_runs)
     so       the checkpoint metadata's ``source`` ("input", "loop", "update", "fork"), on a
              head whose metadata has one: ``graphkeep check``'s fork rule reads it with the
@@ -52,8 +56,15 @@ RUN, EXP, VIS, RAW = "rk", "exp", "vis", "rw"
 SOURCE = "so"
 GROUP = "wg"
 LIST = "ls"
+INLINE = "iv"
 LOCK_TOKEN, LOCK_UNTIL, FENCE = "tok", "until", "fence"
 RUN_INDEX = "run_id"
+
+#: a new channel value of at most this many packed bytes is also copied into its head
+#: (``iv``): a list manifest, a trigger, a counter ...
+INLINE_VALUE_BYTES = 512
+#: and at most this many bytes of them per head (a head stays within a write unit or two)
+INLINE_TOTAL_BYTES = 1024
 
 #: DynamoDB's item size limit
 MAX_ITEM_BYTES = 400 * 1024

@@ -4,7 +4,10 @@ Requests (measured in the tests): ``load`` is 1 Query (strongly consistent; the 
 a namespace comes with its writes just before it in a descending Query of
 :data:`LATEST_FIRST_PAGE` items; a newest checkpoint with more pending writes costs a second
 Query narrowed to it) + 1 BatchGetItem for channel values and chunks, +1 BatchGetItem when a
-channel value itself is chunked. ``list_page`` reads Query pages of the namespace +
+channel value itself is chunked. A head written by ``put`` carries a copy of the small values
+that put wrote (``iv``, :func:`.encoding.attach_inline`): those are taken from it, so a
+checkpoint whose values are all such needs no BatchGetItem (without a TTL: with one, the value
+items are read for their expiries). ``list_page`` reads Query pages of the namespace +
 BatchGetItem for the page's values; ``list(None)`` Scans the table and ``list`` of a thread
 without a namespace reads the whole thread partition. ``get_blobs`` reads list elements by
 range (:mod:`.elements`). ``chain`` is the walk of :mod:`.ancestors` + 1 BatchGetItem for the
@@ -25,6 +28,7 @@ from graphkeep.backends.dynamodb.encoding import (
     blob_sk,
     collections_of,
     head_names,
+    inline_values,
     record_of,
     summary_of,
     writes_of,
@@ -113,19 +117,31 @@ def complete(t: ExpiringTable, colls: list[Collection], now: float) -> Op[list[L
         assert coll.head is not None
         names = head_names(coll.head)
         summary = summary_of(names.ns, names.checkpoint_id, coll.head)
+        # the values the head carries a copy of need no request (with a TTL they are read
+        # as items: their expiries feed the refresh bookkeeping)
+        try:
+            inline = {} if t.ttl else inline_values(coll.head)
+        except CorruptData as exc:
+            raise exc.at(Place(names.thread, names.ns, names.checkpoint_id)) from None
         blob_sks: dict[str, str] = {}
+        copies: dict[str, bytes] = {}
         for ch in summary.present:
             version = summary.versions.get(ch)
-            if version is not None:
-                blob_sks[ch] = blob_sk(names.ns, ch, version)[0]
-                wanted[(coll.pk, blob_sks[ch])] = None
+            if version is None:
+                continue
+            copy = inline.get((ch, version))
+            if copy is not None:
+                copies[ch] = copy
+                continue
+            blob_sks[ch] = blob_sk(names.ns, ch, version)[0]
+            wanted[(coll.pk, blob_sks[ch])] = None
         for sk in chunk_sks(coll.head):
             wanted[(coll.pk, sk)] = None
         writes = [w for w in coll.writes if not hidden(w, now)]
         for write in writes:
             for sk in chunk_sks(write):
                 wanted[(coll.pk, sk)] = None
-        plans.append((coll, names, summary, blob_sks, writes))
+        plans.append((coll, names, summary, blob_sks, copies, writes))
     got = yield from get_items(t.table, wanted)
     more: dict[tuple[str, str], None] = {}
     for (pk, _sk), item in got.items():
@@ -138,11 +154,16 @@ def complete(t: ExpiringTable, colls: list[Collection], now: float) -> Op[list[L
     for (pk, sk), item in got.items():
         by_pk.setdefault(pk, {})[sk] = item
     loaded = []
-    for coll, names, summary, blob_sks, writes in plans:
+    for coll, names, summary, blob_sks, copies, writes in plans:
         assert coll.head is not None
         fetched = by_pk.get(coll.pk, {})
         values: dict[str, Typed] = {}
         place = Place(names.thread, names.ns, names.checkpoint_id)
+        for ch, copy in copies.items():
+            try:
+                values[ch] = codec.unpack_typed(copy)
+            except CorruptData as exc:
+                raise exc.at(replace(place, channel=ch)) from None
         for ch, sk in blob_sks.items():
             item = fetched.get(sk)
             if item is not None and not hidden(item, now) and has_payload(item):

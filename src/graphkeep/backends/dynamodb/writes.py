@@ -10,7 +10,10 @@ per KB instead of a transaction's 2. A process stopped between the values and th
 leaves values no head names (``orphan_values`` in ``graphkeep check``, which ``--repair``
 deletes; chunks no owner names are not listed, DynamoDB's TTL or ``delete_thread`` removes
 them, and the thread's next put rewrites the same keys), never a head without its values
-(tests/test_dynamodb.py, a kill -9 between the two for every put shape). TTL refreshes stay
+(tests/test_dynamodb.py, a kill -9 between the two for every put shape). The head also carries
+a copy of the put's small values (``iv``: :func:`.encoding.attach_inline`), which the read of
+that checkpoint takes instead of a BatchGetItem; the copy travels in the head, so it needs no
+ordering of its own. TTL refreshes stay
 conditional updates (``attribute_exists``: never resurrect a deleted item as a stub), which
 BatchWriteItem cannot send: one UpdateItem, or one TransactWriteItems per 100 when several
 are due (at most once per slack period per item, so rarely).
@@ -70,6 +73,7 @@ from __future__ import annotations
 from typing import Any
 
 from graphkeep.backends.dynamodb import keys
+from graphkeep.backends.dynamodb.encoding import attach_inline
 from graphkeep.backends.dynamodb.items import (
     DIGEST,
     EXP,
@@ -115,6 +119,7 @@ def put_checkpoint(
     pk, _ = t.thread_key(record.thread_id)
     bodies = [t.blob(record.thread_id, record.ns, blob, now) for blob in blobs]
     head = t.head(record, now)
+    attach_inline(head.item, blobs)
     refresh: list[Refresh] = []
     if t.ttl:
         refresh = yield from t.due_for_put(pk, record, blobs, now)

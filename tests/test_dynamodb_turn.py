@@ -1,0 +1,152 @@
+"""What one W50 turn (the bench's graph: a human message, an assistant node, a tool node)
+costs on DynamoDB, request by request, sync and async (issue 48: at most 11 requests a
+turn was asked; this records what the design without transactions reaches and keeps it
+from growing back).
+
+A turn is LangGraph's ``get_tuple``, four ``put`` (input, then after START, assistant and
+tool) and three ``put_writes`` (one per task). Each ``put`` writes the values it names first
+(BatchWriteItem: the new list element and the list's manifest) and its head last (PutItem),
+so a reader never finds the head without them; each task's writes are one conditional
+PutItem. The ``get_tuple`` is one Query for the newest head (with its writes) and one read
+of the list's elements: the manifest comes in the head's copy of the small values its put
+wrote (``iv``), not in a BatchGetItem of its own.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.base import empty_checkpoint
+
+from bench.workloads import MESSAGES_PER_TURN, human_message, workload
+from graphkeep.backends.dynamodb import AsyncDynamoDBSaver, DynamoDBSaver
+
+from .conftest import unique_prefix
+from .test_dynamodb import ENDPOINT, REGION, Calls, reachable
+
+pytestmark = pytest.mark.dynamodb
+
+TURNS = 6
+#: a turn after the first, by operation: get_tuple's Query and element read, the four
+#: puts' values and heads, the three tasks' writes
+TURN = Counter({"Query": 1, "BatchGetItem": 1, "BatchWriteItem": 4, "PutItem": 4 + 3})
+#: the first turn finds no checkpoint (its get_tuple is the Query alone)
+FIRST_TURN = TURN - Counter({"BatchGetItem": 1})
+
+
+@pytest.fixture(scope="module")
+def table() -> Iterator[str]:
+    """A fresh table for the module (small tables keep moto's answers quick)."""
+    if not reachable(ENDPOINT):
+        pytest.fail(f"no DynamoDB endpoint answers at {ENDPOINT}; run ./dev services up")
+    name = f"gk_turn_{uuid.uuid4().hex[:10]}"
+    with DynamoDBSaver.from_table(name, REGION, ENDPOINT) as saver:  # creates it
+        yield name
+        saver.client.delete_table(TableName=name)
+
+
+def _heads(saver: DynamoDBSaver, table: str, thread: str) -> list[dict[str, Any]]:
+    """The thread's checkpoint heads as stored (one Query page holds them here)."""
+    pk, _ = saver.port.thread_key(thread)  # type: ignore[attr-defined]
+    client = boto3.client("dynamodb", region_name=REGION, endpoint_url=ENDPOINT)
+    page = client.query(
+        TableName=table,
+        KeyConditionExpression="pk = :p AND begins_with(sk, :c)",
+        ExpressionAttributeValues={":p": {"S": pk}, ":c": {"S": "c#"}},
+        ConsistentRead=True,
+    )
+    assert "LastEvaluatedKey" not in page
+    return [item for item in page["Items"] if "h" in item]
+
+
+@pytest.fixture
+def made(table: str) -> Iterator[tuple[DynamoDBSaver, Calls]]:
+    with DynamoDBSaver.from_table(
+        table, REGION, ENDPOINT, key_prefix=unique_prefix("turn"), setup=False
+    ) as saver:
+        yield saver, Calls(saver.client)
+
+
+def _check(per_turn: list[Counter[str]], state: Any) -> None:
+    assert per_turn[0] == FIRST_TURN, per_turn[0]
+    for turn, ops in enumerate(per_turn[1:], start=2):
+        assert ops == TURN, (turn, ops)
+        assert sum(ops.values()) == 13
+    messages = state["messages"]
+    assert len(messages) == MESSAGES_PER_TURN * TURNS
+    assert [m.content for m in messages if isinstance(m, HumanMessage)] == [
+        human_message(n).content for n in range(1, TURNS + 1)
+    ]
+
+
+def test_a_w50_turn_is_thirteen_requests(made: tuple[DynamoDBSaver, Calls], table: str) -> None:
+    saver, calls = made
+    app = workload("W50").build(saver)
+    config: Any = {"configurable": {"thread_id": f"w50-{uuid.uuid4().hex[:8]}"}}
+    per_turn: list[Counter[str]] = []
+    for turn in range(1, TURNS + 1):
+        with calls.count() as sent:
+            app.invoke({"messages": [human_message(turn)]}, config)
+        per_turn.append(Counter(sent))
+    _check(per_turn, app.get_state(config).values)
+    thread = config["configurable"]["thread_id"]
+    heads = _heads(saver, table, thread)
+    assert len(heads) == 4 * TURNS
+    # from the second turn on the list is shared (its manifest small) and every put writes
+    # a small value; in the first the list is a plain value of over 512 bytes by its end
+    later = sorted(heads, key=lambda head: head["sk"]["S"])[4:]
+    assert all("iv" in head for head in later), "every put of W50 writes a small value"
+
+
+async def test_a_w50_turn_is_thirteen_requests_async(table: str) -> None:
+    async with AsyncDynamoDBSaver.from_table(
+        table, REGION, ENDPOINT, key_prefix=unique_prefix("aturn"), setup=False
+    ) as saver:
+        calls = Calls(saver.client)
+        app = workload("W50").build(saver)
+        config: Any = {"configurable": {"thread_id": f"w50-{uuid.uuid4().hex[:8]}"}}
+        per_turn: list[Counter[str]] = []
+        for turn in range(1, TURNS + 1):
+            with calls.count() as sent:
+                await app.ainvoke({"messages": [human_message(turn)]}, config)
+            per_turn.append(Counter(sent))
+        _check(per_turn, (await app.aget_state(config)).values)
+
+
+def test_a_version_the_caller_reuses_reads_its_last_value_from_every_checkpoint(
+    made: tuple[DynamoDBSaver, Calls], table: str
+) -> None:
+    """LangGraph's semantics (its conformance suite stores several values under version 1):
+    the value stored last under a (channel, version) is the value of every checkpoint naming
+    it, so a head keeps no copy of it; a version ``get_next_version`` made is unique to its put,
+    so its head does."""
+    saver, _ = made
+    thread = f"reuse-{uuid.uuid4().hex[:8]}"
+    config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    stored = []
+    for step in range(3):
+        cp = empty_checkpoint()
+        cp["channel_values"] = {"step": step}
+        cp["channel_versions"] = {"step": 1}
+        config = saver.put(config, cp, {"source": "loop", "step": step}, {"step": 1})
+        stored.append(config)
+    assert [saver.get_tuple(c).checkpoint["channel_values"] for c in stored] == [  # type: ignore[union-attr]
+        {"step": 2}
+    ] * 3
+    version = saver.get_next_version(None, None)
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"step": 9}
+    cp["channel_versions"] = {"step": version}
+    made_config = saver.put(config, cp, {"source": "loop", "step": 3}, {"step": version})
+    heads = {h["sk"]["S"]: h for h in _heads(saver, table, thread)}
+    assert len(heads) == 4
+    with_copy = [sk for sk, h in heads.items() if "iv" in h]
+    assert with_copy == [max(heads)], with_copy  # only the newest: its version is its own
+    found = saver.get_tuple(made_config)
+    assert found is not None and found.checkpoint["channel_values"] == {"step": 9}
