@@ -8,6 +8,7 @@ async; the server drops graphkeep's connections with ``CLIENT KILL ID`` while gr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import threading
 import uuid
@@ -26,6 +27,9 @@ import graphkeep
 from bench.concurrency_workload import established, socket_inodes
 from conformance.setups import ENABLED, Setup
 from conformance.testing import marks_for
+from graphkeep.backends.redis import wire
+from graphkeep.backends.redis.client import async_client, sync_client
+from graphkeep.port.pools import PoolOptions
 from tests.conftest import unique_prefix
 
 FAMILY = ("redis", "redis-cluster", "valkey", "valkey-cluster")
@@ -214,3 +218,101 @@ async def test_async_dropped_connections_are_sent_again_within_the_bound(setup: 
     assert killer.killed > 0
     assert results == [expected(TURNS)] * GRAPHS
     assert 0 < peak.most <= allowed(setup), peak.most
+
+
+#: answers its argument, or a script's own error reply (as the fence and the event log's
+#: scripts answer a refusal) when told "no"
+ERRING = (
+    "if ARGV[1] == 'no' then return redis.error_reply('GK_LEANTEST refused') end return ARGV[1]"
+)
+
+
+def connection_ids(servers: list[tuple[str, int]], name: str) -> set[int]:
+    """The server-side ids of the connections named ``name`` on every node."""
+    ids: set[int] = set()
+    for host, port in servers:
+        with redis.Redis(host=host, port=port, socket_timeout=5) as admin:
+            ids |= {int(c["id"]) for c in admin.client_list() if c.get("name") == name}
+    return ids
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_a_script_error_reply_gives_its_connection_back_as_it_is(setup: Setup) -> None:
+    """A script's error reply (a fence refusal, a closed run) was read whole: the connection
+    goes back to the pool, not closed — a refusal costs no reconnection. (The first lean path
+    dropped it: a new connection after every refusal.)"""
+    name = f"gk-lean-{uuid.uuid4().hex[:8]}"
+    servers, key = nodes(setup), f"{{{name}}}:k"
+    client = sync_client(named(setup.url, name), PoolOptions(max_connections=MAX_CONNECTIONS))
+    try:
+        sha = client.script_load(ERRING)
+        pool, cluster = wire.route(client, [key]), isinstance(client, redis.RedisCluster)
+        assert wire.call(pool, ("EVALSHA", sha, 1, key, "first"), cluster) == b"first"
+        before = connection_ids(servers, name)
+        for i in range(10):
+            with pytest.raises(redis.ResponseError, match="GK_LEANTEST refused"):
+                wire.call(pool, ("EVALSHA", sha, 1, key, "no"), cluster)
+            assert wire.call(pool, ("EVALSHA", sha, 1, key, f"v{i}"), cluster) == f"v{i}".encode()
+        assert connection_ids(servers, name) == before
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+async def test_async_a_script_error_reply_gives_its_connection_back_as_it_is(
+    setup: Setup,
+) -> None:
+    name = f"gk-lean-{uuid.uuid4().hex[:8]}"
+    servers, key = nodes(setup), f"{{{name}}}:k"
+    client = async_client(named(setup.url, name), PoolOptions(max_connections=MAX_CONNECTIONS))
+    try:
+        sha = await client.script_load(ERRING)
+        where = wire.aroute(client, [key])
+        assert await wire.acall(where, ("EVALSHA", sha, 1, key, "first")) == b"first"
+        before = connection_ids(servers, name)
+        for i in range(10):
+            with pytest.raises(redis.ResponseError, match="GK_LEANTEST refused"):
+                await wire.acall(where, ("EVALSHA", sha, 1, key, "no"))
+            assert await wire.acall(where, ("EVALSHA", sha, 1, key, f"v{i}")) == f"v{i}".encode()
+        assert connection_ids(servers, name) == before
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+async def test_a_call_cancelled_at_any_point_gives_its_connection_back(setup: Setup) -> None:
+    """Calls cancelled at every step of the loop (checkout, write, read, give-back), some
+    cancelled again a step later (a caller that cancels until its task ends): each answers
+    its own reply or is cancelled, and afterwards every connection is back — as many calls
+    at once as the pool holds all answer at once, each with its own reply."""
+    name = f"gk-lean-{uuid.uuid4().hex[:8]}"
+    size, key = 2, f"{{{name}}}:k"
+    client = async_client(named(setup.url, name), PoolOptions(size, pool_timeout=5))
+    try:
+        sha = await client.script_load(ERRING)
+        where = wire.aroute(client, [key])
+        await wire.acall(where, ("EVALSHA", sha, 1, key, "first"))  # connected
+        outcomes: set[str] = set()
+        for i in range(400):
+            task = asyncio.create_task(wire.acall(where, ("EVALSHA", sha, 1, key, f"c{i}")))
+            for _ in range(i % 9):
+                await asyncio.sleep(0)
+            task.cancel()
+            if i % 2:
+                await asyncio.sleep(0)
+                task.cancel()
+            try:
+                assert await task == f"c{i}".encode()
+                outcomes.add("answered")
+            except asyncio.CancelledError:
+                outcomes.add("cancelled")
+        assert outcomes == {"answered", "cancelled"}
+
+        async def one(j: int) -> bytes:
+            return await wire.acall(where, ("EVALSHA", sha, 1, key, f"after{j}"))  # type: ignore[no-any-return]
+
+        answers = await asyncio.wait_for(asyncio.gather(*(one(j) for j in range(size))), 15)
+        assert answers == [f"after{j}".encode() for j in range(size)]
+    finally:
+        with contextlib.suppress(Exception):
+            await client.aclose()

@@ -19,11 +19,16 @@ the caller the full way once: through redis-py, with its reconnection, its clust
 redirections and slot-map refresh, its script reload. A failure there reaches graphkeep's
 retry exactly as before the lean path existed. A checkout that cannot connect to a single
 server raises as redis-py's own call does (its checkout is outside its retry too), and a
-refused login is never sent twice (``AuthenticationError``: refused at once).
+refused login is never sent twice (``AuthenticationError``: refused at once). A script's own
+error reply (a fence's refusal, a closed run) was read whole: it is raised as redis-py raises
+it and the connection goes back to the pool as it is, never reconnected for it. Whatever
+ends a call, its connection goes back exactly once; after anything but a reply it is closed
+first, and that clean-up is shielded from a second cancellation.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from typing import Any
 
@@ -36,6 +41,7 @@ from redis.exceptions import (
     MaxConnectionsError,
     NoScriptError,
     RedisClusterException,
+    ResponseError,
     TryAgainError,
 )
 from redis.exceptions import (
@@ -101,19 +107,17 @@ def call(pool: Any, args: tuple[Any, ...], cluster: bool = False) -> Any:
     try:
         connection.send_packed_command(connection.pack_command(*args))
         reply = connection.read_response()
-    except REPLIES as exc:  # a whole reply was read: the connection is fine
+    except ResponseError as exc:  # an error reply, read whole: the connection goes back as is
         pool.release(connection)
-        raise Detour() from exc
-    except TRANSPORT as exc:
-        connection.disconnect()
-        pool.release(connection)
-        if isinstance(exc, AuthenticationError):  # a refused login is refused at once
-            raise
-        raise Detour() from exc
-    except BaseException:
-        connection.disconnect()  # interrupted mid-reply: never hand on a half-read socket
-        pool.release(connection)
+        if isinstance(exc, REPLIES):
+            raise Detour() from exc
         raise
+    except BaseException as exc:  # dropped, timed out or interrupted mid-request
+        connection.disconnect()  # never hand on a half-used socket
+        pool.release(connection)
+        if isinstance(exc, TRANSPORT) and not isinstance(exc, AuthenticationError):
+            raise Detour() from exc
+        raise  # a refused login is refused at once
     pool.release(connection)
     return reply
 
@@ -133,33 +137,33 @@ def aroute(client: Any, keys: list[Any]) -> Any:
 
 
 async def acall(where: Any, args: tuple[Any, ...]) -> Any:
-    """The asyncio :func:`call` on a pool or a Cluster node (:func:`aroute`)."""
+    """The asyncio :func:`call` on a pool or a Cluster node (:func:`aroute`). The connection
+    goes back once, whatever happens: as it is after a reply (an error reply too), dropped
+    after anything else — that clean-up shielded from a second cancellation (a caller that
+    cancels until its task ends), which would leave the connection taken for good."""
     node = isinstance(where, aredis.cluster.ClusterNode)
     if node:
         try:
             connection = where.acquire_connection()
         except MaxConnectionsError as exc:  # the node's own bound: redis-py's cluster path
             raise Detour() from exc
-        if getattr(connection, "should_reconnect", bool)():  # marked by redis-py
-            await connection.disconnect()
     else:
         connection = await where.get_connection(*_CHECKOUT)  # as the sync call's checkout
     try:
+        if node and getattr(connection, "should_reconnect", bool)():  # marked by redis-py
+            await connection.disconnect()
         await connection.send_packed_command(connection.pack_command(*args))
         reply = await connection.read_response()
-    except REPLIES as exc:
+    except ResponseError as exc:  # an error reply, read whole: the connection goes back as is
         await _release(where, connection, node)
-        raise Detour() from exc
-    except TRANSPORT as exc:
-        await connection.disconnect()
-        await _release(where, connection, node)
-        if isinstance(exc, AuthenticationError):
-            raise
-        raise Detour() from exc
-    except BaseException:
-        await connection.disconnect()  # cancelled mid-reply: never hand on a half-read socket
-        await _release(where, connection, node)
+        if isinstance(exc, REPLIES):
+            raise Detour() from exc
         raise
+    except BaseException as exc:  # dropped, timed out or cancelled mid-request
+        await asyncio.shield(_drop(where, connection, node))
+        if isinstance(exc, TRANSPORT) and not isinstance(exc, AuthenticationError):
+            raise Detour() from exc
+        raise  # a refused login is refused at once
     await _release(where, connection, node)
     return reply
 
@@ -169,3 +173,11 @@ async def _release(where: Any, connection: Any, node: bool) -> None:
         where.release(connection)
     else:
         await where.release(connection)
+
+
+async def _drop(where: Any, connection: Any, node: bool) -> None:
+    """``connection`` closed (never a half-used socket handed on), then given back."""
+    try:
+        await connection.disconnect(nowait=True)
+    finally:
+        await _release(where, connection, node)
