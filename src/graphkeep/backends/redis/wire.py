@@ -41,7 +41,6 @@ from redis.exceptions import (
     MaxConnectionsError,
     NoScriptError,
     RedisClusterException,
-    ResponseError,
     TryAgainError,
 )
 from redis.exceptions import (
@@ -107,7 +106,7 @@ def call(pool: Any, args: tuple[Any, ...], cluster: bool = False) -> Any:
     try:
         connection.send_packed_command(connection.pack_command(*args))
         reply = connection.read_response()
-    except ResponseError as exc:  # an error reply, read whole: the connection goes back as is
+    except redis.ResponseError as exc:  # an error reply, read whole: the connection goes back as is
         pool.release(connection)
         if isinstance(exc, REPLIES):
             raise Detour() from exc
@@ -154,7 +153,7 @@ async def acall(where: Any, args: tuple[Any, ...]) -> Any:
             await connection.disconnect()
         await connection.send_packed_command(connection.pack_command(*args))
         reply = await connection.read_response()
-    except ResponseError as exc:  # an error reply, read whole: the connection goes back as is
+    except redis.ResponseError as exc:  # an error reply, read whole: the connection goes back as is
         await _release(where, connection, node)
         if isinstance(exc, REPLIES):
             raise Detour() from exc
