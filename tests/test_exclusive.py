@@ -380,6 +380,45 @@ def test_a_run_longer_than_its_lease_keeps_it_renewed(runs_store: Store, thread_
     asyncio.run(scenario())
 
 
+def test_an_async_run_ending_as_its_lease_is_renewed_ends(runs_store: Store) -> None:
+    """An async run whose end lands while its renewer sends a renewal ends, and lets its lease
+    go. (Python < 3.12's ``asyncio.wait_for``, which redis-py writes every command through,
+    drops a cancellation that lands just as the write completes: the renewer renewed on and
+    the run's end waited for it forever — run E's hang of the renewal test above, Redis,
+    async. Without the fix 17 of 100 such ends hung on Redis.) Each run ends a little later
+    after its first renewal began (0 to 1 ms, 20 us apart), on a thread of its own."""
+    ttl, runs, step, bound = 0.06, 50, 20e-6, 15.0
+    url, prefix = runs_store.backend.url, runs_store.prefix
+
+    async def scenario() -> list[int]:
+        hung: list[int] = []
+        async with graphkeep.aconnect(url, key_prefix=prefix) as saver:
+            app = saver.exclusive(slow_chat(think=0).compile(checkpointer=saver), ttl=ttl)
+            for i in range(runs):
+                thread = f"end-{i}-{uuid.uuid4().hex[:6]}"
+
+                async def run(config: Any, late: float) -> None:
+                    async with app.aheld(config):
+                        began = time.monotonic()  # the renewer's first sleep starts now too
+                        await asyncio.sleep(ttl / 3 - 0.003)
+                        while time.monotonic() < began + ttl / 3 + late:
+                            await asyncio.sleep(0)  # end at that moment, to the loop's step
+
+                task = asyncio.create_task(run(thread_config(thread), i * step))
+                if not (await asyncio.wait([task], timeout=bound))[0]:
+                    hung.append(i)
+                    while not task.done():  # free the loop for the client's close
+                        task.cancel()
+                        await asyncio.wait([task], timeout=0.1)
+                    break
+                await task
+                async with saver.lock(thread, blocking=False):
+                    pass  # let go: free at once
+        return hung
+
+    assert asyncio.run(scenario()) == [], f"a run's end waited on its renewer for {bound} s"
+
+
 def test_a_lease_awaiting_its_first_read_is_taken_by_a_write_that_comes_first(
     runs_store: Store, thread_id: str
 ) -> None:

@@ -320,11 +320,13 @@ class Exclusive:
         else:
             with self._busy_when_refused(lock):
                 await lock.aacquire()
-        renewer = asyncio.create_task(self._arenew(lock))
+        ending = asyncio.Event()
+        renewer = asyncio.create_task(self._arenew(lock, ending))
         try:
             with self._busy_when_refused(lock):  # its first read may find it busy
                 yield
         finally:
+            ending.set()  # before the cancel, which a renewal under way may drop (_arenew)
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
@@ -337,10 +339,15 @@ class Exclusive:
                     # token here too (an async generator's lease was taken in its caller's)
                     drop(lock.thread_id)
 
-    async def _arenew(self, lock: ThreadLock) -> None:
-        while True:
+    async def _arenew(self, lock: ThreadLock, ending: asyncio.Event) -> None:
+        """Renew ``lock`` every third of the ttl until ``ending`` is set. Not cancelled
+        only: on Python < 3.12 ``asyncio.wait_for`` drops a cancellation that lands just as
+        the call it awaits completes, and redis-py writes every command through it (its
+        ``socket_timeout``, 5 s by default) — a renewal under way when the run ended
+        renewed on, every period, and the run's end waited for it forever."""
+        while not ending.is_set():
             await asyncio.sleep(self.ttl / 3)
-            if not lock.held:  # not taken yet: its first read takes it
+            if ending.is_set() or not lock.held:  # not taken yet: its first read takes it
                 continue
             try:
                 if not await lock.aextend():

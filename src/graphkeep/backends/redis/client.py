@@ -40,6 +40,7 @@ from redis.exceptions import (
     TimeoutError as RedisTimeoutError,
 )
 
+from graphkeep.backends.redis import wire
 from graphkeep.backends.redis.keys import check_prefix
 from graphkeep.backends.redis.permissions import is_refusal, refusal
 from graphkeep.backends.redis.requests import (
@@ -404,6 +405,11 @@ def _xread_args(request: XRead, limit: int | None) -> tuple[Any, ...]:
     return (*args, "STREAMS", request.key, request.position)
 
 
+def _evalsha(sha: str, request: Script) -> tuple[Any, ...]:
+    """The ``EVALSHA`` command of a script call, as redis-py's ``Script`` sends it."""
+    return ("EVALSHA", sha, len(request.keys), *request.keys, *request.args)
+
+
 def slot_batches(keys: list[Any]) -> list[list[Any]]:
     """``keys`` as the key lists of multi-key commands (``DEL``, ``MGET``): one per hash slot
     (a single node with a Cluster policy, Azure Managed Redis OSS, answers CROSSSLOT
@@ -479,6 +485,7 @@ class SyncSend:
         self, client: Any, scripts: dict[str, str], where: str = "", prefix: str | None = None
     ) -> None:
         self.client = client
+        self.cluster = isinstance(client, redis.RedisCluster)
         self.scripts = {name: client.register_script(src) for name, src in scripts.items()}
         self.block_limit_ms = block_limit_ms(client)
         self.refusals = Refusals(client, where or describe(client), prefix)
@@ -498,7 +505,14 @@ class SyncSend:
                 for script in self.scripts.values():
                     self.client.script_load(script.script)
                 return None
-            return self.scripts[request.name](keys=request.keys, args=request.args)
+            script = self.scripts[request.name]
+            pool = wire.route(self.client, request.keys)
+            if pool is not None:
+                try:
+                    return wire.call(pool, _evalsha(script.sha, request), self.cluster)
+                except wire.Detour:
+                    pass  # not sent, or not answered: the full way once (see .wire)
+            return script(keys=request.keys, args=request.args)
         if isinstance(request, Delete):
             batches = slot_batches(request.keys)
             if len(batches) == 1 or isinstance(self.client, redis.RedisCluster):
@@ -590,7 +604,14 @@ class AsyncSend:
                 for script in self.scripts.values():
                     await self.client.script_load(script.script)
                 return None
-            return await self.scripts[request.name](keys=request.keys, args=request.args)
+            script = self.scripts[request.name]
+            where = wire.aroute(self.client, request.keys)
+            if where is not None:
+                try:
+                    return await wire.acall(where, _evalsha(script.sha, request))
+                except wire.Detour:
+                    pass  # not sent, or not answered: the full way once (see .wire)
+            return await script(keys=request.keys, args=request.args)
         if isinstance(request, Delete):
             batches = slot_batches(request.keys)
             if len(batches) == 1 or isinstance(self.client, aredis.RedisCluster):
