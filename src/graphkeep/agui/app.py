@@ -41,6 +41,7 @@ from graphkeep.errors import (
     ThreadBusy,
     UnknownRun,
 )
+from graphkeep.port.loop import cancel_until_done
 
 __all__ = ["KEEPALIVE_S", "agui_app", "agui_routes"]
 
@@ -112,12 +113,8 @@ class Prefetch:
         return value if kind == "item" else None
 
     async def aclose(self) -> None:
-        # cancel until the task ends: on Python < 3.12 asyncio.wait_for (redis-py sends each
-        # command through it) drops a cancellation that lands just as the write it awaits
-        # completes, and the read would go on with nobody listening
-        while not self.task.done():
-            self.task.cancel()
-            await asyncio.wait([self.task], timeout=0.1)
+        # the read would go on with nobody listening after one lost cancellation
+        await cancel_until_done([self.task])
         await asyncio.gather(self.task, return_exceptions=True)
 
 

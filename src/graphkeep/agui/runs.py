@@ -38,6 +38,7 @@ from graphkeep.errors import (
 from graphkeep.events.port import MAX_EVENT_BYTES, Encoded, encode
 from graphkeep.events.streaming import EventWriter, call_log
 from graphkeep.port.clock import now_ms
+from graphkeep.port.loop import cancel_until_done
 
 __all__ = [
     "INDEX_EVENTS",
@@ -437,9 +438,9 @@ class AGUIRuns:
 
     async def aclose(self) -> None:
         """Stop the runs this process is running (each ends with ``RUN_ERROR``)."""
-        for task in list(self.tasks):
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        tasks = list(self.tasks)
+        await cancel_until_done(tasks)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     # -- finding runs ----------------------------------------------------------------
 
@@ -601,8 +602,7 @@ class _ReadAhead:
             raise self.error
 
     async def aclose(self) -> None:
-        self.task.cancel()
-        await asyncio.wait([self.task])
+        await cancel_until_done([self.task])
 
 
 class _Join:

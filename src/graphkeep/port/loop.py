@@ -3,7 +3,8 @@
 Sync calls on an async saver, store, cache or event log hop onto the loop that owns its
 client (:func:`on_loop`); endless streams cross between a blocking iterator and an async
 one a step at a time (:func:`stream_in_thread`, :func:`stream_on_loop`); an answer already
-read is handed to async callers as an iterator (:func:`aiter_of`).
+read is handed to async callers as an iterator (:func:`aiter_of`). A task is stopped by
+:func:`cancel_until_done`, never by one ``cancel()``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,32 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+
+#: seconds between cancellations of a task that has not ended (:func:`cancel_until_done`)
+RECANCEL_S = 0.1
+
+
+async def cancel_until_done(tasks: Any, timeout: float | None = None) -> bool:
+    """Cancel ``tasks`` (an iterable of tasks) until each has ended; True when they all did
+    within ``timeout`` seconds (None: wait as long as it takes).
+
+    One ``cancel()`` is not enough on Python < 3.12: ``asyncio.wait_for`` — redis-py sends
+    every command through it — drops a cancellation that lands just as the call it awaits
+    completes, and the task goes on (a sweeper keeps sweeping, a batch loop keeps waiting, a
+    renewer keeps renewing). Cancelled again every :data:`RECANCEL_S` until it ends. Waiting
+    here never raises what the tasks raised; a cancellation of the caller propagates."""
+    pending = {task for task in tasks if not task.done()}
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    while pending:
+        for task in pending:
+            task.cancel()
+        wait = RECANCEL_S if deadline is None else min(RECANCEL_S, deadline - loop.time())
+        if wait <= 0:
+            return False
+        _, pending = await asyncio.wait(pending, timeout=wait)
+    return True
 
 
 def running_loop() -> asyncio.AbstractEventLoop | None:

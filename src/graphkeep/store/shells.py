@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -35,6 +34,7 @@ from graphkeep.port import Call, Op, Telemetry, adrive, drive, on_loop, running_
 from graphkeep.port.clock import IncreasingClock, datetime_of_us, now_ms
 from graphkeep.port.codec import sealed_key_id
 from graphkeep.port.encryption import KeyRing, check_encryption
+from graphkeep.port.loop import cancel_until_done
 from graphkeep.port.torn import reread
 from graphkeep.store.fallback import DONE_RECHECK_S, StoreFallback
 from graphkeep.store.filters import compile_filter
@@ -647,10 +647,8 @@ class AsyncStore(StoreBase, AsyncBatchedBaseStore):
         """Stop the TTL sweeper and the batching task (``from_url`` does on exit)."""
         await self.stop_ttl_sweeper(1)
         task = self._task
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if task is not None:
+            await cancel_until_done([task])
 
     async def _arun(self, request: Any) -> Any:
         if isinstance(request, Embed):

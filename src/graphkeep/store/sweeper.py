@@ -9,6 +9,8 @@ import concurrent.futures
 import threading
 from collections.abc import Awaitable, Callable
 
+from graphkeep.port.loop import cancel_until_done
+
 
 class ThreadSweeper:
     """Calls ``sweep`` every ``interval`` seconds in a daemon thread until :meth:`stop`;
@@ -58,12 +60,5 @@ class TaskSweeper:
         self.task: asyncio.Task[None] = asyncio.create_task(loop())
 
     async def stop(self, timeout: float | None = None) -> bool:
-        """Cancel the task; True when it ended within ``timeout`` seconds."""
-        self.task.cancel()
-        try:
-            await asyncio.wait_for(asyncio.shield(self.task), timeout)
-        except asyncio.CancelledError:
-            pass
-        except asyncio.TimeoutError:
-            return False
-        return True
+        """Cancel the task (until it ends); True when it ended within ``timeout`` seconds."""
+        return await cancel_until_done([self.task], timeout)
