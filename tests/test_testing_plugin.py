@@ -516,13 +516,16 @@ def test_the_ci_workflow_runs_tox_envs_that_exist_with_variables_the_plugin_read
     assert matrix["python"] == ["3.11", "3.12", "3.13"]
     names = {b["name"] for b in matrix["backend"]}
     assert names == {
-        "redis", "redis-cluster", "mongodb-7", "mongodb-8", "dynamodb-moto", "dynamodb-local"
+        "redis", "redis-cluster", "valkey-8", "valkey-cluster-8",
+        "mongodb-7", "mongodb-8", "dynamodb-moto", "dynamodb-local",
     }  # fmt: skip
     for backend in matrix["backend"]:
         assert backend["tox"] in envs
         assert backend["image_var"] in IMAGE_VARIABLES.values()
     mongo = {b["image"] for b in matrix["backend"] if b["tox"] == "mongodb"}
     assert mongo == {"mongo:7.0", "mongo:8.0"}  # real mongod, not FerretDB
+    valkey = {b["image"] for b in matrix["backend"] if b["tox"].startswith("valkey")}
+    assert valkey == {"valkey/valkey:8"}  # the Valkey the local servers run
     runs = [step.get("run", "") for job in workflow["jobs"].values() for step in job["steps"]]
     toxed = re.findall(r"tox -e ([\w${}. -]+?)(?: --|$)", "\n".join(runs), re.M)
     assert {"lint", "suite"} <= set(toxed) <= envs | {"${{ matrix.backend.tox }}"}

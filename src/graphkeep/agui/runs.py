@@ -438,9 +438,11 @@ class AGUIRuns:
 
     async def aclose(self) -> None:
         """Stop the runs this process is running (each ends with ``RUN_ERROR``)."""
-        tasks = list(self.tasks)
-        await cancel_until_done(tasks)
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # cancelled once, not until done: a run's answer to its cancellation is to write its
+        # RUN_ERROR, which a second cancellation would cut short (the run stays open)
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
 
     # -- finding runs ----------------------------------------------------------------
 

@@ -3,8 +3,8 @@
 Sync calls on an async saver, store, cache or event log hop onto the loop that owns its
 client (:func:`on_loop`); endless streams cross between a blocking iterator and an async
 one a step at a time (:func:`stream_in_thread`, :func:`stream_on_loop`); an answer already
-read is handed to async callers as an iterator (:func:`aiter_of`). A task is stopped by
-:func:`cancel_until_done`, never by one ``cancel()``.
+read is handed to async callers as an iterator (:func:`aiter_of`). A task whose answer to
+a cancellation is only to end is stopped by :func:`cancel_until_done`, not by one ``cancel()``.
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ async def cancel_until_done(tasks: Any, timeout: float | None = None) -> bool:
     One ``cancel()`` is not enough on Python < 3.12: ``asyncio.wait_for`` — redis-py sends
     every command through it — drops a cancellation that lands just as the call it awaits
     completes, and the task goes on (a sweeper keeps sweeping, a batch loop keeps waiting, a
-    renewer keeps renewing). Cancelled again every :data:`RECANCEL_S` until it ends. Waiting
-    here never raises what the tasks raised; a cancellation of the caller propagates."""
+    renewer keeps renewing). Cancelled again every :data:`RECANCEL_S` until it ends — so not
+    for a task that answers its cancellation with work of its own (an AG-UI run writing its
+    ``RUN_ERROR``): a second cancellation would cut that short. Waiting here never raises what
+    the tasks raised; a cancellation of the caller propagates."""
     pending = {task for task in tasks if not task.done()}
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
