@@ -130,8 +130,8 @@ def acquire_lock(t: CheckpointTable, thread_id: str, token: str, ttl_ms: int) ->
 
 def _rearm(t: CheckpointTable, pk: str, token: str, fence: int, until: int) -> Op[bool]:
     """Push out the expiry of our own lease, still holding fencing token ``fence``."""
-    try:
-        yield from _on_lease(
+    return (
+        yield from _if_lease(
             {
                 "TableName": t.table,
                 "Key": key(pk, keys.LOCK_SK),
@@ -146,17 +146,13 @@ def _rearm(t: CheckpointTable, pk: str, token: str, fence: int, until: int) -> O
                 },
             },
         )
-    except ClientError as exc:
-        if error_code(exc) == "ConditionalCheckFailedException":
-            return False
-        raise
-    return True
+    )
 
 
 def release_lock(t: CheckpointTable, thread_id: str, token: str) -> Op[bool]:
     pk, _ = t.thread_key(thread_id)
-    try:
-        yield from _on_lease(
+    return (
+        yield from _if_lease(
             {
                 "TableName": t.table,
                 "Key": key(pk, keys.LOCK_SK),
@@ -170,19 +166,15 @@ def release_lock(t: CheckpointTable, thread_id: str, token: str) -> Op[bool]:
                 },
             },
         )
-    except ClientError as exc:
-        if error_code(exc) == "ConditionalCheckFailedException":
-            return False
-        raise
-    return True
+    )
 
 
 def extend_lock(t: CheckpointTable, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
     now_ms = int(t.clock() * 1000)
     pk, _ = t.thread_key(thread_id)
     until = now_ms + ttl_ms
-    try:
-        yield from _on_lease(
+    return (
+        yield from _if_lease(
             {
                 "TableName": t.table,
                 "Key": key(pk, keys.LOCK_SK),
@@ -197,6 +189,14 @@ def extend_lock(t: CheckpointTable, thread_id: str, token: str, ttl_ms: int) -> 
                 },
             },
         )
+    )
+
+
+def _if_lease(params: dict[str, Any]) -> Op[bool]:
+    """:func:`_on_lease`: True when done, False when its condition failed (the lease is not
+    what the caller holds)."""
+    try:
+        yield from _on_lease(params)
     except ClientError as exc:
         if error_code(exc) == "ConditionalCheckFailedException":
             return False
