@@ -122,15 +122,9 @@ class Policy:
 
     @classmethod
     def of(
-        cls,
-        *,
-        ttl: Any = DEFAULT_TTL,
-        lease: Any = DEFAULT_LEASE,
-        wait: Any = DEFAULT_WAIT,
-        poll: Any = DEFAULT_POLL,
-        on_unknown: Any = "retry",
-        cache_errors: Any = False,
+        cls, *, ttl: Any, lease: Any, wait: Any, poll: Any, on_unknown: Any, cache_errors: Any
     ) -> Policy:
+        """The policy of these options, checked (their defaults: :class:`LedgerBase`'s)."""
         lease_s, poll_s = _seconds(lease, "lease"), _seconds(poll, "poll")
         if lease_s < poll_s:
             raise ConfigurationError(
