@@ -5,7 +5,7 @@ over a :class:`~graphkeep.cache.port.CachePort`), :class:`SyncCache` and :class:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langgraph.cache.base import BaseCache, FullKey, Namespace
@@ -21,10 +21,11 @@ from graphkeep.cache.port import (
     unreadable,
 )
 from graphkeep.errors import CorruptData, InvalidInput
-from graphkeep.port import Op, Telemetry, adrive, codec, drive, on_loop, running_loop, target_of
+from graphkeep.port import Op, Telemetry, codec, target_of
 from graphkeep.port.clock import now_ms
 from graphkeep.port.codec import Typed
 from graphkeep.port.encryption import ENVELOPE_TAG, KeyRing, check_encryption
+from graphkeep.port.shells import Blocking, Hopping
 
 
 class CacheBase(BaseCache[Any]):
@@ -164,15 +165,8 @@ def _place(address: FullKey) -> tuple[Any, ...]:
     return ("cache", list(namespace), key)
 
 
-class SyncCache(CacheBase):
+class SyncCache(Blocking, CacheBase):
     """A node cache on a blocking client; the async methods run it in a worker thread."""
-
-    def __init__(self, port: CachePort, execute: Callable[[Any], Any], **options: Any) -> None:
-        super().__init__(port, execute=execute, **options)
-        self._execute = execute
-
-    def _call(self, op: Op[Any]) -> Any:
-        return drive(op, self._execute)
 
     def setup(self) -> None:
         self._call(self.observed("setup", self.port.setup()))
@@ -200,7 +194,7 @@ class SyncCache(CacheBase):
         return dict(self._call(self.observed("rekey", self.rekey_op(dry_run, legacy))))
 
 
-class AsyncCache(CacheBase):
+class AsyncCache(Hopping, CacheBase):
     """A node cache on an asyncio client; sync callers hop onto the cache's event loop.
 
     Sync methods must be called from another thread than the loop's (LangGraph's sync
@@ -208,22 +202,11 @@ class AsyncCache(CacheBase):
     raise :class:`asyncio.InvalidStateError` instead.
     """
 
-    def __init__(self, port: CachePort, aexecute: Callable[[Any], Any], **options: Any) -> None:
-        super().__init__(port, execute=aexecute, **options)
-        self._aexecute = aexecute
-        self.loop = running_loop()
-
-    async def _acall(self, op: Op[Any]) -> Any:
-        return await adrive(op, self._aexecute)
-
-    def _call(self, op: Op[Any]) -> Any:
-        return on_loop(
-            self.loop,
-            self._acall(op),
-            "node cache",
-            "the async methods (ainvoke, aget, aset, aclear) or a sync cache from"
-            " graphkeep.connect_cache()",
-        )
+    HOP = (
+        "node cache",
+        "the async methods (ainvoke, aget, aset, aclear) or a sync cache from"
+        " graphkeep.connect_cache()",
+    )
 
     async def setup(self) -> None:
         await self._acall(self.observed("setup", self.port.setup()))

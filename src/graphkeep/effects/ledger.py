@@ -76,16 +76,14 @@ from graphkeep.port import (
     Op,
     Sleep,
     Telemetry,
-    adrive,
     codec,
     drive,
-    on_loop,
-    running_loop,
     target_of,
 )
 from graphkeep.port.clock import now_ms
 from graphkeep.port.encryption import KeyRing, check_encryption
 from graphkeep.port.fence import fence_of
+from graphkeep.port.shells import Blocking, Hopping
 
 log = logging.getLogger("graphkeep.effects")
 
@@ -124,15 +122,9 @@ class Policy:
 
     @classmethod
     def of(
-        cls,
-        *,
-        ttl: Any = DEFAULT_TTL,
-        lease: Any = DEFAULT_LEASE,
-        wait: Any = DEFAULT_WAIT,
-        poll: Any = DEFAULT_POLL,
-        on_unknown: Any = "retry",
-        cache_errors: Any = False,
+        cls, *, ttl: Any, lease: Any, wait: Any, poll: Any, on_unknown: Any, cache_errors: Any
     ) -> Policy:
+        """The policy of these options, checked (their defaults: :class:`LedgerBase`'s)."""
         lease_s, poll_s = _seconds(lease, "lease"), _seconds(poll, "poll")
         if lease_s < poll_s:
             raise ConfigurationError(
@@ -255,18 +247,18 @@ class LedgerBase:
 
     # -- how ops run (the shells) --------------------------------------------------
 
-    def _sync(self, op: Op[Any]) -> Any:
+    def _call(self, op: Op[Any]) -> Any:
         raise NotImplementedError
 
-    async def _async(self, op: Op[Any]) -> Any:
+    async def _acall(self, op: Op[Any]) -> Any:
         raise NotImplementedError
 
     def drive(self, op: Op[Any]) -> Any:
         """Run ``op`` (one of :attr:`port`'s) to its result on this ledger's client."""
-        return self._sync(op)
+        return self._call(op)
 
     async def adrive(self, op: Op[Any]) -> Any:
-        return await self._async(op)
+        return await self._acall(op)
 
     def configured(self, **options: Any) -> Any:
         """This ledger (same client and records) with other policy options (``ttl``,
@@ -506,7 +498,7 @@ class LedgerBase:
         """Run ``fn(*args, **kwargs)`` as ``effect`` (a sync function)."""
         thread, key, earlier = self._address(effect, args, kwargs)
         opening = self._open(thread, key, earlier, effect.name, effect.policy)
-        outcome = self._sync(self.observed("begin", opening, thread))
+        outcome = self._call(self.observed("begin", opening, thread))
         if isinstance(outcome, EffectRecord):
             return self._replay(outcome)
         if effect.takes_key:
@@ -519,7 +511,7 @@ class LedgerBase:
             raise
         finally:
             CURRENT_KEY.reset(current)
-        self._sync(self.observed("finish", self._finish(outcome, result, effect.policy), thread))
+        self._call(self.observed("finish", self._finish(outcome, result, effect.policy), thread))
         return result
 
     async def acall(
@@ -528,7 +520,7 @@ class LedgerBase:
         """Run ``await fn(*args, **kwargs)`` as ``effect`` (an async function)."""
         thread, key, earlier = self._address(effect, args, kwargs)
         opening = self._open(thread, key, earlier, effect.name, effect.policy)
-        outcome = await self._async(self.observed("begin", opening, thread))
+        outcome = await self._acall(self.observed("begin", opening, thread))
         if isinstance(outcome, EffectRecord):
             return self._replay(outcome)
         if effect.takes_key:
@@ -541,14 +533,14 @@ class LedgerBase:
             raise
         finally:
             CURRENT_KEY.reset(current)
-        await self._async(
+        await self._acall(
             self.observed("finish", self._finish(outcome, result, effect.policy), thread)
         )
         return result
 
     def _record_failure(self, claimed: Claimed, exc: BaseException, policy: Policy) -> None:
         try:
-            self._sync(
+            self._call(
                 self.observed("fail", self._failed(claimed, exc, policy), claimed.record.thread_id)
             )
         except Exception as failure:  # noqa: BLE001 - the effect's own error is what surfaces
@@ -556,7 +548,7 @@ class LedgerBase:
 
     async def _arecord_failure(self, claimed: Claimed, exc: BaseException, policy: Policy) -> None:
         try:
-            await self._async(
+            await self._acall(
                 self.observed("fail", self._failed(claimed, exc, policy), claimed.record.thread_id)
             )
         except Exception as failure:  # noqa: BLE001 - the effect's own error is what surfaces
@@ -628,18 +620,18 @@ class LedgerBase:
     def records(self, thread_id: Any = None) -> list[EffectInfo]:
         """The live records (of ``thread_id``; None: of every thread), oldest first per
         thread; never their results."""
-        return list(self._sync(self.observed("list", self._list(thread_id), "")))
+        return list(self._call(self.observed("list", self._list(thread_id), "")))
 
     async def arecords(self, thread_id: Any = None) -> list[EffectInfo]:
-        return list(await self._async(self.observed("list", self._list(thread_id), "")))
+        return list(await self._acall(self.observed("list", self._list(thread_id), "")))
 
     def clear(self, thread_id: Any = None) -> int:
         """Delete the records of ``thread_id`` (None: every record under this key prefix);
         returns how many."""
-        return int(self._sync(self.observed("clear", self._clear(thread_id), "")))
+        return int(self._call(self.observed("clear", self._clear(thread_id), "")))
 
     async def aclear(self, thread_id: Any = None) -> int:
-        return int(await self._async(self.observed("clear", self._clear(thread_id), "")))
+        return int(await self._acall(self.observed("clear", self._clear(thread_id), "")))
 
 
 def _bubbles_up(exc: BaseException) -> bool:
@@ -697,46 +689,28 @@ def wrap_function(ledger: LedgerBase, fn: Callable[..., Any], effect: Effect) ->
     return wrapper
 
 
-class SyncLedger(LedgerBase):
+class SyncLedger(Blocking, LedgerBase):
     """An effect ledger on a blocking client; async effects run its requests in a worker
     thread."""
 
-    def __init__(self, port: EffectsPort, execute: Callable[[Any], Any], **options: Any) -> None:
-        super().__init__(port, execute=execute, **options)
-        self._execute = execute
-
-    def _sync(self, op: Op[Any]) -> Any:
-        return drive(op, self._execute)
-
-    async def _async(self, op: Op[Any]) -> Any:
+    async def _acall(self, op: Op[Any]) -> Any:
         return await asyncio.to_thread(drive, op, self._execute)
 
     def setup(self) -> None:
-        self._sync(self.observed("setup", self.port.setup(), ""))
+        self._call(self.observed("setup", self.port.setup(), ""))
 
 
-class AsyncLedger(LedgerBase):
+class AsyncLedger(Hopping, LedgerBase):
     """An effect ledger on an asyncio client; sync effects (LangGraph runs sync nodes and
     tools in worker threads) hop onto the ledger's event loop."""
 
-    def __init__(self, port: EffectsPort, aexecute: Callable[[Any], Any], **options: Any) -> None:
-        super().__init__(port, execute=aexecute, **options)
-        self._aexecute = aexecute
-        self.loop = running_loop()
-
-    async def _async(self, op: Op[Any]) -> Any:
-        return await adrive(op, self._aexecute)
-
-    def _sync(self, op: Op[Any]) -> Any:
-        return on_loop(
-            self.loop,
-            self._async(op),
-            "effect ledger",
-            "async effects (async def), arun, or a sync ledger from graphkeep.connect_effects()",
-        )
+    HOP = (
+        "effect ledger",
+        "async effects (async def), arun, or a sync ledger from graphkeep.connect_effects()",
+    )
 
     async def setup(self) -> None:
-        await self._async(self.observed("setup", self.port.setup(), ""))
+        await self._acall(self.observed("setup", self.port.setup(), ""))
 
 
 def _no_task_in_async_code() -> str:

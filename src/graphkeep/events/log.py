@@ -8,7 +8,7 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 from graphkeep.errors import (
@@ -39,12 +39,9 @@ from graphkeep.port import (
     Op,
     Sleep,
     Telemetry,
-    adrive,
     adrive_iter,
-    drive,
     drive_iter,
     on_loop,
-    running_loop,
     stream_in_thread,
     stream_on_loop,
     target_of,
@@ -52,6 +49,7 @@ from graphkeep.port import (
 from graphkeep.port.checks import check_seconds
 from graphkeep.port.clock import now_ms
 from graphkeep.port.encryption import KeyRing, check_encryption
+from graphkeep.port.shells import Awaited, Blocking
 
 #: events read per request
 PAGE = 500
@@ -299,15 +297,8 @@ class EventLogBase:
                 yield Sleep(backoff.pause())
 
 
-class SyncEventLog(EventLogBase):
+class SyncEventLog(Blocking, EventLogBase):
     """An event log on a blocking client; the ``a``-prefixed methods run it in a worker thread."""
-
-    def __init__(self, port: EventsPort, execute: Callable[[Any], Any], **options: Any) -> None:
-        super().__init__(port, execute=execute, **options)
-        self._execute = execute
-
-    def _call(self, op: Op[Any]) -> Any:
-        return drive(op, self._execute)
 
     def with_options(self, **options: Any) -> SyncEventLog:
         """A log on the same connection with other options (e.g. ``max_events=20`` for a
@@ -382,18 +373,10 @@ class SyncEventLog(EventLogBase):
         return stream_in_thread(self.read(run_id, after=after, follow=follow))
 
 
-class AsyncEventLog(EventLogBase):
+class AsyncEventLog(Awaited, EventLogBase):
     """An event log on an asyncio client: ``append``, ``close``… are coroutines and ``read``
     an async iterator (``aappend``, ``aread``… are the same methods under LangGraph's
     ``a`` names). ``sync_read`` serves a blocking caller from another thread."""
-
-    def __init__(self, port: EventsPort, aexecute: Callable[[Any], Any], **options: Any) -> None:
-        super().__init__(port, execute=aexecute, **options)
-        self._aexecute = aexecute
-        self.loop = running_loop()
-
-    async def _acall(self, op: Op[Any]) -> Any:
-        return await adrive(op, self._aexecute)
 
     def with_options(self, **options: Any) -> AsyncEventLog:
         """A log on the same connection with other options (e.g. ``max_events=20`` for a

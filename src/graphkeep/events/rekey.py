@@ -30,9 +30,9 @@ from typing import Any
 
 from graphkeep.errors import TAMPERED, UNDECODABLE, CorruptData, Place
 from graphkeep.events.port import EventsPort, StoredRecord
-from graphkeep.events.sealing import opened, sealer
-from graphkeep.port import Op, codec
-from graphkeep.port.encryption import ENVELOPE_TAG, KeyRing, envelope_key_id
+from graphkeep.events.sealing import envelope, opened, sealer
+from graphkeep.port import Op
+from graphkeep.port.encryption import KeyRing, envelope_key_id
 
 __all__ = ["PLAINTEXT", "EventsRekeyed", "key_id", "rekey_runs"]
 
@@ -66,11 +66,8 @@ class EventsRekeyed:
 
 def key_id(data: bytes) -> str:
     """The key id a stored payload is sealed under, or :data:`PLAINTEXT`."""
-    try:
-        typed = codec.unpack_typed(data)
-    except CorruptData:
-        return PLAINTEXT
-    if typed.tag != ENVELOPE_TAG:
+    typed = envelope(data)
+    if typed is None:
         return PLAINTEXT
     found = envelope_key_id(typed)
     return PLAINTEXT if found is None else found

@@ -42,16 +42,20 @@ def sealer(ring: KeyRing, run_id: str) -> Callable[[str, bytes], bytes]:
     return seal
 
 
+def envelope(data: bytes) -> codec.Typed | None:
+    """The envelope a stored payload is; None when it is none: not graphkeep's framing (an
+    event's JSON as written without a ring), or a pair that nothing sealed."""
+    try:
+        typed = codec.unpack_typed(data)
+    except CorruptData:
+        return None
+    return typed if typed.tag == ENVELOPE_TAG else None
+
+
 def opened(ring: KeyRing, run_id: str, event_id: str, data: bytes) -> bytes:
     """The event JSON of a payload read at ``run_id`` / ``event_id``, or
     :class:`~graphkeep.errors.CorruptData` (the caller names the place)."""
-    try:
-        typed = codec.unpack_typed(data)
-    except CorruptData:  # not graphkeep's framing: an event's JSON as written without a ring
-        typed = codec.Typed(JSON_TAG, data)
-    else:
-        if typed.tag != ENVELOPE_TAG:  # a pair, yet no envelope: nothing sealed it
-            typed = codec.Typed(JSON_TAG, data)
+    typed = envelope(data) or codec.Typed(JSON_TAG, data)  # else as written without a ring
     inner = ring.open(typed, place(run_id, event_id))
     if inner is typed:  # allow_plaintext: read as written
         return data
@@ -63,13 +67,8 @@ def opened(ring: KeyRing, run_id: str, event_id: str, data: bytes) -> bytes:
 def sealed_without_ring(data: bytes) -> CorruptData | None:
     """The error for a sealed payload read by a log without ``encryption=`` (None: ``data``
     is no envelope)."""
-    if data[:1] == b"{":
-        return None
-    try:
-        typed = codec.unpack_typed(data)
-    except CorruptData:
-        return None
-    if typed.tag != ENVELOPE_TAG:
+    typed = None if data[:1] == b"{" else envelope(data)
+    if typed is None:
         return None
     return CorruptData(
         reason=f"its payload is encrypted ({codec.sealed_key_id(typed.data)}) and this reader"

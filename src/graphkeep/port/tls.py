@@ -130,6 +130,18 @@ def tls_unavailable(backend: str, where: str, reason: str) -> StorageUnavailable
     return StorageUnavailable(f"{backend} at {where}: TLS connection failed: {reason}")
 
 
+def server_unavailable(backend: str, where: str, exc: BaseException, ca: str) -> StorageUnavailable:
+    """The error of a server that could not be reached: its TLS failure where that is what
+    failed (:func:`tls_unavailable`), else "is the server running and reachable?"."""
+    reason = tls_reason(exc, ca)
+    if reason is not None:
+        return tls_unavailable(backend, where, reason)
+    return StorageUnavailable(
+        f"{backend} at {where} is unavailable ({type(exc).__name__}: {exc}); is the server"
+        " running and reachable? (locally: ./dev services up)"
+    )
+
+
 def is_tls_option(name: str) -> bool:
     """A URL option that configures TLS by its name (``ssl…``, ``tls…``)."""
     lowered = name.lower()

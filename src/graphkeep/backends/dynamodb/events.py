@@ -352,22 +352,32 @@ class DynamoDBEventsPort(TablePort):
             values[":tr"], values[":rf"] = N(prev), N(exp or 0)
             if not (closes and status is not None):
                 removes.append("#st")
+        actions.append({"Update": self._meta_update(pk, sets, removes, names, values, condition)})
+        return actions, seq
+
+    def _meta_update(
+        self,
+        pk: str,
+        sets: list[str],
+        removes: list[str],
+        names: dict[str, str],
+        values: dict[str, Any],
+        condition: str,
+    ) -> dict[str, Any]:
+        """The update of a run's meta item: ``SET`` ``sets`` (and ``REMOVE`` ``removes``) where
+        ``condition`` holds, with the names and values they use; the old item returned where
+        it does not."""
         update = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
         names, values = _used(names, values, update, condition)
-        actions.append(
-            {
-                "Update": {
-                    "TableName": self.table,
-                    "Key": key(pk, META_SK),
-                    "UpdateExpression": update,
-                    "ConditionExpression": condition,
-                    "ExpressionAttributeNames": names,
-                    "ExpressionAttributeValues": values,
-                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                }
-            }
-        )
-        return actions, seq
+        return {
+            "TableName": self.table,
+            "Key": key(pk, META_SK),
+            "UpdateExpression": update,
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
 
     @staticmethod
     def _stamp_meta(
@@ -490,24 +500,9 @@ class DynamoDBEventsPort(TablePort):
                 values[":tr"] = N(known.hi)
                 sets.append("#tr = :tr")
                 removes.append("#st")
-            update = "SET " + ", ".join(sets)
-            if removes:
-                update += " REMOVE " + ", ".join(removes)
-            names, values = _used(names, values, update, condition)
+            update = self._meta_update(pk, sets, removes, names, values, condition)
             try:
-                result = yield Call(
-                    "update_item",
-                    {
-                        "TableName": self.table,
-                        "Key": key(pk, META_SK),
-                        "UpdateExpression": update,
-                        "ConditionExpression": condition,
-                        "ExpressionAttributeNames": names,
-                        "ExpressionAttributeValues": values,
-                        "ReturnValues": "ALL_OLD",
-                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                    },
-                )
+                result = yield Call("update_item", {**update, "ReturnValues": "ALL_OLD"})
             except ClientError as exc:
                 if error_code(exc) != "ConditionalCheckFailedException":
                     raise

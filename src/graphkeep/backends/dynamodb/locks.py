@@ -130,72 +130,53 @@ def acquire_lock(t: CheckpointTable, thread_id: str, token: str, ttl_ms: int) ->
 
 def _rearm(t: CheckpointTable, pk: str, token: str, fence: int, until: int) -> Op[bool]:
     """Push out the expiry of our own lease, still holding fencing token ``fence``."""
-    try:
-        yield from _on_lease(
-            {
-                "TableName": t.table,
-                "Key": key(pk, keys.LOCK_SK),
-                "UpdateExpression": "SET #u = :until, #e = :e",
-                "ConditionExpression": "#t = :token AND #f = :f",
-                "ExpressionAttributeNames": {k: _NAMES[k] for k in ("#t", "#u", "#e", "#f")},
-                "ExpressionAttributeValues": {
-                    ":token": S(token),
-                    ":f": N(fence),
-                    ":until": N(until),
-                    ":e": N(until // 1000 + FENCE_KEEP_S),
-                },
-            },
-        )
-    except ClientError as exc:
-        if error_code(exc) == "ConditionalCheckFailedException":
-            return False
-        raise
-    return True
+    names = {k: _NAMES[k] for k in ("#t", "#u", "#e", "#f")}
+    values = {":token": S(token), ":f": N(fence), ":until": N(until)}
+    values[":e"] = N(until // 1000 + FENCE_KEEP_S)
+    update = "SET #u = :until, #e = :e"
+    return (yield from _if_lease(t, pk, update, "#t = :token AND #f = :f", names, values))
 
 
 def release_lock(t: CheckpointTable, thread_id: str, token: str) -> Op[bool]:
     pk, _ = t.thread_key(thread_id)
-    try:
-        yield from _on_lease(
-            {
-                "TableName": t.table,
-                "Key": key(pk, keys.LOCK_SK),
-                # the fencing token (and ``exp``) stay: see the module docstring
-                "UpdateExpression": "REMOVE #t, #u",
-                "ConditionExpression": "#t = :t AND #u >= :now",
-                "ExpressionAttributeNames": {"#t": LOCK_TOKEN, "#u": LOCK_UNTIL},
-                "ExpressionAttributeValues": {
-                    ":t": S(token),
-                    ":now": N(int(t.clock() * 1000)),
-                },
-            },
-        )
-    except ClientError as exc:
-        if error_code(exc) == "ConditionalCheckFailedException":
-            return False
-        raise
-    return True
+    names = {"#t": LOCK_TOKEN, "#u": LOCK_UNTIL}
+    values = {":t": S(token), ":now": N(int(t.clock() * 1000))}
+    # the fencing token (and ``exp``) stay: see the module docstring
+    return (yield from _if_lease(t, pk, "REMOVE #t, #u", "#t = :t AND #u >= :now", names, values))
 
 
 def extend_lock(t: CheckpointTable, thread_id: str, token: str, ttl_ms: int) -> Op[bool]:
     now_ms = int(t.clock() * 1000)
     pk, _ = t.thread_key(thread_id)
     until = now_ms + ttl_ms
+    names = {"#t": LOCK_TOKEN, "#u": LOCK_UNTIL, "#e": EXP}
+    values = {":t": S(token), ":now": N(now_ms), ":until": N(until)}
+    values[":e"] = N(until // 1000 + FENCE_KEEP_S)
+    update = "SET #u = :until, #e = :e"
+    return (yield from _if_lease(t, pk, update, "#t = :t AND #u >= :now", names, values))
+
+
+def _if_lease(
+    t: CheckpointTable,
+    pk: str,
+    update: str,
+    condition: str,
+    names: dict[str, str],
+    values: dict[str, Any],
+) -> Op[bool]:
+    """The lease item of partition ``pk`` updated where ``condition`` holds (by
+    :func:`_on_lease`): True when done, False when the condition failed (the lease is not
+    what the caller holds)."""
     try:
         yield from _on_lease(
             {
                 "TableName": t.table,
                 "Key": key(pk, keys.LOCK_SK),
-                "UpdateExpression": "SET #u = :until, #e = :e",
-                "ConditionExpression": "#t = :t AND #u >= :now",
-                "ExpressionAttributeNames": {"#t": LOCK_TOKEN, "#u": LOCK_UNTIL, "#e": EXP},
-                "ExpressionAttributeValues": {
-                    ":t": S(token),
-                    ":now": N(now_ms),
-                    ":until": N(until),
-                    ":e": N(until // 1000 + FENCE_KEEP_S),
-                },
-            },
+                "UpdateExpression": update,
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
+            }
         )
     except ClientError as exc:
         if error_code(exc) == "ConditionalCheckFailedException":

@@ -77,6 +77,17 @@ def groups(items: Sequence[Any], size: int) -> Iterator[list[Any]]:
         yield list(items[start : start + size])
 
 
+def _stalled(table: str, stalls: int, left: str) -> Op[None]:
+    """The pause before sending again what a batch call left unprocessed (``left``) for the
+    ``stalls``-th time in a row without progress; StorageUnavailable after MAX_STALLS."""
+    if stalls >= MAX_STALLS:
+        raise StorageUnavailable(
+            f"DynamoDB left {left} unprocessed {stalls} times in a row"
+            f" (table {table} throttled?); retry later or raise its capacity"
+        )
+    yield Sleep(backoff(stalls))
+
+
 def batch_write(table: str, requests: Sequence[dict[str, Any]]) -> Op[None]:
     """BatchWriteItem in groups of 25; unprocessed items re-sent until none are left."""
     for group in groups(requests, BATCH_WRITE_MAX):
@@ -89,12 +100,7 @@ def batch_write(table: str, requests: Sequence[dict[str, Any]]) -> Op[None]:
                 break
             if len(left) >= len(pending):
                 stalls += 1
-                if stalls >= MAX_STALLS:
-                    raise StorageUnavailable(
-                        f"DynamoDB left {len(left)} write(s) unprocessed {stalls} times in a row"
-                        f" (table {table} throttled?); retry later or raise its capacity"
-                    )
-                yield Sleep(backoff(stalls))
+                yield from _stalled(table, stalls, f"{len(left)} write(s)")
             else:
                 stalls = 0
             pending = left
@@ -127,12 +133,7 @@ def batch_get(
                 break
             if not got:
                 stalls += 1
-                if stalls >= MAX_STALLS:
-                    raise StorageUnavailable(
-                        f"DynamoDB left {len(left)} key(s) unprocessed {stalls} times in a row"
-                        f" (table {table} throttled?); retry later or raise its capacity"
-                    )
-                yield Sleep(backoff(stalls))
+                yield from _stalled(table, stalls, f"{len(left)} key(s)")
             else:
                 stalls = 0
             pending = left

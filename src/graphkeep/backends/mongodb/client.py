@@ -50,7 +50,7 @@ from graphkeep.errors import (
 from graphkeep.port.pools import Pool, PoolOptions, pool_for, pool_options, register
 from graphkeep.port.retry import AsyncExecutor, Retry, SyncExecutor
 from graphkeep.port.telemetry import Target
-from graphkeep.port.tls import check_tls_options, tls_reason, tls_unavailable
+from graphkeep.port.tls import check_tls_options, server_unavailable, tls_reason
 
 DEFAULT_DB = "graphkeep"
 RETRY_DELAYS = (0.05, 0.2, 0.5)
@@ -158,13 +158,7 @@ def target(db: Any) -> Target:
 
 
 def unavailable(where: str, exc: BaseException) -> StorageUnavailable:
-    reason = tls_reason(exc, CA_OPTION)
-    if reason is not None:
-        return tls_unavailable("MongoDB", where, reason)
-    return StorageUnavailable(
-        f"MongoDB at {where} is unavailable ({type(exc).__name__}: {exc}); is the server"
-        " running and reachable? (locally: ./dev services up)"
-    )
+    return server_unavailable("MongoDB", where, exc, CA_OPTION)
 
 
 class IncompleteBulkReply(OperationFailure):

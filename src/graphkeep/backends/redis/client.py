@@ -75,8 +75,8 @@ from graphkeep.port.tls import (
     TLS_CONNECT_TIMEOUT,
     check_tls_options,
     is_tls_option,
+    server_unavailable,
     tls_reason,
-    tls_unavailable,
 )
 from graphkeep.port.urls import redis_form
 
@@ -348,13 +348,7 @@ def block_limit_ms(client: Any) -> int | None:
 
 
 def unavailable(where: str, exc: BaseException) -> StorageUnavailable:
-    reason = tls_reason(exc, CA_OPTION)
-    if reason is not None:
-        return tls_unavailable("Redis", where, reason)
-    return StorageUnavailable(
-        f"Redis at {where} is unavailable ({type(exc).__name__}: {exc});"
-        " is the server running and reachable? (locally: ./dev services up)"
-    )
+    return server_unavailable("Redis", where, exc, CA_OPTION)
 
 
 def _login_refused(exc: BaseException) -> bool:
@@ -476,6 +470,15 @@ class Refusals:
         return refusal(exc, request, where=self.where, prefix=self.prefix, user=self.user)
 
 
+def _pipeline(client: Any, scripts: dict[str, Any], request: Pipeline) -> Any:
+    """A (sync or asyncio) client's pipeline of ``request``'s script calls, not yet sent."""
+    pipe = client.pipeline(transaction=False)
+    for call in request.scripts:
+        sha = scripts[call.name].sha
+        pipe.evalsha(sha, len(call.keys), *call.keys, *call.args)
+    return pipe
+
+
 class SyncSend:
     """Sends one request once on a sync client; ``scripts`` (name -> Lua source) are what
     ``Script`` requests may name (each product brings its own). An ACL refusal is raised as
@@ -550,19 +553,12 @@ class SyncSend:
                 # redis-py refuses scripts in cluster pipelines: one call per slot
                 return [self(call) for call in request.scripts]
             try:
-                return self._pipeline(request).execute()
+                return _pipeline(self.client, self.scripts, request).execute()
             except NoScriptError:  # a restarted server: load the scripts, send again
                 for script in self.scripts.values():
                     self.client.script_load(script.script)
-                return self._pipeline(request).execute()
+                return _pipeline(self.client, self.scripts, request).execute()
         raise TypeError(f"unknown Redis request {request!r}")
-
-    def _pipeline(self, request: Pipeline) -> Any:
-        pipe = self.client.pipeline(transaction=False)
-        for call in request.scripts:
-            sha = self.scripts[call.name].sha
-            pipe.evalsha(sha, len(call.keys), *call.keys, *call.args)
-        return pipe
 
 
 class AsyncSend:
@@ -649,19 +645,12 @@ class AsyncSend:
                 # redis-py refuses scripts in cluster pipelines: the slots' calls run at once
                 return await self._fan_out(request.scripts)
             try:
-                return await self._pipeline(request).execute()
+                return await _pipeline(self.client, self.scripts, request).execute()
             except NoScriptError:  # a restarted server: load the scripts, send again
                 for script in self.scripts.values():
                     await self.client.script_load(script.script)
-                return await self._pipeline(request).execute()
+                return await _pipeline(self.client, self.scripts, request).execute()
         raise TypeError(f"unknown Redis request {request!r}")
-
-    def _pipeline(self, request: Pipeline) -> Any:
-        pipe = self.client.pipeline(transaction=False)
-        for call in request.scripts:
-            sha = self.scripts[call.name].sha
-            pipe.evalsha(sha, len(call.keys), *call.keys, *call.args)
-        return pipe
 
     async def _fan_out(self, calls: tuple[Script, ...]) -> list[Any]:
         """``calls`` in order, ``width`` at a time: the slot the executor holds plus the
