@@ -483,7 +483,7 @@ def measure_agui(
 
 def forget_agui(saver: Any, log: Any, result: AGUIResult) -> None:
     """Delete what :func:`measure_agui` left: the run, the thread's index of runs, the thread."""
-    from graphkeep.agui.runs import index_id
+    from graphkeep.events.threads import index_id
 
     log.delete([result.run, index_id(result.thread)])
     saver.delete_thread(result.thread)

@@ -24,7 +24,7 @@ from bench.live_workload import Requests, forget_agui, measure_agui, percentile
 from bench.suites import live as live_suite
 from bench.suites import load
 from bench.worker import ROOT
-from graphkeep.agui.runs import index_id
+from graphkeep.events.threads import index_id
 
 from .conftest import REDIS_URL
 

@@ -579,7 +579,7 @@ def test_writes_under_a_missing_checkpoint_are_orphans_and_repair_deletes_them(
     assert inventory(damage.saver, thread_id) == before
     code, out, err = cli("check", graphkeep_url, "--thread", thread_id, "--repair", "--yes")
     assert code == 0, err
-    assert f"repaired {thread_id}: deleted writes of 1 checkpoint(s), 0 value(s)" in out
+    assert f"repaired {thread_id}: deleted writes of 1 checkpoint(s), 0 value(s), 0 chunk(s)" in out
     after = inventory(damage.saver, thread_id)
     assert after.write_keys == before.write_keys - {("", missing)}
     assert after.checkpoints == before.checkpoints and after.blob_keys == before.blob_keys

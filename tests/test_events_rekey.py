@@ -19,11 +19,13 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from langgraph.checkpoint.base import empty_checkpoint
 
 import graphkeep
 from graphkeep.encryption import KeyRing
 from graphkeep.errors import ConfigurationError
 from graphkeep.events.port import MAX_EVENT_BYTES
+from graphkeep.events.threads import index_id
 from tests.cli_runs import gk
 from tests.scenarios.backends import dynamodb_client, mongodb_documents, redis_client
 from tests.test_events_encryption import Log, key_id_of, opened, payloads
@@ -159,8 +161,10 @@ def test_graphkeep_rekey_all_rewrites_the_event_logs(
     assert dry.code == 0, dry.out + dry.err
     assert dry.json()["events"]["rewritten"] == events
     assert key_ids(graphkeep_backend, graphkeep_url) == ["k1"] * events
-    thread = gk("rekey", graphkeep_url, "--thread", "t", "--yes")
-    assert thread.code == 0 and "event logs left alone" in thread.out, thread.out + thread.err
+    thread = gk("rekey", graphkeep_url, "--thread", "t", "--yes")  # its runs: none
+    assert thread.code == 0, thread.out + thread.err
+    assert "0 event(s) in 0 of 0 run(s) of the thread(s); 2 other run(s) left alone" in thread.out
+    assert key_ids(graphkeep_backend, graphkeep_url) == ["k1"] * events
     real = gk("rekey", graphkeep_url, "--all", "--yes")
     assert real.code == 0, real.out + real.err
     assert f"{events} event(s) in 2 of 2 run(s)" in real.out
@@ -189,3 +193,75 @@ def test_a_rewrite_never_undoes_a_change_or_a_delete_made_since_the_read(
         assert log.state(gone) is None  # not brought back
     with graphkeep.connect_events(graphkeep_url, encryption=NEW) as log:
         assert [e for _, e in log.read(run_id, follow=False)] == [{"n": 1}, {"n": 2}]
+
+
+# -- rekey --thread: the runs tied to a thread ------------------------------------------------
+
+
+def thread_logs(mode: str, url: str, thread: str) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """Under k1, beside a checkpoint of ``thread`` whose metadata names run ``<thread>-run``:
+    an AG-UI run of the thread (``RUN_STARTED`` names it) and its index of runs, a run
+    named by the checkpoint's run id (``stream_run``'s default), an AG-UI run of another
+    thread and a run that names no thread. The runs' events, by run."""
+    with graphkeep.connect(url, encryption=OLD) as saver:
+        cp = empty_checkpoint()
+        meta: Any = {"source": "loop", "step": 1, "run_id": f"{thread}-run"}
+        saver.put({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}, cp, meta, {})
+    runs = {
+        f"{thread}-agui": [{"type": "RUN_STARTED", "threadId": thread, "runId": f"{thread}-agui"}],
+        index_id(thread): [{"runId": f"{thread}-agui"}],
+        f"{thread}-run": [{"mode": "updates", "data": {"n": 1}}],
+        f"{thread}-elsewhere": [{"type": "RUN_STARTED", "threadId": f"{thread}-other"}],
+        f"{thread}-loose": [{"n": 1}, {"n": 2}],
+    }
+    with opened(mode, url, OLD) as log:
+        for run, events in runs.items():
+            log.call("append_many", run, events)
+        return {run: log.read(run) for run in runs}
+
+
+def test_rekey_of_a_threads_runs_rewrites_only_the_runs_tied_to_it(
+    graphkeep_backend: str, graphkeep_url: str, mode: str, thread_id: str
+) -> None:
+    """``log.rekey(threads={T: run ids its checkpoints name})`` rewrites T's AG-UI run and
+    index and the run its checkpoint names, in place; the other thread's run and the run that
+    names no thread stay under k1; again: nothing to do."""
+    runs = thread_logs(mode, graphkeep_url, thread_id)
+    mine = [f"{thread_id}-agui", index_id(thread_id), f"{thread_id}-run"]
+    with opened(mode, graphkeep_url, ROTATING) as log:
+        dry = log.call("rekey", dry_run=True, threads={thread_id: [f"{thread_id}-run"]})
+        assert sorted(dry.rekeyed) == sorted(mine) and dry.rewritten == 3, dry
+        assert key_ids(graphkeep_backend, graphkeep_url) == ["k1"] * 6
+        done = log.call("rekey", threads={thread_id: [f"{thread_id}-run"]})
+        assert sorted(done.rekeyed) == sorted(mine) and done.rewritten == 3, done
+        assert done.threads is not None and done.threads.others == 2
+        assert done.as_dict()["threads"] == {thread_id: done.threads.by_thread[thread_id]}
+        assert key_ids(graphkeep_backend, graphkeep_url) == ["k1"] * 3 + ["k2"] * 3
+        again = log.call("rekey", threads={thread_id: [f"{thread_id}-run"]})
+        assert again.rewritten == 0 and sorted(again.current) == sorted(mine)
+    with opened(mode, graphkeep_url, NEW) as log:  # k1 gone: the thread's runs read whole
+        for run in mine:
+            assert log.read(run) == runs[run]
+
+
+def test_graphkeep_rekey_thread_rewrites_its_event_logs(
+    graphkeep_backend: str, graphkeep_url: str, thread_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``graphkeep rekey URL --thread T``: T's checkpoint, and the runs of the event log tied
+    to T (its AG-UI run and index, the run its checkpoint names); other runs left alone and
+    counted."""
+    runs = thread_logs("sync", graphkeep_url, thread_id)
+    encoded = {k: base64.b64encode(key).decode() for k, key in (("k2", K2), ("k1", K1))}
+    monkeypatch.setenv("GRAPHKEEP_KEYS", ",".join(f"{k}:{v}" for k, v in encoded.items()))
+    done = gk("rekey", graphkeep_url, "--thread", thread_id, "--yes")
+    assert done.code == 0, done.out + done.err
+    assert "3 event(s) in 3 of 3 run(s) of the thread(s); 2 other run(s) left alone" in done.out
+    assert key_ids(graphkeep_backend, graphkeep_url) == ["k1"] * 3 + ["k2"] * 3
+    report = gk("rekey", graphkeep_url, "--thread", thread_id, "--yes", "--json").json()
+    assert report["events"]["rewritten"] == 0 and report["events"]["other_runs"] == 2
+    assert sorted(report["events"]["threads"][thread_id]) == sorted(
+        [f"{thread_id}-agui", index_id(thread_id), f"{thread_id}-run"]
+    )
+    with opened("sync", graphkeep_url, NEW) as log:
+        for run in (f"{thread_id}-agui", index_id(thread_id), f"{thread_id}-run"):
+            assert log.read(run) == runs[run]

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -37,6 +36,7 @@ from graphkeep.errors import (
 )
 from graphkeep.events.port import MAX_EVENT_BYTES, Encoded, encode
 from graphkeep.events.streaming import EventWriter, call_log
+from graphkeep.events.threads import index_id
 from graphkeep.port.clock import now_ms
 from graphkeep.port.loop import cancel_until_done
 
@@ -132,11 +132,6 @@ def _check_id(value: str, field: str) -> None:
         raise InvalidInput(
             f"{field} must be 1 to {MAX_RUN_ID_BYTES} UTF-8 bytes without NUL, got {value!r:.80}"
         )
-
-
-def index_id(thread_id: str) -> str:
-    """The run id of a thread's index of runs in the event log."""
-    return "agui.thread." + hashlib.sha256(thread_id.encode("utf-8")).hexdigest()
 
 
 def fit(event: dict[str, Any]) -> list[Encoded]:

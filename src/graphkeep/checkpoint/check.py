@@ -23,12 +23,15 @@ thread did not have before. The findings (:data:`KINDS`, docs/check.md):
 - store hygiene: pending writes under a checkpoint that is not stored (``orphan_writes``) and
   channel values no checkpoint names (``orphan_values``), both warnings: nothing ever reads
   them. List element records (:data:`~graphkeep.checkpoint.lists.ELEMENT_CHANNEL`) are named
-  by manifests, which are payloads: this check does not look at them;
+  by manifests, which are payloads: this check does not look at them. Chunks whose stored
+  record names other bytes (``orphan_chunks``, warning: an overwrite before 0.2 left them,
+  unbounded growth; :attr:`~graphkeep.checkpoint.records.Inventory.stray_chunks`);
 - expiry drift (:func:`expiry_drift`, from the expiries the same ``inventory`` reads): a
   stored unit whose expiry departs from its thread's (``expiry_drift``, warning).
 
-:func:`repair_thread` deletes the orphans of one thread (its ``delete_records``), never a
-checkpoint that is stored, and re-arms drifting expiries to the thread's (its ``rearm``).
+:func:`repair_thread` deletes the orphans of one thread (its ``delete_records``; orphan chunks
+by its ``drop_chunks``, which reads their owners again), never a checkpoint that is stored,
+and re-arms drifting expiries to the thread's (its ``rearm``).
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ from graphkeep.checkpoint.records import (
 )
 from graphkeep.checkpoint.rekey import counted_export
 from graphkeep.checkpoint.sealed import SealedPort
-from graphkeep.checkpoint.walk import delta_channels, history_channels
+from graphkeep.checkpoint.walk import delta_channels, history_channels, rearmed_by
 from graphkeep.errors import CorruptData, GraphkeepError
 from graphkeep.port.ops import Op, counted
 
@@ -106,6 +109,7 @@ KINDS: dict[str, tuple[str, str]] = {
     ),
     "orphan_writes": (WARNING, "pending writes under a checkpoint that is not stored"),
     "orphan_values": (WARNING, "channel values no checkpoint names"),
+    "orphan_chunks": (WARNING, "chunks of bytes their stored record no longer names"),
     "expiry_drift": (
         WARNING,
         "stored records whose expiry departs from their thread's: they outlive it, or die"
@@ -123,7 +127,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "orphan_elements": (WARNING, "list element records no stored list names"),
 }
 #: the kinds ``--repair`` removes (and ``prune``'s pre-flight does not weigh)
-ORPHAN_KINDS = ("orphan_writes", "orphan_values", "orphan_elements")
+ORPHAN_KINDS = ("orphan_writes", "orphan_values", "orphan_elements", "orphan_chunks")
 #: threads per ``list_threads`` page of ``--all``
 THREAD_PAGE = 500
 #: orphan value versions a finding's detail names at most
@@ -195,6 +199,8 @@ class ThreadCheck:
     orphan_writes: list[tuple[str, str]] = field(default_factory=list)
     #: (ns, channel, version) of values no checkpoint names
     orphan_values: list[tuple[str, str, str]] = field(default_factory=list)
+    #: the port's refs of chunks their stored record no longer names
+    orphan_chunks: list[str] = field(default_factory=list)
     #: units to re-arm to the thread's expiry
     drift: list[Drift] = field(default_factory=list)
     #: requests the check of this thread sent
@@ -470,7 +476,11 @@ def findings_of(thread_id: str, inventory: Inventory, ns: str | None = None) -> 
                 f"{len(versions)} stored value(s) no checkpoint names: version(s) {listed}",
             )  # fmt: skip
         )
-    return ThreadCheck(thread_id, len(checkpoints), found, orphan_writes, orphan_values)
+    chunks = sorted(inventory.stray_chunks) if ns is None else []
+    if chunks:
+        detail = f"{len(chunks)} chunk(s) of bytes their stored record no longer names"
+        found.append(Finding(thread_id, "", None, None, "orphan_chunks", detail))
+    return ThreadCheck(thread_id, len(checkpoints), found, orphan_writes, orphan_values, chunks)
 
 
 # -- expiry drift ----------------------------------------------------------------------
@@ -480,26 +490,6 @@ def _when(at: float | None) -> str:
     if at is None:
         return "never"
     return datetime.fromtimestamp(round(at), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _needed(head: Summary, by_id: dict[str, Summary]) -> tuple[set[str], set[tuple[str, str]]]:
-    """What a put of ``head`` re-arms on every backend: the checkpoint, its values, and for a
-    DeltaChannel rebuilt from history the ancestors back to the stored value and that value
-    (ids whose checkpoint and writes, and (channel, version) of values)."""
-    ids = {head.checkpoint_id}
-    values = {(ch, head.versions[ch]) for ch in head.present if ch in head.versions}
-    for channel in sorted(set(head.needs_history) - set(head.present)):
-        current, seen = head.parent_id, set()
-        while current is not None and current in by_id and current not in seen:
-            seen.add(current)
-            ids.add(current)
-            summary = by_id[current]
-            if channel in summary.present:
-                if channel in summary.versions:
-                    values.add((channel, summary.versions[channel]))
-                break
-            current = summary.parent_id
-    return ids, values
 
 
 def _drifting(
@@ -554,7 +544,8 @@ def expiry_drift(
     must all expire together. Where a write re-arms what its checkpoint needs (MongoDB,
     DynamoDB: one unit per record) older history expires on its own schedule, and an older
     checkpoint a read re-armed may outlive the newest, by design; per namespace, what its
-    newest checkpoint needs (:func:`_needed`) must not expire before the newest checkpoint.
+    newest checkpoint needs (:func:`~graphkeep.checkpoint.walk.rearmed_by`) must not expire
+    before the newest checkpoint.
     Everywhere, a thread that expires holds nothing that never does, and a thread whose newest
     checkpoint never expires holds nothing that does. List elements expire later by design
     (MongoDB) and are named by payloads: only that last rule covers them. One finding per
@@ -582,7 +573,7 @@ def expiry_drift(
         ]
         if not head:
             continue
-        ids, values = _needed(newest, by_id)
+        ids, values = rearmed_by(newest, by_id)
 
         def needed(u: Expiring, ids: set[str] = ids, values: set[Any] = values) -> bool:
             if u.holds in (HOLDS_CHECKPOINT, HOLDS_WRITES):
@@ -720,6 +711,8 @@ class Repair:
     thread_id: str
     writes: list[tuple[str, str]]
     values: list[tuple[str, str, str]]
+    #: the refs of the orphan chunks deleted
+    chunks: list[str] = field(default_factory=list)
     #: what the grace period kept from the repair, if anything
     skipped: str | None = None
     requests: int = 0
@@ -756,6 +749,7 @@ def repair_thread(
 
     writes = sorted(set(planned.orphan_writes) & set(again.orphan_writes))
     values = sorted(set(planned.orphan_values) & set(again.orphan_values))
+    chunks = sorted(set(planned.orphan_chunks) & set(again.orphan_chunks))
     ids = [s.checkpoint_id for s in inventory.checkpoints] + [k[1] for k in inventory.write_keys]
     busy = any(young(cid) for cid in ids)
     before = {ref for d in planned.drift for ref in d.refs}
@@ -767,15 +761,21 @@ def repair_thread(
     ]
     drift = [d for d in drift if d.refs]
     repair = Repair(
-        planned.thread_id, [k for k in writes if not young(k[1])], [] if busy else values
+        planned.thread_id,
+        [k for k in writes if not young(k[1])],
+        [] if busy else values,
+        [] if busy else chunks,
     )
     held = len(writes) - len(repair.writes), len(values) - len(repair.values)
     rearm = [] if busy else drift
     held_units = sum(len(d.refs) for d in drift) - sum(len(d.refs) for d in rearm)
-    if any(held) or held_units:
+    held_chunks = len(chunks) - len(repair.chunks)
+    if any(held) or held_units or held_chunks:
         repair.skipped = (
             f"written within the grace period: kept writes of {held[0]} checkpoint(s),"
-            f" {held[1]} value(s)" + (f", the expiry of {held_units} unit(s)" if held_units else "")
+            f" {held[1]} value(s)"
+            + (f", {held_chunks} chunk(s)" if held_chunks else "")
+            + (f", the expiry of {held_units} unit(s)" if held_units else "")
         )
     if repair.writes or repair.values:
         # ``delete_records`` deletes checkpoints with their writes: only ids that are not
@@ -783,6 +783,8 @@ def repair_thread(
         yield from counted(
             port.delete_records(planned.thread_id, repair.writes, repair.values), tally
         )
+    if repair.chunks:  # deleted only while their owner still names other bytes
+        yield from counted(port.drop_chunks(planned.thread_id, frozenset(repair.chunks)), tally)
     for d in rearm:
         yield from counted(port.rearm(planned.thread_id, list(d.refs), d.at), tally)
         repair.rearmed += len(d.refs)

@@ -40,6 +40,10 @@ class CheckpointPort(Protocol):
 
     - ``compresses`` (default False): the port compresses payloads itself, so the saver
       stores them as they are; otherwise the saver zlib-compresses large payloads;
+      ``compression`` (default None) is then the port's own rule, (zlib level, smallest
+      payload compressed) or None when it is turned off: a sealed payload is ciphertext,
+      which does not compress, so with ``encryption=`` the saver compresses each payload
+      by that rule before it is sealed (:func:`graphkeep.checkpoint.saver.squeezer`);
     - ``feed`` (default False): the port has a native commit feed (:class:`Feed`) that
       ``watch`` blocks on; otherwise ``watch`` polls :meth:`commits`;
     - ``probes`` (default False): the port answers :meth:`checkpoint_keys`, so a Redis hot
@@ -75,6 +79,7 @@ class CheckpointPort(Protocol):
     """
 
     compresses: bool = False
+    compression: tuple[int, int] | None = None
     feed: bool = False
     probes: bool = False
     leases_with_read: bool = False

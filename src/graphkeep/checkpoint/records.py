@@ -214,6 +214,11 @@ class Inventory:
     #: when each unit of the thread's storage expires (read in the same request as the
     #: rest, never a payload); empty from a port that does not report it
     expiries: list[Expiring] = field(default_factory=list)
+    #: the port's refs of chunks (:meth:`~graphkeep.checkpoint.port.CheckpointPort.chunk_refs`)
+    #: whose stored owner names other bytes: left by an overwrite before that deleted them
+    #: (:meth:`~graphkeep.checkpoint.port.CheckpointPort.drop_chunks` deletes them); empty
+    #: from a port without chunks
+    stray_chunks: frozenset[str] = frozenset()
 
 
 #: what an :class:`Expiring` unit holds: a checkpoint (its head, payload or chunks), the

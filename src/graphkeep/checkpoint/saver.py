@@ -46,7 +46,7 @@ from graphkeep.checkpoint.port import CheckpointPort
 from graphkeep.checkpoint.put import put_op, put_writes_op
 from graphkeep.checkpoint.read import delta_history_op, get_tuple_op, list_op, newest_page_op
 from graphkeep.checkpoint.records import Typed
-from graphkeep.checkpoint.sealed import sealed
+from graphkeep.checkpoint.sealed import SealedPort, sealed
 from graphkeep.checkpoint.watch import DEFAULT_MAX_POLL_INTERVAL, DEFAULT_POLL_INTERVAL, watch_op
 from graphkeep.errors import ConfigurationError
 from graphkeep.port import (
@@ -129,7 +129,7 @@ class SaverBase(BaseCheckpointSaver[str]):
         #: store list values as shared element records (see :mod:`.lists`)
         self.share_lists = share_lists
         #: payloads are zlib-compressed here unless the store compresses them itself
-        self.squeeze: Callable[[Typed, int], Typed] = _as_is if port.compresses else codec.squeeze
+        self.squeeze: Callable[[Typed, int], Typed] = squeezer(port)
         self.lists = ListSharer(self.serde, self.squeeze)
         #: records other products keep per thread, deleted with it (the effect ledger's)
         self.thread_scoped: tuple[ThreadScoped, ...] = ()
@@ -413,6 +413,29 @@ class SaverBase(BaseCheckpointSaver[str]):
 
 def _as_is(value: Typed, min_bytes: int) -> Typed:
     return value
+
+
+def squeezer(port: Any) -> Callable[[Typed, int], Typed]:
+    """How a saver compresses each payload before ``port`` (perhaps sealed) stores it.
+
+    A port that does not compress gets payloads zlib-compressed here
+    (:func:`~graphkeep.port.codec.squeeze`); one that does (``compresses``) gets them as
+    they are. Sealed, such a port would be handed ciphertext, which does not compress: the
+    payloads are compressed here by the port's own rule (its ``compression``: level and
+    smallest payload, None when its compression is off) before they are sealed, so
+    encryption keeps what compression saves on every backend."""
+    inner = port.inner if isinstance(port, SealedPort) else port
+    if not inner.compresses:
+        return codec.squeeze
+    rule = inner.compression if inner is not port else None
+    if rule is None:
+        return _as_is
+    level, min_bytes = rule
+
+    def squeeze(value: Typed, _: int) -> Typed:
+        return codec.squeeze(value, min_bytes, level)
+
+    return squeeze
 
 
 def _thread(config: RunnableConfig | Mapping[str, Any] | None) -> Any:

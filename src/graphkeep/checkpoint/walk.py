@@ -93,5 +93,25 @@ def walk_op(
     return visited
 
 
+def rearmed_by(head: Summary, by_id: dict[str, Summary]) -> tuple[set[str], set[tuple[str, str]]]:
+    """What a put of ``head`` re-arms on every backend: the checkpoint, its values, and for a
+    DeltaChannel rebuilt from history the ancestors back to the stored value and that value
+    (ids whose checkpoint and writes, and (channel, version) of values)."""
+    ids = {head.checkpoint_id}
+    values = {(ch, head.versions[ch]) for ch in head.present if ch in head.versions}
+    for channel in sorted(set(head.needs_history) - set(head.present)):
+        current, seen = head.parent_id, set()
+        while current is not None and current in by_id and current not in seen:
+            seen.add(current)
+            ids.add(current)
+            summary = by_id[current]
+            if channel in summary.present:
+                if channel in summary.versions:
+                    values.add((channel, summary.versions[channel]))
+                break
+            current = summary.parent_id
+    return ids, values
+
+
 def _no_requests(request: Any) -> Any:
     raise AssertionError(f"an in-memory walk made a request: {request!r}")

@@ -195,7 +195,7 @@ def _confirm(plan: list[ThreadCheck], args: argparse.Namespace, err: TextIO) -> 
         raise UsageError(
             "--repair without a terminal needs --yes (nothing was deleted; the plan is above)"
         )
-    records = sum(len(t.orphan_writes) + len(t.orphan_values) for t in plan)
+    records = sum(len(t.orphan_writes) + len(t.orphan_values) + len(t.orphan_chunks) for t in plan)
     units = sum(len(d.refs) for t in plan for d in t.drift)
     err.write(
         f"delete {records} orphaned record(s) and re-arm the expiry of {units} unit(s)"
@@ -211,6 +211,7 @@ def _plan_json(plan: list[ThreadCheck]) -> list[dict[str, Any]]:
             "thread_id": t.thread_id,
             "writes": [{"ns": ns, "checkpoint_id": cid} for ns, cid in t.orphan_writes],
             "values": [{"ns": ns, "channel": ch, "version": v} for ns, ch, v in t.orphan_values],
+            "chunks": list(t.orphan_chunks),
             "rearm": [
                 {"ns": d.ns, "units": len(d.refs), "at": d.at, "expires": _expires(d)}
                 for d in t.drift
@@ -333,7 +334,11 @@ def cmd_check(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             ring = opened.saver.encryption if args.deep else None
             if ring is not None:  # every key of the ring counted, 0 too
                 report.key_ids.update({k: 0 for k in ring.key_ids})
-            plan = [t for t in report.flagged if t.orphan_writes or t.orphan_values or t.drift]
+            plan = [
+                t
+                for t in report.flagged
+                if t.orphan_writes or t.orphan_values or t.orphan_chunks or t.drift
+            ]
             repairs: list[Repair] | None = None
             after: CheckReport | None = None
             if args.repair:
@@ -392,6 +397,7 @@ def _report(
                 ],
                 "writes_deleted": sum(len(r.writes) for r in repairs or []),
                 "values_deleted": sum(len(r.values) for r in repairs or []),
+                "chunks_deleted": sum(len(r.chunks) for r in repairs or []),
                 "rearmed": sum(r.rearmed for r in repairs or []),
                 "before": report.totals(),
             }
@@ -403,10 +409,11 @@ def _report(
         for r in repairs:
             if r.skipped:
                 out.write(f"skipped {r.thread_id}: {r.skipped}\n")
-            if r.writes or r.values or r.rearmed:
+            if r.writes or r.values or r.chunks or r.rearmed:
                 out.write(
                     f"repaired {r.thread_id}: deleted writes of {len(r.writes)} checkpoint(s),"
-                    f" {len(r.values)} value(s); re-armed the expiry of {r.rearmed} unit(s)\n"
+                    f" {len(r.values)} value(s), {len(r.chunks)} chunk(s); re-armed the expiry"
+                    f" of {r.rearmed} unit(s)\n"
                 )
         out.write("after the repair:\n")
         _write_findings(final, out)
@@ -425,10 +432,12 @@ def _expires(drift: Drift) -> str:
 def _plan_text(plan: list[ThreadCheck]) -> str:
     writes = sum(len(t.orphan_writes) for t in plan)
     values = sum(len(t.orphan_values) for t in plan)
+    chunks = sum(len(t.orphan_chunks) for t in plan)
     units = sum(len(d.refs) for t in plan for d in t.drift)
     return (
-        f"delete writes of {writes} checkpoint(s) that are not stored and {values} value(s)"
-        f" no checkpoint names, re-arm the expiry of {units} unit(s), in {len(plan)} thread(s)"
+        f"delete writes of {writes} checkpoint(s) that are not stored, {values} value(s)"
+        f" no checkpoint names and {chunks} chunk(s) of bytes no record names, re-arm the"
+        f" expiry of {units} unit(s), in {len(plan)} thread(s)"
     )
 
 
@@ -442,6 +451,8 @@ def _write_plan(plan: list[ThreadCheck], out: TextIO) -> None:
             out.write(f"  - writes of {t.thread_id} ns {ns!r} checkpoint {cid}\n")
         for ns, ch, v in t.orphan_values:
             out.write(f"  - value of {t.thread_id} ns {ns!r} channel {ch} version {v}\n")
+        if t.orphan_chunks:
+            out.write(f"  - {len(t.orphan_chunks)} orphan chunk(s) of {t.thread_id}\n")
         for d in t.drift:
             where = "its keys" if d.ns is None else f"ns {d.ns!r}"
             out.write(

@@ -13,7 +13,9 @@ does not). ``--store``: the long-term store's items at the same URL
 (:func:`graphkeep.store.rekey.rekey_items`). ``--all`` also rewrites the node cache and the
 run event logs at the URL and key prefix (:mod:`graphkeep.events.rekey`: every run, in place;
 a run with an event that does not open is reported failed, nothing of it written, exit 1);
-with ``--thread`` the event logs are left alone (a log does not know a run's thread). See
+with ``--thread`` the runs of the event logs tied to those threads
+(:mod:`graphkeep.events.threads`: their AG-UI runs and index, and the runs their checkpoints
+name by run id), under the same rules; runs tied to no thread named are left alone. See
 docs/cli.md and docs/security.md.
 """
 
@@ -60,8 +62,10 @@ def add_rekey_command(commands: Commands) -> None:
         "the old key id, then drop it from the ring. Killed halfway, run it again: threads\n"
         "already current are skipped. A record that does not open (plaintext, an unknown key,\n"
         "a changed byte) fails its thread closed: nothing of it is written, exit code 1.\n"
-        "--all also rewrites the node cache and every run of the event logs; with --thread\n"
-        "the event logs are left alone (a log does not know a run's thread).\n",
+        "--all also rewrites the node cache and every run of the event logs; --thread the\n"
+        "runs of the event logs tied to its threads: their AG-UI runs (RUN_STARTED names the\n"
+        "thread) and index, and runs named by a run_id of their checkpoints (stream_run's\n"
+        "default). Other runs name no thread: only --all rewrites them.\n",
     )
     add_thread_choice(p, "every thread", repeatable=True)
     p.add_argument(
@@ -98,17 +102,29 @@ def rekey_store_items(
 
 
 def rekey_event_logs(
-    url: str, key_prefix: str | None, dry_run: bool, ring: KeyRing
+    url: str,
+    key_prefix: str | None,
+    dry_run: bool,
+    ring: KeyRing,
+    threads: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     """``--all``: every run of the event log at the same URL (and key prefix) under the
     current key (:meth:`graphkeep.events.log.SyncEventLog.rekey`: in place, same run and
     event ids, read back; events already current skipped; a run that does not open is
-    reported failed, nothing of it written)."""
+    reported failed, nothing of it written); ``--thread``: the runs tied to ``threads``
+    (thread id -> the run ids its checkpoints name; :mod:`graphkeep.events.threads`)."""
     options: dict[str, Any] = {"setup": False, "encryption": ring}
     if key_prefix is not None:
         options["key_prefix"] = key_prefix
     with graphkeep.connect_events(url, **options) as log:
-        return log.rekey(dry_run=dry_run).as_dict()  # type: ignore[no-any-return]
+        return log.rekey(dry_run=dry_run, threads=threads).as_dict()  # type: ignore[no-any-return]
+
+
+def checkpoint_runs(opened: Native, thread_id: str) -> list[str]:
+    """The run ids ``thread_id``'s checkpoints name (their metadata's ``run_id``, readable
+    without a key), read from the saver's inventory."""
+    inventory = opened.call(opened.saver.port.inventory(thread_id))
+    return sorted({s.run_id for s in inventory.checkpoints if s.run_id})
 
 
 # -- LangGraph's EncryptedSerializer ----------------------------------------------------------
@@ -189,6 +205,20 @@ def _by_key(total: dict[str, Counter[str]], ring: KeyRing) -> dict[str, int]:
     return dict(sorted(keys.items()))
 
 
+def _runs_left(events: dict[str, Any]) -> str:
+    """What ``--thread`` left of the event logs: runs tied to no thread named, and runs
+    whose first event does not open (their thread cannot be told)."""
+    if "threads" not in events:
+        return ""
+    said = f" of the thread(s); {events['other_runs']} other run(s) left alone"
+    if events["unreadable"]:
+        said += (
+            f", {len(events['unreadable'])} whose first event does not open (their thread"
+            " cannot be told: graphkeep check --deep, or rekey --all)"
+        )
+    return said
+
+
 def cmd_rekey(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     require_graphkeep(args.url, "rekey")
     ring = key_ring()
@@ -209,12 +239,14 @@ def cmd_rekey(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     rewritten = 0
     store: dict[str, Any] | None = None
     cached: dict[str, int] | None = None
-    events: dict[str, Any] | None = None
+    runs_of: dict[str, list[str]] = {}
     with open_endpoint(args.url, key_prefix=args.key_prefix) as opened:
         if not isinstance(opened, Native):  # pragma: no cover - require_graphkeep refuses them
             raise UsageError("graphkeep rekey rewrites graphkeep stores only")
         sealed_port(opened.saver)
         for thread_id in _threads(opened, args):
+            if not args.all:
+                runs_of[thread_id] = checkpoint_runs(opened, thread_id)
             try:
                 result: Rekeyed = opened.call(
                     rekey_thread(
@@ -262,11 +294,13 @@ def cmd_rekey(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             options["key_prefix"] = args.key_prefix
         with graphkeep.connect_cache(args.url, **options) as cache:
             cached = cache.rekey(dry_run=args.dry_run, legacy=legacy)
-        events = rekey_event_logs(args.url, args.key_prefix, args.dry_run, ring)
-        for run in events["failed"]:
-            failed.append({"run_id": run["run_id"], "kind": run["kind"], "error": run["error"]})
-            if not args.json:
-                out.write(f"failed run {run['run_id']}: {' '.join(run['error'].split())}\n")
+    # every run of the event logs, or (--thread) the runs tied to those threads
+    threads = None if args.all else runs_of
+    events = rekey_event_logs(args.url, args.key_prefix, args.dry_run, ring, threads)
+    for run in events["failed"]:
+        failed.append({"run_id": run["run_id"], "kind": run["kind"], "error": run["error"]})
+        if not args.json:
+            out.write(f"failed run {run['run_id']}: {' '.join(run['error'].split())}\n")
     report = {
         "url": opened.label,
         "current_key": ring.current,
@@ -281,9 +315,7 @@ def cmd_rekey(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         },
         "effects": dict(sorted(effects.items())),
         "cache": cached,
-        "events": events
-        if events is not None
-        else {"skipped": "--thread: a run's thread is not known to the event log"},
+        "events": events,
     }
     if store is not None:
         report["store"] = store
@@ -296,12 +328,9 @@ def cmd_rekey(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f" {len(current)} thread(s) current, {len(failed)} failed;"
             f" {effects.get('rewritten', 0)} effect record(s)"
             + (f", {cached['rewritten']} cache entries" if cached else "")
-            + (
-                f", {events['rewritten']} event(s) in {len(events['rekeyed'])}"
-                f" of {events['runs']} run(s)"
-                if events is not None
-                else "; event logs left alone (--thread: use --all)"
-            )
+            + f", {events['rewritten']} event(s) in {len(events['rekeyed'])}"
+            f" of {events['runs']} run(s)"
+            + _runs_left(events)
             + (
                 f", {store['stale' if args.dry_run else 'rewritten']}"
                 f" of {store['scanned']} store item(s)"

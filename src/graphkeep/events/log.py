@@ -8,7 +8,7 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any
 
 from graphkeep.errors import (
@@ -33,6 +33,7 @@ from graphkeep.events.port import (
 )
 from graphkeep.events.rekey import EventsRekeyed, rekey_runs
 from graphkeep.events.sealing import OVERHEAD, opened, sealed_without_ring, sealer
+from graphkeep.events.threads import thread_runs
 from graphkeep.port import (
     Backoff,
     Emit,
@@ -192,7 +193,7 @@ class EventLogBase:
         if checked:
             yield from self.port.delete(checked)
 
-    def _rekey(self, dry_run: Any, run_ids: Any) -> Op[EventsRekeyed]:
+    def _rekey(self, dry_run: Any, run_ids: Any, threads: Any = None) -> Op[EventsRekeyed]:
         """Key rotation (:mod:`graphkeep.events.rekey`), checked now."""
         if self.encryption is None:
             raise ConfigurationError(
@@ -205,7 +206,28 @@ class EventLogBase:
         if run_ids is not None:
             listed = [run_ids] if isinstance(run_ids, str) else list(run_ids)
             runs = list(dict.fromkeys(check_run_id(r) for r in listed))
-        return rekey_runs(self.port, self.encryption, dry_run=dry_run, run_ids=runs)
+        if threads is None:
+            return rekey_runs(self.port, self.encryption, dry_run=dry_run, run_ids=runs)
+        if runs is not None:
+            raise InvalidInput("rekey takes run_ids or threads, not both")
+        if not isinstance(threads, Mapping) or not all(isinstance(t, str) for t in threads):
+            raise InvalidInput("threads must map thread ids to the run ids their checkpoints name")
+        named = {
+            t: [check_run_id(r) for r in ([rs] if isinstance(rs, str) else rs)]
+            for t, rs in threads.items()
+        }
+        return self._rekey_threads(self.encryption, dry_run, named)
+
+    def _rekey_threads(
+        self, ring: KeyRing, dry_run: bool, threads: dict[str, list[str]]
+    ) -> Op[EventsRekeyed]:
+        """The runs tied to ``threads`` (:mod:`graphkeep.events.threads`) rekeyed."""
+        tied = yield from thread_runs(self.port, ring, threads)
+        result: EventsRekeyed = yield from rekey_runs(
+            self.port, ring, dry_run=dry_run, run_ids=tied.run_ids
+        )
+        result.threads = tied
+        return result
 
     def _check_after(self, after: Any) -> str | None:
         if after is None:
@@ -334,16 +356,29 @@ class SyncEventLog(Blocking, EventLogBase):
         self._call(self.observed("delete", self._delete(run_ids)))
 
     def rekey(
-        self, *, dry_run: bool = False, run_ids: Iterable[str] | None = None
+        self,
+        *,
+        dry_run: bool = False,
+        run_ids: Iterable[str] | None = None,
+        threads: Mapping[str, Iterable[str]] | None = None,
     ) -> EventsRekeyed:
-        """Rewrite every event of the log (or of ``run_ids``) under an older key id under the
-        current key of ``encryption=``, in place (:mod:`graphkeep.events.rekey`)."""
-        return self._call(self.observed("rekey", self._rekey(dry_run, run_ids)))  # type: ignore[no-any-return]
+        """Rewrite every event of the log (or of ``run_ids``; or of the runs tied to
+        ``threads``, thread id -> the run ids its checkpoints name:
+        :mod:`graphkeep.events.threads`) under an older key id under the current key of
+        ``encryption=``, in place (:mod:`graphkeep.events.rekey`)."""
+        op = self._rekey(dry_run, run_ids, threads)
+        return self._call(self.observed("rekey", op))  # type: ignore[no-any-return]
 
     async def arekey(
-        self, *, dry_run: bool = False, run_ids: Iterable[str] | None = None
+        self,
+        *,
+        dry_run: bool = False,
+        run_ids: Iterable[str] | None = None,
+        threads: Mapping[str, Iterable[str]] | None = None,
     ) -> EventsRekeyed:
-        return await asyncio.to_thread(lambda: self.rekey(dry_run=dry_run, run_ids=run_ids))
+        return await asyncio.to_thread(
+            lambda: self.rekey(dry_run=dry_run, run_ids=run_ids, threads=threads)
+        )
 
     def read(
         self, run_id: str, *, after: str | None = None, follow: bool = True
@@ -408,10 +443,15 @@ class AsyncEventLog(Awaited, EventLogBase):
         await self._acall(self.observed("delete", self._delete(run_ids)))
 
     async def rekey(
-        self, *, dry_run: bool = False, run_ids: Iterable[str] | None = None
+        self,
+        *,
+        dry_run: bool = False,
+        run_ids: Iterable[str] | None = None,
+        threads: Mapping[str, Iterable[str]] | None = None,
     ) -> EventsRekeyed:
         """As :meth:`SyncEventLog.rekey`."""
-        return await self._acall(self.observed("rekey", self._rekey(dry_run, run_ids)))  # type: ignore[no-any-return]
+        op = self._rekey(dry_run, run_ids, threads)
+        return await self._acall(self.observed("rekey", op))  # type: ignore[no-any-return]
 
     def read(
         self, run_id: str, *, after: str | None = None, follow: bool = True

@@ -31,6 +31,7 @@ from typing import Any
 from graphkeep.errors import TAMPERED, UNDECODABLE, CorruptData, Place
 from graphkeep.events.port import EventsPort, StoredRecord
 from graphkeep.events.sealing import envelope, opened, sealer
+from graphkeep.events.threads import ThreadRuns
 from graphkeep.port import Op
 from graphkeep.port.encryption import KeyRing, envelope_key_id
 
@@ -52,9 +53,11 @@ class EventsRekeyed:
     rekeyed: list[str] = field(default_factory=list)
     current: list[str] = field(default_factory=list)
     failed: list[dict[str, str]] = field(default_factory=list)
+    #: a rekey of the runs tied to threads: which runs those were, and what was left alone
+    threads: ThreadRuns | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        found = {
             "runs": len(self.rekeyed) + len(self.current) + len(self.failed),
             "rewritten": self.rewritten,
             "by_key_id": dict(sorted(self.by_key_id.items())),
@@ -62,6 +65,11 @@ class EventsRekeyed:
             "current": list(self.current),
             "failed": list(self.failed),
         }
+        if self.threads is not None:
+            found["threads"] = {t: list(r) for t, r in sorted(self.threads.by_thread.items())}
+            found["other_runs"] = self.threads.others
+            found["unreadable"] = list(self.threads.unreadable)
+        return found
 
 
 def key_id(data: bytes) -> str:

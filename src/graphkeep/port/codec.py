@@ -107,8 +107,9 @@ def deflate(data: bytes, level: int = 1) -> bytes:
     return packer.compress(data) + packer.flush()
 
 
-def squeeze(value: Typed, min_bytes: int = COMPRESS_MIN_BYTES) -> Typed:
-    """``value`` zlib-compressed (level 1) when that saves >= 10 %, else unchanged.
+def squeeze(value: Typed, min_bytes: int = COMPRESS_MIN_BYTES, level: int = 1) -> Typed:
+    """``value`` zlib-compressed (``level``, default 1) when that saves >= 10 %, else
+    unchanged.
 
     zlib was chosen by measurement (README, "Storage format"): on chat messages
     serialized one by one, zstd (level 1-3) saved no more and needs a dependency.
@@ -117,7 +118,7 @@ def squeeze(value: Typed, min_bytes: int = COMPRESS_MIN_BYTES) -> Typed:
         return value
     if "+" in value.tag:  # encrypted ("<inner>+<cipher>"): ciphertext does not compress
         return value
-    packed = deflate(value.data, 1)
+    packed = deflate(value.data, level)
     if len(packed) > len(value.data) * (1 - COMPRESS_MIN_SAVING):
         return value
     return Typed(COMPRESSED_PREFIX + value.tag, packed)

@@ -34,8 +34,10 @@ default True).
 Compression default (measured on this machine with LangChain messages of real English text,
 serialized by the default serde): zlib level 1 stores 36% of the bytes at ~90 MB/s, level 6
 stores 31% at ~30 MB/s (~14 ms for 400 KB); base64 images shrink only to 77%, encrypted payloads
-not at all (and are skipped: their tags carry ``+cipher``). DynamoDB bills writes per KB and
-large channel values are rewritten on every step, so level 6 pays for its CPU. Checkpoint items
+not at all (and are skipped: their tags carry ``+cipher``; with ``encryption=`` the saver
+compresses each payload by this same rule before it is sealed, see ``compression``). DynamoDB
+bills writes per KB and large channel values are rewritten on every step, so level 6 pays for
+its CPU. Checkpoint items
 from 128 bytes are compressed too (heads, writes, list elements: on W50 heads shrink from
 about 710 to 330 bytes); an item keeps its compression only when it saves at least 10 %,
 recorded in its ``z`` attribute. Values still larger than the 400 KB item limit after
@@ -65,6 +67,7 @@ from graphkeep.backends.dynamodb import deletes, export, locks, reads, watch
 from graphkeep.backends.dynamodb import writes as writing
 from graphkeep.backends.dynamodb.client import DynamoDBSite, OnDynamoDB
 from graphkeep.backends.dynamodb.effects import DynamoDBEffectsPort
+from graphkeep.backends.dynamodb.items import SMALL_COMPRESS_MIN_BYTES
 from graphkeep.backends.dynamodb.schema import (
     definition_as,
     setup_table,
@@ -132,6 +135,12 @@ class DynamoDBCheckpointPort(ExpiringTable, CheckpointPort):
             clock=clock,
         )
         self.run_index = run_index
+
+    @property
+    def compression(self) -> tuple[int, int] | None:  # type: ignore[override]
+        """Its compression rule (``compress``: level, from 128 bytes), which a sealed saver
+        applies before sealing (its envelopes are not compressed here: ciphertext)."""
+        return None if self.level is None else (self.level, SMALL_COMPRESS_MIN_BYTES)
 
     @classmethod
     def configured(cls, site: DynamoDBSite, options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

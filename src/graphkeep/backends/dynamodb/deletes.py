@@ -81,8 +81,9 @@ def delete_thread(t: ExpiringTable, thread_id: str, fence: int | None = None) ->
 def inventory(t: ExpiringTable, thread_id: str) -> Op[Inventory]:
     pk, _ = t.thread_key(thread_id)
     # ``exp`` and ``vis`` ride along: each item's expiry, for the check; ``so``: the
-    # metadata's source, for the check's fork rule
-    items = yield from query_all(t.query(pk, projection=[HEAD, RAW, EXP, VIS, SOURCE]))
+    # metadata's source, for the check's fork rule; ``dg``: the digest an owner's chunks
+    # carry, for chunks of other bytes (stray, as :func:`drop_chunks` finds them)
+    items = yield from query_all(t.query(pk, projection=[HEAD, RAW, EXP, VIS, SOURCE, DIGEST]))
     checkpoints: list[Summary] = []
     write_keys: set[tuple[str, str]] = set()
     blob_keys: set[tuple[str, str, str]] = set()
@@ -118,7 +119,7 @@ def inventory(t: ExpiringTable, thread_id: str) -> Op[Inventory]:
         owner = owners.get(owner_sk)
         if owner is not None:
             expiries.append(replace(owner, ref=sk, at=chunk_at))
-    return Inventory(checkpoints, write_keys, blob_keys, expiries)
+    return Inventory(checkpoints, write_keys, blob_keys, expiries, stale_chunks(items))
 
 
 def rearm(t: ExpiringTable, thread_id: str, refs: list[Any], at: float | None) -> Op[None]:
@@ -196,17 +197,25 @@ def drop_chunks(
     (``delete_records``' business) are left alone."""
     pk, _ = t.thread_key(thread_id)
     items = yield from query_all(t.query(pk, projection=[DIGEST]))
+    yield from _delete(t, thread_id, pk, sorted(refs & stale_chunks(items)), fence)
+
+
+def stale_chunks(items: list[dict[str, Any]]) -> frozenset[str]:
+    """The chunk items among a partition's ``items`` (read with ``dg``) whose owner item is
+    stored and names another digest: an overwrite left them (content-addressed keys), and
+    no read ever reaches them. Chunks of an owner not stored are not among them (a put in
+    flight writes its chunks first; a deleted owner's are ``delete_records``' business)."""
     named = {
         s(item, SK): (s(item, DIGEST) if DIGEST in item else None)
         for item in items
         if keys.parse_sk(s(item, SK)).kind != "k"
     }
-    stale = []
-    for sk in sorted(refs):
-        parsed = keys.parse_sk(sk)
-        if parsed.owner in named and named[parsed.owner] != parsed.digest:
-            stale.append(sk)
-    yield from _delete(t, thread_id, pk, stale, fence)
+    stale = set()
+    for item in items:
+        parsed = keys.parse_sk(s(item, SK))
+        if parsed.kind == "k" and parsed.owner in named and named[parsed.owner] != parsed.digest:
+            stale.add(s(item, SK))
+    return frozenset(stale)
 
 
 def _delete(

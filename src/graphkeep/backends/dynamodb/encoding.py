@@ -164,8 +164,11 @@ def pack_head(record: CheckpointRecord) -> bytes:
 
 
 def _plain(*tags: str) -> bool:
-    """Worth compressing: encrypted payloads (tag "<inner>+<cipher>") are not."""
-    return not any("+" in tag for tag in tags)
+    """Worth compressing: encrypted payloads are not (LangGraph's ``EncryptedSerializer``,
+    tag "<inner>+<cipher>", and graphkeep.encryption's envelopes, compressed before they
+    were sealed: :func:`graphkeep.checkpoint.saver.squeezer`). Items written before this
+    rule may hold compressed envelopes (``z``): they read as every compressed item does."""
+    return not any("+" in tag or tag.startswith(codec.SEALED_TAG_PREFIX) for tag in tags)
 
 
 class Descending:

@@ -20,6 +20,7 @@ from graphkeep.backends.mongodb.documents import (
     checkpoint_record,
     complete_payloads,
     group_key,
+    heading_of,
     in_batches,
     parse_blob_ref,
     payload_type,
@@ -56,6 +57,36 @@ from graphkeep.port import Op
 IDENTITY = {"_id": 1, "thread_id": 1, "ns": 1, "kind": 1, "ref": 1, "sub": 1}
 #: the kinds whose ``ref`` is a checkpoint id besides the checkpoint's own document
 WRITE_KINDS = [KIND_WRITE, KIND_CHECKPOINT]
+#: what :func:`stale_chunks` reads of each document (a checkpoint's heading: ``s``, or
+#: format 1's ``chunked``; never a payload)
+CHUNK_FIELDS = {**IDENTITY, "part": 1, "g": 1, "gen": 1, "s": 1, "chunked": 1}
+
+
+def stale_chunks(found: list[dict[str, Any]]) -> frozenset[str]:
+    """The ``_id`` of the chunk documents among a thread's ``found`` that no stored record
+    reaches: tails of a generation their head no longer names, and the ``kind:
+    "checkpoint"`` payload (head and tails) of a checkpoint now stored inline. An overwrite
+    left them before it deleted them. Tails whose head is gone and the payload of a
+    checkpoint that is gone are not among them (``delete_records``' business: orphan
+    writes)."""
+    generations = {
+        group_key(doc): str(doc.get("g", doc.get("gen"))) for doc in found if not doc.get("part")
+    }
+    inline = {
+        (doc["ns"], doc["ref"])
+        for doc in found
+        if doc["kind"] == KIND_CP and not heading_of(doc).chunked
+    }
+    stale = set()
+    for doc in found:
+        part = doc.get("part")
+        if doc["kind"] == KIND_CHECKPOINT and (doc["ns"], doc["ref"]) in inline:
+            stale.add(str(doc["_id"]))
+        elif part and generations.get(group_key(doc), tail_generation(part)) != tail_generation(
+            part
+        ):
+            stale.add(str(doc["_id"]))
+    return frozenset(stale)
 
 
 def _epoch(value: Any) -> float | None:
@@ -92,10 +123,16 @@ class ThreadOps:
     def inventory(self, thread_id: str) -> Op[Inventory]:
         # ``_id`` and ``expires_at`` ride along: each document's expiry, for the check; the
         # metadata's source: the check's fork rule
+        # ``part``, ``g``/``gen``, ``sub`` and ``chunked`` too: chunks no record reaches
         found = yield find(
             self.payloads,
             thread_data(thread_id),
-            projection={**SUMMARY_FIELDS, SOURCE_FIELD: 1, "_id": 1, "kind": 1, "expires_at": 1},
+            projection={
+                **SUMMARY_FIELDS,
+                **CHUNK_FIELDS,
+                SOURCE_FIELD: 1,
+                "expires_at": 1,
+            },
         )
         summaries: list[Summary] = []
         write_keys: set[tuple[str, str]] = set()
@@ -120,7 +157,7 @@ class ThreadOps:
                 expiries.append(
                     Expiring(doc["_id"], at, HOLDS_VALUE, ns, channel=channel, version=version)
                 )
-        return Inventory(summaries, write_keys, blob_keys, expiries)
+        return Inventory(summaries, write_keys, blob_keys, expiries, stale_chunks(found))
 
     def rearm(self, thread_id: str, refs: list[Any], at: float | None) -> Op[None]:
         update: dict[str, Any] = (
@@ -188,24 +225,8 @@ class ThreadOps:
         lease, behind its fence guard."""
         if not refs:
             return
-        found = yield find(
-            self.payloads,
-            thread_data(thread_id),
-            projection={**IDENTITY, "part": 1, "g": 1, "gen": 1},
-        )
-        generations = {
-            group_key(doc): str(doc.get("g", doc.get("gen")))
-            for doc in found
-            if not doc.get("part")
-        }
-        stale = [
-            doc["_id"]
-            for doc in found
-            if doc.get("part")
-            and str(doc["_id"]) in refs
-            and group_key(doc) in generations
-            and tail_generation(doc["part"]) != generations[group_key(doc)]
-        ]
+        found = yield find(self.payloads, thread_data(thread_id), projection=CHUNK_FIELDS)
+        stale = sorted(refs & stale_chunks(found))
         ops: list[Any] = [
             DeleteMany({"thread_id": thread_id, "_id": {"$in": batch}})
             for batch in in_batches(stale)
