@@ -74,8 +74,19 @@ def manifest_fields(value: Typed) -> list[Any]:
 def signed_manifest(ring: KeyRing, place: tuple[Any, ...], version: Any, runs: Any) -> Typed:
     """A manifest ``(version, runs)`` signed under the ring's current key at ``place`` (its
     value place)."""
+    return _signed_manifest(ring, place, version, runs)[0]
+
+
+def _signed_manifest(
+    ring: KeyRing, place: tuple[Any, ...], version: Any, runs: Any
+) -> tuple[Typed, Typed]:
+    """:func:`signed_manifest`, and the manifest as a read that verified it returns."""
     body = codec.packb([version, runs])
-    return Typed(MANIFEST_TAG, codec.packb([version, runs, ring.sign(body, ("manifest", *place))]))
+    signature = ring.sign(body, ("manifest", *place))
+    return (
+        Typed(MANIFEST_TAG, codec.packb([version, runs, signature])),
+        Typed(MANIFEST_TAG, body),
+    )
 
 
 #: how many opened list elements a sealed port remembers, over all its (thread, namespace)
@@ -223,19 +234,17 @@ class SealedPort:
     # -- sealing ---------------------------------------------------------------------------
 
     def _seal_blob(self, thread_id: str, ns: str, blob: BlobRecord) -> BlobRecord:
+        return self._sealed_blob(thread_id, ns, blob)[0]
+
+    def _sealed_blob(self, thread_id: str, ns: str, blob: BlobRecord) -> tuple[BlobRecord, Typed]:
+        """``blob`` sealed, and what a read of it returns (the value, or a manifest as
+        :meth:`_open_value` returns it once its signature verified)."""
         place = value_place(thread_id, ns, blob.channel, blob.version)
         if blob.value.tag == MANIFEST_TAG:
             version, runs = codec.unpack_fields(blob.value.data, 2)
-            return blob.with_value(signed_manifest(self.ring, place, version, runs))
-        return blob.with_value(self.ring.seal(blob.value, place))
-
-    @staticmethod
-    def _as_read(blob: BlobRecord) -> Typed:
-        """What a stored blob sealed from ``blob`` opens to: the value, or a manifest's
-        ``[version, runs]`` packed again (as :meth:`_open_value` returns it)."""
-        if blob.value.tag == MANIFEST_TAG:
-            return Typed(MANIFEST_TAG, codec.packb(codec.unpack_fields(blob.value.data, 2)))
-        return blob.value
+            stored, read = _signed_manifest(self.ring, place, version, runs)
+            return blob.with_value(stored), read
+        return blob.with_value(self.ring.seal(blob.value, place)), blob.value
 
     def _seal_record(self, record: CheckpointRecord) -> CheckpointRecord:
         return record.with_payloads(
@@ -356,7 +365,8 @@ class SealedPort:
     def put_checkpoint(
         self, record: CheckpointRecord, blobs: list[BlobRecord], fence: int | None = None
     ) -> Op[None]:
-        sealed = [self._seal_blob(record.thread_id, record.ns, b) for b in blobs]
+        pairs = [self._sealed_blob(record.thread_id, record.ns, b) for b in blobs]
+        sealed = [b for b, _ in pairs]
         stored = self._seal_record(record)
         yield from self.inner.put_checkpoint(stored, sealed, fence)
         # stored: a later read of these bytes at these places needs no decryption
@@ -366,11 +376,11 @@ class SealedPort:
             ("checkpoint", cid): (ENVELOPE_TAG, stored.checkpoint.data, record.checkpoint),
             ("metadata", cid): (ENVELOPE_TAG, stored.metadata.data, record.metadata),
         }
-        for b, s in zip(blobs, sealed, strict=True):
+        for b, (s, read) in zip(blobs, pairs, strict=True):
             if b.channel == ELEMENT_CHANNEL:
-                new[b.version] = (s.value.data, b.value)
+                new[b.version] = (s.value.data, read)
             else:
-                last[(b.channel, b.version)] = (s.value.tag, s.value.data, self._as_read(b))
+                last[(b.channel, b.version)] = (s.value.tag, s.value.data, read)
         if new:
             self.elements.remember(record.thread_id, record.ns, new)
         self.last_puts.remember(record.thread_id, record.ns, last)
