@@ -211,13 +211,13 @@ def test_remembering_elements_measures_what_it_adds_not_the_whole_slot(
     (it measured the whole slot at every call: ~0.2 ms of a long W50 turn), and the bytes
     held stay exact when an entry is replaced."""
     measured: list[Any] = []
-    size = sealed_module._size
+    size = sealed_module.entry_bytes
 
     def counting(entry: Any) -> int:
         measured.append(entry)
         return size(entry)
 
-    monkeypatch.setattr(sealed_module, "_size", counting)
+    monkeypatch.setattr(sealed_module, "entry_bytes", counting)
     memory = OpenedElements()
     value = Typed("msgpack", b"v" * 10)
     memory.remember("t", "", {str(i): (b"e" * 20, value) for i in range(1000)})

@@ -97,7 +97,7 @@ OPENED_ELEMENTS = 16384
 OPENED_BYTES = 32 * 1024 * 1024
 
 
-def _size(entry: tuple[bytes, Typed]) -> int:
+def entry_bytes(entry: tuple[bytes, Typed]) -> int:
     """One remembered element's bytes: its envelope and its payload."""
     return len(entry[0]) + len(entry[1].data)
 
@@ -140,7 +140,7 @@ class OpenedElements:
             self._bytes -= size
             for key, entry in opened.items():
                 old = held.get(key)
-                size += _size(entry) - (0 if old is None else _size(old))
+                size += entry_bytes(entry) - (0 if old is None else entry_bytes(old))
             merged = {**held, **opened}
             if len(merged) <= self.limit and size <= self.limit_bytes:
                 self._slots[slot] = merged
