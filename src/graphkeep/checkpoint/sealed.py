@@ -24,6 +24,13 @@ their envelope bytes and what they opened to (:class:`OpenedElements`). An eleme
 with exactly those bytes at that place is not decrypted again (an element's key is written
 once, and the same bytes at the same place open to the same payload); any other bytes are
 opened, so a changed, copied or replaced element fails as before.
+
+The next turn reads back the checkpoint the last put wrote, so the port also remembers, per
+(thread, namespace), the records of its last put (:class:`LastPuts`): the checkpoint, its
+metadata, its manifests and channel values, each by place with its stored tag and bytes. A
+read of that checkpoint takes a record's payload (a manifest's verified body) instead of
+decrypting it (verifying its signature) only when the store returned those very tag and bytes
+at that place; anything else is opened and refused as before.
 """
 
 from __future__ import annotations
