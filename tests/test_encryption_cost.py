@@ -14,6 +14,7 @@ trusts nothing it did not check.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import fields, replace
 from typing import Any
 
@@ -22,12 +23,14 @@ import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from graphkeep.checkpoint import sealed as sealed_module
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL
 from graphkeep.checkpoint.records import BlobRecord, CheckpointRecord, WriteRecord
 from graphkeep.checkpoint.sealed import OpenedElements, SealedPort
 from graphkeep.encryption import ENVELOPE_TAG, KeyRing
 from graphkeep.port import codec
 from graphkeep.port.codec import Typed
+from tests.scenarios.backends import DAMAGE
 from tests.test_encryption import (
     IDS,
     MODES,
@@ -199,3 +202,79 @@ def test_an_element_changed_after_this_saver_read_it_is_tampered(
         assert rewrite(graphkeep_backend, graphkeep_url, "a", length, lambda _: other) == 1
         exc = raises_kind("tampered", lambda: api.get_tuple(stored))
         assert exc.thread_id == thread_id and exc.channel == ELEMENT_CHANNEL
+
+
+def test_remembering_elements_measures_what_it_adds_not_the_whole_slot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The slot's bytes are kept beside it: a call measures the entries it adds or replaces
+    (it measured the whole slot at every call: ~0.2 ms of a long W50 turn), and the bytes
+    held stay exact when an entry is replaced."""
+    measured: list[Any] = []
+    size = sealed_module.entry_bytes
+
+    def counting(entry: Any) -> int:
+        measured.append(entry)
+        return size(entry)
+
+    monkeypatch.setattr(sealed_module, "entry_bytes", counting)
+    memory = OpenedElements()
+    value = Typed("msgpack", b"v" * 10)
+    memory.remember("t", "", {str(i): (b"e" * 20, value) for i in range(1000)})
+    assert memory.remembered_bytes == 1000 * 30
+    measured.clear()
+    memory.remember("t", "", {"new": (b"e" * 5, value), "7": (b"e" * 40, value)})
+    assert len(measured) == 3  # the two new entries and the one "7" replaced, nothing else
+    assert all(isinstance(entry, tuple) for entry in measured)
+    assert memory.remembered == (1, 1001)
+    assert memory.remembered_bytes == 1000 * 30 + 15 + 20
+
+
+#: the records of a put a sealed port remembers (besides list elements), by what they are
+LAST_PUT_PARTS = ("checkpoint", "metadata", "manifest", "value")
+
+
+def swap(old: bytes, new: bytes) -> Callable[[bytes], bytes | None]:
+    return lambda data: data.replace(old, new) if old in data else None
+
+
+@pytest.mark.parametrize("part", LAST_PUT_PARTS)
+def test_a_record_changed_after_this_saver_put_it_is_tampered(
+    graphkeep_backend: str, graphkeep_url: str, mode: str, thread_id: str, part: str
+) -> None:
+    """The records of a sealed port's last put (checkpoint, metadata, a list's manifest, a
+    channel value) are read without decrypting or verifying them again only while the store
+    holds their very bytes: one changed in the store after the put is ``tampered`` on the
+    same saver's next read, and reads again once put back."""
+    messages = [f"message {i} " + "m" * 300 for i in range(5)]  # a shared list: >= 1 KiB
+    value = os.urandom(ELEMENT_BYTES)
+    with opened(mode, graphkeep_url, graphkeep_backend, ring("a", *IDS)) as api:
+        port = api.saver.port
+        assert isinstance(port, SealedPort)
+        versions = {"m": 1, "x": 1}
+        stored = api.put(
+            config(thread_id), checkpoint(1, {"m": messages, "x": value}, versions), versions
+        )
+        cid = stored["configurable"]["checkpoint_id"]
+        last = port.last_puts.known(thread_id, "")
+        channel = {"manifest": "m", "value": "x"}.get(part)
+        (key,) = [k for k in last if k == (part, cid) or (channel and k[0] == channel)]
+        envelope = last[key][1]
+
+        def read() -> Any:
+            found = api.get_tuple(stored)
+            assert found.checkpoint["channel_values"] == {"m": messages, "x": value}
+            assert found.metadata["source"] == "loop"
+            return found
+
+        read()
+        flipped = envelope[:-1] + bytes([envelope[-1] ^ 0x01])
+        assert DAMAGE[graphkeep_backend](graphkeep_url, swap(envelope, flipped)) == 1
+        exc = raises_kind("tampered", lambda: api.get_tuple(stored))
+        assert exc.thread_id == thread_id and exc.checkpoint_id == cid
+        if channel:
+            assert exc.channel == channel
+        else:
+            assert exc.place is not None and exc.place.part == part
+        assert DAMAGE[graphkeep_backend](graphkeep_url, swap(flipped, envelope)) == 1
+        read()

@@ -24,6 +24,13 @@ their envelope bytes and what they opened to (:class:`OpenedElements`). An eleme
 with exactly those bytes at that place is not decrypted again (an element's key is written
 once, and the same bytes at the same place open to the same payload); any other bytes are
 opened, so a changed, copied or replaced element fails as before.
+
+The next turn reads back the checkpoint the last put wrote, so the port also remembers, per
+(thread, namespace), the records of its last put (:class:`LastPuts`): the checkpoint, its
+metadata, its manifests and channel values, each by place with its stored tag and bytes. A
+read of that checkpoint takes a record's payload (a manifest's verified body) instead of
+decrypting it (verifying its signature) only when the store returned those very tag and bytes
+at that place; anything else is opened and refused as before.
 """
 
 from __future__ import annotations
@@ -74,8 +81,19 @@ def manifest_fields(value: Typed) -> list[Any]:
 def signed_manifest(ring: KeyRing, place: tuple[Any, ...], version: Any, runs: Any) -> Typed:
     """A manifest ``(version, runs)`` signed under the ring's current key at ``place`` (its
     value place)."""
+    return _signed_manifest(ring, place, version, runs)[0]
+
+
+def _signed_manifest(
+    ring: KeyRing, place: tuple[Any, ...], version: Any, runs: Any
+) -> tuple[Typed, Typed]:
+    """:func:`signed_manifest`, and the manifest as a read that verified it returns."""
     body = codec.packb([version, runs])
-    return Typed(MANIFEST_TAG, codec.packb([version, runs, ring.sign(body, ("manifest", *place))]))
+    signature = ring.sign(body, ("manifest", *place))
+    return (
+        Typed(MANIFEST_TAG, codec.packb([version, runs, signature])),
+        Typed(MANIFEST_TAG, body),
+    )
 
 
 #: how many opened list elements a sealed port remembers, over all its (thread, namespace)
@@ -86,15 +104,18 @@ OPENED_ELEMENTS = 16384
 OPENED_BYTES = 32 * 1024 * 1024
 
 
-def _size(held: dict[str, tuple[bytes, Typed]]) -> int:
-    return sum(len(envelope) + len(payload.data) for envelope, payload in held.values())
+def entry_bytes(entry: tuple[bytes, Typed]) -> int:
+    """One remembered element's bytes: its envelope and its payload."""
+    return len(entry[0]) + len(entry[1].data)
 
 
 class OpenedElements:
     """The list elements a sealed port sealed or opened, per (thread, namespace): element key
     -> (its envelope bytes, the payload they open to). Bounded in elements and in bytes: the
     least recently used slots go when there are more than ``limit`` elements or
-    ``limit_bytes`` bytes in all, and a slot alone over either is not kept."""
+    ``limit_bytes`` bytes in all, and a slot alone over either is not kept. A slot's bytes
+    are kept beside it and updated by the entries a call adds or replaces, so remembering
+    costs what it adds, not what the slot holds."""
 
     def __init__(self, limit: int = OPENED_ELEMENTS, limit_bytes: int = OPENED_BYTES) -> None:
         self.limit = limit
@@ -121,10 +142,13 @@ class OpenedElements:
         slot = (thread_id, ns)
         with self._lock:
             held = self._slots.pop(slot, None) or {}
+            size = self._sizes.pop(slot, 0)
             self._count -= len(held)
-            self._bytes -= self._sizes.pop(slot, 0)
+            self._bytes -= size
+            for key, entry in opened.items():
+                old = held.get(key)
+                size += entry_bytes(entry) - (0 if old is None else entry_bytes(old))
             merged = {**held, **opened}
-            size = _size(merged)
             if len(merged) <= self.limit and size <= self.limit_bytes:
                 self._slots[slot] = merged
                 self._sizes[slot] = size
@@ -148,6 +172,57 @@ class OpenedElements:
         return self._bytes
 
 
+#: how many (thread, namespace) slots of last puts a sealed port remembers, and how many
+#: bytes of them (envelopes and payloads); a put over a quarter of the bytes is not kept
+LAST_PUTS = 1024
+LAST_PUT_BYTES = 16 * 1024 * 1024
+
+#: a remembered record: its stored tag and bytes, and what they open to
+Held = tuple[str, bytes, Typed]
+
+
+class LastPuts:
+    """The records of the last checkpoint a sealed port put, per (thread, namespace): its
+    checkpoint, metadata, manifests and channel values, each by ``(part or channel, checkpoint
+    id or version)`` -> (stored tag, stored bytes, the payload they open to). A put replaces
+    its slot's records; a read of the same tag and bytes at the same place takes the payload
+    instead of decrypting (or verifying a manifest's signature) again. Bounded: the least
+    recently used slots go past ``limit`` slots or ``limit_bytes`` bytes."""
+
+    def __init__(self, limit: int = LAST_PUTS, limit_bytes: int = LAST_PUT_BYTES) -> None:
+        self.limit = limit
+        self.limit_bytes = limit_bytes
+        self._slots: OrderedDict[tuple[str, str], tuple[dict[Any, Held], int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def known(self, thread_id: str, ns: str) -> dict[Any, Held]:
+        """The slot's records (never changed once handed out)."""
+        with self._lock:
+            found = self._slots.get((thread_id, ns))
+            return {} if found is None else found[0]
+
+    def remember(self, thread_id: str, ns: str, records: dict[Any, Held]) -> None:
+        """``records`` replace the slot's."""
+        slot = (thread_id, ns)
+        size = sum(len(data) + len(plain.data) for _, data, plain in records.values())
+        with self._lock:
+            old = self._slots.pop(slot, None)
+            if old is not None:
+                self._bytes -= old[1]
+            if size <= self.limit_bytes // 4:
+                self._slots[slot] = (records, size)
+                self._bytes += size
+            while self._slots and (len(self._slots) > self.limit or self._bytes > self.limit_bytes):
+                _, (_, gone) = self._slots.popitem(last=False)
+                self._bytes -= gone
+
+    @property
+    def remembered(self) -> tuple[int, int]:
+        """(slots, bytes) held now."""
+        return len(self._slots), self._bytes
+
+
 class SealedPort:
     """``port`` with every payload sealed on the way in and opened on the way out."""
 
@@ -158,6 +233,7 @@ class SealedPort:
         self.inner = port
         self.ring = ring
         self.elements = OpenedElements()
+        self.last_puts = LastPuts()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -165,11 +241,17 @@ class SealedPort:
     # -- sealing ---------------------------------------------------------------------------
 
     def _seal_blob(self, thread_id: str, ns: str, blob: BlobRecord) -> BlobRecord:
+        return self._sealed_blob(thread_id, ns, blob)[0]
+
+    def _sealed_blob(self, thread_id: str, ns: str, blob: BlobRecord) -> tuple[BlobRecord, Typed]:
+        """``blob`` sealed, and what a read of it returns (the value, or a manifest as
+        :meth:`_open_value` returns it once its signature verified)."""
         place = value_place(thread_id, ns, blob.channel, blob.version)
         if blob.value.tag == MANIFEST_TAG:
             version, runs = codec.unpack_fields(blob.value.data, 2)
-            return blob.with_value(signed_manifest(self.ring, place, version, runs))
-        return blob.with_value(self.ring.seal(blob.value, place))
+            stored, read = _signed_manifest(self.ring, place, version, runs)
+            return blob.with_value(stored), read
+        return blob.with_value(self.ring.seal(blob.value, place)), blob.value
 
     def _seal_record(self, record: CheckpointRecord) -> CheckpointRecord:
         return record.with_payloads(
@@ -229,14 +311,26 @@ class SealedPort:
             ) from None
 
     def _open_loaded(self, loaded: Loaded) -> Loaded:
-        rec = self._open_record(loaded.record)
-        t, ns, cid = rec.thread_id, rec.ns, rec.checkpoint_id
+        stored = loaded.record
+        t, ns, cid = stored.thread_id, stored.ns, stored.checkpoint_id
+        # the records of this port's last put there, when these are the same bytes
+        last = self.last_puts.known(t, ns)
+        checkpoint = _same(last.get(("checkpoint", cid)), stored.checkpoint)
+        metadata = _same(last.get(("metadata", cid)), stored.metadata)
+        if checkpoint is None or metadata is None:
+            rec = self._open_record(stored)
+        else:
+            rec = stored.with_payloads(checkpoint, metadata)
+        blobs: dict[str, Typed] = {}
+        for ch, blob in loaded.blobs.items():
+            version = rec.versions.get(ch, "")
+            held = _same(last.get((ch, version)), blob)
+            blobs[ch] = (
+                held if held is not None else self._open_value(t, ns, ch, version, blob, cid)
+            )
         return Loaded(
             record=rec,
-            blobs={
-                ch: self._open_value(t, ns, ch, rec.versions.get(ch, ""), blob, cid)
-                for ch, blob in loaded.blobs.items()
-            },
+            blobs=blobs,
             writes=[self._open_write(t, ns, cid, w) for w in loaded.writes],
             elements=self._open_elements(t, ns, loaded.elements, cid),
         )
@@ -278,15 +372,25 @@ class SealedPort:
     def put_checkpoint(
         self, record: CheckpointRecord, blobs: list[BlobRecord], fence: int | None = None
     ) -> Op[None]:
-        sealed = [self._seal_blob(record.thread_id, record.ns, b) for b in blobs]
-        yield from self.inner.put_checkpoint(self._seal_record(record), sealed, fence)
-        new = {
-            b.version: (s.value.data, b.value)
-            for b, s in zip(blobs, sealed, strict=True)
-            if b.channel == ELEMENT_CHANNEL
+        pairs = [self._sealed_blob(record.thread_id, record.ns, b) for b in blobs]
+        sealed = [b for b, _ in pairs]
+        stored = self._seal_record(record)
+        yield from self.inner.put_checkpoint(stored, sealed, fence)
+        # stored: a later read of these bytes at these places needs no decryption
+        cid = record.checkpoint_id
+        new: dict[str, tuple[bytes, Typed]] = {}
+        last: dict[Any, Held] = {
+            ("checkpoint", cid): (ENVELOPE_TAG, stored.checkpoint.data, record.checkpoint),
+            ("metadata", cid): (ENVELOPE_TAG, stored.metadata.data, record.metadata),
         }
-        if new:  # stored: a later read of these bytes needs no decryption
+        for b, (s, read) in zip(blobs, pairs, strict=True):
+            if b.channel == ELEMENT_CHANNEL:
+                new[b.version] = (s.value.data, read)
+            else:
+                last[(b.channel, b.version)] = (s.value.tag, s.value.data, read)
+        if new:
             self.elements.remember(record.thread_id, record.ns, new)
+        self.last_puts.remember(record.thread_id, record.ns, last)
 
     def put_writes(
         self,
@@ -384,6 +488,14 @@ class SealedPort:
             blobs=[(ns, self._seal_blob(thread_id, ns, b)) for ns, b in dump.blobs],
         )
         yield from self.inner.import_thread(thread_id, sealed, fence)
+
+
+def _same(held: Held | None, value: Typed) -> Typed | None:
+    """The payload ``held`` remembers when ``value`` is its stored tag and bytes (None: open
+    ``value`` as read)."""
+    if held is None or held[1] != value.data or held[0] != value.tag:
+        return None
+    return held[2]
 
 
 def sealed(port: Any, ring: KeyRing | None) -> Any:
