@@ -35,6 +35,7 @@ Data written before (plain blobs) keeps reading: only blobs tagged
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import threading
@@ -100,18 +101,25 @@ def encode_manifest(elements: Iterable[Known]) -> Typed:
 
 def manifest_keys(manifest: Typed) -> list[str]:
     """Element keys of a manifest, in list order (a key may repeat)."""
+    return list(_manifest_keys(manifest.data))
+
+
+@functools.lru_cache(maxsize=4)
+def _manifest_keys(data: bytes) -> tuple[str, ...]:
+    """:func:`manifest_keys` of a manifest's bytes, the last few remembered: ``get_tuple``
+    expands its manifest twice in a row (the elements to fetch, then the list)."""
     # a third field, when present, is the manifest's signature (encryption=, checkpoint/sealed)
-    version, runs, _ = codec.unpack_fields(manifest.data, 2, optional=1)
+    version, runs, _ = codec.unpack_fields(data, 2, optional=1)
     if version != 1:
         raise CorruptData(
             reason=f"its list manifest has the unknown format {version!r}", kind=CORRUPT_FRAMING
         )
     try:
-        return [
+        return tuple(
             element_key(epoch, seq)
             for epoch, start, count in runs
             for seq in range(start, start + count)
-        ]
+        )
     except (TypeError, ValueError) as exc:
         raise codec.framing_error(exc) from None
 
@@ -353,8 +361,10 @@ class ListSharer:
             for i, (tag, data) in enumerate(plain):
                 if tag == "msgpack" and len(data) <= IDENTITY_BYTES:
                     ident: Identity = data  # identity() inlined: the common case
+                    cost = len(data) + _IDENTITY_OVERHEAD
                 else:
                     ident = identity(tag, data)
+                    cost = identity_bytes(ident)
                 found = known.get(ident)
                 if found is not None:  # a repeat within this list
                     order.append(found)
@@ -376,7 +386,7 @@ class ListSharer:
                         )
                     )
                 known[ident] = found
-                size += identity_bytes(ident)
+                size += cost
                 order.append(found)
         return SharedList(channel, encode_manifest(order), elements, known, size)
 
