@@ -120,3 +120,37 @@ def test_memory_is_bounded_by_slots_and_by_element_hashes() -> None:
     assert sharer.remembered == (5, 100)  # 20 hashes per thread: the 5 most recent fit
     sharer.forget("t19")
     assert sharer.remembered[1] == 80
+
+
+def test_an_element_mutated_in_place_is_a_new_element_and_the_list_reads_as_it_is_now() -> None:
+    sharer = ListSharer(JsonPlusSerializer())
+    value = chat(5)
+    first = sharer.share("t", "", "messages", value, "channel")
+    assert first is not None
+    sharer.committed("t", "", [first])
+    value[3].content += " (edited in place)"  # the same object, other content
+    again = sharer.share("t", "", "messages", value, "channel")
+    assert again is not None and len(again.elements) == 1, "only the edited element is new"
+    stored = {e.version: e.value for e in first.elements + again.elements}
+    assert rebuild(JsonPlusSerializer(), again.manifest, stored, "here")[0] == value
+    assert rebuild(JsonPlusSerializer(), first.manifest, stored, "here")[0] == chat(5)
+
+
+def test_large_elements_are_remembered_by_digest_and_memory_is_bounded_in_bytes() -> None:
+    big = [HumanMessage("x" * 5000 + str(i), id=f"b{i}") for i in range(10)]
+    sharer = ListSharer(JsonPlusSerializer(), budget=12_000)
+    for n in range(3):
+        shared = sharer.share(f"t{n}", "", "messages", chat(10), "channel")
+        assert shared is not None
+        sharer.committed(f"t{n}", "", [shared])
+        assert sharer.remembered_bytes <= 12_000
+    assert sharer.remembered == (1, 20), "20 messages of ~500 bytes: one thread fits the budget"
+    wide = ListSharer(JsonPlusSerializer())
+    shared = wide.share("t", "", "messages", big, "channel")
+    assert shared is not None
+    wide.committed("t", "", [shared])
+    assert wide.remembered == (1, 10)
+    assert wide.remembered_bytes < 10 * 200, "elements over IDENTITY_BYTES are held as digests"
+    big[4].content += "!"  # in place: a new element, found by its digest
+    again = wide.share("t", "", "messages", big, "channel")
+    assert again is not None and len(again.elements) == 1

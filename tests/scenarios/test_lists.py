@@ -159,6 +159,45 @@ def test_share_lists_false_keeps_one_blob_per_version(store: Store, thread_id: s
         assert graph.state(thread_config(thread_id)).values == reference(range(1, 9))[0]
 
 
+def reply_editing_in_place(state: Chat) -> dict[str, Any]:
+    """``reply``, after editing the first message in place (the same object, other content):
+    the saver must store it as it is now, not as a put before stored it."""
+    state["messages"][0].content += f" (edited in place at turn {state.get('turns', 0) + 1})"
+    return reply(state)
+
+
+def editing_graph() -> StateGraph[Any]:
+    builder = StateGraph(Chat)
+    builder.add_node("reply", reply_editing_in_place)
+    builder.add_edge(START, "reply")
+    return builder
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_element_mutated_in_place_is_stored_as_it_is_now(
+    store: Store, mode: Mode, thread_id: str
+) -> None:
+    turns = range(1, 9)
+    reference_graph = editing_graph().compile(checkpointer=InMemorySaver())
+    # durability="sync": each checkpoint stored before the next step runs (by default a put
+    # runs beside the next step, which may edit the message while the put serializes it)
+    for turn in turns:
+        reference_graph.invoke(user(turn), thread_config("ref"), durability="sync")
+    expected = reference_graph.get_state(thread_config("ref")).values
+    history = [s.values for s in reference_graph.get_state_history(thread_config("ref"))]
+    assert expected["messages"][0].content.endswith("(edited in place at turn 8)")
+    with store.open(mode) as api:
+        graph = Graph(api, editing_graph())
+        for turn in turns:
+            graph.invoke(user(turn), thread_config(thread_id), durability="sync")
+        assert graph.state(thread_config(thread_id)).values == expected
+        assert [s.values for s in graph.history(thread_config(thread_id))] == history
+    with store.open(mode) as fresh:  # what the store holds, read by a saver that wrote nothing
+        graph = Graph(fresh, editing_graph())
+        assert graph.state(thread_config(thread_id)).values == expected
+        assert [s.values for s in graph.history(thread_config(thread_id))] == history
+
+
 # -- prune, delete, copy -----------------------------------------------------------------------
 
 
