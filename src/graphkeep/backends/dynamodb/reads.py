@@ -27,6 +27,7 @@ from graphkeep.backends.dynamodb.encoding import (
     Collection,
     Descending,
     blob_sk,
+    blob_sks,
     collections_of,
     head_names,
     inline_values,
@@ -277,7 +278,7 @@ def get_blobs(
     chunks reassembled and payloads decompressed as on every read."""
     now = t.clock()
     pk, _ = t.thread_key(thread_id)
-    wanted = {blob_sk(ns, ch, version)[0]: (ns, ch, version) for ns, ch, version in wanted_keys}
+    wanted = blob_sks(wanted_keys)
     # the elements written or read here before are not read again (:class:`.ElementCache`)
     held = {} if t.ttl else t.element_cache.get_many(pk, wanted)
     fetched = yield from read_items(t, pk, [sk for sk in wanted if sk not in held])
