@@ -1681,7 +1681,14 @@ def test_a_growing_chat_shares_its_messages(counted: tuple[DynamoDBSaver, Calls]
     assert stored < 80 * 300 * 6, stored  # linear (a whole list per version: ~40x more)
     with calls.count() as made:
         latest = saver.get_tuple(config)
-    # the head (with its copy of the list's manifest), then the elements: one Query
+    # the head (with its copy of the list's manifest); the elements are the ones it wrote
+    assert made == ["Query"], made
+    assert latest is not None and latest.checkpoint["channel_values"]["messages"] == expected
+    prefix = saver.port.key_prefix  # type: ignore[attr-defined]
+    other = DynamoDBSaver(saver.client, saver.table_name, key_prefix=prefix)
+    with calls.count() as made:
+        latest = other.get_tuple(config)
+    # another saver: the head, then the 80 elements (one run of keys): one Query
     assert made == ["Query", "Query"], made
     assert latest is not None and latest.checkpoint["channel_values"]["messages"] == expected
     history = list(graph.get_state_history(config))
@@ -1695,20 +1702,26 @@ def test_a_growing_chat_shares_its_messages(counted: tuple[DynamoDBSaver, Calls]
 def test_shared_get_tuple_costs_what_unshared_costs(
     table: str, client: Any, counted: tuple[DynamoDBSaver, Calls]
 ) -> None:
-    """Unshared: the head, then the list's value (BatchGetItem). Shared: the head, with a copy
-    of the list's manifest (``iv``), then the elements (BatchGetItem): no request more."""
+    """Unshared: the head, then the list's value (BatchGetItem). Shared, read by another
+    saver: the head, with a copy of the list's manifest (``iv``), then the elements
+    (BatchGetItem): no request more; by the saver that wrote them: the head alone."""
     saver, calls = counted
     prefix = saver.port.key_prefix  # type: ignore[attr-defined]
     plain = DynamoDBSaver(saver.client, table, key_prefix=prefix, share_lists=False)
     _grow(plain, "plain", 3)
     _grow(saver, "shared", 3)
+    other = DynamoDBSaver(saver.client, table, key_prefix=prefix)
     with calls.count() as plain_calls:
         a = plain.get_tuple(_config("plain"))
     with calls.count() as shared_calls:
-        b = saver.get_tuple(_config("shared"))
-    assert a is not None and b is not None
+        b = other.get_tuple(_config("shared"))
+    with calls.count() as writer_calls:
+        c = saver.get_tuple(_config("shared"))
+    assert a is not None and b is not None and c is not None
     assert a.checkpoint["channel_values"] == b.checkpoint["channel_values"]
+    assert c.checkpoint["channel_values"] == b.checkpoint["channel_values"]
     assert plain_calls == shared_calls == ["Query", "BatchGetItem"], (plain_calls, shared_calls)
+    assert writer_calls == ["Query"], writer_calls
     assert _elements(_thread_items(plain, client, table, "plain")) == []
 
 
@@ -1835,7 +1848,15 @@ async def test_async_saver_shares_lists(table: str) -> None:
             )
         with calls.count() as made:
             found = await saver.aget_tuple(_config("t"))
-        # versions of the caller's (1, 2 ...): no copy of the manifest in the head
+        # versions of the caller's (1, 2 ...): no copy of the manifest in the head; the
+        # elements are the ones this saver wrote
+        assert made == ["Query", "BatchGetItem"], made
+        assert found is not None and found.checkpoint["channel_values"]["messages"] == messages
+        prefix = saver.port.key_prefix  # type: ignore[attr-defined]
+        other = AsyncDynamoDBSaver(saver.client, table, key_prefix=prefix)
+        with calls.count() as made:
+            found = await other.aget_tuple(_config("t"))
+        # another saver: the elements too, one Query of their run
         assert made == ["Query", "BatchGetItem", "Query"], made
         assert found is not None and found.checkpoint["channel_values"]["messages"] == messages
         listed = [t async for t in saver.alist(_config("t"))]

@@ -227,8 +227,11 @@ class DynamoDBCheckpointPort(ExpiringTable, CheckpointPort):
         that the records it wrote over leave (content-addressed: an import over stored
         records, ``copy_thread`` onto a thread that has them) are deleted, as ``rekey``'s
         are: one Query of the thread's chunk keys first (none on a new thread: no more)."""
+        pk, _ = self.thread_key(thread_id)
+        self.element_cache.forget_thread(pk)  # rewritten (a rekey seals them again)
         refs = yield from deletes.chunk_refs(self, thread_id)
         yield from export.import_thread(self, thread_id, dump, fence)
+        self.element_cache.forget_thread(pk)  # what a read took from it in the meantime
         if refs:
             yield from deletes.drop_chunks(self, thread_id, refs, fence)
 

@@ -76,6 +76,7 @@ def delete_thread(t: ExpiringTable, thread_id: str, fence: int | None = None) ->
     yield from _delete(t, thread_id, pk, sks, fence)
     t.known.forget_thread(pk)
     t.manifests.forget_thread(pk)
+    t.element_cache.forget_thread(pk)
 
 
 def inventory(t: ExpiringTable, thread_id: str) -> Op[Inventory]:
@@ -156,6 +157,7 @@ def delete_records(
     fence: int | None = None,
 ) -> Op[None]:
     pk, _ = t.thread_key(thread_id)
+    t.element_cache.forget_thread(pk)
     doomed = set(checkpoints)
     garbage = set(blobs)
     items = yield from query_all(t.query(pk, projection=[RAW]))

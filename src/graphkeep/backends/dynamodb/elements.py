@@ -3,12 +3,24 @@
 Element sort keys (``lists.element_key``: 16 hex digits of epoch, 8 of sequence number, see
 :mod:`graphkeep.checkpoint.lists`) of one (namespace, epoch) sort by sequence number, so a run
 of them is one Query ``BETWEEN`` its first and last key; :func:`read_items` reads long runs
-that way and everything else with BatchGetItem. See docs/architecture.md.
+that way and everything else with BatchGetItem.
+
+:class:`ElementCache`: the elements a port wrote (once the store acknowledged the put) or read,
+in their stored form, by (partition, sort key). An element key names one content for good (a
+key is never written with other bytes: :mod:`graphkeep.checkpoint.lists`), so a read needs from
+the store only the elements it does not hold: a thread read or written here again reads its
+new elements only, not its whole list (the W50 turn is one Query, not a Query of every element
+at every step; the profile in issue 48's note). The head, which names the elements, is always
+read strongly consistent from the store. Not used with a TTL (elements expire and the reads'
+expiries feed the refresh bookkeeping); dropped per thread when this port deletes, prunes or
+rewrites (``import_thread``: copy, rekey) the thread. See docs/architecture.md.
 """
 
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
@@ -17,6 +29,7 @@ from graphkeep.backends.dynamodb.encoding import CheckpointTable
 from graphkeep.backends.dynamodb.items import PK, SK, chunk_sks, key, s
 from graphkeep.backends.dynamodb.requests import batch_get, get_items, query_all
 from graphkeep.checkpoint.lists import ELEMENT_CHANNEL
+from graphkeep.checkpoint.records import Typed
 from graphkeep.port import Op
 
 #: element keys (``lists.element_key``): 16 hex digits of epoch, 8 of sequence number
@@ -30,6 +43,10 @@ ELEMENT_GAP = 64
 #: pooled with the other keys), not by a Query each: a list written by many processes
 #: (one epoch each) costs ceil(n / 100) requests, not one per process
 ELEMENT_QUERY_MIN = 50
+#: bytes of stored elements an :class:`ElementCache` holds (least recently used go first)
+ELEMENT_CACHE_BYTES = 32 * 1024 * 1024
+#: what an entry costs besides its bytes (keys, the record, the map's slot)
+ELEMENT_ENTRY_BYTES = 200
 
 _ELEMENT_SK = re.compile(
     re.escape(f"{keys.SEP}{keys.escape(ELEMENT_CHANNEL)}{keys.SEP}")
@@ -110,3 +127,44 @@ def read_items(
             got = yield from get_items(t.table, chunks)
             found.update((sk, item) for (_pk, sk), item in got.items())
     return found
+
+
+class ElementCache:
+    """List elements by (partition, sort key), as stored: a bounded, thread-safe LRU (see
+    the module docs for why an element's bytes never go stale)."""
+
+    def __init__(self, budget: int = ELEMENT_CACHE_BYTES) -> None:
+        self.budget = budget
+        self.used = 0
+        self._items: OrderedDict[tuple[str, str], Typed] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get_many(self, pk: str, sks: Iterable[str]) -> dict[str, Typed]:
+        """The elements held among ``sks`` (now the most recently used)."""
+        found: dict[str, Typed] = {}
+        with self._lock:
+            for sk in sks:
+                value = self._items.get((pk, sk))
+                if value is not None:
+                    self._items.move_to_end((pk, sk))
+                    found[sk] = value
+        return found
+
+    def put(self, pk: str, sk: str, value: Typed) -> None:
+        size = len(value.data) + ELEMENT_ENTRY_BYTES
+        if size > self.budget:
+            return
+        with self._lock:
+            old = self._items.pop((pk, sk), None)
+            if old is not None:
+                self.used -= len(old.data) + ELEMENT_ENTRY_BYTES
+            self._items[(pk, sk)] = value
+            self.used += size
+            while self.used > self.budget:
+                _, gone = self._items.popitem(last=False)
+                self.used -= len(gone.data) + ELEMENT_ENTRY_BYTES
+
+    def forget_thread(self, pk: str) -> None:
+        with self._lock:
+            for ident in [k for k in self._items if k[0] == pk]:
+                self.used -= len(self._items.pop(ident).data) + ELEMENT_ENTRY_BYTES

@@ -274,6 +274,22 @@ def blob_sk(ns: str, channel: str, version: str) -> tuple[str, bool]:
     return keys.blob_sk(ns_part, ch_part, ver_part), a or b_ or c
 
 
+def blob_sks(
+    idents: Iterable[tuple[str, str, str]],
+) -> dict[str, tuple[str, str, str]]:
+    """:func:`blob_sk` of many (ns, channel, version), by sort key: each namespace and
+    channel escaped once (a list's elements are many versions of one channel)."""
+    heads: dict[tuple[str, str], str] = {}
+    found: dict[str, tuple[str, str, str]] = {}
+    for ident in idents:
+        ns, channel, version = ident
+        head = heads.get((ns, channel))
+        if head is None:
+            head = heads[(ns, channel)] = keys.blob_sk(keys.part(ns)[0], keys.part(channel)[0], "")
+        found[head + keys.part(version)[0]] = ident
+    return found
+
+
 # --------------------------------------------------------------------------- the table
 
 

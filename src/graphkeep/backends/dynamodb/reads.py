@@ -10,9 +10,10 @@ checkpoint whose values are all such needs no BatchGetItem (without a TTL: with 
 items are read for their expiries). ``list_page`` reads Query pages of the namespace +
 BatchGetItem for the page's values; ``list(None)`` Scans the table and ``list`` of a thread
 without a namespace reads the whole thread partition. ``get_blobs`` reads list elements by
-range (:mod:`.elements`). ``chain`` is the walk of :mod:`.ancestors` + 1 BatchGetItem for the
-seed values. Reads hide heads past ``vis`` and other items past ``exp``. See
-docs/architecture.md.
+range (:mod:`.elements`), only those this port did not write or read before
+(:class:`.elements.ElementCache`; without a TTL: with one, all). ``chain`` is the walk of
+:mod:`.ancestors` + 1 BatchGetItem for the seed values. Reads hide heads past ``vis`` and
+other items past ``exp``. See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from graphkeep.backends.dynamodb.encoding import (
     Collection,
     Descending,
     blob_sk,
+    blob_sks,
     collections_of,
     head_names,
     inline_values,
@@ -34,6 +36,7 @@ from graphkeep.backends.dynamodb.encoding import (
     writes_of,
 )
 from graphkeep.backends.dynamodb.items import (
+    EXP,
     SK,
     chunk_sks,
     has_payload,
@@ -45,6 +48,7 @@ from graphkeep.backends.dynamodb.items import (
 )
 from graphkeep.backends.dynamodb.requests import get_items, query_all, query_page
 from graphkeep.backends.dynamodb.ttl import ExpiringTable
+from graphkeep.checkpoint.lists import ELEMENT_CHANNEL
 from graphkeep.checkpoint.records import Chain, ListQuery, Loaded, Summary, Typed
 from graphkeep.errors import CorruptData, Place
 from graphkeep.port import Op, codec
@@ -274,16 +278,24 @@ def get_blobs(
     chunks reassembled and payloads decompressed as on every read."""
     now = t.clock()
     pk, _ = t.thread_key(thread_id)
-    wanted = {blob_sk(ns, ch, version)[0]: (ns, ch, version) for ns, ch, version in wanted_keys}
-    fetched = yield from read_items(t, pk, wanted)
+    wanted = blob_sks(wanted_keys)
+    # the elements written or read here before are not read again (:class:`.ElementCache`)
+    held = {} if t.ttl else t.element_cache.get_many(pk, wanted)
+    fetched = yield from read_items(t, pk, [sk for sk in wanted if sk not in held])
     found: dict[tuple[str, str, str], Typed] = {}
     for sk, ident in wanted.items():
+        value = held.get(sk)
+        if value is not None:
+            found[ident] = value
+            continue
         item = fetched.get(sk)
         if item is None or hidden(item, now) or not has_payload(item):
             continue
         found[ident] = codec.unpack_typed(read_payload(item, fetched))
         if t.ttl:
             t.remember_blob(pk, sk, item, found[ident])
+        elif ident[1] == ELEMENT_CHANNEL and EXP not in item:
+            t.element_cache.put(pk, sk, found[ident])
     return found
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from graphkeep.backends.dynamodb import keys
 from graphkeep.backends.dynamodb.ancestors import Walk, walk
-from graphkeep.backends.dynamodb.elements import is_element_sk, read_items
+from graphkeep.backends.dynamodb.elements import ElementCache, is_element_sk, read_items
 from graphkeep.backends.dynamodb.encoding import (
     CheckpointTable,
     Collection,
@@ -213,6 +213,8 @@ class ExpiringTable(CheckpointTable):
         self.refresh_on_read = bool(refresh_ttl_on_read) and self.ttl is not None
         self.known = Known()
         self.manifests = Manifests()
+        #: list elements written or read here (:class:`.elements.ElementCache`); no TTL only
+        self.element_cache = ElementCache()
 
     # -- what reads teach -----------------------------------------------------------------
 

@@ -131,6 +131,10 @@ def put_checkpoint(
     )
     if old is not None:  # put again: what the head and the values it rewrote left behind
         yield from _drop_replaced(t, pk, old, head, bodies, guard)
+    if not t.ttl:  # stored: its reads here need not fetch the new list elements
+        for enc, blob in zip(bodies, blobs, strict=True):
+            if blob.channel == ELEMENT_CHANNEL:
+                t.element_cache.put(pk, s(enc.item, SK), blob.value)
     if t.ttl:
         exp = t.exp(now)
         for enc, blob in zip(bodies, blobs, strict=True):
