@@ -116,19 +116,32 @@ BACKPORTS_SOURCES = Path(f"/etc/apt/sources.list.d/graphkeep-{BACKPORTS}.sources
 FERRETDB = BIN / "ferretdb"
 FERRETDB_VERSION = "v1.24.2"
 FERRETDB_MODULE = "github.com/FerretDB/FerretDB"
-#: edits of FerretDB's source before it is built: (file, text, replacement), each text found
-#: exactly once (a new FerretDB version without it stops the build). The SQLite handler looks up
-#: a document by ``_id`` with ``_ferretdb_sjson->'$._id'`` while its unique ``_id`` index is on
-#: ``_ferretdb_sjson->"_id"`` (the same value, another expression), so SQLite never used the
-#: index: every find, update and delete by ``_id`` (each graphkeep upsert) scanned the whole
-#: table and parsed every document's JSON (93 % of FerretDB's CPU in the 500-thread test of
-#: tests/test_concurrency_pools.py). Spelled as the index is, the lookup is an index search;
-#: what it matches is unchanged. tests/test_dev_services.py asks FerretDB's ``explain``.
+#: edits of FerretDB's source before it is built: (file, text, replacement, how many times the
+#: text is there; another count, e.g. a new FerretDB version, stops the build). Its SQLite handler:
+#: 1. looks up a document by ``_id`` with ``_ferretdb_sjson->'$._id'`` while its unique ``_id``
+#:    index is on ``_ferretdb_sjson->"_id"`` (the same value, another expression), so SQLite
+#:    never used the index: every find, update and delete by ``_id`` (each graphkeep upsert)
+#:    scanned the whole table and parsed every document's JSON (93 % of FerretDB's CPU in the
+#:    500-thread test of tests/test_concurrency_pools.py). Spelled as the index is: a search.
+#: 2. narrows a query by ``_id`` in SQL only when ``_id`` is the filter's one field, so a
+#:    conditional update (``_id`` and a lease holder, a fence token...) decoded every document
+#:    of the collection in Go to filter them. The handler filters every document the backend
+#:    returns by the whole filter again (the PostgreSQL backend narrows by part of a filter
+#:    too, and limits are only pushed down without a filter), so narrowing by the ``_id`` of a
+#:    larger filter returns the same documents.
+#: tests/test_dev_services.py asks FerretDB's ``explain`` and checks what the lookups find.
 FERRETDB_PATCHES = (
     (
         "internal/backends/sqlite/metadata/metadata.go",
         "IDColumn = DefaultColumn + \"->'$._id'\"",
         'IDColumn = DefaultColumn + `->"_id"`',
+        1,
+    ),
+    (
+        "internal/backends/sqlite/collection.go",
+        "if params.Filter.Len() == 1 {",
+        "if params.Filter.Len() >= 1 {",
+        2,  # Query and Explain
     ),
 )
 #: beside the binary: the digest of the edits it was built with (another digest: built again)
@@ -376,11 +389,11 @@ def ferretdb_patches() -> str:
 
 def patch_ferretdb(work: Path, log: Path) -> None:
     """FERRETDB_PATCHES applied to the source copy in ``work``."""
-    for name, text, replacement in FERRETDB_PATCHES:
+    for name, text, replacement, count in FERRETDB_PATCHES:
         path = work / name
         source = path.read_text() if path.is_file() else ""
-        if source.count(text) != 1:
-            note(log, f"{name}: {text!r} not found once (another FerretDB version?)\n")
+        if source.count(text) != count:
+            note(log, f"{name}: {text!r} not found {count} time(s) (another FerretDB version?)\n")
             fail("building FerretDB failed: its source is not what FERRETDB_PATCHES edits", log)
         path.write_text(source.replace(text, replacement))
         note(log, f"+ patched {name}: {text} -> {replacement}\n")
