@@ -294,3 +294,50 @@ def test_ferretdb_collects_garbage_near_a_memory_limit_unless_the_environment_sa
     pid = server.pid()
     assert pid is not None
     assert environment_of(pid)["GOMEMLIMIT"] == "1GiB"
+
+
+def test_ferretdb_finds_a_document_by_id_through_its_id_index(
+    tmp_path: Path, started: list[Server]
+) -> None:
+    """FerretDB as ./dev builds it (tools/devenv.py FERRETDB_PATCHES) looks a document up by
+    ``_id`` through the collection's ``_id`` index, not by parsing every document of the table,
+    also when the filter names more fields than ``_id``: its ``explain`` gives SQLite's plan of
+    the lookup (FerretDB 1.24.2 as released: ``SCAN``). What the lookups find is unchanged:
+    string and ObjectId ids, a find, a conditional update, an upsert, a delete."""
+    port = free_ports(1)[0]
+    url, [server] = backend_servers("mongodb", [ferretdb_program()], [port], tmp_path, session=True)
+    started.append(server)
+    assert server.up() is True
+    with pymongo.MongoClient(url, serverSelectionTimeoutMS=10_000) as client:
+        probe = client.gk_index.probe
+        probe.insert_many([{"_id": f"k{i}", "n": i} for i in range(50)])
+        oid = probe.insert_one({"n": "oid"}).inserted_id
+        for query in ({"_id": "k7"}, {"_id": oid}, {"_id": "k7", "n": 7}, {"n": 7, "_id": "k7"}):
+            find = {"find": "probe", "filter": query}
+            explained = client.gk_index.command("explain", find)
+            plan = " | ".join(explained["queryPlanner"]["Plan"])
+            assert "SEARCH" in plan and "USING INDEX" in plan and "__id_" in plan, plan
+            assert "SCAN" not in plan, plan
+        assert probe.find_one({"_id": "k7"}) == {"_id": "k7", "n": 7}
+        assert probe.find_one({"_id": oid}) == {"_id": oid, "n": "oid"}
+        assert probe.find_one({"_id": "k70"}) is None
+        assert probe.find_one({"_id": "k7", "n": 7}) == {"_id": "k7", "n": 7}
+        assert probe.find_one({"_id": "k7", "n": 8}) is None
+        assert probe.find_one({"_id": "k7", "n": {"$gt": 6}, "$or": [{"n": 7}]}) is not None
+        assert probe.find_one({"_id": "k7", "n": {"$gt": 7}}) is None
+        assert probe.update_one({"_id": "k6", "n": 5}, {"$set": {"n": 60}}).matched_count == 0
+        assert probe.update_one({"_id": "k6", "n": 6}, {"$set": {"n": 60}}).matched_count == 1
+        assert probe.delete_one({"_id": "k5", "n": 6}).deleted_count == 0
+        probe.update_one({"_id": "k8"}, {"$set": {"n": 80}})
+        probe.update_one({"_id": "k99"}, {"$set": {"n": 99}}, upsert=True)
+        probe.update_one({"_id": "k98", "n": 98}, {"$set": {"m": 1}}, upsert=True)
+        assert probe.find_one({"_id": "k98"}) == {"_id": "k98", "n": 98, "m": 1}
+        probe.delete_one({"_id": "k9"})
+        assert {
+            d["_id"]: d["n"] for d in probe.find({"_id": {"$in": ["k6", "k8", "k9", "k99"]}})
+        } == {
+            "k6": 60,
+            "k8": 80,
+            "k99": 99,
+        }
+        assert probe.count_documents({}) == 52

@@ -1617,6 +1617,69 @@ def test_the_test_servers_plain_json_answers_round_trip_every_attribute_type(
     assert failed.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
 
 
+def test_the_test_servers_projections_return_exactly_the_projected_attributes(
+    table: str, client: Any
+) -> None:
+    """tools/moto_server.py answers a projection on top-level attribute names by copying those
+    attributes (moto rebuilt the whole item once per name): GetItem, Query, Scan and
+    BatchGetItem must still return exactly the projected attributes, as written, a name the
+    item lacks left out; nested paths and list elements as before; the stored item intact."""
+    item = {
+        "pk": {"S": "proj"},
+        "sk": {"S": "a"},
+        "s": {"S": "text"},
+        "n": {"N": "-12.50"},
+        "b": {"B": bytes(range(64))},
+        "m": {"M": {"inner": {"B": b"\x00\xff"}, "other": {"S": "x"}}},
+        "l": {"L": [{"N": "1"}, {"S": "second"}]},
+        "ss": {"SS": ["x", "y"]},
+    }
+    key = {"pk": item["pk"], "sk": item["sk"]}
+    client.put_item(TableName=table, Item=item)
+    client.put_item(TableName=table, Item={**item, "sk": {"S": "b"}, "s": {"S": "other"}})
+
+    def pick(*names: str, sk: str = "a") -> dict[str, Any]:
+        return {name: ({"S": sk} if name == "sk" else item[name]) for name in names}
+
+    def normal(got: dict[str, Any]) -> dict[str, Any]:
+        return {k: {t: sorted(v) if t == "SS" else v for t, v in a.items()} for k, a in got.items()}
+
+    names = {"#n": "n", "#s": "s"}
+    got = client.get_item(
+        TableName=table,
+        Key=key,
+        ProjectionExpression="#s, #n, b, ss, absent",
+        ExpressionAttributeNames=names,
+        ConsistentRead=True,
+    )["Item"]
+    assert normal(got) == normal(pick("s", "n", "b", "ss"))
+    got = client.get_item(
+        TableName=table, Key=key, ProjectionExpression="m.inner, l[1], sk", ConsistentRead=True
+    )["Item"]
+    assert got == {
+        "m": {"M": {"inner": item["m"]["M"]["inner"]}},
+        "l": {"L": [{"S": "second"}]},
+        **pick("sk"),
+    }
+    page = client.query(
+        TableName=table,
+        KeyConditionExpression="pk = :p",
+        ExpressionAttributeValues={":p": item["pk"]},
+        ProjectionExpression="sk, #s",
+        ExpressionAttributeNames={"#s": "s"},
+        ConsistentRead=True,
+    )["Items"]
+    assert page == [pick("sk", "s"), {"sk": {"S": "b"}, "s": {"S": "other"}}]
+    scanned = client.scan(TableName=table, ProjectionExpression="pk, l", ConsistentRead=True)
+    assert scanned["Items"] == [pick("pk", "l"), pick("pk", "l")]
+    batch = client.batch_get_item(
+        RequestItems={table: {"Keys": [key], "ProjectionExpression": "b, m"}}
+    )["Responses"][table]
+    assert batch == [pick("b", "m")]
+    stored = client.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]
+    assert normal(stored) == normal(item)
+
+
 def test_dynamodb_clients_share_one_loader_of_botocores_models() -> None:
     """Every client graphkeep makes reads botocore's service model and endpoint rules through
     one loader, so a process parses those JSON files once, not once per client."""
