@@ -24,8 +24,9 @@ write refused with :class:`~graphkeep.errors.LeaseLost`, nothing of it stored.
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
-import uuid
 from collections.abc import Mapping
 from contextvars import ContextVar
 from types import MappingProxyType, TracebackType
@@ -50,6 +51,24 @@ MAX_POLL_SECONDS = 0.25
 _FIRST_READ: ContextVar[Mapping[str, ThreadLock]] = ContextVar(
     "graphkeep_leases_with_first_read", default=MappingProxyType({})
 )
+
+
+#: a lease's token: this process's random 128 bits (drawn again in a forked child) and a count,
+#: as unique as a random UUID and cheaper to make for every run of ``saver.exclusive``
+_TOKENS = itertools.count()
+_PROCESS = [os.urandom(16).hex()]
+
+
+def _forked() -> None:
+    _PROCESS[0] = os.urandom(16).hex()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+def new_token() -> str:
+    """A token no other lease of any process holds."""
+    return f"{_PROCESS[0]}{next(_TOKENS):x}"
 
 
 def taken_with_read(saver: SaverBase, thread_id: str) -> ThreadLock | None:
@@ -91,7 +110,7 @@ class ThreadLock:
         self.blocking = blocking
         self.timeout = timeout
         self.poll = poll
-        self.token = uuid.uuid4().hex
+        self.token = new_token()
         self.held = False
         #: the fencing token of the grant (None until taken)
         self.fence: int | None = None
