@@ -308,7 +308,16 @@ class _Hold:
     a plain context manager, where generator-based ones nested per run cost more than the
     lease's own bookkeeping."""
 
-    __slots__ = ("app", "config", "with_first_read", "thread", "turn", "lock", "renewal", "renewing")
+    __slots__ = (
+        "app",
+        "config",
+        "with_first_read",
+        "thread",
+        "turn",
+        "lock",
+        "renewal",
+        "renewing",
+    )
 
     def __init__(self, app: Exclusive, config: Any, with_first_read: bool) -> None:
         self.app = app

@@ -231,9 +231,11 @@ class ThreadLock:
         return self._granted(int(self.saver.drive(self._observed("acquire", self.acquire_op()))))
 
     def release(self) -> bool:
-        """Release if still ours; False when the lease had expired (or was taken over)."""
+        """Release if still ours; False when the lease had expired (or was taken over).
+        One request, sent at once on the happy path (no wait for a slot of the pool, no
+        retry loop): the caller waits on it before it may say the thread is free."""
         try:
-            return bool(self.saver.drive(self._observed("release", self.release_op())))
+            return bool(self.saver.drive_once(self._observed("release", self.release_op())))
         finally:
             self._let_go()
 
@@ -247,7 +249,8 @@ class ThreadLock:
 
     async def arelease(self) -> bool:
         try:
-            return bool(await self.saver.adrive(self._observed("release", self.release_op())))
+            op = self._observed("release", self.release_op())
+            return bool(await self.saver.adrive_once(op))
         finally:
             self._let_go()
 
