@@ -48,8 +48,9 @@ MAX_POLL_SECONDS = 0.25
 
 #: thread id -> the lease a run takes with its first read of the thread (see
 #: :meth:`ThreadLock.with_first_read`)
+_NO_FIRST_READS: Mapping[str, ThreadLock] = MappingProxyType({})
 _FIRST_READ: ContextVar[Mapping[str, ThreadLock]] = ContextVar(
-    "graphkeep_leases_with_first_read", default=MappingProxyType({})
+    "graphkeep_leases_with_first_read", default=_NO_FIRST_READS
 )
 
 
@@ -149,16 +150,20 @@ class ThreadLock:
         (:meth:`~graphkeep.checkpoint.port.CheckpointPort.load_leased`), waiting for a busy
         lease as :meth:`acquire` does, and raising what it raises. :meth:`not_read` ends it."""
         self.awaiting_read = True
-        _FIRST_READ.set(MappingProxyType({**_FIRST_READ.get(), self.thread_id: self}))
+        current = _FIRST_READ.get()
+        mine = {**current, self.thread_id: self} if current else {self.thread_id: self}
+        _FIRST_READ.set(MappingProxyType(mine))
 
     def not_read(self) -> None:
         """No read takes this lease any more (the run ended; taken or not)."""
         self.awaiting_read = False
         current = _FIRST_READ.get()
         if current.get(self.thread_id) is self:
-            _FIRST_READ.set(MappingProxyType(
-                {k: v for k, v in current.items() if k != self.thread_id}
-            ))  # fmt: skip
+            _FIRST_READ.set(
+                MappingProxyType({k: v for k, v in current.items() if k != self.thread_id})
+                if len(current) > 1
+                else _NO_FIRST_READS
+            )
 
     def load_op(self, ns: str, checkpoint_id: str | None) -> Op[Loaded | None]:
         """The op of the read that takes the lease (see :meth:`with_first_read`): the thread's
