@@ -37,7 +37,6 @@ import weakref
 from collections.abc import AsyncIterator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import copy_context
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from graphkeep.errors import ConfigurationError, LockNotAcquired, ThreadBusy
@@ -325,44 +324,53 @@ class _Hold:
         self.with_first_read = with_first_read
         self.lock: ThreadLock | None = None
 
-    def __enter__(self) -> None:
+    def _lease(self, started: float, thread_id: Any) -> ThreadLock:
+        """The run's lease, awaiting its first read (``with_first_read``) or to be taken."""
+        lock = self.app._lock(thread_id, started)
+        if self.with_first_read:
+            lock.with_first_read()
+        return lock
+
+    def _ending(self, exc: BaseException | None) -> tuple[ThreadLock, bool] | None:
+        """The run's lease (None when the run had none) and whether ``exc`` is its refusal
+        (its first read may have found it busy), to raise as :class:`ThreadBusy`."""
+        lock = self.lock
+        if lock is None:
+            return None
+        self.lock = None
+        return lock, _refusal(lock, exc) is not None
+
+    def _start(self) -> tuple[Any, str, float] | None:
+        """The run's thread id as given and as checked, and when its wait began; None when
+        the run names no thread (the graph raises, or runs without a checkpointer)."""
         thread_id = _thread_of(self.config)
-        if thread_id is None:  # no thread: the graph raises (or runs without a checkpointer)
+        if thread_id is None:
+            return None
+        return thread_id, self.app.saver.check_thread_id(thread_id), time.monotonic()
+
+    def __enter__(self) -> None:
+        if (start := self._start()) is None:
             return
-        app = self.app
-        started = time.monotonic()
-        thread = app.saver.check_thread_id(thread_id)
+        (thread_id, thread, started), app = start, self.app
         turn = app._turns.enter(thread, app._local_wait())
         if turn is None:
             raise app._busy(thread_id)
         try:
-            lock = app._lock(thread_id, started)
-            if self.with_first_read:
-                lock.with_first_read()
-            else:
-                try:
+            lock = self._lease(started, thread_id)
+            if not self.with_first_read:
+                with app.refused_as_busy(lock):
                     lock.acquire()
-                except LockNotAcquired as exc:
-                    if _refusal(lock, exc) is None:
-                        raise
-                    raise app._busy(lock.thread_id) from None
         except BaseException:
             app._turns.leave(thread, turn)
             raise
         self.thread, self.turn, self.lock = thread, turn, lock
         self.renewal = _RENEWER.add(lock, app.ttl / 3)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        lock = self.lock
-        if lock is None:
+    def __exit__(self, *exc_info: Any) -> None:
+        ending = self._ending(exc_info[1])
+        if ending is None:
             return
-        self.lock = None
-        refused = _refusal(lock, exc)  # its first read may have found it busy
+        lock, refused = ending
         try:
             _RENEWER.remove(self.renewal)
             lock.not_read()
@@ -370,47 +378,32 @@ class _Hold:
                 lock.release()
         finally:
             self.app._turns.leave(self.thread, self.turn)
-        if refused is not None:
+        if refused:
             raise self.app._busy(lock.thread_id) from None
 
     async def __aenter__(self) -> None:
-        thread_id = _thread_of(self.config)
-        if thread_id is None:
+        if (start := self._start()) is None:
             return
-        app = self.app
-        started = time.monotonic()
-        thread = app.saver.check_thread_id(thread_id)
+        (thread_id, thread, started), app = start, self.app
         turn = await app._turns.aenter(thread, app._local_wait())
         if turn is None:
             raise app._busy(thread_id)
         try:
-            lock = app._lock(thread_id, started)
-            if self.with_first_read:
-                lock.with_first_read()
-            else:
-                try:
+            lock = self._lease(started, thread_id)
+            if not self.with_first_read:
+                with app.refused_as_busy(lock):
                     await lock.aacquire()
-                except LockNotAcquired as exc:
-                    if _refusal(lock, exc) is None:
-                        raise
-                    raise app._busy(lock.thread_id) from None
             self.renewing = _Renewing(lock, app.ttl / 3)
         except BaseException:
             app._turns.aleave(turn)
             raise
         self.turn, self.lock = turn, lock
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        lock = self.lock
-        if lock is None:
+    async def __aexit__(self, *exc_info: Any) -> None:
+        ending = self._ending(exc_info[1])
+        if ending is None:
             return
-        self.lock = None
-        refused = _refusal(lock, exc)
+        lock, refused = ending
         try:
             await self.renewing.stop()
             lock.not_read()
@@ -423,7 +416,7 @@ class _Hold:
                     drop(lock.thread_id)
         finally:
             self.app._turns.aleave(self.turn)
-        if refused is not None:
+        if refused:
             raise self.app._busy(lock.thread_id) from None
 
 
@@ -487,6 +480,16 @@ class Exclusive:
     def _busy(self, thread_id: Any) -> ThreadBusy:
         waited = f"waited {self.timeout}s" if self.on_busy == "wait" else 'on_busy="reject"'
         return ThreadBusy(f"thread {thread_id!r} is busy: another run holds its lease ({waited})")
+
+    @contextlib.contextmanager
+    def refused_as_busy(self, lock: ThreadLock) -> Iterator[None]:
+        """A lease ``lock`` could not take (before the run) raised as :class:`ThreadBusy`."""
+        try:
+            yield
+        except LockNotAcquired as exc:
+            if _refusal(lock, exc) is None:
+                raise
+            raise self._busy(lock.thread_id) from None
 
     def held(self, config: Any, *, with_first_read: bool = False) -> _Hold:
         """The thread's lease held (and renewed) around a run with ``config`` (``with``):
