@@ -9,11 +9,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
+import redis.asyncio as aredis
 
 import graphkeep
+from graphkeep.backends.redis import AsyncRedisSaver, RedisSaver
 from graphkeep.errors import LockNotAcquired
 
-from .conftest import unique_prefix
+from .conftest import REDIS_URL, unique_prefix
 from .scenarios.backends import SETUPS, Store, reachable
 
 # every backend set-up: Redis ones always, MongoDB and DynamoDB once registered in BACKENDS
@@ -116,3 +119,74 @@ async def test_async_lock_serialises_coroutines(lock_store: Store, thread_id: st
         with pytest.raises(LockNotAcquired):
             await saver.lock(thread_id, blocking=False).aacquire()
         assert await held.arelease() is True
+
+
+# -- the release: sent at once, the full way after a failed first attempt (Redis) -----------
+
+#: how long the test keeps the client's only connection: past the release's first attempt
+#: (its pool's 0.1 s wait) and the first full one, within the retry policy's pauses
+HOLD_SECONDS = 0.3
+
+
+def _one_connection_pool(module: Any) -> Any:
+    kwargs = redis.connection.parse_url(REDIS_URL)
+    return module.BlockingConnectionPool(max_connections=1, timeout=0.1, **kwargs)
+
+
+def test_a_release_that_finds_no_connection_free_at_once_is_sent_the_full_way(
+    thread_id: str,
+) -> None:
+    """``lock.release`` sends its request at once (no slot of graphkeep's gate, no retry
+    loop); when that finds the client's only connection taken (here by the test, for
+    ``HOLD_SECONDS``), the release goes the full way — slot, retry policy — and lets the lease
+    go, never failing for it. (Without the fallback the release raised redis-py's "No
+    connection available.")"""
+    prefix = unique_prefix("lock-once")
+    pool = _one_connection_pool(redis)
+    client = redis.Redis(connection_pool=pool)
+    try:
+        saver = RedisSaver(client, key_prefix=prefix)
+        lock = saver.lock(thread_id, ttl=30)
+        lock.acquire()
+        taken = pool.get_connection()
+        outcome: list[Any] = []
+        releasing = threading.Thread(target=lambda: outcome.append(lock.release()))
+        releasing.start()
+        time.sleep(HOLD_SECONDS)
+        pool.release(taken)
+        releasing.join(timeout=10)
+        assert outcome == [True]
+        with saver.lock(thread_id, blocking=False):  # free
+            pass
+    finally:
+        for key in client.scan_iter(match=f"{prefix}*"):
+            client.delete(key)
+        client.close()
+
+
+def test_an_async_release_that_finds_no_connection_free_at_once_is_sent_the_full_way(
+    thread_id: str,
+) -> None:
+    """The async twin of the test above (``arelease``)."""
+    prefix = unique_prefix("lock-once")
+
+    async def scenario() -> None:
+        pool = _one_connection_pool(aredis)
+        client = aredis.Redis(connection_pool=pool)
+        try:
+            saver = AsyncRedisSaver(client, key_prefix=prefix)
+            lock = saver.lock(thread_id, ttl=30)
+            await lock.aacquire()
+            taken = await pool.get_connection()
+            releasing = asyncio.create_task(lock.arelease())
+            await asyncio.sleep(HOLD_SECONDS)
+            await pool.release(taken)
+            assert await asyncio.wait_for(releasing, 10) is True
+            async with saver.lock(thread_id, blocking=False):  # free
+                pass
+        finally:
+            async for key in client.scan_iter(match=f"{prefix}*"):
+                await client.delete(key)
+            await client.aclose()
+
+    asyncio.run(scenario())

@@ -25,9 +25,12 @@ The runs are ``invoke``/``ainvoke``, ``stream``/``astream``/``astream_events``,
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import heapq
 import itertools
+import math
+import os
 import threading
 import time
 import weakref
@@ -51,61 +54,77 @@ DEFAULT_TTL = 30.0
 class _LocalTurns:
     """Runs of one thread in this process take turns here before they ask the store for its
     lease (FIFO for async runs): only the run at the head of the line polls the store, so a
-    hundred queued runs cost one poller, not a hundred, and they are served in order."""
+    hundred queued runs cost one poller, not a hundred, and they are served in order.
+
+    A thread's entry is ``[lock, runs]``: its lock and how many runs of it are here (holding
+    or waiting), so a run that finds itself alone takes the lock without a wait's machinery."""
 
     def __init__(self) -> None:
         self._guard = threading.Lock()
-        self._sync: dict[str, tuple[threading.Lock, int]] = {}
-        self._async: dict[tuple[int, str], tuple[asyncio.Lock, int]] = {}
+        self._sync: dict[str, list[Any]] = {}
+        self._async: dict[tuple[int, str], list[Any]] = {}
 
-    @contextlib.contextmanager
-    def turn(self, thread_id: str, timeout: float | None) -> Iterator[bool]:
-        """Yields whether this run's turn came within ``timeout`` (None: waits)."""
+    def enter(self, thread_id: str, timeout: float | None) -> list[Any] | None:
+        """This run's turn, come within ``timeout`` (None: waits), for :meth:`leave`; None
+        when it did not come."""
         with self._guard:
-            lock, users = self._sync.get(thread_id) or (threading.Lock(), 0)
-            self._sync[thread_id] = (lock, users + 1)
-        try:
-            got = lock.acquire(timeout=-1 if timeout is None else timeout)
-            try:
-                yield got
-            finally:
-                if got:
-                    lock.release()
-        finally:
-            with self._guard:
-                lock, users = self._sync[thread_id]
-                if users == 1:
-                    del self._sync[thread_id]
-                else:
-                    self._sync[thread_id] = (lock, users - 1)
-
-    @contextlib.asynccontextmanager
-    async def aturn(self, thread_id: str, timeout: float | None) -> AsyncIterator[bool]:
-        key = (id(asyncio.get_running_loop()), thread_id)
-        lock, users = self._async.get(key) or (asyncio.Lock(), 0)
-        self._async[key] = (lock, users + 1)
-        try:
-            got = True
-            if timeout == 0:
-                got = not lock.locked()
-                if got:
-                    await lock.acquire()
+            entry = self._sync.get(thread_id)
+            if entry is None:
+                entry = self._sync[thread_id] = [threading.Lock(), 1]
             else:
+                entry[1] += 1
+        try:
+            if entry[0].acquire(timeout=-1 if timeout is None else timeout):
+                return entry
+        except BaseException:
+            self._gone(thread_id, entry)
+            raise
+        self._gone(thread_id, entry)
+        return None
+
+    def leave(self, thread_id: str, entry: list[Any]) -> None:
+        entry[0].release()
+        self._gone(thread_id, entry)
+
+    def _gone(self, thread_id: str, entry: list[Any]) -> None:
+        with self._guard:
+            entry[1] -= 1
+            if not entry[1]:
+                del self._sync[thread_id]
+
+    async def aenter(self, thread_id: str, timeout: float | None) -> list[Any] | None:
+        """:meth:`enter` for the runs of one event loop (FIFO); :meth:`aleave` gives it back."""
+        key = (id(asyncio.get_running_loop()), thread_id)
+        entry = self._async.get(key)
+        if entry is None:
+            entry = self._async[key] = [asyncio.Lock(), 1, key]
+        else:
+            entry[1] += 1
+        lock = entry[0]
+        try:
+            if entry[1] == 1 or (timeout == 0 and not lock.locked()):
+                await lock.acquire()  # free: taken at once
+                return entry
+            if timeout != 0:
                 try:
                     await asyncio.wait_for(lock.acquire(), timeout)
+                    return entry
                 except asyncio.TimeoutError:
-                    got = False
-            try:
-                yield got
-            finally:
-                if got:
-                    lock.release()
-        finally:
-            lock, users = self._async[key]
-            if users == 1:
-                del self._async[key]
-            else:
-                self._async[key] = (lock, users - 1)
+                    pass
+        except BaseException:
+            self._agone(entry)
+            raise
+        self._agone(entry)
+        return None
+
+    def aleave(self, entry: list[Any]) -> None:
+        entry[0].release()
+        self._agone(entry)
+
+    def _agone(self, entry: list[Any]) -> None:
+        entry[1] -= 1
+        if not entry[1]:
+            del self._async[entry[2]]
 
 
 #: each saver's local turns, shared by every ``exclusive`` wrapper of it in this process
@@ -126,63 +145,98 @@ def _thread_of(config: Any) -> Any:
     return configurable.get("thread_id")
 
 
+class Renewal:
+    """One lease renewed every ``period`` seconds by the process's renewer until
+    :meth:`_Renewer.remove` (which only marks it)."""
+
+    __slots__ = ("lock", "period", "due", "live")
+
+    def __init__(self, lock: ThreadLock, period: float) -> None:
+        self.lock = lock
+        self.period = period
+        self.due = time.monotonic() + period
+        self.live = True
+
+
+#: the renewals added since the renewer last looked, at most: then an add wakes it to take
+#: them (dead ones dropped), so a long period never lets them pile up
+_INCOMING_MAX = 1024
+
+
 class _Renewer:
     """One daemon thread that renews every lease the sync runs of this process hold, each
-    every ``period`` seconds while its run lasts: a run costs a heap entry, not a thread of
-    its own (a thread started and joined per run cost more than its lease's requests)."""
+    every ``period`` seconds while its run lasts: a run costs an entry on a queue, not a
+    thread of its own (a thread started and joined per run cost more than its lease's
+    requests), and no lock either: :meth:`add` appends to the queue and wakes the thread only
+    when the renewal is due before the thread's next wake-up (the first run, a shorter
+    period); :meth:`remove` marks the renewal dead, dropped when the thread comes to it."""
 
     def __init__(self) -> None:
-        self._due: list[tuple[float, int, ThreadLock, float]] = []  # a heap, by when due
-        self._live: set[int] = set()
-        self._count = itertools.count()
-        self._changed = threading.Condition()
+        self._incoming: collections.deque[Renewal] = collections.deque()
+        self._changed = threading.Condition(threading.Lock())
+        #: when the thread looks next: +inf while no thread waits (the next add wakes one),
+        #: -inf while it is awake (it looks at the queue before it waits again)
+        self._wake_at = math.inf
         self._thread: threading.Thread | None = None
 
-    def add(self, lock: ThreadLock, period: float) -> int:
+    def add(self, lock: ThreadLock, period: float) -> Renewal:
         """Renew ``lock`` every ``period`` seconds from now until :meth:`remove`."""
-        renewal = next(self._count)
-        with self._changed:
-            heapq.heappush(self._due, (time.monotonic() + period, renewal, lock, period))
-            self._live.add(renewal)
-            if self._thread is None or not self._thread.is_alive():  # first, or forked
-                self._thread = threading.Thread(
-                    target=self._run, name="graphkeep-lease", daemon=True
-                )
-                self._thread.start()
-            elif self._due[0][1] == renewal:
-                self._changed.notify()  # due before the one the thread waits for
+        renewal = Renewal(lock, period)
+        self._incoming.append(renewal)
+        if renewal.due < self._wake_at or len(self._incoming) > _INCOMING_MAX:
+            with self._changed:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._run, name="graphkeep-lease", daemon=True
+                    )
+                    self._thread.start()
+                self._changed.notify()
         return renewal
 
-    def remove(self, renewal: int) -> None:
-        with self._changed:
-            self._live.discard(renewal)
-            # a removed renewal's entry stays until due (then skipped): once most entries are
-            # such, drop them, so finished runs do not wake the thread one by one
-            if len(self._due) > 2 * len(self._live) + 8:
-                self._due = [entry for entry in self._due if entry[1] in self._live]
-                heapq.heapify(self._due)
+    def remove(self, renewal: Renewal) -> None:
+        renewal.live = False
+
+    def forked(self) -> None:
+        """In a forked child: no thread renews here yet, nothing is queued for it."""
+        self.__init__()  # type: ignore[misc]
 
     def _run(self) -> None:
+        due: list[tuple[float, int, Renewal]] = []  # a heap, by when due
+        order = itertools.count()
         while True:
             with self._changed:
-                while not self._due or self._due[0][0] > time.monotonic():
-                    wait = self._due[0][0] - time.monotonic() if self._due else None
-                    self._changed.wait(wait)
-                _, renewal, lock, period = heapq.heappop(self._due)
-                if renewal not in self._live:
-                    continue
+                while True:
+                    self._wake_at = -math.inf  # awake: an add needs no wake-up
+                    while self._incoming:
+                        renewal = self._incoming.popleft()
+                        if renewal.live:
+                            heapq.heappush(due, (renewal.due, next(order), renewal))
+                    while due and not due[0][2].live:
+                        heapq.heappop(due)
+                    if len(due) > 2 * _INCOMING_MAX:  # mostly dead: keep the live ones
+                        due = [entry for entry in due if entry[2].live]
+                        heapq.heapify(due)
+                    now = time.monotonic()
+                    if due and due[0][0] <= now:
+                        break
+                    self._wake_at = due[0][0] if due else math.inf
+                    if self._incoming:  # added meanwhile, not woken: look again
+                        continue
+                    self._changed.wait(None if not due else due[0][0] - now)
+                _, _, renewal = heapq.heappop(due)
+            lock = renewal.lock
             try:
                 kept = lock.extend() if lock.held else True  # not taken yet: its first read
             except Exception:  # noqa: BLE001 - the store is away: retried next period
                 kept = True
-            with self._changed:
-                if not kept:  # lost: the run's next write is refused (LeaseLost)
-                    self._live.discard(renewal)
-                elif renewal in self._live:
-                    heapq.heappush(self._due, (time.monotonic() + period, renewal, lock, period))
+            if kept and renewal.live:  # lost: the run's next write is refused (LeaseLost)
+                renewal.due = time.monotonic() + renewal.period
+                with self._changed:
+                    heapq.heappush(due, (renewal.due, next(order), renewal))
 
 
 _RENEWER = _Renewer()
+os.register_at_fork(after_in_child=_RENEWER.forked)
 
 
 @contextlib.contextmanager
@@ -196,6 +250,183 @@ def renewed(lock: ThreadLock, period: float) -> Iterator[None]:
         yield
     finally:
         _RENEWER.remove(renewal)
+
+
+class _Renewing:
+    """An async run's lease renewed every ``period`` seconds by a timer of its event loop: a
+    task exists only while a renewal is under way, none for a run shorter than the period (a
+    renewer task per run, started and cancelled, cost more than the lease's requests)."""
+
+    __slots__ = ("lock", "period", "loop", "handle", "task", "ended")
+
+    def __init__(self, lock: ThreadLock, period: float) -> None:
+        self.lock = lock
+        self.period = period
+        self.loop = asyncio.get_running_loop()
+        self.task: asyncio.Task[None] | None = None
+        self.ended = False
+        self.handle = self.loop.call_later(period, self._due)
+
+    def _due(self) -> None:
+        if self.ended:
+            return
+        if not self.lock.held:  # not taken yet: its first read takes it
+            self.handle = self.loop.call_later(self.period, self._due)
+            return
+        self.task = self.loop.create_task(self._renew())
+
+    async def _renew(self) -> None:
+        kept = True
+        try:
+            kept = await self.lock.aextend()
+        except Exception:  # noqa: BLE001 - retried next period
+            pass
+        finally:
+            self.task = None
+        if kept and not self.ended:  # lost: the run's next write is refused (LeaseLost)
+            self.handle = self.loop.call_later(self.period, self._due)
+
+    async def stop(self) -> None:
+        """No renewal from now on; one under way is cancelled and awaited. Its end does not
+        hang on the cancel: on Python < 3.12 ``asyncio.wait_for`` drops a cancellation that
+        lands just as the call it awaits completes, and redis-py writes every command through
+        it (its ``socket_timeout``, 5 s by default) — such a renewal completes, and having
+        ended, schedules none after it (a renewer that looped until cancelled renewed on,
+        every period, and the run's end waited for it forever)."""
+        self.ended = True
+        self.handle.cancel()
+        task = self.task
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+class _Hold:
+    """One run's hold on its thread's lease (:meth:`Exclusive.held` / :meth:`Exclusive.aheld`):
+    a plain context manager, where generator-based ones nested per run cost more than the
+    lease's own bookkeeping."""
+
+    __slots__ = (
+        "app",
+        "config",
+        "with_first_read",
+        "thread",
+        "turn",
+        "lock",
+        "renewal",
+        "renewing",
+    )
+
+    def __init__(self, app: Exclusive, config: Any, with_first_read: bool) -> None:
+        self.app = app
+        self.config = config
+        self.with_first_read = with_first_read
+        self.lock: ThreadLock | None = None
+
+    def _lease(self, started: float, thread_id: Any) -> ThreadLock:
+        """The run's lease, awaiting its first read (``with_first_read``) or to be taken."""
+        lock = self.app._lock(thread_id, started)
+        if self.with_first_read:
+            lock.with_first_read()
+        return lock
+
+    def _ending(self, exc: BaseException | None) -> tuple[ThreadLock, bool] | None:
+        """The run's lease (None when the run had none) and whether ``exc`` is its refusal
+        (its first read may have found it busy), to raise as :class:`ThreadBusy`."""
+        lock = self.lock
+        if lock is None:
+            return None
+        self.lock = None
+        return lock, _refusal(lock, exc) is not None
+
+    def _start(self) -> tuple[Any, str, float] | None:
+        """The run's thread id as given and as checked, and when its wait began; None when
+        the run names no thread (the graph raises, or runs without a checkpointer)."""
+        thread_id = _thread_of(self.config)
+        if thread_id is None:
+            return None
+        return thread_id, self.app.saver.check_thread_id(thread_id), time.monotonic()
+
+    def __enter__(self) -> None:
+        if (start := self._start()) is None:
+            return
+        (thread_id, thread, started), app = start, self.app
+        turn = app._turns.enter(thread, app._local_wait())
+        if turn is None:
+            raise app._busy(thread_id)
+        try:
+            lock = self._lease(started, thread_id)
+            if not self.with_first_read:
+                with app.refused_as_busy(lock):
+                    lock.acquire()
+        except BaseException:
+            app._turns.leave(thread, turn)
+            raise
+        self.thread, self.turn, self.lock = thread, turn, lock
+        self.renewal = _RENEWER.add(lock, app.ttl / 3)
+
+    def __exit__(self, *exc_info: Any) -> None:
+        ending = self._ending(exc_info[1])
+        if ending is None:
+            return
+        lock, refused = ending
+        try:
+            _RENEWER.remove(self.renewal)
+            lock.not_read()
+            if lock.held:
+                lock.release()
+        finally:
+            self.app._turns.leave(self.thread, self.turn)
+        if refused:
+            raise self.app._busy(lock.thread_id) from None
+
+    async def __aenter__(self) -> None:
+        if (start := self._start()) is None:
+            return
+        (thread_id, thread, started), app = start, self.app
+        turn = await app._turns.aenter(thread, app._local_wait())
+        if turn is None:
+            raise app._busy(thread_id)
+        try:
+            lock = self._lease(started, thread_id)
+            if not self.with_first_read:
+                with app.refused_as_busy(lock):
+                    await lock.aacquire()
+            self.renewing = _Renewing(lock, app.ttl / 3)
+        except BaseException:
+            app._turns.aleave(turn)
+            raise
+        self.turn, self.lock = turn, lock
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        ending = self._ending(exc_info[1])
+        if ending is None:
+            return
+        lock, refused = ending
+        try:
+            await self.renewing.stop()
+            lock.not_read()
+            if lock.held:
+                try:
+                    await asyncio.shield(lock.arelease())
+                finally:
+                    # the shielded release ran in a copy of this context: stop carrying the
+                    # token here too (an async generator's lease was taken in its caller's)
+                    drop(lock.thread_id)
+        finally:
+            self.app._turns.aleave(self.turn)
+        if refused:
+            raise self.app._busy(lock.thread_id) from None
+
+
+def _refusal(lock: ThreadLock, exc: BaseException | None) -> LockNotAcquired | None:
+    """``exc`` when it is the refusal of a lease ``lock`` never held (taken before the run, or
+    by its first read), which the run raises as :class:`ThreadBusy`; None for anything else
+    (a lease lost once held stays what it is)."""
+    if isinstance(exc, LockNotAcquired) and not lock.held and not isinstance(exc, ThreadBusy):
+        return exc
+    return None
 
 
 class Exclusive:
@@ -246,114 +477,28 @@ class Exclusive:
     def _local_wait(self) -> float:
         return self.timeout if self.on_busy == "wait" else 0.0
 
-    def _busy(self, thread_id: Any, exc: LockNotAcquired | None = None) -> ThreadBusy:
+    def _busy(self, thread_id: Any) -> ThreadBusy:
         waited = f"waited {self.timeout}s" if self.on_busy == "wait" else 'on_busy="reject"'
         return ThreadBusy(f"thread {thread_id!r} is busy: another run holds its lease ({waited})")
 
     @contextlib.contextmanager
-    def _busy_when_refused(self, lock: ThreadLock) -> Iterator[None]:
-        """A lease ``lock`` could not take (taken before the run, or by its first read)
-        raised as :class:`ThreadBusy`; a lease lost once held stays what it is."""
+    def refused_as_busy(self, lock: ThreadLock) -> Iterator[None]:
+        """A lease ``lock`` could not take (before the run) raised as :class:`ThreadBusy`."""
         try:
             yield
         except LockNotAcquired as exc:
-            if lock.held or isinstance(exc, ThreadBusy):
+            if _refusal(lock, exc) is None:
                 raise
-            raise self._busy(lock.thread_id, exc) from None
+            raise self._busy(lock.thread_id) from None
 
-    @contextlib.contextmanager
-    def held(self, config: Any, *, with_first_read: bool = False) -> Iterator[None]:
-        """The thread's lease held (and renewed) around a run with ``config``: taken before
-        this yields, or (``with_first_read``) by the run's first read of the thread."""
-        thread_id = _thread_of(config)
-        if thread_id is None:  # no thread: the graph raises (or runs without a checkpointer)
-            yield
-            return
-        started = time.monotonic()
-        thread = self.saver.check_thread_id(thread_id)
-        with self._turns.turn(thread, self._local_wait()) as ours:
-            if not ours:
-                raise self._busy(thread_id)
-            with self._leased(thread_id, started, with_first_read):
-                yield
+    def held(self, config: Any, *, with_first_read: bool = False) -> _Hold:
+        """The thread's lease held (and renewed) around a run with ``config`` (``with``):
+        taken on entry, or (``with_first_read``) by the run's first read of the thread."""
+        return _Hold(self, config, with_first_read)
 
-    @contextlib.contextmanager
-    def _leased(self, thread_id: Any, started: float, with_first_read: bool) -> Iterator[None]:
-        lock = self._lock(thread_id, started)
-        if with_first_read:
-            lock.with_first_read()
-        else:
-            with self._busy_when_refused(lock):
-                lock.acquire()
-        renewal = _RENEWER.add(lock, self.ttl / 3)
-        try:
-            with self._busy_when_refused(lock):  # its first read may find it busy
-                yield
-        finally:
-            _RENEWER.remove(renewal)
-            lock.not_read()
-            if lock.held:
-                lock.release()
-
-    @contextlib.asynccontextmanager
-    async def aheld(self, config: Any, *, with_first_read: bool = False) -> AsyncIterator[None]:
-        """:meth:`held` for async runs (renewed by a task)."""
-        thread_id = _thread_of(config)
-        if thread_id is None:
-            yield
-            return
-        started = time.monotonic()
-        thread = self.saver.check_thread_id(thread_id)
-        async with self._turns.aturn(thread, self._local_wait()) as ours:
-            if not ours:
-                raise self._busy(thread_id)
-            async with self._aleased(thread_id, started, with_first_read):
-                yield
-
-    @contextlib.asynccontextmanager
-    async def _aleased(
-        self, thread_id: Any, started: float, with_first_read: bool
-    ) -> AsyncIterator[None]:
-        lock = self._lock(thread_id, started)
-        if with_first_read:
-            lock.with_first_read()
-        else:
-            with self._busy_when_refused(lock):
-                await lock.aacquire()
-        ending = asyncio.Event()
-        renewer = asyncio.create_task(self._arenew(lock, ending))
-        try:
-            with self._busy_when_refused(lock):  # its first read may find it busy
-                yield
-        finally:
-            ending.set()  # before the cancel, which a renewal under way may drop (_arenew)
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
-            lock.not_read()
-            if lock.held:
-                try:
-                    await asyncio.shield(lock.arelease())
-                finally:
-                    # the shielded release ran in a copy of this context: stop carrying the
-                    # token here too (an async generator's lease was taken in its caller's)
-                    drop(lock.thread_id)
-
-    async def _arenew(self, lock: ThreadLock, ending: asyncio.Event) -> None:
-        """Renew ``lock`` every third of the ttl until ``ending`` is set. Not cancelled
-        only: on Python < 3.12 ``asyncio.wait_for`` drops a cancellation that lands just as
-        the call it awaits completes, and redis-py writes every command through it (its
-        ``socket_timeout``, 5 s by default) — a renewal under way when the run ended
-        renewed on, every period, and the run's end waited for it forever."""
-        while not ending.is_set():
-            await asyncio.sleep(self.ttl / 3)
-            if ending.is_set() or not lock.held:  # not taken yet: its first read takes it
-                continue
-            try:
-                if not await lock.aextend():
-                    return
-            except Exception:  # noqa: BLE001 - retried next period
-                continue
+    def aheld(self, config: Any, *, with_first_read: bool = False) -> _Hold:
+        """:meth:`held` for async runs (``async with``; renewed by a timer of the loop)."""
+        return _Hold(self, config, with_first_read)
 
     # -- runs --------------------------------------------------------------------------
 

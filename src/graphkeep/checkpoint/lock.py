@@ -24,8 +24,9 @@ write refused with :class:`~graphkeep.errors.LeaseLost`, nothing of it stored.
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
-import uuid
 from collections.abc import Mapping
 from contextvars import ContextVar
 from types import MappingProxyType, TracebackType
@@ -47,9 +48,28 @@ MAX_POLL_SECONDS = 0.25
 
 #: thread id -> the lease a run takes with its first read of the thread (see
 #: :meth:`ThreadLock.with_first_read`)
+_NO_FIRST_READS: Mapping[str, ThreadLock] = MappingProxyType({})
 _FIRST_READ: ContextVar[Mapping[str, ThreadLock]] = ContextVar(
-    "graphkeep_leases_with_first_read", default=MappingProxyType({})
+    "graphkeep_leases_with_first_read", default=_NO_FIRST_READS
 )
+
+
+#: a lease's token: this process's random 128 bits (drawn again in a forked child) and a count,
+#: as unique as a random UUID and cheaper to make for every run of ``saver.exclusive``
+_TOKENS = itertools.count()
+_PROCESS = [os.urandom(16).hex()]
+
+
+def _forked() -> None:
+    _PROCESS[0] = os.urandom(16).hex()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+def new_token() -> str:
+    """A token no other lease of any process holds."""
+    return f"{_PROCESS[0]}{next(_TOKENS):x}"
 
 
 def taken_with_read(saver: SaverBase, thread_id: str) -> ThreadLock | None:
@@ -91,7 +111,7 @@ class ThreadLock:
         self.blocking = blocking
         self.timeout = timeout
         self.poll = poll
-        self.token = uuid.uuid4().hex
+        self.token = new_token()
         self.held = False
         #: the fencing token of the grant (None until taken)
         self.fence: int | None = None
@@ -130,16 +150,20 @@ class ThreadLock:
         (:meth:`~graphkeep.checkpoint.port.CheckpointPort.load_leased`), waiting for a busy
         lease as :meth:`acquire` does, and raising what it raises. :meth:`not_read` ends it."""
         self.awaiting_read = True
-        _FIRST_READ.set(MappingProxyType({**_FIRST_READ.get(), self.thread_id: self}))
+        current = _FIRST_READ.get()
+        mine = {**current, self.thread_id: self} if current else {self.thread_id: self}
+        _FIRST_READ.set(MappingProxyType(mine))
 
     def not_read(self) -> None:
         """No read takes this lease any more (the run ended; taken or not)."""
         self.awaiting_read = False
         current = _FIRST_READ.get()
         if current.get(self.thread_id) is self:
-            _FIRST_READ.set(MappingProxyType(
-                {k: v for k, v in current.items() if k != self.thread_id}
-            ))  # fmt: skip
+            _FIRST_READ.set(
+                MappingProxyType({k: v for k, v in current.items() if k != self.thread_id})
+                if len(current) > 1
+                else _NO_FIRST_READS
+            )
 
     def load_op(self, ns: str, checkpoint_id: str | None) -> Op[Loaded | None]:
         """The op of the read that takes the lease (see :meth:`with_first_read`): the thread's
@@ -212,9 +236,11 @@ class ThreadLock:
         return self._granted(int(self.saver.drive(self._observed("acquire", self.acquire_op()))))
 
     def release(self) -> bool:
-        """Release if still ours; False when the lease had expired (or was taken over)."""
+        """Release if still ours; False when the lease had expired (or was taken over).
+        One request, sent at once on the happy path (no wait for a slot of the pool, no
+        retry loop): the caller waits on it before it may say the thread is free."""
         try:
-            return bool(self.saver.drive(self._observed("release", self.release_op())))
+            return bool(self.saver.drive_once(self._observed("release", self.release_op())))
         finally:
             self._let_go()
 
@@ -228,7 +254,8 @@ class ThreadLock:
 
     async def arelease(self) -> bool:
         try:
-            return bool(await self.saver.adrive(self._observed("release", self.release_op())))
+            op = self._observed("release", self.release_op())
+            return bool(await self.saver.adrive_once(op))
         finally:
             self._let_go()
 

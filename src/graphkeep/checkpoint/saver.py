@@ -208,6 +208,16 @@ class SaverBase(BaseCheckpointSaver[str]):
         """:meth:`drive` for async callers."""
         return await self._acall(op)
 
+    def drive_once(self, op: Op[Any]) -> Any:
+        """:meth:`drive` for an op of one small request the caller waits on at the end of its
+        work (a lease's release): sent without waiting for a slot of the pool or the retry
+        loop on the happy path, the full way after any failure (see the executor's ``once``)."""
+        return self._call(op)
+
+    async def adrive_once(self, op: Op[Any]) -> Any:
+        """:meth:`drive_once` for async callers."""
+        return await self._acall(op)
+
     def observed(
         self, name: str, op: Op[Any], thread_id: Any = None, *, read: bool = False
     ) -> Op[Any]:
@@ -449,9 +459,16 @@ class SyncSaver(SaverBase):
     def __init__(self, port: CheckpointPort, execute: Callable[[Any], Any], **kwargs: Any) -> None:
         super().__init__(port, execute=execute, **kwargs)
         self._execute = execute
+        self._once: Callable[[Any], Any] = getattr(execute, "once", execute)
 
     def _call(self, op: Op[Any]) -> Any:
         return drive(op, self._execute)
+
+    def drive_once(self, op: Op[Any]) -> Any:
+        return drive(op, self._once)
+
+    async def adrive_once(self, op: Op[Any]) -> Any:
+        return await asyncio.to_thread(drive, op, self._once)
 
     async def _acall(self, op: Op[Any]) -> Any:
         return await asyncio.to_thread(drive, op, self._execute)
@@ -481,10 +498,17 @@ class AsyncSaver(SaverBase):
     def __init__(self, port: CheckpointPort, aexecute: Callable[[Any], Any], **kwargs: Any) -> None:
         super().__init__(port, execute=aexecute, **kwargs)
         self._aexecute = aexecute
+        self._aonce: Callable[[Any], Any] = getattr(aexecute, "once", aexecute)
         self.loop = running_loop()
 
     async def _acall(self, op: Op[Any]) -> Any:
         return await adrive(op, self._aexecute)
+
+    def drive_once(self, op: Op[Any]) -> Any:
+        return self._on_loop(self.adrive_once(op))
+
+    async def adrive_once(self, op: Op[Any]) -> Any:
+        return await adrive(op, self._aonce)
 
     def _aiterate(self, op: Op[None]) -> AsyncIterator[Any]:
         return adrive_iter(op, self._aexecute)

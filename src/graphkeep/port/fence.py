@@ -31,11 +31,16 @@ def fence_of(thread_id: str) -> int | None:
 
 def hold(thread_id: str, token: int) -> None:
     """Carry ``token`` with this context's writes to ``thread_id`` until :func:`drop`."""
-    _HELD.set(MappingProxyType({**_HELD.get(), thread_id: token}))
+    current = _HELD.get()
+    _HELD.set(MappingProxyType({**current, thread_id: token} if current else {thread_id: token}))
 
 
 def drop(thread_id: str) -> None:
     """Stop carrying a token with this context's writes to ``thread_id``."""
     current = _HELD.get()
     if thread_id in current:
-        _HELD.set(MappingProxyType({k: v for k, v in current.items() if k != thread_id}))
+        _HELD.set(
+            MappingProxyType({k: v for k, v in current.items() if k != thread_id})
+            if len(current) > 1
+            else _EMPTY
+        )

@@ -97,6 +97,20 @@ class SyncExecutor(Executor[Any]):
             time.sleep(pause)
         raise AssertionError("unreachable")
 
+    def once(self, request: Any) -> Any:
+        """``request`` sent as it is, without waiting for a slot or the retry loop, on the
+        happy path: for a small request the caller waits on at the end of its work (a
+        lease's release, which the caller must see done; never a blocking read). Anything
+        but a result sends it the full way (:meth:`__call__`: a slot, the retry policy), as
+        if it was never tried: every request is idempotent (a driver's pool with no
+        connection free waits for one, or raises, as it does for any request)."""
+        if isinstance(request, Sleep):
+            return self(request)
+        try:
+            return self.send(request)
+        except Exception:  # noqa: BLE001 - the full way decides what the caller sees
+            return self(request)
+
 
 class AsyncExecutor(Executor[Awaitable[Any]]):
     """The async twin of :class:`SyncExecutor`: ``send`` returns an awaitable."""
@@ -116,3 +130,12 @@ class AsyncExecutor(Executor[Awaitable[Any]]):
                     pause = self.retry.pause(exc, request, took, delay, self.where)
             await asyncio.sleep(pause)
         raise AssertionError("unreachable")
+
+    async def once(self, request: Any) -> Any:
+        """The async :meth:`SyncExecutor.once`."""
+        if isinstance(request, Sleep):
+            return await self(request)
+        try:
+            return await self.send(request)
+        except Exception:  # noqa: BLE001 - the full way decides what the caller sees
+            return await self(request)

@@ -121,6 +121,10 @@ _KEY_HOLDS = (
 )
 
 
+#: the threads whose lease keys a port keeps made (then it starts afresh)
+LEASE_KEYS_KEPT = 1024
+
+
 class RedisCheckpointPort(CheckpointPort):
     """The checkpoint port on Redis. ``ttl`` in seconds slides on every write of a thread.
 
@@ -144,6 +148,9 @@ class RedisCheckpointPort(CheckpointPort):
         self.prefix = check_prefix(key_prefix)
         self.ttl_ms = int(ttl * 1000) if ttl else 0
         self.read_ttl_ms = self.ttl_ms if refresh_ttl_on_read else 0
+        #: thread id -> its lease's keys (lock, fencing token): a leased run names them in
+        #: its read, each of its writes and its release
+        self._lease_keys: dict[str, tuple[str, str]] = {}
 
     @classmethod
     def configured(cls, site: RedisSite, options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
@@ -161,7 +168,18 @@ class RedisCheckpointPort(CheckpointPort):
         return f"{self.prefix}:{FORMAT}:{{{encode_thread(thread_id)}}}:s"
 
     def fence_key(self, thread_id: str) -> str:
-        return fence_key(self.prefix, thread_id)
+        return self._lease_keys_of(thread_id)[1]
+
+    def _lease_keys_of(self, thread_id: str) -> tuple[str, str]:
+        keys = self._lease_keys.get(thread_id)
+        if keys is None:
+            if len(self._lease_keys) >= LEASE_KEYS_KEPT:
+                self._lease_keys.clear()
+            # same hash tag as the thread, but not one of its eight data keys: a
+            # delete_thread or TTL refresh leaves a held lease alone
+            lock = f"{self.prefix}:{FORMAT}:{{{encode_thread(thread_id)}}}:lock"
+            keys = self._lease_keys[thread_id] = (lock, fence_key(self.prefix, thread_id))
+        return keys
 
     def _atomic(
         self, name: str, thread_id: str, args: list[Any], fence: int | None = None
@@ -623,9 +641,7 @@ class RedisCheckpointPort(CheckpointPort):
         return found, (raw[1].decode(), _highest(newest, found))
 
     def lock_key(self, thread_id: str) -> str:
-        # same hash tag as the thread, but not one of its eight data keys: a
-        # delete_thread or TTL refresh leaves a held lease alone
-        return f"{self.prefix}:{FORMAT}:{{{encode_thread(thread_id)}}}:lock"
+        return self._lease_keys_of(thread_id)[0]
 
     def acquire_lock(self, thread_id: str, token: str, ttl_ms: int) -> Op[int]:
         keys = [self.lock_key(thread_id), self.fence_key(thread_id)]
