@@ -187,9 +187,22 @@ def test_an_element_changed_after_this_saver_read_it_is_tampered(
         def flip(envelope: bytes) -> bytes:
             return envelope[:-1] + bytes([envelope[-1] ^ 0x01])
 
+        # DynamoDB's port keeps the elements it wrote or read (an element key names one content
+        # for good: backends/dynamodb/elements.py) and does not read them again: this saver
+        # goes on reading what it stored, never the changed bytes; a new saver reads the store
+        cached = getattr(port.inner, "element_cache", None) is not None
+
+        def read_changed() -> None:
+            if cached:
+                assert api.get_tuple(stored).checkpoint["channel_values"]["m"] == [first, second]
+                with opened(mode, graphkeep_url, graphkeep_backend, keys) as fresh:
+                    exc = raises_kind("tampered", lambda: fresh.get_tuple(stored))
+            else:
+                exc = raises_kind("tampered", lambda: api.get_tuple(stored))
+            assert exc.thread_id == thread_id and exc.channel == ELEMENT_CHANNEL
+
         assert rewrite(graphkeep_backend, graphkeep_url, "a", length, flip) == 1
-        exc = raises_kind("tampered", lambda: api.get_tuple(stored))
-        assert exc.thread_id == thread_id and exc.channel == ELEMENT_CHANNEL
+        read_changed()
         # put back as it was: the same bytes read as before
         assert rewrite(graphkeep_backend, graphkeep_url, "a", length, flip) == 1
         assert api.get_tuple(stored).checkpoint["channel_values"]["m"] == [first, second]
@@ -200,8 +213,7 @@ def test_an_element_changed_after_this_saver_read_it_is_tampered(
         ).data
         assert len(other) == length
         assert rewrite(graphkeep_backend, graphkeep_url, "a", length, lambda _: other) == 1
-        exc = raises_kind("tampered", lambda: api.get_tuple(stored))
-        assert exc.thread_id == thread_id and exc.channel == ELEMENT_CHANNEL
+        read_changed()
 
 
 def test_remembering_elements_measures_what_it_adds_not_the_whole_slot(

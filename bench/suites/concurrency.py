@@ -43,7 +43,7 @@ import os
 import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -149,15 +149,19 @@ def _not_run(backend: str, name: str, threads: int, turns: int, why: str) -> Con
 
 
 def count_executor(saver: Any) -> Callable[[], int]:
-    """Count the requests graphkeep's async saver runs (its executor, wrapped)."""
-    inner = saver._aexecute
+    """Count the requests graphkeep's async saver runs (its executor wrapped, and its
+    ``once`` path: a lease's release is sent that way)."""
     count = [0]
 
-    async def counted(request: Any) -> Any:
-        count[0] += 1
-        return await inner(request)
+    def counting(inner: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
+        async def counted(request: Any) -> Any:
+            count[0] += 1
+            return await inner(request)
 
-    saver._aexecute = counted
+        return counted
+
+    saver._aexecute = counting(saver._aexecute)
+    saver._aonce = counting(saver._aonce)
     return lambda: count[0]
 
 
